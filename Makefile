@@ -1,0 +1,42 @@
+# Two commands do everything on a fresh machine:  `make all`  and  `make test`.
+# Each creates .venv from requirements.lock when it is missing or out of date.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CORES ?= 8
+SNAKEMAKE := $(VENV)/bin/snakemake
+
+.PHONY: all setup test test-slow test-all lint bench ui clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+setup: $(STAMP)
+
+all: setup  ## run the whole study (simulate, train, infer, score, report)
+	$(SNAKEMAKE) --cores $(CORES) all
+
+test: setup  ## fast tests (unit and integration), minutes
+	$(PY) -m pytest -m "not slow" -q
+
+test-slow: setup  ## end-to-end and training tests
+	$(PY) -m pytest -m slow -q
+
+test-all: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check ptycho tests
+	$(SNAKEMAKE) --lint
+
+bench: setup  ## XLA vs eager timings: compile time, step time, inference throughput
+	$(PY) -m ptycho bench
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,3 @@
+from ptycho.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,363 @@
+"""The dataset file: one HDF5 layout, versioned, validated on every read.
+
+Layout (schema version 1), documented in docs/dataset-format.md:
+
+=====================  ====================  ==========================================
+array                  shape, dtype          meaning
+=====================  ====================  ==========================================
+diffraction            (P, N, N) uint32      photon counts (units="counts"), or
+                       or float32            sqrt-counts (units="sqrt_counts")
+probe                  (N, N) complex64      illumination, sum |P|^2 = 1 for simulations
+objects                (M, S, S) complex64   ground-truth objects
+positions              (P, 2) float64        patch centres [x, y] in object pixels
+position_object        (P,) int64            which object each position scans
+groups                 (G, C) int64          indices into positions, C = gridsize^2
+group_offsets          (G, C, 2) float64     group centroid - patch position
+scan_region            (M, 4) int64          [x0, y0, x1, y1): the scanned region
+=====================  ====================  ==========================================
+
+Root attributes: ``format``, ``schema_version``, ``package_version``, ``n``,
+``gridsize``, ``scale`` (the s of the forward model), ``units``, ``nphotons``,
+``split``, ``object_kind``, ``phase_kind``, ``probe_kind``, ``seed``, ``config``
+(resolved simulation config, JSON), ``digest`` (SHA-256, see :func:`content_digest`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptycho import __version__
+from ptycho.errors import DatasetError
+
+FORMAT = "ptycho-dataset"
+SCHEMA_VERSION = 1
+UNITS = ("counts", "sqrt_counts")
+ARRAYS = (
+    "diffraction",
+    "probe",
+    "objects",
+    "positions",
+    "position_object",
+    "groups",
+    "group_offsets",
+    "scan_region",
+)
+#: Attributes every file must carry, with their Python type.
+REQUIRED_ATTRS = {
+    "format": str,
+    "schema_version": int,
+    "package_version": str,
+    "n": int,
+    "gridsize": int,
+    "scale": float,
+    "units": str,
+    "nphotons": float,
+    "split": str,
+    "object_kind": str,
+    "phase_kind": str,
+    "probe_kind": str,
+    "seed": int,
+    "config": str,
+    "digest": str,
+}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """An in-memory dataset; arrays as in the module docstring.
+
+    ``attrs`` holds the descriptive attributes (``split``, ``object_kind``, ``seed``,
+    ``nphotons``, ``config`` ...). ``digest`` is recomputed on write and checked on read.
+    """
+
+    diffraction: np.ndarray
+    probe: np.ndarray
+    objects: np.ndarray
+    positions: np.ndarray
+    position_object: np.ndarray
+    groups: np.ndarray
+    group_offsets: np.ndarray
+    scan_region: np.ndarray
+    scale: float
+    units: str = "counts"
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.probe.shape[0])
+
+    @property
+    def gridsize(self) -> int:
+        return int(round(np.sqrt(self.groups.shape[1])))
+
+    @property
+    def amplitude(self) -> np.ndarray:
+        """Measured far-field amplitude sqrt(counts), float32 ``(P, N, N)``."""
+        if self.units == "counts":
+            return np.sqrt(self.diffraction.astype(np.float32))
+        return self.diffraction.astype(np.float32, copy=False)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Measured intensity in photons, float32 ``(P, N, N)``."""
+        if self.units == "counts":
+            return self.diffraction.astype(np.float32)
+        return np.square(self.diffraction.astype(np.float32))
+
+    def ground_truth(self, m: int) -> np.ndarray:
+        """Object ``m`` cropped to its scanned region (what reconstructions are scored on)."""
+        x0, y0, x1, y1 = (int(v) for v in self.scan_region[m])
+        return self.objects[m, y0:y1, x0:x1]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in ARRAYS}
+
+
+def scan_region(positions: np.ndarray, n: int) -> np.ndarray:
+    """Bounding box ``[x0, y0, x1, y1)`` covered by the central ``n//2`` of each patch.
+
+    Models reconstruct (and stitching keeps) the central ``n//2 x n//2`` of each patch,
+    so this is the region a stitched reconstruction covers, and the crop of the ground
+    truth it is scored against.
+    """
+    half = n // 4
+    lo = np.floor(positions.min(axis=0)).astype(np.int64) - half
+    hi = np.ceil(positions.max(axis=0)).astype(np.int64) + (n // 2 - half)
+    return np.array([lo[0], lo[1], hi[0], hi[1]], dtype=np.int64)
+
+
+def content_digest(arrays: dict[str, np.ndarray], scale: float, units: str) -> str:
+    """SHA-256 over every array (name, dtype, shape, little-endian bytes) and ``s``, units.
+
+    Stable across machines and independent of HDF5 layout details, so identical
+    simulations have identical digests and MLflow can track a dataset by it.
+    """
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    h.update(f"scale|{float(scale)!r}|units|{units}".encode())
+    return h.hexdigest()
+
+
+def _canonical(ds: Dataset) -> dict[str, np.ndarray]:
+    """Arrays cast to the on-disk dtypes."""
+    diff_dtype = np.uint32 if ds.units == "counts" else np.float32
+    return {
+        "diffraction": np.asarray(ds.diffraction, dtype=diff_dtype),
+        "probe": np.asarray(ds.probe, dtype=np.complex64),
+        "objects": np.asarray(ds.objects, dtype=np.complex64),
+        "positions": np.asarray(ds.positions, dtype=np.float64),
+        "position_object": np.asarray(ds.position_object, dtype=np.int64),
+        "groups": np.asarray(ds.groups, dtype=np.int64),
+        "group_offsets": np.asarray(ds.group_offsets, dtype=np.float64),
+        "scan_region": np.asarray(ds.scan_region, dtype=np.int64),
+    }
+
+
+def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
+    """Validate ``ds`` and write it atomically to ``path``; returns the digest.
+
+    The file is written to a temporary name in the same folder and renamed into place,
+    so an interrupted write never leaves a file that looks valid.
+    """
+    import h5py
+
+    path = Path(path)
+    arrays = _canonical(ds)
+    if ds.units not in UNITS:
+        raise DatasetError(f"{path}: units {ds.units!r} unknown; use one of {UNITS}")
+    digest = content_digest(arrays, ds.scale, ds.units)
+    attrs = {k: v for k, v in ds.attrs.items() if k not in REQUIRED_ATTRS}
+    attrs.update(
+        {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "package_version": __version__,
+            "n": ds.n,
+            "gridsize": ds.gridsize,
+            "scale": float(ds.scale),
+            "units": ds.units,
+            "digest": digest,
+        }
+    )
+    for key, typ in REQUIRED_ATTRS.items():
+        if key not in attrs:
+            attrs[key] = ds.attrs.get(key, typ())
+        attrs[key] = typ(attrs[key])
+    _validate(str(path), arrays, attrs, check_digest=False)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w", track_order=True) as f:
+            for name, arr in arrays.items():
+                f.create_dataset(name, data=arr, track_times=False)
+            for key, value in attrs.items():
+                f.attrs[key] = value
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return digest
+
+
+def read_dataset(path: str | os.PathLike, *, check_digest: bool = True) -> Dataset:
+    """Read and fully validate a dataset; any problem is one-line :class:`DatasetError`."""
+    import h5py
+
+    path = str(path)
+    if not os.path.exists(path):
+        raise DatasetError(f"{path}: no such file; create it with 'python -m ptycho simulate'")
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = {k: _py(v) for k, v in f.attrs.items()}
+            _check_header(path, attrs)
+            missing = [name for name in ARRAYS if name not in f]
+            if missing:
+                raise DatasetError(
+                    f"{path}: missing array '{missing[0]}'; the file is incomplete, re-create it"
+                )
+            arrays = {name: f[name][()] for name in ARRAYS}
+    except DatasetError:
+        raise
+    except (OSError, KeyError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DatasetError(
+            f"{path}: not a readable HDF5 file ({reason}); it may be truncated, re-create it"
+        ) from None
+    _validate(path, arrays, attrs, check_digest=check_digest)
+    return Dataset(
+        **arrays,
+        scale=float(attrs.pop("scale")),
+        units=str(attrs.pop("units")),
+        attrs=attrs,
+    )
+
+
+def _py(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _check_header(path: str, attrs: dict[str, Any]) -> None:
+    if attrs.get("format") != FORMAT:
+        raise DatasetError(f"{path}: not a ptycho dataset (attribute format != {FORMAT!r}); convert it with 'python -m ptycho import-npz'")
+    version = attrs.get("schema_version")
+    if not isinstance(version, int):
+        raise DatasetError(f"{path}: attribute schema_version is missing or not an integer; re-create the file")
+    if version > SCHEMA_VERSION:
+        raise DatasetError(
+            f"{path}: schema version {version} is newer than this ptycho supports ({SCHEMA_VERSION}); upgrade ptycho"
+        )
+    if version < 1:
+        raise DatasetError(f"{path}: schema version {version} is invalid; re-create the file")
+    for key, typ in REQUIRED_ATTRS.items():
+        if key not in attrs:
+            raise DatasetError(f"{path}: missing attribute '{key}'; the file is incomplete, re-create it")
+        value = attrs[key]
+        if typ is float and isinstance(value, int):
+            continue
+        if not isinstance(value, typ):
+            raise DatasetError(f"{path}: attribute '{key}' should be {typ.__name__}, got {type(value).__name__}")
+
+
+def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_digest: bool) -> None:
+    """Shapes, dtypes, finiteness, ranges, cross-references, digest."""
+
+    def fail(msg: str) -> None:
+        raise DatasetError(f"{path}: {msg}")
+
+    units = attrs["units"]
+    if units not in UNITS:
+        fail(f"attribute units={units!r} unknown; expected one of {UNITS}")
+    d, probe, obj = a["diffraction"], a["probe"], a["objects"]
+    if probe.ndim != 2 or probe.shape[0] != probe.shape[1] or probe.shape[0] % 2:
+        fail(f"probe has shape {probe.shape}; expected (N, N) with N even")
+    n = probe.shape[0]
+    if attrs["n"] != n:
+        fail(f"attribute n={attrs['n']} disagrees with the probe size {n}")
+    if d.ndim != 3 or d.shape[1:] != (n, n) or d.shape[0] == 0:
+        fail(f"diffraction has shape {d.shape}; expected (P, {n}, {n}) with P > 0")
+    expected_dtype = np.uint32 if units == "counts" else np.float32
+    if d.dtype != expected_dtype:
+        fail(f"diffraction has dtype {d.dtype}; expected {np.dtype(expected_dtype)} for units={units}")
+    for name, want in (("probe", np.complex64), ("objects", np.complex64)):
+        if a[name].dtype != want:
+            fail(f"{name} has dtype {a[name].dtype}; expected {np.dtype(want)}")
+    if obj.ndim != 3 or obj.shape[0] == 0:
+        fail(f"objects has shape {obj.shape}; expected (M, H, W) with M > 0")
+    p = d.shape[0]
+    m = obj.shape[0]
+    pos, pobj = a["positions"], a["position_object"]
+    if pos.shape != (p, 2):
+        fail(f"positions has shape {pos.shape}; expected ({p}, 2) to match diffraction")
+    if pobj.shape != (p,):
+        fail(f"position_object has shape {pobj.shape}; expected ({p},)")
+    if pobj.size and (pobj.min() < 0 or pobj.max() >= m):
+        fail(f"position_object refers to object {int(pobj.max())} but the file holds {m}")
+    groups, offs = a["groups"], a["group_offsets"]
+    gs = attrs["gridsize"]
+    c = gs * gs
+    if groups.ndim != 2 or groups.shape[1] != c or groups.shape[0] == 0:
+        fail(f"groups has shape {groups.shape}; expected (G, {c}) for gridsize {gs}")
+    if groups.min() < 0 or groups.max() >= p:
+        fail(f"groups index position {int(groups.max())} but only {p} positions exist")
+    if offs.shape != groups.shape + (2,):
+        fail(f"group_offsets has shape {offs.shape}; expected {groups.shape + (2,)}")
+    if a["scan_region"].shape != (m, 4):
+        fail(f"scan_region has shape {a['scan_region'].shape}; expected ({m}, 4)")
+    for name in ("diffraction", "probe", "objects", "positions", "group_offsets"):
+        if not np.all(np.isfinite(a[name])):
+            fail(f"{name} contains NaN or infinite values")
+    if units == "sqrt_counts" and d.min() < 0:
+        fail("diffraction contains negative values; sqrt-counts must be >= 0")
+    if not (np.isfinite(attrs["scale"]) and attrs["scale"] > 0):
+        fail(f"attribute scale={attrs['scale']} must be a positive number")
+    if np.abs(obj).max() > 1.0 + 1e-5:
+        fail(f"objects has amplitude {float(np.abs(obj).max()):.4g} > 1; transmission amplitudes must be <= 1")
+    mixed = pobj[groups]
+    if np.any(mixed != mixed[:, :1]):
+        fail("a group mixes positions from different objects")
+    members = pos[groups]
+    if not np.allclose(offs, members.mean(axis=1, keepdims=True) - members, atol=1e-6):
+        fail("group_offsets disagree with positions (expected centroid - position)")
+    if check_digest:
+        actual = content_digest(a, attrs["scale"], units)
+        if actual != attrs["digest"]:
+            fail("content digest mismatch: the arrays were modified or corrupted; re-create the file")
+
+
+def summary(ds: Dataset) -> dict[str, Any]:
+    """Human-oriented summary used by ``ptycho inspect``."""
+    totals = ds.counts.sum(axis=(1, 2), dtype=np.float64)
+    return {
+        "shapes": {k: list(v.shape) for k, v in ds.arrays().items()},
+        "attributes": {k: v for k, v in ds.attrs.items() if k != "config"},
+        "scale": ds.scale,
+        "units": ds.units,
+        "counts_per_pattern": {
+            "mean": float(totals.mean()),
+            "std": float(totals.std()),
+            "min": float(totals.min()),
+            "max": float(totals.max()),
+        },
+        "max_pixel_count": float(ds.counts.max()),
+        "config": json.loads(ds.attrs["config"]) if ds.attrs.get("config") else {},
+    }

@@ -1,0 +1,114 @@
+"""Interoperability with PtychoPINN-style NPZ files.
+
+Those files hold far-field *amplitudes* (``diff3d`` or ``diffraction``, shape (P, N, N)),
+``probeGuess`` (N, N), ``objectGuess`` (H, W) and scan centres ``xcoords``, ``ycoords``.
+They carry no photon scale, so on import ``s`` is estimated by least squares from the
+object and probe (``sum A^2 = s^2 sum |P O|^2`` summed over all patterns), which keeps the
+forward model recomputable from the file alone. Pickled arrays are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ptycho.data import Dataset, scan_region
+from ptycho.errors import DatasetError
+from ptycho.physics.scan import group_offsets, nearest_neighbour_groups
+from ptycho.physics.translate import extract_patches
+
+DIFFRACTION_KEYS = ("diff3d", "diffraction")
+
+
+def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train") -> Dataset:
+    """Read a PtychoPINN-style NPZ into a :class:`Dataset` (units ``sqrt_counts``)."""
+    path = str(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: no such file") from None
+    except ValueError as exc:
+        if "pickle" in str(exc).lower():
+            raise DatasetError(f"{path}: contains pickled (object) arrays, which are refused; re-save with plain arrays") from None
+        raise DatasetError(f"{path}: not a readable NPZ file ({str(exc).splitlines()[0]})") from None
+    except (OSError, EOFError) as exc:
+        raise DatasetError(f"{path}: not a readable NPZ file ({type(exc).__name__}); it may be truncated") from None
+    key = next((k for k in DIFFRACTION_KEYS if k in data), None)
+    if key is None:
+        raise DatasetError(f"{path}: no diffraction array; expected one of {', '.join(DIFFRACTION_KEYS)}")
+    for needed in ("probeGuess", "objectGuess", "xcoords", "ycoords"):
+        if needed not in data:
+            raise DatasetError(f"{path}: missing array '{needed}'; PtychoPINN NPZ files need it")
+    amp = np.asarray(data[key], dtype=np.float32)
+    probe = np.asarray(data["probeGuess"], dtype=np.complex64)
+    obj = np.asarray(data["objectGuess"], dtype=np.complex64)
+    if amp.ndim != 3 or amp.shape[1:] != probe.shape:
+        raise DatasetError(f"{path}: {key} has shape {amp.shape}; expected (P, N, N) with N = probe size {probe.shape}")
+    pos = np.stack([np.asarray(data["xcoords"], float).ravel(), np.asarray(data["ycoords"], float).ravel()], axis=1)
+    if len(pos) != len(amp):
+        raise DatasetError(f"{path}: {len(pos)} scan coordinates for {len(amp)} diffraction patterns")
+    if not (np.all(np.isfinite(amp)) and np.all(np.isfinite(pos))):
+        raise DatasetError(f"{path}: {key} or coordinates contain NaN or infinite values")
+    if amp.min() < 0:
+        raise DatasetError(f"{path}: {key} has negative values; it must hold amplitudes (sqrt of intensity)")
+    n = probe.shape[0]
+    try:
+        patches = extract_patches(obj.astype(np.complex128), pos, n)
+    except ValueError:
+        raise DatasetError(f"{path}: a scan position lies too close to the edge of objectGuess for {n}-px patches") from None
+    model = np.sum(np.abs(probe[None].astype(np.complex128) * patches) ** 2)
+    scale = float(np.sqrt(np.sum(amp.astype(np.float64) ** 2) / model)) if model > 0 else 1.0
+    groups = nearest_neighbour_groups(pos, gridsize)
+    amax = float(np.abs(obj).max())
+    objects = obj[None] / amax if amax > 1 else obj[None]
+    return Dataset(
+        diffraction=amp,
+        probe=probe,
+        objects=objects,
+        positions=pos,
+        position_object=np.zeros(len(pos), dtype=np.int64),
+        groups=groups,
+        group_offsets=group_offsets(pos, groups),
+        scan_region=scan_region(pos, n)[None],
+        scale=scale,
+        units="sqrt_counts",
+        attrs={
+            "nphotons": float(np.mean(np.sum(amp.astype(np.float64) ** 2, axis=(1, 2)))),
+            "split": split,
+            "object_kind": "imported",
+            "phase_kind": "imported",
+            "probe_kind": "imported",
+            "seed": 0,
+            "config": json.dumps({"imported_from": Path(path).name, "gridsize": gridsize, "scale": "estimated"}),
+        },
+    )
+
+
+def export_npz(ds: Dataset, path: str | os.PathLike) -> None:
+    """Write ``ds`` (object 0) as a PtychoPINN-style NPZ, atomically."""
+    import tempfile
+
+    if ds.objects.shape[0] != 1:
+        raise DatasetError(f"{path}: PtychoPINN NPZ holds one object; this dataset has {ds.objects.shape[0]}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez(
+            tmp,
+            diff3d=ds.amplitude,
+            probeGuess=ds.probe,
+            objectGuess=ds.objects[0],
+            xcoords=ds.positions[:, 0],
+            ycoords=ds.positions[:, 1],
+            scale=np.float64(ds.scale),
+        )
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
