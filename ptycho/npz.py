@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
         if "pickle" in str(exc).lower():
             raise DatasetError(f"{path}: contains pickled (object) arrays, which are refused; re-save with plain arrays") from None
         raise DatasetError(f"{path}: not a readable NPZ file ({str(exc).splitlines()[0]})") from None
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DatasetError(f"{path}: not a readable NPZ file ({type(exc).__name__}); it may be truncated") from None
     key = next((k for k in DIFFRACTION_KEYS if k in data), None)
     if key is None:

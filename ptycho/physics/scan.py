@@ -84,7 +84,11 @@ def nearest_neighbour_groups(positions: np.ndarray, gridsize: int) -> np.ndarray
         raise ValueError(f"need at least {c} positions to form groups of gridsize {gridsize}")
     _, idx = cKDTree(positions).query(positions, k=c)
     groups = np.asarray(idx, dtype=np.int64)
-    # Order channels row-major: sort by (y, x) of each member.
-    members = positions[groups]
-    order = np.lexsort((members[..., 0], members[..., 1]), axis=-1)
-    return np.take_along_axis(groups, order, axis=1)
+    # Order channels row-major: the ``gridsize`` members with the smallest y form row 0,
+    # the next ``gridsize`` row 1, ...; each row is then ordered by x. (A plain sort by
+    # (y, x) is wrong for jittered scans: a top-right member with a slightly smaller y
+    # than the top-left one would become channel 0.)
+    by_y = np.argsort(positions[groups][..., 1], axis=1, kind="stable")
+    groups = np.take_along_axis(groups, by_y, axis=1).reshape(-1, gridsize, gridsize)
+    by_x = np.argsort(positions[groups][..., 0], axis=2, kind="stable")
+    return np.take_along_axis(groups, by_x, axis=2).reshape(-1, c)

@@ -1,0 +1,114 @@
+"""Networks and losses: the PINN (physics-informed) and the PtychoNN-style baseline.
+
+Both use the same encoder-decoder (:func:`build_network`): an encoder of three
+Conv-Conv-Pool blocks (filters f, 2f, 4f) and two decoder arms, amplitude
+(``sigmoid``) and phase (``pi * tanh``), each filling the central ``N/2 x N/2`` region of
+every patch. They differ only in what they see and how they learn:
+
+* PINN: sees a group of ``C = gridsize^2`` diffraction amplitudes as channels and is
+  trained through the physics head (``ptycho.physics.forward_tf``) with a Poisson
+  negative log-likelihood on the measured counts (or MAE on amplitudes). It never sees
+  the ground truth.
+* baseline: sees one pattern and is trained with MAE against ground-truth patches.
+
+Pooling is configurable because XLA:CPU spends minutes constant-folding the
+``MaxPool`` gradient (``reduce-window``) of a U-Net train step; average pooling or
+strided convolutions avoid that (see docs/architecture.md, "compile time").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ptycho.config import _check_choice, _check_range
+
+MODEL_KINDS = ("pinn", "baseline")
+POOLINGS = ("max", "avg", "strided")
+LOSSES = ("poisson", "mae")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture and loss; saved with every checkpoint."""
+
+    kind: str = "pinn"  #: pinn | baseline
+    filters: int = 16  #: encoder filters of the first block (reference: 64)
+    pooling: str = "avg"  #: max | avg | strided
+    loss: str = "poisson"  #: PINN loss: poisson (NLL on counts) | mae (on amplitudes)
+    poisson_eps: float = 1e-6  #: the eps in lambda - n log(lambda + eps), normalised units
+    trainable_scale: bool = True  #: learn the log intensity scale (initialised from the file)
+
+    def __post_init__(self) -> None:
+        _check_choice("model.kind", self.kind, MODEL_KINDS)
+        _check_choice("model.pooling", self.pooling, POOLINGS)
+        _check_choice("model.loss", self.loss, LOSSES)
+        _check_range("model.filters", self.filters, 1, 512)
+        _check_range("model.poisson_eps", self.poisson_eps, 0.0, 1.0)
+
+
+def build_network(n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int):
+    """Keras model ``x (B, N, N, Cin) -> (amplitude, phase)``, each ``(B, N/2, N/2, Cout)``."""
+    import keras
+    from keras import layers
+
+    init = lambda k: keras.initializers.GlorotUniform(seed=seed + k)  # noqa: E731
+    counter = iter(range(10_000))
+
+    def conv(x, f, **kw):
+        return layers.Conv2D(f, 3, padding="same", activation="relu", kernel_initializer=init(next(counter)), **kw)(x)
+
+    def down(x, f):
+        if pooling == "max":
+            return layers.MaxPooling2D(2)(x)
+        if pooling == "avg":
+            return layers.AveragePooling2D(2)(x)
+        return conv(x, f, strides=2)
+
+    if n % 16:
+        raise ValueError(f"N = {n} must be a multiple of 16 for three pooling levels")
+    x_in = keras.Input((n, n, in_channels), name="diffraction")
+    x = x_in
+    for k, f in enumerate((filters, 2 * filters, 4 * filters)):
+        x = conv(conv(x, f), f)
+        x = down(x, f)
+    code = x  # N/8
+
+    def decoder(activation, name):
+        y = code
+        for f in (4 * filters, 2 * filters):  # N/8 -> N/4 -> N/2
+            y = conv(conv(y, f), f)
+            y = layers.UpSampling2D(2, interpolation="bilinear")(y)
+        y = conv(y, filters)
+        y = layers.Conv2D(out_channels, 3, padding="same", kernel_initializer=init(next(counter)))(y)
+        return layers.Activation(activation, name=name)(y)
+
+    amp = decoder("sigmoid", "amplitude")
+    # pi * tanh from standard layers, so a saved model loads without custom code.
+    phase = layers.Rescaling(math.pi, name="phase")(decoder("tanh", "phase_tanh"))
+    return keras.Model(x_in, [amp, phase], name="encoder_decoder")
+
+
+def to_complex(amp, phase):
+    """``amp * exp(i phase)`` as complex64 (TensorFlow)."""
+    import tensorflow as tf
+
+    return tf.complex(amp * tf.cos(phase), amp * tf.sin(phase))
+
+
+def poisson_nll(pred_amp, counts, eps: float):
+    """Mean Poisson negative log-likelihood ``lambda - n log(lambda + eps)``, ``lambda = A^2``.
+
+    Counts and intensities are in the normalised units of the training data (counts
+    divided by a dataset constant), where the per-pixel mean intensity is about 1.
+    """
+    import tensorflow as tf
+
+    lam = tf.square(pred_amp)
+    return tf.reduce_mean(lam - counts * tf.math.log(lam + eps))
+
+
+def mae(a, b):
+    import tensorflow as tf
+
+    return tf.reduce_mean(tf.abs(a - b))

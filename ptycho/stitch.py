@@ -1,0 +1,216 @@
+"""Stitching reconstructed patches back into an object image (pure NumPy).
+
+Conventions (shared with :mod:`ptycho.physics.translate` and :mod:`ptycho.data`):
+
+* Coordinates are ``[x, y]`` = ``[column, row]`` in object pixels.
+* A patch of side ``N`` at scan position ``p`` has its centre pixel (index ``N // 2``)
+  on object point ``p``. Only its central ``n_keep`` (default ``N // 2``) is kept; kept
+  pixel ``(i, j)`` (row, column) therefore sits on object point
+  ``p + (j - n_keep // 2, i - n_keep // 2)``.
+* Every patch is placed at **its own** position (never its group's centre).
+* Sub-pixel positions ``p = floor(p) + f`` with ``0 <= f < 1``: the kept patch,
+  zero-padded by one pixel, is resampled onto the integer object grid by
+  ``translate(pad(kept), +f)`` (bilinear, the package convention) and added at
+  ``floor(p)``. Equivalently, every kept pixel is splatted onto its four neighbouring
+  object pixels with bilinear weights. For integer positions this is an exact copy.
+* Overlaps are averaged: values and weights are accumulated separately, the weight of a
+  patch being the *same* bilinear-translated footprint (``translate(pad(ones), +f)``),
+  and the result is ``sum(values) / sum(weights)``. A constant object therefore stitches
+  back to the same constant exactly, for any positions.
+* Pixels of the region that no patch touches are **0** (their weight is 0; ask for the
+  weights with ``return_weights=True`` to tell them apart).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ptycho.physics.translate import centre_crop
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ptycho.data import Dataset
+
+__all__ = ["stitch", "stitch_dataset"]
+
+#: Patches processed per vectorised block (bounds the temporary memory).
+_BLOCK = 1024
+
+
+def _as_patch_stack(patches: np.ndarray) -> np.ndarray:
+    """``(K, N, N)`` view of ``patches``; a trailing singleton channel is dropped."""
+    patches = np.asarray(patches)
+    if patches.ndim == 4 and patches.shape[-1] == 1:
+        patches = patches[..., 0]
+    if patches.ndim != 3 or patches.shape[1] != patches.shape[2]:
+        raise ValueError(f"patches must have shape (K, N, N) or (K, N, N, 1), got {patches.shape}")
+    return patches
+
+
+def stitch(
+    patches: np.ndarray,
+    positions: np.ndarray,
+    region: np.ndarray | tuple[int, int, int, int],
+    n_keep: int | None = None,
+    *,
+    return_weights: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Average the central part of every patch, each at its own position, over ``region``.
+
+    Parameters
+    ----------
+    patches : (K, N, N) or (K, N, N, 1) array, real or complex
+        Reconstructed patches.
+    positions : (K, 2) array
+        Patch centres ``[x, y]`` in object pixels; may be sub-pixel.
+    region : sequence of 4 ints
+        ``[x0, y0, x1, y1)``, the object window to return (e.g. ``Dataset.scan_region[m]``).
+    n_keep : int, optional
+        Side of the central window kept from each patch; default ``N // 2`` (what the
+        models reconstruct). ``n_keep == N`` keeps the whole patch.
+    return_weights : bool
+        Also return the accumulated weight of every pixel (0 where no patch reaches).
+
+    Returns
+    -------
+    image : (y1 - y0, x1 - x0) array
+        Dtype ``result_type(patches.dtype, float32)`` (complex64 stays complex64).
+        ``image = V / W`` where ``W > 0`` and ``0`` elsewhere, with
+
+        .. math::
+
+            V(q) = \\sum_k T_{f_k}[\\mathrm{pad}(c_k)](q - \\lfloor p_k \\rfloor), \\qquad
+            W(q) = \\sum_k T_{f_k}[\\mathrm{pad}(1)](q - \\lfloor p_k \\rfloor),
+
+        :math:`c_k` the kept centre of patch *k*, :math:`f_k = p_k - \\lfloor p_k \\rfloor`
+        and :math:`T_f` the bilinear translation by :math:`+f`.
+    weights : (y1 - y0, x1 - x0) float64
+        Only if ``return_weights``.
+
+    Notes
+    -----
+    Accumulation is in float64 / complex128. The bilinear weights are separable and the
+    same for every pixel of a patch, so each block of patches is resampled with four
+    shifted, weighted copies and added to the canvas with one slice addition per patch;
+    ``K = 10**4`` patches of ``N = 64`` take a fraction of a second.
+    """
+    patches = _as_patch_stack(patches)
+    k_count, n = patches.shape[0], patches.shape[1]
+    pos = np.asarray(positions, dtype=np.float64)
+    if pos.shape != (k_count, 2):
+        raise ValueError(f"positions must have shape ({k_count}, 2) to match patches, got {pos.shape}")
+    if not np.all(np.isfinite(pos)):
+        raise ValueError("positions contain NaN or infinite values")
+    n_keep = n // 2 if n_keep is None else int(n_keep)
+    if not 1 <= n_keep <= n:
+        raise ValueError(f"n_keep must be in [1, {n}], got {n_keep}")
+    x0, y0, x1, y1 = (int(v) for v in np.asarray(region).reshape(4))
+    h, w = y1 - y0, x1 - x0
+    if h <= 0 or w <= 0:
+        raise ValueError(f"region {[x0, y0, x1, y1]} is empty; expected [x0, y0, x1, y1) with x1 > x0, y1 > y0")
+
+    out_dtype = np.result_type(patches.dtype, np.float32)
+    acc_dtype = np.complex128 if np.iscomplexobj(patches) else np.float64
+    values = np.zeros((h, w), dtype=acc_dtype)
+    weights = np.zeros((h, w), dtype=np.float64)
+
+    kept = centre_crop(patches, n_keep)
+    base = np.floor(pos)
+    frac = pos - base  # [fx, fy] in [0, 1)
+    base = base.astype(np.int64)
+    # Footprint of side n_keep + 1: its top-left object pixel, relative to the region.
+    c0 = base[:, 0] - n_keep // 2 - x0
+    r0 = base[:, 1] - n_keep // 2 - y0
+    m = n_keep + 1
+    # Clip every footprint to the region once, vectorised.
+    rs, re_ = np.clip(r0, 0, h), np.clip(r0 + m, 0, h)
+    cs, ce = np.clip(c0, 0, w), np.clip(c0 + m, 0, w)
+    inside = (re_ > rs) & (ce > cs)
+
+    for start in range(0, k_count, _BLOCK):
+        stop = min(start + _BLOCK, k_count)
+        idx = np.nonzero(inside[start:stop])[0] + start
+        if idx.size == 0:
+            continue
+        fx = frac[idx, 0][:, None, None]
+        fy = frac[idx, 1][:, None, None]
+        src = kept[idx].astype(acc_dtype, copy=False)
+        # translate(pad(src), +f) for 0 <= f < 1, written as four weighted copies.
+        block = np.zeros((idx.size, m, m), dtype=acc_dtype)
+        block[:, :-1, :-1] += src * ((1 - fy) * (1 - fx))
+        block[:, :-1, 1:] += src * ((1 - fy) * fx)
+        block[:, 1:, :-1] += src * (fy * (1 - fx))
+        block[:, 1:, 1:] += src * (fy * fx)
+        # Weight footprint: the same operator applied to ones (separable).
+        wy = np.ones((idx.size, m))
+        wy[:, 0] = 1 - frac[idx, 1]
+        wy[:, -1] = frac[idx, 1]
+        wx = np.ones((idx.size, m))
+        wx[:, 0] = 1 - frac[idx, 0]
+        wx[:, -1] = frac[idx, 0]
+        wblock = wy[:, :, None] * wx[:, None, :]
+        for j, k in enumerate(idx):
+            a, b, c, d = rs[k], re_[k], cs[k], ce[k]
+            br, bc = a - r0[k], c - c0[k]
+            values[a:b, c:d] += block[j, br : br + b - a, bc : bc + d - c]
+            weights[a:b, c:d] += wblock[j, br : br + b - a, bc : bc + d - c]
+
+    image = np.zeros((h, w), dtype=acc_dtype)
+    covered = weights > 0
+    image[covered] = values[covered] / weights[covered]
+    image = image.astype(out_dtype, copy=False)
+    if return_weights:
+        return image, weights
+    return image
+
+
+def _flat_patches(patches: np.ndarray, g: int, c: int) -> np.ndarray:
+    """Patches in flat order ``k = g * C + c`` as ``(G * C, n, n)``.
+
+    Accepts flat ``(G*C, n, n)`` / ``(G*C, n, n, 1)`` or channel layout ``(G, n, n, C)``.
+    """
+    patches = np.asarray(patches)
+    if patches.ndim == 4 and c > 1 and patches.shape[0] == g and patches.shape[-1] == c:
+        patches = np.moveaxis(patches, -1, 1).reshape((g * c,) + patches.shape[1:3])
+    patches = _as_patch_stack(patches)
+    if patches.shape[0] != g * c:
+        raise ValueError(
+            f"expected {g * c} patches (G={g} groups x C={c} channels, flat order k = g*C + c), got {patches.shape[0]}"
+        )
+    return patches
+
+
+def stitch_dataset(patches_flat: np.ndarray, ds: Dataset) -> list[np.ndarray]:
+    """Stitch per-group-channel reconstructions of a dataset, one image per object.
+
+    Parameters
+    ----------
+    patches_flat : array
+        Reconstructions of every group channel, flat order ``k = g * C + c`` for
+        ``ds.groups`` of shape ``(G, C)``: ``(G*C, n, n)`` or ``(G*C, n, n, 1)``; the
+        channel layout ``(G, n, n, C)`` is also accepted. ``n`` is ``N`` (the central
+        ``N // 2`` is kept) or already ``N // 2``.
+    ds : Dataset
+        Supplies ``positions``, ``groups``, ``position_object`` and ``scan_region``.
+
+    Returns
+    -------
+    list of arrays
+        Image ``m`` stitches the groups whose positions belong to object ``m`` over
+        ``ds.scan_region[m]``; it has the shape of ``ds.ground_truth(m)``. Positions that
+        appear in several groups are averaged, each copy at its own position.
+    """
+    groups = np.asarray(ds.groups)
+    g, c = groups.shape
+    patches = _flat_patches(patches_flat, g, c)
+    positions = np.asarray(ds.positions, dtype=np.float64)[groups].reshape(-1, 2)
+    obj_of_patch = np.asarray(ds.position_object)[groups].reshape(-1)
+    n_keep = ds.n // 2
+    if patches.shape[1] < n_keep:
+        raise ValueError(f"patches of side {patches.shape[1]} are smaller than the kept region {n_keep}")
+    images = []
+    for m in range(len(ds.scan_region)):
+        sel = obj_of_patch == m
+        images.append(stitch(patches[sel], positions[sel], ds.scan_region[m], n_keep=n_keep))
+    return images

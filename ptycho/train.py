@@ -1,0 +1,319 @@
+"""One training loop for both models, with the XLA switch and honest timings.
+
+* Fixed batch shape: training batches drop the remainder (a fresh shuffle every epoch
+  means no sample is lost for good), validation pads the last batch and masks it. The
+  train step is traced exactly once; a retrace raises (it would silently recompile).
+* Timing: the first call of the train step (trace + compile) is reported apart; every
+  later step's wall time is recorded (synchronised on the loss value).
+* NaN or infinite loss stops training with :class:`TrainingDiverged`; the last good
+  checkpoint (written atomically at the end of every epoch) is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptycho.config import _check_range, from_dict, to_dict
+from ptycho.data import Dataset
+from ptycho.errors import PtychoError
+from ptycho.models import ModelConfig
+
+
+class TrainingDiverged(PtychoError):
+    """Loss became NaN or infinite."""
+
+
+class Retraced(PtychoError):
+    """A compiled step was traced more than once (it would recompile)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings; saved with every checkpoint."""
+
+    epochs: int = 20
+    batch_size: int = 16
+    learning_rate: float = 1e-3
+    validation_fraction: float = 0.1
+    seed: int = 0
+    xla: bool = True  #: jit_compile the steps AND use the XLA-safe translation
+    max_samples: int = 0  #: cap on training samples (groups or patterns); 0 = all
+
+    def __post_init__(self) -> None:
+        _check_range("train.epochs", self.epochs, 1, 100_000)
+        _check_range("train.batch_size", self.batch_size, 1, 4096)
+        _check_range("train.learning_rate", self.learning_rate, 1e-8, 1.0)
+        _check_range("train.validation_fraction", self.validation_fraction, 0.0, 0.5)
+        _check_range("train.max_samples", self.max_samples, 0, 10**9)
+
+
+@dataclass
+class TrainingData:
+    """Network-ready arrays for one model kind (see :func:`prepare`)."""
+
+    inputs: np.ndarray  #: (S, N, N, Cin) float32 normalised amplitudes
+    offsets: np.ndarray  #: (S, C, 2) float32 (zeros for the baseline)
+    targets: dict[str, np.ndarray]  #: counts (PINN) or amp/phase patches (baseline)
+    physics: dict[str, Any] = field(default_factory=dict)
+
+
+def intensity_norm(ds: Dataset) -> float:
+    """Per-pixel mean count of the dataset: the unit of the normalised intensities."""
+    n = ds.n
+    return float(ds.counts.sum(axis=(1, 2), dtype=np.float64).mean() / (n * n))
+
+
+def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
+    """Arrays for ``kind`` from a dataset; ``norm`` defaults to this dataset's own.
+
+    Inference passes the training set's ``norm`` so both splits share one unit.
+    """
+    from ptycho.physics.translate import centre_crop, extract_patches
+
+    norm = intensity_norm(ds) if norm is None else norm
+    y = (ds.counts / np.float32(norm)).astype(np.float32)  # (P, N, N)
+    x = np.sqrt(y)
+    n = ds.n
+    physics = {"intensity_norm": norm, "log_scale": float(np.log(ds.scale / np.sqrt(norm)))}
+    if kind == "pinn":
+        g = ds.groups
+        inputs = np.moveaxis(x[g], 1, -1)  # (G, N, N, C)
+        counts = np.moveaxis(y[g], 1, -1)
+        return TrainingData(inputs, ds.group_offsets.astype(np.float32), {"counts": counts}, physics)
+    patches = np.concatenate(
+        [
+            extract_patches(ds.objects[m], ds.positions[ds.position_object == m], n)
+            for m in range(ds.objects.shape[0])
+        ]
+    )
+    order = np.concatenate([np.flatnonzero(ds.position_object == m) for m in range(ds.objects.shape[0])])
+    inv = np.empty_like(order)
+    inv[order] = np.arange(len(order))
+    patches = centre_crop(patches[inv], n // 2)  # back in position order
+    return TrainingData(
+        x[..., None],
+        np.zeros((len(x), 1, 2), np.float32),
+        {"amp": np.abs(patches)[..., None].astype(np.float32), "phase": np.angle(patches)[..., None].astype(np.float32)},
+        physics,
+    )
+
+
+class Trainer:
+    """Builds the model and its compiled steps for one (model, arm) pair."""
+
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, n: int, channels: int, probe: np.ndarray, physics: dict):
+        import keras
+        import tensorflow as tf
+
+        from ptycho.models import build_network
+
+        keras.utils.set_random_seed(train_cfg.seed)
+        self.model_cfg, self.train_cfg = model_cfg, train_cfg
+        self.n, self.channels = n, channels
+        self.network = build_network(n, channels, channels, model_cfg.filters, model_cfg.pooling, train_cfg.seed)
+        self.probe = tf.constant(probe.astype(np.complex64))
+        self.log_scale = tf.Variable(physics.get("log_scale", 0.0), dtype=tf.float32, name="log_scale",
+                                     trainable=model_cfg.kind == "pinn" and model_cfg.trainable_scale)
+        self.optimizer = keras.optimizers.Adam(train_cfg.learning_rate)
+        # Create the optimizer's slots now: variables created inside the first trace
+        # make tf.function trace a second time.
+        self.optimizer.build(self.variables)
+        self.traces = {"train": 0, "eval": 0}
+        self.train_step = tf.function(self._train_step, jit_compile=train_cfg.xla, reduce_retracing=False)
+        self.eval_step = tf.function(self._eval_step, jit_compile=train_cfg.xla, reduce_retracing=False)
+
+    @property
+    def variables(self):
+        v = list(self.network.trainable_variables)
+        return v + [self.log_scale] if self.log_scale.trainable else v
+
+    def loss_terms(self, x, offsets, targets, training: bool):
+        """Per-sample loss ``(B,)`` for the configured model."""
+        import tensorflow as tf
+
+        from ptycho.models import to_complex
+        from ptycho.physics.forward_tf import pad_centre, predicted_amplitude
+
+        amp, phase = self.network(x, training=training)
+        if self.model_cfg.kind == "baseline":
+            return tf.reduce_mean(tf.abs(amp - targets["amp"]) + tf.abs(phase - targets["phase"]), axis=[1, 2, 3])
+        obj = pad_centre(to_complex(amp, phase), self.n)
+        pred = predicted_amplitude(obj, offsets, self.probe, self.log_scale, xla=self.train_cfg.xla, canvas_pad=self.n // 4)
+        if self.model_cfg.loss == "mae":
+            return tf.reduce_mean(tf.abs(pred - tf.sqrt(targets["counts"])), axis=[1, 2, 3])
+        lam = tf.square(pred)
+        nll = lam - targets["counts"] * tf.math.log(lam + self.model_cfg.poisson_eps)
+        return tf.reduce_mean(nll, axis=[1, 2, 3])
+
+    def _train_step(self, x, offsets, targets):
+        import tensorflow as tf
+
+        self.traces["train"] += 1  # Python side effect: runs only while tracing
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(self.loss_terms(x, offsets, targets, training=True))
+        grads = tape.gradient(loss, self.variables)
+        self.optimizer.apply(grads, self.variables)
+        return loss
+
+    def _eval_step(self, x, offsets, targets, mask):
+        import tensorflow as tf
+
+        self.traces["eval"] += 1
+        per = self.loss_terms(x, offsets, targets, training=False)
+        return tf.reduce_sum(per * mask), tf.reduce_sum(mask)
+
+
+def _batches(data: TrainingData, idx: np.ndarray):
+    return (
+        data.inputs[idx],
+        data.offsets[idx],
+        {k: v[idx] for k, v in data.targets.items()},
+    )
+
+
+def evaluate(trainer: Trainer, data: TrainingData, idx: np.ndarray) -> float:
+    """Mean loss over ``idx`` with fixed-shape batches (last one padded and masked)."""
+    bs = trainer.train_cfg.batch_size
+    if len(idx) == 0:
+        return float("nan")
+    total, count = 0.0, 0.0
+    for start in range(0, len(idx), bs):
+        chunk = idx[start : start + bs]
+        mask = np.zeros(bs, np.float32)
+        mask[: len(chunk)] = 1.0
+        padded = np.concatenate([chunk, np.repeat(chunk[:1], bs - len(chunk))])
+        s, c = trainer.eval_step(*_batches(data, padded), mask)
+        total += float(s)
+        count += float(c)
+    return total / count
+
+
+def _atomic_save_json(path: Path, payload: dict) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(payload, fh, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(trainer: Trainer, out_dir: Path, meta: dict) -> None:
+    """``model.keras`` (the network) and ``model.json`` (configs, physics, history), atomically."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".model.", suffix=".keras", dir=out_dir)
+    os.close(fd)
+    try:
+        trainer.network.save(tmp)
+        os.replace(tmp, out_dir / "model.keras")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    meta = dict(meta)
+    meta["physics"] = dict(meta.get("physics", {}), log_scale=float(trainer.log_scale.numpy()))
+    _atomic_save_json(out_dir / "model.json", meta)
+
+
+def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: str | os.PathLike,
+          *, progress: bool = True, on_epoch=None) -> dict:
+    """Train one model on ``ds`` and write ``out_dir/model.keras`` + ``model.json``.
+
+    ``on_epoch(epoch, record)`` is called after each epoch (used for MLflow logging).
+    Returns the metadata written to ``model.json``.
+    """
+    from tqdm import tqdm
+
+    out_dir = Path(out_dir)
+    if model_cfg.kind == "pinn" and ds.gridsize < 1:
+        raise PtychoError("dataset has no groups")
+    data = prepare(ds, model_cfg.kind)
+    rng = np.random.default_rng(train_cfg.seed)
+    order = rng.permutation(len(data.inputs))
+    if train_cfg.max_samples:
+        order = order[: train_cfg.max_samples]
+    n_val = int(round(len(order) * train_cfg.validation_fraction))
+    val_idx, train_idx = np.sort(order[:n_val]), order[n_val:]
+    bs = train_cfg.batch_size
+    steps = len(train_idx) // bs
+    if steps == 0:
+        raise PtychoError(f"only {len(train_idx)} training samples for batch size {bs}; lower train.batch_size or simulate more data")
+
+    trainer = Trainer(model_cfg, train_cfg, ds.n, data.inputs.shape[-1], ds.probe, data.physics)
+    meta: dict[str, Any] = {
+        "model": to_dict(model_cfg),
+        "train": to_dict(train_cfg),
+        "n": ds.n,
+        "gridsize": ds.gridsize,
+        "channels": data.inputs.shape[-1],
+        "dataset_digest": ds.attrs.get("digest", ""),
+        "physics": data.physics,
+        "n_train": int(len(train_idx)),
+        "n_val": int(n_val),
+        "history": [],
+    }
+    step_times: list[float] = []
+    compile_time = None
+    t_start = time.perf_counter()
+    for epoch in range(train_cfg.epochs):
+        perm = train_idx[rng.permutation(len(train_idx))][: steps * bs].reshape(steps, bs)
+        losses = []
+        bar = tqdm(perm, desc=f"{model_cfg.kind} {'xla' if train_cfg.xla else 'no-xla'} epoch {epoch + 1}/{train_cfg.epochs}",
+                   disable=not progress, leave=False)
+        for batch in bar:
+            t0 = time.perf_counter()
+            loss = float(trainer.train_step(*_batches(data, batch)))
+            dt = time.perf_counter() - t0
+            if compile_time is None:
+                compile_time = dt
+            else:
+                step_times.append(dt)
+            if not np.isfinite(loss):
+                raise TrainingDiverged(
+                    f"loss became {loss} at epoch {epoch + 1}; the last good checkpoint is kept in {out_dir} "
+                    "(lower train.learning_rate or check the dataset)"
+                )
+            losses.append(loss)
+            bar.set_postfix(loss=f"{loss:.4g}")
+        if trainer.traces["train"] != 1:
+            raise Retraced(f"train step was traced {trainer.traces['train']} times; batch shapes must be fixed")
+        record = {
+            "epoch": epoch + 1,
+            "train_loss": float(np.mean(losses)),
+            "val_loss": evaluate(trainer, data, val_idx),
+            "log_scale": float(trainer.log_scale.numpy()),
+            "elapsed_s": time.perf_counter() - t_start,
+        }
+        meta["history"].append(record)
+        meta["timing"] = {
+            "compile_s": compile_time,
+            "step_times_s": step_times,
+            "step_median_s": float(np.median(step_times)) if step_times else None,
+            "train_wall_s": time.perf_counter() - t_start,
+        }
+        meta["traces"] = dict(trainer.traces)
+        save_checkpoint(trainer, out_dir, meta)
+        if on_epoch is not None:
+            on_epoch(epoch, record)
+        if progress:
+            print(f"epoch {epoch + 1}: train {record['train_loss']:.5g} val {record['val_loss']:.5g}", flush=True)
+    return meta
+
+
+def load_meta(model_dir: str | os.PathLike) -> dict:
+    """The ``model.json`` written by :func:`train`."""
+    path = Path(model_dir) / "model.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PtychoError(f"{path}: no trained model here; run 'python -m ptycho train' first") from None
+    except json.JSONDecodeError as exc:
+        raise PtychoError(f"{path}: not valid JSON ({exc.msg}); re-run training") from None
+
+
+def configs_from_meta(meta: dict) -> tuple[ModelConfig, TrainConfig]:
+    return from_dict(ModelConfig, meta["model"]), from_dict(TrainConfig, meta["train"])

@@ -1,0 +1,160 @@
+"""Shared fixtures: a small simulated train/test pair, its files, and file corruptions.
+
+The corruptions are shared by ``test_dataset.py`` (``read_dataset`` raises a one-line
+:class:`DatasetError`) and ``test_cli.py`` (``ptycho inspect`` exits non-zero with one
+stderr line); any test taking a ``corruption`` argument runs once per kind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ptycho.config import SimulationConfig
+from ptycho.data import Dataset, write_dataset
+from ptycho.simulate import simulate
+
+#: Small but complete: gridsize 2, 81 train positions (64 groups), 64 test positions.
+#: 50 lines on the 96 px canvas give about the line density of 400 on the reference's 784.
+SMALL = SimulationConfig(
+    n=16, gridsize=2, object_size=48, n_lines=50, stride_train=4, stride_test=8, nphotons=1e6, seed=1
+)
+
+
+@pytest.fixture(scope="session")
+def small_cfg() -> SimulationConfig:
+    return SMALL
+
+
+@pytest.fixture(scope="session")
+def pair(small_cfg) -> dict[str, Dataset]:
+    """``simulate(SMALL)``: in-memory train and test datasets (do not mutate)."""
+    return simulate(small_cfg)
+
+
+@pytest.fixture(scope="session")
+def files(pair, tmp_path_factory) -> dict[str, Path]:
+    """The pair written to disk, plus the train split stored as sqrt-counts (read-only)."""
+    root = tmp_path_factory.mktemp("datasets")
+    out = {"train": root / "train.h5", "test": root / "test.h5", "sqrt": root / "train_sqrt.h5"}
+    write_dataset(out["train"], pair["train"])
+    write_dataset(out["test"], pair["test"])
+    train = pair["train"]
+    write_dataset(out["sqrt"], replace(train, diffraction=train.amplitude, units="sqrt_counts"))
+    return out
+
+
+# ----------------------------------------------------------------- corruptions
+def _edit(path: Path, fn: Callable) -> None:
+    import h5py
+
+    with h5py.File(path, "a") as f:
+        fn(f)
+
+
+def _missing_array(f) -> None:
+    del f["positions"]
+
+
+def _wrong_shape(f) -> None:
+    p = f["positions"].shape[0]
+    del f["positions"]
+    f.create_dataset("positions", data=np.zeros((p, 3)))
+
+
+def _nan(f) -> None:
+    f["diffraction"][0, 3, 4] = np.nan
+
+
+def _negative(f) -> None:
+    f["diffraction"][0, 3, 4] = -1.0
+
+
+def _signed_counts(f) -> None:
+    d = f["diffraction"][()].astype(np.int32)
+    d[0, 3, 4] = -5
+    del f["diffraction"]
+    f.create_dataset("diffraction", data=d)
+
+
+def _future_schema(f) -> None:
+    f.attrs["schema_version"] = 99
+
+
+def _digest_mismatch(f) -> None:
+    f["diffraction"][0, 3, 4] += 1
+
+
+def _missing_attribute(f) -> None:
+    del f.attrs["scale"]
+
+
+def _wrong_format(f) -> None:
+    f.attrs["format"] = "something-else"
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _not_hdf5(path: Path) -> None:
+    path.write_text("diffraction,probe\n1,2\n")
+
+
+#: kind -> (source file, corruption, fragment the one-line message must contain)
+CORRUPTIONS: dict[str, tuple[str, Callable, str]] = {
+    "missing_array": ("train", lambda p: _edit(p, _missing_array), "missing array 'positions'"),
+    "wrong_shape": ("train", lambda p: _edit(p, _wrong_shape), "positions has shape"),
+    "nan_diffraction": ("sqrt", lambda p: _edit(p, _nan), "NaN"),
+    "negative_sqrt_counts": ("sqrt", lambda p: _edit(p, _negative), "negative"),
+    "signed_counts": ("train", lambda p: _edit(p, _signed_counts), "dtype int32"),
+    "truncated": ("train", _truncate, "truncated"),
+    "not_hdf5": ("train", _not_hdf5, "not a readable HDF5 file"),
+    "future_schema": ("train", lambda p: _edit(p, _future_schema), "schema version 99 is newer"),
+    "digest_mismatch": ("train", lambda p: _edit(p, _digest_mismatch), "digest mismatch"),
+    "missing_attribute": ("train", lambda p: _edit(p, _missing_attribute), "missing attribute 'scale'"),
+    "wrong_format": ("train", lambda p: _edit(p, _wrong_format), "not a ptycho dataset"),
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "corruption" in metafunc.fixturenames:
+        metafunc.parametrize("corruption", list(CORRUPTIONS))
+
+
+@pytest.fixture
+def corrupted(corruption, files, tmp_path) -> tuple[Path, str]:
+    """A fresh copy of a valid file broken in one way; returns (path, message fragment)."""
+    source, corrupt, fragment = CORRUPTIONS[corruption]
+    path = tmp_path / f"{corruption}.h5"
+    shutil.copyfile(files[source], path)
+    corrupt(path)
+    return path, fragment
+
+
+# ------------------------------------------------------------------------- CLI
+def run_cli(*args: str, cwd: Path | None = None, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """``python -m ptycho ARGS`` in a fresh interpreter (the real entry point)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run(
+        [sys.executable, *python_flags, "-m", "ptycho", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="session")
+def cli() -> Callable[..., subprocess.CompletedProcess]:
+    return run_cli

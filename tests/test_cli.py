@@ -1,0 +1,262 @@
+"""Configuration objects and the command line (``python -m ptycho ...``): one-line errors,
+exit codes, no TensorFlow for help/simulate/inspect, end-to-end simulate -> inspect."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from ptycho.cli import main
+from ptycho.config import SimulationConfig, from_dict, to_dict, to_json
+from ptycho.errors import ConfigError, DatasetError, PtychoError
+
+SMALL_FLAGS = (
+    "--n", "16", "--object-size", "48", "--n-lines", "50", "--stride-test", "8",
+    "--nphotons", "1e6", "--seed", "3", "--quiet",
+)  # fmt: skip
+
+
+def _one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# ----------------------------------------------------------------------- config
+def test_config_defaults_are_the_documented_study_defaults():
+    cfg = SimulationConfig()
+    assert (cfg.n, cfg.gridsize, cfg.stride_train, cfg.stride_test, cfg.spacing) == (64, 2, 4, 10, 4)
+    assert cfg.object_kind == "lines" and cfg.phase_kind == "lines" and cfg.channels == 4
+    assert cfg.effective_probe_radius == 11.0
+
+
+def test_config_unknown_key_names_the_key():
+    with pytest.raises(ConfigError, match="unknown config key 'nphoton'") as info:
+        from_dict(SimulationConfig, {"nphoton": 1e6})
+    assert "nphotons" in str(info.value)  # the allowed keys are listed
+
+
+def test_config_unknown_key_names_the_section():
+    with pytest.raises(ConfigError, match="unknown config key 'simulation.bogus'"):
+        from_dict(SimulationConfig, {"bogus": 1}, section="simulation")
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("n", "64", "str"),
+        ("n", 64.0, "float"),
+        ("object_kind", 3, "int"),
+        ("seed", True, "bool"),
+        ("nphotons", "1e6", "str"),
+    ],
+)
+def test_config_wrong_type_names_the_key(key, value, expected):
+    with pytest.raises(ConfigError, match=f"config key '{key}' = .* has type {expected}"):
+        from_dict(SimulationConfig, {key: value})
+
+
+def test_config_int_is_accepted_for_float_key():
+    cfg = from_dict(SimulationConfig, {"nphotons": 1000})
+    assert cfg.nphotons == 1000.0 and isinstance(cfg.nphotons, float)
+
+
+@pytest.mark.parametrize(
+    "values, fragment",
+    [
+        ({"gridsize": 3}, "config key 'gridsize'"),
+        ({"n": 63}, "config key 'n' = 63 must be even"),
+        ({"n": 4}, "config key 'n' = 4 is out of range"),
+        ({"nphotons": 0.5}, "config key 'nphotons'"),
+        ({"object_kind": "stripes"}, "config key 'object_kind' = 'stripes' is not allowed"),
+        ({"probe_kind": "airy"}, "config key 'probe_kind'"),
+        ({"amplitude_floor": 1.0}, "config key 'amplitude_floor'"),
+        ({"object_size": 60, "n": 64}, "config key 'object_size' = 60 is too small"),
+    ],
+)
+def test_config_bad_value_names_the_key(values, fragment):
+    with pytest.raises(ConfigError) as info:
+        from_dict(SimulationConfig, values)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_config_is_immutable_and_json_roundtrips():
+    cfg = SimulationConfig(n=32, object_size=80, seed=9)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.n = 16  # type: ignore[misc]
+    assert from_dict(SimulationConfig, json.loads(to_json(cfg))) == cfg
+    assert to_dict(cfg)["phase_range"] == math.pi
+    assert to_json(cfg) == to_json(SimulationConfig(n=32, object_size=80, seed=9))
+
+
+def test_errors_are_single_line_with_exit_codes():
+    with pytest.raises(ValueError, match="single line"):
+        PtychoError("two\nlines")
+    assert ConfigError.exit_code == 2 and DatasetError.exit_code == 1
+
+
+# ------------------------------------------------------------- help, no TF
+def test_build_parser_does_not_import_tensorflow():
+    code = (
+        "import sys, ptycho.cli; ptycho.cli.build_parser(); "
+        "bad = [m for m in ('tensorflow', 'keras', 'mlflow', 'matplotlib') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("args", [("--help",), ("simulate", "--help"), ("inspect", "--help")])
+def test_help_succeeds_without_importing_tensorflow(cli, args):
+    proc = cli(*args, python_flags=("-X", "importtime"))
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: ptycho" in proc.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+    assert imported, "-X importtime produced no report"
+    assert not [m for m in imported if m.split(".")[0] in ("tensorflow", "keras", "mlflow")]
+
+
+def test_simulate_help_lists_every_config_key(cli):
+    out = cli("simulate", "--help").stdout
+    for f in dataclasses.fields(SimulationConfig):
+        assert "--" + f.name.replace("_", "-") in out
+
+
+def test_version(cli):
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip().startswith("ptycho ")
+
+
+# ------------------------------------------------------------ argument errors
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("simulate", "--train", "a.h5", "--test", "b.h5", "--n", "abc"), "argument --n: invalid int value: 'abc'"),
+        (("simulate", "--train", "a.h5", "--test", "b.h5", "--bogus", "1"), "unrecognized arguments: --bogus"),
+        (("simulate", "--train", "a.h5"), "the following arguments are required: --test"),
+        (("frobnicate",), "invalid choice: 'frobnicate'"),
+        ((), "the following arguments are required: command"),
+    ],
+    ids=["bad_int", "unknown_option", "missing_required", "unknown_command", "no_command"],
+)
+def test_bad_argument_exits_2_with_one_stderr_line(cli, tmp_path, args, fragment):
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    line = _one_error_line(proc)
+    assert line.startswith("ptycho") and "error:" in line and fragment in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_config_value_exits_2_naming_the_key(cli, tmp_path):
+    proc = cli("simulate", "--train", "a.h5", "--test", "b.h5", "--gridsize", "3", cwd=tmp_path)
+    assert proc.returncode == 2
+    line = _one_error_line(proc)
+    assert line.startswith("ptycho simulate: error: config key 'gridsize'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_yaml_config_unknown_key_exits_2_naming_the_key(cli, tmp_path):
+    (tmp_path / "cfg.yaml").write_text("simulation:\n  n: 16\n  nphoton: 1000\n")
+    proc = cli("simulate", "--train", "a.h5", "--test", "b.h5", "--config", "cfg.yaml", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "unknown config key 'nphoton'" in _one_error_line(proc)
+
+
+def test_yaml_config_unreadable_or_invalid_is_one_line_config_error(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("simulation: [unclosed\n")
+    for cfg_file, fragment in ((tmp_path / "bad.yaml", "not valid YAML"), (tmp_path / "none.yaml", "cannot read")):
+        code = main(["simulate", "--train", str(tmp_path / "a.h5"), "--test", str(tmp_path / "b.h5"),
+                     "--config", str(cfg_file)])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and fragment in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- end to end
+def test_simulate_end_to_end_writes_both_files_which_inspect_validates(cli, tmp_path):
+    (tmp_path / "cfg.yaml").write_text("simulation:\n  gridsize: 1\n  probe_kind: defocused\n")
+    proc = cli("simulate", "--train", "out/train.h5", "--test", "out/test.h5", "--config", "cfg.yaml",
+               *SMALL_FLAGS, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("train: out/train.h5") and "test: out/test.h5" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["test.h5", "train.h5"]
+
+    from ptycho.data import read_dataset
+    from ptycho.simulate import config_of
+
+    train = read_dataset(tmp_path / "out" / "train.h5")
+    test = read_dataset(tmp_path / "out" / "test.h5")
+    cfg = config_of(train)
+    # flags and the YAML file both reached the config; the flags win where both are set
+    assert (cfg.n, cfg.gridsize, cfg.probe_kind, cfg.seed, cfg.nphotons) == (16, 1, "defocused", 3, 1e6)
+    assert train.scale == test.scale and train.attrs["digest"][:16] in proc.stdout
+
+    for split, ds in (("train", train), ("test", test)):
+        insp = cli("inspect", f"out/{split}.h5", cwd=tmp_path)
+        assert insp.returncode == 0, insp.stderr
+        assert insp.stdout.startswith(f"out/{split}.h5: valid ptycho dataset (schema 1, sha256 {ds.attrs['digest']})")
+        info = json.loads(cli("inspect", "--json", f"out/{split}.h5", cwd=tmp_path).stdout)
+        assert info["digest"] == ds.attrs["digest"]
+        assert info["shapes"]["diffraction"] == list(ds.diffraction.shape)
+        assert info["config"]["probe_kind"] == "defocused"
+    assert abs(json.loads(cli("inspect", "--json", "out/train.h5", cwd=tmp_path).stdout)
+               ["counts_per_pattern"]["mean"] / 1e6 - 1) < 0.01  # fmt: skip
+
+
+def test_simulate_in_process_matches_library(tmp_path, small_cfg, pair, capsys):
+    flags = ["--n", "16", "--object-size", "48", "--n-lines", "50", "--stride-test", "8", "--nphotons", "1e6",
+             "--seed", "1", "--quiet"]  # fmt: skip
+    code = main(["simulate", "--train", str(tmp_path / "tr.h5"), "--test", str(tmp_path / "te.h5"), *flags])
+    assert code == 0
+    from ptycho.data import content_digest, read_dataset
+
+    for name, split in (("tr.h5", "train"), ("te.h5", "test")):
+        ds = pair[split]
+        assert read_dataset(tmp_path / name).attrs["digest"] == content_digest(ds.arrays(), ds.scale, ds.units)
+    assert "train:" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------- inspect failures
+def test_inspect_malformed_file_exits_nonzero_with_one_line(cli, corrupted):
+    path, fragment = corrupted
+    proc = cli("inspect", str(path))
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert line.startswith(f"ptycho inspect: error: {path}")
+    assert fragment in line
+    assert proc.stdout == ""
+
+
+def test_inspect_missing_file_exits_1_with_hint(cli, tmp_path):
+    proc = cli("inspect", "absent.h5", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert _one_error_line(proc) == (
+        "ptycho inspect: error: absent.h5: no such file; create it with 'python -m ptycho simulate'"
+    )
+
+
+# ------------------------------------------------------------------ NPZ commands
+def test_export_then_import_npz_via_cli(files, tmp_path, capsys):
+    from ptycho.data import read_dataset
+
+    assert main(["export-npz", str(files["train"]), "--out", str(tmp_path / "d.npz")]) == 0
+    assert main(["import-npz", str(tmp_path / "d.npz"), "--out", str(tmp_path / "d.h5"), "--gridsize", "2"]) == 0
+    back, orig = read_dataset(tmp_path / "d.h5"), read_dataset(files["train"])
+    assert back.units == "sqrt_counts" and back.gridsize == 2
+    assert back.diffraction.shape == orig.diffraction.shape
+    assert "imported 81 patterns" in capsys.readouterr().out
+
+
+def test_import_pickled_npz_via_cli_is_one_line_error(cli, tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "p.npz", diff3d=np.array([object()], dtype=object))
+    proc = cli("import-npz", "p.npz", "--out", "p.h5", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "pickled (object) arrays, which are refused" in _one_error_line(proc)
+    assert not (tmp_path / "p.h5").exists()
