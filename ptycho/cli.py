@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ptycho import __version__
 from ptycho.errors import PtychoError
 
@@ -34,7 +36,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, cls: type, dest_prefix: s
         parser.add_argument(
             flag,
             dest=f"{dest_prefix}{f.name}",
-            type=kind if kind in (int, float, str) else str,
+            type=_bool if kind is bool else kind,
             default=None,
             metavar=kind.__name__.upper(),
             help=f"default: {default}",
@@ -133,6 +135,86 @@ def cmd_export_npz(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ptycho.data import read_dataset
+    from ptycho.models import ModelConfig
+    from ptycho.train import TrainConfig, train
+
+    model_cfg = _config_from_args(args, ModelConfig, "model_", _load_yaml_section(args.config, "model"))
+    train_cfg = _config_from_args(args, TrainConfig, "train_", _load_yaml_section(args.config, "train"))
+    ds = read_dataset(args.dataset)
+    meta = train(ds, model_cfg, train_cfg, args.out, progress=not args.quiet)
+    last = meta["history"][-1]
+    t = meta["timing"]
+    print(
+        f"{args.out}: {model_cfg.kind} xla={train_cfg.xla} epochs={last['epoch']} train_loss={last['train_loss']:.6g} "
+        f"val_loss={last['val_loss']:.6g} compile={t['compile_s']:.2f}s step_median={t['step_median_s'] or float('nan'):.4f}s"
+    )
+    return 0
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from ptycho.artifacts import write_arrays
+    from ptycho.data import read_dataset
+    from ptycho.infer import reconstruct
+
+    ds = read_dataset(args.dataset)
+    rec = reconstruct(args.model, ds, xla=args.xla, batch_size=args.batch_size)
+    write_arrays(
+        args.out,
+        patches=rec.patches,
+        positions=rec.positions,
+        position_object=rec.position_object,
+        seconds=np.float64(rec.seconds),
+        compile_seconds=np.float64(rec.compile_seconds),
+        patterns=np.int64(rec.patterns),
+    )
+    print(f"{args.out}: {len(rec.patches)} patches, {rec.patterns_per_second:.1f} patterns/s, compile {rec.compile_seconds:.2f}s")
+    return 0
+
+
+def cmd_stitch(args: argparse.Namespace) -> int:
+    from ptycho.artifacts import read_arrays, write_arrays
+    from ptycho.data import read_dataset
+    from ptycho.stitch import stitch_objects
+
+    ds = read_dataset(args.dataset)
+    rec = read_arrays(args.reconstruction, ("patches", "positions", "position_object"))
+    images = stitch_objects(rec["patches"], rec["positions"], rec["position_object"], ds, weighted=not args.unweighted)
+    write_arrays(args.out, images=np.stack(images).astype(np.complex64))
+    print(f"{args.out}: {len(images)} stitched object(s) of shape {images[0].shape}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ptycho.artifacts import read_arrays, write_json
+    from ptycho.data import read_dataset
+    from ptycho.errors import PtychoError
+    from ptycho.metrics import score_all
+
+    ds = read_dataset(args.dataset)
+    images = read_arrays(args.stitched, ("images",))["images"]
+    truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
+    if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
+        raise PtychoError(f"{args.stitched}: stitched images do not match the objects of {args.dataset}; re-run stitch with this dataset")
+    result = score_all(list(images), truths)
+    result["dataset_digest"] = ds.attrs["digest"]
+    write_json(args.out, result)
+    mean = result["mean"]
+    print(f"{args.out}: amp SSIM {mean['amp_ssim']:.4f} phase SSIM {mean['phase_ssim']:.4f} "
+          f"amp PSNR {mean['amp_psnr']:.2f} dB over {result['n_images']} image(s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ptycho.config import SimulationConfig
 
@@ -159,6 +241,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gridsize", type=int, choices=(1, 2), default=1)
     p.add_argument("--split", choices=("train", "test"), default="train")
     p.set_defaults(func=cmd_import_npz)
+
+    from ptycho.models import ModelConfig
+    from ptycho.train import TrainConfig
+
+    p = sub.add_parser("train", help="train a PINN or baseline model on a dataset")
+    p.add_argument("--dataset", required=True, help="training split (.h5)")
+    p.add_argument("--out", required=True, help="output folder (model.keras, model.json)")
+    p.add_argument("--config", help="YAML file with 'model' and 'train' sections")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_config_flags(p, ModelConfig, "model_")
+    _add_config_flags(p, TrainConfig, "train_")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("infer", help="reconstruct every pattern of a dataset with a trained model")
+    p.add_argument("--model", required=True, help="folder written by 'ptycho train'")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True, help="reconstruction (.npz)")
+    p.add_argument("--xla", type=_bool, default=None, help="override the training arm (true/false)")
+    p.add_argument("--batch-size", type=int, default=None, help="fixed predict batch (default: training batch)")
+    p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("stitch", help="stitch reconstructed patches into full objects")
+    p.add_argument("--reconstruction", required=True, help=".npz written by 'ptycho infer'")
+    p.add_argument("--dataset", required=True, help="the dataset that was reconstructed")
+    p.add_argument("--out", required=True, help="stitched objects (.npz)")
+    p.add_argument("--unweighted", action="store_true", help="plain average instead of illumination weighting")
+    p.set_defaults(func=cmd_stitch)
+
+    p = sub.add_parser("evaluate", help="score stitched objects against the ground truth")
+    p.add_argument("--stitched", required=True, help=".npz written by 'ptycho stitch'")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True, help="metrics (.json)")
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("export-npz", help="write a dataset file as a PtychoPINN-style NPZ")
     p.add_argument("file")

@@ -121,16 +121,28 @@ class Dataset:
         return {name: getattr(self, name) for name in ARRAYS}
 
 
-def scan_region(positions: np.ndarray, n: int) -> np.ndarray:
-    """Bounding box ``[x0, y0, x1, y1)`` covered by the central ``n//2`` of each patch.
+def illuminated_radius(probe: np.ndarray, level: float = 0.1) -> float:
+    """Largest distance (px) from the centre ``N//2`` where ``|P|^2 >= level * max|P|^2``."""
+    intensity = np.abs(probe) ** 2
+    n = probe.shape[0]
+    idx = np.arange(n) - n // 2
+    r = np.hypot(idx[None, :], idx[:, None])
+    return float(r[intensity >= level * intensity.max()].max())
 
-    Models reconstruct (and stitching keeps) the central ``n//2 x n//2`` of each patch,
-    so this is the region a stitched reconstruction covers, and the crop of the ground
-    truth it is scored against.
+
+def scan_region(positions: np.ndarray, probe: np.ndarray) -> np.ndarray:
+    """Bounding box ``[x0, y0, x1, y1)`` of the illuminated region of a scan.
+
+    The union of probe footprints is what the measurements constrain; its bounding box
+    (scan positions +- the probe's :func:`illuminated_radius`) is the region a stitched
+    reconstruction covers and the crop of the ground truth it is scored against. It is
+    clipped to the central ``N/2`` that the models reconstruct.
     """
-    half = n // 4
-    lo = np.floor(positions.min(axis=0)).astype(np.int64) - half
-    hi = np.ceil(positions.max(axis=0)).astype(np.int64) + (n // 2 - half)
+    n = probe.shape[0]
+    radius = int(np.ceil(illuminated_radius(probe)))
+    # The kept central n//2 spans p - n//4 .. p + (n//2 - n//4) - 1.
+    lo = np.floor(positions.min(axis=0)).astype(np.int64) - min(radius, n // 4)
+    hi = np.ceil(positions.max(axis=0)).astype(np.int64) + min(radius + 1, n // 2 - n // 4)
     return np.array([lo[0], lo[1], hi[0], hi[1]], dtype=np.int64)
 
 
@@ -323,6 +335,9 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
         fail(f"group_offsets has shape {offs.shape}; expected {groups.shape + (2,)}")
     if a["scan_region"].shape != (m, 4):
         fail(f"scan_region has shape {a['scan_region'].shape}; expected ({m}, 4)")
+    region = a["scan_region"]
+    if (region[:, :2] < 0).any() or (region[:, 2] > obj.shape[2]).any() or (region[:, 3] > obj.shape[1]).any() or (region[:, 2:] <= region[:, :2]).any():
+        fail("scan_region lies (partly) outside the object; expected 0 <= x0 < x1 <= W and 0 <= y0 < y1 <= H")
     for name in ("diffraction", "probe", "objects", "positions", "group_offsets"):
         if not np.all(np.isfinite(a[name])):
             fail(f"{name} contains NaN or infinite values")

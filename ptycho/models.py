@@ -69,7 +69,7 @@ def build_network(n: int, in_channels: int, out_channels: int, filters: int, poo
         raise ValueError(f"N = {n} must be a multiple of 16 for three pooling levels")
     x_in = keras.Input((n, n, in_channels), name="diffraction")
     x = x_in
-    for k, f in enumerate((filters, 2 * filters, 4 * filters)):
+    for f in (filters, 2 * filters, 4 * filters):
         x = conv(conv(x, f), f)
         x = down(x, f)
     code = x  # N/8

@@ -74,7 +74,7 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
         position_object=np.zeros(len(pos), dtype=np.int64),
         groups=groups,
         group_offsets=group_offsets(pos, groups),
-        scan_region=scan_region(pos, n)[None],
+        scan_region=scan_region(pos, probe)[None],
         scale=scale,
         units="sqrt_counts",
         attrs={

@@ -74,7 +74,7 @@ def simulate_split(
     position_object = np.repeat(np.arange(n_objects, dtype=np.int64), n_pos)
     groups = np.concatenate([scan.groups + m * n_pos for m in range(n_objects)])
     offsets = np.tile(scan.offsets, (n_objects, 1, 1))
-    region = np.tile(scan_region(scan.positions, cfg.n), (n_objects, 1))
+    region = np.tile(scan_region(scan.positions, probe), (n_objects, 1))
 
     return Dataset(
         diffraction=counts,

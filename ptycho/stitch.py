@@ -32,7 +32,7 @@ from ptycho.physics.translate import centre_crop
 if TYPE_CHECKING:  # pragma: no cover
     from ptycho.data import Dataset
 
-__all__ = ["stitch", "stitch_dataset"]
+__all__ = ["stitch", "stitch_dataset", "stitch_objects", "illumination_weight"]
 
 #: Patches processed per vectorised block (bounds the temporary memory).
 _BLOCK = 1024
@@ -54,6 +54,7 @@ def stitch(
     region: np.ndarray | tuple[int, int, int, int],
     n_keep: int | None = None,
     *,
+    weight: np.ndarray | None = None,
     return_weights: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Average the central part of every patch, each at its own position, over ``region``.
@@ -69,6 +70,10 @@ def stitch(
     n_keep : int, optional
         Side of the central window kept from each patch; default ``N // 2`` (what the
         models reconstruct). ``n_keep == N`` keeps the whole patch.
+    weight : (n_keep, n_keep) array, optional
+        Per-pixel weight of every kept patch (default: ones, a plain average). The
+        pipeline passes :func:`illumination_weight`, so that each object pixel is an
+        average dominated by the patches that actually illuminated it.
     return_weights : bool
         Also return the accumulated weight of every pixel (0 where no patch reaches).
 
@@ -116,6 +121,12 @@ def stitch(
     weights = np.zeros((h, w), dtype=np.float64)
 
     kept = centre_crop(patches, n_keep)
+    if weight is None:
+        wmap = np.ones((n_keep, n_keep))
+    else:
+        wmap = np.asarray(weight, dtype=np.float64)
+        if wmap.shape != (n_keep, n_keep) or not np.all(np.isfinite(wmap)) or wmap.min() < 0:
+            raise ValueError(f"weight must be a finite, non-negative ({n_keep}, {n_keep}) array, got {wmap.shape}")
     base = np.floor(pos)
     frac = pos - base  # [fx, fy] in [0, 1)
     base = base.astype(np.int64)
@@ -135,21 +146,9 @@ def stitch(
             continue
         fx = frac[idx, 0][:, None, None]
         fy = frac[idx, 1][:, None, None]
-        src = kept[idx].astype(acc_dtype, copy=False)
-        # translate(pad(src), +f) for 0 <= f < 1, written as four weighted copies.
-        block = np.zeros((idx.size, m, m), dtype=acc_dtype)
-        block[:, :-1, :-1] += src * ((1 - fy) * (1 - fx))
-        block[:, :-1, 1:] += src * ((1 - fy) * fx)
-        block[:, 1:, :-1] += src * (fy * (1 - fx))
-        block[:, 1:, 1:] += src * (fy * fx)
-        # Weight footprint: the same operator applied to ones (separable).
-        wy = np.ones((idx.size, m))
-        wy[:, 0] = 1 - frac[idx, 1]
-        wy[:, -1] = frac[idx, 1]
-        wx = np.ones((idx.size, m))
-        wx[:, 0] = 1 - frac[idx, 0]
-        wx[:, -1] = frac[idx, 0]
-        wblock = wy[:, :, None] * wx[:, None, :]
+        src = kept[idx].astype(acc_dtype, copy=False) * wmap
+        block = _shift_into(src, fx, fy, m, acc_dtype)
+        wblock = _shift_into(np.broadcast_to(wmap, src.shape), fx, fy, m, np.float64)
         for j, k in enumerate(idx):
             a, b, c, d = rs[k], re_[k], cs[k], ce[k]
             br, bc = a - r0[k], c - c0[k]
@@ -163,6 +162,29 @@ def stitch(
     if return_weights:
         return image, weights
     return image
+
+
+def _shift_into(src: np.ndarray, fx: np.ndarray, fy: np.ndarray, m: int, dtype) -> np.ndarray:
+    """``translate(pad(src), +f)`` for ``0 <= f < 1`` onto ``(K, m, m)``: four weighted copies."""
+    block = np.zeros((src.shape[0], m, m), dtype=dtype)
+    block[:, :-1, :-1] += src * ((1 - fy) * (1 - fx))
+    block[:, :-1, 1:] += src * ((1 - fy) * fx)
+    block[:, 1:, :-1] += src * (fy * (1 - fx))
+    block[:, 1:, 1:] += src * (fy * fx)
+    return block
+
+
+def illumination_weight(probe: np.ndarray, n_keep: int, floor: float = 1e-3) -> np.ndarray:
+    """Stitching weight ``|P|^2 / max|P|^2 + floor`` over the central ``n_keep`` pixels.
+
+    Only illuminated pixels are constrained by a measurement; weighting by the probe
+    intensity (the weighting of the ptychographic object update) keeps the
+    unconstrained corners of a patch from blurring its neighbours' well-measured
+    pixels. The floor keeps every kept pixel a (tiny) contributor, so pixels no probe
+    reached still get the plain average instead of nothing.
+    """
+    intensity = np.abs(centre_crop(np.asarray(probe), n_keep)) ** 2
+    return intensity / np.abs(probe).max() ** 2 + floor
 
 
 def _flat_patches(patches: np.ndarray, g: int, c: int) -> np.ndarray:
@@ -181,7 +203,7 @@ def _flat_patches(patches: np.ndarray, g: int, c: int) -> np.ndarray:
     return patches
 
 
-def stitch_dataset(patches_flat: np.ndarray, ds: Dataset) -> list[np.ndarray]:
+def stitch_dataset(patches_flat: np.ndarray, ds: Dataset, *, weighted: bool = True) -> list[np.ndarray]:
     """Stitch per-group-channel reconstructions of a dataset, one image per object.
 
     Parameters
@@ -192,7 +214,9 @@ def stitch_dataset(patches_flat: np.ndarray, ds: Dataset) -> list[np.ndarray]:
         channel layout ``(G, n, n, C)`` is also accepted. ``n`` is ``N`` (the central
         ``N // 2`` is kept) or already ``N // 2``.
     ds : Dataset
-        Supplies ``positions``, ``groups``, ``position_object`` and ``scan_region``.
+        Supplies ``positions``, ``groups``, ``position_object``, ``scan_region``, ``probe``.
+    weighted : bool
+        Weight by :func:`illumination_weight` of ``ds.probe`` (default) or average plainly.
 
     Returns
     -------
@@ -206,11 +230,24 @@ def stitch_dataset(patches_flat: np.ndarray, ds: Dataset) -> list[np.ndarray]:
     patches = _flat_patches(patches_flat, g, c)
     positions = np.asarray(ds.positions, dtype=np.float64)[groups].reshape(-1, 2)
     obj_of_patch = np.asarray(ds.position_object)[groups].reshape(-1)
+    return stitch_objects(patches, positions, obj_of_patch, ds, weighted=weighted)
+
+
+def stitch_objects(
+    patches: np.ndarray, positions: np.ndarray, position_object: np.ndarray, ds: Dataset, *, weighted: bool = True
+) -> list[np.ndarray]:
+    """Stitch patches with explicit positions and object indices, one image per object.
+
+    Each image covers ``ds.scan_region[m]`` and has the shape of ``ds.ground_truth(m)``.
+    ``patches`` have side ``N`` (the central ``N//2`` is kept) or already ``N//2``.
+    """
+    patches = _as_patch_stack(patches)
     n_keep = ds.n // 2
     if patches.shape[1] < n_keep:
         raise ValueError(f"patches of side {patches.shape[1]} are smaller than the kept region {n_keep}")
+    weight = illumination_weight(ds.probe, n_keep) if weighted else None
     images = []
     for m in range(len(ds.scan_region)):
-        sel = obj_of_patch == m
-        images.append(stitch(patches[sel], positions[sel], ds.scan_region[m], n_keep=n_keep))
+        sel = np.asarray(position_object) == m
+        images.append(stitch(patches[sel], positions[sel], ds.scan_region[m], n_keep=n_keep, weight=weight))
     return images

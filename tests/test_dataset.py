@@ -126,11 +126,22 @@ def test_multiple_objects_are_stacked_with_position_object_and_regions(small_cfg
     np.testing.assert_array_equal(ds.scan_region[0], ds.scan_region[1])
 
 
-def test_scan_region_and_ground_truth_crop(pair):
+def test_scan_region_is_the_illuminated_bounding_box_and_ground_truth_crop(pair):
+    from ptycho.data import illuminated_radius
+
     ds = pair["train"]
-    # positions 8..40 at n=16: central n/2 of each patch spans position-4 .. position+3
-    np.testing.assert_array_equal(ds.scan_region[0], [4, 4, 44, 44])
-    np.testing.assert_array_equal(ds.ground_truth(0), ds.objects[0, 4:44, 4:44])
+    # positions 8..40 at n=16; probe radius 11*16/64 = 2.75 px, so 3 px are lit each side
+    assert int(np.ceil(illuminated_radius(ds.probe))) == 3
+    np.testing.assert_array_equal(ds.scan_region[0], [5, 5, 44, 44])
+    np.testing.assert_array_equal(ds.ground_truth(0), ds.objects[0, 5:44, 5:44])
+
+
+def test_scan_region_is_clipped_to_the_kept_centre_for_a_wide_probe():
+    from ptycho.data import scan_region
+
+    region = scan_region(np.array([[8.0, 10.0], [40.0, 30.0]]), np.ones((16, 16)))
+    # the models keep the central 8 px: position-4 .. position+3
+    np.testing.assert_array_equal(region, [4, 6, 44, 34])
 
 
 # ------------------------------------------------------------------ round trips

@@ -11,6 +11,8 @@ from ptycho.physics.translate import centre_crop, extract_patches, pad_to, trans
 from ptycho.stitch import stitch, stitch_dataset
 
 N = 16
+#: A probe lighting the whole patch: scan_region is then the region the kept N//2 covers.
+_FLAT_PROBE = np.ones((N, N))
 
 
 def _random_object(size: int, seed: int = 0) -> np.ndarray:
@@ -29,7 +31,7 @@ def test_extract_then_stitch_integer_positions_reproduces_the_object_exactly(gri
     scan = grid_scan(72, N, stride=3, gridsize=gridsize, spacing=4)
     positions = scan.positions[scan.groups].reshape(-1, 2)  # flat k = g*C + c, duplicates kept
     patches = extract_patches(obj, positions, N)
-    region = scan_region(positions, N)
+    region = scan_region(positions, _FLAT_PROBE)
     image, weights = stitch(patches, positions, region, return_weights=True)
     truth = _crop(obj, region)
     assert image.shape == truth.shape
@@ -41,7 +43,7 @@ def test_complex64_and_trailing_channel_layout_are_accepted():
     obj = _random_object(48).astype(np.complex64)
     scan = grid_scan(48, N, stride=4)
     patches = extract_patches(obj, scan.positions, N)[..., None]  # (K, N, N, 1)
-    region = scan_region(scan.positions, N)
+    region = scan_region(scan.positions, _FLAT_PROBE)
     image = stitch(patches, scan.positions, region)
     assert image.dtype == np.complex64
     np.testing.assert_allclose(image, _crop(obj, region), rtol=0, atol=1e-6)
@@ -73,7 +75,7 @@ def test_subpixel_positions_constant_object_stitches_to_the_constant_everywhere(
     value = 0.7 * np.exp(0.4j)
     positions = rng.uniform(20, 40, size=(60, 2))
     patches = np.full((60, N, N), value)
-    region = scan_region(positions, N)
+    region = scan_region(positions, _FLAT_PROBE)
     image, weights = stitch(patches, positions, region, return_weights=True)
     covered = weights > 0
     assert covered.mean() > 0.9  # random positions: a few corners of the bounding box stay empty
@@ -95,7 +97,7 @@ def test_subpixel_extract_then_stitch_is_exact_for_an_affine_object_away_from_fo
     centres = grid_scan(size - 4, N, stride=n_keep - 1).positions + 2  # 2 px margin for the jitter
     positions = centres + rng.uniform(-0.5, 0.5, size=centres.shape)
     patches = extract_patches(obj, positions, N)
-    region = scan_region(positions, N)
+    region = scan_region(positions, _FLAT_PROBE)
     image, weights = stitch(patches, positions, region, return_weights=True)
     truth = _crop(obj, region)
     covered = weights > 0  # jittered scan: a corner of the bounding box may stay empty
@@ -120,7 +122,7 @@ def test_each_patch_is_stitched_at_its_own_position_not_the_group_centre():
     obj = _random_object(48, seed=4)
     own = np.array([[20.0, 20.0], [24.0, 20.0], [20.0, 24.0], [24.0, 24.0]])  # a gridsize-2 group
     patches = extract_patches(obj, own, N)
-    region = scan_region(own, N)
+    region = scan_region(own, _FLAT_PROBE)
     truth = _crop(obj, region)
     np.testing.assert_allclose(stitch(patches, own, region), truth, atol=1e-12)
     centre = np.repeat(own.mean(axis=0, keepdims=True), 4, axis=0)
@@ -186,7 +188,7 @@ def _two_object_dataset(gridsize: int) -> Dataset:
         position_object=np.repeat(np.arange(2), n_pos),
         groups=np.concatenate([scan.groups, scan.groups + n_pos]),
         group_offsets=np.tile(scan.offsets, (2, 1, 1)).reshape(-1, c, 2),
-        scan_region=np.tile(scan_region(scan.positions, N), (2, 1)),
+        scan_region=np.tile(scan_region(scan.positions, _FLAT_PROBE), (2, 1)),
         scale=1.0,
     )
 

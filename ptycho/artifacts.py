@@ -1,0 +1,86 @@
+"""Small, atomic artefact files shared by the CLI commands.
+
+Reconstructions and stitched images are ``.npz`` files (no pickles); metrics and
+timings are JSON. Every write goes to a temporary file in the target folder and is
+renamed into place, so a killed job never leaves a half-written artefact that a later
+rule would mistake for a result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptycho.errors import PtychoError
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(value: Any) -> Any:
+    """NaN and infinities become None: the files stay strict JSON."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(path: str | os.PathLike, payload: dict) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as fh:
+            json.dump(_jsonable(payload), fh, indent=2, sort_keys=True, allow_nan=False)
+            fh.write("\n")
+
+    _atomic(Path(path), write)
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise PtychoError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise PtychoError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); re-create it") from None
+
+
+def write_arrays(path: str | os.PathLike, **arrays: np.ndarray) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+
+    _atomic(Path(path), write)
+
+
+def read_arrays(path: str | os.PathLike, required: tuple[str, ...]) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise PtychoError(f"{path}: no such file") from None
+    except Exception as exc:  # zipfile, pickle and format errors alike
+        raise PtychoError(f"{path}: not a readable .npz artefact ({type(exc).__name__}); re-create it") from None
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise PtychoError(f"{path}: missing array '{missing[0]}'; re-create it with the ptycho command that writes it")
+    return data

@@ -1,0 +1,246 @@
+"""TensorFlow core: translation arms, physics head, gradients, fixed-shape steps."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from ptycho.physics import forward as np_forward  # noqa: E402
+from ptycho.physics import forward_tf  # noqa: E402
+from ptycho.physics.translate import translate as np_translate  # noqa: E402
+from ptycho.physics.translate_tf import translate_reference, translate_xla  # noqa: E402
+
+IMPLS = {"xla": translate_xla, "reference": translate_reference}
+
+
+def _nhwc_np_translate(img: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    moved = np.stack([np_translate(np.moveaxis(img[i], -1, 0), shifts[i]) for i in range(len(img))])
+    return np.moveaxis(moved, 1, -1)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_translate_moves_a_bright_pixel_two_right_one_down(impl):
+    img = np.zeros((1, 9, 9, 1), np.float32)
+    img[0, 4, 4, 0] = 1.0
+    out = IMPLS[impl](tf.constant(img), tf.constant([[2.0, 1.0]])).numpy()
+    assert out[0, 5, 6, 0] == pytest.approx(1.0)
+    assert out.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 16, 100])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_xla_and_reference_translation_agree_for_subpixel_shifts(batch, dtype):
+    rng = np.random.default_rng(batch)
+    shape = (batch, 24, 20, 2)
+    img = rng.standard_normal(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        img = img + 1j * rng.standard_normal(shape)
+    img = img.astype(dtype)
+    shifts = rng.uniform(-4.5, 4.5, (batch, 2))
+    xla = tf.function(translate_xla, jit_compile=True)(tf.constant(img), tf.constant(shifts)).numpy()
+    ref = translate_reference(tf.constant(img), tf.constant(shifts)).numpy()
+    interior = (slice(None), slice(5, -5), slice(5, -5))
+    assert xla.dtype == img.dtype and ref.dtype == img.dtype
+    assert np.abs(xla - ref)[interior].max() <= 1e-5
+    # and both agree with the NumPy definition everywhere, borders included
+    expected = _nhwc_np_translate(img, shifts)
+    assert np.abs(xla - expected).max() <= 1e-5
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_translation_past_the_border_fills_zeros(impl):
+    img = np.ones((2, 8, 8, 1), np.float32)
+    out = IMPLS[impl](tf.constant(img), tf.constant([[20.0, 0.0], [0.0, -9.0]])).numpy()
+    assert np.all(out == 0.0)
+
+
+def test_xla_translation_gradients_match_finite_differences():
+    rng = np.random.default_rng(0)
+    img = tf.constant(rng.standard_normal((2, 10, 10, 1)))
+    shifts = tf.Variable([[0.3, -1.2], [1.7, 0.4]], dtype=tf.float64)
+    weights = tf.constant(rng.standard_normal((2, 10, 10, 1)))
+
+    def loss(s):
+        return tf.reduce_sum(translate_xla(img, s) * weights)
+
+    with tf.GradientTape() as tape:
+        value = loss(shifts)
+    grad = tape.gradient(value, shifts).numpy()
+    h = 1e-6
+    fd = np.zeros_like(grad)
+    for idx in np.ndindex(*grad.shape):
+        delta = np.zeros(grad.shape)
+        delta[idx] = h
+        fd[idx] = (loss(shifts + delta) - loss(shifts - delta)).numpy() / (2 * h)
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_tf_forward_model_matches_numpy_for_a_group():
+    from ptycho.physics.objects import make_object
+    from ptycho.physics.probe import make_probe
+    from ptycho.physics.scan import grid_scan
+    from ptycho.physics.translate import extract_patches
+
+    obj = make_object("lines", 48, np.random.default_rng(1), n_lines=40).astype(np.complex64)
+    probe = make_probe("defocused", 32).astype(np.complex64)
+    scan = grid_scan(48, 32, 4, 2, 4)
+    members = scan.positions[scan.groups[:3]].reshape(-1, 2)
+    patches = extract_patches(obj, members, 32).reshape(3, 4, 32, 32)
+    expected = np_forward.diffraction_amplitude(probe[None, None] * patches)
+    for xla in (True, False):
+        amp = forward_tf.predicted_amplitude(
+            tf.constant(np.moveaxis(patches, 1, -1)), tf.constant(scan.offsets[:3]), probe, tf.constant(0.0),
+            xla=xla, canvas_pad=8,
+        ).numpy()
+        assert np.abs(np.moveaxis(amp, -1, 1) - expected).max() <= 1e-5 * expected.max()
+
+
+def test_channel_and_flat_layouts_round_trip_with_k_equal_b_times_c_plus_c():
+    x = tf.reshape(tf.range(2 * 3 * 3 * 4, dtype=tf.float32), [2, 3, 3, 4])
+    flat = forward_tf.channels_to_flat(x)
+    assert flat.shape == (8, 3, 3, 1)
+    np.testing.assert_array_equal(flat[1 * 4 + 2, :, :, 0], x[1, :, :, 2])  # k = b*C + c
+    np.testing.assert_array_equal(forward_tf.flat_to_channels(flat, 4), x)
+
+
+# ----------------------------------------------------------------- small models
+def _tiny_dataset(gridsize=2):
+    from ptycho.config import SimulationConfig
+    from ptycho.simulate import simulate_split
+
+    cfg = SimulationConfig(n=16, gridsize=gridsize, object_size=40, n_lines=40, stride_train=4, nphotons=1e6,
+                           probe_kind="defocused")
+    return simulate_split(cfg, "train")
+
+
+def _trainer(kind="pinn", xla=True, ds=None):
+    from ptycho.models import ModelConfig
+    from ptycho.train import TrainConfig, Trainer, prepare
+
+    ds = ds or _tiny_dataset()
+    data = prepare(ds, kind)
+    trainer = Trainer(ModelConfig(kind=kind, filters=2), TrainConfig(batch_size=4, xla=xla, seed=3), ds.n,
+                      data.inputs.shape[-1], ds.probe, data.physics)
+    return trainer, data
+
+
+def _batch(data, n=4):
+    idx = np.arange(n)
+    return data.inputs[idx], data.offsets[idx], {k: v[idx] for k, v in data.targets.items()}
+
+
+@pytest.mark.parametrize("kind", ["pinn", "baseline"])
+def test_xla_and_graph_loss_gradients_agree(kind):
+    ds = _tiny_dataset()
+    grads = {}
+    for xla in (True, False):
+        trainer, data = _trainer(kind, xla, ds)
+        x, off, tgt = _batch(data)
+
+        def loss_and_grads(x, off, tgt, trainer=trainer):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(trainer.loss_terms(x, off, tgt, training=False))
+            return loss, tape.gradient(loss, trainer.variables)
+
+        loss, g = tf.function(loss_and_grads, jit_compile=xla)(x, off, tgt)
+        grads[xla] = [loss.numpy()] + [v.numpy() for v in g]
+    for a, b in zip(grads[True], grads[False], strict=True):
+        rel = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+        assert rel <= 1e-4
+
+
+def test_pinn_loss_gradient_matches_finite_differences_on_a_tiny_case():
+    """d(Poisson NLL)/d(object) through reassembly, extraction, probe and FFT, float64."""
+    rng = np.random.default_rng(5)
+    n, c = 16, 4
+    obj = tf.Variable(rng.uniform(0.5, 1.0, (1, n, n, c)) * np.exp(1j * rng.uniform(-1, 1, (1, n, n, c))))
+    offsets = tf.constant([[[2.0, 2.0], [-2.0, 2.0], [2.0, -2.0], [-2.0, -2.0]]], tf.float64)
+    probe = np.exp(-((np.arange(n) - n // 2)[:, None] ** 2 + (np.arange(n) - n // 2)[None] ** 2) / 20.0)
+    counts = tf.constant(rng.poisson(5.0, (1, n, n, c)).astype(np.float64))
+
+    def loss(o):
+        amp = forward_tf.predicted_amplitude(o, offsets, probe.astype(np.complex128), tf.constant(1.0, tf.float64),
+                                             xla=True, canvas_pad=4)
+        lam = amp**2
+        return tf.reduce_mean(lam - counts * tf.math.log(lam + 1e-6))
+
+    with tf.GradientTape() as tape:
+        value = loss(obj)
+    grad = tape.gradient(value, obj).numpy()
+    h = 1e-6
+    for idx in [(0, 8, 8, 0), (0, 7, 9, 3), (0, 6, 6, 1)]:
+        for direction, part in ((1.0, "real"), (1j, "imag")):
+            delta = np.zeros(obj.shape, np.complex128)
+            delta[idx] = h * direction
+            fd = (loss(obj + delta) - loss(obj - delta)).numpy() / (2 * h)
+            # TF's gradient of a real loss w.r.t. z is conj(dL/dz*) ... = dL/dRe + i dL/dIm
+            analytic = grad[idx].real if part == "real" else grad[idx].imag
+            assert analytic == pytest.approx(fd, rel=1e-5, abs=1e-9)
+
+
+@pytest.mark.parametrize("xla", [True, False])
+def test_inference_never_recompiles_across_sample_counts(xla):
+    from ptycho.infer import Predictor
+
+    trainer, data = _trainer("pinn", xla)
+    predictor = Predictor(trainer.network, batch_size=16, xla=xla)
+    rng = np.random.default_rng(0)
+    direct = {}
+    for count in (1, 7, 16, 100, 37):
+        x = rng.standard_normal((count,) + data.inputs.shape[1:]).astype(np.float32)
+        amp, phase = predictor(x)
+        assert amp.shape == (count, 8, 8, 4) and phase.shape == amp.shape
+        ref_amp, _ = trainer.network(x, training=False)
+        direct[count] = np.abs(amp - ref_amp.numpy()).max()
+    assert predictor.traces == 1
+    assert max(direct.values()) <= 1e-5
+
+
+def test_xla_and_graph_predictions_agree():
+    from ptycho.infer import Predictor
+
+    trainer, data = _trainer("pinn", True)
+    x = data.inputs[:9]
+    a = Predictor(trainer.network, 4, xla=True)(x)
+    b = Predictor(trainer.network, 4, xla=False)(x)
+    for u, v in zip(a, b, strict=True):
+        assert np.abs(u - v).max() <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["pinn", "baseline"])
+def test_training_traces_the_step_once_and_writes_checkpoint_and_history(kind, tmp_path):
+    from ptycho.models import ModelConfig
+    from ptycho.train import TrainConfig, train
+
+    ds = _tiny_dataset()
+    meta = train(ds, ModelConfig(kind=kind, filters=2), TrainConfig(epochs=2, batch_size=8, xla=True),
+                 tmp_path, progress=False)
+    assert meta["traces"]["train"] == 1
+    assert len(meta["history"]) == 2
+    saved = json.loads((tmp_path / "model.json").read_text())
+    assert saved["model"]["kind"] == kind and saved["train"]["xla"] is True
+    assert (tmp_path / "model.keras").exists()
+    assert saved["timing"]["compile_s"] > 0 and len(saved["timing"]["step_times_s"]) > 0
+
+
+def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from ptycho.models import ModelConfig
+    from ptycho.train import TrainConfig, Trainer, TrainingDiverged, train
+
+    ds = _tiny_dataset()
+    cfg = (ModelConfig(filters=2), TrainConfig(epochs=1, batch_size=8, xla=False))
+    train(ds, *cfg, tmp_path, progress=False)
+    before = (tmp_path / "model.keras").read_bytes()
+    original = Trainer.loss_terms
+
+    def poisoned(self, *args, **kwargs):
+        return original(self, *args, **kwargs) * float("nan")
+
+    monkeypatch.setattr(Trainer, "loss_terms", poisoned)
+    with pytest.raises(TrainingDiverged, match="last good checkpoint"):
+        train(ds, *cfg, tmp_path, progress=False)
+    assert (tmp_path / "model.keras").read_bytes() == before
