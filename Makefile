@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 CORES ?= 8
 SNAKEMAKE := $(VENV)/bin/snakemake
 
-.PHONY: all setup test test-slow test-all lint bench ui clean
+.PHONY: all setup test test-slow test-all lint bench ui mlflow-server clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,13 @@ lint: setup
 
 bench: setup  ## XLA vs eager timings: compile time, step time, inference throughput
 	$(PY) -m ptycho bench
+
+ui: setup  ## browse the embedded MLflow store at http://127.0.0.1:5000
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/results/mlflow.db --host 127.0.0.1 --port 5000
+
+mlflow-server: setup  ## a tracking server for cluster runs (export MLFLOW_TRACKING_URI=http://HOST:5001)
+	$(VENV)/bin/mlflow server --backend-store-uri sqlite:///$(CURDIR)/results/mlflow-server.db \
+	  --artifacts-destination $(CURDIR)/results/mlflow-artifacts --host $${MLFLOW_HOST:-127.0.0.1} --port $${MLFLOW_PORT:-5001}
 
 clean:
 	rm -rf results .snakemake

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -84,9 +86,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     cfg = _config_from_args(args, SimulationConfig, "sim_", _load_yaml_section(args.config, "simulation"))
     datasets = simulate(cfg, progress=not args.quiet)
+    if args.run is not None:
+        args.run.log_params({f"simulation.{k}": v for k, v in dataclasses.asdict(cfg).items()})
     for split, path in (("train", args.train), ("test", args.test)):
         digest = write_dataset(path, datasets[split])
         ds = datasets[split]
+        if args.run is not None:
+            args.run.log_dataset(f"{split}.h5", digest, str(Path(path).resolve()), split)
+            args.run.log_metrics({f"{split}_patterns": ds.diffraction.shape[0], f"{split}_groups": ds.groups.shape[0],
+                                  "scale": ds.scale})
         print(
             f"{split}: {path}  patterns={ds.diffraction.shape[0]} groups={ds.groups.shape[0]} "
             f"scale={ds.scale:.6g} sha256={digest[:16]}"
@@ -152,9 +160,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     model_cfg = _config_from_args(args, ModelConfig, "model_", _load_yaml_section(args.config, "model"))
     train_cfg = _config_from_args(args, TrainConfig, "train_", _load_yaml_section(args.config, "train"))
     ds = read_dataset(args.dataset)
-    meta = train(ds, model_cfg, train_cfg, args.out, progress=not args.quiet)
+    run = args.run
+    on_epoch = None
+    if run is not None:
+        run.log_params({**{f"model.{k}": v for k, v in dataclasses.asdict(model_cfg).items()},
+                        **{f"train.{k}": v for k, v in dataclasses.asdict(train_cfg).items()}})
+        run.set_tags({"dataset_digest": ds.attrs["digest"]})
+        run.log_dataset("train.h5", ds.attrs["digest"], str(Path(args.dataset).resolve()), "train")
+
+        def on_epoch(epoch: int, record: dict) -> None:
+            run.log_metrics({k: record[k] for k in ("train_loss", "val_loss", "log_scale")}, step=epoch + 1)
+
+    meta = train(ds, model_cfg, train_cfg, args.out, progress=not args.quiet, on_epoch=on_epoch)
     last = meta["history"][-1]
     t = meta["timing"]
+    if run is not None:
+        steps = np.asarray(t["step_times_s"])
+        run.log_metrics({
+            "compile_s": t["compile_s"], "step_median_s": t["step_median_s"],
+            "step_iqr_s": float(np.subtract(*np.percentile(steps, [75, 25]))) if steps.size else float("nan"),
+            "train_wall_s": t["train_wall_s"], "traces_train": meta["traces"]["train"],
+        })
+        run.log_artifact(str(Path(args.out) / "model.json"), "model")
+        run.log_artifact(str(Path(args.out) / "model.keras"), "model")
     print(
         f"{args.out}: {model_cfg.kind} xla={train_cfg.xla} epochs={last['epoch']} train_loss={last['train_loss']:.6g} "
         f"val_loss={last['val_loss']:.6g} compile={t['compile_s']:.2f}s step_median={t['step_median_s'] or float('nan'):.4f}s"
@@ -178,6 +206,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
         compile_seconds=np.float64(rec.compile_seconds),
         patterns=np.int64(rec.patterns),
     )
+    if args.run is not None:
+        args.run.set_tags({"dataset_digest": ds.attrs["digest"]})
+        args.run.log_metrics({"infer_patterns_per_s": rec.patterns_per_second, "infer_compile_s": rec.compile_seconds,
+                              "infer_seconds": rec.seconds, "infer_patterns": rec.patterns})
     print(f"{args.out}: {len(rec.patches)} patches, {rec.patterns_per_second:.1f} patterns/s, compile {rec.compile_seconds:.2f}s")
     return 0
 
@@ -210,9 +242,143 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     result["dataset_digest"] = ds.attrs["digest"]
     write_json(args.out, result)
     mean = result["mean"]
+    if args.run is not None:
+        args.run.set_tags({"dataset_digest": ds.attrs["digest"]})
+        args.run.log_metrics({k: v for k, v in mean.items() if isinstance(v, int | float)})
+        for i, per in enumerate(result["per_image"]):
+            args.run.log_metrics({f"{k}_image": v for k, v in per.items() if k in ("amp_ssim", "phase_ssim")}, step=i)
+        args.run.log_artifact(args.out, "metrics")
     print(f"{args.out}: amp SSIM {mean['amp_ssim']:.4f} phase SSIM {mean['phase_ssim']:.4f} "
           f"amp PSNR {mean['amp_psnr']:.2f} dB over {result['n_images']} image(s)")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ptycho import bench
+    from ptycho.artifacts import write_json
+    from ptycho.config import SimulationConfig
+    from ptycho.data import read_dataset
+    from ptycho.models import ModelConfig
+    from ptycho.simulate import simulate_split
+    from ptycho.train import TrainConfig
+
+    if args.dataset:
+        ds = read_dataset(args.dataset)
+    else:
+        ds = simulate_split(SimulationConfig(n=args.n, object_size=args.object_size, probe_kind="defocused"), "train")
+    train_cfg = TrainConfig(batch_size=args.batch_size)
+    models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling) for k in args.models]
+    result = bench.run(ds, models, train_cfg, bench.BenchConfig(warmup=args.warmup, repeats=args.repeats))
+    print(bench.format_table(result))
+    if args.out:
+        write_json(args.out, result)
+    if args.run is not None:
+        for a in result["arms"]:
+            tag = f"{a['model']}_{'xla' if a['xla'] else 'noxla'}"
+            args.run.log_metrics({f"{tag}_compile_s": a["compile_s"], f"{tag}_step_median_s": a["step_s"]["median"],
+                                  f"{tag}_infer_patterns_per_s": a["infer_patterns_per_s"]})
+        for kind, r in result["ratios"].items():
+            args.run.log_metrics({f"{kind}_{k}": v for k, v in r.items()})
+    return 0
+
+
+def cmd_track(args: argparse.Namespace) -> int:
+    from ptycho import tracking
+    from ptycho.artifacts import read_json, write_json
+
+    if args.action == "start":
+        config = read_json(args.config_json)
+        uri = tracking.default_tracking_uri(args.results)
+        tracking.preflight(uri)
+        tags = dict(_pairs(args.tag), git_commit=tracking.git_commit(Path.cwd()))
+        run_id = tracking.start_parent(uri, args.experiment, args.run_name, config, tags)
+        write_json(args.out, {"run_id": run_id, "tracking_uri": uri, "experiment": args.experiment})
+        print(f"{args.out}: MLflow parent run {run_id} at {uri}")
+        return 0
+    parent = read_json(args.parent)
+    tracking.finish_run(parent["tracking_uri"], parent["run_id"], args.status)
+    print(f"MLflow parent run {parent['run_id']}: {args.status}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from ptycho import checks
+    from ptycho.artifacts import read_json, write_json
+    from ptycho.workflow import arm_name
+
+    if args.item == "accuracy":
+        record = checks.accuracy(args.threshold)
+    elif args.item == "gradients":
+        record = checks.gradients(args.threshold)
+    elif args.item == "convergence":
+        histories = {}
+        for path in args.models:
+            meta = read_json(path)
+            histories[arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])] = meta["history"]
+        record = checks.convergence(histories, args.threshold)
+    elif args.item == "quality":
+        record = checks.quality({Path(p).stem: read_json(p) for p in args.metrics}, args.threshold)
+    else:
+        timings = {}
+        for path in args.models:
+            meta = read_json(path)
+            name = arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+            timings[name] = {k: v for k, v in meta["timing"].items() if k != "step_times_s"}
+        record = checks.speedup(read_json(args.bench), args.threshold, timings)
+    write_json(args.out, record)
+    if args.run is not None:
+        args.run.log_metrics({f"{args.item}_value": record["value"], f"{args.item}_pass": float(record["status"] == "PASS")})
+        args.run.set_tags({"status": record["status"]})
+        args.run.log_artifact(args.out)
+    print(f"{args.item}: {record['status']} (value {record['value']:.4g}, threshold {record['comparison']} "
+          f"{record['threshold']:.4g}): {record['summary']}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ptycho import report, tracking
+    from ptycho.artifacts import read_arrays, read_json
+    from ptycho.bench import machine_info
+    from ptycho.workflow import arm_name
+
+    items = {read_json(p)["item"]: read_json(p) for p in args.checks}
+    arms: dict[str, dict] = {}
+    for path in args.models:
+        meta = read_json(path)
+        name = arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+        arms[name] = {"timing": {k: v for k, v in meta["timing"].items() if k != "step_times_s"},
+                      "final": meta["history"][-1]}
+    for path in args.metrics:
+        arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path)["mean"]
+    for path in args.reconstructions or []:
+        rec = read_arrays(path, ("seconds", "patterns"))
+        arms.setdefault(Path(path).stem, {})["infer_patterns_per_s"] = float(rec["patterns"] / rec["seconds"])
+    record = report.build(items, arms, read_json(args.config_json), machine_info())
+    paths = report.write(record, args.out_dir)
+    if args.run is not None:
+        args.run.log_metrics({"verdict_pass": float(record["verdict"] == "PASS")})
+        for p in paths.values():
+            args.run.log_artifact(str(p), "report")
+    if args.finish_parent:
+        parent = read_json(args.finish_parent)
+        for p in paths.values():
+            tracking.log_artifact_to(parent["tracking_uri"], parent["run_id"], str(p), "report")
+        tracking.finish_run(parent["tracking_uri"], parent["run_id"], "FINISHED")
+    print(f"{paths['html']}: verdict {record['verdict']} "
+          + " ".join(f"{k}={v['status']}" for k, v in record["items"].items()))
+    return 0
+
+
+def _pairs(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            from ptycho.errors import ConfigError
+
+            raise ConfigError(f"tag {item!r} is not KEY=VALUE")
+        out[key] = value
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,6 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="ptycho", description="Simulate, train, reconstruct and score ptychography with and without XLA.")
     parser.add_argument("--version", action="version", version=f"ptycho {__version__}")
+    parser.add_argument("--mlflow-parent", metavar="JSON",
+                        help="log this command as a child run of the parent run in JSON (written by 'track start')")
+    parser.add_argument("--mlflow-tag", action="append", metavar="KEY=VALUE", help="tag of the child run (repeatable)")
+    parser.add_argument("--threads", type=int, metavar="N", help="TensorFlow intra-op threads (default: all cores)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("simulate", help="simulate a train/test pair of datasets (HDF5)")
@@ -275,6 +445,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="metrics (.json)")
     p.set_defaults(func=cmd_evaluate)
 
+    p = sub.add_parser("bench", help="time XLA vs no-XLA: compile, train step, inference")
+    p.add_argument("--dataset", help="dataset to time on (default: simulate the default train split)")
+    p.add_argument("--object-size", type=int, default=128, help="object side when simulating (default 128)")
+    p.add_argument("--n", type=int, default=64, help="patch side when simulating (default 64)")
+    p.add_argument("--models", nargs="+", choices=("pinn", "baseline"), default=["pinn", "baseline"])
+    p.add_argument("--filters", type=int, default=16)
+    p.add_argument("--pooling", choices=("max", "avg", "strided"), default="avg")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--out", help="also write the full result as JSON")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("track", help="start or finish the pipeline's MLflow parent run")
+    p.add_argument("action", choices=("start", "finish"))
+    p.add_argument("--config-json", help="resolved config (start): logged as the parent's params")
+    p.add_argument("--experiment", default="xla-ptycho")
+    p.add_argument("--run-name", default="pipeline")
+    p.add_argument("--tag", action="append", metavar="KEY=VALUE")
+    p.add_argument("--out", help="(start) where to write the parent run's id and tracking URI")
+    p.add_argument("--results", default="results", help="(start) folder of the embedded store results/mlflow.db")
+    p.add_argument("--parent", help="(finish) the JSON written by 'track start'")
+    p.add_argument("--status", choices=("FINISHED", "FAILED", "KILLED"), default="FINISHED")
+    p.set_defaults(func=cmd_track)
+
+    p = sub.add_parser("check", help="measure and judge one validation checklist item")
+    p.add_argument("item", choices=("accuracy", "gradients", "convergence", "quality", "speedup"))
+    p.add_argument("--threshold", type=float, required=True)
+    p.add_argument("--models", nargs="*", default=[], help="model.json files (convergence, speedup)")
+    p.add_argument("--metrics", nargs="*", default=[], help="metrics JSON files (quality)")
+    p.add_argument("--bench", help="bench JSON (speedup)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("report", help="assemble reports/validation.{json,md,html}")
+    p.add_argument("--checks", nargs="+", required=True)
+    p.add_argument("--metrics", nargs="+", required=True)
+    p.add_argument("--models", nargs="+", required=True)
+    p.add_argument("--reconstructions", nargs="*")
+    p.add_argument("--config-json", required=True)
+    p.add_argument("--out-dir", default="reports")
+    p.add_argument("--finish-parent", help="parent JSON: attach the report and mark the parent run FINISHED")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("export-npz", help="write a dataset file as a PtychoPINN-style NPZ")
     p.add_argument("file")
     p.add_argument("--out", required=True)
@@ -282,12 +496,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run(args: argparse.Namespace) -> int:
+    """Run the command, inside an MLflow child run when ``--mlflow-parent`` is given."""
+    args.run = None
+    if not args.mlflow_parent:
+        return args.func(args)
+    from ptycho import tracking
+    from ptycho.artifacts import read_json
+
+    parent = read_json(args.mlflow_parent)
+    tags = dict(_pairs(args.mlflow_tag), command=args.command, git_commit=tracking.git_commit(Path.cwd()))
+    if "SLURM_JOB_ID" in os.environ:
+        tags["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    name = "-".join(v for k, v in tags.items() if k in ("rule", "model", "xla", "seed") and v) or args.command
+    with tracking.child_run(parent["tracking_uri"], parent["run_id"], name, tags) as run:
+        args.run = run
+        return args.func(args)
+
+
+def _terminate(signum, frame):  # noqa: ARG001
+    # Snakemake cancels jobs with SIGTERM: raise, so runs end KILLED and temp files go.
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import logging
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    func: Callable[[argparse.Namespace], int] = args.func
+    signal.signal(signal.SIGTERM, _terminate)
+    # MLflow logs a traceback for every sqlite lock it then recovers from by retrying.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    if args.threads:
+        # Read by TensorFlow when it initialises; set before its (lazy) import.
+        os.environ["TF_NUM_INTRAOP_THREADS"] = str(args.threads)
+        os.environ["TF_NUM_INTEROP_THREADS"] = "1" if args.threads <= 2 else "2"
     try:
-        return func(args)
+        return _run(args)
     except PtychoError as err:
         print(f"ptycho {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code

@@ -79,7 +79,7 @@ class SimulationConfig:
     phase_range: float = math.pi  #: peak-to-peak object phase, radians
     amplitude_floor: float = 0.0  #: minimum object amplitude (0 = opaque allowed)
     object_size: int = 196  #: object side in pixels (reference: 392)
-    n_lines: int = 400  #: random lines drawn for the lines object
+    n_lines: int = 0  #: random lines of the lines object; 0 = the reference density, 400 * (object_size / 392)^2
     n_objects_train: int = 1
     n_objects_test: int = 1
     probe_kind: str = "disk"  #: disk | defocused
@@ -104,7 +104,7 @@ class SimulationConfig:
         _check_choice("probe_kind", self.probe_kind, PROBE_KINDS)
         _check_range("phase_range", self.phase_range, 0.0, 2 * math.pi)
         _check_range("amplitude_floor", self.amplitude_floor, 0.0, 0.99)
-        _check_range("n_lines", self.n_lines, 1, 100_000)
+        _check_range("n_lines", self.n_lines, 0, 100_000)
         _check_range("n_objects_train", self.n_objects_train, 1, 1000)
         _check_range("n_objects_test", self.n_objects_test, 1, 1000)
         _check_range("probe_radius", self.probe_radius, 0.0, self.n / 2)
@@ -123,6 +123,11 @@ class SimulationConfig:
     @property
     def channels(self) -> int:
         return self.gridsize * self.gridsize
+
+    @property
+    def effective_n_lines(self) -> int:
+        """Lines drawn: the reference's density (400 lines for a 392 px object) unless set."""
+        return self.n_lines or max(1, round(400 * (self.object_size / 392) ** 2))
 
     @property
     def effective_probe_radius(self) -> float:

@@ -54,7 +54,7 @@ def simulate_split(
                 phase_kind=cfg.phase_kind,
                 phase_range=cfg.phase_range,
                 amplitude_floor=cfg.amplitude_floor,
-                n_lines=cfg.n_lines,
+                n_lines=cfg.effective_n_lines,
             )
             for s in tqdm(object_seeds.spawn(n_objects), desc=f"{split} objects", disable=not progress)
         ]

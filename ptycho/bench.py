@@ -1,0 +1,154 @@
+"""XLA vs no-XLA timings measured in one run: compile, steady-state step, inference.
+
+For each model and arm this measures, on the same data and the same initial weights:
+
+* compile time: wall time of the first train-step call (trace + XLA compile + one step);
+* steady-state train step: ``repeats`` timed steps after ``warmup`` untimed ones,
+  reported as median and interquartile range;
+* inference: patterns per second of the fixed-batch predictor (padding included),
+  after its own first (compiling) call, and of a naive per-pattern loop (batch 1).
+
+Ratios (no-XLA / XLA) are printed from this one run, next to the machine description;
+a ratio below 1 means XLA is slower, and is reported as such.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def machine_info() -> dict:
+    """CPU model, cores, load average and library versions, recorded beside timings."""
+    import tensorflow as tf
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+        "tensorflow": tf.__version__,
+        "python": platform.python_version(),
+        "gpus": len(tf.config.list_physical_devices("GPU")),
+    }
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    warmup: int = 3
+    repeats: int = 20
+    infer_samples: int = 256
+    naive_samples: int = 32
+
+
+def _quartiles(values: list[float]) -> dict:
+    q1, med, q3 = np.percentile(values, [25, 50, 75])
+    return {"median": float(med), "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "n": len(values)}
+
+
+def bench_arm(ds, model_cfg, train_cfg, bench: BenchConfig) -> dict:
+    """Timings for one (model, arm) on dataset ``ds``."""
+    from ptycho.infer import Predictor
+    from ptycho.train import Trainer, prepare
+
+    data = prepare(ds, model_cfg.kind)
+    trainer = Trainer(model_cfg, train_cfg, ds.n, data.inputs.shape[-1], ds.probe, data.physics)
+    bs = train_cfg.batch_size
+    rng = np.random.default_rng(train_cfg.seed)
+
+    def batch():
+        idx = rng.choice(len(data.inputs), bs, replace=False)
+        return data.inputs[idx], data.offsets[idx], {k: v[idx] for k, v in data.targets.items()}
+
+    t0 = time.perf_counter()
+    float(trainer.train_step(*batch()))
+    compile_s = time.perf_counter() - t0
+    for _ in range(bench.warmup):
+        float(trainer.train_step(*batch()))
+    steps = []
+    for _ in range(bench.repeats):
+        b = batch()
+        t0 = time.perf_counter()
+        float(trainer.train_step(*b))
+        steps.append(time.perf_counter() - t0)
+
+    predictor = Predictor(trainer.network, bs, train_cfg.xla)
+    inputs = data.inputs[: bench.infer_samples]
+    t0 = time.perf_counter()
+    predictor(inputs[:1])
+    infer_compile = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    predictor(inputs)
+    infer_s = time.perf_counter() - t0
+
+    single = Predictor(trainer.network, 1, train_cfg.xla)
+    single(inputs[:1])
+    t0 = time.perf_counter()
+    for i in range(min(bench.naive_samples, len(inputs))):
+        single(inputs[i : i + 1])
+    naive_s = time.perf_counter() - t0
+    c = data.inputs.shape[-1]
+    return {
+        "model": model_cfg.kind,
+        "xla": train_cfg.xla,
+        "compile_s": compile_s,
+        "step_s": _quartiles(steps),
+        "step_samples_s": steps,
+        "infer_compile_s": infer_compile,
+        "infer_patterns_per_s": len(inputs) * c / infer_s,
+        "naive_patterns_per_s": min(bench.naive_samples, len(inputs)) * c / naive_s,
+        "traces": dict(trainer.traces),
+    }
+
+
+def run(ds, model_cfgs, train_cfg, bench: BenchConfig = BenchConfig()) -> dict:
+    """Both arms for every model config; returns per-arm results and no-XLA/XLA ratios."""
+    from dataclasses import replace
+
+    arms = []
+    for model_cfg in model_cfgs:
+        for xla in (True, False):
+            arms.append(bench_arm(ds, model_cfg, replace(train_cfg, xla=xla), bench))
+    ratios = {}
+    for model_cfg in model_cfgs:
+        on = next(a for a in arms if a["model"] == model_cfg.kind and a["xla"])
+        off = next(a for a in arms if a["model"] == model_cfg.kind and not a["xla"])
+        ratios[model_cfg.kind] = {
+            "train_step_speedup": off["step_s"]["median"] / on["step_s"]["median"],
+            "inference_speedup": on["infer_patterns_per_s"] / off["infer_patterns_per_s"],
+            "padded_vs_naive_xla": on["infer_patterns_per_s"] / on["naive_patterns_per_s"],
+        }
+    return {"machine": machine_info(), "arms": arms, "ratios": ratios}
+
+
+def format_table(result: dict) -> str:
+    """Plain-text table of a :func:`run` result."""
+    m = result["machine"]
+    lines = [
+        f"machine: {m['cpu']} | {m['cores']} cores | load {m['load_average'][0]:.2f} | TF {m['tensorflow']} | GPUs {m['gpus']}",
+        f"{'model':9s} {'arm':7s} {'compile s':>10s} {'step median s':>14s} {'step IQR s':>11s} {'infer pat/s':>12s} {'naive pat/s':>12s}",
+    ]
+    for a in result["arms"]:
+        lines.append(
+            f"{a['model']:9s} {'xla' if a['xla'] else 'no-xla':7s} {a['compile_s']:10.2f} {a['step_s']['median']:14.4f} "
+            f"{a['step_s']['iqr']:11.4f} {a['infer_patterns_per_s']:12.1f} {a['naive_patterns_per_s']:12.1f}"
+        )
+    for kind, r in result["ratios"].items():
+        verdict = "faster" if r["train_step_speedup"] >= 1 else "SLOWER"
+        lines.append(
+            f"{kind}: XLA train step {r['train_step_speedup']:.2f}x ({verdict} than no-XLA), "
+            f"inference {r['inference_speedup']:.2f}x, padded-batch vs per-pattern (XLA) {r['padded_vs_naive_xla']:.1f}x"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,269 @@
+"""The validation checklist (DOMAIN.md section 7): each item measured, thresholded, judged.
+
+Every item returns the same record::
+
+    {"item": name, "status": "PASS" | "FAIL", "value": float, "threshold": float,
+     "comparison": "<=" | ">=", "summary": one sentence, "evidence": {...}}
+
+so the report can render them uniformly. Items measure (accuracy, gradients) or
+collect the pipeline's own outputs (convergence, quality, speedup); none is typed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+ITEMS = ("accuracy", "gradients", "convergence", "quality", "speedup")
+
+
+def verdict(item: str, value: float, threshold: float, comparison: str, summary: str, evidence: dict) -> dict:
+    """Build an item record; a NaN value always FAILs (no evidence is no pass)."""
+    ok = math.isfinite(value) and (value <= threshold if comparison == "<=" else value >= threshold)
+    return {
+        "item": item,
+        "status": "PASS" if ok else "FAIL",
+        "value": float(value),
+        "threshold": float(threshold),
+        "comparison": comparison,
+        "summary": summary,
+        "evidence": evidence,
+    }
+
+
+# ------------------------------------------------------------------ accuracy
+def translation_suite(seed: int = 0) -> list[dict]:
+    """XLA (compiled) vs reference translation over shifts, dtypes and batch sizes.
+
+    Cases: sub-pixel and integer shifts, shifts past the border, real/complex,
+    float32/float64, batch sizes 1..100. Errors are measured on interior pixels for
+    sub-pixel shifts (the two kernels may treat the outermost ring differently) and
+    everywhere otherwise.
+    """
+    import tensorflow as tf
+
+    from ptycho.physics.translate_tf import translate_reference, translate_xla
+
+    rng = np.random.default_rng(seed)
+    compiled = tf.function(translate_xla, jit_compile=True)
+    cases = []
+    for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+        for batch in (1, 7, 16, 100):
+            for kind, low, high in (("subpixel", -3.5, 3.5), ("integer", -6, 6), ("past_border", 30, 45)):
+                shape = (batch, 32, 32, 1)
+                img = rng.standard_normal(shape)
+                if np.issubdtype(dtype, np.complexfloating):
+                    img = img + 1j * rng.standard_normal(shape)
+                img = img.astype(dtype)
+                shifts = rng.uniform(low, high, (batch, 2))
+                if kind == "integer":
+                    shifts = np.round(shifts)
+                if kind == "past_border":
+                    shifts *= rng.choice([-1, 1], size=(batch, 2))
+                a = compiled(tf.constant(img), tf.constant(shifts)).numpy()
+                b = translate_reference(tf.constant(img), tf.constant(shifts)).numpy()
+                err = np.abs(a - b)
+                if kind == "subpixel":
+                    err = err[:, 4:-4, 4:-4]
+                cases.append({
+                    "dtype": np.dtype(dtype).name, "batch": batch, "shifts": kind,
+                    "max_abs": float(err.max()), "mean_abs": float(err.mean()),
+                })
+    return cases
+
+
+def forward_model_agreement(seed: int = 0) -> dict:
+    """Whole physics head (reassemble, extract, probe, FFT), XLA vs no-XLA arm."""
+    import tensorflow as tf
+
+    from ptycho.physics.forward_tf import predicted_amplitude
+    from ptycho.physics.probe import make_probe
+
+    rng = np.random.default_rng(seed)
+    n, c, b = 64, 4, 16
+    obj = (rng.uniform(0.3, 1.0, (b, n, n, c)) * np.exp(1j * rng.uniform(-1.5, 1.5, (b, n, n, c)))).astype(np.complex64)
+    offsets = rng.uniform(-3, 3, (b, c, 2)).astype(np.float32)
+    probe = make_probe("defocused", n).astype(np.complex64)
+
+    def head(xla):
+        fn = tf.function(lambda o, f: predicted_amplitude(o, f, probe, tf.constant(0.0), xla=xla, canvas_pad=n // 4),
+                         jit_compile=xla)
+        return fn(tf.constant(obj), tf.constant(offsets)).numpy()
+
+    a, r = head(True), head(False)
+    scale = float(np.abs(r).max())
+    return {"max_abs": float(np.abs(a - r).max() / scale), "mean_abs": float(np.abs(a - r).mean() / scale),
+            "note": "relative to the largest amplitude"}
+
+
+def accuracy(threshold: float, seed: int = 0) -> dict:
+    cases = translation_suite(seed)
+    forward = forward_model_agreement(seed)
+    worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]])
+    return verdict(
+        "accuracy", worst, threshold, "<=",
+        f"XLA-safe translation vs ImageProjectiveTransformV3 over {len(cases)} cases and the whole forward model: "
+        f"worst max |difference| {worst:.2e}",
+        {"translation": cases, "forward_model": forward},
+    )
+
+
+# ----------------------------------------------------------------- gradients
+def gradients(threshold: float, seed: int = 0) -> dict:
+    """Loss gradients w.r.t. weights and inputs, XLA vs no-XLA, per variable; plus FD."""
+    import tensorflow as tf
+
+    from ptycho.config import SimulationConfig
+    from ptycho.models import ModelConfig
+    from ptycho.simulate import simulate_split
+    from ptycho.train import TrainConfig, Trainer, prepare
+
+    ds = simulate_split(SimulationConfig(n=32, object_size=56, n_lines=40, nphotons=1e6, probe_kind="defocused",
+                                         seed=seed), "train")
+    per_model = {}
+    worst = 0.0
+    for kind in ("pinn", "baseline"):
+        data = prepare(ds, kind)
+        idx = np.arange(8)
+        x = tf.constant(data.inputs[idx])
+        grads = {}
+        for xla in (True, False):
+            trainer = Trainer(ModelConfig(kind=kind, filters=4), TrainConfig(batch_size=8, xla=xla, seed=seed),
+                              ds.n, data.inputs.shape[-1], ds.probe, data.physics)
+
+            def fn(x, off, tgt, trainer=trainer):
+                with tf.GradientTape(persistent=True) as tape:
+                    tape.watch(x)
+                    loss = tf.reduce_mean(trainer.loss_terms(x, off, tgt, training=False))
+                return loss, tape.gradient(loss, trainer.variables), tape.gradient(loss, x)
+
+            loss, gw, gx = tf.function(fn, jit_compile=xla)(x, data.offsets[idx], {k: v[idx] for k, v in data.targets.items()})
+            names = [v.path if hasattr(v, "path") else v.name for v in trainer.variables]
+            grads[xla] = {"loss": loss.numpy(), "weights": dict(zip(names, [g.numpy() for g in gw], strict=True)),
+                          "inputs": gx.numpy()}
+        rel = {}
+        for name, g in grads[True]["weights"].items():
+            ref = grads[False]["weights"][name]
+            rel[name] = float(np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-30))
+        rel_inputs = float(np.linalg.norm(grads[True]["inputs"] - grads[False]["inputs"])
+                           / max(np.linalg.norm(grads[False]["inputs"]), 1e-30))
+        per_model[kind] = {
+            "loss_xla": float(grads[True]["loss"]), "loss_noxla": float(grads[False]["loss"]),
+            "relative_error_per_variable": rel, "relative_error_inputs": rel_inputs,
+        }
+        worst = max(worst, rel_inputs, *rel.values())
+    fd = finite_difference_check(seed)
+    return verdict(
+        "gradients", worst, threshold, "<=",
+        f"loss gradients w.r.t. every weight and the inputs, XLA vs no-XLA: worst relative difference {worst:.2e}; "
+        f"finite differences agree to {fd['max_rel']:.1e}",
+        {"models": per_model, "finite_differences": fd},
+    )
+
+
+def finite_difference_check(seed: int = 0) -> dict:
+    """Analytic vs central finite-difference gradient of the PINN loss (float64 physics)."""
+    import tensorflow as tf
+
+    from ptycho.physics.forward_tf import predicted_amplitude
+
+    rng = np.random.default_rng(seed)
+    n, c = 16, 4
+    obj = tf.Variable(rng.uniform(0.5, 1.0, (1, n, n, c)) * np.exp(1j * rng.uniform(-1, 1, (1, n, n, c))))
+    offsets = tf.constant([[[2.0, 2.0], [-2.0, 2.0], [2.0, -2.0], [-2.0, -2.0]]], tf.float64)
+    r2 = (np.arange(n) - n // 2)[:, None] ** 2 + (np.arange(n) - n // 2)[None] ** 2
+    probe = np.exp(-r2 / 20.0).astype(np.complex128)
+    counts = tf.constant(rng.poisson(5.0, (1, n, n, c)).astype(np.float64))
+
+    def loss(o):
+        lam = predicted_amplitude(o, offsets, probe, tf.constant(1.0, tf.float64), xla=True, canvas_pad=4) ** 2
+        return tf.reduce_mean(lam - counts * tf.math.log(lam + 1e-6))
+
+    with tf.GradientTape() as tape:
+        value = loss(obj)
+    grad = tape.gradient(value, obj).numpy()
+    h, errors = 1e-6, []
+    for idx in [(0, 8, 8, 0), (0, 7, 9, 3), (0, 6, 6, 1), (0, 9, 5, 2)]:
+        for direction in (1.0, 1j):
+            delta = np.zeros(obj.shape, np.complex128)
+            delta[idx] = h * direction
+            fd = (loss(obj + delta) - loss(obj - delta)).numpy() / (2 * h)
+            analytic = grad[idx].real if direction == 1.0 else grad[idx].imag
+            errors.append(abs(analytic - fd) / max(abs(fd), 1e-12))
+    return {"max_rel": float(max(errors)), "points": len(errors)}
+
+
+# --------------------------------------------------------------- convergence
+def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold: float) -> dict:
+    """Final validation losses of the two arms of each (model, seed); both must decrease.
+
+    ``histories`` maps an arm name (``pinn-xla-s0``) to its per-epoch records.
+    """
+    from ptycho.workflow import arm_name, parse_arm
+
+    pairs, worst, all_decreased = {}, 0.0, True
+    for name in sorted(histories):
+        model, xla, seed = parse_arm(name)
+        other = arm_name(model, False, seed)
+        if not xla or other not in histories:
+            continue
+        a, b = histories[name], histories[other]
+        fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
+        rel = abs(fa - fb) / max(abs(fb), 1e-12)
+        decreased = {arm: h[-1]["train_loss"] < h[0]["train_loss"] for arm, h in ((name, a), (other, b))}
+        all_decreased &= all(decreased.values())
+        worst = max(worst, rel)
+        pairs[f"{model}-s{seed}"] = {
+            "final_val_loss_xla": fa, "final_val_loss_noxla": fb, "relative_difference": rel,
+            "decreased": decreased,
+            "train_loss_xla": [h["train_loss"] for h in a], "train_loss_noxla": [h["train_loss"] for h in b],
+            "val_loss_xla": [h["val_loss"] for h in a], "val_loss_noxla": [h["val_loss"] for h in b],
+        }
+    value = worst if pairs and all_decreased else float("nan")
+    summary = (f"final validation losses of the arms differ by at most {worst:.2%}; every arm's loss decreased"
+               if all_decreased else "an arm's training loss did not decrease")
+    if not pairs:
+        summary = "no pair of XLA / no-XLA arms to compare (both arms must be in the matrix)"
+    return verdict("convergence", value, threshold, "<=", summary, {"pairs": pairs})
+
+
+# ------------------------------------------------------------------- quality
+QUALITY_KEYS = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_mae", "phase_mae", "amp_frc50", "phase_frc50")
+
+
+def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float) -> dict:
+    """SSIM/PSNR/MAE/FRC per arm; the verdict is on the SSIM differences between arms."""
+    from ptycho.workflow import arm_name, parse_arm
+
+    per_arm = {name: {k: m["mean"].get(k) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
+    diffs, worst = {}, 0.0
+    for name in per_arm:
+        model, xla, seed = parse_arm(name)
+        other = arm_name(model, False, seed)
+        if not xla or other not in per_arm:
+            continue
+        d = {k: abs(per_arm[name][k] - per_arm[other][k]) for k in ("amp_ssim", "phase_ssim")}
+        diffs[f"{model}-s{seed}"] = d
+        worst = max(worst, *d.values())
+    value = worst if diffs else float("nan")
+    return verdict(
+        "quality", value, threshold, "<=",
+        f"SSIM of the XLA and no-XLA reconstructions differ by at most {worst:.4f}" if diffs
+        else "no pair of XLA / no-XLA arms to compare",
+        {"per_arm": per_arm, "ssim_differences": diffs},
+    )
+
+
+# ------------------------------------------------------------------- speedup
+def speedup(bench: Mapping[str, Any], threshold: float, train_timings: Mapping[str, Any] | None = None) -> dict:
+    """No-XLA / XLA ratio of the median PINN train step, measured on a quiet machine."""
+    ratios = bench["ratios"]
+    value = ratios.get("pinn", {}).get("train_step_speedup", float("nan"))
+    faster = value >= 1.0
+    summary = (f"XLA makes the PINN train step {value:.2f}x {'faster' if faster else 'SLOWER'} than no-XLA "
+               f"(median of {bench['arms'][0]['step_s']['n']} steps each)")
+    return verdict("speedup", value, threshold, ">=", summary,
+                   {"bench": bench, "training_jobs": dict(train_timings or {})})

@@ -1,0 +1,700 @@
+"""MLflow tracking for pipeline jobs: one parent run per study, one child run per job.
+
+The Snakemake pipeline runs each job as its own ``ptycho`` process, up to eight at once,
+all writing to the same tracking store. Three facts shape this module:
+
+* **No active-run stack.** Every call goes through :class:`mlflow.tracking.MlflowClient`
+  with an explicit run id, never ``mlflow.start_run``; the fluent API keeps a
+  process-global stack of active runs, which this project forbids (no global mutable
+  state) and which cannot express "a child of a run started by another process".
+* **SQLite is the embedded default, and it has one writer at a time.** MLflow 3 refuses
+  the file store, so without ``MLFLOW_TRACKING_URI`` the store is
+  ``sqlite:///<results>/mlflow.db``. Concurrent writers queue on SQLite's database lock.
+  MLflow 3 (checked on 3.17) sets ``PRAGMA busy_timeout = 20000`` on every session it opens, which
+  overrides a ``?timeout=`` in the URI (SQLAlchemy does pass that on to
+  ``sqlite3.connect``, but MLflow's pragma replaces it), so this module adds no URI
+  option. What the busy timeout cannot absorb (a lock held for longer than 20 s, e.g. by
+  a schema migration, a slow shared filesystem or a UI query) surfaces as
+  ``database is locked``; every write here is therefore wrapped in :func:`_retry`:
+  bounded exponential backoff with jitter on lock errors (about 60 s in all), then a
+  one-line :class:`~ptycho.errors.PtychoError`.
+* **Retrying a write never duplicates it.** A write that fails on a lock is rolled back
+  by MLflow's session (SQLite commits atomically), so nothing of it is stored. MLflow's
+  ``log_batch`` is several transactions (params, metrics, tags), though, so a retry may
+  repeat a part that did commit; that repetition is harmless because the entities are
+  built once, before the first attempt: metrics carry the same timestamp, step and value
+  on every attempt and MLflow drops an exact duplicate of a stored metric (it is the
+  table's primary key), an identical param is skipped, and a tag is an upsert.
+
+First access to a new SQLite file creates and migrates the schema, and MLflow does that
+without a lock when a store object is built; processes doing it at once fail ("table
+experiments already exists", "duplicate column name"). :func:`ensure_store` serialises it with ``fcntl.flock`` on a ``.lock`` file
+next to the database (a lock that also works across nodes where the filesystem honours
+``flock``), and every entry point here calls it first.
+
+A third race needs no lock but a retry: concurrent jobs logging the same dataset all
+try to insert its one shared row, and all but the first fail on a unique constraint;
+:meth:`Run.log_dataset` retries those conflicts, and the retry links the existing row.
+
+MLflow is imported inside the functions, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import sqlite3
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ptycho.errors import PtychoError
+
+__all__ = [
+    "RETRY_SECONDS",
+    "Run",
+    "child_run",
+    "config_hash",
+    "default_tracking_uri",
+    "ensure_store",
+    "finish_run",
+    "flatten_params",
+    "git_commit",
+    "log_artifact_to",
+    "preflight",
+    "start_parent",
+]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Total time (seconds) one write keeps retrying on a locked store before giving up.
+#: Long enough to ride out a schema migration or a burst of eight jobs finishing at once;
+#: short enough that a store that is really stuck fails the job instead of hanging it.
+RETRY_SECONDS = 60.0
+_FIRST_DELAY = 0.05
+_MAX_DELAY = 5.0
+
+# MLflow's limits (mlflow.utils.validation), copied so that values are fitted before
+# the call instead of being rejected by it.
+_MAX_PARAM_VALUE = 6000
+_MAX_TAG_VALUE = 8000
+_MAX_KEY = 250
+_MAX_PARAMS_TAGS_PER_BATCH = 100
+_MAX_METRICS_PER_BATCH = 1000
+_MAX_DATASET_DIGEST = 36
+_TRUNCATED = "...[truncated]"
+
+#: Tag listing the metric keys that received NaN or +-inf (the SQL store keeps NaN but
+#: stores +-inf as +-1.797e308, so the tag says which numbers are not what they seem).
+NONFINITE_TAG = "ptycho.nonfinite_metrics"
+
+_RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
+
+
+# --------------------------------------------------------------------- small helpers
+def git_commit(repo_dir: str | os.PathLike) -> str:
+    """The checked-out commit of ``repo_dir``, or ``''``; never raises.
+
+    Tagging runs with the code version is provenance, not a requirement: a copy of the
+    sources without ``.git``, a missing ``git`` binary or a repository git refuses to
+    read must not stop a job, so every failure gives ``''``.
+    """
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=os.fspath(repo_dir),
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return ""
+    sha = out.stdout.strip()
+    if out.returncode != 0 or not sha or any(c not in "0123456789abcdef" for c in sha):
+        return ""
+    return sha
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """First 16 hex characters of the SHA-256 of ``config`` as canonical JSON.
+
+    Canonical (sorted keys, no whitespace) so that the same configuration always gives
+    the same hash whatever the key order, and runs with identical settings can be
+    grouped by one short tag. Values JSON cannot encode are hashed by their ``str``.
+    """
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _safe_key(key: str) -> str:
+    """``key`` made acceptable to MLflow as a param, metric or tag name.
+
+    MLflow allows alphanumerics, ``_ - . : /`` and spaces, at most 250 characters, and
+    rejects names that change under path normalisation; anything else becomes ``_``
+    here rather than failing a job over the spelling of a configuration key.
+    """
+    out = "".join(c if (c.isalnum() or c in "_-.: /") else "_" for c in str(key))[:_MAX_KEY]
+    if not _path_unique(out):
+        out = out.replace("/", "_")
+    if not _path_unique(out):
+        out = ("_" + out)[:_MAX_KEY]
+    return out
+
+
+def _path_unique(name: str) -> bool:
+    import posixpath
+
+    norm = posixpath.normpath(name)
+    return norm == name and norm != "." and not norm.startswith("..") and not norm.startswith("/")
+
+
+def _fit(value: str, limit: int) -> str:
+    """``value`` cut to ``limit`` characters with a visible marker if it was longer."""
+    return value if len(value) <= limit else value[: limit - len(_TRUNCATED)] + _TRUNCATED
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested mappings (and dataclasses) flattened to ``{"a.b.c": "value"}``.
+
+    MLflow params are flat string pairs; dotted keys keep the configuration's structure
+    readable and searchable (``params.model.lr``). Values longer than MLflow's 6000
+    characters are truncated with a marker; an empty mapping is kept as ``"{}"``.
+    """
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        if isinstance(value, Mapping) and value:
+            out.update(flatten_params(value, prefix=f"{name}."))
+        else:
+            out[_safe_key(name)] = _fit("{}" if isinstance(value, Mapping) else _as_text(value), _MAX_PARAM_VALUE)
+    return out
+
+
+def _tags(tags: Mapping[str, Any]) -> dict[str, str]:
+    return {_safe_key(k): _fit(_as_text(v), _MAX_TAG_VALUE) for k, v in tags.items()}
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+# ------------------------------------------------------------------------- URIs, store
+def default_tracking_uri(results_dir: str | os.PathLike) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<abs results_dir>/mlflow.db``.
+
+    The environment wins so that a shared tracking server (or another database) can be
+    chosen without touching the pipeline. The fallback is SQLite because MLflow 3
+    refuses the file store; the path is absolute because Snakemake jobs may run in
+    other working directories, and the folder is created because SQLite will not.
+    """
+    env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if env:
+        return env
+    folder = Path(os.path.abspath(os.path.expanduser(os.fspath(results_dir))))
+    if "?" in str(folder) or "#" in str(folder):
+        raise PtychoError(
+            f"results folder {folder} contains '?' or '#', which a sqlite URI cannot carry; "
+            "rename it or set MLFLOW_TRACKING_URI"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PtychoError(
+            f"cannot create results folder {folder} ({exc.strerror}); choose a writable folder or set MLFLOW_TRACKING_URI"
+        ) from None
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:`` URI (absolute), or None (not sqlite / in memory)."""
+    if not uri.startswith("sqlite:"):
+        return None
+    rest = uri[len("sqlite:") :]
+    if not rest.startswith("///"):
+        return None  # "sqlite://" is an in-memory database
+    path = rest[3:].split("?", 1)[0]
+    if path in ("", ":memory:"):
+        return None
+    return Path(os.path.abspath(path))
+
+
+def _transient(exc: BaseException, conflicts: bool) -> str:
+    """Why a later attempt can succeed (``"locked"``, ``"conflict"``), or ``""`` if it cannot.
+
+    "database is locked" / "database table is locked" is SQLite's busy error, wrapped by
+    SQLAlchemy in ``OperationalError`` and by MLflow in ``MlflowException``; the chain
+    of causes is searched so that every wrapping is recognised. With ``conflicts``,
+    unique-constraint violations count too: they happen when two processes insert the
+    same shared row at once (a dataset logged by concurrent jobs), and the retry finds
+    the row the other process committed.
+    """
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err).lower()
+        if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
+            return "locked"
+        if conflicts and ("unique constraint failed" in text or isinstance(err, sqlite3.IntegrityError)):
+            return "conflict"
+        err = err.__cause__ or err.__context__
+    return ""
+
+
+def _retry(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    uri: str,
+    budget: float = RETRY_SECONDS,
+    conflicts: bool = False,
+    on_retry: Callable[[str], None] | None = None,
+) -> T:
+    """``fn()``, retried with exponential backoff and jitter while the store is locked.
+
+    Why retrying is safe: SQLite rolls back a transaction that fails on the lock, so a
+    failed attempt stored nothing, and the callers build their entities (timestamps
+    included) before calling, so a repeated part of a multi-transaction call is an exact
+    duplicate that MLflow drops (see the module docstring).
+
+    Delays start at 50 ms and double up to 5 s, each drawn from [d/2, d] so that jobs
+    that collided once do not collide again in lockstep. After ``budget`` seconds the
+    last error is raised as a one-line :class:`PtychoError`. Every retry is logged at
+    DEBUG and its reason (``"locked"`` or ``"conflict"``) passed to ``on_retry`` (the
+    counters of :class:`Run`), never to module state.
+    """
+    rng = random.Random()
+    deadline = time.monotonic() + budget
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            reason = _transient(exc, conflicts)
+            if not reason:
+                raise
+            delay = min(_MAX_DELAY, _FIRST_DELAY * 2**attempt)
+            delay = rng.uniform(delay / 2, delay)
+            if time.monotonic() + delay > deadline:
+                raise PtychoError(
+                    f"MLflow store {uri} {'stayed locked' if reason == 'locked' else 'kept conflicting'} "
+                    f"for {budget:.0f} s while {what}; "
+                    "run fewer jobs at once or use a tracking server ('make mlflow-server')"
+                ) from exc
+            attempt += 1
+            _log.debug("MLflow store %s while %s; retry %d in %.2f s", reason, what, attempt, delay)
+            if on_retry is not None:
+                on_retry(reason)
+            time.sleep(delay)
+
+
+def _open_store(uri: str) -> None:
+    """Build (and cache, per process) MLflow's store for ``uri``, migrating a new file."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        # Any call builds the store; MLflow caches it per URI for the process.
+        _retry(lambda: MlflowClient(uri).search_experiments(max_results=1), what="opening the store", uri=uri)
+    except MlflowException as exc:
+        if "out-of-date database schema" in str(exc):
+            raise PtychoError(
+                f"MLflow store {uri} has an older schema than MLflow here; back it up, then run 'mlflow db upgrade {uri}'"
+            ) from None
+        raise
+
+
+def ensure_store(uri: str) -> None:
+    """Create or migrate a SQLite store once, even when many processes start together.
+
+    MLflow creates and migrates a SQLite database the first time a process opens it,
+    without a lock (its own ``_safe_initialize_tables`` lock is not used on that path),
+    so simultaneous first access runs migrations over each other and fails with "table
+    already exists" or "duplicate column". Here the store is opened under an exclusive
+    ``flock`` on ``<database>.lock`` beside the database: the first holder migrates, the
+    rest wait and then find the tables. The lock is held only for opening (tens of ms
+    once MLflow's store module is imported, which happens before locking), and it
+    works wherever the database is shared and ``flock`` is honoured. Also catches an
+    older schema, which MLflow will not migrate on its own. Non-SQLite URIs (servers,
+    other databases) manage this themselves: no-op.
+    """
+    import fcntl
+
+    path = _sqlite_path(uri)
+    if path is None:
+        return
+    with contextlib.suppress(ImportError):  # the slow import, kept outside the lock
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path.with_name(path.name + ".lock"), "a")
+    except OSError as exc:
+        raise PtychoError(
+            f"cannot create MLflow store folder {path.parent} ({exc.strerror}); "
+            "choose a writable results folder or set MLFLOW_TRACKING_URI"
+        ) from None
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            _open_store(uri)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    ensure_store(uri)
+    return MlflowClient(uri)
+
+
+def preflight(uri: str, timeout: float = 5.0) -> None:
+    """Fail fast, with a fix, if runs could not be recorded at ``uri``.
+
+    Called before a long job so that an unreachable server or an unwritable results
+    folder is reported in one line up front, not as a traceback after hours of
+    training. HTTP(S): the server must answer ``GET /health`` within ``timeout`` s.
+    SQLite: the database folder must be creatable and writable (and the file, if it
+    exists). File stores are refused because MLflow 3 refuses them. Cheap: no MLflow
+    import.
+    """
+    if uri.startswith(("http://", "https://")):
+        url = uri.rstrip("/") + "/health"
+        fix = "start it with 'make mlflow-server' or unset MLFLOW_TRACKING_URI"
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500:
+                return  # something answers (auth, proxy path); real calls will say more
+            reason = f"HTTP {exc.code} from {url}"
+        except urllib.error.URLError as exc:
+            reason = str(exc.reason)
+        except (OSError, ValueError) as exc:
+            reason = str(exc) or type(exc).__name__
+        reason = " ".join(reason.split())
+        raise PtychoError(f"MLflow tracking server at {uri} is unreachable ({reason}); {fix}")
+    if uri.startswith(("file:", "/", "./", "../", "~")):
+        raise PtychoError(
+            f"MLflow tracking URI {uri} is a file store, which MLflow 3 refuses; "
+            "use sqlite:///<folder>/mlflow.db or unset MLFLOW_TRACKING_URI"
+        )
+    path = _sqlite_path(uri)
+    if path is None:
+        return
+    fix = "choose a writable results folder or set MLFLOW_TRACKING_URI"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PtychoError(f"cannot create MLflow store folder {path.parent} ({exc.strerror}); {fix}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise PtychoError(f"MLflow store folder {path.parent} is not writable; {fix}")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise PtychoError(f"MLflow store {path} is not writable; fix its permissions or {fix}")
+
+
+# ----------------------------------------------------------------------------- runs
+def _artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts of a SQLite store go next to the database, not into the cwd.
+
+    MLflow's default for a SQLite store is ``./mlruns`` relative to the working
+    directory of whichever process created the experiment; pinning it beside the
+    database keeps a results folder self-contained. Servers choose their own.
+    """
+    path = _sqlite_path(uri)
+    if path is None:
+        return None
+    return str(path.parent / "mlartifacts" / _safe_key(experiment).replace("/", "_").replace(" ", "_"))
+
+
+def _experiment_id(client, uri: str, name: str) -> str:
+    """Id of experiment ``name``, creating it; safe when processes race to create it."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
+
+    exp = _retry(lambda: client.get_experiment_by_name(name), what=f"looking up experiment {name!r}", uri=uri)
+    if exp is None:
+        try:
+            return _retry(
+                lambda: client.create_experiment(name, artifact_location=_artifact_location(uri, name)),
+                what=f"creating experiment {name!r}",
+                uri=uri,
+            )
+        except MlflowException as exc:
+            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+        # Another process created it between our look-up and our insert.
+        _log.debug("MLflow experiment %r was created concurrently; using it", name)
+        exp = _retry(lambda: client.get_experiment_by_name(name), what=f"looking up experiment {name!r}", uri=uri)
+        if exp is None:
+            raise PtychoError(f"MLflow experiment {name!r} exists but cannot be read at {uri}; check the store")
+    if exp.lifecycle_stage != "active":
+        raise PtychoError(
+            f"MLflow experiment {name!r} is deleted; restore it with "
+            f"'mlflow experiments restore --experiment-id {exp.experiment_id}' or use another experiment name"
+        )
+    return exp.experiment_id
+
+
+def start_parent(uri: str, experiment: str, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> str:
+    """Create the parent run of a study and return its id.
+
+    The parent holds what all jobs share (the study configuration as flattened params,
+    provenance tags); each job then opens a :func:`child_run` under it from its own
+    process, by id. The experiment is created if missing, race-safely. If logging the
+    params fails, the run is marked FAILED before the error propagates, so no
+    half-created parent is left RUNNING.
+    """
+    from mlflow.entities import Param
+
+    client = _client(uri)
+    exp_id = _experiment_id(client, uri, experiment)
+    run_tags = _tags(tags)
+    run = _retry(
+        lambda: client.create_run(exp_id, tags=run_tags, run_name=run_name),
+        what=f"creating run {run_name!r}",
+        uri=uri,
+    )
+    run_id = run.info.run_id
+    try:
+        entities = [Param(k, v) for k, v in flatten_params(params).items()]
+        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
+            _retry(lambda c=chunk: client.log_batch(run_id, params=c), what="logging params", uri=uri)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _retry(lambda: client.set_terminated(run_id, "FAILED"), what="marking the run FAILED", uri=uri)
+        raise
+    return run_id
+
+
+def finish_run(uri: str, run_id: str, status: str = "FINISHED") -> None:
+    """Mark ``run_id`` terminated with ``status`` (FINISHED, FAILED or KILLED).
+
+    A separate call because the parent outlives the process that created it: the
+    pipeline's final rule closes it once every job has finished.
+    """
+    if status not in _RUN_STATUSES:
+        raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
+    client = _client(uri)
+    _retry(lambda: client.set_terminated(run_id, status), what=f"marking run {run_id} {status}", uri=uri)
+
+
+def log_artifact_to(uri: str, run_id: str, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+    """Copy a local file or folder into the artifacts of any run, by id (e.g. the parent).
+
+    For writes to a run this process did not open with :func:`child_run`, such as the
+    final report attached to the study's parent run before :func:`finish_run`.
+    """
+    client = _client(uri)
+    _retry(
+        lambda: client.log_artifact(run_id, os.fspath(path), artifact_path),
+        what=f"logging an artifact to run {run_id}",
+        uri=uri,
+    )
+
+
+class Run:
+    """One child run, bound to a client and a run id; every write retried on locks.
+
+    A small wrapper instead of MLflow's fluent functions so that the run is explicit
+    (no process-global active run) and each write goes through :func:`_retry`.
+    :attr:`retries` counts the retries this object's writes needed, by reason, so
+    callers and tests can see contention without module-level counters.
+    """
+
+    def __init__(self, client: Any, run_id: str, uri: str):
+        self._client = client
+        self._run_id = run_id
+        self._uri = uri
+        self._retries = {"locked": 0, "conflict": 0}
+        self._nonfinite: set[str] = set()
+
+    @property
+    def run_id(self) -> str:
+        """The MLflow run id."""
+        return self._run_id
+
+    @property
+    def retries(self) -> dict[str, int]:
+        """Retries so far: ``"locked"`` (store busy) and ``"conflict"`` (concurrent insert)."""
+        return dict(self._retries)
+
+    def _count(self, reason: str) -> None:
+        self._retries[reason] += 1
+
+    def _call(self, what: str, fn: Callable[[], T], conflicts: bool = False) -> T:
+        return _retry(fn, what=what, uri=self._uri, conflicts=conflicts, on_retry=self._count)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Log several metrics at one step in one ``log_batch`` call (one per 1000 keys).
+
+        One call per step instead of one per metric: fewer lock acquisitions under
+        concurrency, and the values of a step land together. The timestamp is taken
+        once, before any attempt, which is what makes a retry idempotent. Values are
+        converted with ``float`` (NumPy and TensorFlow scalars work). NaN is stored as
+        NaN; +-inf are stored by the SQL store as +-1.797e308, so their keys are also
+        listed in the ``ptycho.nonfinite_metrics`` tag.
+        """
+        from mlflow.entities import Metric, RunTag
+
+        if not metrics:
+            return
+        timestamp = int(time.time() * 1000)
+        step = 0 if step is None else int(step)
+        entities = []
+        for key, value in metrics.items():
+            value = float(value)
+            if not math.isfinite(value):
+                self._nonfinite.add(_safe_key(key))
+            entities.append(Metric(_safe_key(key), value, timestamp, step))
+        tags = (
+            [RunTag(NONFINITE_TAG, _fit(",".join(sorted(self._nonfinite)), _MAX_TAG_VALUE))] if self._nonfinite else []
+        )
+        for i, chunk in enumerate(_chunks(entities, _MAX_METRICS_PER_BATCH)):
+            extra = tags if i == 0 else []
+            self._call(
+                "logging metrics", lambda c=chunk, t=extra: self._client.log_batch(self._run_id, metrics=c, tags=t)
+            )
+
+    def log_metric(self, key: str, value: float, step: int | None = None) -> None:
+        """Log one metric; see :meth:`log_metrics`."""
+        self.log_metrics({key: value}, step=step)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log (nested) params, flattened with dotted keys; see :func:`flatten_params`.
+
+        MLflow params are immutable: logging a key again with a different value is an
+        error (an identical value is accepted, which keeps retries harmless).
+        """
+        from mlflow.entities import Param
+
+        entities = [Param(k, v) for k, v in flatten_params(params).items()]
+        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
+            self._call("logging params", lambda c=chunk: self._client.log_batch(self._run_id, params=c))
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Set tags (values stringified, cut at MLflow's 8000 characters); later values win."""
+        from mlflow.entities import RunTag
+
+        entities = [RunTag(k, v) for k, v in _tags(tags).items()]
+        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
+            self._call("setting tags", lambda c=chunk: self._client.log_batch(self._run_id, tags=c))
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Copy a local file or folder into the run's artifacts (under ``artifact_path``)."""
+        self._call(
+            "logging an artifact",
+            lambda: self._client.log_artifact(self._run_id, os.fspath(path), artifact_path),
+        )
+
+    def log_dict(self, obj: dict, filename: str) -> None:
+        """Store ``obj`` as a JSON or YAML artifact (chosen by the extension of ``filename``)."""
+        self._call("logging a dict", lambda: self._client.log_dict(self._run_id, obj, filename))
+
+    def log_figure(self, fig: Any, filename: str) -> None:
+        """Store a matplotlib figure as an image artifact (format from ``filename``)."""
+        self._call("logging a figure", lambda: self._client.log_figure(self._run_id, fig, filename))
+
+    def log_dataset(self, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
+        """Record a dataset file as an input of the run, with its split as context.
+
+        Uses ``MlflowClient.log_inputs`` with an ``mlflow.entities.Dataset`` (source type
+        ``local``, source ``{"uri": <absolute path>}``) and the ``mlflow.data.context``
+        input tag, so the UI shows which data a run used without ``mlflow.data``'s
+        pandas-based constructors. MLflow caps digests at 36 characters; the full digest
+        is kept in the dataset profile. Concurrent jobs logging the same dataset race to
+        insert its shared row, so unique-constraint conflicts are retried as well.
+        """
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        dataset = Dataset(
+            name=name,
+            digest=digest[:_MAX_DATASET_DIGEST],
+            source_type="local",
+            source=json.dumps({"uri": os.path.abspath(os.fspath(source_path))}),
+            schema=None,
+            profile=json.dumps({"digest": digest, "split": split}),
+        )
+        inputs = [DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])]
+        self._call(
+            f"logging dataset {name!r}",
+            lambda: self._client.log_inputs(self._run_id, datasets=inputs),
+            conflicts=True,
+        )
+
+    def _terminate(self, status: str) -> None:
+        self._call(f"marking the run {status}", lambda: self._client.set_terminated(self._run_id, status))
+
+
+@contextlib.contextmanager
+def child_run(
+    uri: str,
+    parent_run_id: str,
+    name: str,
+    tags: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+) -> Iterator[Run]:
+    """Open a child run of ``parent_run_id`` for the duration of a ``with`` block.
+
+    The run is tagged ``mlflow.parentRunId`` (how MLflow nests runs in the UI) plus
+    ``tags``, and ends FINISHED on a normal exit. On an exception it ends FAILED
+    (KILLED for ``KeyboardInterrupt``) and the exception propagates unchanged; a failure
+    to record that status is logged, never allowed to replace the original error.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    client = _client(uri)
+    try:
+        parent = _retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
+    except MlflowException as exc:
+        if exc.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            raise
+        raise PtychoError(
+            f"MLflow parent run {parent_run_id} not found at {uri}; start the study's parent run first"
+        ) from None
+    run_tags = {**_tags(tags), MLFLOW_PARENT_RUN_ID: parent_run_id}
+    info = _retry(
+        lambda: client.create_run(parent.info.experiment_id, tags=run_tags, run_name=name),
+        what=f"creating run {name!r}",
+        uri=uri,
+    ).info
+    run = Run(client, info.run_id, uri)
+    try:
+        if params:
+            run.log_params(params)
+        yield run
+    except BaseException as exc:
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        try:
+            run._terminate(status)
+        except Exception as term_exc:  # keep the original error
+            _log.warning("could not mark MLflow run %s %s: %s", run.run_id, status, term_exc)
+        raise
+    run._terminate("FINISHED")

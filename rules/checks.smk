@@ -1,0 +1,135 @@
+# The validation checklist: one job, one JSON record per item (ptycho.checks).
+
+
+rule check_accuracy:
+    input:
+        PARENT,
+    output:
+        f"{R}/checks/accuracy.json",
+    log:
+        f"{R}/logs/checks/accuracy.log",
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=15,
+    params:
+        ptycho=PTYCHO,
+        track=tracking("check_accuracy"),
+        threshold=CFG["thresholds"]["accuracy_max_abs"],
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} check accuracy --threshold {params.threshold} --out {output} > {log} 2>&1"
+
+
+rule check_gradients:
+    input:
+        PARENT,
+    output:
+        f"{R}/checks/gradients.json",
+    log:
+        f"{R}/logs/checks/gradients.log",
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=15,
+    params:
+        ptycho=PTYCHO,
+        track=tracking("check_gradients"),
+        threshold=CFG["thresholds"]["gradients_max_rel"],
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} check gradients --threshold {params.threshold} --out {output} > {log} 2>&1"
+
+
+rule check_convergence:
+    input:
+        models=MODELS,
+        parent=PARENT,
+    output:
+        f"{R}/checks/convergence.json",
+    log:
+        f"{R}/logs/checks/convergence.log",
+    threads: 1
+    params:
+        ptycho=PTYCHO,
+        track=tracking("check_convergence"),
+        threshold=CFG["thresholds"]["convergence_max_rel"],
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} check convergence --threshold {params.threshold} --models {input.models} "
+        "--out {output} > {log} 2>&1"
+
+
+rule check_quality:
+    input:
+        metrics=METRICS,
+        parent=PARENT,
+    output:
+        f"{R}/checks/quality.json",
+    log:
+        f"{R}/logs/checks/quality.log",
+    threads: 1
+    params:
+        ptycho=PTYCHO,
+        track=tracking("check_quality"),
+        threshold=CFG["thresholds"]["quality_max_ssim_diff"],
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} check quality --threshold {params.threshold} --metrics {input.metrics} "
+        "--out {output} > {log} 2>&1"
+
+
+rule benchmark_arms:
+    # Runs alone (all cores): timings from jobs sharing the CPU would not compare arms.
+    input:
+        data=f"{R}/data/train.h5",
+        models=MODELS,
+        parent=PARENT,
+    output:
+        f"{R}/bench/bench.json",
+    log:
+        f"{R}/logs/bench.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=6000,
+        runtime=60,
+    params:
+        ptycho=PTYCHO,
+        n=CFG["simulation"]["n"],
+        track=tracking("benchmark"),
+        models=" ".join(CFG["models"]),
+        repeats=CFG["bench"]["repeats"],
+        warmup=CFG["bench"]["warmup"],
+        object_size=CFG["bench"]["object_size"],
+        model_flags=f"--filters {CFG['model']['filters']} --pooling {CFG['model']['pooling']} "
+        f"--batch-size {CFG['train']['batch_size']}",
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} bench --models {params.models} --repeats {params.repeats} --warmup {params.warmup} "
+        "--object-size {params.object_size} --n {params.n} {params.model_flags} --out {output} > {log} 2>&1"
+
+
+rule check_speedup:
+    input:
+        bench=f"{R}/bench/bench.json",
+        models=MODELS,
+        parent=PARENT,
+    output:
+        f"{R}/checks/speedup.json",
+    log:
+        f"{R}/logs/checks/speedup.log",
+    threads: 1
+    params:
+        ptycho=PTYCHO,
+        track=tracking("check_speedup"),
+        threshold=CFG["thresholds"]["speedup_min"],
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} check speedup --threshold {params.threshold} --bench {input.bench} "
+        "--models {input.models} --out {output} > {log} 2>&1"

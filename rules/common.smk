@@ -1,0 +1,48 @@
+# Configuration (validated once, here) and the target lists the rules share.
+import json
+import os
+import sys
+
+from ptycho.errors import ConfigError
+from ptycho.workflow import arm_name, arms, config_hash, resolve
+
+
+try:
+    CFG = resolve(config, workflow.config_settings.overwrite_config)
+except ConfigError as err:
+    sys.stderr.write(f"ptycho workflow: error: {err}\n")
+    sys.exit(2)
+
+R = f"{CFG['results']}/{CFG['preset']}"
+PTYCHO = f"{sys.executable} -m ptycho"
+PARENT = f"{R}/mlflow/parent.json"
+CONFIG_JSON = f"{R}/config.json"
+HASH = config_hash(CFG)
+ARMS = arms(CFG)
+CHECK_ITEMS = ["accuracy", "gradients", "convergence", "quality", "speedup"]
+
+DATASETS = expand(f"{R}/data/{{split}}.h5", split=["train", "test"])
+MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
+METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)
+CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
+REPORTS = expand("reports/validation.{ext}", ext=["json", "md", "html"])
+
+wildcard_constraints:
+    arm=r"(pinn|baseline)-(xla|noxla)-s\d+",
+    item="|".join(CHECK_ITEMS),
+
+
+def flags(section):
+    """'--key value' for every key of a config section (the CLI's own option names)."""
+    return " ".join(f"--{k.replace('_', '-')} {json.dumps(v) if isinstance(v, bool) else v}" for k, v in CFG[section].items())
+
+
+def tracking(rule_name, **tags):
+    """CLI options that make a job a child run of this pipeline's MLflow parent run."""
+    tags = dict(tags, rule=rule_name, config_hash=HASH)
+    return f"--mlflow-parent {PARENT} " + " ".join(f"--mlflow-tag {k}={v}" for k, v in tags.items())
+
+
+def arm_tags(wildcards):
+    model, arm, seed = wildcards.arm.split("-")
+    return f"model={model} xla={str(arm == 'xla').lower()} seed={seed[1:]}"

@@ -1,0 +1,45 @@
+rule infer:
+    input:
+        model=f"{R}/models/{{arm}}/model.json",
+        data=f"{R}/data/test.h5",
+        parent=PARENT,
+    output:
+        f"{R}/reconstructions/{{arm}}.npz",
+    log:
+        f"{R}/logs/infer/{{arm}}.log",
+    benchmark:
+        f"{R}/benchmarks/infer/{{arm}}.tsv"
+    threads: CFG["train_threads"]
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        ptycho=PTYCHO,
+        track=lambda w: tracking("infer", **dict(t.split("=") for t in arm_tags(w).split())),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} --threads {threads} infer --model $(dirname {input.model}) "
+        "--dataset {input.data} --out {output} > {log} 2>&1"
+
+
+rule stitch:
+    input:
+        recon=f"{R}/reconstructions/{{arm}}.npz",
+        data=f"{R}/data/test.h5",
+        parent=PARENT,
+    output:
+        f"{R}/stitched/{{arm}}.npz",
+    log:
+        f"{R}/logs/stitch/{{arm}}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        ptycho=PTYCHO,
+        track=lambda w: tracking("stitch", **dict(t.split("=") for t in arm_tags(w).split())),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} stitch --reconstruction {input.recon} --dataset {input.data} --out {output} > {log} 2>&1"

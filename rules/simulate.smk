@@ -1,0 +1,57 @@
+rule resolved_config:
+    output:
+        CONFIG_JSON,
+    log:
+        f"{R}/logs/resolved_config.log",
+    conda:
+        "../envs/ptycho.yaml"
+    run:
+        from ptycho.artifacts import write_json
+
+        write_json(output[0], CFG)
+
+
+rule mlflow_parent:
+    input:
+        CONFIG_JSON,
+    output:
+        PARENT,
+    log:
+        f"{R}/logs/mlflow_parent.log",
+    params:
+        ptycho=PTYCHO,
+        preset=CFG["preset"],
+        # results/<preset>/mlflow/parent.json -> results: the store is results/mlflow.db
+        results=lambda w, output: os.path.dirname(os.path.dirname(os.path.dirname(output[0]))),
+        config_hash=HASH,
+        study=CFG["study"],
+        name=f"{CFG['study']}-{CFG['preset']}",
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} track start --config-json {input} --experiment {params.study} "
+        "--run-name {params.name} --results {params.results} --tag preset={params.preset} --tag config_hash={params.config_hash} --out {output} > {log} 2>&1"
+
+
+rule simulate:
+    input:
+        PARENT,
+    output:
+        train=f"{R}/data/train.h5",
+        test=f"{R}/data/test.h5",
+    log:
+        f"{R}/logs/simulate.log",
+    benchmark:
+        f"{R}/benchmarks/simulate.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        ptycho=PTYCHO,
+        flags=flags("simulation"),
+        track=tracking("simulate"),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} simulate --quiet --train {output.train} --test {output.test} {params.flags} > {log} 2>&1"

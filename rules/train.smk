@@ -1,0 +1,29 @@
+rule train_model:
+    input:
+        data=f"{R}/data/train.h5",
+        parent=PARENT,
+    output:
+        model=f"{R}/models/{{arm}}/model.keras",
+        meta=f"{R}/models/{{arm}}/model.json",
+    log:
+        f"{R}/logs/train/{{arm}}.log",
+    benchmark:
+        f"{R}/benchmarks/train/{{arm}}.tsv"
+    threads: CFG["train_threads"]
+    resources:
+        mem_mb=6000,
+        runtime=120,
+    params:
+        ptycho=PTYCHO,
+        model=lambda w: w.arm.split("-")[0],
+        xla=lambda w: str(w.arm.split("-")[1] == "xla").lower(),
+        seed=lambda w: w.arm.split("-")[2][1:],
+        model_flags=flags("model"),
+        train_flags=flags("train"),
+        track=lambda w: tracking("train", **dict(t.split("=") for t in arm_tags(w).split())),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} --threads {threads} train --quiet --dataset {input.data} "
+        "--out $(dirname {output.meta}) --kind {params.model} --xla {params.xla} --seed {params.seed} "
+        "{params.model_flags} {params.train_flags} > {log} 2>&1"

@@ -1,0 +1,394 @@
+"""The MLflow tracking layer against a real SQLite store (no mocks of MLflow).
+
+The pipeline runs up to eight ``ptycho`` processes at once against one store, so the
+tests that matter most start real processes together: eight children of one parent
+logging 40 steps each must leave exactly 8 x 40 values per metric, and four processes
+creating the same experiments on a brand-new database must all succeed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ptycho import tracking
+from ptycho.errors import PtychoError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def uri(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+
+
+@pytest.fixture
+def client(uri):
+    from mlflow.tracking import MlflowClient
+
+    tracking.ensure_store(uri)
+    return MlflowClient(uri)
+
+
+# ------------------------------------------------------------------ helpers, URIs
+def test_default_tracking_uri_prefers_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert tracking.default_tracking_uri(tmp_path / "r") == "http://127.0.0.1:5000"
+    assert not (tmp_path / "r").exists()
+
+
+def test_default_tracking_uri_is_an_absolute_sqlite_file(monkeypatch, tmp_path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    got = tracking.default_tracking_uri("results/sub")
+    assert got == f"sqlite:///{tmp_path / 'results' / 'sub' / 'mlflow.db'}"
+    assert got.startswith("sqlite:////")
+    assert (tmp_path / "results" / "sub").is_dir()
+
+
+def test_flatten_params_config_hash_and_git_commit(tmp_path):
+    flat = tracking.flatten_params({"model": {"lr": 1e-3, "layers": [8, 16], "opt": {}}, "bad key!": "x" * 7000})
+    assert flat["model.lr"] == "0.001"
+    assert flat["model.layers"] == "[8, 16]"
+    assert flat["model.opt"] == "{}"
+    assert len(flat["bad key_"]) == 6000 and flat["bad key_"].endswith("[truncated]")
+
+    assert tracking.config_hash({"a": 1, "b": {"c": 2}}) == tracking.config_hash({"b": {"c": 2}, "a": 1})
+    assert tracking.config_hash({"a": 1}) != tracking.config_hash({"a": 2})
+    assert len(tracking.config_hash({})) == 16
+
+    assert tracking.git_commit(tmp_path) == ""  # not a checkout
+    assert tracking.git_commit(tmp_path / "missing") == ""
+    sha = tracking.git_commit(REPO)
+    assert sha == "" or len(sha) == 40
+
+
+# ------------------------------------------------------------------------ preflight
+def _unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_preflight_unreachable_server_is_one_line():
+    uri = f"http://127.0.0.1:{_unused_port()}"
+    with pytest.raises(PtychoError) as err:
+        tracking.preflight(uri, timeout=2)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"MLflow tracking server at {uri} is unreachable (")
+    assert "make mlflow-server" in msg and "unset MLFLOW_TRACKING_URI" in msg
+
+
+def test_preflight_sqlite_and_file_store(uri, tmp_path):
+    tracking.preflight(uri)  # creates the folder; nothing else
+    assert (tmp_path / "results").is_dir()
+    with pytest.raises(PtychoError, match="file store"):
+        tracking.preflight(f"file://{tmp_path}/mlruns")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_preflight_unwritable_folder(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(PtychoError, match="not writable"):
+            tracking.preflight(f"sqlite:///{folder / 'mlflow.db'}")
+    finally:
+        folder.chmod(0o700)
+
+
+# ------------------------------------------------------------- parent and children
+def test_parent_with_children(uri, client, tmp_path):
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID
+
+    parent = tracking.start_parent(
+        uri,
+        "study",
+        "xla-vs-eager",
+        params={"sim": {"n": 64, "probe": {"kind": "defocused"}}, "seeds": [1, 2]},
+        tags={"git_commit": "abc", "config_hash": tracking.config_hash({"n": 64})},
+    )
+    data = tmp_path / "train.h5"
+    data.write_bytes(b"not really hdf5")
+    artifact = tmp_path / "timings.json"
+    artifact.write_text("{}")
+
+    with tracking.child_run(uri, parent, "train-pinn", tags={"job": "train"}, params={"model": {"lr": 0.001}}) as run:
+        for step in range(5):
+            run.log_metrics({"loss": 1.0 / (step + 1), "ssim": 0.1 * step}, step=step)
+        run.log_metric("psnr", 30.5, step=4)
+        run.log_metric("diverged", float("nan"), step=5)
+        run.log_metric("blowup", float("inf"), step=5)
+        run.log_params({"epochs": 5})
+        run.set_tags({"xla": True})
+        run.log_dict({"a": 1}, "summary.json")
+        run.log_artifact(artifact, artifact_path="bench")
+        run.log_dataset("train", "f" * 64, data, "train")
+        good = run.run_id
+
+    with pytest.raises(ValueError, match="boom"):
+        with tracking.child_run(uri, parent, "train-broken", tags={"job": "train"}) as run:
+            run.log_metric("loss", 1.0, step=0)
+            raise ValueError("boom")
+    bad = run.run_id
+
+    assert client.get_run(parent).info.status == "RUNNING"
+    tracking.log_artifact_to(uri, parent, artifact, "report")
+    tracking.finish_run(uri, parent)
+
+    p = client.get_run(parent)
+    assert p.info.status == "FINISHED"
+    assert p.info.run_name == "xla-vs-eager"
+    assert p.data.params == {"sim.n": "64", "sim.probe.kind": "defocused", "seeds": "[1, 2]"}
+    assert p.data.tags["git_commit"] == "abc"
+    assert [a.path for a in client.list_artifacts(parent, "report")] == ["report/timings.json"]
+    exp = client.get_experiment(p.info.experiment_id)
+    assert exp.name == "study"
+    assert exp.artifact_location.endswith("results/mlartifacts/study")  # beside the DB, not in the cwd
+
+    g = client.get_run(good)
+    assert g.info.status == "FINISHED" and g.info.run_name == "train-pinn"
+    assert g.data.tags[MLFLOW_PARENT_RUN_ID] == parent
+    assert g.data.tags["job"] == "train" and g.data.tags["xla"] == "True"
+    assert g.data.params == {"model.lr": "0.001", "epochs": "5"}
+    loss = sorted((m.step, m.value) for m in client.get_metric_history(good, "loss"))
+    assert loss == [(s, 1.0 / (s + 1)) for s in range(5)]
+    assert [m.step for m in client.get_metric_history(good, "ssim")] == list(range(5))
+    assert g.data.metrics["psnr"] == 30.5
+    assert math.isnan(client.get_metric_history(good, "diverged")[0].value)
+    assert client.get_metric_history(good, "blowup")[0].value > 1e300  # SQL store's stand-in for inf
+    assert g.data.tags[tracking.NONFINITE_TAG] == "blowup,diverged"
+    assert {a.path for a in client.list_artifacts(good)} == {"summary.json", "bench"}
+    (ds,) = g.inputs.dataset_inputs
+    assert ds.dataset.name == "train" and ds.dataset.digest == "f" * 36
+    assert json.loads(ds.dataset.profile)["digest"] == "f" * 64
+    assert json.loads(ds.dataset.source)["uri"] == str(data)
+    assert {t.key: t.value for t in ds.tags}[MLFLOW_DATASET_CONTEXT] == "train"
+
+    b = client.get_run(bad)
+    assert b.info.status == "FAILED"
+    assert b.data.tags[MLFLOW_PARENT_RUN_ID] == parent
+    assert [m.value for m in client.get_metric_history(bad, "loss")] == [1.0]
+
+
+def test_child_of_a_missing_parent_is_a_one_line_error(uri, client):
+    with pytest.raises(PtychoError, match="parent run 0123abc not found") as err:
+        with tracking.child_run(uri, "0123abc", "orphan", tags={}):
+            pass
+    assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- locks
+def _hold_exclusive_lock(db: Path, seconds: float) -> threading.Thread:
+    """Lock ``db`` like a long writer would (BEGIN EXCLUSIVE) for ``seconds``."""
+    ready = threading.Event()
+
+    def hold() -> None:
+        con = sqlite3.connect(db, timeout=30, isolation_level=None)
+        con.execute("BEGIN EXCLUSIVE")
+        ready.set()
+        time.sleep(seconds)
+        con.execute("COMMIT")
+        con.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    ready.wait(10)
+    return thread
+
+
+def test_retry_rides_out_a_real_sqlite_lock(tmp_path):
+    db = tmp_path / "scratch.db"
+    sqlite3.connect(db).execute("CREATE TABLE t (x INTEGER)").connection.commit()
+    retries: list[str] = []
+
+    def write() -> None:
+        con = sqlite3.connect(db, timeout=0)  # no busy wait: every collision raises
+        try:
+            con.execute("INSERT INTO t VALUES (1)")
+            con.commit()
+        finally:
+            con.close()
+
+    holder = _hold_exclusive_lock(db, 0.8)
+    tracking._retry(write, what="testing", uri="sqlite:///scratch", on_retry=retries.append)
+    holder.join()
+    assert retries and set(retries) == {"locked"}
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM t").fetchone() == (1,)  # written once
+
+    holder = _hold_exclusive_lock(db, 2.0)
+    with pytest.raises(PtychoError, match="stayed locked for 0 s while testing") as err:
+        tracking._retry(write, what="testing", uri="sqlite:///scratch", budget=0.3)
+    holder.join()
+    assert "\n" not in str(err.value)
+
+
+def test_a_held_lock_delays_but_loses_nothing(uri, client, tmp_path):
+    """A writer holding the database for 1.5 s: MLflow's busy timeout or our retry waits it out."""
+    parent = tracking.start_parent(uri, "study", "p", params={}, tags={})
+    with tracking.child_run(uri, parent, "c", tags={}) as run:
+        run.log_metrics({"loss": 1.0}, step=0)
+        holder = _hold_exclusive_lock(tmp_path / "results" / "mlflow.db", 1.5)
+        t0 = time.monotonic()
+        run.log_metrics({"loss": 0.5}, step=1)
+        waited = time.monotonic() - t0
+        holder.join()
+    assert waited > 1.0
+    assert sorted((m.step, m.value) for m in client.get_metric_history(run.run_id, "loss")) == [(0, 1.0), (1, 0.5)]
+
+
+# ------------------------------------------------------------- concurrent processes
+#: Imported once by the fork server, so that eight workers do not each spend seconds
+#: importing MLflow on a two-core machine. The fork server itself never opens a
+#: database, so no SQLite connection is ever shared across a fork.
+_PRELOAD = ["mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store", "ptycho.tracking"]
+
+
+def _spawn(code: str, args_per_worker: list[dict], sync: Path, timeout: float = 150) -> list[dict]:
+    """Run ``code`` in one fresh process per ``args``, release them together, return their results.
+
+    Workers are real processes (multiprocessing ``forkserver``: forked from a server
+    that has only imported MLflow). Each touches ``ready-<i>`` and waits for ``go``, so
+    the writes start at the same moment, then stores ``result`` as ``result-<i>.json``.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    procs = []
+    for i, args in enumerate(args_per_worker):
+        scope = {"__name__": "__worker__", "sync": sync, "idx": i, **args}
+        procs.append(ctx.Process(target=exec, args=(_BARRIER + code + _RESULT, scope), daemon=True))
+        procs[-1].start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not all((sync / f"ready-{i}").exists() for i in range(len(procs))):
+            assert all(p.exitcode in (None, 0) for p in procs), "a worker died before the start (see stderr)"
+            assert time.monotonic() < deadline, "workers did not get ready in time"
+            time.sleep(0.02)
+        (sync / "go").touch()
+        for p in procs:
+            p.join(max(1.0, deadline - time.monotonic()))
+        assert [p.exitcode for p in procs] == [0] * len(procs), "a worker failed (see stderr)"
+        return [json.loads((sync / f"result-{i}.json").read_text()) for i in range(len(procs))]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+
+
+_BARRIER = """
+import json, time
+from ptycho import tracking
+(sync / f"ready-{idx}").touch()
+while not (sync / "go").exists():
+    time.sleep(0.01)
+t0 = time.monotonic()
+"""
+
+_RESULT = """
+(sync / f"result-{idx}.json").write_text(json.dumps(result))
+"""
+
+_CHILD_WORKER = """
+with tracking.child_run(uri, parent, f"worker-{idx}", tags={"worker": idx}, params={"worker": idx, "opt": {"lr": 1e-3}}) as run:
+    run.log_dataset("train", "d" * 64, sync / "train.h5", "train")  # the same dataset from every worker
+    for step in range(steps):
+        run.log_metrics({"loss": idx + step / 100, "psnr": 20 + step, "ssim": step / steps}, step=step)
+    run.log_params({"late": idx})
+    run.set_tags({"done": "yes"})
+result = {"run_id": run.run_id, "retries": run.retries, "seconds": time.monotonic() - t0}
+"""
+
+
+def test_eight_concurrent_children_lose_and_duplicate_nothing(uri, client, tmp_path):
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    workers, steps = 8, 40
+    parent = tracking.start_parent(uri, "study", "concurrency", params={"workers": workers}, tags={})
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    t0 = time.monotonic()
+    results = _spawn(_CHILD_WORKER, [{"uri": uri, "parent": parent, "steps": steps}] * workers, sync)
+    wall = time.monotonic() - t0
+    tracking.finish_run(uri, parent)
+
+    exp_id = client.get_run(parent).info.experiment_id
+    children = client.search_runs([exp_id], filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent}'")
+    assert len(children) == workers
+    assert {c.info.run_id for c in children} == {r["run_id"] for r in results}
+    for child in children:
+        idx = int(child.data.tags["worker"])
+        assert child.info.status == "FINISHED"
+        assert child.data.params == {"worker": str(idx), "opt.lr": "0.001", "late": str(idx)}
+        assert child.data.tags["done"] == "yes"
+        expected = {
+            "loss": [(s, idx + s / 100) for s in range(steps)],
+            "psnr": [(s, 20.0 + s) for s in range(steps)],
+            "ssim": [(s, s / steps) for s in range(steps)],
+        }
+        for key, want in expected.items():
+            history = client.get_metric_history(child.info.run_id, key)
+            assert len(history) == steps, (key, idx, len(history))  # none lost, none duplicated
+            assert sorted((m.step, m.value) for m in history) == want
+        assert len(child.inputs.dataset_inputs) == 1
+    locked = sum(r["retries"]["locked"] for r in results)
+    conflict = sum(r["retries"]["conflict"] for r in results)
+    print(
+        f"\n{workers} workers x {steps} steps: {wall:.1f} s wall; retries: {locked} locked, {conflict} conflict; "
+        f"worker logging s {[round(r['seconds'], 1) for r in results]}"
+    )
+
+
+_PARENT_WORKER = """
+import logging
+raced = []
+class Catch(logging.Handler):
+    def emit(self, record):
+        raced.append(record.getMessage())
+log = logging.getLogger("ptycho.tracking")
+log.setLevel(logging.DEBUG)
+log.addHandler(Catch())
+tracking.ensure_store(uri)  # all at once on a new file: the migration race
+(sync / f"stored-{idx}").touch()  # second barrier, so the experiment races start together too
+while len(list(sync.glob("stored-*"))) < workers:
+    time.sleep(0.002)
+run_ids = [tracking.start_parent(uri, f"shared-{k}", f"parent-{idx}", params={"i": idx}, tags={}) for k in range(3)]
+result = {"run_ids": run_ids, "raced": sum("created concurrently" in m for m in raced)}
+"""
+
+
+def test_processes_racing_on_a_new_store_share_one_experiment(uri, tmp_path):
+    """Four processes: first-time schema migration, then three experiment-creation races.
+
+    Every process must succeed and each experiment must exist once, holding all four
+    parents. Whether a given race is lost (creation fails with RESOURCE_ALREADY_EXISTS
+    and the process adopts the winner's experiment) depends on timing; the count is
+    printed with ``-s``.
+    """
+    from mlflow.tracking import MlflowClient
+
+    workers = 4
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    assert not (tmp_path / "results" / "mlflow.db").exists()
+    results = _spawn(_PARENT_WORKER, [{"uri": uri, "workers": workers}] * workers, sync)
+
+    client = MlflowClient(uri)
+    for k in range(3):
+        exps = [e for e in client.search_experiments() if e.name == f"shared-{k}"]
+        assert len(exps) == 1
+        runs = client.search_runs([exps[0].experiment_id])
+        assert sorted(r.info.run_id for r in runs) == sorted(r["run_ids"][k] for r in results)
+        assert len(runs) == workers
+    print(f"\nexperiment creations lost to a concurrent process: {sum(r['raced'] for r in results)} of {3 * workers}")
