@@ -141,12 +141,13 @@ def gradients(threshold: float, seed: int = 0) -> dict:
                 return loss, tape.gradient(loss, trainer.variables), tape.gradient(loss, x)
 
             loss, gw, gx = tf.function(fn, jit_compile=xla)(x, data.offsets[idx], {k: v[idx] for k, v in data.targets.items()})
-            names = [v.path if hasattr(v, "path") else v.name for v in trainer.variables]
-            grads[xla] = {"loss": loss.numpy(), "weights": dict(zip(names, [g.numpy() for g in gw], strict=True)),
-                          "inputs": gx.numpy()}
+            # Both arms build the same network in the same order; Keras numbers the layer
+            # names per build, so variables are matched by position, labelled by the first.
+            names = [getattr(v, "path", v.name) for v in trainer.variables]
+            grads[xla] = {"loss": loss.numpy(), "weights": [g.numpy() for g in gw], "inputs": gx.numpy(),
+                          "names": names}
         rel = {}
-        for name, g in grads[True]["weights"].items():
-            ref = grads[False]["weights"][name]
+        for name, g, ref in zip(grads[True]["names"], grads[True]["weights"], grads[False]["weights"], strict=True):
             rel[name] = float(np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-30))
         rel_inputs = float(np.linalg.norm(grads[True]["inputs"] - grads[False]["inputs"])
                            / max(np.linalg.norm(grads[False]["inputs"]), 1e-30))
@@ -197,11 +198,23 @@ def finite_difference_check(seed: int = 0) -> dict:
 
 
 # --------------------------------------------------------------- convergence
-def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold: float) -> dict:
+def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold: float,
+                initial: Mapping[str, float] | None = None) -> dict:
     """Final validation losses of the two arms of each (model, seed); both must decrease.
 
-    ``histories`` maps an arm name (``pinn-xla-s0``) to its per-epoch records.
+    ``histories`` maps an arm name (``pinn-xla-s0``) to its per-epoch records and
+    ``initial`` to its validation loss before training. "Decreased" means the final
+    validation loss is below the initial one (or, without a validation split, the last
+    epoch's mean training loss below the first's).
     """
+    initial = dict(initial or {})
+
+    def decreased(arm: str, h: Sequence[Mapping[str, Any]]) -> bool:
+        start = initial.get(arm)
+        if start is not None and math.isfinite(start) and math.isfinite(h[-1]["val_loss"]):
+            return h[-1]["val_loss"] < start
+        return h[-1]["train_loss"] < h[0]["train_loss"]
+
     from ptycho.workflow import arm_name, parse_arm
 
     pairs, worst, all_decreased = {}, 0.0, True
@@ -213,12 +226,12 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
         a, b = histories[name], histories[other]
         fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
         rel = abs(fa - fb) / max(abs(fb), 1e-12)
-        decreased = {arm: h[-1]["train_loss"] < h[0]["train_loss"] for arm, h in ((name, a), (other, b))}
-        all_decreased &= all(decreased.values())
+        went_down = {arm: decreased(arm, h) for arm, h in ((name, a), (other, b))}
+        all_decreased &= all(went_down.values())
         worst = max(worst, rel)
         pairs[f"{model}-s{seed}"] = {
             "final_val_loss_xla": fa, "final_val_loss_noxla": fb, "relative_difference": rel,
-            "decreased": decreased,
+            "decreased": went_down, "initial_val_loss": {name: initial.get(name), other: initial.get(other)},
             "train_loss_xla": [h["train_loss"] for h in a], "train_loss_noxla": [h["train_loss"] for h in b],
             "val_loss_xla": [h["val_loss"] for h in a], "val_loss_noxla": [h["val_loss"] for h in b],
         }

@@ -311,11 +311,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     elif args.item == "gradients":
         record = checks.gradients(args.threshold)
     elif args.item == "convergence":
-        histories = {}
+        histories, initial = {}, {}
         for path in args.models:
             meta = read_json(path)
-            histories[arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])] = meta["history"]
-        record = checks.convergence(histories, args.threshold)
+            name = arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+            histories[name], initial[name] = meta["history"], meta.get("initial_val_loss")
+        record = checks.convergence(histories, args.threshold, initial)
     elif args.item == "quality":
         record = checks.quality({Path(p).stem: read_json(p) for p in args.metrics}, args.threshold)
     else:

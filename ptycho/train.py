@@ -256,6 +256,9 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
         "n_val": int(n_val),
         "history": [],
     }
+    # Validation loss of the untrained model: "did training decrease the loss?" is
+    # answered against this, not against the noisy mean of the first epoch.
+    meta["initial_val_loss"] = evaluate(trainer, data, val_idx)
     step_times: list[float] = []
     compile_time = None
     t_start = time.perf_counter()

@@ -1,0 +1,119 @@
+"""The Snakemake workflow, run for real in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "schemas", "envs", "docs/report-caption.rst")
+
+
+def _workdir(tmp: Path) -> Path:
+    for name in WORKFLOW_FILES:
+        src, dst = ROOT / name, tmp / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    return tmp
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "8", *args],
+        cwd=workdir, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_workflow_lints_clean(tmp_path):
+    result = snakemake(_workdir(tmp_path), "--lint")
+    assert result.returncode == 0, result.stderr
+    assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
+
+
+def test_dry_run_of_the_default_config_lists_the_whole_matrix(tmp_path):
+    result = snakemake(_workdir(tmp_path), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for rule in ("simulate", "train_model", "infer", "stitch", "score", "check_accuracy", "check_gradients",
+                 "check_convergence", "check_quality", "check_speedup", "benchmark_arms", "validation_report"):
+        assert rule in out
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train={epoch: 3}", "config key 'train': Additional properties are not allowed ('epoch' was unexpected)"),
+        ("train={epochs: ten}", "config key 'train.epochs': 'ten' is not of type 'integer'"),
+        ("preset=huge", "config key 'preset': 'huge' is not allowed"),
+    ],
+)
+def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, message):
+    work = _workdir(tmp_path)
+    result = snakemake(work, "--config", override)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ptycho workflow: error:")]
+    assert len(errors) == 1 and message in errors[0]
+    assert "Traceback" not in result.stderr
+    assert not (work / "results").exists()
+
+
+@pytest.mark.slow
+def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    work = _workdir(tmp_path)
+    first = snakemake(work, "all", "--config", "preset=smoke")
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    report = json.loads((work / "reports" / "validation.json").read_text())
+    assert set(report["items"]) == {"accuracy", "gradients", "convergence", "quality", "speedup"}
+    for item in report["items"].values():
+        assert item["status"] in ("PASS", "FAIL") and "threshold" in item and "value" in item
+    assert report["verdict"] in ("PASS", "FAIL")
+    assert (work / "reports" / "validation.html").read_text().count("<section") >= 4
+    assert set(report["arms"]) == {"pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "baseline-noxla-s0"}
+
+    client = MlflowClient(f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("xla-ptycho")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    expected = Counter({"simulate": 1, "train": 4, "infer": 4, "stitch": 4, "evaluate": 4, "benchmark": 1,
+                        "check_accuracy": 1, "check_gradients": 1, "check_convergence": 1, "check_quality": 1,
+                        "check_speedup": 1, "report": 1})
+    assert Counter(r.data.tags["rule"] for r in children) == expected
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
+    epochs = report["config"]["train"]["epochs"]
+    for run in (r for r in children if r.data.tags["rule"] == "train"):
+        tags = run.data.tags
+        assert {"model", "xla", "seed", "dataset_digest", "config_hash", "git_commit"} <= set(tags)
+        history = client.get_metric_history(run.info.run_id, "val_loss")
+        assert [m.step for m in history] == list(range(1, epochs + 1))  # none lost, none duplicated
+        assert "compile_s" in run.data.metrics
+    for run in (r for r in children if r.data.tags["rule"] == "evaluate"):
+        assert {"amp_ssim", "phase_ssim", "amp_psnr", "amp_frc50"} <= set(run.data.metrics)
+    parent_params = parents[0].data.params
+    assert parent_params["train.epochs"] == str(epochs)
+
+    # Nothing to do the second time.
+    again = snakemake(work, "all", "--config", "preset=smoke")
+    assert again.returncode == 0
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    # Flipping a threshold re-runs only that check and the report, and flips the verdict.
+    model_json = work / "results" / "smoke" / "models" / "pinn-xla-s0" / "model.json"
+    trained_at = model_json.stat().st_mtime_ns
+    strict = snakemake(work, "all", "--config", "preset=smoke", "thresholds={speedup_min: 1000.0}")
+    assert strict.returncode == 0, strict.stderr[-3000:]
+    flipped = json.loads((work / "reports" / "validation.json").read_text())
+    assert flipped["items"]["speedup"]["status"] == "FAIL"
+    assert flipped["verdict"] == "FAIL"
+    assert model_json.stat().st_mtime_ns == trained_at  # no retraining
