@@ -32,6 +32,32 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
     return out
 
 
+def typed_overrides(value: Any) -> Any:
+    """Re-type command-line values: Snakemake parses nested ``--config`` values with YAML's
+    BaseLoader, which leaves every scalar a string (``{epochs: 3}`` -> ``{"epochs": "3"}``).
+    Strings that YAML reads as numbers, booleans or null become those; others stay strings
+    (so a typo such as ``ten`` is still reported against the schema)."""
+    import yaml
+
+    if isinstance(value, Mapping):
+        return {k: typed_overrides(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed_overrides(v) for v in value]
+    if isinstance(value, str):
+        for number in (int, float):  # before YAML: YAML 1.1 reads "2e-3" as a string
+            try:
+                return number(value)
+            except ValueError:
+                pass
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        if parsed is None or isinstance(parsed, bool):
+            return parsed
+    return value
+
+
 def load_schema(path: str | Path = SCHEMA) -> dict:
     import yaml
 
@@ -77,7 +103,7 @@ def validate(config: dict, schema: dict) -> dict:
 def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str | Path = SCHEMA) -> dict:
     """Apply the preset and the command-line overrides, validate, check the dataclasses."""
     schema = load_schema(schema_path)
-    overrides = dict(overrides or {})
+    overrides = typed_overrides(dict(overrides or {}))
     first = validate(deep_merge(config, overrides), schema)
     preset = first["preset"]
     presets = first.get("presets", {})

@@ -76,3 +76,9 @@ def test_dataclass_checks_also_run_at_the_edge(base):
 
 def test_arm_names_round_trip():
     assert parse_arm(arm_name("baseline", False, 3)) == ("baseline", False, 3)
+
+
+def test_command_line_scalars_arrive_as_strings_and_are_retyped(base):
+    # what Snakemake hands over for: --config preset=smoke train="{epochs: 3, learning_rate: 2e-3}" xla="[true]"
+    cfg = resolve(base, {"preset": "smoke", "train": {"epochs": "3", "learning_rate": "2e-3"}, "xla": ["true"]})
+    assert cfg["train"]["epochs"] == 3 and cfg["train"]["learning_rate"] == 0.002 and cfg["xla"] == [True]
