@@ -126,8 +126,7 @@ def register(
     truth = np.asarray(truth)
     if recon.shape != truth.shape or recon.ndim != 2:
         raise ValueError(f"recon and truth must be 2-D of the same shape, got {recon.shape} and {truth.shape}")
-    h, w = truth.shape
-    win = _tukey(h, window)[:, None] * _tukey(w, window)[None, :]
+    win = _window2d(truth.shape, window)
 
     def prep(img: np.ndarray) -> np.ndarray:
         amp = np.abs(img).astype(np.float64)
@@ -252,6 +251,11 @@ def _tukey(n: int, alpha: float) -> np.ndarray:
     return tukey(n, alpha) if alpha > 0 else np.ones(n)
 
 
+def _window2d(shape: tuple[int, ...], alpha: float) -> np.ndarray:
+    """Separable 2-D Tukey window: tapers edges so FFTs see no border discontinuity."""
+    return _tukey(shape[0], alpha)[:, None] * _tukey(shape[1], alpha)[None, :]
+
+
 def frc(a: np.ndarray, b: np.ndarray, *, window: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
     """Fourier ring correlation of two images.
 
@@ -285,7 +289,7 @@ def frc(a: np.ndarray, b: np.ndarray, *, window: float = 0.2) -> tuple[np.ndarra
     if a.shape != b.shape or a.ndim != 2:
         raise ValueError(f"a and b must be 2-D of the same shape, got {a.shape} and {b.shape}")
     h, w = a.shape
-    win = _tukey(h, window)[:, None] * _tukey(w, window)[None, :]
+    win = _window2d(a.shape, window)
     fa = np.fft.fft2((a - a.mean()) * win)
     fb = np.fft.fft2((b - b.mean()) * win)
     size = min(h, w)
