@@ -290,9 +290,11 @@ def cmd_track(args: argparse.Namespace) -> int:
         config = read_json(args.config_json)
         uri = tracking.default_tracking_uri(args.results)
         tracking.preflight(uri)
-        tags = dict(_pairs(args.tag), git_commit=tracking.git_commit(Path.cwd()))
+        tags = dict(_pairs(args.tag), git_commit=tracking.git_commit(Path.cwd()),
+                    config_hash=tracking.config_hash(config))
         run_id = tracking.start_parent(uri, args.experiment, args.run_name, config, tags)
-        write_json(args.out, {"run_id": run_id, "tracking_uri": uri, "experiment": args.experiment})
+        write_json(args.out, {"run_id": run_id, "tracking_uri": uri, "experiment": args.experiment,
+                              "config_json": str(Path(args.config_json).resolve())})
         print(f"{args.out}: MLflow parent run {run_id} at {uri}")
         return 0
     parent = read_json(args.parent)
@@ -507,6 +509,9 @@ def _run(args: argparse.Namespace) -> int:
 
     parent = read_json(args.mlflow_parent)
     tags = dict(_pairs(args.mlflow_tag), command=args.command, git_commit=tracking.git_commit(Path.cwd()))
+    if parent.get("config_json") and Path(parent["config_json"]).exists():
+        # the configuration in force for this job (it may differ from the parent's)
+        tags.setdefault("config_hash", tracking.config_hash(read_json(parent["config_json"])))
     if "SLURM_JOB_ID" in os.environ:
         tags["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     name = "-".join(v for k, v in tags.items() if k in ("rule", "model", "xla", "seed") and v) or args.command

@@ -10,8 +10,6 @@ frozen dataclass, so the package's own checks run at the edge too.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -136,12 +134,6 @@ def train_config(cfg: Mapping, xla: bool, seed: int):
     from ptycho.train import TrainConfig
 
     return from_dict(TrainConfig, dict(cfg["train"], xla=xla, seed=seed), "train")
-
-
-def config_hash(cfg: Mapping) -> str:
-    """First 16 hex digits of SHA-256 over the canonical JSON of ``cfg`` (presets excluded)."""
-    data = {k: v for k, v in cfg.items() if k != "presets"}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def arm_name(model: str, xla: bool, seed: int) -> str:

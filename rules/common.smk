@@ -4,7 +4,8 @@ import os
 import sys
 
 from ptycho.errors import ConfigError
-from ptycho.workflow import arm_name, arms, config_hash, resolve
+from ptycho.tracking import config_hash
+from ptycho.workflow import arms, resolve
 
 
 try:
@@ -38,8 +39,12 @@ def flags(section):
 
 
 def tracking(rule_name, **tags):
-    """CLI options that make a job a child run of this pipeline's MLflow parent run."""
-    tags = dict(tags, rule=rule_name, config_hash=HASH)
+    """CLI options that make a job a child run of this pipeline's MLflow parent run.
+
+    The config hash is not passed here: as a param it would re-run every job on any
+    config change; the CLI tags it from the resolved config file at run time instead.
+    """
+    tags = dict(tags, rule=rule_name)
     return f"--mlflow-parent {PARENT} " + " ".join(f"--mlflow-tag {k}={v}" for k, v in tags.items())
 
 

@@ -1,8 +1,11 @@
 rule resolved_config:
+    # Re-runs whenever the resolved configuration changes (its hash is a param).
     output:
         CONFIG_JSON,
     log:
         f"{R}/logs/resolved_config.log",
+    params:
+        config_hash=HASH,
     conda:
         "../envs/ptycho.yaml"
     run:
@@ -12,8 +15,11 @@ rule resolved_config:
 
 
 rule mlflow_parent:
+    # One parent run per results folder: created once, then every job of every later
+    # invocation (re-runs after a config change included) logs under it. ancient():
+    # a rewritten config.json must not re-run the parent, hence every job.
     input:
-        CONFIG_JSON,
+        ancient(CONFIG_JSON),
     output:
         PARENT,
     log:
@@ -23,14 +29,13 @@ rule mlflow_parent:
         preset=CFG["preset"],
         # results/<preset>/mlflow/parent.json -> results: the store is results/mlflow.db
         results=lambda w, output: os.path.dirname(os.path.dirname(os.path.dirname(output[0]))),
-        config_hash=HASH,
         study=CFG["study"],
         name=f"{CFG['study']}-{CFG['preset']}",
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} track start --config-json {input} --experiment {params.study} "
-        "--run-name {params.name} --results {params.results} --tag preset={params.preset} --tag config_hash={params.config_hash} --out {output} > {log} 2>&1"
+        "--run-name {params.name} --results {params.results} --tag preset={params.preset} --out {output} > {log} 2>&1"
 
 
 rule simulate:
