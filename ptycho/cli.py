@@ -284,18 +284,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_track(args: argparse.Namespace) -> int:
     from ptycho import tracking
-    from ptycho.artifacts import read_json, write_json
+    from ptycho.artifacts import read_json
 
     if args.action == "start":
-        config = read_json(args.config_json)
-        uri = tracking.default_tracking_uri(args.results)
-        tracking.preflight(uri)
-        tags = dict(_pairs(args.tag), git_commit=tracking.git_commit(Path.cwd()),
-                    config_hash=tracking.config_hash(config))
-        run_id = tracking.start_parent(uri, args.experiment, args.run_name, config, tags)
-        write_json(args.out, {"run_id": run_id, "tracking_uri": uri, "experiment": args.experiment,
-                              "config_json": str(Path(args.config_json).resolve())})
-        print(f"{args.out}: MLflow parent run {run_id} at {uri}")
+        record = tracking.start_pipeline(read_json(args.config_json), args.results, args.experiment, args.run_name,
+                                         _pairs(args.tag), args.out)
+        print(f"{args.out}: MLflow parent run {record['run_id']} at {record['tracking_uri']}")
         return 0
     parent = read_json(args.parent)
     tracking.finish_run(parent["tracking_uri"], parent["run_id"], args.status)
@@ -509,9 +503,9 @@ def _run(args: argparse.Namespace) -> int:
 
     parent = read_json(args.mlflow_parent)
     tags = dict(_pairs(args.mlflow_tag), command=args.command, git_commit=tracking.git_commit(Path.cwd()))
-    if parent.get("config_json") and Path(parent["config_json"]).exists():
-        # the configuration in force for this job (it may differ from the parent's)
-        tags.setdefault("config_hash", tracking.config_hash(read_json(parent["config_json"])))
+    # The configuration in force for this job (the workflow exports it; it may differ
+    # from the parent's after a config change re-ran some jobs).
+    tags.setdefault("config_hash", os.environ.get("PTYCHO_CONFIG_HASH") or parent.get("config_hash", ""))
     if "SLURM_JOB_ID" in os.environ:
         tags["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     name = "-".join(v for k, v in tags.items() if k in ("rule", "model", "xla", "seed") and v) or args.command

@@ -698,3 +698,25 @@ def child_run(
             _log.warning("could not mark MLflow run %s %s: %s", run.run_id, status, term_exc)
         raise
     run._terminate("FINISHED")
+
+
+def start_pipeline(config: Mapping[str, Any], results_dir: str, experiment: str, run_name: str,
+                   tags: Mapping[str, Any], out: str, log: str | None = None) -> dict:
+    """Create a pipeline's parent run and write ``out`` (JSON: run id, tracking URI).
+
+    Every job of the pipeline reads ``out`` to log as a child of this run. Called once
+    per results folder by the workflow (``rules/common.smk``) and by ``ptycho track start``.
+    """
+    from pathlib import Path
+
+    from ptycho.artifacts import write_json
+
+    uri = default_tracking_uri(results_dir)
+    preflight(uri)
+    all_tags = dict(tags, git_commit=git_commit(Path.cwd()), config_hash=config_hash(config))
+    run_id = start_parent(uri, experiment, run_name, config, all_tags)
+    record = {"run_id": run_id, "tracking_uri": uri, "experiment": experiment, "config_hash": all_tags["config_hash"]}
+    write_json(out, record)
+    if log:
+        Path(log).write_text(f"MLflow parent run {run_id} at {uri}\n")
+    return record

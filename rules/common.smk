@@ -19,6 +19,9 @@ PTYCHO = f"{sys.executable} -m ptycho"
 PARENT = f"{R}/mlflow/parent.json"
 CONFIG_JSON = f"{R}/config.json"
 HASH = config_hash(CFG)
+# Jobs tag their MLflow runs with the config in force. Through the environment (local
+# and SLURM jobs inherit it), not params: a param would re-run every job on any change.
+os.environ.update(PTYCHO_CONFIG_HASH=HASH)
 ARMS = arms(CFG)
 CHECK_ITEMS = ["accuracy", "gradients", "convergence", "quality", "speedup"]
 

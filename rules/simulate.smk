@@ -1,5 +1,6 @@
 rule resolved_config:
-    # Re-runs whenever the resolved configuration changes (its hash is a param).
+    # Re-runs whenever the resolved configuration changes (its hash is a param); only
+    # the report reads it.
     output:
         CONFIG_JSON,
     log:
@@ -15,27 +16,21 @@ rule resolved_config:
 
 
 rule mlflow_parent:
-    # One parent run per results folder: created once, then every job of every later
-    # invocation (re-runs after a config change included) logs under it. ancient():
-    # a rewritten config.json must not re-run the parent, hence every job.
-    input:
-        ancient(CONFIG_JSON),
+    # One parent run per results folder, created once; jobs of later invocations (after
+    # a config change) log under it too. No inputs and no params on purpose: when a job
+    # must re-run, Snakemake skips the params checks of everything downstream of it,
+    # and every job is downstream of this one.
     output:
         PARENT,
     log:
         f"{R}/logs/mlflow_parent.log",
-    params:
-        ptycho=PTYCHO,
-        preset=CFG["preset"],
-        # results/<preset>/mlflow/parent.json -> results: the store is results/mlflow.db
-        results=lambda w, output: os.path.dirname(os.path.dirname(os.path.dirname(output[0]))),
-        study=CFG["study"],
-        name=f"{CFG['study']}-{CFG['preset']}",
     conda:
         "../envs/ptycho.yaml"
-    shell:
-        "{params.ptycho} track start --config-json {input} --experiment {params.study} "
-        "--run-name {params.name} --results {params.results} --tag preset={params.preset} --out {output} > {log} 2>&1"
+    run:
+        from ptycho.tracking import start_pipeline
+
+        start_pipeline(CFG, CFG["results"], CFG["study"], f"{CFG['study']}-{CFG['preset']}",
+                       {"preset": CFG["preset"]}, output[0], log[0])
 
 
 rule simulate:

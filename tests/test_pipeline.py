@@ -108,6 +108,12 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
 
+    # A changed training setting re-trains (Snakemake skips the params checks downstream
+    # of any job that must re-run, so no job may sit downstream of a config-derived file).
+    retrain = snakemake(work, "all", "--dry-run", "--config", "preset=smoke", "train={epochs: 3}")
+    assert retrain.returncode == 0
+    assert "train_model" in retrain.stdout and "Params have changed" in retrain.stdout
+
     # Flipping a threshold re-runs only that check and the report, and flips the verdict.
     model_json = work / "results" / "smoke" / "models" / "pinn-xla-s0" / "model.json"
     trained_at = model_json.stat().st_mtime_ns
@@ -117,3 +123,9 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert flipped["items"]["speedup"]["status"] == "FAIL"
     assert flipped["verdict"] == "FAIL"
     assert model_json.stat().st_mtime_ns == trained_at  # no retraining
+    rules_run = {line.split()[-1].rstrip(":") for line in strict.stdout.splitlines() + strict.stderr.splitlines()
+                 if line.startswith(("rule ", "localrule "))}
+    assert rules_run == {"resolved_config", "check_speedup", "validation_report", "all"}
+    parents_after = [r for r in client.search_runs([experiment.experiment_id], max_results=1000)
+                     if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents_after) == 1  # still one parent per results folder
