@@ -5,7 +5,7 @@ import sys
 
 from ptycho.errors import ConfigError
 from ptycho.tracking import config_hash
-from ptycho.workflow import arms, resolve
+from ptycho.workflow import arms, parse_arm, resolve
 
 
 try:
@@ -52,5 +52,6 @@ def tracking(rule_name, **tags):
 
 
 def arm_tags(wildcards):
-    model, arm, seed = wildcards.arm.split("-")
-    return f"model={model} xla={str(arm == 'xla').lower()} seed={seed[1:]}"
+    """MLflow tags of one arm of the matrix, from the {arm} wildcard."""
+    model, xla, seed = parse_arm(wildcards.arm)
+    return {"model": model, "xla": str(xla).lower(), "seed": seed}

@@ -13,7 +13,7 @@ rule score:
         runtime=10,
     params:
         ptycho=PTYCHO,
-        track=lambda w: tracking("evaluate", **dict(t.split("=") for t in arm_tags(w).split())),
+        track=lambda w: tracking("evaluate", **arm_tags(w)),
     conda:
         "../envs/ptycho.yaml"
     shell:

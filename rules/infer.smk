@@ -15,7 +15,7 @@ rule infer:
         runtime=30,
     params:
         ptycho=PTYCHO,
-        track=lambda w: tracking("infer", **dict(t.split("=") for t in arm_tags(w).split())),
+        track=lambda w: tracking("infer", **arm_tags(w)),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -38,7 +38,7 @@ rule stitch:
         runtime=10,
     params:
         ptycho=PTYCHO,
-        track=lambda w: tracking("stitch", **dict(t.split("=") for t in arm_tags(w).split())),
+        track=lambda w: tracking("stitch", **arm_tags(w)),
     conda:
         "../envs/ptycho.yaml"
     shell:

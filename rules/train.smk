@@ -15,15 +15,13 @@ rule train_model:
         runtime=120,
     params:
         ptycho=PTYCHO,
-        model=lambda w: w.arm.split("-")[0],
-        xla=lambda w: str(w.arm.split("-")[1] == "xla").lower(),
-        seed=lambda w: w.arm.split("-")[2][1:],
+        arm=lambda w: arm_tags(w),
         model_flags=flags("model"),
         train_flags=flags("train"),
-        track=lambda w: tracking("train", **dict(t.split("=") for t in arm_tags(w).split())),
+        track=lambda w: tracking("train", **arm_tags(w)),
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} --threads {threads} train --quiet --dataset {input.data} "
-        "--out $(dirname {output.meta}) --kind {params.model} --xla {params.xla} --seed {params.seed} "
+        "--out $(dirname {output.meta}) --kind {params.arm[model]} --xla {params.arm[xla]} --seed {params.arm[seed]} "
         "{params.model_flags} {params.train_flags} > {log} 2>&1"
