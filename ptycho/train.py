@@ -82,7 +82,13 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
     y = (ds.counts / np.float32(norm)).astype(np.float32)  # (P, N, N)
     x = np.sqrt(y)
     n = ds.n
-    physics = {"intensity_norm": norm, "log_scale": float(np.log(ds.scale / np.sqrt(norm)))}
+    from ptycho.physics.forward_tf import canvas_pad_for
+
+    physics = {
+        "intensity_norm": norm,
+        "log_scale": float(np.log(ds.scale / np.sqrt(norm))),
+        "canvas_pad": canvas_pad_for(ds.group_offsets, n),
+    }
     if kind == "pinn":
         g = ds.groups
         inputs = np.moveaxis(x[g], 1, -1)  # (G, N, N, C)
@@ -120,6 +126,7 @@ class Trainer:
         self.n, self.channels = n, channels
         self.network = build_network(n, channels, channels, model_cfg.filters, model_cfg.pooling, train_cfg.seed)
         self.probe = tf.constant(probe.astype(np.complex64))
+        self.canvas_pad = int(physics.get("canvas_pad", n // 4))
         self.log_scale = tf.Variable(physics.get("log_scale", 0.0), dtype=tf.float32, name="log_scale",
                                      trainable=model_cfg.kind == "pinn" and model_cfg.trainable_scale)
         self.optimizer = keras.optimizers.Adam(train_cfg.learning_rate)
@@ -146,7 +153,7 @@ class Trainer:
         if self.model_cfg.kind == "baseline":
             return tf.reduce_mean(tf.abs(amp - targets["amp"]) + tf.abs(phase - targets["phase"]), axis=[1, 2, 3])
         obj = pad_centre(to_complex(amp, phase), self.n)
-        pred = predicted_amplitude(obj, offsets, self.probe, self.log_scale, xla=self.train_cfg.xla, canvas_pad=self.n // 4)
+        pred = predicted_amplitude(obj, offsets, self.probe, self.log_scale, xla=self.train_cfg.xla, canvas_pad=self.canvas_pad)
         if self.model_cfg.loss == "mae":
             return tf.reduce_mean(tf.abs(pred - tf.sqrt(targets["counts"])), axis=[1, 2, 3])
         lam = tf.square(pred)

@@ -244,3 +244,21 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, mo
     with pytest.raises(TrainingDiverged, match="last good checkpoint"):
         train(ds, *cfg, tmp_path, progress=False)
     assert (tmp_path / "model.keras").read_bytes() == before
+
+
+def test_group_canvas_without_padding_is_exact_for_offsets_below_a_quarter_patch():
+    """Objects fill only the central N/2, so small offsets need no canvas padding."""
+    from ptycho.physics.forward_tf import canvas_pad_for
+
+    rng = np.random.default_rng(2)
+    n, c = 32, 4
+    centre = np.zeros((3, n, n, c), np.complex64)
+    centre[:, 8:24, 8:24, :] = rng.uniform(0.3, 1, (3, 16, 16, c)) * np.exp(1j * rng.uniform(-1, 1, (3, 16, 16, c)))
+    offsets = rng.uniform(-3.0, 3.0, (3, c, 2)).astype(np.float32)
+    probe = np.ones((n, n), np.complex64) / n
+    assert canvas_pad_for(offsets, n) == 0
+    assert canvas_pad_for(np.array([[[9.5, 0.0]]]), n) == 3
+    for xla in (True, False):
+        padded = forward_tf.predicted_amplitude(centre, offsets, probe, tf.constant(0.0), xla=xla, canvas_pad=n // 4)
+        tight = forward_tf.predicted_amplitude(centre, offsets, probe, tf.constant(0.0), xla=xla, canvas_pad=0)
+        assert np.abs(padded.numpy() - tight.numpy()).max() <= 1e-6 * np.abs(padded.numpy()).max()

@@ -86,6 +86,20 @@ def extract(canvas, offsets, n: int, *, xla: bool):
     return flat_to_channels(crop_centre(moved, n), c)
 
 
+def canvas_pad_for(offsets, n: int) -> int:
+    """Smallest canvas padding that keeps every reassembled patch whole.
+
+    Object patches are zero outside their central ``n/2`` (the networks fill only that),
+    so translating them by ``|offset| < n/4`` stays inside the ``n x n`` frame and no
+    padding is needed; larger offsets pad by the excess. Static (a Python int) because
+    it fixes the canvas shape of the compiled step.
+    """
+    import numpy as np
+
+    reach = float(np.ceil(np.abs(np.asarray(offsets)).max())) if np.size(offsets) else 0.0
+    return int(max(0.0, reach - (n // 4 - 1)))
+
+
 def predicted_amplitude(object_patches, offsets, probe, log_scale, *, xla: bool, canvas_pad: int):
     """Physics head: object patches of a group -> far-field amplitudes ``(B, N, N, C)``.
 
