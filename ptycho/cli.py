@@ -267,7 +267,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         ds = simulate_split(SimulationConfig(n=args.n, object_size=args.object_size, probe_kind="defocused"), "train")
     train_cfg = TrainConfig(batch_size=args.batch_size)
-    models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling) for k in args.models]
+    models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, loss=args.loss) for k in args.models]
     result = bench.run(ds, models, train_cfg, bench.BenchConfig(warmup=args.warmup, repeats=args.repeats))
     print(bench.format_table(result))
     if args.out:
@@ -449,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", choices=("pinn", "baseline"), default=["pinn", "baseline"])
     p.add_argument("--filters", type=int, default=16)
     p.add_argument("--pooling", choices=("max", "avg", "strided"), default="avg")
+    p.add_argument("--loss", choices=("poisson", "mae"), default="mae", help="PINN loss (default: the pipeline's)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)

@@ -105,7 +105,7 @@ rule benchmark_arms:
         repeats=CFG["bench"]["repeats"],
         warmup=CFG["bench"]["warmup"],
         object_size=CFG["bench"]["object_size"],
-        model_flags=f"--filters {CFG['model']['filters']} --pooling {CFG['model']['pooling']} "
+        model_flags=f"--filters {CFG['model']['filters']} --pooling {CFG['model']['pooling']} --loss {CFG['model']['loss']} "
         f"--batch-size {CFG['train']['batch_size']}",
     conda:
         "../envs/ptycho.yaml"
