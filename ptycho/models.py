@@ -94,21 +94,3 @@ def to_complex(amp, phase):
     import tensorflow as tf
 
     return tf.complex(amp * tf.cos(phase), amp * tf.sin(phase))
-
-
-def poisson_nll(pred_amp, counts, eps: float):
-    """Mean Poisson negative log-likelihood ``lambda - n log(lambda + eps)``, ``lambda = A^2``.
-
-    Counts and intensities are in the normalised units of the training data (counts
-    divided by a dataset constant), where the per-pixel mean intensity is about 1.
-    """
-    import tensorflow as tf
-
-    lam = tf.square(pred_amp)
-    return tf.reduce_mean(lam - counts * tf.math.log(lam + eps))
-
-
-def mae(a, b):
-    import tensorflow as tf
-
-    return tf.reduce_mean(tf.abs(a - b))

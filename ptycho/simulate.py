@@ -8,7 +8,6 @@ arrays, and so an identical digest, on any machine with the same library version
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import numpy as np
 
@@ -114,4 +113,4 @@ def config_of(ds: Dataset) -> SimulationConfig:
     return from_dict(SimulationConfig, json.loads(ds.attrs["config"]))
 
 
-__all__ = ["simulate", "simulate_split", "config_of", "SPLITS", "replace"]
+__all__ = ["simulate", "simulate_split", "config_of", "SPLITS"]
