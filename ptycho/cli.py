@@ -217,11 +217,16 @@ def cmd_infer(args: argparse.Namespace) -> int:
 def cmd_stitch(args: argparse.Namespace) -> int:
     from ptycho.artifacts import read_arrays, write_arrays
     from ptycho.data import read_dataset
+    from ptycho.errors import PtychoError
     from ptycho.stitch import stitch_objects
 
     ds = read_dataset(args.dataset)
     rec = read_arrays(args.reconstruction, ("patches", "positions", "position_object"))
-    images = stitch_objects(rec["patches"], rec["positions"], rec["position_object"], ds, weighted=not args.unweighted)
+    try:
+        images = stitch_objects(rec["patches"], rec["positions"], rec["position_object"], ds,
+                                weighted=not args.unweighted)
+    except ValueError as err:
+        raise PtychoError(f"{args.reconstruction}: {err}; re-run infer with this dataset") from None
     write_arrays(args.out, images=np.stack(images).astype(np.complex64))
     print(f"{args.out}: {len(images)} stitched object(s) of shape {images[0].shape}")
     return 0
@@ -238,7 +243,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
     if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
         raise PtychoError(f"{args.stitched}: stitched images do not match the objects of {args.dataset}; re-run stitch with this dataset")
-    result = score_all(list(images), truths)
+    try:
+        result = score_all(list(images), truths)
+    except ValueError as err:
+        raise PtychoError(f"{args.stitched}: cannot score ({err})") from None
     result["dataset_digest"] = ds.attrs["digest"]
     write_json(args.out, result)
     mean = result["mean"]
@@ -305,7 +313,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.item == "accuracy":
         record = checks.accuracy(args.threshold)
     elif args.item == "gradients":
-        record = checks.gradients(args.threshold)
+        record = checks.gradients(args.threshold, loss=args.loss)
     elif args.item == "convergence":
         histories, initial = {}, {}
         for path in args.models:
@@ -474,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="*", default=[], help="model.json files (convergence, speedup)")
     p.add_argument("--metrics", nargs="*", default=[], help="metrics JSON files (quality)")
     p.add_argument("--bench", help="bench JSON (speedup)")
+    p.add_argument("--loss", choices=("poisson", "mae"), default="poisson", help="PINN loss (gradients)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_check)
 

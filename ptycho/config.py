@@ -18,6 +18,12 @@ from ptycho.errors import ConfigError
 
 T = TypeVar("T")
 
+#: Names the simulation accepts (defined here so that validating a config imports no
+#: numerical library; the physics modules use the same tuples).
+OBJECT_KINDS = ("lines", "natural", "gaussian")
+PHASE_KINDS = ("lines", "amplitude", "zero")
+PROBE_KINDS = ("disk", "defocused")
+
 
 def _check_range(name: str, value: float, lo: float | None = None, hi: float | None = None) -> None:
     if lo is not None and value < lo or hi is not None and value > hi:
@@ -92,9 +98,6 @@ class SimulationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from ptycho.physics.objects import OBJECT_KINDS, PHASE_KINDS
-        from ptycho.physics.probe import PROBE_KINDS
-
         _check_range("n", self.n, 8, 1024)
         if self.n % 2:
             raise ConfigError(f"config key 'n' = {self.n} must be even (centre convention); use {self.n + 1}")

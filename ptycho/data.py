@@ -213,7 +213,13 @@ def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        with h5py.File(tmp, "w", track_order=True) as f:
+        # No object timestamps anywhere (root group included), so identical content gives
+        # byte-identical files.
+        fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+        fcpl.set_obj_track_times(False)
+        fcpl.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
+        fcpl.set_attr_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
+        with h5py.File(h5py.h5f.create(tmp.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl)) as f:
             for name, arr in arrays.items():
                 f.create_dataset(name, data=arr, track_times=False)
             for key, value in attrs.items():
@@ -310,7 +316,11 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
     expected_dtype = np.uint32 if units == "counts" else np.float32
     if d.dtype != expected_dtype:
         fail(f"diffraction has dtype {d.dtype}; expected {np.dtype(expected_dtype)} for units={units}")
-    for name, want in (("probe", np.complex64), ("objects", np.complex64)):
+    for name, want in (
+        ("probe", np.complex64), ("objects", np.complex64), ("positions", np.float64),
+        ("position_object", np.int64), ("groups", np.int64), ("group_offsets", np.float64),
+        ("scan_region", np.int64),
+    ):
         if a[name].dtype != want:
             fail(f"{name} has dtype {a[name].dtype}; expected {np.dtype(want)}")
     if obj.ndim != 3 or obj.shape[0] == 0:

@@ -47,6 +47,11 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     amp = np.asarray(data[key], dtype=np.float32)
     probe = np.asarray(data["probeGuess"], dtype=np.complex64)
     obj = np.asarray(data["objectGuess"], dtype=np.complex64)
+    amax = float(np.abs(obj).max()) if obj.size else 0.0
+    if amax > 1:
+        # Transmission amplitudes are <= 1; the scale s below absorbs the factor, so the
+        # forward model recomputed from the stored object still matches the amplitudes.
+        obj = obj / np.float32(amax)
     if amp.ndim != 3 or amp.shape[1:] != probe.shape:
         raise DatasetError(f"{path}: {key} has shape {amp.shape}; expected (P, N, N) with N = probe size {probe.shape}")
     pos = np.stack([np.asarray(data["xcoords"], float).ravel(), np.asarray(data["ycoords"], float).ravel()], axis=1)
@@ -64,8 +69,7 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     model = np.sum(np.abs(probe[None].astype(np.complex128) * patches) ** 2)
     scale = float(np.sqrt(np.sum(amp.astype(np.float64) ** 2) / model)) if model > 0 else 1.0
     groups = nearest_neighbour_groups(pos, gridsize)
-    amax = float(np.abs(obj).max())
-    objects = obj[None] / amax if amax > 1 else obj[None]
+    objects = obj[None]
     return Dataset(
         diffraction=amp,
         probe=probe,

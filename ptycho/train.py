@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ptycho.artifacts import write_json
 from ptycho.config import _check_range, from_dict, to_dict
 from ptycho.data import Dataset
 from ptycho.errors import PtychoError
@@ -203,13 +204,6 @@ def evaluate(trainer: Trainer, data: TrainingData, idx: np.ndarray) -> float:
     return total / count
 
 
-def _atomic_save_json(path: Path, payload: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh, indent=2, sort_keys=True)
-    os.replace(tmp, path)
-
-
 def save_checkpoint(trainer: Trainer, out_dir: Path, meta: dict) -> None:
     """``model.keras`` (the network) and ``model.json`` (configs, physics, history), atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -223,7 +217,7 @@ def save_checkpoint(trainer: Trainer, out_dir: Path, meta: dict) -> None:
         raise
     meta = dict(meta)
     meta["physics"] = dict(meta.get("physics", {}), log_scale=float(trainer.log_scale.numpy()))
-    _atomic_save_json(out_dir / "model.json", meta)
+    write_json(out_dir / "model.json", meta)
 
 
 def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: str | os.PathLike,
@@ -289,8 +283,9 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
                 )
             losses.append(loss)
             bar.set_postfix(loss=f"{loss:.4g}")
-        if trainer.traces["train"] != 1:
-            raise Retraced(f"train step was traced {trainer.traces['train']} times; batch shapes must be fixed")
+        for step, count in trainer.traces.items():
+            if count > 1:  # eval may be 0 (no validation split)
+                raise Retraced(f"{step} step was traced {count} times; batch shapes must be fixed")
         record = {
             "epoch": epoch + 1,
             "train_loss": float(np.mean(losses)),

@@ -99,19 +99,17 @@ rule benchmark_arms:
         runtime=60,
     params:
         ptycho=PTYCHO,
-        n=CFG["simulation"]["n"],
         track=tracking("benchmark"),
         models=" ".join(CFG["models"]),
         repeats=CFG["bench"]["repeats"],
         warmup=CFG["bench"]["warmup"],
-        object_size=CFG["bench"]["object_size"],
         model_flags=f"--filters {CFG['model']['filters']} --pooling {CFG['model']['pooling']} --loss {CFG['model']['loss']} "
         f"--batch-size {CFG['train']['batch_size']}",
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} bench --models {params.models} --repeats {params.repeats} --warmup {params.warmup} "
-        "--object-size {params.object_size} --n {params.n} {params.model_flags} --out {output} > {log} 2>&1"
+        "--dataset {input.data} {params.model_flags} --out {output} > {log} 2>&1"
 
 
 rule check_speedup:

@@ -89,3 +89,19 @@ def test_illumination_weighting_prefers_the_patch_that_lit_the_pixel():
     assert image[10 - 6, 13 - 6] == pytest.approx(1.0, abs=0.01)  # centre of patch 2: lit by it
     plain = stitch(np.stack([dark, lit]), positions, [6, 6, 18, 14], n_keep=n)
     assert plain[10 - 6, 13 - 6] == pytest.approx(3.0)
+
+
+def test_convergence_without_validation_losses_fails_instead_of_passing():
+    nan = float("nan")
+    hist = {
+        "pinn-xla-s0": [{"epoch": 1, "train_loss": 2.0, "val_loss": nan}, {"epoch": 2, "train_loss": 1.0, "val_loss": nan}],
+        "pinn-noxla-s0": [{"epoch": 1, "train_loss": 9.0, "val_loss": nan}, {"epoch": 2, "train_loss": 5.0, "val_loss": nan}],
+    }
+    assert checks.convergence(hist, 0.05)["status"] == "FAIL"
+
+
+def test_quality_with_an_undefined_ssim_fails_without_crashing():
+    metrics = {"pinn-xla-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
+               "pinn-noxla-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}}}
+    record = checks.quality(metrics, 0.02)
+    assert record["status"] == "FAIL" and math.isnan(record["value"])

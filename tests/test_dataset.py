@@ -367,3 +367,35 @@ def test_npz_export_refuses_several_objects(small_cfg, tmp_path):
     with pytest.raises(DatasetError, match="holds one object"):
         export_npz(ds, tmp_path / "two.npz")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_float_group_indices_are_a_one_line_dtype_error(pair, tmp_path):
+    import h5py
+
+    path = tmp_path / "bad.h5"
+    write_dataset(path, pair["train"])
+    with h5py.File(path, "r+") as f:
+        groups = f["groups"][()].astype(np.float64)
+        del f["groups"]
+        f["groups"] = groups
+    with pytest.raises(DatasetError, match=r"groups has dtype float64; expected int64"):
+        read_dataset(path, check_digest=False)
+
+
+def test_npz_import_of_an_object_brighter_than_one_keeps_the_forward_model_consistent(pair, tmp_path):
+    from ptycho.npz import export_npz, import_npz
+    from ptycho.physics.forward import diffraction_amplitude
+    from ptycho.physics.translate import extract_patches
+
+    ds = pair["train"]
+    export_npz(ds, tmp_path / "a.npz")
+    with np.load(tmp_path / "a.npz") as z:
+        data = dict(z)
+    data["objectGuess"] = data["objectGuess"] * 2.0  # amplitude up to 2: gets normalised on import
+    np.savez(tmp_path / "b.npz", **data)
+    imported = import_npz(tmp_path / "b.npz")
+    assert np.abs(imported.objects).max() <= 1.0 + 1e-6
+    patches = extract_patches(imported.objects[0].astype(complex), imported.positions, imported.n)
+    model = imported.scale * diffraction_amplitude(imported.probe.astype(complex)[None] * patches)
+    measured = imported.amplitude.astype(float)
+    assert np.sum(model**2) == pytest.approx(np.sum(measured**2), rel=1e-5)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.ndimage import gaussian_filter, zoom
 
-PHASE_KINDS = ("lines", "amplitude", "zero")
-OBJECT_KINDS = ("lines", "natural", "gaussian")
+from ptycho.config import OBJECT_KINDS, PHASE_KINDS  # noqa: E402,F401  (re-exported)
 
 
 def lines_image(size: int, rng: np.random.Generator, n_lines: int = 400) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
-PROBE_KINDS = ("disk", "defocused")
+from ptycho.config import PROBE_KINDS  # noqa: E402,F401  (re-exported)
 
 
 def _radius_grid(n: int) -> np.ndarray:
