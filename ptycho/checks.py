@@ -112,10 +112,10 @@ def accuracy(threshold: float, seed: int = 0) -> dict:
 
 
 # ----------------------------------------------------------------- gradients
-def gradients(threshold: float, seed: int = 0, loss: str = "poisson") -> dict:
+def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson") -> dict:
     """Loss gradients w.r.t. weights and inputs, XLA vs no-XLA, per variable; plus FD.
 
-    ``loss`` is the PINN loss the study trains with. The value is the worst of the
+    ``pinn_loss`` is the PINN loss the study trains with. The value is the worst of the
     XLA-vs-no-XLA relative differences and the finite-difference relative error.
     """
     import tensorflow as tf
@@ -135,7 +135,7 @@ def gradients(threshold: float, seed: int = 0, loss: str = "poisson") -> dict:
         x = tf.constant(data.inputs[idx])
         grads = {}
         for xla in (True, False):
-            trainer = Trainer(ModelConfig(kind=kind, filters=4, loss=loss), TrainConfig(batch_size=8, xla=xla, seed=seed),
+            trainer = Trainer(ModelConfig(kind=kind, filters=4, loss=pinn_loss), TrainConfig(batch_size=8, xla=xla, seed=seed),
                               ds.n, data.inputs.shape[-1], ds.probe, data.physics)
 
             def fn(x, off, tgt, trainer=trainer):

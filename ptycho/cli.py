@@ -313,7 +313,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.item == "accuracy":
         record = checks.accuracy(args.threshold)
     elif args.item == "gradients":
-        record = checks.gradients(args.threshold, loss=args.loss)
+        record = checks.gradients(args.threshold, pinn_loss=args.loss)
     elif args.item == "convergence":
         histories, initial = {}, {}
         for path in args.models:

@@ -37,10 +37,12 @@ rule check_gradients:
         ptycho=PTYCHO,
         track=tracking("check_gradients"),
         threshold=CFG["thresholds"]["gradients_max_rel"],
+        loss=CFG["model"]["loss"],
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} check gradients --threshold {params.threshold} --out {output} > {log} 2>&1"
+        "{params.ptycho} {params.track} check gradients --threshold {params.threshold} --loss {params.loss} "
+        "--out {output} > {log} 2>&1"
 
 
 rule check_convergence:

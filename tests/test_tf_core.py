@@ -262,3 +262,13 @@ def test_group_canvas_without_padding_is_exact_for_offsets_below_a_quarter_patch
         padded = forward_tf.predicted_amplitude(centre, offsets, probe, tf.constant(0.0), xla=xla, canvas_pad=n // 4)
         tight = forward_tf.predicted_amplitude(centre, offsets, probe, tf.constant(0.0), xla=xla, canvas_pad=0)
         assert np.abs(padded.numpy() - tight.numpy()).max() <= 1e-6 * np.abs(padded.numpy()).max()
+
+
+@pytest.mark.parametrize("pinn_loss", ["mae", "poisson"])
+def test_gradients_checklist_item_runs_for_either_pinn_loss(pinn_loss):
+    from ptycho.checks import gradients
+
+    record = gradients(1e-4, pinn_loss=pinn_loss)
+    assert record["status"] == "PASS" and record["value"] <= 1e-4
+    assert record["evidence"]["finite_differences"]["max_rel"] <= 1e-4
+    assert set(record["evidence"]["models"]) == {"pinn", "baseline"}
