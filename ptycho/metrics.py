@@ -10,11 +10,12 @@ Scoring pipeline of :func:`score`, applied to every test image (:func:`score_all
    Shifts are reported in **[row, column] = [dy, dx]** order, like skimage, as the
    shift *applied to the reconstruction* to bring it onto the truth; :func:`score`
    records them as ``shift_y`` and ``shift_x``.
-2. **Crop.** Both images are cropped to the region the shifted reconstruction still
-   covers (``ceil(|dy|)`` rows removed on the side content was shifted in from,
-   likewise columns) and then a further ``border`` pixels (default 4) on every side,
-   where the shift interpolation is least reliable. The same crop is applied whatever
-   the shift, so two reconstructions of one truth are scored on comparable regions.
+2. **Crop.** Both images lose ``max_shift + border`` pixels (default 4 + 4) on every
+   side: the shift allowance covers whatever a registration shift of up to
+   ``max_shift`` px exposes, and the border is where shift interpolation is least
+   reliable. The crop is therefore the same for every reconstruction of one truth whose
+   shift is within the allowance, so the two XLA arms are scored on the same window;
+   a larger shift additionally removes the ``ceil(|shift|)`` it exposes.
 3. **Amplitude** is multiplied by the least-squares factor :func:`amplitude_scale`.
 4. **Phase**: the best-fit plane ``a + b x + c y`` of the wrapped phase difference is
    removed (:func:`remove_phase_plane`); global phase and phase ramps are not
@@ -137,12 +138,13 @@ def register(
     return fourier_shift(recon, shift), shift
 
 
-def _valid_slices(shape: tuple[int, int], shift_yx: np.ndarray, border: int) -> tuple[slice, slice]:
-    """Rows/columns still covered by an image shifted by ``shift_yx``, minus ``border``."""
+def _valid_slices(shape: tuple[int, int], shift_yx: np.ndarray, border: int, max_shift: int = 0) -> tuple[slice, slice]:
+    """Rows/columns scored after a shift: a fixed ``max_shift + border`` frame removed, or
+    more where the shift exposes more (so within the allowance the crop is shift-independent)."""
     out = []
     for size, d in zip(shape, shift_yx, strict=True):
-        lo = int(math.ceil(d)) if d > 0 else 0
-        hi = size - (int(math.ceil(-d)) if d < 0 else 0)
+        lo = max(max_shift, int(math.ceil(d)) if d > 0 else 0)
+        hi = size - max(max_shift, int(math.ceil(-d)) if d < 0 else 0)
         lo, hi = lo + border, hi - border
         if hi - lo < 8:
             raise ValueError(
@@ -369,7 +371,8 @@ def _image_metrics(test: np.ndarray, ref: np.ndarray, prefix: str, *, offset: bo
 
 
 def score(
-    recon: np.ndarray, truth: np.ndarray, *, upsample: int = 20, border: int = 4, register_images: bool = True
+    recon: np.ndarray, truth: np.ndarray, *, upsample: int = 20, border: int = 4, max_shift: int = 4,
+    register_images: bool = True
 ) -> dict[str, Any]:
     """Score a complex reconstruction against its ground truth (module docstring, 1-5).
 
@@ -381,6 +384,9 @@ def score(
         Registration precision ``1 / upsample`` px.
     border : int
         Pixels dropped on every side after removing the region the shift exposed.
+    max_shift : int
+        Shift allowance (px) removed on every side whatever the shift, so that all
+        reconstructions with ``|shift| <= max_shift`` are scored on one window.
     register_images : bool
         If False, no shift is estimated or applied (``shift_x = shift_y = 0``).
 
@@ -425,7 +431,7 @@ def score(
         aligned, shift = register(recon, truth, upsample=upsample)
     else:
         aligned, shift = recon, np.zeros(2)
-    rows, cols = _valid_slices(recon.shape, shift, border)
+    rows, cols = _valid_slices(recon.shape, shift, border, max_shift)
     r, t = aligned[rows, cols], truth[rows, cols]
 
     r_amp, t_amp = np.abs(r), np.abs(t)

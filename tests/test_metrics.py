@@ -64,8 +64,11 @@ def test_score_records_and_corrects_the_shift():
     assert s["shift_x"] == pytest.approx(2.0, abs=0.05)
     assert s["shift_y"] == pytest.approx(-1.0, abs=0.05)
     assert s["amp_ssim"] > 0.999 and s["phase_ssim"] > 0.999
-    # Shift -1 in y: the bottom row is exposed; shift +2 in x: the two left columns.
-    assert s["crop"] == [4, 128 - 1 - 4, 2 + 4, 128 - 4]
+    # Within the 4 px shift allowance the crop is the fixed frame (allowance + border)...
+    assert s["crop"] == [8, 120, 8, 120]
+    # ...and without an allowance it removes exactly what the shift exposed:
+    # shift -1 in y exposes the bottom row, shift +2 in x the two left columns.
+    assert score(moved, truth, max_shift=0)["crop"] == [4, 128 - 1 - 4, 2 + 4, 128 - 4]
 
 
 # --------------------------------------------------------------------------- corrections
@@ -187,7 +190,7 @@ def test_metrics_equal_direct_skimage_calls_with_the_truth_data_range():
 
     recon, truth = _noisy_pair()
     border = 4
-    s = score(recon, truth, register_images=False, border=border)
+    s = score(recon, truth, register_images=False, border=border, max_shift=0)
     crop = (slice(border, -border), slice(border, -border))
     r, t = recon[crop], truth[crop]
     k = amplitude_scale(np.abs(r), np.abs(t))
@@ -264,3 +267,16 @@ def test_score_rejects_mismatched_inputs():
         score(np.ones((32, 32), complex), np.ones((32, 30), complex))
     with pytest.raises(ValueError, match="reconstructions"):
         score_all([np.ones((32, 32))], [])
+
+
+def test_reconstructions_with_different_small_shifts_are_scored_on_the_same_window():
+    from ptycho.metrics import fourier_shift, score
+
+    rng = np.random.default_rng(7)
+    from scipy.ndimage import gaussian_filter
+
+    amp = 0.5 + 0.5 * gaussian_filter(rng.random((64, 64)), 2) / 0.6
+    truth = np.clip(amp, 0, 1) * np.exp(1j * gaussian_filter(rng.random((64, 64)), 2))
+    a = score(fourier_shift(truth, (0.3, -0.4)), truth)
+    b = score(fourier_shift(truth, (-1.6, 2.2)), truth)
+    assert a["crop"] == b["crop"] == [8, 56, 8, 56]
