@@ -20,12 +20,21 @@ import numpy as np
 from ptycho.errors import PtychoError
 
 
-def _atomic(path: Path, write) -> None:
+def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
+    """Run ``write(tmp)`` on a temporary file beside ``path``, fsync it, rename it into place.
+
+    The one way every artefact of the package is written: a killed job leaves either the
+    old file or the new one, never a half-written file that looks valid. ``suffix`` is
+    for writers that insist on an extension (Keras wants ``.keras``).
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -51,7 +60,7 @@ def write_json(path: str | os.PathLike, payload: dict) -> None:
             json.dump(_jsonable(payload), fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
 
-    _atomic(Path(path), write)
+    atomic_write(path, write)
 
 
 def read_json(path: str | os.PathLike) -> dict:
@@ -69,7 +78,7 @@ def write_arrays(path: str | os.PathLike, **arrays: np.ndarray) -> None:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
 
-    _atomic(Path(path), write)
+    atomic_write(path, write)
 
 
 def read_arrays(path: str | os.PathLike, required: tuple[str, ...]) -> dict[str, np.ndarray]:

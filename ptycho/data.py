@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ptycho import __version__
+from ptycho.artifacts import atomic_write
 from ptycho.errors import DatasetError
 
 FORMAT = "ptycho-dataset"
@@ -209,10 +209,7 @@ def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
         attrs[key] = typ(attrs[key])
     _validate(str(path), arrays, attrs, check_digest=False)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    def write(tmp: str) -> None:
         # No object timestamps anywhere (root group included), so identical content gives
         # byte-identical files.
         fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
@@ -224,12 +221,8 @@ def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
                 f.create_dataset(name, data=arr, track_times=False)
             for key, value in attrs.items():
                 f.attrs[key] = value
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
     return digest
 
 

@@ -95,25 +95,21 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
 
 def export_npz(ds: Dataset, path: str | os.PathLike) -> None:
     """Write ``ds`` (object 0) as a PtychoPINN-style NPZ, atomically."""
-    import tempfile
+    from ptycho.artifacts import atomic_write
 
     if ds.objects.shape[0] != 1:
         raise DatasetError(f"{path}: PtychoPINN NPZ holds one object; this dataset has {ds.objects.shape[0]}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
-        np.savez(
-            tmp,
-            diff3d=ds.amplitude,
-            probeGuess=ds.probe,
-            objectGuess=ds.objects[0],
-            xcoords=ds.positions[:, 0],
-            ycoords=ds.positions[:, 1],
-            scale=np.float64(ds.scale),
-        )
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez(
+                fh,
+                diff3d=ds.amplitude,
+                probeGuess=ds.probe,
+                objectGuess=ds.objects[0],
+                xcoords=ds.positions[:, 0],
+                ycoords=ds.positions[:, 1],
+                scale=np.float64(ds.scale),
+            )
+
+    atomic_write(path, write)

@@ -157,14 +157,14 @@ generated {report['generated_utc']}.</p></section>
 
 def write(report: Mapping, out_dir: str | Path) -> dict[str, Path]:
     """Write ``validation.{json,md,html}`` atomically into ``out_dir``."""
-    from ptycho.artifacts import _atomic, write_json
+    from ptycho.artifacts import atomic_write, write_json
 
     out_dir = Path(out_dir)
     paths = {"json": out_dir / "validation.json", "md": out_dir / "validation.md", "html": out_dir / "validation.html"}
     write_json(paths["json"], dict(report))
     for key, render in (("md", to_markdown), ("html", to_html)):
         text = render(report)
-        _atomic(paths[key], lambda tmp, text=text: Path(tmp).write_text(text))
+        atomic_write(paths[key], lambda tmp, text=text: Path(tmp).write_text(text))
     return paths
 
 

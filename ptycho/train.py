@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ptycho.artifacts import write_json
+from ptycho.artifacts import atomic_write, write_json
 from ptycho.config import _check_range, from_dict, to_dict
 from ptycho.data import Dataset
 from ptycho.errors import PtychoError
@@ -206,15 +205,7 @@ def evaluate(trainer: Trainer, data: TrainingData, idx: np.ndarray) -> float:
 
 def save_checkpoint(trainer: Trainer, out_dir: Path, meta: dict) -> None:
     """``model.keras`` (the network) and ``model.json`` (configs, physics, history), atomically."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".model.", suffix=".keras", dir=out_dir)
-    os.close(fd)
-    try:
-        trainer.network.save(tmp)
-        os.replace(tmp, out_dir / "model.keras")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(out_dir / "model.keras", trainer.network.save, suffix=".keras")
     meta = dict(meta)
     meta["physics"] = dict(meta.get("physics", {}), log_scale=float(trainer.log_scale.numpy()))
     write_json(out_dir / "model.json", meta)
