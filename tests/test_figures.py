@@ -1,0 +1,319 @@
+"""The report's figures, on small synthetic inputs (no TensorFlow, no training)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ptycho import figures
+
+ARMS = ("pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "baseline-noxla-s0")
+
+
+def _truth(shape=(16, 20)):
+    rng = np.random.default_rng(0)
+    return rng.uniform(0.2, 1.0, shape), rng.uniform(-1.5, 1.5, shape)
+
+
+def _arms(truth, names=ARMS, noise=0.05):
+    rng = np.random.default_rng(1)
+    return {n: (truth[0] + noise * rng.standard_normal(truth[0].shape),
+                truth[1] + noise * rng.standard_normal(truth[1].shape)) for n in names}
+
+
+def _pairs():
+    ep = np.arange(1, 9)
+    return {
+        "pinn-s0": {"train_loss_xla": list(-2 + 3 * np.exp(-ep / 3)), "train_loss_noxla": list(-2 + 3 * np.exp(-ep / 3)),
+                    "val_loss_xla": list(-1.9 + 3 * np.exp(-ep / 3)), "val_loss_noxla": list(-1.88 + 3 * np.exp(-ep / 3)),
+                    "relative_difference": 0.01},
+        "baseline-s0": {"train_loss_xla": list(np.exp(-ep)), "train_loss_noxla": list(np.exp(-ep)),
+                        "val_loss_xla": list(1.1 * np.exp(-ep)), "val_loss_noxla": list(1.1 * np.exp(-ep))},
+    }
+
+
+def _bench_arms():
+    rng = np.random.default_rng(2)
+    return [{"model": m, "xla": x, "step_samples_s": list(base + 0.001 * rng.standard_normal(12)), "compile_s": c}
+            for m, x, base, c in (("pinn", True, 0.040, 9.5), ("pinn", False, 0.055, 1.5),
+                                  ("baseline", True, 0.010, 3.0), ("baseline", False, 0.011, 0.7))]
+
+
+def _ratios():
+    nan = math.nan
+    return {"PINN train step": {"ratio": 1.4, "low": 1.2, "high": 1.6},
+            "baseline train step": {"ratio": 0.9, "low": nan, "high": nan},
+            "PINN inference": {"ratio": nan, "low": nan, "high": nan}}
+
+
+def _frcs():
+    f = np.linspace(0, 0.5, 11)
+    return {n: {"freq": f, "amp": np.exp(-8 * f), "phase": np.exp(-6 * f)} for n in ARMS}
+
+
+def _images(fig):
+    return [im for ax in fig.axes for im in ax.images]
+
+
+def _texts(fig):
+    return [t.get_text() for ax in fig.axes for t in ax.texts] + [t.get_text() for t in fig.texts]
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_pyplot_figures():
+    import matplotlib.pyplot as plt
+
+    yield
+    assert plt.get_fignums() == []
+
+
+# ------------------------------------------------------------------ style contract
+def test_palette_pins_xla_blue_and_noxla_vermillion_from_okabe_ito():
+    assert figures.XLA_COLOUR == "#0072B2"
+    assert figures.NOXLA_COLOUR == "#D55E00"
+    assert {figures.XLA_COLOUR, figures.NOXLA_COLOUR} <= set(figures.OKABE_ITO)
+    assert figures.arm_colour(True) == "#0072B2" and figures.arm_colour(False) == "#D55E00"
+    assert (figures.AMPLITUDE_CMAP, figures.PHASE_CMAP, figures.ERROR_CMAP) == ("cividis", "cividis", "PuOr")
+
+
+def test_importing_the_module_does_not_import_matplotlib():
+    code = "import sys, ptycho.figures; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_building_and_rendering_changes_no_global_matplotlib_state():
+    import matplotlib
+
+    before = dict(matplotlib.rcParams)
+    figures.to_png(figures.speedup_bars(_ratios()))
+    assert dict(matplotlib.rcParams) == before
+
+
+# ------------------------------------------------------------------ image figures
+def test_reconstruction_grid_has_truth_then_each_arm_with_colour_bars_and_truth_limits():
+    truth = _truth()
+    fig = figures.reconstruction_grid(truth, _arms(truth))
+    images = _images(fig)
+    assert len(images) == 2 * (1 + len(ARMS))
+    assert all(im.colorbar is not None for im in images)
+    amp, phase = images[0::2], images[1::2]
+    assert {im.get_clim() for im in amp} == {(truth[0].min(), truth[0].max())}
+    assert {im.get_clim() for im in phase} == {(truth[1].min(), truth[1].max())}
+    assert [im.get_cmap().name for im in images[:2]] == ["cividis", "cividis"]
+    titles = [im.axes.get_title() for im in amp]
+    assert titles == ["Ground truth: amplitude", "PINN, XLA: amplitude", "PINN, no XLA: amplitude",
+                      "Baseline, XLA: amplitude", "Baseline, no XLA: amplitude"]
+    assert phase[0].colorbar.ax.get_ylabel() == "phase (rad)"
+
+
+def test_reconstruction_grid_uses_a_cyclic_map_only_for_a_phase_spanning_a_full_turn():
+    amp = np.ones((8, 8))
+    wrapped = np.linspace(-np.pi, np.pi, 64).reshape(8, 8)
+    fig = figures.reconstruction_grid((amp, wrapped), {})
+    assert _images(fig)[1].get_cmap().name == "twilight"
+    assert _images(fig)[1].get_clim() == (-np.pi, np.pi)
+
+
+def test_error_maps_share_symmetric_limits_per_column_and_wrap_the_phase_error():
+    truth = (np.ones((8, 8)), np.full((8, 8), 3.1))
+    arms = {"pinn-xla-s0": (np.full((8, 8), 1.1), np.full((8, 8), -3.1)),
+            "pinn-noxla-s0": (np.full((8, 8), 0.8), np.full((8, 8), 3.0))}
+    fig = figures.error_maps(truth, arms)
+    images = _images(fig)
+    assert len(images) == 4 and all(im.colorbar is not None for im in images)
+    assert all(im.get_cmap().name == "PuOr" for im in images)
+    amp_lims = {im.get_clim() for im in images[0::2]}
+    assert len(amp_lims) == 1 and next(iter(amp_lims)) == pytest.approx((-0.2, 0.2))
+    xla_phase_error = images[1].get_array()
+    assert np.allclose(xla_phase_error, 2 * np.pi - 6.2)  # -3.1 - 3.1 wrapped into (-pi, pi]
+    assert images[1].get_clim() == pytest.approx((-0.1, 0.1))  # the larger |error| of the two arms
+
+
+@pytest.mark.parametrize("builder", [figures.reconstruction_grid, figures.error_maps])
+@pytest.mark.parametrize("bad, match", [
+    ({"pinn-xla-s0": (np.ones((8, 9)), np.ones((8, 9)))}, "differs from the truth"),
+    ({"pinn-xla-s0": (np.ones((8, 8)), np.ones((8, 9)))}, "differ in shape"),
+    ({"pinn-xla-s0": (np.ones(8), np.ones(8))}, "must be 2-D"),
+    ({"pinn-xla-s0": (np.ones((8, 8), complex), np.ones((8, 8)))}, "complex"),
+    ({"pinn-xla-s0": np.ones((8, 8))}, "expected a pair"),
+])
+def test_image_figures_reject_structurally_wrong_arrays(builder, bad, match):
+    with pytest.raises(ValueError, match=match):
+        builder((np.ones((8, 8)), np.zeros((8, 8))), bad)
+
+
+def test_image_figures_require_the_truth():
+    with pytest.raises(ValueError, match="truth"):
+        figures.reconstruction_grid(None, {})
+
+
+def test_a_missing_arm_is_drawn_as_na_and_nan_pixels_do_not_crash():
+    truth = _truth((8, 8))
+    arm = (np.full((8, 8), np.nan), truth[1])
+    fig = figures.error_maps(truth, {"pinn-xla-s0": None, "pinn-noxla-s0": arm})
+    assert len(_images(fig)) == 2
+    assert "n/a (no reconstruction)" in _texts(fig)
+    amp_error = next(ax for ax in fig.axes if ax.get_title().startswith("PINN, no XLA: amplitude"))
+    assert amp_error.get_title().endswith("RMSE n/a")
+    assert figures.to_png(fig).startswith(b"\x89PNG")
+
+
+# -------------------------------------------------------------------- loss curves
+def test_loss_curves_one_panel_per_pair_arm_colours_and_train_dashed():
+    fig = figures.loss_curves(_pairs())
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 2
+    pinn = panels[0]
+    assert pinn.get_title().startswith("PINN, seed 0") and pinn.get_title().endswith("difference: 1.00%")
+    styles = {(line.get_color(), line.get_linestyle()) for line in pinn.lines}
+    assert styles == {("#0072B2", "--"), ("#0072B2", "-"), ("#D55E00", "--"), ("#D55E00", "-")}
+    assert all(line.get_xdata()[0] == 1 for line in pinn.lines)
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 4
+
+
+def test_loss_curves_log_scale_only_for_positive_losses_spanning_a_decade():
+    fig = figures.loss_curves(_pairs())
+    by_title = {ax.get_title().split("\n")[0]: ax.get_yscale() for ax in fig.axes if ax.get_visible()}
+    assert by_title == {"PINN, seed 0": "linear", "Baseline, seed 0": "log"}
+    narrow = {"pinn-s0": {"val_loss_xla": [2.0, 1.5], "val_loss_noxla": [2.0, 1.4]}}
+    assert figures.loss_curves(narrow).axes[0].get_yscale() == "linear"
+
+
+def test_loss_curves_tolerate_missing_series_nulls_and_empty_evidence():
+    fig = figures.loss_curves({"pinn-s0": {"val_loss_xla": [1.0, None, 0.5]}, "pinn-s1": {"train_loss_xla": []}})
+    assert len(fig.axes[0].lines) == 1
+    assert "n/a (no loss history)" in _texts(fig)
+    assert "n/a" in fig.axes[0].get_title()  # no no-XLA arm: no relative difference
+    assert figures.loss_curves({}).axes[0].texts[0].get_text().startswith("no ")
+    with pytest.raises(ValueError, match="pairs\\['pinn-s0'\\]"):
+        figures.loss_curves({"pinn-s0": [1.0, 2.0]})
+
+
+# --------------------------------------------------------------- step-time figure
+def test_step_time_distributions_one_panel_per_model_in_ms_with_compile_time():
+    arms = _bench_arms()
+    fig = figures.step_time_distributions(arms)
+    assert len(fig.axes) == 2
+    pinn = fig.axes[0]
+    assert pinn.get_title().startswith("PINN train step")
+    boxes = [p for p in pinn.patches]
+    assert [b.get_edgecolor()[:3] for b in boxes] == [pytest.approx((0, 0x72 / 255, 0xB2 / 255)),
+                                                       pytest.approx((0xD5 / 255, 0x5E / 255, 0))]
+    points = [c for c in pinn.collections if len(c.get_offsets()) == 12]
+    assert len(points) == 2
+    assert np.allclose(np.sort(points[0].get_offsets()[:, 1]), np.sort(np.array(arms[0]["step_samples_s"]) * 1e3))
+    labels = [t.get_text() for t in pinn.get_xticklabels()]
+    assert "compile 9.5 s" in labels[0] and "compile 1.5 s" in labels[1]
+    ratio = np.median(arms[1]["step_samples_s"]) / np.median(arms[0]["step_samples_s"])
+    assert f"{ratio:.2f}×" in pinn.get_title()
+
+
+def test_step_time_distributions_draw_quartiles_alone_and_missing_arms_as_na():
+    arms = [{"model": "pinn", "xla": True, "step_s": {"median": 0.04, "q1": 0.038, "q3": 0.043}, "compile_s": None}]
+    fig = figures.step_time_distributions(arms)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert "median 40 ms" in labels[0] and "compile n/a" in labels[0]
+    assert "not measured" in labels[1]
+    assert "n/a" in fig.axes[0].get_title()
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"model": "pinn"}, "expected bench.json's 'arms' list"),
+    ([{"model": "pinn"}], "needs 'model'"),
+    ([{"model": "pinn", "xla": True}, {"model": "pinn", "xla": True}], "a second pinn XLA arm"),
+])
+def test_step_time_distributions_reject_structurally_wrong_arms(bad, match):
+    with pytest.raises(ValueError, match=match):
+        figures.step_time_distributions(bad)
+
+
+# ----------------------------------------------------------------- speed-up bars
+def test_speedup_bars_nan_ratio_draws_no_bar_and_nan_interval_no_error_bar():
+    fig = figures.speedup_bars(_ratios())
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if p.get_height() == pytest.approx(0.56)]
+    assert len(bars) == 2  # the NaN ratio has none
+    assert len(ax.containers) == 2 + 1  # two bar containers, one error bar (the NaN interval has none)
+    assert ax.get_xscale() == "log" and ax.get_xlim()[0] < 1 < ax.get_xlim()[1]
+    assert any(line.get_xdata()[0] == 1.0 for line in ax.lines)
+    texts = [t.strip() for t in _texts(fig)]
+    assert {"no change", "◀ XLA slower", "XLA faster ▶", "n/a"} <= set(texts)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["PINN train step\n1.40× [1.20, 1.60]", "baseline train step\n0.90×", "PINN inference\nn/a"]
+    assert [t.get_position()[1] for t in ax.get_yticklabels()] == [2, 1, 0]  # first label on top
+
+
+def test_speedup_bars_colour_the_winning_arm_and_hatch_the_baseline():
+    fig = figures.speedup_bars({"PINN train step": {"ratio": 2.0, "low": 1.5, "high": 2.5},
+                                "baseline train step": {"ratio": 0.5, "low": 0.4, "high": 0.6}})
+    from matplotlib.colors import to_hex
+
+    bars = {round(p.get_width() + 1.0, 6): p for p in fig.axes[0].patches if p.get_height() == pytest.approx(0.56)}
+    assert to_hex(bars[2.0].get_edgecolor()) == "#0072b2" and bars[2.0].get_hatch() in (None, "")
+    assert to_hex(bars[0.5].get_edgecolor()) == "#d55e00" and bars[0.5].get_hatch() == "///"
+
+
+def test_speedup_bars_all_nan_or_empty_still_render_and_wrong_entries_raise():
+    nan = math.nan
+    assert figures.to_png(figures.speedup_bars({"x": {"ratio": nan}})).startswith(b"\x89PNG")
+    assert figures.to_png(figures.speedup_bars({})).startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="'ratio'"):
+        figures.speedup_bars({"PINN train step": 1.3})
+
+
+# -------------------------------------------------------------------- FRC curves
+def test_frc_curves_two_panels_colour_by_arm_style_by_model_and_thresholds():
+    fig = figures.frc_curves(_frcs())
+    amp, phase = fig.axes
+    curves = [line for line in amp.lines if line.get_label() in {"PINN, XLA", "PINN, no XLA", "Baseline, XLA",
+                                                                  "Baseline, no XLA"}]
+    assert [(c.get_label(), c.get_color(), c.get_linestyle()) for c in curves] == [
+        ("PINN, XLA", "#0072B2", "-"), ("PINN, no XLA", "#D55E00", "-"),
+        ("Baseline, XLA", "#0072B2", "--"), ("Baseline, no XLA", "#D55E00", "--")]
+    levels = sorted(line.get_ydata()[0] for line in amp.lines if line not in curves)
+    assert levels == pytest.approx([1 / 7, 0.5])
+    assert {"0.5", "1/7 ≈ 0.143"} <= {t.get_text() for t in phase.texts}
+    assert amp.get_xlim() == (0.0, 0.5)
+
+
+def test_frc_curves_skip_missing_pieces_and_reject_mismatched_lengths():
+    fig = figures.frc_curves({"pinn-xla-s0": {"freq": [0, 0.25, 0.5], "amp": [1, 0.5, 0.1]}, "pinn-noxla-s0": None})
+    assert "n/a (no FRC curve)" in [t.get_text() for t in fig.axes[1].texts]
+    with pytest.raises(ValueError, match="'amp' has 2 values but 'freq' has 3"):
+        figures.frc_curves({"pinn-xla-s0": {"freq": [0, 0.25, 0.5], "amp": [1, 0.5], "phase": [1, 0.5, 0.1]}})
+
+
+# --------------------------------------------------------------------- rendering
+def test_to_png_returns_png_bytes_of_the_figure_size_at_the_requested_dpi():
+    fig = figures.frc_curves(_frcs())
+    width_in, height_in = fig.get_size_inches()
+    data = figures.to_png(fig, dpi=100)
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (round(width_in * 100), round(height_in * 100))
+    assert 10_000 < len(data) < 2_000_000
+
+
+def test_save_png_writes_the_file_atomically_and_closes_pyplot_figures(tmp_path):
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure()  # a pyplot-registered figure is closed too
+    fig.add_subplot().plot([0, 1])
+    target = tmp_path / "sub" / "fig.png"
+    figures.save_png(fig, target)
+    assert target.read_bytes().startswith(b"\x89PNG")
+    assert [p.name for p in target.parent.iterdir()] == ["fig.png"]
+    assert plt.get_fignums() == []
+
+
+def test_every_figure_renders():
+    truth = _truth()
+    for fig in (figures.reconstruction_grid(truth, _arms(truth)), figures.error_maps(truth, _arms(truth)),
+                figures.loss_curves(_pairs()), figures.step_time_distributions(_bench_arms()),
+                figures.speedup_bars(_ratios()), figures.frc_curves(_frcs())):
+        assert figures.to_png(fig).startswith(b"\x89PNG")
