@@ -35,10 +35,19 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         write(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        # mkstemp makes the file 0600; give it the mode a plain open() would (0666 & ~umask),
+        # so results stay readable by the group, an MLflow server or a web server.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it; set straight back
+    os.umask(mask)
+    return mask
 
 
 def _jsonable(value: Any) -> Any:

@@ -99,15 +99,48 @@ def forward_model_agreement(seed: int = 0) -> dict:
             "note": "relative to the largest amplitude"}
 
 
-def accuracy(threshold: float, seed: int = 0) -> dict:
+def inference_agreement(model_dirs: Sequence[str], dataset, max_samples: int = 128) -> dict:
+    """Trained networks, XLA vs no-XLA predict step, on the study's test patterns.
+
+    Each trained model is run through the same fixed-batch :class:`~ptycho.infer.Predictor`
+    compiled with and without XLA; the complex patches ``amp * exp(i phase)`` are
+    compared, relative to the largest amplitude.
+    """
+    from ptycho.infer import Predictor, load_network
+    from ptycho.train import load_meta, prepare
+    from ptycho.workflow import arm_name
+
+    out = {}
+    for model_dir in model_dirs:
+        meta = load_meta(model_dir)
+        name = arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+        data = prepare(dataset, meta["model"]["kind"], norm=meta["physics"]["intensity_norm"])
+        network = load_network(model_dir)
+        x = data.inputs[:max_samples]
+        patches = {}
+        for xla in (True, False):
+            amp, phase = Predictor(network, meta["train"]["batch_size"], xla)(x)
+            patches[xla] = amp.astype(np.float64) * np.exp(1j * phase.astype(np.float64))
+        diff = np.abs(patches[True] - patches[False])
+        scale = max(float(np.abs(patches[False]).max()), 1e-30)
+        out[name] = {"max_abs": float(diff.max() / scale), "mean_abs": float(diff.mean() / scale),
+                     "samples": len(x), "note": "complex patches, relative to the largest amplitude"}
+    return out
+
+
+def accuracy(threshold: float, seed: int = 0, model_dirs: Sequence[str] = (), dataset=None) -> dict:
+    """Worst max error of: the translation suite, the forward model, trained-model inference."""
     cases = translation_suite(seed)
     forward = forward_model_agreement(seed)
-    worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]])
+    inference = inference_agreement(model_dirs, dataset) if model_dirs else {}
+    worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]] + [r["max_abs"] for r in inference.values()])
+    trained = (f", and {len(inference)} trained model(s) at inference (worst {max(r['max_abs'] for r in inference.values()):.1e})"
+               if inference else "")
     return verdict(
         "accuracy", worst, threshold, "<=",
-        f"XLA-safe translation vs ImageProjectiveTransformV3 over {len(cases)} cases and the whole forward model: "
-        f"worst max |difference| {worst:.2e}",
-        {"translation": cases, "forward_model": forward},
+        f"XLA-safe translation vs ImageProjectiveTransformV3 over {len(cases)} cases, the whole forward model"
+        f"{trained}, XLA vs no-XLA: worst max |difference| {worst:.2e}",
+        {"translation": cases, "forward_model": forward, "trained_inference": inference},
     )
 
 
@@ -253,14 +286,18 @@ QUALITY_KEYS = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_mae", "
 
 
 def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float) -> dict:
-    """SSIM/PSNR/MAE/FRC per arm; the verdict is on the SSIM differences between arms."""
+    """SSIM/PSNR/MAE/FRC per arm; the verdict is on the SSIM differences between arms.
+
+    Evidence also holds every metric's XLA - no-XLA difference and, per arm, PINN -
+    baseline (the physics-informed model's margin over the supervised one).
+    """
     from ptycho.workflow import arm_name, parse_arm
 
     def number(v: Any) -> float:
         return float("nan") if v is None else float(v)  # JSON stores NaN as null
 
     per_arm = {name: {k: number(m["mean"].get(k)) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
-    diffs, worst = {}, 0.0
+    diffs, arm_differences, worst = {}, {}, 0.0
     for name in per_arm:
         model, xla, seed = parse_arm(name)
         other = arm_name(model, False, seed)
@@ -268,24 +305,82 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float) -> dict:
             continue
         d = {k: abs(per_arm[name][k] - per_arm[other][k]) for k in ("amp_ssim", "phase_ssim")}
         diffs[f"{model}-s{seed}"] = d
+        arm_differences[f"{model}-s{seed}"] = {k: per_arm[name][k] - per_arm[other][k] for k in QUALITY_KEYS}
         for v in d.values():
             worst = v if not v <= worst else worst  # a NaN SSIM makes the item FAIL
+    pinn_vs_baseline = {}
+    for name in per_arm:
+        model, xla, seed = parse_arm(name)
+        base = arm_name("baseline", xla, seed)
+        if model == "pinn" and base in per_arm:
+            pinn_vs_baseline[f"{'xla' if xla else 'noxla'}-s{seed}"] = {
+                k: per_arm[name][k] - per_arm[base][k] for k in QUALITY_KEYS}
     value = worst if diffs else float("nan")
     return verdict(
         "quality", value, threshold, "<=",
         f"SSIM of the XLA and no-XLA reconstructions differ by at most {worst:.4f}" if diffs
         else "no pair of XLA / no-XLA arms to compare",
-        {"per_arm": per_arm, "ssim_differences": diffs},
+        {"per_arm": per_arm, "ssim_differences": diffs, "arm_differences": arm_differences,
+         "pinn_minus_baseline": pinn_vs_baseline},
     )
 
 
 # ------------------------------------------------------------------- speedup
+def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *, resamples: int = 2000,
+                    level: float = 0.95, seed: int = 0) -> dict:
+    """Ratio of medians ``median(numerator) / median(denominator)`` with a bootstrap interval.
+
+    Both samples are resampled with replacement, independently (the arms are timed in
+    separate runs); the interval is the percentile interval of the resampled ratios.
+    With fewer than 2 samples on either side the interval is NaN.
+    """
+    num = np.asarray(numerator, dtype=np.float64)
+    den = np.asarray(denominator, dtype=np.float64)
+    ratio = float(np.median(num) / np.median(den)) if num.size and den.size else float("nan")
+    if num.size < 2 or den.size < 2:
+        return {"ratio": ratio, "low": float("nan"), "high": float("nan"), "level": level, "resamples": 0}
+    rng = np.random.default_rng(seed)
+    a = np.median(rng.choice(num, (resamples, num.size)), axis=1)
+    b = np.median(rng.choice(den, (resamples, den.size)), axis=1)
+    low, high = np.percentile(a / b, [50 * (1 - level), 50 * (1 + level)])
+    return {"ratio": ratio, "low": float(low), "high": float(high), "level": level, "resamples": resamples}
+
+
+def speedup_intervals(bench: Mapping[str, Any]) -> dict[str, dict]:
+    """Per model: train-step speedup (no-XLA time / XLA time) and inference speedup
+    (XLA throughput / no-XLA throughput, from per-batch times), each with its interval."""
+    out = {}
+    for model in sorted({a["model"] for a in bench["arms"]}, key=lambda m: m != "pinn"):
+        on = next((a for a in bench["arms"] if a["model"] == model and a["xla"]), None)
+        off = next((a for a in bench["arms"] if a["model"] == model and not a["xla"]), None)
+        if on is None or off is None:
+            continue
+        out[f"{model} train step"] = bootstrap_ratio(off["step_samples_s"], on["step_samples_s"])
+        if on.get("infer_batch_samples_s") and off.get("infer_batch_samples_s"):
+            out[f"{model} inference"] = bootstrap_ratio(off["infer_batch_samples_s"], on["infer_batch_samples_s"])
+    return out
+
+
 def speedup(bench: Mapping[str, Any], threshold: float, train_timings: Mapping[str, Any] | None = None) -> dict:
-    """No-XLA / XLA ratio of the median PINN train step, measured on a quiet machine."""
-    ratios = bench["ratios"]
-    value = ratios.get("pinn", {}).get("train_step_speedup", float("nan"))
-    faster = value >= 1.0
-    summary = (f"XLA makes the PINN train step {value:.2f}x {'faster' if faster else 'SLOWER'} than no-XLA "
-               f"(median of {bench['arms'][0]['step_s']['n']} steps each)")
+    """No-XLA / XLA ratio of the median PINN train step, measured on a quiet machine.
+
+    The value is the point estimate; its bootstrap interval, the other ratios and the
+    machine are evidence. XLA being slower is a finding, stated as such.
+    """
+    intervals = speedup_intervals(bench)
+    pinn = intervals.get("pinn train step", {"ratio": float("nan"), "low": float("nan"), "high": float("nan")})
+    value = pinn["ratio"]
+    n = next((a["step_s"]["n"] for a in bench["arms"] if a["model"] == "pinn"), 0)
+    ci = f"95% CI {pinn['low']:.2f}-{pinn['high']:.2f}, median of {n} steps per arm"
+    if not math.isfinite(value):
+        summary = "no PINN timings for both arms: the speedup was not measured"
+    elif pinn["low"] > 1.0:
+        summary = f"XLA makes the PINN train step faster: {value:.2f}x the speed of no-XLA ({ci})"
+    elif pinn["high"] < 1.0:
+        summary = f"XLA makes the PINN train step SLOWER on this machine: {value:.2f}x the speed of no-XLA ({ci})"
+    else:
+        summary = (f"XLA does not change the PINN train step time measurably: {value:.2f}x ({ci}, "
+                   "the interval includes 1)")
     return verdict("speedup", value, threshold, ">=", summary,
-                   {"bench": bench, "training_jobs": dict(train_timings or {})})
+                   {"bench": bench, "intervals": intervals, "machine": bench.get("machine", {}),
+                    "training_jobs": dict(train_timings or {})})

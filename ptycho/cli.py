@@ -311,7 +311,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ptycho.workflow import arm_name
 
     if args.item == "accuracy":
-        record = checks.accuracy(args.threshold)
+        dataset = None
+        if args.models:
+            from ptycho.data import read_dataset
+
+            if not args.dataset:
+                raise PtychoError("check accuracy: --models needs --dataset (the test split to run them on)")
+            dataset = read_dataset(args.dataset)
+        record = checks.accuracy(args.threshold, model_dirs=[str(Path(m).parent) for m in args.models], dataset=dataset)
     elif args.item == "gradients":
         record = checks.gradients(args.threshold, pinn_loss=args.loss)
     elif args.item == "convergence":
@@ -358,8 +365,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     for path in args.reconstructions or []:
         rec = read_arrays(path, ("seconds", "patterns"))
         arms.setdefault(Path(path).stem, {})["infer_patterns_per_s"] = float(rec["patterns"] / rec["seconds"])
-    record = report.build(items, arms, read_json(args.config_json), machine_info())
-    paths = report.write(record, args.out_dir)
+    figures = {Path(p).stem: Path(p).read_bytes() for p in args.figures or []}
+    record = report.build(items, arms, read_json(args.config_json), machine_info(), tuple(figures))
+    paths = report.write(record, args.out_dir, figures)
     if args.run is not None:
         args.run.log_metrics({"verdict_pass": float(record["verdict"] == "PASS")})
         for p in paths.values():
@@ -368,9 +376,50 @@ def cmd_report(args: argparse.Namespace) -> int:
         parent = read_json(args.finish_parent)
         for p in paths.values():
             tracking.log_artifact_to(parent["tracking_uri"], parent["run_id"], str(p), "report")
+        for p in args.figures or []:
+            tracking.log_artifact_to(parent["tracking_uri"], parent["run_id"], p, "figures")
         tracking.finish_run(parent["tracking_uri"], parent["run_id"], "FINISHED")
     print(f"{paths['html']}: verdict {record['verdict']} "
           + " ".join(f"{k}={v['status']}" for k, v in record["items"].items()))
+    return 0
+
+
+def cmd_figures(args: argparse.Namespace) -> int:
+    from ptycho import figures
+    from ptycho.artifacts import read_arrays, read_json
+    from ptycho.data import read_dataset
+    from ptycho.errors import PtychoError
+    from ptycho.metrics import compare
+
+    ds = read_dataset(args.dataset)
+    truth_image = ds.ground_truth(0)
+    shown, truth, frc = {}, None, {}
+    for path in args.stitched:
+        images = read_arrays(path, ("images",))["images"]
+        if images[0].shape != truth_image.shape:
+            raise PtychoError(f"{path}: stitched images do not match the objects of {args.dataset}; re-run stitch")
+        c = compare(images[0], truth_image)  # what the metrics scored, as they scored it
+        shown[Path(path).stem] = (c["amp"], c["phase"])
+        truth = (c["truth_amp"], c["truth_phase"])
+    for path in args.metrics:
+        first = read_json(path)["per_image"][0]
+        frc[Path(path).stem] = {"freq": first["frc_freq"], "amp": first["amp_frc_curve"], "phase": first["phase_frc_curve"]}
+    convergence = read_json(args.convergence)["evidence"]["pairs"]
+    speed = read_json(args.speedup)["evidence"]
+    made = {
+        "reconstructions": figures.reconstruction_grid(truth, shown),
+        "errors": figures.error_maps(truth, shown),
+        "frc": figures.frc_curves(frc),
+        "losses": figures.loss_curves(convergence),
+        "step_times": figures.step_time_distributions(speed["bench"]["arms"]),
+        "speedup": figures.speedup_bars(speed["intervals"]),
+    }
+    out = Path(args.out_dir)
+    for name, fig in made.items():
+        figures.save_png(fig, out / f"{name}.png")
+        if args.run is not None:
+            args.run.log_artifact(str(out / f"{name}.png"), "figures")
+    print(f"{out}: {len(made)} figures ({', '.join(made)})")
     return 0
 
 
@@ -479,18 +528,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="measure and judge one validation checklist item")
     p.add_argument("item", choices=("accuracy", "gradients", "convergence", "quality", "speedup"))
     p.add_argument("--threshold", type=float, required=True)
-    p.add_argument("--models", nargs="*", default=[], help="model.json files (convergence, speedup)")
+    p.add_argument("--models", nargs="*", default=[], help="model.json files (accuracy, convergence, speedup)")
+    p.add_argument("--dataset", help="test split the trained models are run on (accuracy)")
     p.add_argument("--metrics", nargs="*", default=[], help="metrics JSON files (quality)")
     p.add_argument("--bench", help="bench JSON (speedup)")
     p.add_argument("--loss", choices=("poisson", "mae"), default="poisson", help="PINN loss (gradients)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("figures", help="draw the report's figures (PNG) from the pipeline's outputs")
+    p.add_argument("--dataset", required=True, help="the test split (ground truth)")
+    p.add_argument("--stitched", nargs="+", required=True, help=".npz files written by 'ptycho stitch'")
+    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files (FRC curves)")
+    p.add_argument("--convergence", required=True, help="the convergence item's JSON (loss curves)")
+    p.add_argument("--speedup", required=True, help="the speedup item's JSON (timings, intervals)")
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(func=cmd_figures)
+
     p = sub.add_parser("report", help="assemble reports/validation.{json,md,html}")
     p.add_argument("--checks", nargs="+", required=True)
     p.add_argument("--metrics", nargs="+", required=True)
     p.add_argument("--models", nargs="+", required=True)
     p.add_argument("--reconstructions", nargs="*")
+    p.add_argument("--figures", nargs="*", help="PNG files written by 'ptycho figures' (embedded in the HTML)")
     p.add_argument("--config-json", required=True)
     p.add_argument("--out-dir", default="reports")
     p.add_argument("--finish-parent", help="parent JSON: attach the report and mark the parent run FINISHED")

@@ -46,6 +46,7 @@ import numpy as np
 __all__ = [
     "FRC_THRESHOLDS",
     "amplitude_scale",
+    "compare",
     "frc",
     "frc_resolution",
     "fourier_shift",
@@ -359,7 +360,8 @@ def _image_metrics(test: np.ndarray, ref: np.ndarray, prefix: str, *, offset: bo
             psnr = float(peak_signal_noise_ratio(ref, test, data_range=data_range))
     else:  # a constant truth has no contrast to compare against
         ssim = psnr = float("nan")
-    f50, f17 = frc_resolution(*frc(test, ref))
+    freq, curve = frc(test, ref)
+    f50, f17 = frc_resolution(freq, curve)
     return {
         f"{prefix}_ssim": ssim,
         f"{prefix}_psnr": psnr,
@@ -367,6 +369,8 @@ def _image_metrics(test: np.ndarray, ref: np.ndarray, prefix: str, *, offset: bo
         f"{prefix}_frc50": f50,
         f"{prefix}_frc17": f17,
         f"{prefix}_data_range": data_range,
+        f"{prefix}_frc_curve": [float(v) for v in curve],
+        "frc_freq": [float(v) for v in freq],
     }
 
 
@@ -403,7 +407,9 @@ def score(
         * ``amp_scale``: the factor ``k``; ``phase_plane``: ``[a, b, c]`` of
           ``a + b x + c y`` removed from the phase, with ``x, y`` the column and row
           index inside the scored window (origin at its top-left corner ``crop``);
-        * ``crop``: ``[row0, row1, col0, col1]`` of the scored window (half-open).
+        * ``crop``: ``[row0, row1, col0, col1]`` of the scored window (half-open);
+        * ``frc_freq``, ``amp_frc_curve``, ``phase_frc_curve``: the FRC curves the
+          crossings were read from (cycles/pixel; NaN where a ring has no power).
 
         SSIM is :math:`\\frac{(2\\mu_x\\mu_y + C_1)(2\\sigma_{xy} + C_2)}
         {(\\mu_x^2 + \\mu_y^2 + C_1)(\\sigma_x^2 + \\sigma_y^2 + C_2)}` averaged over 7x7
@@ -420,6 +426,30 @@ def score(
     ----------
     .. [1] Z. Wang et al., IEEE Trans. Image Process. 13, 600-612 (2004).
     .. [2] M. van Heel and M. Schatz, J. Struct. Biol. 151, 250-262 (2005).
+    """
+    c = compare(recon, truth, upsample=upsample, border=border, max_shift=max_shift, register_images=register_images)
+    out: dict[str, Any] = {}
+    out.update(_image_metrics(c["amp"], c["truth_amp"], "amp", offset=False))
+    out.update(_image_metrics(c["phase"], c["truth_phase"], "phase", offset=True))
+    out.update({k: c[k] for k in ("shift_x", "shift_y", "amp_scale", "phase_plane", "crop")})
+    return out
+
+
+def compare(
+    recon: np.ndarray, truth: np.ndarray, *, upsample: int = 20, border: int = 4, max_shift: int = 4,
+    register_images: bool = True
+) -> dict[str, Any]:
+    """Steps 1-4 of the scoring pipeline: the images that are scored, and how they were made.
+
+    One definition for :func:`score` and for the report's figures, so that what a
+    reader sees is exactly what was measured. Arguments as for :func:`score`.
+
+    Returns
+    -------
+    dict
+        ``amp`` (scaled amplitude), ``phase`` (plane-corrected phase), ``truth_amp``,
+        ``truth_phase``: 2-D float64 arrays over the scored window; ``shift_x``,
+        ``shift_y``, ``amp_scale``, ``phase_plane``, ``crop`` as documented in :func:`score`.
     """
     recon = np.asarray(recon)
     truth = np.asarray(truth)
@@ -438,20 +468,17 @@ def score(
     k = amplitude_scale(r_amp, t_amp)
     t_phase = np.angle(t)
     r_phase, coeffs = remove_phase_plane(r, t_phase)
-
-    out: dict[str, Any] = {}
-    out.update(_image_metrics(k * r_amp, t_amp, "amp", offset=False))
-    out.update(_image_metrics(r_phase, t_phase, "phase", offset=True))
-    out.update(
-        {
-            "shift_x": float(shift[1]),
-            "shift_y": float(shift[0]),
-            "amp_scale": float(k),
-            "phase_plane": [float(v) for v in coeffs],
-            "crop": [int(rows.start), int(rows.stop), int(cols.start), int(cols.stop)],
-        }
-    )
-    return out
+    return {
+        "amp": k * r_amp,
+        "phase": r_phase,
+        "truth_amp": t_amp,
+        "truth_phase": t_phase,
+        "shift_x": float(shift[1]),
+        "shift_y": float(shift[0]),
+        "amp_scale": float(k),
+        "phase_plane": [float(v) for v in coeffs],
+        "crop": [int(rows.start), int(rows.stop), int(cols.start), int(cols.stop)],
+    }
 
 
 def score_all(recons: Sequence[np.ndarray], truths: Sequence[np.ndarray], **kwargs: Any) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -22,7 +21,8 @@ from ptycho.checks import ITEMS
 REPORT_SCHEMA_VERSION = 1
 
 
-def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, machine: Mapping | None = None) -> dict:
+def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, machine: Mapping | None = None,
+          figures: tuple[str, ...] = ()) -> dict:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...}."""
     missing = [name for name in ITEMS if name not in items]
     if missing:
@@ -35,12 +35,15 @@ def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, 
         "items": {name: items[name] for name in ITEMS},
         "arms": dict(arms),
         "machine": dict(machine or {}),
+        "figures": list(figures),
         "config": {k: v for k, v in config.items() if k != "presets"},
         "generated_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         if value != value:
             return "n/a"
@@ -48,122 +51,236 @@ def _fmt(value: Any) -> str:
     return "n/a" if value is None else str(value)
 
 
-def arm_rows(report: Mapping) -> list[list[str]]:
+#: Figures of the report, in order: (file stem, section, alt text). Captions are the
+#: package's ``captions/<stem>.rst``, shared with ``snakemake --report``.
+FIGURES = (
+    ("losses", "convergence", "loss curves of both arms"),
+    ("reconstructions", "quality", "reconstruction grid"),
+    ("errors", "quality", "error maps"),
+    ("frc", "quality", "Fourier ring correlation curves"),
+    ("step_times", "speedup", "step-time distributions"),
+    ("speedup", "speedup", "speedup with bootstrap intervals"),
+)
+
+
+def caption(stem: str) -> str:
+    from importlib.resources import files
+
+    return files("ptycho").joinpath("captions", f"{stem}.rst").read_text().strip()
+
+
+# ----------------------------------------------------------------- tables
+# Each returns (header, rows); the Markdown and HTML views render the same tables.
+def checklist_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
+    return (["item", "status", "value", "threshold", "summary"],
+            [[name, it["status"], _fmt(it["value"]), f"{it['comparison']} {_fmt(it['threshold'])}", it["summary"]]
+             for name, it in report["items"].items()])
+
+
+def accuracy_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
+    ev = report["items"]["accuracy"]["evidence"]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for case in ev.get("translation", []):
+        groups.setdefault((case["dtype"], case["shifts"]), []).append(case)
+    rows = [[f"translation, {dtype}, {shifts} shifts", ", ".join(str(c["batch"]) for c in cases),
+             _fmt(max(c["max_abs"] for c in cases)), _fmt(max(c["mean_abs"] for c in cases))]
+            for (dtype, shifts), cases in sorted(groups.items())]
+    fm = ev.get("forward_model")
+    if fm:
+        rows.append(["whole forward model (relative)", "16", _fmt(fm["max_abs"]), _fmt(fm["mean_abs"])])
+    for arm, r in sorted(ev.get("trained_inference", {}).items()):
+        rows.append([f"trained {arm} at inference (relative)", f"{r['samples']} patterns",
+                     _fmt(r["max_abs"]), _fmt(r["mean_abs"])])
+    return ["XLA vs no-XLA", "batch sizes", "max |diff|", "mean |diff|"], rows
+
+
+def gradients_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
+    """Per model and layer: the largest relative gradient difference of its variables."""
+    ev = report["items"]["gradients"]["evidence"]
+    rows = []
+    for model, m in sorted(ev.get("models", {}).items()):
+        layers: dict[str, float] = {}
+        for path, rel in m["relative_error_per_variable"].items():
+            layer = path.rsplit("/", 1)[0] if "/" in path else path
+            layers[layer] = max(layers.get(layer, 0.0), rel)
+        for layer, rel in layers.items():
+            rows.append([model, layer, _fmt(rel)])
+        rows.append([model, "inputs (diffraction)", _fmt(m["relative_error_inputs"])])
+        rows.append([model, "loss value XLA / no-XLA", f"{_fmt(m['loss_xla'])} / {_fmt(m['loss_noxla'])}"])
+    fd = ev.get("finite_differences")
+    if fd:
+        rows.append(["PINN physics (float64)", f"finite differences, {fd['points']} points", _fmt(fd["max_rel"])])
+    return ["model", "layer", "relative difference"], rows
+
+
+def convergence_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
+    rows = []
+    for name, p in sorted(report["items"]["convergence"]["evidence"].get("pairs", {}).items()):
+        rows.append([name, _fmt(p["final_val_loss_xla"]), _fmt(p["final_val_loss_noxla"]), _fmt(p["relative_difference"]),
+                     ", ".join(f"{arm}: {_fmt(ok)}" for arm, ok in sorted(p["decreased"].items()))])
+    return ["model, seed", "final val loss XLA", "final val loss no-XLA", "relative difference", "decreased"], rows
+
+
+QUALITY_COLUMNS = (("amp_ssim", "amp SSIM"), ("phase_ssim", "phase SSIM"), ("amp_psnr", "amp PSNR dB"),
+                   ("phase_psnr", "phase PSNR dB"), ("amp_mae", "amp MAE"), ("phase_mae", "phase MAE rad"),
+                   ("amp_frc50", "amp FRC50 1/px"), ("phase_frc50", "phase FRC50 1/px"))
+
+
+def quality_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
+    ev = report["items"]["quality"]["evidence"]
+    header = [label for _, label in QUALITY_COLUMNS]
+    out = [("Per arm (test split, stitched objects, mean over images)", ["arm", *header],
+            [[arm, *(_fmt(m.get(k)) for k, _ in QUALITY_COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())])]
+    if ev.get("arm_differences"):
+        out.append(("XLA minus no-XLA", ["model, seed", *header],
+                    [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)] for name, d in sorted(ev["arm_differences"].items())]))
+    if ev.get("pinn_minus_baseline"):
+        out.append(("PINN minus baseline (physics-informed vs supervised)", ["arm, seed", *header],
+                    [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)]
+                     for name, d in sorted(ev["pinn_minus_baseline"].items())]))
+    return out
+
+
+def speedup_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
+    ev = report["items"]["speedup"]["evidence"]
+    arms = ev.get("bench", {}).get("arms", [])
+    timing = [[a["model"], "XLA" if a["xla"] else "no XLA", _fmt(a["compile_s"]), _fmt(1e3 * a["step_s"]["median"]),
+               _fmt(1e3 * a["step_s"]["iqr"]), str(a["step_s"]["n"]), _fmt(a["infer_patterns_per_s"]),
+               _fmt(a["naive_patterns_per_s"])] for a in arms]
+    ratios = [[label, _fmt(r["ratio"]), f"{_fmt(r['low'])} - {_fmt(r['high'])}"]
+              for label, r in ev.get("intervals", {}).items()]
+    return [
+        ("Timings (benchmark job, alone on the machine)",
+         ["model", "arm", "compile s", "step median ms", "step IQR ms", "steps", "padded-batch patterns/s",
+          "per-pattern loop patterns/s"], timing),
+        ("Speedup of XLA (no-XLA time / XLA time; > 1 means XLA is faster)",
+         ["what", "ratio", "95% bootstrap interval"], ratios),
+    ]
+
+
+def training_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     rows = []
     for name, arm in sorted(report["arms"].items()):
-        m, t = arm.get("metrics", {}), arm.get("timing", {})
-        rows.append([name, _fmt(m.get("amp_ssim")), _fmt(m.get("phase_ssim")), _fmt(m.get("amp_psnr")),
-                     _fmt(m.get("phase_psnr")), _fmt(m.get("amp_frc50")), _fmt(t.get("compile_s")),
-                     _fmt(t.get("step_median_s")), _fmt(t.get("train_wall_s")), _fmt(arm.get("infer_patterns_per_s"))])
-    return rows
+        t = arm.get("timing", {})
+        rows.append([name, _fmt(t.get("compile_s")), _fmt(t.get("step_median_s")), _fmt(t.get("train_wall_s")),
+                     _fmt(arm.get("infer_patterns_per_s"))])
+    return ["arm", "compile s", "step median s", "train wall s", "infer patterns/s"], rows
 
 
-ARM_HEADER = ["arm", "amp SSIM", "phase SSIM", "amp PSNR dB", "phase PSNR dB", "amp FRC0.5 (1/px)",
-              "compile s", "step median s", "train wall s", "infer patterns/s"]
-ITEM_HEADER = ["item", "status", "value", "threshold", "summary"]
+def machine_line(report: Mapping) -> str:
+    m = report.get("machine", {})
+    load = m.get("load_average")
+    load = ", ".join(f"{v:.2f}" for v in load) if load else "n/a"
+    return (f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {m.get('gpus', 0)} GPUs, load average {load}; "
+            f"TensorFlow {m.get('tensorflow', 'n/a')}, Python {m.get('python', 'n/a')}")
 
 
-def item_rows(report: Mapping) -> list[list[str]]:
-    return [[name, it["status"], _fmt(it["value"]), f"{it['comparison']} {_fmt(it['threshold'])}", it["summary"]]
-            for name, it in report["items"].items()]
+def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[str], list[list[str]]]]]]:
+    """(id, title, text, [(table title, header, rows)]) in reading order; both views use it."""
+    items = report["items"]
+    return [
+        ("accuracy", "Accuracy", items["accuracy"]["summary"], [("", *accuracy_table(report))]),
+        ("gradients", "Gradients", items["gradients"]["summary"], [("", *gradients_table(report))]),
+        ("convergence", "Convergence", items["convergence"]["summary"], [("", *convergence_table(report))]),
+        ("quality", "Quality", items["quality"]["summary"], quality_tables(report)),
+        ("speedup", "Speedup", items["speedup"]["summary"] + ". Benchmark machine: "
+         + machine_line({"machine": items["speedup"]["evidence"].get("machine", {})}) + ".",
+         [*speedup_tables(report),
+          ("Training jobs (shared the CPU with other jobs: indicative only)", *training_table(report))]),
+    ]
 
 
 def to_markdown(report: Mapping) -> str:
     def table(header, rows):
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        lines += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
         return "\n".join(lines)
 
-    m = report.get("machine", {})
-    return "\n\n".join([
-        "# XLA validation report",
-        f"**{report['question']}**",
-        f"## Verdict: {report['verdict']}",
-        table(ITEM_HEADER, item_rows(report)),
-        "## Per arm (test split, stitched objects)",
-        table(ARM_HEADER, arm_rows(report)),
-        f"Machine: {m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, TensorFlow {m.get('tensorflow', 'n/a')}. "
-        f"Generated {report['generated_utc']}; preset `{report['config'].get('preset')}`.",
-        "Timings of training jobs come from the pipeline's jobs; the speedup item uses the dedicated "
-        "benchmark job, which runs alone.",
-    ]) + "\n"
+    parts = ["# XLA validation report", f"**{report['question']}**", f"## Verdict: {report['verdict']}",
+             table(*checklist_table(report))]
+    for _, title, text, tables in sections(report):
+        parts += [f"## {title}", text]
+        for sub, header, rows in tables:
+            parts += ([f"### {sub}"] if sub else []) + [table(header, rows)]
+    parts += ["## Machine and run",
+              f"{machine_line(report)}. Generated {report['generated_utc']}; preset `{report['config'].get('preset')}`. "
+              "Figures are in `validation.html`."]
+    return "\n\n".join(parts) + "\n"
 
 
-def loss_curve_png(report: Mapping) -> str | None:
-    """Base64 PNG of the training/validation losses of both arms, or None if no pairs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pairs = report["items"]["convergence"]["evidence"].get("pairs", {})
-    if not pairs:
-        return None
-    fig, axes = plt.subplots(1, len(pairs), figsize=(5 * len(pairs), 3.5), squeeze=False)
-    for ax, (name, p) in zip(axes[0], sorted(pairs.items()), strict=True):
-        for key, style, colour in (("val_loss_xla", "-", "#0072B2"), ("val_loss_noxla", "--", "#D55E00")):
-            ax.plot(range(1, len(p[key]) + 1), p[key], style, color=colour, label=key.replace("val_loss_", "val, "))
-        ax.set_title(name)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("validation loss")
-        ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def to_html(report: Mapping) -> str:
-    """A self-contained page: no external CSS, scripts or images."""
+def to_html(report: Mapping, figures: Mapping[str, bytes] | None = None) -> str:
+    """A self-contained page (no external CSS, scripts or images); ``figures`` maps a
+    stem of :data:`FIGURES` to PNG bytes, embedded as data URLs."""
+    figures = dict(figures or {})
+    esc = html.escape
 
     def table(header, rows, status_col=None):
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        head = "".join(f"<th>{esc(h)}</th>" for h in header)
         body = []
         for r in rows:
             cells = []
             for i, c in enumerate(r):
                 cls = f' class="{c.lower()}"' if i == status_col and c in ("PASS", "FAIL") else ""
-                cells.append(f"<td{cls}>{html.escape(c)}</td>")
+                cells.append(f"<td{cls}>{esc(c)}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-    png = loss_curve_png(report)
-    figure = (f'<figure><img alt="loss curves of both arms" src="data:image/png;base64,{png}">'
-              f"<figcaption>Validation loss per epoch, XLA (solid) vs no-XLA (dashed), same seed and data.</figcaption></figure>"
-              if png else "<p>No XLA / no-XLA pair to plot.</p>")
+    def figure_html(section_id):
+        out = []
+        for stem, where, alt in FIGURES:
+            if where != section_id or stem not in figures:
+                continue
+            data = base64.b64encode(figures[stem]).decode()
+            out.append(f'<figure id="fig-{stem}"><img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+                       f"<figcaption>{esc(caption(stem))}</figcaption></figure>")
+        return "".join(out)
+
+    body = []
+    for sid, title, text, tables in sections(report):
+        item = report["items"][sid]
+        parts = [f'<section id="{sid}"><h2>{esc(title)} <span class="{item["status"].lower()}">{item["status"]}</span></h2>',
+                 f"<p>{esc(text)}</p>"]
+        for sub, header, rows in tables:
+            parts.append((f"<h3>{esc(sub)}</h3>" if sub else "") + table(header, rows))
+        parts.append(figure_html(sid) + "</section>")
+        body.append("".join(parts))
+
     verdict = report["verdict"]
-    m = report.get("machine", {})
+    speed = report["items"]["speedup"]["summary"]
+    quality = report["items"]["quality"]["summary"]
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>XLA validation report: {verdict}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }}
-table {{ border-collapse: collapse; margin: 1rem 0; }} th, td {{ border: 1px solid #bbb; padding: .3rem .6rem; text-align: left; }}
+body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 76rem; color: #222; padding: 0 1rem; }}
+table {{ border-collapse: collapse; margin: .6rem 0 1rem; font-size: .92rem; }}
+th, td {{ border: 1px solid #bbb; padding: .25rem .55rem; text-align: left; }}
 th {{ background: #eee; }} .pass {{ background: #cfe8d5; font-weight: bold; }} .fail {{ background: #f6c9c4; font-weight: bold; }}
+h2 span {{ font-size: .9rem; padding: .1rem .5rem; vertical-align: middle; }}
 .verdict {{ font-size: 1.6rem; padding: .5rem 1rem; display: inline-block; }}
+figure {{ margin: 1rem 0; }} figure img {{ max-width: 100%; height: auto; border: 1px solid #ddd; }}
+figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 </style></head><body>
 <h1>XLA validation report</h1>
-<p><strong>{html.escape(report['question'])}</strong></p>
-<section id="verdict"><h2>Verdict</h2><p class="verdict {verdict.lower()}">{verdict}</p></section>
-<section id="checklist"><h2>Checklist</h2>{table(ITEM_HEADER, item_rows(report), status_col=1)}</section>
-<section id="arms"><h2>Per arm (test split, stitched objects)</h2>{table(ARM_HEADER, arm_rows(report))}</section>
-<section id="convergence"><h2>Convergence</h2>{figure}</section>
-<section id="machine"><h2>Machine and run</h2><p>{html.escape(str(m.get('cpu', 'n/a')))}, {m.get('cores', 'n/a')} cores,
-TensorFlow {html.escape(str(m.get('tensorflow', 'n/a')))}; preset <code>{html.escape(str(report['config'].get('preset')))}</code>;
-generated {report['generated_utc']}.</p></section>
+<p><strong>{esc(report['question'])}</strong></p>
+<section id="verdict"><h2>Verdict</h2><p class="verdict {verdict.lower()}">{verdict}</p>
+<p>{esc(speed)}. {esc(quality)}.</p></section>
+<section id="checklist"><h2>Checklist</h2>{table(*checklist_table(report), status_col=1)}</section>
+{''.join(body)}
+<section id="machine"><h2>Machine and run</h2><p>{esc(machine_line(report))}; preset
+<code>{esc(str(report['config'].get('preset')))}</code>; generated {report['generated_utc']}.</p></section>
 </body></html>
 """
 
 
-def write(report: Mapping, out_dir: str | Path) -> dict[str, Path]:
+def write(report: Mapping, out_dir: str | Path, figures: Mapping[str, bytes] | None = None) -> dict[str, Path]:
     """Write ``validation.{json,md,html}`` atomically into ``out_dir``."""
     from ptycho.artifacts import atomic_write, write_json
 
     out_dir = Path(out_dir)
     paths = {"json": out_dir / "validation.json", "md": out_dir / "validation.md", "html": out_dir / "validation.html"}
+    views = {"md": to_markdown(report), "html": to_html(report, figures)}  # render all before writing any
     write_json(paths["json"], dict(report))
-    for key, render in (("md", to_markdown), ("html", to_html)):
-        text = render(report)
+    for key, text in views.items():
         atomic_write(paths[key], lambda tmp, text=text: Path(tmp).write_text(text))
     return paths
 

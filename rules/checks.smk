@@ -3,7 +3,9 @@
 
 rule check_accuracy:
     input:
-        PARENT,
+        models=MODELS,
+        data=f"{R}/data/test.h5",
+        parent=PARENT,
     output:
         f"{R}/checks/accuracy.json",
     log:
@@ -19,7 +21,8 @@ rule check_accuracy:
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} check accuracy --threshold {params.threshold} --out {output} > {log} 2>&1"
+        "{params.ptycho} {params.track} check accuracy --threshold {params.threshold} --models {input.models} "
+        "--dataset {input.data} --out {output} > {log} 2>&1"
 
 
 rule check_gradients:

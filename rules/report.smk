@@ -1,13 +1,47 @@
+# Figures (one job, PNGs with captions for `snakemake --report`) and the validation report.
+FIGURES = ["reconstructions", "errors", "frc", "losses", "step_times", "speedup"]
+
+
+rule figures:
+    input:
+        data=f"{R}/data/test.h5",
+        stitched=expand(f"{R}/stitched/{{arm}}.npz", arm=ARMS),
+        metrics=METRICS,
+        convergence=f"{R}/checks/convergence.json",
+        speedup=f"{R}/checks/speedup.json",
+        parent=PARENT,
+    output:
+        [report(f"{R}/figures/{name}.png", caption=f"../ptycho/captions/{name}.rst", category="Figures")
+         for name in FIGURES],
+    log:
+        f"{R}/logs/figures.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        ptycho=PTYCHO,
+        track=tracking("figures"),
+        out=lambda w, output: os.path.dirname(output[0]),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} figures --dataset {input.data} --stitched {input.stitched} "
+        "--metrics {input.metrics} --convergence {input.convergence} --speedup {input.speedup} "
+        "--out-dir {params.out} > {log} 2>&1"
+
+
 rule validation_report:
     input:
         checks=CHECKS,
         metrics=METRICS,
         models=MODELS,
         recon=expand(f"{R}/reconstructions/{{arm}}.npz", arm=ARMS),
+        figures=expand(f"{R}/figures/{{name}}.png", name=FIGURES),
         config=CONFIG_JSON,
         parent=PARENT,
     output:
-        report("reports/validation.html", caption="../docs/report-caption.rst", category="Validation"),
+        report("reports/validation.html", caption="../ptycho/captions/validation.rst", category="Validation"),
         "reports/validation.md",
         "reports/validation.json",
     log:
@@ -20,5 +54,5 @@ rule validation_report:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} report --checks {input.checks} --metrics {input.metrics} --models {input.models} "
-        "--reconstructions {input.recon} --config-json {input.config} --out-dir reports "
+        "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir reports "
         "--finish-parent {input.parent} > {log} 2>&1"

@@ -42,10 +42,54 @@ def test_quality_uses_the_largest_ssim_difference_between_arms():
     assert rec["value"] == pytest.approx(0.03) and rec["status"] == "FAIL"
 
 
-def test_speedup_reports_slower_xla_in_words():
-    bench = {"ratios": {"pinn": {"train_step_speedup": 0.8}}, "arms": [{"step_s": {"n": 20}}]}
-    rec = checks.speedup(bench, 1.0)
-    assert rec["status"] == "FAIL" and "SLOWER" in rec["summary"]
+def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0):
+    rng = np.random.default_rng(seed)
+
+    def arm(model, xla, ms):
+        steps = list(ms * 1e-3 * (1 + 0.02 * rng.standard_normal(20)))
+        return {"model": model, "xla": xla, "compile_s": 5.0, "step_samples_s": steps,
+                "step_s": {"median": float(np.median(steps)), "iqr": 0.001, "n": 20},
+                "infer_batch_samples_s": list(0.01 * (1 + 0.02 * rng.standard_normal(8))),
+                "infer_patterns_per_s": 1000.0, "naive_patterns_per_s": 100.0}
+
+    return {"arms": [arm("pinn", True, pinn_xla_ms), arm("pinn", False, pinn_noxla_ms),
+                     arm("baseline", True, 50), arm("baseline", False, 60)],
+            "machine": {"cpu": "test cpu", "cores": 2, "load_average": [0.1, 0.2, 0.3], "tensorflow": "2.x"}}
+
+
+def test_speedup_reports_slower_xla_in_words_with_its_interval():
+    rec = checks.speedup(_bench(125, 100), 1.0)
+    assert rec["status"] == "FAIL" and "SLOWER" in rec["summary"] and "95% CI" in rec["summary"]
+    ci = rec["evidence"]["intervals"]["pinn train step"]
+    assert rec["value"] == ci["ratio"] and ci["low"] < ci["ratio"] < ci["high"] < 1.0
+    assert set(rec["evidence"]["intervals"]) == {"pinn train step", "pinn inference", "baseline train step",
+                                                 "baseline inference"}
+    faster = checks.speedup(_bench(80, 100), 1.0)
+    assert faster["status"] == "PASS" and "faster" in faster["summary"]
+    same = checks.speedup(_bench(100, 100), 1.0)
+    assert "includes 1" in same["summary"]
+
+
+def test_bootstrap_interval_covers_the_true_ratio_and_narrows_with_more_samples():
+    rng = np.random.default_rng(3)
+    small = checks.bootstrap_ratio(2.0 + 0.1 * rng.standard_normal(10), 1.0 + 0.05 * rng.standard_normal(10))
+    large = checks.bootstrap_ratio(2.0 + 0.1 * rng.standard_normal(400), 1.0 + 0.05 * rng.standard_normal(400))
+    for ci in (small, large):
+        assert ci["low"] < 2.0 < ci["high"]
+    assert large["high"] - large["low"] < small["high"] - small["low"]
+    assert math.isnan(checks.bootstrap_ratio([1.0], [1.0, 2.0])["low"])  # one sample: no interval
+
+
+def test_quality_evidence_has_arm_differences_and_pinn_vs_baseline():
+    def m(a, p):
+        return {"mean": {"amp_ssim": a, "phase_ssim": p, "amp_psnr": 20.0}}
+
+    rec = checks.quality({"pinn-xla-s0": m(0.80, 0.70), "pinn-noxla-s0": m(0.79, 0.71),
+                          "baseline-xla-s0": m(0.60, 0.50), "baseline-noxla-s0": m(0.60, 0.52)}, 0.02)
+    ev = rec["evidence"]
+    assert ev["arm_differences"]["pinn-s0"]["amp_ssim"] == pytest.approx(0.01)
+    assert ev["pinn_minus_baseline"]["xla-s0"]["amp_ssim"] == pytest.approx(0.20)
+    assert ev["pinn_minus_baseline"]["noxla-s0"]["phase_ssim"] == pytest.approx(0.19)
 
 
 def _items(status="PASS"):
@@ -105,3 +149,50 @@ def test_quality_with_an_undefined_ssim_fails_without_crashing():
                "pinn-noxla-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}}}
     record = checks.quality(metrics, 0.02)
     assert record["status"] == "FAIL" and math.isnan(record["value"])
+
+
+def _full_items():
+    """Items shaped like the pipeline's, with synthetic evidence."""
+    items = _items()
+    items["accuracy"]["evidence"] = {
+        "translation": [{"dtype": "float32", "batch": b, "shifts": "subpixel", "max_abs": 1e-7, "mean_abs": 1e-8}
+                        for b in (1, 7)],
+        "forward_model": {"max_abs": 2e-7, "mean_abs": 1e-8},
+        "trained_inference": {"pinn-xla-s0": {"max_abs": 1e-6, "mean_abs": 1e-7, "samples": 100}}}
+    items["gradients"]["evidence"] = {
+        "models": {"pinn": {"loss_xla": 1.0, "loss_noxla": 1.0, "relative_error_inputs": 1e-6,
+                            "relative_error_per_variable": {"conv2d/kernel": 1e-6, "conv2d/bias": 3e-6}}},
+        "finite_differences": {"max_rel": 1e-8, "points": 8}}
+    items["convergence"]["evidence"] = {"pairs": {"pinn-s0": {
+        "final_val_loss_xla": 1.0, "final_val_loss_noxla": 1.01, "relative_difference": 0.01,
+        "decreased": {"pinn-xla-s0": True, "pinn-noxla-s0": True}}}}
+    items["quality"] = checks.quality({"pinn-xla-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": 0.7}},
+                                       "pinn-noxla-s0": {"mean": {"amp_ssim": 0.79, "phase_ssim": 0.7}}}, 0.02)
+    items["speedup"] = checks.speedup(_bench(125, 100), 1.0)
+    return items
+
+
+def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_path):
+    from ptycho.figures import to_png, speedup_bars
+
+    png = to_png(speedup_bars(checks.speedup(_bench(125, 100), 1.0)["evidence"]["intervals"]))
+    rec = report.build(_full_items(), {}, {"preset": "smoke"}, {"cpu": "test cpu", "cores": 2}, ("speedup",))
+    paths = report.write(rec, tmp_path, {"speedup": png})
+    html = paths["html"].read_text()
+    for sid in ("verdict", "checklist", *checks.ITEMS, "machine"):
+        assert f'<section id="{sid}">' in html
+    assert html.count("data:image/png;base64,") == 1 and report.caption("speedup") in html
+    assert "conv2d" in html and "trained pinn-xla-s0 at inference" in html
+    assert "SLOWER" in html.split('<section id="checklist">')[0]  # the plain sentence is at the top
+    md = paths["md"].read_text()
+    assert "## Speedup" in md and "95% bootstrap interval" in md and "PINN minus baseline" not in md
+    assert rec["figures"] == ["speedup"]
+
+
+def test_every_figure_of_the_report_has_a_caption_for_snakemake_report():
+    from pathlib import Path
+
+    for stem, _, _ in report.FIGURES:
+        assert len(report.caption(stem)) > 40
+    rules = (Path(__file__).resolve().parent.parent / "rules" / "report.smk").read_text()
+    assert all(f'"{stem}"' in rules for stem, _, _ in report.FIGURES)

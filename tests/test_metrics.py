@@ -280,3 +280,21 @@ def test_reconstructions_with_different_small_shifts_are_scored_on_the_same_wind
     a = score(fourier_shift(truth, (0.3, -0.4)), truth)
     b = score(fourier_shift(truth, (-1.6, 2.2)), truth)
     assert a["crop"] == b["crop"] == [8, 56, 8, 56]
+
+
+def test_compare_gives_the_images_score_measured_and_the_frc_curves_behind_the_crossings():
+    from ptycho.metrics import compare
+
+    truth = _textured(96, seed=4)
+    recon = 1.7 * np.exp(1j * 0.4) * translate(truth, (0.6, -0.3))
+    c = compare(recon, truth)
+    s = score(recon, truth)
+    r0, r1, c0, c1 = s["crop"]
+    assert c["amp"].shape == c["truth_amp"].shape == (r1 - r0, c1 - c0)
+    np.testing.assert_allclose(c["truth_amp"], np.abs(truth[r0:r1, c0:c1]))
+    np.testing.assert_allclose(c["amp"], c["truth_amp"], atol=0.05)  # scale and shift undone
+    freq, curve = frc(c["amp"], c["truth_amp"])
+    assert s["frc_freq"] == pytest.approx(list(freq))
+    assert s["amp_frc_curve"] == pytest.approx(list(curve))
+    assert s["amp_frc50"] == pytest.approx(frc_resolution(freq, curve)[0], nan_ok=True)
+    assert "amp_frc_curve" not in score_all([recon], [truth])["mean"]  # curves are per image only

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "schemas", "envs", "docs/report-caption.rst")
+WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "schemas", "envs", "ptycho")
 
 
 def _workdir(tmp: Path) -> Path:

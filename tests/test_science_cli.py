@@ -75,3 +75,56 @@ def test_infer_refuses_a_dataset_of_another_patch_size(tiny, tmp_path):
     assert r.returncode == 0, r.stderr
     r = ptycho("infer", "--model", tmp_path / "m", "--dataset", tmp_path / "b.h5", "--out", tmp_path / "x.npz")
     assert r.returncode == 1 and "differs from the model's N=16" in r.stderr
+
+
+def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_path):
+    """The report's jobs, outside Snakemake: both arms of a tiny PINN, every item, figures, report."""
+    d, t = tiny, tmp_path
+    for arm in ("true", "false"):
+        name = f"pinn-{'xla' if arm == 'true' else 'noxla'}-s0"
+        r = ptycho("--threads", 1, "train", "--quiet", "--dataset", d / "train.h5", "--out", t / name, "--kind", "pinn",
+                   "--filters", 2, "--epochs", 2, "--batch-size", 8, "--xla", arm)
+        assert r.returncode == 0, r.stderr
+        for args in (("infer", "--model", t / name, "--dataset", d / "test.h5", "--out", t / f"{name}.rec.npz"),
+                     ("stitch", "--reconstruction", t / f"{name}.rec.npz", "--dataset", d / "test.h5",
+                      "--out", t / "stitched" / f"{name}.npz"),
+                     ("evaluate", "--stitched", t / "stitched" / f"{name}.npz", "--dataset", d / "test.h5",
+                      "--out", t / "metrics" / f"{name}.json")):
+            r = ptycho(*args)
+            assert r.returncode == 0, r.stderr
+    models = [t / n / "model.json" for n in ("pinn-xla-s0", "pinn-noxla-s0")]
+    metrics = sorted((t / "metrics").glob("*.json"))
+    r = ptycho("bench", "--dataset", d / "train.h5", "--models", "pinn", "--filters", 2, "--batch-size", 8,
+               "--warmup", 1, "--repeats", 4, "--out", t / "bench.json")
+    assert r.returncode == 0, r.stderr
+    for item, extra in (("accuracy", ("--models", *models, "--dataset", d / "test.h5")),
+                        ("gradients", ("--loss", "mae")), ("convergence", ("--models", *models)),
+                        ("quality", ("--metrics", *metrics)), ("speedup", ("--bench", t / "bench.json", "--models", *models))):
+        r = ptycho("check", item, "--threshold", 1.0, *extra, "--out", t / "checks" / f"{item}.json")
+        assert r.returncode == 0, r.stderr
+    accuracy = json.loads((t / "checks" / "accuracy.json").read_text())
+    assert set(accuracy["evidence"]["trained_inference"]) == {"pinn-xla-s0", "pinn-noxla-s0"}
+    speed = json.loads((t / "checks" / "speedup.json").read_text())["evidence"]["intervals"]
+    assert set(speed) == {"pinn train step", "pinn inference"}
+
+    r = ptycho("figures", "--dataset", d / "test.h5", "--stitched", *sorted((t / "stitched").glob("*.npz")),
+               "--metrics", *metrics, "--convergence", t / "checks" / "convergence.json",
+               "--speedup", t / "checks" / "speedup.json", "--out-dir", t / "figures")
+    assert r.returncode == 0, r.stderr
+    pngs = sorted((t / "figures").glob("*.png"))
+    assert [p.stem for p in pngs] == sorted(["reconstructions", "errors", "frc", "losses", "step_times", "speedup"])
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+
+    (t / "config.json").write_text(json.dumps({"preset": "tiny"}))
+    r = ptycho("report", "--checks", *sorted((t / "checks").glob("*.json")), "--metrics", *metrics, "--models", *models,
+               "--figures", *pngs, "--config-json", t / "config.json", "--out-dir", t / "reports")
+    assert r.returncode == 0, r.stderr
+    html = (t / "reports" / "validation.html").read_text()
+    assert html.count("data:image/png;base64,") == len(pngs)
+    assert json.loads((t / "reports" / "validation.json").read_text())["figures"] == [p.stem for p in pngs]
+
+
+def test_accuracy_with_trained_models_needs_the_dataset(tiny, tmp_path):
+    r = ptycho("check", "accuracy", "--threshold", 1e-5, "--models", tiny / "model.json", "--out", tmp_path / "a.json")
+    assert r.returncode != 0 and "--models needs --dataset" in r.stderr
+    assert not (tmp_path / "a.json").exists()
