@@ -91,7 +91,7 @@ def accuracy_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     for arm, r in sorted(ev.get("trained_inference", {}).items()):
         rows.append([f"trained {arm} at inference (relative)", f"{r['samples']} patterns",
                      _fmt(r["max_abs"]), _fmt(r["mean_abs"])])
-    return ["XLA vs no-XLA", "batch sizes", "max |diff|", "mean |diff|"], rows
+    return ["XLA vs no-XLA", "batch sizes", "max abs difference", "mean abs difference"], rows
 
 
 def gradients_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
@@ -197,6 +197,7 @@ def to_markdown(report: Mapping) -> str:
         return "\n".join(lines)
 
     parts = ["# XLA validation report", f"**{report['question']}**", f"## Verdict: {report['verdict']}",
+             f"{report['items']['speedup']['summary']}. {report['items']['quality']['summary']}.",
              table(*checklist_table(report))]
     for _, title, text, tables in sections(report):
         parts += [f"## {title}", text]

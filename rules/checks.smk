@@ -98,7 +98,7 @@ rule benchmark_arms:
         f"{R}/bench/bench.json",
     log:
         f"{R}/logs/bench.log",
-    threads: workflow.cores
+    threads: all_cores()
     resources:
         mem_mb=6000,
         runtime=60,

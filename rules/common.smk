@@ -3,6 +3,8 @@ import json
 import os
 import sys
 
+from snakemake.exceptions import WorkflowError
+
 from ptycho.errors import ConfigError
 from ptycho.tracking import config_hash
 from ptycho.workflow import arms, parse_arm, resolve
@@ -34,6 +36,15 @@ REPORTS = expand("reports/validation.{ext}", ext=["json", "md", "html"])
 wildcard_constraints:
     arm=r"(pinn|baseline)-(xla|noxla)-s\d+",
     item="|".join(CHECK_ITEMS),
+
+
+def all_cores():
+    """This invocation's --cores (the benchmark job runs alone on all of them); 1 when the
+    command gives none (`snakemake --report`, `--lint`), which then runs no job."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return 1
 
 
 def flags(section):

@@ -173,7 +173,7 @@ def _full_items():
 
 
 def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_path):
-    from ptycho.figures import to_png, speedup_bars
+    from ptycho.figures import speedup_bars, to_png
 
     png = to_png(speedup_bars(checks.speedup(_bench(125, 100), 1.0)["evidence"]["intervals"]))
     rec = report.build(_full_items(), {}, {"preset": "smoke"}, {"cpu": "test cpu", "cores": 2}, ("speedup",))

@@ -78,6 +78,16 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert report["verdict"] in ("PASS", "FAIL")
     assert (work / "reports" / "validation.html").read_text().count("<section") >= 4
     assert set(report["arms"]) == {"pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "baseline-noxla-s0"}
+    assert len(report["figures"]) == 6
+    html = (work / "reports" / "validation.html").read_text()
+    assert html.count("data:image/png;base64,") == 6
+
+    # `snakemake --report` works (no --cores needed) and shows every figure with its caption.
+    sm_report = subprocess.run([sys.executable, "-m", "snakemake", "--report", "reports/snakemake-report.html",
+                                "--config", "preset=smoke"], cwd=work, capture_output=True, text=True, timeout=300)
+    assert sm_report.returncode == 0, sm_report.stderr[-3000:]
+    assert (work / "reports" / "snakemake-report.html").stat().st_size > 100_000
+    assert all(f"Adding {name}.png" in sm_report.stderr + sm_report.stdout for name in report["figures"])
 
     client = MlflowClient(f"sqlite:///{work / 'results' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("xla-ptycho")
