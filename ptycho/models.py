@@ -1,7 +1,7 @@
 """Networks and losses: the PINN (physics-informed) and the PtychoNN-style baseline.
 
-Both use the same encoder-decoder (:func:`build_network`): an encoder of three
-Conv-Conv-Pool blocks (filters f, 2f, 4f) and two decoder arms, amplitude
+Both use the same encoder-decoder (:func:`build_network`): an encoder of ``depth``
+(default three) Conv-Conv-Pool blocks (filters f, 2f, 4f) and two decoder arms, amplitude
 (``sigmoid``) and phase (``pi * tanh``), each filling the central ``N/2 x N/2`` region of
 every patch. They differ only in what they see and how they learn:
 
@@ -35,6 +35,7 @@ class ModelConfig:
     kind: str = "pinn"  #: pinn | baseline
     filters: int = 16  #: encoder filters of the first block (reference: 64)
     pooling: str = "avg"  #: max | avg | strided
+    depth: int = 3  #: pooling levels of the encoder (the code is N / 2**depth wide)
     loss: str = "poisson"  #: PINN loss: poisson (NLL on counts) | mae (on amplitudes)
     poisson_eps: float = 1e-6  #: the eps in lambda - n log(lambda + eps), normalised units
     trainable_scale: bool = True  #: learn the log intensity scale (initialised from the file)
@@ -44,11 +45,18 @@ class ModelConfig:
         _check_choice("model.pooling", self.pooling, POOLINGS)
         _check_choice("model.loss", self.loss, LOSSES)
         _check_range("model.filters", self.filters, 1, 512)
+        _check_range("model.depth", self.depth, 1, 4)
         _check_range("model.poisson_eps", self.poisson_eps, 0.0, 1.0)
 
 
-def build_network(n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int):
-    """Keras model ``x (B, N, N, Cin) -> (amplitude, phase)``, each ``(B, N/2, N/2, Cout)``."""
+def build_network(n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int, depth: int = 3):
+    """Keras model ``x (B, N, N, Cin) -> (amplitude, phase)``, each ``(B, N/2, N/2, Cout)``.
+
+    ``depth`` Conv-Conv-Pool blocks (filters f, 2f, 4f, ...) take the N-wide input to an
+    N / 2**depth code; each decoder climbs back to N/2 with ``depth - 1`` upsampling
+    blocks. The code is the bottleneck for fine detail: depth 3 at f = 16 keeps
+    (N/8)^2 * 64 numbers for (N/2)^2 * C complex pixels.
+    """
     import keras
     from keras import layers
 
@@ -65,18 +73,19 @@ def build_network(n: int, in_channels: int, out_channels: int, filters: int, poo
             return layers.AveragePooling2D(2)(x)
         return conv(x, f, strides=2)
 
-    if n % 16:
-        raise ValueError(f"N = {n} must be a multiple of 16 for three pooling levels")
+    if n % 2**depth:
+        raise ValueError(f"N = {n} must be a multiple of {2**depth} for {depth} pooling levels")
+    widths = [filters * 2**k for k in range(depth)]
     x_in = keras.Input((n, n, in_channels), name="diffraction")
     x = x_in
-    for f in (filters, 2 * filters, 4 * filters):
+    for f in widths:
         x = conv(conv(x, f), f)
         x = down(x, f)
-    code = x  # N/8
+    code = x  # N / 2**depth
 
     def decoder(activation, name):
         y = code
-        for f in (4 * filters, 2 * filters):  # N/8 -> N/4 -> N/2
+        for f in reversed(widths[1:]):  # N / 2**depth -> N/2
             y = conv(conv(y, f), f)
             y = layers.UpSampling2D(2, interpolation="bilinear")(y)
         y = conv(y, filters)

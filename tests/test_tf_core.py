@@ -272,3 +272,20 @@ def test_gradients_checklist_item_runs_for_either_pinn_loss(pinn_loss):
     assert record["status"] == "PASS" and record["value"] <= 1e-4
     assert record["evidence"]["finite_differences"]["max_rel"] <= 1e-4
     assert set(record["evidence"]["models"]) == {"pinn", "baseline"}
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_network_depth_sets_the_code_width_and_keeps_the_output_shape(depth):
+    from ptycho.models import ModelConfig, build_network
+
+    net = build_network(32, 4, 4, filters=2, pooling="avg", seed=0, depth=depth)
+    amp, phase = net(np.zeros((1, 32, 32, 4), np.float32))
+    assert amp.shape == phase.shape == (1, 16, 16, 4)
+    pools = [layer for layer in net.layers if "pooling" in layer.name]
+    assert len(pools) == depth and pools[-1].output.shape[1] == 32 // 2**depth
+    with pytest.raises(ValueError, match="multiple of 16"):
+        build_network(40, 1, 1, filters=2, pooling="avg", seed=0, depth=4)
+    from ptycho.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.depth"):
+        ModelConfig(depth=5)
