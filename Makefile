@@ -41,9 +41,21 @@ bench: setup  ## XLA vs eager timings: compile time, step time, inference throug
 ui: setup  ## browse the embedded MLflow store at http://127.0.0.1:5000
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/results/mlflow.db --host 127.0.0.1 --port 5000
 
+# A tracking server for cluster runs: MLFLOW_HOST=0.0.0.0 make mlflow-server, then
+# export MLFLOW_TRACKING_URI=http://<this host>:5001 before snakemake. Jobs on other nodes
+# address it by host name, which MLflow 3 answers with 403 unless the name is in
+# --allowed-hosts (its DNS-rebinding protection; /health is exempt, so only API calls
+# show it): allowed are this machine's names, MLflow's own defaults (loopback, private
+# IPs) and MLFLOW_ALLOWED_HOSTS=name:port,name:*,... if set.
+# Artifacts are uploaded through the server (--artifacts-destination): nodes need no
+# shared path for them.
 mlflow-server: setup  ## a tracking server for cluster runs (export MLFLOW_TRACKING_URI=http://HOST:5001)
-	$(VENV)/bin/mlflow server --backend-store-uri sqlite:///$(CURDIR)/results/mlflow-server.db \
-	  --artifacts-destination $(CURDIR)/results/mlflow-artifacts --host $${MLFLOW_HOST:-127.0.0.1} --port $${MLFLOW_PORT:-5001}
+	@host=$$(hostname); fqdn=$$(hostname -f 2>/dev/null || echo $$host); \
+	allowed=$$host,$$host:*,$$fqdn,$$fqdn:*,localhost,localhost:*,127.0.0.1,127.0.0.1:*,[::1],[[]::1]:*,0.0.0.0,0.0.0.0:*,10.*,192.168.*,$$(printf '172.%s.*,' {16..31})fc00:*,fd00:*$${MLFLOW_ALLOWED_HOSTS:+,$$MLFLOW_ALLOWED_HOSTS}; \
+	echo "MLflow server for jobs on any node: export MLFLOW_TRACKING_URI=http://$$fqdn:$${MLFLOW_PORT:-5001}"; \
+	exec $(VENV)/bin/mlflow server --backend-store-uri sqlite:///$(CURDIR)/results/mlflow-server.db \
+	  --artifacts-destination $(CURDIR)/results/mlflow-artifacts --host $${MLFLOW_HOST:-127.0.0.1} --port $${MLFLOW_PORT:-5001} \
+	  --allowed-hosts "$$allowed"
 
 clean:
 	rm -rf results .snakemake
