@@ -5,14 +5,15 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from ptycho.errors import ConfigError
-from ptycho.tracking import config_hash
+from ptycho.errors import PtychoError
+from ptycho.tracking import config_hash, preflight_environment
 from ptycho.workflow import arms, parse_arm, resolve
 
 
 try:
     CFG = resolve(config, workflow.config_settings.overwrite_config)
-except ConfigError as err:
+    preflight_environment()  # a tracking server that is down stops the run before any job is submitted
+except PtychoError as err:
     sys.stderr.write(f"ptycho workflow: error: {err}\n")
     sys.exit(2)
 
@@ -32,6 +33,12 @@ MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
 METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)
 CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
 REPORTS = expand("reports/validation.{ext}", ext=["json", "md", "html"])
+
+# Cheap bookkeeping runs on the submitting host, not through the cluster queue.
+localrules:
+    resolved_config,
+    mlflow_parent,
+
 
 wildcard_constraints:
     arm=r"(pinn|baseline)-(xla|noxla)-s\d+",

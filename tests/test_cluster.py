@@ -172,11 +172,6 @@ def test_preflight_environment_checks_only_a_server(monkeypatch, tmp_path):
         tracking.preflight_environment(timeout=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rules/common.smk does not call tracking.preflight_environment() while the workflow is parsed, so "
-    "the mlflow_parent job (a SLURM job under profiles/slurm) is the first to find the server down",
-)
 def test_unreachable_tracking_server_stops_the_workflow_before_any_job(tmp_path):
     """What ``snakemake --profile profiles/slurm all`` must do with a server that is down.
 

@@ -97,7 +97,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     expected = Counter({"simulate": 1, "train": 4, "infer": 4, "stitch": 4, "evaluate": 4, "benchmark": 1,
                         "check_accuracy": 1, "check_gradients": 1, "check_convergence": 1, "check_quality": 1,
-                        "check_speedup": 1, "report": 1})
+                        "check_speedup": 1, "figures": 1, "report": 1})
     assert Counter(r.data.tags["rule"] for r in children) == expected
     assert all(r.info.status == "FINISHED" for r in children)
     assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
