@@ -45,7 +45,16 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
 
 
 def _umask() -> int:
-    mask = os.umask(0)  # the only portable way to read it; set straight back
+    """The process umask, read without changing it where Linux allows (os.umask can only
+    be read by setting it, which would race with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 

@@ -274,8 +274,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ds = read_dataset(args.dataset)
     else:
         ds = simulate_split(SimulationConfig(n=args.n, object_size=args.object_size, probe_kind="defocused"), "train")
-    train_cfg = TrainConfig(batch_size=args.batch_size)
-    models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, loss=args.loss) for k in args.models]
+    if args.like:
+        # The trained models' own architecture, loss and batch size: the benchmark must
+        # time the networks the study trains, not the CLI's defaults.
+        from ptycho.artifacts import read_json
+        from ptycho.train import configs_from_meta
+
+        configs = {}
+        for path in args.like:
+            model_cfg, trained = configs_from_meta(read_json(path))
+            configs.setdefault(model_cfg.kind, (model_cfg, trained))
+        models = [configs[k][0] for k in args.models if k in configs]
+        if not models:
+            raise PtychoError(f"bench: none of --like {' '.join(args.like)} is a model of kind {', '.join(args.models)}")
+        train_cfg = TrainConfig(batch_size=next(iter(configs.values()))[1].batch_size)
+    else:
+        train_cfg = TrainConfig(batch_size=args.batch_size)
+        models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, depth=args.depth, loss=args.loss)
+                  for k in args.models]
     result = bench.run(ds, models, train_cfg, bench.BenchConfig(warmup=args.warmup, repeats=args.repeats))
     print(bench.format_table(result))
     if args.out:
@@ -365,7 +381,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     for path in args.reconstructions or []:
         rec = read_arrays(path, ("seconds", "patterns"))
         arms.setdefault(Path(path).stem, {})["infer_patterns_per_s"] = float(rec["patterns"] / rec["seconds"])
-    figures = {Path(p).stem: Path(p).read_bytes() for p in args.figures or []}
+    figures = {}
+    for path in args.figures or []:
+        stem = Path(path).stem
+        if stem not in {name for name, _, _ in report.FIGURES}:
+            raise PtychoError(f"{path}: not a figure of the report (expected one of "
+                              f"{', '.join(name for name, _, _ in report.FIGURES)}.png); pass the PNGs of 'ptycho figures'")
+        try:
+            figures[stem] = Path(path).read_bytes()
+        except OSError as err:
+            raise PtychoError(f"{path}: cannot read ({err.strerror}); run 'ptycho figures' first") from None
+        if not figures[stem].startswith(b"\x89PNG"):
+            raise PtychoError(f"{path}: not a PNG file; re-run 'ptycho figures'")
     record = report.build(items, arms, read_json(args.config_json), machine_info(), tuple(figures))
     paths = report.write(record, args.out_dir, figures)
     if args.run is not None:
@@ -385,38 +412,48 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from ptycho import figures
-    from ptycho.artifacts import read_arrays, read_json
+    from ptycho import checks, figures
+    from ptycho.artifacts import atomic_write, read_arrays, read_json
     from ptycho.data import read_dataset
-    from ptycho.errors import PtychoError
     from ptycho.metrics import compare
+    from ptycho.workflow import arm_name
 
     ds = read_dataset(args.dataset)
     truth_image = ds.ground_truth(0)
     shown, truth, frc = {}, None, {}
     for path in args.stitched:
         images = read_arrays(path, ("images",))["images"]
-        if images[0].shape != truth_image.shape:
+        if len(images) == 0 or images[0].shape != truth_image.shape:
             raise PtychoError(f"{path}: stitched images do not match the objects of {args.dataset}; re-run stitch")
         c = compare(images[0], truth_image)  # what the metrics scored, as they scored it
         shown[Path(path).stem] = (c["amp"], c["phase"])
         truth = (c["truth_amp"], c["truth_phase"])
     for path in args.metrics:
-        first = read_json(path)["per_image"][0]
+        first = read_json(path).get("per_image", [{}])[0]
+        if "frc_freq" not in first:
+            raise PtychoError(f"{path}: no FRC curves in these metrics (written by an older version); re-run 'ptycho evaluate'")
         frc[Path(path).stem] = {"freq": first["frc_freq"], "amp": first["amp_frc_curve"], "phase": first["phase_frc_curve"]}
-    convergence = read_json(args.convergence)["evidence"]["pairs"]
-    speed = read_json(args.speedup)["evidence"]
-    made = {
-        "reconstructions": figures.reconstruction_grid(truth, shown),
-        "errors": figures.error_maps(truth, shown),
-        "frc": figures.frc_curves(frc),
-        "losses": figures.loss_curves(convergence),
-        "step_times": figures.step_time_distributions(speed["bench"]["arms"]),
-        "speedup": figures.speedup_bars(speed["intervals"]),
-    }
+    histories = {}
+    for path in args.models:
+        meta = read_json(path)
+        histories[arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])] = meta["history"]
+    bench = read_json(args.bench)
+    if "arms" not in bench:
+        raise PtychoError(f"{args.bench}: not a benchmark result; pass the JSON written by 'ptycho bench --out'")
+    try:  # render everything before writing anything: no partial set of figures
+        made = {
+            "reconstructions": figures.to_png(figures.reconstruction_grid(truth, shown)),
+            "errors": figures.to_png(figures.error_maps(truth, shown)),
+            "frc": figures.to_png(figures.frc_curves(frc)),
+            "losses": figures.to_png(figures.loss_curves(checks.loss_pairs(histories))),
+            "step_times": figures.to_png(figures.step_time_distributions(bench["arms"])),
+            "speedup": figures.to_png(figures.speedup_bars(checks.speedup_intervals(bench))),
+        }
+    except (ValueError, KeyError) as err:
+        raise PtychoError(f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them") from None
     out = Path(args.out_dir)
-    for name, fig in made.items():
-        figures.save_png(fig, out / f"{name}.png")
+    for name, png in made.items():
+        atomic_write(out / f"{name}.png", lambda tmp, png=png: Path(tmp).write_bytes(png), suffix=".png")
         if args.run is not None:
             args.run.log_artifact(str(out / f"{name}.png"), "figures")
     print(f"{out}: {len(made)} figures ({', '.join(made)})")
@@ -506,8 +543,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", choices=("pinn", "baseline"), default=["pinn", "baseline"])
     p.add_argument("--filters", type=int, default=16)
     p.add_argument("--pooling", choices=("max", "avg", "strided"), default="avg")
+    p.add_argument("--depth", type=int, default=2, help="encoder pooling levels (default: the pipeline's)")
     p.add_argument("--loss", choices=("poisson", "mae"), default="mae", help="PINN loss (default: the pipeline's)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--like", nargs="+", metavar="MODEL_JSON",
+                   help="time the architecture, loss and batch size of these trained models (model.json), "
+                        "instead of --filters/--pooling/--depth/--loss/--batch-size")
+    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--out", help="also write the full result as JSON")
@@ -540,8 +581,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="the test split (ground truth)")
     p.add_argument("--stitched", nargs="+", required=True, help=".npz files written by 'ptycho stitch'")
     p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files (FRC curves)")
-    p.add_argument("--convergence", required=True, help="the convergence item's JSON (loss curves)")
-    p.add_argument("--speedup", required=True, help="the speedup item's JSON (timings, intervals)")
+    p.add_argument("--models", nargs="+", required=True, help="model.json files of the arms (loss curves)")
+    p.add_argument("--bench", required=True, help="the benchmark's JSON (step times, speedup intervals)")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_figures)
 

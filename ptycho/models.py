@@ -1,7 +1,8 @@
 """Networks and losses: the PINN (physics-informed) and the PtychoNN-style baseline.
 
 Both use the same encoder-decoder (:func:`build_network`): an encoder of ``depth``
-(default three) Conv-Conv-Pool blocks (filters f, 2f, 4f) and two decoder arms, amplitude
+Conv-Conv-Pool blocks (filters f, 2f, 4f, ...; the reference has three, the study's
+default config two, see docs/architecture.md) and two decoder arms, amplitude
 (``sigmoid``) and phase (``pi * tanh``), each filling the central ``N/2 x N/2`` region of
 every patch. They differ only in what they see and how they learn:
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import http.client
 import json
 import logging
 import math
@@ -443,7 +444,7 @@ def _preflight_server(uri: str, timeout: float) -> None:
         reason = f"HTTP {exc.code} from {url}"
     except urllib.error.URLError as exc:
         reason = str(exc.reason)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         reason = str(exc) or type(exc).__name__
     reason = " ".join(reason.split())
     raise PtychoError(f"MLflow tracking server at {uri} is unreachable ({reason}); {fix}")

@@ -108,13 +108,11 @@ rule benchmark_arms:
         models=" ".join(CFG["models"]),
         repeats=CFG["bench"]["repeats"],
         warmup=CFG["bench"]["warmup"],
-        model_flags=f"--filters {CFG['model']['filters']} --pooling {CFG['model']['pooling']} --loss {CFG['model']['loss']} "
-        f"--batch-size {CFG['train']['batch_size']}",
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} bench --models {params.models} --repeats {params.repeats} --warmup {params.warmup} "
-        "--dataset {input.data} {params.model_flags} --out {output} > {log} 2>&1"
+        "--dataset {input.data} --like {input.models} --out {output} > {log} 2>&1"
 
 
 rule check_speedup:

@@ -7,8 +7,8 @@ rule figures:
         data=f"{R}/data/test.h5",
         stitched=expand(f"{R}/stitched/{{arm}}.npz", arm=ARMS),
         metrics=METRICS,
-        convergence=f"{R}/checks/convergence.json",
-        speedup=f"{R}/checks/speedup.json",
+        models=MODELS,
+        bench=f"{R}/bench/bench.json",
         parent=PARENT,
     output:
         [report(f"{R}/figures/{name}.png", caption=f"../ptycho/captions/{name}.rst", category="Figures")
@@ -27,7 +27,7 @@ rule figures:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} figures --dataset {input.data} --stitched {input.stitched} "
-        "--metrics {input.metrics} --convergence {input.convergence} --speedup {input.speedup} "
+        "--metrics {input.metrics} --models {input.models} --bench {input.bench} "
         "--out-dir {params.out} > {log} 2>&1"
 
 

@@ -68,6 +68,10 @@ def test_speedup_reports_slower_xla_in_words_with_its_interval():
     assert faster["status"] == "PASS" and "faster" in faster["summary"]
     same = checks.speedup(_bench(100, 100), 1.0)
     assert "includes 1" in same["summary"]
+    few = _bench(125, 100)
+    for arm in few["arms"]:
+        arm["step_samples_s"], arm["step_s"]["n"] = arm["step_samples_s"][:5], 5
+    assert "too few for a confidence interval" in checks.speedup(few, 1.0)["summary"]
 
 
 def test_bootstrap_interval_covers_the_true_ratio_and_narrows_with_more_samples():

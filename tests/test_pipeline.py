@@ -41,7 +41,7 @@ def test_dry_run_of_the_default_config_lists_the_whole_matrix(tmp_path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for rule in ("simulate", "train_model", "infer", "stitch", "score", "check_accuracy", "check_gradients",
-                 "check_convergence", "check_quality", "check_speedup", "benchmark_arms", "validation_report"):
+                 "check_convergence", "check_quality", "check_speedup", "benchmark_arms", "figures", "validation_report"):
         assert rule in out
 
 
@@ -135,7 +135,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert model_json.stat().st_mtime_ns == trained_at  # no retraining
     rules_run = {line.split()[-1].rstrip(":") for line in strict.stdout.splitlines() + strict.stderr.splitlines()
                  if line.startswith(("rule ", "localrule "))}
-    assert rules_run == {"resolved_config", "check_speedup", "figures", "validation_report", "all"}
+    assert rules_run == {"resolved_config", "check_speedup", "validation_report", "all"}
     parents_after = [r for r in client.search_runs([experiment.experiment_id], max_results=1000)
                      if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents_after) == 1  # still one parent per results folder

@@ -103,13 +103,14 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         r = ptycho("check", item, "--threshold", 1.0, *extra, "--out", t / "checks" / f"{item}.json")
         assert r.returncode == 0, r.stderr
     accuracy = json.loads((t / "checks" / "accuracy.json").read_text())
-    assert set(accuracy["evidence"]["trained_inference"]) == {"pinn-xla-s0", "pinn-noxla-s0"}
+    inference = accuracy["evidence"]["trained_inference"]
+    assert set(inference) == {"pinn-xla-s0", "pinn-noxla-s0"}
+    assert all(0 <= r["max_abs"] < 1e-4 and r["samples"] > 0 for r in inference.values())
     speed = json.loads((t / "checks" / "speedup.json").read_text())["evidence"]["intervals"]
     assert set(speed) == {"pinn train step", "pinn inference"}
 
     r = ptycho("figures", "--dataset", d / "test.h5", "--stitched", *sorted((t / "stitched").glob("*.npz")),
-               "--metrics", *metrics, "--convergence", t / "checks" / "convergence.json",
-               "--speedup", t / "checks" / "speedup.json", "--out-dir", t / "figures")
+               "--metrics", *metrics, "--models", *models, "--bench", t / "bench.json", "--out-dir", t / "figures")
     assert r.returncode == 0, r.stderr
     pngs = sorted((t / "figures").glob("*.png"))
     assert [p.stem for p in pngs] == sorted(["reconstructions", "errors", "frc", "losses", "step_times", "speedup"])
@@ -122,6 +123,20 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
     html = (t / "reports" / "validation.html").read_text()
     assert html.count("data:image/png;base64,") == len(pngs)
     assert json.loads((t / "reports" / "validation.json").read_text())["figures"] == [p.stem for p in pngs]
+
+    # Bad inputs: one line, non-zero, nothing written.
+    r = ptycho("figures", "--dataset", d / "test.h5", "--stitched", *sorted((t / "stitched").glob("*.npz")),
+               "--metrics", *metrics, "--models", *models, "--bench", t / "checks" / "accuracy.json",
+               "--out-dir", t / "nofigures")
+    assert r.returncode != 0 and "not a benchmark result" in r.stderr.strip().splitlines()[-1]
+    assert not (t / "nofigures").exists()
+    (t / "mystery.png").write_bytes(b"not a png")
+    for bad, message in ((t / "mystery.png", "not a figure of the report"), (t / "figures" / "frc.txt", "cannot read")):
+        r = ptycho("report", "--checks", *sorted((t / "checks").glob("*.json")), "--metrics", *metrics,
+                   "--models", *models, "--figures", bad, "--config-json", t / "config.json", "--out-dir", t / "r2")
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode != 0 and len(lines) == 1 and message in lines[0], r.stderr
+        assert not (t / "r2").exists()
 
 
 def test_accuracy_with_trained_models_needs_the_dataset(tiny, tmp_path):
