@@ -4,7 +4,8 @@ For each model and arm this measures, on the same data and the same initial weig
 
 * compile time: wall time of the first train-step call (trace + XLA compile + one step);
 * steady-state train step: ``repeats`` timed steps after ``warmup`` untimed ones,
-  reported as median and interquartile range;
+  the two arms' steps interleaved (:func:`bench_model`), reported as median and
+  interquartile range;
 * inference: patterns per second of the fixed-batch predictor (padding included),
   after its own first (compiling) call, with each batch's time kept (the sample the
   report's bootstrap interval is drawn from), and of a naive per-pattern loop (batch 1).
@@ -49,7 +50,7 @@ def machine_info() -> dict:
 @dataclass(frozen=True)
 class BenchConfig:
     warmup: int = 3
-    repeats: int = 20
+    repeats: int = 60
     infer_samples: int = 256
     naive_samples: int = 32
 
@@ -59,74 +60,96 @@ def _quartiles(values: list[float]) -> dict:
     return {"median": float(med), "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "n": len(values)}
 
 
-def bench_arm(ds, model_cfg, train_cfg, bench: BenchConfig) -> dict:
-    """Timings for one (model, arm) on dataset ``ds``."""
-    from ptycho.infer import Predictor
-    from ptycho.train import Trainer, prepare
+class _Arm:
+    """One (model, arm) ready to time: trainer compiled, same batch sequence as its twin."""
 
-    data = prepare(ds, model_cfg.kind)
-    trainer = Trainer(model_cfg, train_cfg, ds.n, data.inputs.shape[-1], ds.probe, data.physics)
-    bs = train_cfg.batch_size
-    rng = np.random.default_rng(train_cfg.seed)
+    def __init__(self, ds, model_cfg, train_cfg, bench: BenchConfig):
+        from ptycho.train import Trainer, prepare
 
-    def batch():
-        idx = rng.choice(len(data.inputs), bs, replace=False)
-        return data.inputs[idx], data.offsets[idx], {k: v[idx] for k, v in data.targets.items()}
+        self.model_cfg, self.train_cfg, self.bench = model_cfg, train_cfg, bench
+        self.data = prepare(ds, model_cfg.kind)
+        self.trainer = Trainer(model_cfg, train_cfg, ds.n, self.data.inputs.shape[-1], ds.probe, self.data.physics)
+        self.rng = np.random.default_rng(train_cfg.seed)  # same seed in both arms: the same batches
+        self.steps: list[float] = []
+        t0 = time.perf_counter()
+        self._step()
+        self.compile_s = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    float(trainer.train_step(*batch()))
-    compile_s = time.perf_counter() - t0
+    def _step(self) -> float:
+        d, bs = self.data, self.train_cfg.batch_size
+        idx = self.rng.choice(len(d.inputs), bs, replace=False)
+        b = d.inputs[idx], d.offsets[idx], {k: v[idx] for k, v in d.targets.items()}
+        t0 = time.perf_counter()
+        float(self.trainer.train_step(*b))
+        return time.perf_counter() - t0
+
+    def timed_step(self) -> None:
+        self.steps.append(self._step())
+
+    def inference(self) -> dict:
+        from ptycho.infer import Predictor
+
+        bs, xla, bench = self.train_cfg.batch_size, self.train_cfg.xla, self.bench
+        predictor = Predictor(self.trainer.network, bs, xla)
+        inputs = self.data.inputs[: bench.infer_samples]
+        t0 = time.perf_counter()
+        predictor(inputs[:1])
+        infer_compile = time.perf_counter() - t0
+        batch_times = []  # one sample per padded batch: the distribution behind the interval
+        for start in range(0, len(inputs), bs):
+            chunk = inputs[start : start + bs]
+            t0 = time.perf_counter()
+            predictor(chunk)
+            batch_times.append(time.perf_counter() - t0)
+        single = Predictor(self.trainer.network, 1, xla)
+        single(inputs[:1])
+        n_naive = min(bench.naive_samples, len(inputs))
+        t0 = time.perf_counter()
+        for i in range(n_naive):
+            single(inputs[i : i + 1])
+        naive_s = time.perf_counter() - t0
+        c = inputs.shape[-1]
+        return {
+            "infer_compile_s": infer_compile,
+            "infer_patterns_per_s": len(inputs) * c / sum(batch_times),
+            "infer_batch_samples_s": batch_times,
+            "naive_patterns_per_s": n_naive * c / naive_s,
+        }
+
+    def result(self, inference: dict) -> dict:
+        return {
+            "model": self.model_cfg.kind,
+            "xla": self.train_cfg.xla,
+            "compile_s": self.compile_s,
+            "step_s": _quartiles(self.steps),
+            "step_samples_s": self.steps,
+            **inference,
+            "traces": dict(self.trainer.traces),
+        }
+
+
+def bench_model(ds, model_cfg, train_cfg, bench: BenchConfig) -> list[dict]:
+    """Both arms of one model, their timed steps INTERLEAVED (XLA, no-XLA, no-XLA, XLA, ...).
+
+    On a shared machine the load drifts; timing the arms one after the other would put
+    the drift into the ratio. Alternating the steps (and their order) makes both arms
+    see the same background, so the ratio of medians compares the arms, not the minutes.
+    """
+    from dataclasses import replace
+
+    arms = [_Arm(ds, model_cfg, replace(train_cfg, xla=xla), bench) for xla in (True, False)]
     for _ in range(bench.warmup):
-        float(trainer.train_step(*batch()))
-    steps = []
-    for _ in range(bench.repeats):
-        b = batch()
-        t0 = time.perf_counter()
-        float(trainer.train_step(*b))
-        steps.append(time.perf_counter() - t0)
-
-    predictor = Predictor(trainer.network, bs, train_cfg.xla)
-    inputs = data.inputs[: bench.infer_samples]
-    t0 = time.perf_counter()
-    predictor(inputs[:1])
-    infer_compile = time.perf_counter() - t0
-    batch_times = []  # one sample per padded batch: the distribution behind the interval
-    for start in range(0, len(inputs), bs):
-        chunk = inputs[start : start + bs]
-        t0 = time.perf_counter()
-        predictor(chunk)
-        batch_times.append(time.perf_counter() - t0)
-    infer_s = sum(batch_times)
-
-    single = Predictor(trainer.network, 1, train_cfg.xla)
-    single(inputs[:1])
-    t0 = time.perf_counter()
-    for i in range(min(bench.naive_samples, len(inputs))):
-        single(inputs[i : i + 1])
-    naive_s = time.perf_counter() - t0
-    c = data.inputs.shape[-1]
-    return {
-        "model": model_cfg.kind,
-        "xla": train_cfg.xla,
-        "compile_s": compile_s,
-        "step_s": _quartiles(steps),
-        "step_samples_s": steps,
-        "infer_compile_s": infer_compile,
-        "infer_patterns_per_s": len(inputs) * c / infer_s,
-        "infer_batch_samples_s": batch_times,
-        "naive_patterns_per_s": min(bench.naive_samples, len(inputs)) * c / naive_s,
-        "traces": dict(trainer.traces),
-    }
+        for arm in arms:
+            arm._step()
+    for r in range(bench.repeats):
+        for arm in arms if r % 2 == 0 else arms[::-1]:
+            arm.timed_step()
+    return [arm.result(arm.inference()) for arm in arms]
 
 
 def run(ds, model_cfgs, train_cfg, bench: BenchConfig = BenchConfig()) -> dict:
     """Both arms for every model config; returns per-arm results and no-XLA/XLA ratios."""
-    from dataclasses import replace
-
-    arms = []
-    for model_cfg in model_cfgs:
-        for xla in (True, False):
-            arms.append(bench_arm(ds, model_cfg, replace(train_cfg, xla=xla), bench))
+    arms = [a for model_cfg in model_cfgs for a in bench_model(ds, model_cfg, train_cfg, bench)]
     ratios = {}
     for model_cfg in model_cfgs:
         on = next(a for a in arms if a["model"] == model_cfg.kind and a["xla"])

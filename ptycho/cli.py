@@ -550,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of --filters/--pooling/--depth/--loss/--batch-size")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=60, help="timed steps per arm, interleaved")
     p.add_argument("--out", help="also write the full result as JSON")
     p.set_defaults(func=cmd_bench)
 
