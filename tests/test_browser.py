@@ -230,7 +230,7 @@ def test_validation_report_renders_every_section_and_image_offline(smoke, browse
         assert name in facts["checklist"]["text"]
 
     # Every section: a heading, and content rendered below it.
-    assert len(facts["sections"]) >= 2
+    assert len(facts["sections"]) >= 2 + len(report_json["items"])  # verdict, checklist, one per item
     for s in facts["sections"]:
         where = f"section {s['id'] or s['heading'] or '?'}"
         assert s["heading"], f"{where} has no heading"
@@ -239,6 +239,7 @@ def test_validation_report_renders_every_section_and_image_offline(smoke, browse
 
     # Every image: decoded, with pixels, laid out at a visible size.
     assert facts["images"], "the report has no image"
+    assert len(facts["images"]) == len(report_json["figures"]), "every figure of the record is on the page"
     for img in facts["images"]:
         where = f"image {img['alt']!r} in section {img['section']}"
         assert img["complete"] and img["naturalWidth"] > 0 and img["naturalHeight"] > 0, f"{where} did not load"
