@@ -16,6 +16,7 @@ a ratio below 1 means XLA is slower, and is reported as such.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
@@ -120,6 +121,8 @@ class _Arm:
         return {
             "model": self.model_cfg.kind,
             "xla": self.train_cfg.xla,
+            "model_config": dataclasses.asdict(self.model_cfg),  # what was timed, checkable against training
+            "batch_size": self.train_cfg.batch_size,
             "compile_s": self.compile_s,
             "step_s": _quartiles(self.steps),
             "step_samples_s": self.steps,

@@ -94,9 +94,13 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
             assert r.returncode == 0, r.stderr
     models = [t / n / "model.json" for n in ("pinn-xla-s0", "pinn-noxla-s0")]
     metrics = sorted((t / "metrics").glob("*.json"))
-    r = ptycho("bench", "--dataset", d / "train.h5", "--models", "pinn", "--filters", 2, "--batch-size", 8,
+    r = ptycho("bench", "--dataset", d / "train.h5", "--models", "pinn", "--like", *models,
                "--warmup", 1, "--repeats", 4, "--out", t / "bench.json")
     assert r.returncode == 0, r.stderr
+    timed = json.loads((t / "bench.json").read_text())["arms"]
+    assert [(a["model"], a["xla"]) for a in timed] == [("pinn", True), ("pinn", False)]
+    trained = json.loads(models[0].read_text())
+    assert all(a["model_config"] == trained["model"] and a["batch_size"] == 8 for a in timed)  # what was trained
     for item, extra in (("accuracy", ("--models", *models, "--dataset", d / "test.h5")),
                         ("gradients", ("--loss", "mae")), ("convergence", ("--models", *models)),
                         ("quality", ("--metrics", *metrics)), ("speedup", ("--bench", t / "bench.json", "--models", *models))):
