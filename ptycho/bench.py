@@ -73,10 +73,10 @@ class _Arm:
         self.rng = np.random.default_rng(train_cfg.seed)  # same seed in both arms: the same batches
         self.steps: list[float] = []
         t0 = time.perf_counter()
-        self._step()
+        self.step()
         self.compile_s = time.perf_counter() - t0
 
-    def _step(self) -> float:
+    def step(self) -> float:
         d, bs = self.data, self.train_cfg.batch_size
         idx = self.rng.choice(len(d.inputs), bs, replace=False)
         b = d.inputs[idx], d.offsets[idx], {k: v[idx] for k, v in d.targets.items()}
@@ -85,7 +85,7 @@ class _Arm:
         return time.perf_counter() - t0
 
     def timed_step(self) -> None:
-        self.steps.append(self._step())
+        self.steps.append(self.step())
 
     def inference(self) -> dict:
         from ptycho.infer import Predictor
@@ -143,7 +143,7 @@ def bench_model(ds, model_cfg, train_cfg, bench: BenchConfig) -> list[dict]:
     arms = [_Arm(ds, model_cfg, replace(train_cfg, xla=xla), bench) for xla in (True, False)]
     for _ in range(bench.warmup):
         for arm in arms:
-            arm._step()
+            arm.step()
     for r in range(bench.repeats):
         for arm in arms if r % 2 == 0 else arms[::-1]:
             arm.timed_step()

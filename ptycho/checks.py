@@ -108,12 +108,12 @@ def inference_agreement(model_dirs: Sequence[str], dataset, max_samples: int = 1
     """
     from ptycho.infer import Predictor, load_network
     from ptycho.train import load_meta, prepare
-    from ptycho.workflow import arm_name
+    from ptycho.workflow import arm_of
 
     out = {}
     for model_dir in model_dirs:
         meta = load_meta(model_dir)
-        name = arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+        name = arm_of(meta)
         data = prepare(dataset, meta["model"]["kind"], norm=meta["physics"]["intensity_norm"])
         network = load_network(model_dir)
         x = data.inputs[:max_samples]
@@ -242,18 +242,15 @@ def loss_pairs(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str
     ``{"pinn-s0": {"train_loss_xla": [...], "train_loss_noxla": [...], "val_loss_xla": [...],
     "val_loss_noxla": [...]}}``: the curves the convergence item and the loss figure show.
     """
-    from ptycho.workflow import arm_name, parse_arm
+    from ptycho.workflow import xla_pairs
 
     out = {}
-    for name in sorted(histories):
-        model, xla, seed = parse_arm(name)
-        other = arm_name(model, False, seed)
-        if xla and other in histories:
-            a, b = histories[name], histories[other]
-            out[f"{model}-s{seed}"] = {
-                "train_loss_xla": [h["train_loss"] for h in a], "train_loss_noxla": [h["train_loss"] for h in b],
-                "val_loss_xla": [h["val_loss"] for h in a], "val_loss_noxla": [h["val_loss"] for h in b],
-            }
+    for key, on, off in xla_pairs(histories):
+        a, b = histories[on], histories[off]
+        out[key] = {
+            "train_loss_xla": [h["train_loss"] for h in a], "train_loss_noxla": [h["train_loss"] for h in b],
+            "val_loss_xla": [h["val_loss"] for h in a], "val_loss_noxla": [h["val_loss"] for h in b],
+        }
     return out
 
 
@@ -274,24 +271,21 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
             return h[-1]["val_loss"] < start
         return h[-1]["train_loss"] < h[0]["train_loss"]
 
-    from ptycho.workflow import arm_name, parse_arm
+    from ptycho.workflow import xla_pairs
 
+    curves = loss_pairs(histories)
     pairs, worst, all_decreased = {}, 0.0, True
-    for name in sorted(histories):
-        model, xla, seed = parse_arm(name)
-        other = arm_name(model, False, seed)
-        if not xla or other not in histories:
-            continue
+    for key, name, other in xla_pairs(histories):
         a, b = histories[name], histories[other]
         fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
         rel = abs(fa - fb) / max(abs(fb), 1e-12)
         went_down = {arm: decreased(arm, h) for arm, h in ((name, a), (other, b))}
         all_decreased &= all(went_down.values())
         worst = rel if not rel <= worst else worst  # NaN stays NaN, and then FAILs
-        pairs[f"{model}-s{seed}"] = {
+        pairs[key] = {
             "final_val_loss_xla": fa, "final_val_loss_noxla": fb, "relative_difference": rel,
             "decreased": went_down, "initial_val_loss": {name: initial.get(name), other: initial.get(other)},
-            **loss_pairs(histories)[f"{model}-s{seed}"],
+            **curves[key],
         }
     value = worst if pairs and all_decreased else float("nan")
     summary = (f"final validation losses of the arms differ by at most {worst:.2%}; every arm's loss decreased"
@@ -311,21 +305,17 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float) -> dict:
     Evidence also holds every metric's XLA - no-XLA difference and, per arm, PINN -
     baseline (the physics-informed model's margin over the supervised one).
     """
-    from ptycho.workflow import arm_name, parse_arm
+    from ptycho.workflow import arm_name, parse_arm, xla_pairs
 
     def number(v: Any) -> float:
         return float("nan") if v is None else float(v)  # JSON stores NaN as null
 
     per_arm = {name: {k: number(m["mean"].get(k)) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
     diffs, arm_differences, worst = {}, {}, 0.0
-    for name in per_arm:
-        model, xla, seed = parse_arm(name)
-        other = arm_name(model, False, seed)
-        if not xla or other not in per_arm:
-            continue
+    for key, name, other in xla_pairs(per_arm):
         d = {k: abs(per_arm[name][k] - per_arm[other][k]) for k in ("amp_ssim", "phase_ssim")}
-        diffs[f"{model}-s{seed}"] = d
-        arm_differences[f"{model}-s{seed}"] = {k: per_arm[name][k] - per_arm[other][k] for k in QUALITY_KEYS}
+        diffs[key] = d
+        arm_differences[key] = {k: per_arm[name][k] - per_arm[other][k] for k in QUALITY_KEYS}
         for v in d.values():
             worst = v if not v <= worst else worst  # a NaN SSIM makes the item FAIL
     pinn_vs_baseline = {}

@@ -324,7 +324,7 @@ def cmd_track(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ptycho import checks
     from ptycho.artifacts import read_json, write_json
-    from ptycho.workflow import arm_name
+    from ptycho.workflow import arm_of
 
     if args.item == "accuracy":
         dataset = None
@@ -341,7 +341,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         histories, initial = {}, {}
         for path in args.models:
             meta = read_json(path)
-            name = arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+            name = arm_of(meta)
             histories[name], initial[name] = meta["history"], meta.get("initial_val_loss")
         record = checks.convergence(histories, args.threshold, initial)
     elif args.item == "quality":
@@ -350,7 +350,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         timings = {}
         for path in args.models:
             meta = read_json(path)
-            name = arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+            name = arm_of(meta)
             timings[name] = {k: v for k, v in meta["timing"].items() if k != "step_times_s"}
         record = checks.speedup(read_json(args.bench), args.threshold, timings)
     write_json(args.out, record)
@@ -367,13 +367,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ptycho import report, tracking
     from ptycho.artifacts import read_arrays, read_json
     from ptycho.bench import machine_info
-    from ptycho.workflow import arm_name
+    from ptycho.workflow import arm_of
 
     items = {read_json(p)["item"]: read_json(p) for p in args.checks}
     arms: dict[str, dict] = {}
     for path in args.models:
         meta = read_json(path)
-        name = arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+        name = arm_of(meta)
         arms[name] = {"timing": {k: v for k, v in meta["timing"].items() if k != "step_times_s"},
                       "final": meta["history"][-1]}
     for path in args.metrics:
@@ -416,7 +416,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     from ptycho.artifacts import atomic_write, read_arrays, read_json
     from ptycho.data import read_dataset
     from ptycho.metrics import compare
-    from ptycho.workflow import arm_name
+    from ptycho.workflow import arm_of
 
     ds = read_dataset(args.dataset)
     truth_image = ds.ground_truth(0)
@@ -436,7 +436,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     histories = {}
     for path in args.models:
         meta = read_json(path)
-        histories[arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])] = meta["history"]
+        histories[arm_of(meta)] = meta["history"]
     bench = read_json(args.bench)
     if "arms" not in bench:
         raise PtychoError(f"{args.bench}: not a benchmark result; pass the JSON written by 'ptycho bench --out'")

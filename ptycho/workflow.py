@@ -146,6 +146,24 @@ def parse_arm(name: str) -> tuple[str, bool, int]:
     return model, arm == "xla", int(seed[1:])
 
 
+def arm_of(meta: Mapping) -> str:
+    """Arm name of a trained model, from its ``model.json``."""
+    return arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
+
+
+def xla_pairs(names) -> list[tuple[str, str, str]]:
+    """``(key, xla arm, no-XLA arm)`` for every model and seed with both arms among ``names``;
+    ``key`` is ``<model>-s<seed>``. The one pairing the checks and figures compare by."""
+    names = set(names)
+    out = []
+    for name in sorted(names):
+        model, xla, seed = parse_arm(name)
+        other = arm_name(model, False, seed)
+        if xla and other in names:
+            out.append((f"{model}-s{seed}", name, other))
+    return out
+
+
 def arms(cfg: Mapping) -> list[str]:
     """Every (model, xla, seed) job name of the matrix."""
     return [arm_name(m, x, s) for m in cfg["models"] for x in cfg["xla"] for s in cfg["seeds"]]

@@ -82,3 +82,11 @@ def test_command_line_scalars_arrive_as_strings_and_are_retyped(base):
     # what Snakemake hands over for: --config preset=smoke train="{epochs: 3, learning_rate: 2e-3}" xla="[true]"
     cfg = resolve(base, {"preset": "smoke", "train": {"epochs": "3", "learning_rate": "2e-3"}, "xla": ["true"]})
     assert cfg["train"]["epochs"] == 3 and cfg["train"]["learning_rate"] == 0.002 and cfg["xla"] == [True]
+
+
+def test_xla_pairs_match_each_xla_arm_with_its_no_xla_twin_only():
+    from ptycho.workflow import arm_of, xla_pairs
+
+    names = ["pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "pinn-xla-s1", "baseline-noxla-s1"]
+    assert xla_pairs(names) == [("pinn-s0", "pinn-xla-s0", "pinn-noxla-s0")]
+    assert arm_of({"model": {"kind": "baseline"}, "train": {"xla": False, "seed": 2}}) == "baseline-noxla-s2"
