@@ -221,6 +221,23 @@ def test_simulate_in_process_matches_library(tmp_path, small_cfg, pair, capsys):
     assert "train:" in capsys.readouterr().out
 
 
+def test_output_into_a_closed_pipe_stops_quietly(tmp_path, pair):
+    """``ptycho inspect f.h5 | head -1``: no traceback when the reader has gone."""
+    import os
+
+    from ptycho.data import write_dataset
+
+    write_dataset(tmp_path / "d.h5", pair["train"])
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ptycho", "inspect", str(tmp_path / "d.h5")],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1 and proc.stderr == ""
+
+
 # ---------------------------------------------------------- inspect failures
 def test_inspect_malformed_file_exits_nonzero_with_one_line(cli, corrupted):
     path, fragment = corrupted
