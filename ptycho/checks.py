@@ -168,7 +168,8 @@ def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson") -> di
         x = tf.constant(data.inputs[idx])
         grads = {}
         for xla in (True, False):
-            trainer = Trainer(ModelConfig(kind=kind, filters=4, loss=pinn_loss), TrainConfig(batch_size=8, xla=xla, seed=seed),
+            trainer = Trainer(ModelConfig(kind=kind, filters=4, loss=pinn_loss, mixing=1),  # every layer type
+                              TrainConfig(batch_size=8, xla=xla, seed=seed),
                               ds.n, data.inputs.shape[-1], ds.probe, data.physics)
 
             def fn(x, off, tgt, trainer=trainer):

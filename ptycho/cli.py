@@ -290,8 +290,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         train_cfg = TrainConfig(batch_size=next(iter(configs.values()))[1].batch_size)
     else:
         train_cfg = TrainConfig(batch_size=args.batch_size)
-        models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, depth=args.depth, loss=args.loss)
-                  for k in args.models]
+        models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, depth=args.depth, mixing=args.mixing,
+                              loss=args.loss) for k in args.models]
     result = bench.run(ds, models, train_cfg, bench.BenchConfig(warmup=args.warmup, repeats=args.repeats))
     print(bench.format_table(result))
     if args.out:
@@ -541,13 +541,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--object-size", type=int, default=128, help="object side when simulating (default 128)")
     p.add_argument("--n", type=int, default=64, help="patch side when simulating (default 64)")
     p.add_argument("--models", nargs="+", choices=("pinn", "baseline"), default=["pinn", "baseline"])
-    p.add_argument("--filters", type=int, default=16)
+    p.add_argument("--filters", type=int, default=32, help="encoder filters (default: the pipeline's)")
     p.add_argument("--pooling", choices=("max", "avg", "strided"), default="avg")
     p.add_argument("--depth", type=int, default=2, help="encoder pooling levels (default: the pipeline's)")
+    p.add_argument("--mixing", type=int, default=1, help="code mixing layers (default: the pipeline's)")
     p.add_argument("--loss", choices=("poisson", "mae"), default="mae", help="PINN loss (default: the pipeline's)")
     p.add_argument("--like", nargs="+", metavar="MODEL_JSON",
                    help="time the architecture, loss and batch size of these trained models (model.json), "
-                        "instead of --filters/--pooling/--depth/--loss/--batch-size")
+                        "instead of --filters/--pooling/--depth/--mixing/--loss/--batch-size")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=60, help="timed steps per arm, interleaved")

@@ -37,6 +37,7 @@ class ModelConfig:
     filters: int = 16  #: encoder filters of the first block (reference: 64)
     pooling: str = "avg"  #: max | avg | strided
     depth: int = 3  #: pooling levels of the encoder (the code is N / 2**depth wide)
+    mixing: int = 0  #: global mixing layers on the code (each code pixel sees the whole pattern)
     loss: str = "poisson"  #: PINN loss: poisson (NLL on counts) | mae (on amplitudes)
     poisson_eps: float = 1e-6  #: the eps in lambda - n log(lambda + eps), normalised units
     trainable_scale: bool = True  #: learn the log intensity scale (initialised from the file)
@@ -47,16 +48,25 @@ class ModelConfig:
         _check_choice("model.loss", self.loss, LOSSES)
         _check_range("model.filters", self.filters, 1, 512)
         _check_range("model.depth", self.depth, 1, 4)
+        _check_range("model.mixing", self.mixing, 0, 4)
         _check_range("model.poisson_eps", self.poisson_eps, 0.0, 1.0)
 
 
-def build_network(n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int, depth: int = 3):
+def build_network(n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int, depth: int = 3,
+                  mixing: int = 0):
     """Keras model ``x (B, N, N, Cin) -> (amplitude, phase)``, each ``(B, N/2, N/2, Cout)``.
 
     ``depth`` Conv-Conv-Pool blocks (filters f, 2f, 4f, ...) take the N-wide input to an
     N / 2**depth code; each decoder climbs back to N/2 with ``depth - 1`` upsampling
     blocks. The code is the bottleneck for fine detail: depth 3 at f = 16 keeps
     (N/8)^2 * 64 numbers for (N/2)^2 * C complex pixels.
+
+    ``mixing`` residual layers then mix the code across space: a dense map over the
+    (N / 2**depth)^2 code positions, shared by all channels (the token mixing of
+    MLP-Mixer). Why: the network inverts a Fourier transform, so every object pixel
+    depends on the whole diffraction pattern, but a shallow convolutional encoder sees
+    only a window of it (about 18 px of 64 at depth 2). One such layer costs
+    (N / 2**depth)^4 weights, 65k at depth 2, N = 64 (see docs/architecture.md).
     """
     import keras
     from keras import layers
@@ -82,6 +92,12 @@ def build_network(n: int, in_channels: int, out_channels: int, filters: int, poo
     for f in widths:
         x = conv(conv(x, f), f)
         x = down(x, f)
+    for _ in range(mixing):
+        side, channels = x.shape[1], x.shape[3]
+        t = layers.Permute((2, 1))(layers.Reshape((side * side, channels))(x))  # (B, C, positions)
+        t = layers.Dense(side * side, activation="relu", kernel_initializer=init(next(counter)))(t)
+        t = layers.Reshape((side, side, channels))(layers.Permute((2, 1))(t))
+        x = layers.Add()([x, t])
     code = x  # N / 2**depth
 
     def decoder(activation, name):

@@ -125,7 +125,7 @@ class Trainer:
         self.model_cfg, self.train_cfg = model_cfg, train_cfg
         self.n, self.channels = n, channels
         self.network = build_network(n, channels, channels, model_cfg.filters, model_cfg.pooling, train_cfg.seed,
-                                     model_cfg.depth)
+                                     model_cfg.depth, model_cfg.mixing)
         self.probe = tf.constant(probe.astype(np.complex64))
         self.canvas_pad = int(physics.get("canvas_pad", n // 4))
         self.log_scale = tf.Variable(physics.get("log_scale", 0.0), dtype=tf.float32, name="log_scale",

@@ -9,6 +9,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from ptycho.errors import ConfigError  # noqa: E402
 from ptycho.physics import forward as np_forward  # noqa: E402
 from ptycho.physics import forward_tf  # noqa: E402
 from ptycho.physics.translate import translate as np_translate  # noqa: E402
@@ -285,7 +286,31 @@ def test_network_depth_sets_the_code_width_and_keeps_the_output_shape(depth):
     assert len(pools) == depth and pools[-1].output.shape[1] == 32 // 2**depth
     with pytest.raises(ValueError, match="multiple of 16"):
         build_network(40, 1, 1, filters=2, pooling="avg", seed=0, depth=4)
-    from ptycho.errors import ConfigError
-
     with pytest.raises(ConfigError, match="model.depth"):
         ModelConfig(depth=5)
+
+
+@pytest.mark.parametrize("mixing", [0, 1])
+def test_code_mixing_lets_every_output_pixel_see_the_whole_pattern(mixing, tmp_path):
+    """The network inverts a Fourier transform: without mixing, the centre of the output
+    cannot depend on the corner of the diffraction pattern (finite receptive field);
+    with one mixing layer it does. The layer is plain Keras (the model reloads)."""
+    import keras
+    import tensorflow as tf
+
+    from ptycho.models import ModelConfig, build_network
+
+    net = build_network(64, 1, 1, filters=2, pooling="avg", seed=0, depth=2, mixing=mixing)
+    x = tf.Variable(np.random.default_rng(0).random((1, 64, 64, 1), np.float32))
+    with tf.GradientTape() as tape:
+        amp, phase = net(x)
+        centre = amp[0, 16, 16, 0] + phase[0, 16, 16, 0]
+    grad = tape.gradient(centre, x).numpy()[0, :, :, 0]
+    assert np.abs(grad[32, 32]) > 0  # the matching input pixel always matters
+    corner = np.abs(grad[:4, :4]).max()
+    assert (corner > 0) == bool(mixing)
+    net.save(tmp_path / "m.keras")
+    again = keras.models.load_model(tmp_path / "m.keras")  # safe mode: no custom code needed
+    np.testing.assert_array_equal(again(x)[0].numpy(), amp.numpy())
+    with pytest.raises(ConfigError, match="model.mixing"):
+        ModelConfig(mixing=5)

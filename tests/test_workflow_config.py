@@ -90,3 +90,15 @@ def test_xla_pairs_match_each_xla_arm_with_its_no_xla_twin_only():
     names = ["pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "pinn-xla-s1", "baseline-noxla-s1"]
     assert xla_pairs(names) == [("pinn-s0", "pinn-xla-s0", "pinn-noxla-s0")]
     assert arm_of({"model": {"kind": "baseline"}, "train": {"xla": False, "seed": 2}}) == "baseline-noxla-s2"
+
+
+def test_bench_command_defaults_are_the_pipelines_model(base):
+    """``ptycho bench`` without ``--like`` times the study's default network."""
+    from ptycho.cli import build_parser
+
+    args = build_parser().parse_args(["bench"])
+    model = resolve(base)["model"]
+    assert {k: getattr(args, k) for k in ("filters", "pooling", "depth", "mixing", "loss")} == {
+        k: model[k] for k in ("filters", "pooling", "depth", "mixing", "loss")
+    }
+    assert args.batch_size == resolve(base)["train"]["batch_size"]
