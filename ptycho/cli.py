@@ -541,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--object-size", type=int, default=128, help="object side when simulating (default 128)")
     p.add_argument("--n", type=int, default=64, help="patch side when simulating (default 64)")
     p.add_argument("--models", nargs="+", choices=("pinn", "baseline"), default=["pinn", "baseline"])
-    p.add_argument("--filters", type=int, default=32, help="encoder filters (default: the pipeline's)")
+    p.add_argument("--filters", type=int, default=48, help="encoder filters (default: the pipeline's)")
     p.add_argument("--pooling", choices=("max", "avg", "strided"), default="avg")
     p.add_argument("--depth", type=int, default=2, help="encoder pooling levels (default: the pipeline's)")
     p.add_argument("--mixing", type=int, default=1, help="code mixing layers (default: the pipeline's)")
