@@ -420,14 +420,12 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
     ds = read_dataset(args.dataset)
     truth_image = ds.ground_truth(0)
-    shown, truth, frc = {}, None, {}
+    compared, frc = {}, {}
     for path in args.stitched:
         images = read_arrays(path, ("images",))["images"]
         if len(images) == 0 or images[0].shape != truth_image.shape:
             raise PtychoError(f"{path}: stitched images do not match the objects of {args.dataset}; re-run stitch")
-        c = compare(images[0], truth_image)  # what the metrics scored, as they scored it
-        shown[Path(path).stem] = (c["amp"], c["phase"])
-        truth = (c["truth_amp"], c["truth_phase"])
+        compared[Path(path).stem] = compare(images[0], truth_image)  # what the metrics scored, as they scored it
     for path in args.metrics:
         first = read_json(path).get("per_image", [{}])[0]
         if "frc_freq" not in first:
@@ -441,6 +439,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     if "arms" not in bench:
         raise PtychoError(f"{args.bench}: not a benchmark result; pass the JSON written by 'ptycho bench --out'")
     try:  # render everything before writing anything: no partial set of figures
+        truth, shown = figures.common_window(compared)
         made = {
             "reconstructions": figures.to_png(figures.reconstruction_grid(truth, shown)),
             "errors": figures.to_png(figures.error_maps(truth, shown)),

@@ -52,6 +52,7 @@ __all__ = [
     "WRAPPED_PHASE_CMAP",
     "XLA_COLOUR",
     "arm_colour",
+    "common_window",
     "error_maps",
     "frc_curves",
     "loss_curves",
@@ -246,6 +247,34 @@ def _finite_range(*arrays: np.ndarray) -> tuple[float, float] | None:
 
 
 # -------------------------------------------------------------------- image figures
+def common_window(
+    comparisons: Mapping[str, Mapping[str, Any]],
+) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The truth and every arm, from :func:`ptycho.metrics.compare` results, over one window.
+
+    ``compare`` removes a fixed frame, or more for an arm whose registration shift exceeds
+    the allowance (a badly trained model), so the arms' scored windows can differ. The
+    figures show the window all of them share, in truth coordinates (``crop`` is
+    ``[row0, row1, col0, col1]``), so every panel shows the same object pixels.
+    Returns ``((truth_amp, truth_phase), {name: (amp, phase)})``.
+    """
+    if not comparisons:
+        raise ValueError("no reconstructions to show")
+    crops = {name: [int(v) for v in c["crop"]] for name, c in comparisons.items()}
+    r0, c0 = max(k[0] for k in crops.values()), max(k[2] for k in crops.values())
+    r1, c1 = min(k[1] for k in crops.values()), min(k[3] for k in crops.values())
+    if r1 <= r0 or c1 <= c0:
+        raise ValueError(f"the arms' scored windows do not overlap ({crops})")
+
+    def cut(img: np.ndarray, crop: list[int]) -> np.ndarray:
+        return np.asarray(img)[r0 - crop[0] : r1 - crop[0], c0 - crop[2] : c1 - crop[2]]
+
+    shown = {name: (cut(c["amp"], crops[name]), cut(c["phase"], crops[name])) for name, c in comparisons.items()}
+    name, first = next(iter(comparisons.items()))
+    truth = (cut(first["truth_amp"], crops[name]), cut(first["truth_phase"], crops[name]))
+    return truth, shown
+
+
 def _image_pair(what: str, value: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """``(amp, phase)`` as 2-D float arrays of one shape; ``None`` stays ``None`` (missing)."""
     if value is None:

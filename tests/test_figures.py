@@ -317,3 +317,26 @@ def test_every_figure_renders():
                 figures.loss_curves(_pairs()), figures.step_time_distributions(_bench_arms()),
                 figures.speedup_bars(_ratios()), figures.frc_curves(_frcs())):
         assert figures.to_png(fig).startswith(b"\x89PNG")
+
+
+def test_common_window_cuts_every_arm_to_the_pixels_all_of_them_scored():
+    """An arm registered beyond the shift allowance is scored on a smaller window; the
+    figures show the shared window, aligned in truth coordinates."""
+    rng = np.random.default_rng(0)
+    truth_amp, truth_phase = rng.random((40, 40)), rng.random((40, 40))
+
+    def compared(crop):
+        r0, r1, c0, c1 = crop
+        return {"amp": truth_amp[r0:r1, c0:c1] * 2, "phase": truth_phase[r0:r1, c0:c1] - 1,
+                "truth_amp": truth_amp[r0:r1, c0:c1], "truth_phase": truth_phase[r0:r1, c0:c1], "crop": list(crop)}
+
+    truth, shown = figures.common_window({"pinn-xla-s0": compared((8, 32, 8, 32)),
+                                          "pinn-noxla-s0": compared((10, 32, 8, 31))})
+    np.testing.assert_array_equal(truth[0], truth_amp[10:32, 8:31])
+    np.testing.assert_array_equal(truth[1], truth_phase[10:32, 8:31])
+    for amp, phase in shown.values():
+        np.testing.assert_array_equal(amp, truth_amp[10:32, 8:31] * 2)
+        np.testing.assert_array_equal(phase, truth_phase[10:32, 8:31] - 1)
+    figures.reconstruction_grid(truth, shown)  # one shape throughout: draws
+    with pytest.raises(ValueError, match="do not overlap"):
+        figures.common_window({"a": compared((0, 10, 0, 10)), "b": compared((20, 30, 0, 10))})
