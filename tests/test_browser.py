@@ -329,11 +329,21 @@ ROW_TEXTS = """(label) => {
     if (clipped(e)) return true;
     const hit = document.elementFromPoint(...centre(e));
     return !!hit && (hit === e || e.contains(hit) || hit.contains(e)); };
+  // A value must not be scrolled out of sight vertically: MLflow's parameter table scrolls
+  // inside a box, and its hidden rows (train.xla) can sit at the height of a metric label.
+  const vclipped = e => { const [, y] = centre(e);
+    for (let a = e.parentElement; a; a = a.parentElement) {
+      const s = getComputedStyle(a);
+      if (s.overflowY === 'visible') continue;
+      const r = a.getBoundingClientRect();
+      if (y < r.top || y > r.bottom) return true;
+    }
+    return false; };
   return [...document.querySelectorAll('body *')].filter(e => own(e) === label && seen(e)).map(head => {
     const h = head.getBoundingClientRect(), mid = (h.top + h.bottom) / 2;
     return [...document.querySelectorAll('body *')].filter(e => e !== head && own(e))
       .map(e => [e.getBoundingClientRect(), own(e), e])
-      .filter(([r, , e]) => r.left >= h.right - 1 && r.top <= mid && r.bottom >= mid && seen(e))
+      .filter(([r, , e]) => r.left >= h.right - 1 && r.top <= mid && r.bottom >= mid && seen(e) && !vclipped(e))
       .sort((a, b) => a[0].left - b[0].left).map(([, t]) => t);
   });
 }"""
@@ -352,12 +362,18 @@ def test_mlflow_compare_view_shows_the_xla_arms_side_by_side(mlflow_ui, runs, br
     ids = [r.info.run_id for r in ordered]
     query = (f"runs={json.dumps(ids, separators=(',', ':'))}"
              f"&experiments={json.dumps([runs['experiment_id']], separators=(',', ':'))}")
-    page = browser.new_page(1600, 2600)  # tall enough for run details, params, metrics and tags at once
+    page = browser.new_page(1600, 6000)  # tall enough for run details, params, metrics and tags, unfolded
     page.goto(f"{mlflow_ui}/#/compare-runs?{query}")
     page.wait_for("document.body.innerText.includes('Tags') && "
                   + " && ".join(f"document.body.innerText.includes({json.dumps(r.info.run_name)})" for r in ordered),
                   timeout=120, message="the compare view with both runs and their tags")
     _close_assistant(page)
+    # MLflow's parameter and metric tables scroll inside fixed-height boxes, labels apart
+    # from values: unfold every such box so each row is in view, at its label's height.
+    page.evaluate("""[...document.querySelectorAll('body *')].forEach(e => {
+        const s = getComputedStyle(e);
+        if (s.overflowY !== 'visible' && e.scrollHeight > e.clientHeight + 1 && e !== document.body) {
+          e.style.maxHeight = 'none'; e.style.height = 'auto'; e.style.overflowY = 'visible'; } })""")
     time.sleep(1)
 
     # Columns follow the run ids; read each row across them.
