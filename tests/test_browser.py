@@ -329,21 +329,11 @@ ROW_TEXTS = """(label) => {
     if (clipped(e)) return true;
     const hit = document.elementFromPoint(...centre(e));
     return !!hit && (hit === e || e.contains(hit) || hit.contains(e)); };
-  // A value must not be scrolled out of sight vertically: MLflow's parameter table scrolls
-  // inside a box, and its hidden rows (train.xla) can sit at the height of a metric label.
-  const vclipped = e => { const [, y] = centre(e);
-    for (let a = e.parentElement; a; a = a.parentElement) {
-      const s = getComputedStyle(a);
-      if (s.overflowY === 'visible') continue;
-      const r = a.getBoundingClientRect();
-      if (y < r.top || y > r.bottom) return true;
-    }
-    return false; };
   return [...document.querySelectorAll('body *')].filter(e => own(e) === label && seen(e)).map(head => {
     const h = head.getBoundingClientRect(), mid = (h.top + h.bottom) / 2;
     return [...document.querySelectorAll('body *')].filter(e => e !== head && own(e))
       .map(e => [e.getBoundingClientRect(), own(e), e])
-      .filter(([r, , e]) => r.left >= h.right - 1 && r.top <= mid && r.bottom >= mid && seen(e) && !vclipped(e))
+      .filter(([r, , e]) => r.left >= h.right - 1 && r.top <= mid && r.bottom >= mid && seen(e))
       .sort((a, b) => a[0].left - b[0].left).map(([, t]) => t);
   });
 }"""

@@ -296,7 +296,6 @@ def test_code_mixing_lets_every_output_pixel_see_the_whole_pattern(mixing, tmp_p
     cannot depend on the corner of the diffraction pattern (finite receptive field);
     with one mixing layer it does. The layer is plain Keras (the model reloads)."""
     import keras
-    import tensorflow as tf
 
     from ptycho.models import ModelConfig, build_network
 
