@@ -1,26 +1,39 @@
-"""XLA vs no-XLA timings measured in one run: compile, steady-state step, inference.
+"""Where XLA helps: every XLA mode timed against ``off``, alone and with the cores shared.
 
-For each model and arm this measures, on the same data and the same initial weights:
+Each (model, mode) arm runs in its own worker process (a fresh interpreter, so its
+TensorFlow has its own thread pools and XLA flags, and its peak memory is its own),
+on the same data, the same initial weights and the same batch sequence. Measured:
 
-* compile time: wall time of the first train-step call (trace + XLA compile + one step);
-* steady-state train step: ``repeats`` timed steps after ``warmup`` untimed ones,
-  the two arms' steps interleaved (:func:`bench_model`), reported as median and
-  interquartile range;
-* inference: patterns per second of the fixed-batch predictor (padding included),
-  after its own first (compiling) call, with each batch's time kept (the sample the
-  report's bootstrap interval is drawn from), and of a naive per-pattern loop (batch 1).
+* compile: wall time of the first train step (trace + XLA compile + one step);
+* alone: ``repeats`` train steps per arm after ``warmup``, the arms' steps INTERLEAVED
+  (one arm steps while the others wait, in alternating order), each worker using
+  ``threads`` intra-op threads: load drift hits every arm alike;
+* shared: every arm's step loop running at once, each with ``shared_threads``
+  threads, the way the pipeline's training jobs share the machine; samples are kept
+  only while all loops run (the loops stop together when the slowest has ``repeats``);
+* components (alone): the step cut into the network's forward + backward, the physics
+  head (with the loss) forward + backward, and the optimiser update, each a timed
+  sub-function compiled under the arm's mode;
+* memory: peak RSS of the worker, and above its RSS before the first step (the GPU's
+  peak when there is one);
+* inference: patterns/s of the fixed-batch predictor (padding included) and of a
+  per-pattern loop (batch 1), under the arm's mode;
+* ratios vs ``off`` with 95 % bootstrap intervals, and the break-even number of steps
+  after which a mode's extra compile time is paid back by its faster steps.
 
-Ratios (no-XLA / XLA) are printed from this one run, next to the machine description;
-a ratio below 1 means XLA is slower, and is reported as such.
+Ratios above 1 mean the mode is faster than ``off``; below 1, slower, and said so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -51,60 +64,212 @@ def machine_info() -> dict:
 @dataclass(frozen=True)
 class BenchConfig:
     warmup: int = 3
-    repeats: int = 60
+    repeats: int = 60  #: timed train steps per arm and context
+    component_repeats: int = 20  #: timed calls of each component per arm
     infer_samples: int = 256
     naive_samples: int = 32
+    threads: int = 0  #: intra-op threads per worker alone; 0 = all cores
+    shared: bool = True  #: also time every arm's loop at once
+    shared_threads: int = 2  #: intra-op threads per worker when shared (the pipeline's train_threads)
 
 
-def _quartiles(values: list[float]) -> dict:
+# ------------------------------------------------------------------ statistics
+def quartiles(values: Sequence[float]) -> dict:
+    if not len(values):
+        return {"median": float("nan"), "q1": float("nan"), "q3": float("nan"), "iqr": float("nan"), "n": 0}
     q1, med, q3 = np.percentile(values, [25, 50, 75])
     return {"median": float(med), "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "n": len(values)}
 
 
-class _Arm:
-    """One (model, arm) ready to time: trainer compiled, same batch sequence as its twin."""
+def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *, resamples: int = 2000,
+                    level: float = 0.95, seed: int = 0) -> dict:
+    """Ratio of medians ``median(numerator) / median(denominator)`` with a bootstrap interval.
 
-    def __init__(self, ds, model_cfg, train_cfg, bench: BenchConfig):
-        from ptycho.train import Trainer, prepare
+    Both samples are resampled with replacement, independently; the interval is the
+    percentile interval of the resampled ratios. With fewer than 2 samples on either
+    side the interval is NaN.
+    """
+    num = np.asarray(numerator, dtype=np.float64)
+    den = np.asarray(denominator, dtype=np.float64)
+    ratio = float(np.median(num) / np.median(den)) if num.size and den.size else float("nan")
+    if num.size < 2 or den.size < 2:
+        return {"ratio": ratio, "low": float("nan"), "high": float("nan"), "level": level, "resamples": 0}
+    rng = np.random.default_rng(seed)
+    a = np.median(rng.choice(num, (resamples, num.size)), axis=1)
+    b = np.median(rng.choice(den, (resamples, den.size)), axis=1)
+    low, high = np.percentile(a / b, [50 * (1 - level), 50 * (1 + level)])
+    return {"ratio": ratio, "low": float(low), "high": float(high), "level": level, "resamples": resamples}
 
-        self.model_cfg, self.train_cfg, self.bench = model_cfg, train_cfg, bench
-        self.data = prepare(ds, model_cfg.kind)
-        self.trainer = Trainer(model_cfg, train_cfg, ds.n, self.data.inputs.shape[-1], ds.probe, self.data.physics)
-        self.rng = np.random.default_rng(train_cfg.seed)  # same seed in both arms: the same batches
-        self.steps: list[float] = []
-        t0 = time.perf_counter()
-        self.step()
-        self.compile_s = time.perf_counter() - t0
 
-    def step(self) -> float:
+def break_even_steps(compile_s: float, compile_off_s: float, step_s: float, step_off_s: float) -> float:
+    """Steps after which a mode's extra compile time is repaid by faster steps.
+
+    0 when it compiles no slower and steps no slower; ``inf`` when its steps are not
+    faster (its extra compile time is never paid back).
+    """
+    extra = compile_s - compile_off_s
+    gain = step_off_s - step_s
+    if extra <= 0 and gain >= 0:
+        return 0.0
+    if gain <= 0:
+        return math.inf
+    return max(0.0, extra / gain)
+
+
+# ---------------------------------------------------------------------- worker
+def _worker(conn, spec: dict) -> None:
+    """Worker process main: builds one arm, then answers the coordinator's commands."""
+    env = {"TF_NUM_INTRAOP_THREADS": str(spec["threads"]),
+           "TF_NUM_INTEROP_THREADS": "1" if spec["threads"] <= 2 else "2",
+           "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    from ptycho.xla import xla_flags_environment
+
+    env.update(xla_flags_environment())
+    if spec["count_clusters"]:
+        import tempfile
+
+        dump = tempfile.mkdtemp(prefix="ptycho-clusters-")
+        env["TF_DUMP_GRAPH_PREFIX"] = dump
+        env["TF_XLA_FLAGS"] += " --tf_xla_clustering_debug"
+    os.environ.update(env)
+    try:
+        arm = _WorkerArm(spec)
+        conn.send(("ready", arm.describe()))
+        while True:
+            command, arg = conn.recv()
+            if command == "stop":
+                break
+            conn.send(("ok", getattr(arm, command)(*arg)))
+    except Exception as exc:  # reported to the coordinator, which raises it
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        if spec["count_clusters"]:
+            import shutil
+
+            shutil.rmtree(env["TF_DUMP_GRAPH_PREFIX"], ignore_errors=True)
+        conn.close()
+
+
+def _rss_mb(field: str = "VmRSS") -> float:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _WorkerArm:
+    """One (model, mode) arm inside its worker: trainer, components, predictor."""
+
+    def __init__(self, spec: dict):
+        from ptycho.config import from_dict
+        from ptycho.models import ModelConfig
+        from ptycho.train import TrainConfig, Trainer, prepare
+
+        self.spec = spec
+        ds = spec["dataset"]
+        if isinstance(ds, str):
+            from ptycho.data import read_dataset
+
+            ds = read_dataset(ds)
+        self.model_cfg = from_dict(ModelConfig, spec["model_cfg"])
+        self.train_cfg = from_dict(TrainConfig, spec["train_cfg"])
+        self.data = prepare(ds, self.model_cfg.kind)
+        self.trainer = Trainer(self.model_cfg, self.train_cfg, ds.n, self.data.inputs.shape[-1], ds.probe,
+                               self.data.physics)
+        self.rng = np.random.default_rng(self.train_cfg.seed)  # same seed in every arm: the same batches
+        self.baseline_rss_mb = _rss_mb()
+
+    def describe(self) -> dict:
+        return {"model": self.model_cfg.kind, "mode": self.train_cfg.xla}
+
+    def _batch(self):
         d, bs = self.data, self.train_cfg.batch_size
         idx = self.rng.choice(len(d.inputs), bs, replace=False)
-        b = d.inputs[idx], d.offsets[idx], {k: v[idx] for k, v in d.targets.items()}
+        return d.inputs[idx], d.offsets[idx], {k: v[idx] for k, v in d.targets.items()}
+
+    def step(self) -> float:
+        b = self._batch()
         t0 = time.perf_counter()
         float(self.trainer.train_step(*b))
         return time.perf_counter() - t0
 
-    def timed_step(self) -> None:
-        self.steps.append(self.step())
+    def clusters(self) -> int | None:
+        """XLA clusters TensorFlow's auto-clustering formed (dumped graphs), if counted."""
+        from ptycho.xla import count_clusters
+
+        prefix = os.environ.get("TF_DUMP_GRAPH_PREFIX")
+        return count_clusters(prefix) if prefix else None
+
+    def components(self, repeats: int) -> dict:
+        """Median time of the step's three parts, each compiled under the arm's mode."""
+        import tensorflow as tf
+
+        from ptycho.xla import compile_step
+
+        t, mode = self.trainer, self.train_cfg.xla
+        x, offsets, targets = self._batch()
+        amp, phase = t.network(x, training=False)
+        ones = (tf.ones_like(amp), tf.ones_like(phase))
+        net_mode = "off" if mode == "physics" else mode  # the physics mode leaves the network to oneDNN
+
+        def network(x, d_amp, d_phase):
+            with tf.GradientTape() as tape:
+                a, p = t.network(x, training=True)
+            return tape.gradient([a, p], t.network.trainable_variables, output_gradients=[d_amp, d_phase])
+
+        def physics(a, p, offsets, targets):
+            with tf.GradientTape() as tape:
+                tape.watch([a, p])
+                loss = tf.reduce_mean(t.physics_loss(a, p, offsets, targets))
+            return tape.gradient(loss, [a, p, t.log_scale])
+
+        grads = [tf.zeros_like(v) for v in t.variables]  # zero gradients: Adam still does all its work
+
+        def optimizer(grads):
+            t.optimizer.apply(grads, t.variables)
+            return tf.constant(0.0)
+
+        parts = {
+            "network": (compile_step(network, net_mode), (x, *ones)),
+            "physics": (compile_step(physics, "off" if mode == "physics" else mode), (amp, phase, offsets, targets)),
+            "optimizer": (compile_step(optimizer, mode), (grads,)),
+        }
+        samples: dict[str, list[float]] = {k: [] for k in parts}
+        for fn, args in parts.values():
+            _block(fn(*args))  # compile
+        for _ in range(repeats):
+            for name, (fn, args) in parts.items():
+                t0 = time.perf_counter()
+                _block(fn(*args))
+                samples[name].append(time.perf_counter() - t0)
+        return {name: {"median": float(np.median(s)), "samples_s": s} for name, s in samples.items()}
 
     def inference(self) -> dict:
         from ptycho.infer import Predictor
 
-        bs, xla, bench = self.train_cfg.batch_size, self.train_cfg.xla, self.bench
-        predictor = Predictor(self.trainer.network, bs, xla)
-        inputs = self.data.inputs[: bench.infer_samples]
+        bs, mode, cfg = self.train_cfg.batch_size, self.train_cfg.xla, self.spec["bench"]
+        predictor = Predictor(self.trainer.network, bs, mode)
+        inputs = self.data.inputs[: cfg["infer_samples"]]
         t0 = time.perf_counter()
         predictor(inputs[:1])
         infer_compile = time.perf_counter() - t0
+        for _ in range(2):  # auto-clustering compiles lazily, after a cluster's first runs
+            predictor(inputs[:bs])
         batch_times = []  # one sample per padded batch: the distribution behind the interval
         for start in range(0, len(inputs), bs):
             chunk = inputs[start : start + bs]
             t0 = time.perf_counter()
             predictor(chunk)
             batch_times.append(time.perf_counter() - t0)
-        single = Predictor(self.trainer.network, 1, xla)
+        single = Predictor(self.trainer.network, 1, mode)
         single(inputs[:1])
-        n_naive = min(bench.naive_samples, len(inputs))
+        n_naive = min(cfg["naive_samples"], len(inputs))
         t0 = time.perf_counter()
         for i in range(n_naive):
             single(inputs[i : i + 1])
@@ -117,70 +282,256 @@ class _Arm:
             "naive_patterns_per_s": n_naive * c / naive_s,
         }
 
-    def result(self, inference: dict) -> dict:
-        return {
-            "model": self.model_cfg.kind,
-            "xla": self.train_cfg.xla,
-            "model_config": dataclasses.asdict(self.model_cfg),  # what was timed, checkable against training
-            "batch_size": self.train_cfg.batch_size,
-            "compile_s": self.compile_s,
-            "step_s": _quartiles(self.steps),
-            "step_samples_s": self.steps,
-            **inference,
-            "traces": dict(self.trainer.traces),
-        }
+    def memory(self) -> dict:
+        import tensorflow as tf
+
+        out = {"peak_rss_mb": _rss_mb("VmHWM"), "baseline_rss_mb": self.baseline_rss_mb,
+               "traces": dict(self.trainer.traces)}
+        out["peak_above_baseline_mb"] = out["peak_rss_mb"] - out["baseline_rss_mb"]
+        if tf.config.list_physical_devices("GPU"):
+            out["gpu_peak_mb"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+        return out
 
 
-def bench_model(ds, model_cfg, train_cfg, bench: BenchConfig) -> list[dict]:
-    """Both arms of one model, their timed steps INTERLEAVED (XLA, no-XLA, no-XLA, XLA, ...).
+def _block(out) -> None:
+    """Wait for ``out`` (a tensor or a structure of them) to be computed."""
+    import tensorflow as tf
 
-    On a shared machine the load drifts; timing the arms one after the other would put
-    the drift into the ratio. Alternating the steps (and their order) makes both arms
-    see the same background, so the ratio of medians compares the arms, not the minutes.
+    for t in tf.nest.flatten(out):
+        if hasattr(t, "numpy"):
+            t.numpy()
+
+
+# ----------------------------------------------------------------- coordinator
+class _Worker:
+    """The coordinator's handle on one worker process."""
+
+    def __init__(self, ctx, spec: dict):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker, args=(child, spec), daemon=True)
+        self.process.start()
+        child.close()
+        self.name = f"{spec['model_cfg']['kind']} {spec['train_cfg']['xla']}"
+        self._receive()
+
+    def _receive(self):
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            from ptycho.errors import PtychoError
+
+            raise PtychoError(f"bench: the {self.name} worker died (exit code {self.process.exitcode}); "
+                              "see its output above") from None
+        if status == "error":
+            from ptycho.errors import PtychoError
+
+            raise PtychoError(f"bench: the {self.name} worker failed: {value}")
+        return value
+
+    def call(self, command: str, *args):
+        self.conn.send((command, args))
+        return self._receive()
+
+    def send(self, command: str, *args) -> None:
+        self.conn.send((command, args))
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(("stop", ()))
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(30)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_Worker]:
+    workers = []
+    try:
+        for model_cfg, mode in arms:
+            spec = {"dataset": ds, "model_cfg": dataclasses.asdict(model_cfg),
+                    "train_cfg": dict(dataclasses.asdict(train_cfg), xla=mode),
+                    "bench": dataclasses.asdict(bench), "threads": threads, "count_clusters": mode == "auto"}
+            workers.append(_Worker(ctx, spec))
+    except BaseException:
+        for w in workers:
+            w.stop()
+        raise
+    return workers
+
+
+def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench: BenchConfig = BenchConfig()) -> dict:
+    """Time every (model, mode) arm; return per-arm results and per-mode ratios vs ``off``.
+
+    ``ds`` is a :class:`~ptycho.data.Dataset` or the path of a dataset file (passed to
+    the workers, which read it themselves).
     """
-    from dataclasses import replace
+    import multiprocessing
 
-    arms = [_Arm(ds, model_cfg, replace(train_cfg, xla=xla), bench) for xla in (True, False)]
-    for _ in range(bench.warmup):
-        for arm in arms:
-            arm.step()
-    for r in range(bench.repeats):
-        for arm in arms if r % 2 == 0 else arms[::-1]:
-            arm.timed_step()
-    return [arm.result(arm.inference()) for arm in arms]
+    from ptycho.xla import MODES, REFERENCE, parse_mode
+
+    modes = [parse_mode(m) for m in modes]
+    if REFERENCE not in modes:
+        modes = [REFERENCE, *modes]  # every mode is judged against off
+    modes = sorted(set(modes), key=list(MODES).index)
+    ctx = multiprocessing.get_context("spawn")
+    arms = [(m, mode) for m in model_cfgs for mode in modes]
+    cores = os.cpu_count() or 1
+    alone_threads = bench.threads or cores
+    started = {"load_average": list(os.getloadavg()), "time": time.time()}
+
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    workers = _start(ctx, ds, arms, train_cfg, bench, alone_threads)
+    try:
+        for (model_cfg, mode), w in zip(arms, workers, strict=True):  # one at a time: compile alone
+            results[(model_cfg.kind, mode)] = {"model": model_cfg.kind, "mode": mode,
+                                               "model_config": dataclasses.asdict(model_cfg),
+                                               "batch_size": train_cfg.batch_size, "compile_s": w.call("step")}
+        for _ in range(bench.warmup):
+            for w in workers:
+                w.call("step")
+        alone: dict[int, list[float]] = {i: [] for i in range(len(workers))}
+        order = list(range(len(workers)))
+        for r in range(bench.repeats):
+            for i in order if r % 2 == 0 else order[::-1]:
+                alone[i].append(workers[i].call("step"))
+        for i, ((model_cfg, mode), w) in enumerate(zip(arms, workers, strict=True)):
+            res = results[(model_cfg.kind, mode)]
+            res["step_s"] = quartiles(alone[i])
+            res["step_samples_s"] = alone[i]
+            res["components"] = w.call("components", bench.component_repeats)
+            res.update(w.call("inference"))
+            res.update(w.call("memory"))
+            res["xla_clusters"] = w.call("clusters")
+        if bench.shared and len(workers) > 1:
+            if bench.shared_threads != alone_threads:
+                for w in workers:
+                    w.stop()
+                workers = _start(ctx, ds, arms, train_cfg, bench, bench.shared_threads)
+                for w in workers:
+                    w.call("step")  # compile, alone, before the loops
+            samples = _run_shared(workers, bench.repeats)
+            for (model_cfg, mode), s in zip(arms, samples, strict=True):
+                results[(model_cfg.kind, mode)]["shared"] = {"step_s": quartiles(s), "step_samples_s": s}
+    finally:
+        for w in workers:
+            w.stop()
+    contexts = {"alone": {"jobs": 1, "threads": alone_threads,
+                          "how": "one arm steps at a time, arms interleaved, each with all its threads"}}
+    if bench.shared and len(arms) > 1:
+        contexts["shared"] = {"jobs": len(arms), "threads": bench.shared_threads,
+                              "how": f"all {len(arms)} arms' step loops at once, {bench.shared_threads} threads each "
+                                     f"on {cores} cores (as the pipeline's training jobs run)"}
+    machine = machine_info()
+    machine["load_average_start"] = started["load_average"]
+    arms_out = [results[(m.kind, mode)] for m, mode in arms]
+    return {"machine": machine, "modes": modes, "contexts": contexts, "arms": arms_out,
+            "ratios": ratios(arms_out), "wall_s": time.time() - started["time"]}
 
 
-def run(ds, model_cfgs, train_cfg, bench: BenchConfig = BenchConfig()) -> dict:
-    """Both arms for every model config; returns per-arm results and no-XLA/XLA ratios."""
-    arms = [a for model_cfg in model_cfgs for a in bench_model(ds, model_cfg, train_cfg, bench)]
-    ratios = {}
-    for model_cfg in model_cfgs:
-        on = next(a for a in arms if a["model"] == model_cfg.kind and a["xla"])
-        off = next(a for a in arms if a["model"] == model_cfg.kind and not a["xla"])
-        ratios[model_cfg.kind] = {
-            "train_step_speedup": off["step_s"]["median"] / on["step_s"]["median"],
-            "inference_speedup": on["infer_patterns_per_s"] / off["infer_patterns_per_s"],
-            "padded_vs_naive_xla": on["infer_patterns_per_s"] / on["naive_patterns_per_s"],
-        }
-    return {"machine": machine_info(), "arms": arms, "ratios": ratios}
+def _run_shared(workers: list[_Worker], repeats: int) -> list[list[float]]:
+    """Every worker's step loop at once; all stop when the slowest has ``repeats`` steps.
+
+    Each worker always has one ``step`` outstanding: it gets the next as soon as it
+    answers, so all loops run concurrently until the slowest has its samples, and every
+    kept sample was taken while all the other loops were stepping too (the answers to
+    the last outstanding steps are dropped).
+    """
+    import multiprocessing.connection as mpc
+
+    out: list[list[float]] = [[] for _ in workers]
+    conns = {w.conn: i for i, w in enumerate(workers)}
+    for w in workers:
+        w.send("step")
+    while min(len(s) for s in out) < repeats:
+        for conn in mpc.wait(list(conns)):
+            i = conns[conn]
+            status, value = conn.recv()
+            if status == "error":
+                from ptycho.errors import PtychoError
+
+                raise PtychoError(f"bench: the {workers[i].name} worker failed: {value}")
+            out[i].append(value)
+            workers[i].send("step")  # keep loading the machine until the slowest is done
+    for w in workers:  # drain the last answers (taken while others may have stopped: dropped)
+        w._receive()
+    return out
+
+
+def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
+    """Per model and mode: speed relative to ``off`` (above 1 = faster), with intervals."""
+    out: dict[str, dict[str, dict]] = {}
+    for model in dict.fromkeys(a["model"] for a in arms):
+        by_mode = {a["mode"]: a for a in arms if a["model"] == model}
+        off = by_mode.get("off")
+        if off is None:
+            continue
+        for mode, a in by_mode.items():
+            if mode == "off":
+                continue
+            r = {"train_step_alone": bootstrap_ratio(off["step_samples_s"], a["step_samples_s"]),
+                 "compile_extra_s": a["compile_s"] - off["compile_s"],
+                 "break_even_steps": break_even_steps(a["compile_s"], off["compile_s"], a["step_s"]["median"],
+                                                      off["step_s"]["median"])}
+            if "shared" in a and "shared" in off:
+                r["train_step_shared"] = bootstrap_ratio(off["shared"]["step_samples_s"], a["shared"]["step_samples_s"])
+                r["break_even_steps_shared"] = break_even_steps(
+                    a["compile_s"], off["compile_s"], a["shared"]["step_s"]["median"], off["shared"]["step_s"]["median"])
+            if a.get("infer_batch_samples_s") and off.get("infer_batch_samples_s"):
+                r["inference"] = bootstrap_ratio(off["infer_batch_samples_s"], a["infer_batch_samples_s"])
+            r["padded_vs_naive"] = a["infer_patterns_per_s"] / a["naive_patterns_per_s"]
+            out.setdefault(model, {})[mode] = r
+        out.setdefault(model, {})["off"] = {"padded_vs_naive": off["infer_patterns_per_s"] / off["naive_patterns_per_s"]}
+    return out
+
+
+def fastest(result: dict, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
+    """The mode with the highest train-step ratio vs ``off`` in ``context`` (``off`` itself
+    if no mode beats it with confidence), with its interval."""
+    key = f"train_step_{context}"
+    modes = {m: r[key] for m, r in result.get("ratios", {}).get(model, {}).items() if key in r}
+    if not modes:
+        return None
+    best = max(modes, key=lambda m: modes[m]["ratio"])
+    return best, modes[best]
 
 
 def format_table(result: dict) -> str:
-    """Plain-text table of a :func:`run` result."""
+    """Plain-text tables of a :func:`run` result: per arm, then per mode vs off."""
     m = result["machine"]
     lines = [
-        f"machine: {m['cpu']} | {m['cores']} cores | load {m['load_average'][0]:.2f} | TF {m['tensorflow']} | GPUs {m['gpus']}",
-        f"{'model':9s} {'arm':7s} {'compile s':>10s} {'step median s':>14s} {'step IQR s':>11s} {'infer pat/s':>12s} {'naive pat/s':>12s}",
+        f"machine: {m['cpu']} | {m['cores']} cores | load {m['load_average_start'][0]:.2f} at start, "
+        f"{m['load_average'][0]:.2f} at end | TF {m['tensorflow']} | GPUs {m['gpus']}",
+        "contexts: " + "; ".join(f"{k}: {c['how']}" for k, c in result["contexts"].items()),
+        f"{'model':9s} {'mode':8s} {'compile s':>9s} {'alone ms':>9s} {'IQR':>6s} {'shared ms':>10s} {'IQR':>6s} "
+        f"{'net ms':>7s} {'phys ms':>7s} {'opt ms':>7s} {'peak MB':>8s} {'infer p/s':>10s} {'1-by-1 p/s':>10s}",
     ]
     for a in result["arms"]:
+        sh = a.get("shared", {}).get("step_s", {})
+        c = a["components"]
         lines.append(
-            f"{a['model']:9s} {'xla' if a['xla'] else 'no-xla':7s} {a['compile_s']:10.2f} {a['step_s']['median']:14.4f} "
-            f"{a['step_s']['iqr']:11.4f} {a['infer_patterns_per_s']:12.1f} {a['naive_patterns_per_s']:12.1f}"
+            f"{a['model']:9s} {a['mode']:8s} {a['compile_s']:9.2f} {1e3 * a['step_s']['median']:9.1f} "
+            f"{1e3 * a['step_s']['iqr']:6.1f} {1e3 * sh.get('median', math.nan):10.1f} {1e3 * sh.get('iqr', math.nan):6.1f} "
+            f"{1e3 * c['network']['median']:7.1f} {1e3 * c['physics']['median']:7.1f} {1e3 * c['optimizer']['median']:7.1f} "
+            f"{a['peak_rss_mb']:8.0f} {a['infer_patterns_per_s']:10.1f} {a['naive_patterns_per_s']:10.1f}"
         )
-    for kind, r in result["ratios"].items():
-        verdict = "faster" if r["train_step_speedup"] >= 1 else "SLOWER"
-        lines.append(
-            f"{kind}: XLA train step {r['train_step_speedup']:.2f}x ({verdict} than no-XLA), "
-            f"inference {r['inference_speedup']:.2f}x, padded-batch vs per-pattern (XLA) {r['padded_vs_naive_xla']:.1f}x"
-        )
+
+    def ci(r):
+        return f"{r['ratio']:.2f}x ({r['low']:.2f}-{r['high']:.2f})" if r else "n/a"
+
+    lines.append(f"{'model':9s} {'mode':8s} {'vs off alone':>20s} {'vs off shared':>20s} {'inference':>20s} "
+                 f"{'break-even steps':>17s} {'padded/1-by-1':>14s}")
+    for model, per in result["ratios"].items():
+        for mode, r in per.items():
+            if mode == "off":
+                continue
+            be = r["break_even_steps"]
+            lines.append(f"{model:9s} {mode:8s} {ci(r['train_step_alone']):>20s} {ci(r.get('train_step_shared')):>20s} "
+                         f"{ci(r.get('inference')):>20s} {'never' if math.isinf(be) else f'{be:.0f}':>17s} "
+                         f"{r['padded_vs_naive']:13.1f}x")
+    for context in result["contexts"]:
+        best = fastest(result, "pinn", context)
+        if best:
+            lines.append(f"fastest PINN train step, {context}: {best[0]} ({ci(best[1])} vs off)")
     return "\n".join(lines)

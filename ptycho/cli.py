@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -152,6 +153,16 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def _mode(text: str) -> str:
+    from ptycho.errors import ConfigError
+    from ptycho.xla import parse_mode
+
+    try:
+        return parse_mode(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).split(": ", 1)[1]) from None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ptycho.data import read_dataset
     from ptycho.models import ModelConfig
@@ -292,17 +303,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
         train_cfg = TrainConfig(batch_size=args.batch_size)
         models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, depth=args.depth, mixing=args.mixing,
                               loss=args.loss) for k in args.models]
-    result = bench.run(ds, models, train_cfg, bench.BenchConfig(warmup=args.warmup, repeats=args.repeats))
+    config = bench.BenchConfig(warmup=args.warmup, repeats=args.repeats, component_repeats=args.component_repeats,
+                               threads=args.threads_alone, shared=not args.no_shared, shared_threads=args.shared_threads)
+    result = bench.run(args.dataset or ds, models, train_cfg, args.modes, config)
     print(bench.format_table(result))
     if args.out:
         write_json(args.out, result)
     if args.run is not None:
+        args.run.log_params({"bench.modes": " ".join(result["modes"]), "bench.repeats": args.repeats,
+                             **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()}})
         for a in result["arms"]:
-            tag = f"{a['model']}_{'xla' if a['xla'] else 'noxla'}"
-            args.run.log_metrics({f"{tag}_compile_s": a["compile_s"], f"{tag}_step_median_s": a["step_s"]["median"],
-                                  f"{tag}_infer_patterns_per_s": a["infer_patterns_per_s"]})
-        for kind, r in result["ratios"].items():
-            args.run.log_metrics({f"{kind}_{k}": v for k, v in r.items()})
+            tag = f"{a['model']}_{a['mode']}"
+            metrics = {f"{tag}_compile_s": a["compile_s"], f"{tag}_step_median_s": a["step_s"]["median"],
+                       f"{tag}_infer_patterns_per_s": a["infer_patterns_per_s"], f"{tag}_peak_rss_mb": a["peak_rss_mb"],
+                       **{f"{tag}_{k}_s": c["median"] for k, c in a["components"].items()}}
+            if "shared" in a:
+                metrics[f"{tag}_shared_step_median_s"] = a["shared"]["step_s"]["median"]
+            args.run.log_metrics(metrics)
+        for kind, per in result["ratios"].items():
+            for mode, r in per.items():
+                metrics = {f"{kind}_{mode}_padded_vs_naive": r["padded_vs_naive"]}
+                for key in ("train_step_alone", "train_step_shared", "inference"):
+                    if key in r:
+                        metrics[f"{kind}_{mode}_{key}_speedup"] = r[key]["ratio"]
+                for key in ("break_even_steps", "compile_extra_s"):
+                    if key in r and math.isfinite(r[key]):
+                        metrics[f"{kind}_{mode}_{key}"] = r[key]
+                args.run.log_metrics(metrics)
+        if args.out:
+            args.run.log_artifact(args.out, "bench")
     return 0
 
 
@@ -323,8 +352,8 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from ptycho import checks
+    from ptycho.arms import arm_of
     from ptycho.artifacts import read_json, write_json
-    from ptycho.workflow import arm_of
 
     if args.item == "accuracy":
         dataset = None
@@ -334,9 +363,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             if not args.dataset:
                 raise PtychoError("check accuracy: --models needs --dataset (the test split to run them on)")
             dataset = read_dataset(args.dataset)
-        record = checks.accuracy(args.threshold, model_dirs=[str(Path(m).parent) for m in args.models], dataset=dataset)
+        record = checks.accuracy(args.threshold, model_dirs=[str(Path(m).parent) for m in args.models], dataset=dataset,
+                                 modes=args.modes)
     elif args.item == "gradients":
-        record = checks.gradients(args.threshold, pinn_loss=args.loss)
+        record = checks.gradients(args.threshold, pinn_loss=args.loss, modes=args.modes)
     elif args.item == "convergence":
         histories, initial = {}, {}
         for path in args.models:
@@ -352,7 +382,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             meta = read_json(path)
             name = arm_of(meta)
             timings[name] = {k: v for k, v in meta["timing"].items() if k != "step_times_s"}
-        record = checks.speedup(read_json(args.bench), args.threshold, timings)
+        record = checks.speedup(read_json(args.bench), args.threshold, timings, context=args.context)
     write_json(args.out, record)
     if args.run is not None:
         args.run.log_metrics({f"{args.item}_value": record["value"], f"{args.item}_pass": float(record["status"] == "PASS")})
@@ -365,9 +395,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ptycho import report, tracking
+    from ptycho.arms import arm_of
     from ptycho.artifacts import read_arrays, read_json
     from ptycho.bench import machine_info
-    from ptycho.workflow import arm_of
 
     items = {read_json(p)["item"]: read_json(p) for p in args.checks}
     arms: dict[str, dict] = {}
@@ -413,10 +443,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_figures(args: argparse.Namespace) -> int:
     from ptycho import checks, figures
+    from ptycho.arms import arm_of
     from ptycho.artifacts import atomic_write, read_arrays, read_json
     from ptycho.data import read_dataset
     from ptycho.metrics import compare
-    from ptycho.workflow import arm_of
 
     ds = read_dataset(args.dataset)
     truth_image = ds.ground_truth(0)
@@ -444,8 +474,9 @@ def cmd_figures(args: argparse.Namespace) -> int:
             "reconstructions": figures.to_png(figures.reconstruction_grid(truth, shown)),
             "errors": figures.to_png(figures.error_maps(truth, shown)),
             "frc": figures.to_png(figures.frc_curves(frc)),
-            "losses": figures.to_png(figures.loss_curves(checks.loss_pairs(histories))),
+            "losses": figures.to_png(figures.loss_curves(checks.loss_curves(histories))),
             "step_times": figures.to_png(figures.step_time_distributions(bench["arms"])),
+            "components": figures.to_png(figures.component_bars(bench["arms"])),
             "speedup": figures.to_png(figures.speedup_bars(checks.speedup_intervals(bench))),
         }
     except (ValueError, KeyError) as err:
@@ -518,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="folder written by 'ptycho train'")
     p.add_argument("--dataset", required=True)
     p.add_argument("--out", required=True, help="reconstruction (.npz)")
-    p.add_argument("--xla", type=_bool, default=None, help="override the training arm (true/false)")
+    p.add_argument("--xla", type=_mode, default=None, help="override the training arm's XLA mode (off, jit, auto, physics)")
     p.add_argument("--batch-size", type=int, default=None, help="fixed predict batch (default: training batch)")
     p.set_defaults(func=cmd_infer)
 
@@ -535,7 +566,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="metrics (.json)")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("bench", help="time XLA vs no-XLA: compile, train step, inference")
+    from ptycho.xla import MODES
+
+    p = sub.add_parser("bench", help="time every XLA mode vs off: compile, step alone and shared, components, "
+                                     "memory, inference")
     p.add_argument("--dataset", help="dataset to time on (default: simulate the default train split)")
     p.add_argument("--object-size", type=int, default=128, help="object side when simulating (default 128)")
     p.add_argument("--n", type=int, default=64, help="patch side when simulating (default 64)")
@@ -549,8 +583,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time the architecture, loss and batch size of these trained models (model.json), "
                         "instead of --filters/--pooling/--depth/--mixing/--loss/--batch-size")
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--modes", nargs="+", type=_mode, default=["off", "jit", "auto", "physics"],
+                   help=f"XLA modes to time ({', '.join(MODES)}); off is always added (default: all)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=60, help="timed steps per arm, interleaved")
+    p.add_argument("--repeats", type=int, default=60, help="timed steps per arm and context")
+    p.add_argument("--component-repeats", type=int, default=20, help="timed calls of each step component")
+    p.add_argument("--threads-alone", type=int, default=0, help="intra-op threads per arm alone (default: all cores)")
+    p.add_argument("--shared-threads", type=int, default=2,
+                   help="intra-op threads per arm when all arms share the cores (default: the pipeline's train_threads)")
+    p.add_argument("--no-shared", action="store_true", help="time the arms alone only")
     p.add_argument("--out", help="also write the full result as JSON")
     p.set_defaults(func=cmd_bench)
 
@@ -574,6 +615,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", nargs="*", default=[], help="metrics JSON files (quality)")
     p.add_argument("--bench", help="bench JSON (speedup)")
     p.add_argument("--loss", choices=("poisson", "mae"), default="poisson", help="PINN loss (gradients)")
+    p.add_argument("--modes", nargs="+", type=_mode, default=["jit", "auto", "physics"],
+                   help="XLA modes compared with off (accuracy, gradients; default: all)")
+    p.add_argument("--context", choices=("alone", "shared"), default="alone",
+                   help="the benchmark context the speedup verdict is for (speedup)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_check)
 
@@ -639,8 +684,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     # MLflow logs a traceback for every sqlite lock it then recovers from by retrying.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    from ptycho.xla import xla_flags_environment
+
+    # Read by TensorFlow when it initialises; set before its (lazy) import. The XLA flag
+    # lets the auto mode cluster on CPU and changes nothing for the others (ptycho.xla).
+    os.environ.update(xla_flags_environment())
     if args.threads:
-        # Read by TensorFlow when it initialises; set before its (lazy) import.
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(args.threads)
         os.environ["TF_NUM_INTEROP_THREADS"] = "1" if args.threads <= 2 else "2"
     try:

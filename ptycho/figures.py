@@ -9,10 +9,10 @@ changes no global matplotlib state and leaks no figure. :func:`to_png` and
 
 One style for the whole report:
 
-* the XLA arm is always :data:`XLA_COLOUR` (Okabe-Ito blue) and the no-XLA arm always
-  :data:`NOXLA_COLOUR` (Okabe-Ito vermillion), in every figure; the model is told
-  apart by line style, marker and hatching (:data:`MODEL_LINESTYLES`,
-  :data:`MODEL_MARKERS`, :data:`MODEL_HATCHES`), never by colour;
+* each XLA mode has one colour in every figure (:data:`MODE_COLOURS`, Okabe-Ito):
+  ``off`` (no XLA) vermillion, ``jit`` blue, ``auto`` bluish green, ``physics``
+  reddish purple; the model is told apart by line style, marker and hatching
+  (:data:`MODEL_LINESTYLES`, :data:`MODEL_MARKERS`, :data:`MODEL_HATCHES`), never by colour;
 * images use perceptually uniform, colour-blind-safe colour maps: ``cividis`` for
   amplitude and (unwrapped) phase, ``PuOr`` with symmetric limits for signed errors;
 * every image panel has a colour bar with its unit (phase in rad, amplitude is a
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AMPLITUDE_CMAP",
     "ERROR_CMAP",
+    "MODE_COLOURS",
     "MODEL_HATCHES",
     "MODEL_LINESTYLES",
     "MODEL_MARKERS",
@@ -53,6 +54,7 @@ __all__ = [
     "XLA_COLOUR",
     "arm_colour",
     "common_window",
+    "component_bars",
     "error_maps",
     "frc_curves",
     "loss_curves",
@@ -66,12 +68,14 @@ __all__ = [
 # ------------------------------------------------------------------ palette and style
 #: Okabe & Ito (2008) colour-blind-safe qualitative palette.
 OKABE_ITO = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
-#: The XLA arm, in every figure (Okabe-Ito blue).
-XLA_COLOUR = "#0072B2"
-#: The no-XLA arm, in every figure (Okabe-Ito vermillion).
-NOXLA_COLOUR = "#D55E00"
-#: An arm whose name does not parse as ``model-xla|noxla-sN``.
+#: One colour per XLA mode, in every figure (Okabe-Ito vermillion, blue, bluish green, reddish purple).
+MODE_COLOURS = {"off": "#D55E00", "jit": "#0072B2", "auto": "#009E73", "physics": "#CC79A7"}
+#: Whole-step XLA (``jit``), and no XLA (``off``): the two ends of the comparison.
+XLA_COLOUR = MODE_COLOURS["jit"]
+NOXLA_COLOUR = MODE_COLOURS["off"]
+#: An arm whose name does not parse as ``model-mode-sN``.
 UNKNOWN_ARM_COLOUR = "#999999"
+MODE_WORDS = {"off": "no XLA (off)", "jit": "XLA jit", "auto": "XLA auto", "physics": "XLA physics"}
 #: Reference lines and annotations.
 INK = "#333333"
 
@@ -140,28 +144,27 @@ def _figure(figsize: tuple[float, float], layout: str = "constrained") -> Figure
 
 
 # ------------------------------------------------------------------------- arm names
-def _parse(name: str) -> tuple[str | None, bool | None, int | None]:
-    """``(model, xla, seed)`` of an arm name, or Nones if it is not ``model-xla|noxla-sN``."""
-    from ptycho.workflow import parse_arm
+def _parse(name: str) -> tuple[str | None, str | None, int | None]:
+    """``(model, mode, seed)`` of an arm name, or Nones if it is not ``model-mode-sN``."""
+    from ptycho.arms import parse_arm
 
     try:
-        model, xla, seed = parse_arm(name)
-    except (ValueError, AttributeError, IndexError):
+        return tuple(parse_arm(name))
+    except (ValueError, TypeError):
         return None, None, None
-    if name.split("-")[1] not in ("xla", "noxla"):
-        return None, None, None
-    return model, xla, seed
 
 
-def arm_colour(xla: bool | None) -> str:
-    """:data:`XLA_COLOUR`, :data:`NOXLA_COLOUR`, or grey when the arm is unknown."""
-    if xla is None:
-        return UNKNOWN_ARM_COLOUR
-    return XLA_COLOUR if xla else NOXLA_COLOUR
+def arm_colour(mode: str | None) -> str:
+    """The mode's colour (:data:`MODE_COLOURS`), or grey when the arm is unknown."""
+    return MODE_COLOURS.get(mode, UNKNOWN_ARM_COLOUR) if mode else UNKNOWN_ARM_COLOUR
 
 
-def _arm_word(xla: bool) -> str:
-    return "XLA" if xla else "no XLA"
+def _arm_word(mode: str | None) -> str:
+    return MODE_WORDS.get(mode, str(mode))
+
+
+def _mode_rank(mode: str | None) -> int:
+    return list(MODE_COLOURS).index(mode) if mode in MODE_COLOURS else len(MODE_COLOURS)
 
 
 def _model_name(model: str | None) -> str:
@@ -173,16 +176,16 @@ def _model_rank(model: str | None) -> int:
 
 
 def _arm_sort_key(name: str) -> tuple:
-    model, xla, seed = _parse(name)
-    return (_model_rank(model), model or "", 2 if xla is None else int(not xla), -1 if seed is None else seed, name)
+    model, mode, seed = _parse(name)
+    return (_model_rank(model), model or "", _mode_rank(mode), -1 if seed is None else seed, name)
 
 
 def _arm_label(name: str, with_seed: bool) -> str:
-    """``"PINN, XLA"`` (``", seed 1"`` appended when the figure holds several seeds)."""
-    model, xla, seed = _parse(name)
+    """``"PINN, XLA jit"`` (``", seed 1"`` appended when the figure holds several seeds)."""
+    model, mode, seed = _parse(name)
     if model is None:
         return name
-    label = f"{_model_name(model)}, {_arm_word(xla)}"
+    label = f"{_model_name(model)}, {_arm_word(mode)}"
     return f"{label}, seed {seed}" if with_seed else label
 
 
@@ -190,12 +193,18 @@ def _several_seeds(names) -> bool:
     return len({_parse(n)[2] for n in names}) > 1
 
 
-def _pair_label(key: str) -> str:
-    """``"pinn-s0"`` -> ``"PINN, seed 0"`` (the convergence evidence's pair keys)."""
+def _group_label(key: str) -> str:
+    """``"pinn-s0"`` -> ``"PINN, seed 0"`` (the convergence evidence's curve groups)."""
     model, _, seed = str(key).rpartition("-")
     if model and seed.startswith("s") and seed[1:].isdigit():
         return f"{_model_name(model)}, seed {seed[1:]}"
     return str(key)
+
+
+def _line_width(mode: str | None, kind: str = "val") -> float:
+    """XLA modes drawn wider and underneath ``off``: when the arms agree (the hoped-for
+    result) every line stays visible."""
+    return (2.8 if kind == "val" else 2.2) if mode != "off" else (1.5 if kind == "val" else 1.2)
 
 
 # ---------------------------------------------------------------------- small helpers
@@ -354,9 +363,9 @@ def reconstruction_grid(truth: tuple[np.ndarray, np.ndarray], arms: Mapping[str,
     truth : (amplitude, phase)
         2-D real arrays of one shape; phase in rad.
     arms : dict
-        Arm name (``"pinn-xla-s0"``) -> ``(amplitude, phase)`` of the truth's shape, already
+        Arm name (``"pinn-jit-s0"``) -> ``(amplitude, phase)`` of the truth's shape, already
         registered, scaled and plane-corrected; ``None`` draws an "n/a" row. Rows are
-        ordered PINN before baseline, XLA before no XLA, then by seed.
+        ordered PINN before baseline, then by mode (off, jit, auto, physics), then by seed.
     phase_cmap : str, optional
         Colour map of the phase column; by default :data:`PHASE_CMAP`, or
         :data:`WRAPPED_PHASE_CMAP` when the truth's phase spans a full turn.
@@ -460,24 +469,25 @@ def _symmetric_limit(errors: list[np.ndarray], percentile: float) -> float:
 
 
 # ----------------------------------------------------------------------- loss curves
-def loss_curves(pairs: Mapping[str, Mapping[str, Any]]) -> Figure:
-    """Training (dashed) and validation (solid) loss per epoch of both arms, one panel per pair.
+def loss_curves(curves: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Training (dashed) and validation (solid) loss per epoch of every mode, one panel per
+    model and seed.
 
-    ``pairs`` is the convergence item's ``evidence["pairs"]``: ``{"pinn-s0": {"train_loss_xla":
-    [...], "train_loss_noxla": [...], "val_loss_xla": [...], "val_loss_noxla": [...], ...}}``.
-    Epochs count from 1. The y axis is logarithmic when every finite loss of the panel
-    is positive and they span more than a decade; otherwise linear (a Poisson negative
-    log-likelihood can be negative). A panel's title gives the relative difference of
-    the final validation losses (``relative_difference`` of the evidence, or computed).
+    ``curves`` is the convergence item's ``evidence["curves"]``: ``{"pinn-s0": {"off":
+    {"train": [...], "val": [...]}, "jit": {...}}}``. Epochs count from 1. The y axis is
+    logarithmic when every finite loss of the panel is positive and they span more than
+    a decade; otherwise linear (a Poisson negative log-likelihood can be negative). A
+    panel's title gives the largest relative difference of a mode's final validation
+    loss from ``off``'s.
     """
-    if not isinstance(pairs, Mapping):
-        raise ValueError(f"pairs: expected the convergence evidence dict, got {type(pairs).__name__}")
-    for key, p in pairs.items():
-        if not isinstance(p, Mapping):
-            raise ValueError(f"pairs[{key!r}]: expected a dict of loss lists, got {type(p).__name__}")
+    if not isinstance(curves, Mapping):
+        raise ValueError(f"curves: expected the convergence evidence's curves dict, got {type(curves).__name__}")
+    for key, group in curves.items():
+        if not isinstance(group, Mapping) or not all(isinstance(v, Mapping) for v in group.values()):
+            raise ValueError(f"curves[{key!r}]: expected a dict mode -> {{'train': [...], 'val': [...]}}")
     with _style():
-        if not pairs:
-            return _message_figure("no XLA / no-XLA pair of loss histories")
+        if not curves:
+            return _message_figure("no pair of an XLA mode and off with loss histories")
         from matplotlib.lines import Line2D
         from matplotlib.ticker import FixedLocator, MaxNLocator
 
@@ -486,29 +496,32 @@ def loss_curves(pairs: Mapping[str, Mapping[str, Any]]) -> Figure:
             number = int(seed[1:]) if seed[:1] == "s" and seed[1:].isdigit() else -1
             return (number, _model_rank(model), str(key))
 
-        keys = sorted(pairs, key=order)
+        keys = sorted(curves, key=order)
         ncols = min(len(keys), 2)
         nrows = math.ceil(len(keys) / ncols)
-        fig = _figure((4.3 * ncols + 0.3, 3.1 * nrows + 0.6))
+        fig = _figure((4.3 * ncols + 0.3, 3.1 * nrows + 0.8))
         axes = fig.subplots(nrows, ncols, squeeze=False)
-        drawn: dict[tuple[bool, str], None] = {}
+        drawn: dict[tuple[str, str], None] = {}
         for ax, key in zip(axes.flat, keys, strict=False):
-            p = pairs[key]
+            group = curves[key]
             finite: list[np.ndarray] = []
             longest = 0
-            for xla in (True, False):
+            finals = {}
+            for mode in sorted(group, key=_mode_rank):
                 for kind, ls in (("train", "--"), ("val", "-")):
-                    field = f"{kind}_loss_{'xla' if xla else 'noxla'}"
-                    y = _floats(p.get(field), f"pairs[{key!r}][{field!r}]")
+                    y = _floats(group[mode].get(kind), f"curves[{key!r}][{mode!r}][{kind!r}]")
                     if not y.size:
                         continue
                     x = np.arange(1, y.size + 1)
-                    ax.plot(x, y, ls=ls, color=arm_colour(xla), marker="o" if y.size <= 25 else None,
-                            markersize=3.5 if xla else 2.5, lw=_loss_width(xla, kind), zorder=2 if xla else 3)
+                    ax.plot(x, y, ls=ls, color=arm_colour(mode), marker="o" if y.size <= 25 else None,
+                            markersize=2.5 if mode == "off" else 3.5, lw=_line_width(mode, kind),
+                            zorder=3 if mode == "off" else 2)
                     finite.append(y[np.isfinite(y)])
                     longest = max(longest, y.size)
-                    drawn[(xla, kind)] = None
-            title = _pair_label(key)
+                    drawn[(mode, kind)] = None
+                    if kind == "val" and math.isfinite(y[-1]):
+                        finals[mode] = float(y[-1])
+            title = _group_label(key)
             if not longest:
                 ax.set_title(title)
                 _na(ax, "n/a (no loss history)")
@@ -516,13 +529,10 @@ def loss_curves(pairs: Mapping[str, Mapping[str, Any]]) -> Figure:
             vals = np.concatenate(finite) if finite else np.zeros(0)
             if vals.size and vals.min() > 0 and vals.max() / vals.min() > 10:
                 ax.set_yscale("log")
-            rel = _number(p.get("relative_difference"), f"pairs[{key!r}]['relative_difference']")
-            if not math.isfinite(rel):
-                a = _floats(p.get("val_loss_xla"), "val_loss_xla")
-                b = _floats(p.get("val_loss_noxla"), "val_loss_noxla")
-                if a.size and b.size and math.isfinite(a[-1]) and math.isfinite(b[-1]):
-                    rel = abs(a[-1] - b[-1]) / max(abs(b[-1]), 1e-12)
-            ax.set_title(f"{title}\nfinal validation-loss difference: " + (f"{rel:.2%}" if math.isfinite(rel) else "n/a"))
+            rels = [abs(v - finals["off"]) / max(abs(finals["off"]), 1e-12) for m, v in finals.items()
+                    if m != "off" and "off" in finals]
+            ax.set_title(f"{title}\nlargest final validation-loss difference from off: "
+                         + (f"{max(rels):.2%}" if rels else "n/a"))
             ax.set_xlabel("epoch")
             ax.set_ylabel("loss")
             ax.xaxis.set_major_locator(FixedLocator(range(1, longest + 1)) if longest <= 10
@@ -531,100 +541,155 @@ def loss_curves(pairs: Mapping[str, Mapping[str, Any]]) -> Figure:
             ax.grid(True, which="major")
         for ax in list(axes.flat)[len(keys):]:
             ax.set_visible(False)
-        handles = [Line2D([], [], color=arm_colour(xla), ls=ls, lw=_loss_width(xla, kind), label=f"{_arm_word(xla)}, {word}")
-                   for xla in (True, False) for kind, ls, word in (("train", "--", "training"), ("val", "-", "validation"))
-                   if (xla, kind) in drawn]
+        handles = [Line2D([], [], color=arm_colour(mode), ls=ls, lw=_line_width(mode, kind),
+                          label=f"{_arm_word(mode)}, {word}")
+                   for mode in MODE_COLOURS for kind, ls, word in (("train", "--", "training"), ("val", "-", "validation"))
+                   if (mode, kind) in drawn]
         if handles:
-            fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
-        fig.suptitle("Loss per epoch, XLA vs no XLA", fontsize=11)
+            fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
+        fig.suptitle("Loss per epoch, every XLA mode vs off", fontsize=11)
     return fig
 
 
-def _loss_width(xla: bool, kind: str) -> float:
-    """XLA drawn wider and underneath: when the arms agree (the hoped-for result) both stay visible."""
-    return (2.8 if kind == "val" else 2.2) if xla else (1.5 if kind == "val" else 1.2)
-
-
 # ---------------------------------------------------------------- step-time boxplots
-def _bench_arms(arms: Any) -> dict[str, dict[bool, Mapping]]:
+def _bench_arms(arms: Any) -> dict[str, dict[str, Mapping]]:
     if isinstance(arms, Mapping) or not isinstance(arms, Sequence):
         raise ValueError(f"arms: expected bench.json's 'arms' list, got {type(arms).__name__}")
-    by_model: dict[str, dict[bool, Mapping]] = {}
+    by_model: dict[str, dict[str, Mapping]] = {}
     for i, a in enumerate(arms):
         if not isinstance(a, Mapping):
             raise ValueError(f"arms[{i}]: expected a dict, got {type(a).__name__}")
-        if not isinstance(a.get("model"), str) or not isinstance(a.get("xla"), bool | np.bool_):
-            raise ValueError(f"arms[{i}]: needs 'model' (str) and 'xla' (bool), got {a.get('model')!r}, {a.get('xla')!r}")
-        xla = bool(a["xla"])
-        if xla in by_model.setdefault(a["model"], {}):
-            raise ValueError(f"arms[{i}]: a second {a['model']} {_arm_word(xla)} arm; one per (model, xla) expected")
-        by_model[a["model"]][xla] = a
+        if not isinstance(a.get("model"), str) or a.get("mode") not in MODE_COLOURS:
+            raise ValueError(f"arms[{i}]: needs 'model' (str) and 'mode' (one of {', '.join(MODE_COLOURS)}), "
+                             f"got {a.get('model')!r}, {a.get('mode')!r}")
+        if a["mode"] in by_model.setdefault(a["model"], {}):
+            raise ValueError(f"arms[{i}]: a second {a['model']} {a['mode']} arm; one per (model, mode) expected")
+        by_model[a["model"]][a["mode"]] = a
     return by_model
 
 
 def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
-    """Train-step time of both arms, one panel per model: box (quartiles) and every timed step.
+    """Train-step time of every mode, one column per model, one row per context (alone,
+    shared): box (quartiles) and every timed step.
 
-    ``arms`` is ``bench.json["arms"]``: ``{"model", "xla", "step_samples_s", "compile_s",
-    "step_s": {"median", "q1", "q3", ...}, ...}``. Each arm's box spans the quartiles
-    (whiskers 1.5 IQR, no separate outliers) with the individual steps jittered over it, in
-    ms on a linear axis from 0 so the heights compare honestly. An arm without samples
-    but with ``step_s`` quartiles is drawn as a box alone. The first (compiling) call
-    is far off this scale and is annotated under each box instead.
+    ``arms`` is ``bench.json["arms"]``: ``{"model", "mode", "step_samples_s", "compile_s",
+    "step_s": {...}, "shared": {"step_samples_s", "step_s"}, ...}``. Each box spans the
+    quartiles (whiskers 1.5 IQR, no separate outliers) with the individual steps
+    jittered over it, in ms on a linear axis from 0 so heights compare honestly. An arm
+    without samples but with quartiles is drawn as a box alone. The first (compiling)
+    call is far off this scale and is annotated under each box instead.
     """
     by_model = _bench_arms(arms)
     with _style():
         if not by_model:
             return _message_figure("no benchmark arms")
         models = sorted(by_model, key=lambda m: (_model_rank(m), m))
-        fig = _figure((max(3.8 * len(models) + 0.4, 4.8), 4.4))
-        axes = fig.subplots(1, len(models), squeeze=False)[0]
+        contexts = ["alone"] + (["shared"] if any("shared" in a for per in by_model.values() for a in per.values()) else [])
+        modes = sorted({m for per in by_model.values() for m in per}, key=_mode_rank)
+        fig = _figure((max(1.25 * len(modes) * len(models) + 1.2, 5.2), 3.9 * len(contexts) + 0.6))
+        axes = fig.subplots(len(contexts), len(models), squeeze=False)
         rng = np.random.default_rng(0)  # the jitter is decoration: deterministic, same every render
-        for ax, model in zip(axes, models, strict=True):
-            ticks, medians, counts = [], {}, []
-            for pos, xla in enumerate((True, False)):
-                a = by_model[model].get(xla)
-                colour = arm_colour(xla)
-                if a is None:
-                    ticks.append(f"{_arm_word(xla)}\n(not measured)")
-                    ax.text(pos, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", color="#777777")
+        for row, context in enumerate(contexts):
+            for ax, model in zip(axes[row], models, strict=True):
+                ticks, medians, counts = [], {}, []
+                for pos, mode in enumerate(modes):
+                    a = by_model[model].get(mode)
+                    colour = arm_colour(mode)
+                    source = (a if context == "alone" else a.get("shared")) if a is not None else None
+                    if source is None:
+                        ticks.append(f"{mode}\n(not measured)")
+                        ax.text(pos, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", color="#777777")
+                        continue
+                    samples = _floats(source.get("step_samples_s"), f"{model} {mode} step_samples_s") * 1e3
+                    samples = samples[np.isfinite(samples)]
+                    quart = source.get("step_s") if isinstance(source.get("step_s"), Mapping) else {}
+                    box_style = dict(positions=[pos], widths=0.5, patch_artist=True, showfliers=False,
+                                     medianprops={"color": INK, "lw": 1.6},
+                                     boxprops={"facecolor": _tint(colour), "edgecolor": colour, "lw": 1.4,
+                                               "hatch": MODEL_HATCHES.get(model, "")},
+                                     whiskerprops={"color": colour, "lw": 1.2}, capprops={"color": colour, "lw": 1.2})
+                    med = math.nan
+                    if samples.size:
+                        ax.boxplot([samples], **box_style)
+                        x = pos + rng.uniform(-0.13, 0.13, samples.size)
+                        ax.scatter(x, samples, s=12, color=colour, alpha=0.85, edgecolors="white", linewidths=0.4,
+                                   marker=MODEL_MARKERS.get(model, "o"), zorder=3)
+                        med = float(np.median(samples))
+                        counts.append(samples.size)
+                    elif all(math.isfinite(_number(quart.get(k), k)) for k in ("median", "q1", "q3")):
+                        q1, med, q3 = (1e3 * _number(quart[k], k) for k in ("q1", "median", "q3"))
+                        ax.bxp([{"med": med, "q1": q1, "q3": q3, "whislo": q1, "whishi": q3, "fliers": []}],
+                               **{k: v for k, v in box_style.items() if k != "showfliers"})
+                    else:
+                        ax.text(pos, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", color="#777777")
+                    medians[mode] = med
+                    comp = _number(a.get("compile_s"), f"{model} compile_s")
+                    ticks.append(f"{mode}\n{_fmt(med, ' ms')}" + (f"\ncompile {_fmt(comp, ' s')}" if row == 0 else ""))
+                ax.set_xticks(range(len(modes)), ticks)
+                ax.set_xlim(-0.6, len(modes) - 0.4)
+                ax.set_ylim(bottom=0)
+                ax.set_ylabel(f"train step, {context} (ms)")
+                ax.grid(True, axis="y")
+                off = medians.get("off", math.nan)
+                best = min((m for m in medians if m != "off" and math.isfinite(medians[m])),
+                           key=lambda m: medians[m], default=None)
+                n = f", {min(counts)}+ steps per arm" if counts else ""
+                ratio = off / medians[best] if best and medians[best] > 0 else math.nan
+                ax.set_title(f"{_model_name(model)}, {context}{n}\nfastest XLA mode: "
+                             + (f"{best}, {ratio:.2f}× off" if math.isfinite(ratio) else "n/a"))
+        fig.suptitle("Steady-state train-step time per XLA mode\n(compile = first call: trace + compile + one step)",
+                     fontsize=10.5)
+    return fig
+
+
+# ------------------------------------------------------------------ step components
+COMPONENTS = (("network", "network fwd+bwd", "///"), ("physics", "physics head + loss fwd+bwd", ""),
+              ("optimizer", "optimiser update", "..."))
+
+
+def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
+    """Where a train step's time goes, per model and mode: one stacked bar each (network
+    forward + backward, physics head with the loss, optimiser update), each part timed
+    as its own function compiled under the mode, with the whole step's median (alone)
+    marked. ``arms`` is ``bench.json["arms"]`` with ``components``.
+    """
+    by_model = _bench_arms(arms)
+    with _style():
+        rows = [(model, mode, a) for model in sorted(by_model, key=_model_rank)
+                for mode, a in sorted(by_model[model].items(), key=lambda kv: _mode_rank(kv[0]))
+                if isinstance(a.get("components"), Mapping)]
+        if not rows:
+            return _message_figure("no step components measured")
+        from matplotlib.patches import Patch
+
+        fig = _figure((7.6, 1.6 + 0.48 * len(rows)))
+        ax = fig.add_subplot()
+        ys = np.arange(len(rows))[::-1].astype(float)
+        labels = []
+        for y, (model, mode, a) in zip(ys, rows, strict=True):
+            left = 0.0
+            for key, _, hatch in COMPONENTS:
+                value = 1e3 * _number((a["components"].get(key) or {}).get("median"), f"{model} {mode} {key}")
+                if not math.isfinite(value):
                     continue
-                samples = _floats(a.get("step_samples_s"), f"{model} {_arm_word(xla)} step_samples_s") * 1e3
-                samples = samples[np.isfinite(samples)]
-                quart = a.get("step_s") if isinstance(a.get("step_s"), Mapping) else {}
-                box_style = dict(positions=[pos], widths=0.5, patch_artist=True, showfliers=False,
-                                 medianprops={"color": INK, "lw": 1.6},
-                                 boxprops={"facecolor": _tint(colour), "edgecolor": colour, "lw": 1.4,
-                                           "hatch": MODEL_HATCHES.get(model, "")},
-                                 whiskerprops={"color": colour, "lw": 1.2}, capprops={"color": colour, "lw": 1.2})
-                med = math.nan
-                if samples.size:
-                    ax.boxplot([samples], **box_style)
-                    x = pos + rng.uniform(-0.13, 0.13, samples.size)
-                    ax.scatter(x, samples, s=14, color=colour, alpha=0.85, edgecolors="white", linewidths=0.4,
-                               marker=MODEL_MARKERS.get(model, "o"), zorder=3)
-                    med = float(np.median(samples))
-                    counts.append(samples.size)
-                elif all(math.isfinite(_number(quart.get(k), k)) for k in ("median", "q1", "q3")):
-                    q1, med, q3 = (1e3 * _number(quart[k], k) for k in ("q1", "median", "q3"))
-                    ax.bxp([{"med": med, "q1": q1, "q3": q3, "whislo": q1, "whishi": q3, "fliers": []}],
-                           **{k: v for k, v in box_style.items() if k != "showfliers"})
-                else:
-                    ax.text(pos, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", color="#777777")
-                medians[xla] = med
-                comp = _number(a.get("compile_s"), f"{model} compile_s")
-                ticks.append(f"{_arm_word(xla)}\nmedian {_fmt(med, ' ms')}\ncompile {_fmt(comp, ' s')}")
-            ax.set_xticks([0, 1], ticks)
-            ax.set_xlim(-0.6, 1.6)
-            ax.set_ylim(bottom=0)
-            ax.set_ylabel("train step time (ms)")
-            ax.grid(True, axis="y")
-            on, off = medians.get(True, math.nan), medians.get(False, math.nan)
-            ratio = off / on if on > 0 else math.nan
-            n = f", {min(counts)} steps per arm" if counts else ""
-            ax.set_title(f"{_model_name(model)} train step{n}\nno-XLA / XLA median: "
-                         + (f"{ratio:.2f}×" if math.isfinite(ratio) else "n/a"))
-        fig.suptitle("Steady-state train-step time\n(compile = first call: trace + compile + one step)", fontsize=10.5)
+                ax.barh(y, value, left=left, height=0.62, color=_tint(arm_colour(mode), 0.45),
+                        edgecolor=arm_colour(mode), hatch=hatch, lw=1.0, zorder=2)
+                if value > 4:
+                    ax.text(left + value / 2, y, f"{value:.0f}", ha="center", va="center", fontsize=7.5, color=INK,
+                            zorder=3)
+                left += value
+            step = 1e3 * _number((a.get("step_s") or {}).get("median"), f"{model} {mode} step_s")
+            if math.isfinite(step):
+                ax.plot([step, step], [y - 0.38, y + 0.38], color=INK, lw=2.0, zorder=4)
+            labels.append(f"{_model_name(model)}, {mode}\nstep {_fmt(step, ' ms')}")
+        ax.set_yticks(ys, labels)
+        ax.set_xlim(left=0)
+        ax.set_xlabel("time per train step (ms, medians); black tick: the whole step, timed as one function")
+        ax.grid(True, axis="x", zorder=0)
+        ax.tick_params(axis="y", length=0)
+        handles = [Patch(facecolor="white", edgecolor=INK, hatch=hatch, label=word) for _, word, hatch in COMPONENTS]
+        fig.legend(handles=handles, loc="outside lower center", ncols=3)
+        ax.set_title("Where the train step's time goes, per XLA mode (alone)")
     return fig
 
 
@@ -666,15 +731,21 @@ def _label_model(label: str) -> str | None:
     return next((m for m in _MODEL_ORDER if m in low), None)
 
 
-def speedup_bars(ratios: Mapping[str, Mapping[str, Any]]) -> Figure:
-    """XLA speed-up per measurement: horizontal bars from 1 with bootstrap 95 % intervals.
+def _label_mode(label: str) -> str | None:
+    words = label.replace(",", " ").split()
+    return next((m for m in MODE_COLOURS if m in words), None)
 
-    ``ratios`` maps a label (``"PINN train step"``) to ``{"ratio", "low", "high"}``, the
-    ratio being "how many times faster with XLA" (no-XLA time / XLA time, or XLA
-    throughput / no-XLA throughput). The x axis is logarithmic and symmetric about 1,
-    so 2x faster and 2x slower are equally long. A bar is coloured by the arm that wins
-    (blue: XLA faster, vermillion: XLA slower) and hatched for the baseline; NaN ``low``
-    or ``high`` draws no interval, a NaN ratio no bar ("n/a"). Labels keep their order.
+
+def speedup_bars(ratios: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Speed-up of each XLA mode vs off per measurement: horizontal bars from 1 with
+    bootstrap 95 % intervals.
+
+    ``ratios`` maps a label (``"PINN jit, train step alone"``) to ``{"ratio", "low",
+    "high"}``, the ratio being "how many times faster than off" (off's time / the mode's).
+    The x axis is logarithmic and symmetric about 1, so 2x faster and 2x slower are
+    equally long. A bar has its mode's colour (named in the label) and is hatched for
+    the baseline; NaN ``low`` or ``high`` draws no interval, a NaN ratio no bar ("n/a").
+    Labels keep their order.
     """
     if not isinstance(ratios, Mapping):
         raise ValueError(f"ratios: expected a dict label -> {{'ratio', 'low', 'high'}}, got {type(ratios).__name__}")
@@ -693,7 +764,7 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Any]]) -> Figure:
         finite = [v for _, *vals in rows for v in vals if math.isfinite(v)]
         half = max([abs(math.log(v)) for v in finite] + [math.log(1.3)]) * 1.18
         lo, hi = math.exp(-half), math.exp(half)
-        fig = _figure((7.0, 1.9 + 0.62 * len(rows)))
+        fig = _figure((7.4, 1.9 + 0.62 * len(rows)))
         ax = fig.add_subplot()
         ax.set_xscale("log")
         ax.axvspan(lo, 1.0, color=NOXLA_COLOUR, alpha=0.07, lw=0)
@@ -706,7 +777,7 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Any]]) -> Figure:
                 ax.text(1.0, y, "  n/a", va="center", ha="left", color="#777777")
                 ticklabels.append(f"{label}\nn/a")
                 continue
-            colour = arm_colour(ratio >= 1.0)
+            colour = arm_colour(_label_mode(label) or ("jit" if ratio >= 1.0 else "off"))
             ax.barh(y, ratio - 1.0, left=1.0, height=0.56, color=_tint(colour, 0.35), edgecolor=colour, lw=1.2,
                     hatch=MODEL_HATCHES.get(model, ""), zorder=2)
             ci = ""
@@ -720,9 +791,9 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Any]]) -> Figure:
         label_y = -0.95
         ax.text(1.0, label_y, " no change ", ha="center", va="center", fontsize=8.5, color=INK, zorder=5,
                 bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": INK, "lw": 0.8})
-        ax.text(0.015, label_y, "◀ XLA slower", transform=ax.get_yaxis_transform(), ha="left", va="center",
+        ax.text(0.015, label_y, "◀ slower than off", transform=ax.get_yaxis_transform(), ha="left", va="center",
                 color=NOXLA_COLOUR, fontsize=9.5, fontweight="bold")
-        ax.text(0.985, label_y, "XLA faster ▶", transform=ax.get_yaxis_transform(), ha="right", va="center",
+        ax.text(0.985, label_y, "faster than off ▶", transform=ax.get_yaxis_transform(), ha="right", va="center",
                 color=XLA_COLOUR, fontsize=9.5, fontweight="bold")
         ax.set_xlim(lo, hi)
         ax.set_ylim(-1.35, len(rows) - 0.4)
@@ -730,10 +801,10 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Any]]) -> Figure:
         ax.xaxis.set_major_locator(FixedLocator(_ratio_ticks(half)))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
-        ax.set_xlabel("speed-up with XLA (×, log scale; 95 % bootstrap interval)")
+        ax.set_xlabel("speed relative to off (×, log scale; 95 % bootstrap interval)")
         ax.grid(True, axis="x", zorder=0)
         ax.tick_params(axis="y", length=0)
-        ax.set_title("XLA vs no XLA: speed-up per measurement")
+        ax.set_title("Each XLA mode vs off: speed-up per measurement and context")
     return fig
 
 
@@ -742,9 +813,9 @@ def frc_curves(arms: Mapping[str, Mapping[str, Any]]) -> Figure:
     """Fourier ring correlation with the ground truth vs spatial frequency: amplitude | phase.
 
     ``arms[name] = {"freq": [...], "amp": [...], "phase": [...]}`` with ``freq`` in
-    cycles/pixel (0 .. 0.5). One line per arm, coloured by arm (XLA / no XLA) and styled
-    by model (PINN solid, baseline dashed), XLA wider and underneath so that identical
-    arms both stay visible; the usual 0.5 and 1/7 thresholds are drawn and labelled. A ``None`` arm or a missing curve is left out of its panel.
+    cycles/pixel (0 .. 0.5). One line per arm, coloured by XLA mode and styled by model
+    (PINN solid, baseline dashed), XLA modes wider and underneath so that identical
+    arms all stay visible; the usual 0.5 and 1/7 thresholds are drawn and labelled. A ``None`` arm or a missing curve is left out of its panel.
     """
     if not isinstance(arms, Mapping):
         raise ValueError(f"arms: expected a dict name -> {{'freq', 'amp', 'phase'}}, got {type(arms).__name__}")
@@ -774,9 +845,10 @@ def frc_curves(arms: Mapping[str, Mapping[str, Any]]) -> Figure:
             for name, freq, parts in curves:
                 if part not in parts:
                     continue
-                model, xla, _ = _parse(name)
-                ax.plot(freq, parts[part], color=arm_colour(xla), ls=MODEL_LINESTYLES.get(model, ":"),
-                        lw=2.6 if xla else 1.4, zorder=2 if xla else 3, label=_arm_label(name, several))
+                model, mode, _ = _parse(name)
+                ax.plot(freq, parts[part], color=arm_colour(mode), ls=MODEL_LINESTYLES.get(model, ":"),
+                        lw=2.6 if mode != "off" else 1.4, zorder=3 if mode == "off" else 2,
+                        label=_arm_label(name, several))
                 fin = parts[part][np.isfinite(parts[part])]
                 if fin.size:
                     lows.append(float(fin.min()))

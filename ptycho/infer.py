@@ -20,16 +20,20 @@ from ptycho.errors import PtychoError
 
 
 class Predictor:
-    """Fixed-batch predict step for a network ``x -> (amp, phase)``."""
+    """Fixed-batch predict step for a network ``x -> (amp, phase)`` under an XLA mode.
 
-    def __init__(self, network, batch_size: int, xla: bool):
-        import tensorflow as tf
+    Inference has no physics head, so the ``physics`` mode predicts exactly as ``off``
+    (the network as a plain graph); ``jit`` compiles the step, ``auto`` auto-clusters it.
+    """
+
+    def __init__(self, network, batch_size: int, mode: str):
+        from ptycho.xla import compile_step, parse_mode
 
         self.network = network
         self.batch_size = batch_size
-        self.xla = xla
+        self.mode = parse_mode(mode)
         self.traces = 0
-        self._step = tf.function(self._predict, jit_compile=xla, reduce_retracing=False)
+        self._step = compile_step(self._predict, "off" if self.mode == "physics" else self.mode)
 
     def _predict(self, x):
         self.traces += 1  # runs only while tracing
@@ -83,10 +87,10 @@ def load_network(model_dir: str | Path):
     return keras.models.load_model(path, safe_mode=False, compile=False)
 
 
-def reconstruct(model_dir: str | Path, ds: Dataset, *, xla: bool | None = None, batch_size: int | None = None) -> Reconstruction:
+def reconstruct(model_dir: str | Path, ds: Dataset, *, xla: str | None = None, batch_size: int | None = None) -> Reconstruction:
     """Reconstruct every sample of ``ds`` with the model in ``model_dir``.
 
-    ``xla`` and ``batch_size`` default to the training arm's. Timing excludes the first
+    ``xla`` (a mode of :mod:`ptycho.xla`) and ``batch_size`` default to the training arm's. Timing excludes the first
     (compiling) batch, which is reported as ``compile_seconds``.
     """
     from ptycho.train import load_meta, prepare
@@ -97,7 +101,9 @@ def reconstruct(model_dir: str | Path, ds: Dataset, *, xla: bool | None = None, 
         raise PtychoError(f"dataset patch size N={ds.n} differs from the model's N={meta['n']}; simulate with --n {meta['n']}")
     if kind == "pinn" and ds.gridsize != meta["gridsize"]:
         raise PtychoError(f"dataset gridsize {ds.gridsize} differs from the model's {meta['gridsize']}")
-    xla = meta["train"]["xla"] if xla is None else xla
+    from ptycho.xla import parse_mode
+
+    xla = parse_mode(meta["train"]["xla"] if xla is None else xla)
     batch_size = batch_size or meta["train"]["batch_size"]
     data = prepare(ds, kind, norm=meta["physics"]["intensity_norm"])
     predictor = Predictor(load_network(model_dir), batch_size, xla)

@@ -59,6 +59,7 @@ FIGURES = (
     ("errors", "quality", "error maps"),
     ("frc", "quality", "Fourier ring correlation curves"),
     ("step_times", "speedup", "step-time distributions"),
+    ("components", "speedup", "where the step time goes, per mode"),
     ("speedup", "speedup", "speedup with bootstrap intervals"),
 )
 
@@ -82,43 +83,46 @@ def accuracy_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     groups: dict[tuple[str, str], list[dict]] = {}
     for case in ev.get("translation", []):
         groups.setdefault((case["dtype"], case["shifts"]), []).append(case)
-    rows = [[f"translation, {dtype}, {shifts} shifts", ", ".join(str(c["batch"]) for c in cases),
+    rows = [[f"translation, {dtype}, {shifts} shifts", "XLA-safe vs reference", ", ".join(str(c["batch"]) for c in cases),
              _fmt(max(c["max_abs"] for c in cases)), _fmt(max(c["mean_abs"] for c in cases))]
             for (dtype, shifts), cases in sorted(groups.items())]
     fm = ev.get("forward_model")
     if fm:
-        rows.append(["whole forward model (relative)", "16", _fmt(fm["max_abs"]), _fmt(fm["mean_abs"])])
+        for mode, r in fm.get("modes", {"jit": fm}).items():
+            rows.append(["whole forward model (relative)", f"{mode} vs off", "16", _fmt(r["max_abs"]), _fmt(r["mean_abs"])])
     for arm, r in sorted(ev.get("trained_inference", {}).items()):
-        rows.append([f"trained {arm} at inference (relative)", f"{r['samples']} patterns",
+        modes = ", ".join(r.get("modes", {})) or "jit"
+        rows.append([f"trained {arm} at inference (relative)", f"{modes} vs off (worst)", f"{r['samples']} patterns",
                      _fmt(r["max_abs"]), _fmt(r["mean_abs"])])
-    return ["XLA vs no-XLA", "batch sizes", "max abs difference", "mean abs difference"], rows
+    return ["what", "compared", "batch sizes", "max abs difference", "mean abs difference"], rows
 
 
 def gradients_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
-    """Per model and layer: the largest relative gradient difference of its variables."""
+    """Per model, mode and layer: the largest relative gradient difference from off of its variables."""
     ev = report["items"]["gradients"]["evidence"]
     rows = []
     for model, m in sorted(ev.get("models", {}).items()):
-        layers: dict[str, float] = {}
-        for path, rel in m["relative_error_per_variable"].items():
-            layer = path.rsplit("/", 1)[0] if "/" in path else path
-            layers[layer] = max(layers.get(layer, 0.0), rel)
-        for layer, rel in layers.items():
-            rows.append([model, layer, _fmt(rel)])
-        rows.append([model, "inputs (diffraction)", _fmt(m["relative_error_inputs"])])
-        rows.append([model, "loss value XLA / no-XLA", f"{_fmt(m['loss_xla'])} / {_fmt(m['loss_noxla'])}"])
+        for mode, g in m.get("modes", {}).items():
+            layers: dict[str, float] = {}
+            for path, rel in g["relative_error_per_variable"].items():
+                layer = path.rsplit("/", 1)[0] if "/" in path else path
+                layers[layer] = max(layers.get(layer, 0.0), rel)
+            for layer, rel in layers.items():
+                rows.append([model, mode, layer, _fmt(rel)])
+            rows.append([model, mode, "inputs (diffraction)", _fmt(g["relative_error_inputs"])])
+            rows.append([model, mode, "loss value (mode / off)", f"{_fmt(g['loss'])} / {_fmt(m['loss_off'])}"])
     fd = ev.get("finite_differences")
     if fd:
-        rows.append(["PINN physics (float64)", f"finite differences, {fd['points']} points", _fmt(fd["max_rel"])])
-    return ["model", "layer", "relative difference"], rows
+        rows.append(["PINN physics (float64)", "jit", f"finite differences, {fd['points']} points", _fmt(fd["max_rel"])])
+    return ["model", "mode vs off", "layer", "relative difference"], rows
 
 
 def convergence_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     rows = []
     for name, p in sorted(report["items"]["convergence"]["evidence"].get("pairs", {}).items()):
-        rows.append([name, _fmt(p["final_val_loss_xla"]), _fmt(p["final_val_loss_noxla"]), _fmt(p["relative_difference"]),
+        rows.append([name, _fmt(p["final_val_loss"]), _fmt(p["final_val_loss_off"]), _fmt(p["relative_difference"]),
                      ", ".join(f"{arm}: {_fmt(ok)}" for arm, ok in sorted(p["decreased"].items()))])
-    return ["model, seed", "final val loss XLA", "final val loss no-XLA", "relative difference", "decreased"], rows
+    return ["model, seed, mode", "final val loss (mode)", "final val loss (off)", "relative difference", "decreased"], rows
 
 
 QUALITY_COLUMNS = (("amp_ssim", "amp SSIM"), ("phase_ssim", "phase SSIM"), ("amp_psnr", "amp PSNR dB"),
@@ -132,29 +136,66 @@ def quality_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
     out = [("Per arm (test split, stitched objects, mean over images)", ["arm", *header],
             [[arm, *(_fmt(m.get(k)) for k, _ in QUALITY_COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())])]
     if ev.get("arm_differences"):
-        out.append(("XLA minus no-XLA", ["model, seed", *header],
+        out.append(("Each XLA mode minus off", ["model, seed, mode", *header],
                     [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)] for name, d in sorted(ev["arm_differences"].items())]))
     if ev.get("pinn_minus_baseline"):
-        out.append(("PINN minus baseline (physics-informed vs supervised)", ["arm, seed", *header],
+        out.append(("PINN minus baseline (physics-informed vs supervised)", ["mode, seed", *header],
                     [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)]
                      for name, d in sorted(ev["pinn_minus_baseline"].items())]))
     return out
 
 
+def _steps(ratios: Mapping, key: str) -> str:
+    """A break-even step count; infinite (stored as null in JSON) is "never"."""
+    if key not in ratios:
+        return "n/a"
+    value = ratios[key]
+    return "never" if value is None or value == float("inf") else f"{value:.0f}"
+
+
 def speedup_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
     ev = report["items"]["speedup"]["evidence"]
-    arms = ev.get("bench", {}).get("arms", [])
-    timing = [[a["model"], "XLA" if a["xla"] else "no XLA", _fmt(a["compile_s"]), _fmt(1e3 * a["step_s"]["median"]),
-               _fmt(1e3 * a["step_s"]["iqr"]), str(a["step_s"]["n"]), _fmt(a["infer_patterns_per_s"]),
-               _fmt(a["naive_patterns_per_s"])] for a in arms]
-    ratios = [[label, _fmt(r["ratio"]), f"{_fmt(r['low'])} - {_fmt(r['high'])}"]
-              for label, r in ev.get("intervals", {}).items()]
+    bench = ev.get("bench", {})
+    arms = bench.get("arms", [])
+    contexts = bench.get("contexts", {})
+
+    def ms(quart):
+        return _fmt(1e3 * quart["median"]) if quart else "n/a"
+
+    timing = [[a["model"], a["mode"], _fmt(a["compile_s"]), ms(a["step_s"]), _fmt(1e3 * a["step_s"]["iqr"]),
+               ms(a.get("shared", {}).get("step_s")),
+               _fmt(1e3 * a.get("shared", {}).get("step_s", {}).get("iqr", float("nan"))),
+               *(_fmt(1e3 * a.get("components", {}).get(k, {}).get("median", float("nan")))
+                 for k in ("network", "physics", "optimizer")),
+               _fmt(a.get("peak_rss_mb")), _fmt(a.get("peak_above_baseline_mb")),
+               _fmt(a.get("xla_clusters")) if a.get("xla_clusters") is not None else "-"] for a in arms]
+    inference = [[a["model"], a["mode"], _fmt(a["infer_compile_s"]), _fmt(a["infer_patterns_per_s"]),
+                  _fmt(a["naive_patterns_per_s"]), _fmt(a["infer_patterns_per_s"] / a["naive_patterns_per_s"])]
+                 for a in arms]
+
+    def interval(r):
+        return f"{_fmt(r['ratio'])} ({_fmt(r['low'])} - {_fmt(r['high'])})" if r else "n/a"
+
+    ratios = []
+    for model, per in bench.get("ratios", {}).items():
+        for mode, r in per.items():
+            if mode == "off":
+                continue
+            ratios.append([model, mode, interval(r.get("train_step_alone")), interval(r.get("train_step_shared")),
+                           interval(r.get("inference")), _fmt(r.get("compile_extra_s")),
+                           _steps(r, "break_even_steps"), _steps(r, "break_even_steps_shared")])
+    how = "; ".join(f"{k}: {c['how']}" for k, c in contexts.items())
     return [
-        ("Timings (benchmark job, alone on the machine)",
-         ["model", "arm", "compile s", "step median ms", "step IQR ms", "steps", "padded-batch patterns/s",
-          "per-pattern loop patterns/s"], timing),
-        ("Speedup of XLA (no-XLA time / XLA time; > 1 means XLA is faster)",
-         ["what", "ratio", "95% bootstrap interval"], ratios),
+        (f"Train-step timings per mode ({how})",
+         ["model", "mode", "compile s", "alone median ms", "alone IQR ms", "shared median ms", "shared IQR ms",
+          "network ms", "physics head ms", "optimiser ms", "peak RSS MB", "above start MB", "XLA clusters (auto)"],
+         timing),
+        ("Each mode vs off (off's time / the mode's; > 1 means faster), 95 % bootstrap intervals",
+         ["model", "mode", "train step alone", "train step shared", "inference (padded batch)", "extra compile s",
+          "break-even steps alone", "break-even steps shared"], ratios),
+        ("Inference: padded fixed batch vs a per-pattern loop (batch 1)",
+         ["model", "mode", "compile s", "padded-batch patterns/s", "per-pattern patterns/s", "padded / per-pattern"],
+         inference),
     ]
 
 

@@ -44,10 +44,13 @@ class TrainConfig:
     learning_rate: float = 1e-3
     validation_fraction: float = 0.1
     seed: int = 0
-    xla: bool = True  #: jit_compile the steps AND use the XLA-safe translation
+    xla: str = "jit"  #: XLA mode, one of ptycho.xla.MODES (true/false are read as jit/off)
     max_samples: int = 0  #: cap on training samples (groups or patterns); 0 = all
 
     def __post_init__(self) -> None:
+        from ptycho.xla import parse_mode
+
+        object.__setattr__(self, "xla", parse_mode(self.xla, "train.xla"))
         _check_range("train.epochs", self.epochs, 1, 100_000)
         _check_range("train.batch_size", self.batch_size, 1, 4096)
         _check_range("train.learning_rate", self.learning_rate, 1e-8, 1.0)
@@ -113,13 +116,19 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
 
 
 class Trainer:
-    """Builds the model and its compiled steps for one (model, arm) pair."""
+    """Builds the model and its compiled steps for one (model, XLA mode) pair.
+
+    The step is split the way the modes need it (:mod:`ptycho.xla`): the network's
+    forward pass, then :meth:`physics_loss` (physics head and loss) on its output. The
+    ``physics`` mode compiles only the latter; ``jit`` and ``auto`` the whole step.
+    """
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, n: int, channels: int, probe: np.ndarray, physics: dict):
         import keras
         import tensorflow as tf
 
         from ptycho.models import build_network
+        from ptycho.xla import compile_physics, compile_step
 
         keras.utils.set_random_seed(train_cfg.seed)
         self.model_cfg, self.train_cfg = model_cfg, train_cfg
@@ -134,9 +143,11 @@ class Trainer:
         # Create the optimizer's slots now: variables created inside the first trace
         # make tf.function trace a second time.
         self.optimizer.build(self.variables)
-        self.traces = {"train": 0, "eval": 0}
-        self.train_step = tf.function(self._train_step, jit_compile=train_cfg.xla, reduce_retracing=False)
-        self.eval_step = tf.function(self._eval_step, jit_compile=train_cfg.xla, reduce_retracing=False)
+        self.mode = train_cfg.xla
+        self.traces = {"train": 0, "eval": 0, "physics": 0}
+        self.physics_loss = compile_physics(self._physics_loss, self.mode)
+        self.train_step = compile_step(self._train_step, self.mode)
+        self.eval_step = compile_step(self._eval_step, self.mode)
 
     @property
     def variables(self):
@@ -144,17 +155,27 @@ class Trainer:
         return v + [self.log_scale] if self.log_scale.trainable else v
 
     def loss_terms(self, x, offsets, targets, training: bool):
-        """Per-sample loss ``(B,)`` for the configured model."""
+        """Per-sample loss ``(B,)`` for the configured model: network, then physics and loss."""
+        amp, phase = self.network(x, training=training)
+        return self.physics_loss(amp, phase, offsets, targets)
+
+    def _physics_loss(self, amp, phase, offsets, targets):
+        """Per-sample loss ``(B,)`` from the network's output: the PINN's physics head
+        (object canvas, translation, probe, FFT, amplitude) and its loss, or the
+        baseline's MAE against the true patches. Its own XLA function in ``physics`` mode."""
         import tensorflow as tf
 
         from ptycho.models import to_complex
         from ptycho.physics.forward_tf import pad_centre, predicted_amplitude
+        from ptycho.xla import xla_translation
 
-        amp, phase = self.network(x, training=training)
+        if self.mode == "physics":
+            self.traces["physics"] += 1  # runs only while tracing its own XLA function
         if self.model_cfg.kind == "baseline":
             return tf.reduce_mean(tf.abs(amp - targets["amp"]) + tf.abs(phase - targets["phase"]), axis=[1, 2, 3])
         obj = pad_centre(to_complex(amp, phase), self.n)
-        pred = predicted_amplitude(obj, offsets, self.probe, self.log_scale, xla=self.train_cfg.xla, canvas_pad=self.canvas_pad)
+        pred = predicted_amplitude(obj, offsets, self.probe, self.log_scale, xla=xla_translation(self.mode),
+                                   canvas_pad=self.canvas_pad)
         if self.model_cfg.loss == "mae":
             return tf.reduce_mean(tf.abs(pred - tf.sqrt(targets["counts"])), axis=[1, 2, 3])
         lam = tf.square(pred)
@@ -258,7 +279,7 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
     for epoch in range(train_cfg.epochs):
         perm = train_idx[rng.permutation(len(train_idx))][: steps * bs].reshape(steps, bs)
         losses = []
-        bar = tqdm(perm, desc=f"{model_cfg.kind} {'xla' if train_cfg.xla else 'no-xla'} epoch {epoch + 1}/{train_cfg.epochs}",
+        bar = tqdm(perm, desc=f"{model_cfg.kind} xla={train_cfg.xla} epoch {epoch + 1}/{train_cfg.epochs}",
                    disable=not progress, leave=False)
         for batch in bar:
             t0 = time.perf_counter()
@@ -276,7 +297,7 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
             losses.append(loss)
             bar.set_postfix(loss=f"{loss:.4g}")
         for step, count in trainer.traces.items():
-            if count > 1:  # eval may be 0 (no validation split)
+            if count > 1:  # eval may be 0 (no validation split); physics is 0 unless compiled apart
                 raise Retraced(f"{step} step was traced {count} times; batch shapes must be fixed")
         record = {
             "epoch": epoch + 1,
@@ -313,4 +334,8 @@ def load_meta(model_dir: str | os.PathLike) -> dict:
 
 
 def configs_from_meta(meta: dict) -> tuple[ModelConfig, TrainConfig]:
-    return from_dict(ModelConfig, meta["model"]), from_dict(TrainConfig, meta["train"])
+    """The configs saved in a ``model.json`` (a pre-mode ``xla: true/false`` reads as jit/off)."""
+    from ptycho.xla import parse_mode
+
+    train = dict(meta["train"], xla=parse_mode(meta["train"].get("xla", "jit"), "train.xla"))
+    return from_dict(ModelConfig, meta["model"]), from_dict(TrainConfig, train)

@@ -80,6 +80,10 @@ def _one_line(error) -> str:
     message = " ".join(str(error.message).split())
     if error.validator == "enum":
         message = f"{error.instance!r} is not allowed; choose one of {', '.join(map(str, error.validator_value))}"
+    elif error.validator == "anyOf":
+        choices = [str(v) for sub in error.validator_value for v in sub.get("enum", [])]
+        types = [sub["type"] for sub in error.validator_value if "enum" not in sub and "type" in sub]
+        message = f"{error.instance!r} is not allowed; choose one of {', '.join(choices + types)}"
     elif error.validator == "additionalProperties":
         allowed = ", ".join(sorted(error.schema.get("properties", {})))
         message = f"{message}; allowed keys: {allowed}"
@@ -109,11 +113,22 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
         raise ConfigError(f"config key 'preset': {preset!r} has no block under 'presets'; add one or choose default")
     merged = deep_merge(deep_merge(config, presets.get(preset, {})), overrides)
     resolved = validate(merged, schema)
+    resolved["xla"] = _modes(resolved["xla"])
     for kind in resolved["models"]:
         model_config(resolved, kind)
     simulation_config(resolved)
-    train_config(resolved, True, 0)
+    train_config(resolved, resolved["xla"][0], 0)
     return resolved
+
+
+def _modes(values: list) -> list[str]:
+    """The ``xla`` list as mode names (``true``/``false`` read as jit/off), each once."""
+    from ptycho.xla import parse_mode
+
+    modes = [parse_mode(v, "xla") for v in values]
+    if len(set(modes)) != len(modes):
+        raise ConfigError(f"config key 'xla': {values!r} names a mode twice (true is jit, false is off); list each once")
+    return modes
 
 
 def simulation_config(cfg: Mapping):
@@ -129,41 +144,15 @@ def model_config(cfg: Mapping, kind: str):
     return from_dict(ModelConfig, dict(cfg["model"], kind=kind), "model")
 
 
-def train_config(cfg: Mapping, xla: bool, seed: int):
+def train_config(cfg: Mapping, xla: str, seed: int):
     from ptycho.config import from_dict
     from ptycho.train import TrainConfig
 
     return from_dict(TrainConfig, dict(cfg["train"], xla=xla, seed=seed), "train")
 
 
-def arm_name(model: str, xla: bool, seed: int) -> str:
-    """Folder name of one job of the matrix, e.g. ``pinn-xla-s0`` / ``baseline-noxla-s1``."""
-    return f"{model}-{'xla' if xla else 'noxla'}-s{seed}"
-
-
-def parse_arm(name: str) -> tuple[str, bool, int]:
-    model, arm, seed = name.split("-")
-    return model, arm == "xla", int(seed[1:])
-
-
-def arm_of(meta: Mapping) -> str:
-    """Arm name of a trained model, from its ``model.json``."""
-    return arm_name(meta["model"]["kind"], meta["train"]["xla"], meta["train"]["seed"])
-
-
-def xla_pairs(names) -> list[tuple[str, str, str]]:
-    """``(key, xla arm, no-XLA arm)`` for every model and seed with both arms among ``names``;
-    ``key`` is ``<model>-s<seed>``. The one pairing the checks and figures compare by."""
-    names = set(names)
-    out = []
-    for name in sorted(names):
-        model, xla, seed = parse_arm(name)
-        other = arm_name(model, False, seed)
-        if xla and other in names:
-            out.append((f"{model}-s{seed}", name, other))
-    return out
-
-
 def arms(cfg: Mapping) -> list[str]:
-    """Every (model, xla, seed) job name of the matrix."""
-    return [arm_name(m, x, s) for m in cfg["models"] for x in cfg["xla"] for s in cfg["seeds"]]
+    """Every (model, mode, seed) job name of the matrix."""
+    from ptycho.arms import matrix
+
+    return matrix(cfg["models"], cfg["xla"], cfg["seeds"])

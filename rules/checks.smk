@@ -18,11 +18,12 @@ rule check_accuracy:
         ptycho=PTYCHO,
         track=tracking("check_accuracy"),
         threshold=CFG["thresholds"]["accuracy_max_abs"],
+        modes=XLA_MODES,
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check accuracy --threshold {params.threshold} --models {input.models} "
-        "--dataset {input.data} --out {output} > {log} 2>&1"
+        "--modes {params.modes} --dataset {input.data} --out {output} > {log} 2>&1"
 
 
 rule check_gradients:
@@ -40,12 +41,13 @@ rule check_gradients:
         ptycho=PTYCHO,
         track=tracking("check_gradients"),
         threshold=CFG["thresholds"]["gradients_max_rel"],
+        modes=XLA_MODES,
         loss=CFG["model"]["loss"],
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check gradients --threshold {params.threshold} --loss {params.loss} "
-        "--out {output} > {log} 2>&1"
+        "--modes {params.modes} --out {output} > {log} 2>&1"
 
 
 rule check_convergence:
@@ -89,7 +91,8 @@ rule check_quality:
 
 
 rule benchmark_arms:
-    # Runs alone (all cores): timings from jobs sharing the CPU would not compare arms.
+    # Runs alone (all cores); it times the arms alone AND with their step loops sharing
+    # the cores the way the training jobs do (ptycho.bench), so both contexts are measured.
     input:
         data=f"{R}/data/train.h5",
         models=MODELS,
@@ -106,12 +109,15 @@ rule benchmark_arms:
         ptycho=PTYCHO,
         track=tracking("benchmark"),
         models=" ".join(CFG["models"]),
+        modes=" ".join(CFG["xla"]),
         repeats=CFG["bench"]["repeats"],
         warmup=CFG["bench"]["warmup"],
+        shared_threads=CFG["train_threads"],
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} bench --models {params.models} --repeats {params.repeats} --warmup {params.warmup} "
+        "{params.ptycho} {params.track} bench --models {params.models} --modes {params.modes} --repeats {params.repeats} "
+        "--warmup {params.warmup} --threads-alone {threads} --shared-threads {params.shared_threads} "
         "--dataset {input.data} --like {input.models} --out {output} > {log} 2>&1"
 
 
@@ -129,8 +135,9 @@ rule check_speedup:
         ptycho=PTYCHO,
         track=tracking("check_speedup"),
         threshold=CFG["thresholds"]["speedup_min"],
+        context=CFG["bench"]["context"],
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check speedup --threshold {params.threshold} --bench {input.bench} "
-        "--models {input.models} --out {output} > {log} 2>&1"
+        "--context {params.context} --models {input.models} --out {output} > {log} 2>&1"

@@ -7,7 +7,8 @@ from snakemake.exceptions import WorkflowError
 
 from ptycho.errors import PtychoError
 from ptycho.tracking import config_hash, preflight_environment
-from ptycho.workflow import arms, parse_arm, resolve
+from ptycho.arms import PATTERN as ARM_PATTERN, parse_arm
+from ptycho.workflow import arms, resolve
 
 
 try:
@@ -26,6 +27,8 @@ HASH = config_hash(CFG)
 # and SLURM jobs inherit it), not params: a param would re-run every job on any change.
 os.environ.update(PTYCHO_CONFIG_HASH=HASH)
 ARMS = arms(CFG)
+# The XLA modes the checks compare with off (every mode of the study but off itself).
+XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
 CHECK_ITEMS = ["accuracy", "gradients", "convergence", "quality", "speedup"]
 
 DATASETS = expand(f"{R}/data/{{split}}.h5", split=["train", "test"])
@@ -41,7 +44,7 @@ localrules:
 
 
 wildcard_constraints:
-    arm=r"(pinn|baseline)-(xla|noxla)-s\d+",
+    arm=ARM_PATTERN,
     item="|".join(CHECK_ITEMS),
 
 
@@ -71,5 +74,5 @@ def tracking(rule_name, **tags):
 
 def arm_tags(wildcards):
     """MLflow tags of one arm of the matrix, from the {arm} wildcard."""
-    model, xla, seed = parse_arm(wildcards.arm)
-    return {"model": model, "xla": str(xla).lower(), "seed": seed}
+    model, mode, seed = parse_arm(wildcards.arm)
+    return {"model": model, "xla": mode, "seed": seed}

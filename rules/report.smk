@@ -1,5 +1,7 @@
 # Figures (one job, PNGs with captions for `snakemake --report`) and the validation report.
-FIGURES = ["reconstructions", "errors", "frc", "losses", "step_times", "speedup"]
+from ptycho.report import FIGURES as REPORT_FIGURES
+
+FIGURES = [name for name, _, _ in REPORT_FIGURES]
 
 
 rule figures:

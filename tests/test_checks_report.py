@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from html import escape
 
 import numpy as np
 import pytest
@@ -22,15 +23,15 @@ def test_verdict_compares_in_the_stated_direction_and_nan_fails():
 
 
 def test_convergence_passes_for_close_decreasing_arms_and_fails_otherwise():
-    hist = {"pinn-xla-s0": _history([3.0, 2.0, 1.00]), "pinn-noxla-s0": _history([3.0, 2.0, 1.01])}
-    init = {"pinn-xla-s0": 4.0, "pinn-noxla-s0": 4.0}
+    hist = {"pinn-jit-s0": _history([3.0, 2.0, 1.00]), "pinn-off-s0": _history([3.0, 2.0, 1.01])}
+    init = {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0}
     ok = checks.convergence(hist, 0.05, init)
     assert ok["status"] == "PASS" and ok["value"] == pytest.approx(0.01 / 1.01)
     far = checks.convergence(hist, 0.001, init)
     assert far["status"] == "FAIL"
-    rising = checks.convergence(hist, 0.05, {"pinn-xla-s0": 0.5, "pinn-noxla-s0": 4.0})
+    rising = checks.convergence(hist, 0.05, {"pinn-jit-s0": 0.5, "pinn-off-s0": 4.0})
     assert rising["status"] == "FAIL" and "did not decrease" in rising["summary"]
-    alone = checks.convergence({"pinn-xla-s0": _history([2.0, 1.0])}, 0.05)
+    alone = checks.convergence({"pinn-jit-s0": _history([2.0, 1.0])}, 0.05)
     assert alone["status"] == "FAIL" and "no pair" in alone["summary"]
 
 
@@ -38,63 +39,114 @@ def test_quality_uses_the_largest_ssim_difference_between_arms():
     def m(a, p):
         return {"mean": {"amp_ssim": a, "phase_ssim": p, "amp_psnr": 20.0}}
 
-    rec = checks.quality({"pinn-xla-s0": m(0.80, 0.70), "pinn-noxla-s0": m(0.79, 0.73)}, 0.02)
+    rec = checks.quality({"pinn-jit-s0": m(0.80, 0.70), "pinn-off-s0": m(0.79, 0.73)}, 0.02)
     assert rec["value"] == pytest.approx(0.03) and rec["status"] == "FAIL"
 
 
-def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0):
+def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0, shared=None):
+    """A benchmark record as ``ptycho.bench.run`` writes it, from synthetic step times;
+    ``shared`` = (jit ms, off ms) adds the shared context."""
+    from ptycho.bench import quartiles, ratios
+
     rng = np.random.default_rng(seed)
 
-    def arm(model, xla, ms):
-        steps = list(ms * 1e-3 * (1 + 0.02 * rng.standard_normal(20)))
-        return {"model": model, "xla": xla, "compile_s": 5.0, "step_samples_s": steps,
-                "step_s": {"median": float(np.median(steps)), "iqr": 0.001, "n": 20},
-                "infer_batch_samples_s": list(0.01 * (1 + 0.02 * rng.standard_normal(8))),
-                "infer_patterns_per_s": 1000.0, "naive_patterns_per_s": 100.0}
+    def samples(ms):
+        return list(ms * 1e-3 * (1 + 0.02 * rng.standard_normal(20)))
 
-    return {"arms": [arm("pinn", True, pinn_xla_ms), arm("pinn", False, pinn_noxla_ms),
-                     arm("baseline", True, 50), arm("baseline", False, 60)],
+    def arm(model, mode, ms, shared_ms=None):
+        steps = samples(ms)
+        out = {"model": model, "mode": mode, "compile_s": 5.0 if mode == "jit" else 2.0, "step_samples_s": steps,
+               "step_s": quartiles(steps), "infer_batch_samples_s": list(0.01 * (1 + 0.02 * rng.standard_normal(8))),
+               "infer_patterns_per_s": 1000.0, "naive_patterns_per_s": 100.0, "infer_compile_s": 1.0,
+               "components": {k: {"median": 0.01} for k in ("network", "physics", "optimizer")},
+               "peak_rss_mb": 900.0, "peak_above_baseline_mb": 100.0, "xla_clusters": None}
+        if shared_ms is not None:
+            s = samples(shared_ms)
+            out["shared"] = {"step_samples_s": s, "step_s": quartiles(s)}
+        return out
+
+    sj, so = shared or (None, None)
+    arms = [arm("pinn", "jit", pinn_xla_ms, sj), arm("pinn", "off", pinn_noxla_ms, so),
+            arm("baseline", "jit", 50, sj), arm("baseline", "off", 60, so)]
+    contexts = {"alone": {"jobs": 1, "threads": 2, "how": "alone"}}
+    if shared:
+        contexts["shared"] = {"jobs": 4, "threads": 2, "how": "shared"}
+    return {"arms": arms, "ratios": ratios(arms), "contexts": contexts, "modes": ["off", "jit"],
             "machine": {"cpu": "test cpu", "cores": 2, "load_average": [0.1, 0.2, 0.3], "tensorflow": "2.x"}}
 
 
 def test_speedup_reports_slower_xla_in_words_with_its_interval():
     rec = checks.speedup(_bench(125, 100), 1.0)
     assert rec["status"] == "FAIL" and "SLOWER" in rec["summary"] and "95% CI" in rec["summary"]
-    ci = rec["evidence"]["intervals"]["pinn train step"]
-    assert rec["value"] == ci["low"] and ci["low"] < ci["ratio"] == rec["evidence"]["ratio"] < ci["high"] < 1.0
-    assert set(rec["evidence"]["intervals"]) == {"pinn train step", "pinn inference", "baseline train step",
-                                                 "baseline inference"}
+    ci = rec["evidence"]["intervals"]["PINN jit, train step alone"]
+    assert rec["value"] == ci["low"] and ci["low"] < ci["ratio"] < ci["high"] < 1.0
+    assert set(rec["evidence"]["intervals"]) == {"PINN jit, train step alone", "PINN jit, inference",
+                                                 "Baseline jit, train step alone", "Baseline jit, inference"}
     faster = checks.speedup(_bench(80, 100), 1.0)
-    assert faster["status"] == "PASS" and "faster" in faster["summary"]
+    assert faster["status"] == "PASS" and "faster" in faster["summary"] and "jit" in faster["summary"]
     same = checks.speedup(_bench(100, 100), 1.0)
-    assert "includes 1" in same["summary"] and same["status"] == "FAIL"  # not faster with confidence
+    assert "interval includes 1" in same["summary"] and same["status"] == "FAIL"  # not faster with confidence
     few = _bench(125, 100)
     for arm in few["arms"]:
         arm["step_samples_s"], arm["step_s"]["n"] = arm["step_samples_s"][:5], 5
     few_rec = checks.speedup(few, 1.0)
-    assert "too few for a confidence interval" in few_rec["summary"] and few_rec["value"] == few_rec["evidence"]["ratio"]
+    assert "too few for a confidence interval" in few_rec["summary"]
+    assert few_rec["value"] == few_rec["evidence"]["per_context"]["alone"]["ratio"]
+
+
+def test_speedup_verdict_is_for_its_stated_context_and_names_both():
+    bench = _bench(125, 100, shared=(700, 1000))  # slower alone, faster when the cores are shared
+    alone = checks.speedup(bench, 1.0, context="alone")
+    shared = checks.speedup(bench, 1.0, context="shared")
+    assert alone["status"] == "FAIL" and shared["status"] == "PASS"
+    for rec, first in ((alone, "judged alone on the machine"), (shared, "judged with the cores shared")):
+        assert rec["summary"].startswith(first)
+        assert "SLOWER" in rec["summary"] and "faster" in rec["summary"]  # both contexts, in words
+    assert shared["value"] == pytest.approx(shared["evidence"]["per_context"]["shared"]["low"])
+
+
+def test_speedup_picks_the_fastest_mode_against_off():
+    from ptycho.bench import quartiles, ratios
+
+    bench = _bench(125, 100)
+    physics = dict(bench["arms"][0], mode="physics", step_samples_s=[0.08] * 10 + [0.081] * 10)
+    physics["step_s"] = quartiles(physics["step_samples_s"])
+    bench["arms"].append(physics)
+    bench["ratios"] = ratios(bench["arms"])
+    rec = checks.speedup(bench, 1.0)
+    assert rec["status"] == "PASS" and "the fastest XLA mode, physics" in rec["summary"]
 
 
 def test_bootstrap_interval_covers_the_true_ratio_and_narrows_with_more_samples():
+    from ptycho.bench import bootstrap_ratio
+
     rng = np.random.default_rng(3)
-    small = checks.bootstrap_ratio(2.0 + 0.1 * rng.standard_normal(10), 1.0 + 0.05 * rng.standard_normal(10))
-    large = checks.bootstrap_ratio(2.0 + 0.1 * rng.standard_normal(400), 1.0 + 0.05 * rng.standard_normal(400))
+    small = bootstrap_ratio(2.0 + 0.1 * rng.standard_normal(10), 1.0 + 0.05 * rng.standard_normal(10))
+    large = bootstrap_ratio(2.0 + 0.1 * rng.standard_normal(400), 1.0 + 0.05 * rng.standard_normal(400))
     for ci in (small, large):
         assert ci["low"] < 2.0 < ci["high"]
     assert large["high"] - large["low"] < small["high"] - small["low"]
-    assert math.isnan(checks.bootstrap_ratio([1.0], [1.0, 2.0])["low"])  # one sample: no interval
+    assert math.isnan(bootstrap_ratio([1.0], [1.0, 2.0])["low"])  # one sample: no interval
+
+
+def test_break_even_steps_repay_the_extra_compile_time():
+    from ptycho.bench import break_even_steps
+
+    assert break_even_steps(10.0, 2.0, 0.08, 0.10) == pytest.approx(400)  # 8 s extra / 20 ms per step
+    assert break_even_steps(1.0, 2.0, 0.08, 0.10) == 0.0  # compiles faster and steps faster
+    assert break_even_steps(10.0, 2.0, 0.12, 0.10) == math.inf  # slower steps never repay it
 
 
 def test_quality_evidence_has_arm_differences_and_pinn_vs_baseline():
     def m(a, p):
         return {"mean": {"amp_ssim": a, "phase_ssim": p, "amp_psnr": 20.0}}
 
-    rec = checks.quality({"pinn-xla-s0": m(0.80, 0.70), "pinn-noxla-s0": m(0.79, 0.71),
-                          "baseline-xla-s0": m(0.60, 0.50), "baseline-noxla-s0": m(0.60, 0.52)}, 0.02)
+    rec = checks.quality({"pinn-jit-s0": m(0.80, 0.70), "pinn-off-s0": m(0.79, 0.71),
+                          "baseline-jit-s0": m(0.60, 0.50), "baseline-off-s0": m(0.60, 0.52)}, 0.02)
     ev = rec["evidence"]
-    assert ev["arm_differences"]["pinn-s0"]["amp_ssim"] == pytest.approx(0.01)
-    assert ev["pinn_minus_baseline"]["xla-s0"]["amp_ssim"] == pytest.approx(0.20)
-    assert ev["pinn_minus_baseline"]["noxla-s0"]["phase_ssim"] == pytest.approx(0.19)
+    assert ev["arm_differences"]["pinn-s0-jit"]["amp_ssim"] == pytest.approx(0.01)
+    assert ev["pinn_minus_baseline"]["jit-s0"]["amp_ssim"] == pytest.approx(0.20)
+    assert ev["pinn_minus_baseline"]["off-s0"]["phase_ssim"] == pytest.approx(0.19)
 
 
 def _items(status="PASS"):
@@ -112,11 +164,11 @@ def test_report_verdict_is_pass_only_if_every_item_passes():
 
 
 def test_report_files_are_written_and_the_html_is_self_contained(tmp_path):
-    arms = {"pinn-xla-s0": {"metrics": {"amp_ssim": 0.8, "phase_ssim": 0.7}, "timing": {"compile_s": 9.0}}}
+    arms = {"pinn-jit-s0": {"metrics": {"amp_ssim": 0.8, "phase_ssim": 0.7}, "timing": {"compile_s": 9.0}}}
     rec = report.build(_items(), arms, {"preset": "smoke", "presets": {"x": {}}}, {"cpu": "test", "cores": 2})
     paths = report.write(rec, tmp_path)
     html = paths["html"].read_text()
-    assert "Verdict" in html and "PASS" in html and "pinn-xla-s0" in html
+    assert "Verdict" in html and "PASS" in html and "pinn-jit-s0" in html
     assert "http://" not in html and "https://" not in html  # nothing fetched from a network
     md = paths["md"].read_text()
     assert "| accuracy | PASS |" in md
@@ -143,15 +195,15 @@ def test_illumination_weighting_prefers_the_patch_that_lit_the_pixel():
 def test_convergence_without_validation_losses_fails_instead_of_passing():
     nan = float("nan")
     hist = {
-        "pinn-xla-s0": [{"epoch": 1, "train_loss": 2.0, "val_loss": nan}, {"epoch": 2, "train_loss": 1.0, "val_loss": nan}],
-        "pinn-noxla-s0": [{"epoch": 1, "train_loss": 9.0, "val_loss": nan}, {"epoch": 2, "train_loss": 5.0, "val_loss": nan}],
+        "pinn-jit-s0": [{"epoch": 1, "train_loss": 2.0, "val_loss": nan}, {"epoch": 2, "train_loss": 1.0, "val_loss": nan}],
+        "pinn-off-s0": [{"epoch": 1, "train_loss": 9.0, "val_loss": nan}, {"epoch": 2, "train_loss": 5.0, "val_loss": nan}],
     }
     assert checks.convergence(hist, 0.05)["status"] == "FAIL"
 
 
 def test_quality_with_an_undefined_ssim_fails_without_crashing():
-    metrics = {"pinn-xla-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
-               "pinn-noxla-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}}}
+    metrics = {"pinn-jit-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
+               "pinn-off-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}}}
     record = checks.quality(metrics, 0.02)
     assert record["status"] == "FAIL" and math.isnan(record["value"])
 
@@ -162,17 +214,19 @@ def _full_items():
     items["accuracy"]["evidence"] = {
         "translation": [{"dtype": "float32", "batch": b, "shifts": "subpixel", "max_abs": 1e-7, "mean_abs": 1e-8}
                         for b in (1, 7)],
-        "forward_model": {"max_abs": 2e-7, "mean_abs": 1e-8},
-        "trained_inference": {"pinn-xla-s0": {"max_abs": 1e-6, "mean_abs": 1e-7, "samples": 100}}}
+        "forward_model": {"max_abs": 2e-7, "mean_abs": 1e-8, "modes": {"jit": {"max_abs": 2e-7, "mean_abs": 1e-8},
+                                                                       "physics": {"max_abs": 1e-7, "mean_abs": 1e-8}}},
+        "trained_inference": {"pinn-jit-s0": {"max_abs": 1e-6, "mean_abs": 1e-7, "samples": 100, "modes": {"jit": 1e-6}}}}
     items["gradients"]["evidence"] = {
-        "models": {"pinn": {"loss_xla": 1.0, "loss_noxla": 1.0, "relative_error_inputs": 1e-6,
-                            "relative_error_per_variable": {"conv2d/kernel": 1e-6, "conv2d/bias": 3e-6}}},
+        "models": {"pinn": {"loss_off": 1.0, "modes": {"jit": {
+            "loss": 1.0, "relative_error_inputs": 1e-6,
+            "relative_error_per_variable": {"conv2d/kernel": 1e-6, "conv2d/bias": 3e-6}}}}},
         "finite_differences": {"max_rel": 1e-8, "points": 8}}
-    items["convergence"]["evidence"] = {"pairs": {"pinn-s0": {
-        "final_val_loss_xla": 1.0, "final_val_loss_noxla": 1.01, "relative_difference": 0.01,
-        "decreased": {"pinn-xla-s0": True, "pinn-noxla-s0": True}}}}
-    items["quality"] = checks.quality({"pinn-xla-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": 0.7}},
-                                       "pinn-noxla-s0": {"mean": {"amp_ssim": 0.79, "phase_ssim": 0.7}}}, 0.02)
+    items["convergence"]["evidence"] = {"pairs": {"pinn-s0-jit": {
+        "mode": "jit", "final_val_loss": 1.0, "final_val_loss_off": 1.01, "relative_difference": 0.01,
+        "decreased": {"pinn-jit-s0": True, "pinn-off-s0": True}}}}
+    items["quality"] = checks.quality({"pinn-jit-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": 0.7}},
+                                       "pinn-off-s0": {"mean": {"amp_ssim": 0.79, "phase_ssim": 0.7}}}, 0.02)
     items["speedup"] = checks.speedup(_bench(125, 100), 1.0)
     return items
 
@@ -186,11 +240,12 @@ def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_p
     html = paths["html"].read_text()
     for sid in ("verdict", "checklist", *checks.ITEMS, "machine"):
         assert f'<section id="{sid}">' in html
-    assert html.count("data:image/png;base64,") == 1 and report.caption("speedup") in html
-    assert "conv2d" in html and "trained pinn-xla-s0 at inference" in html
+    assert html.count("data:image/png;base64,") == 1 and escape(report.caption("speedup")) in html
+    assert "conv2d" in html and "trained pinn-jit-s0 at inference" in html
     assert "SLOWER" in html.split('<section id="checklist">')[0]  # the plain sentence is at the top
     md = paths["md"].read_text()
-    assert "## Speedup" in md and "95% bootstrap interval" in md and "PINN minus baseline" not in md
+    assert "## Speedup" in md and "95 % bootstrap intervals" in md and "PINN minus baseline" not in md
+    assert "physics vs off" in md and "break-even steps alone" in md
     assert rec["figures"] == ["speedup"]
 
 
@@ -200,4 +255,4 @@ def test_every_figure_of_the_report_has_a_caption_for_snakemake_report():
     for stem, _, _ in report.FIGURES:
         assert len(report.caption(stem)) > 40
     rules = (Path(__file__).resolve().parent.parent / "rules" / "report.smk").read_text()
-    assert all(f'"{stem}"' in rules for stem, _, _ in report.FIGURES)
+    assert "from ptycho.report import FIGURES" in rules  # the rule's outputs are the report's figures

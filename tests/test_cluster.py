@@ -345,9 +345,9 @@ def test_smoke_pipeline_through_slurm_tracks_every_job_and_reports_a_failure(clu
 
     # A job that fails on a cluster is reported as failed: by Snakemake and in MLflow.
     t0 = time.monotonic()
-    stitched = work / "results" / "smoke" / "stitched" / "pinn-xla-s0.npz"
+    stitched = work / "results" / "smoke" / "stitched" / "pinn-jit-s0.npz"
     stitched.write_bytes(b"not an npz file")
-    target = "results/smoke/metrics/pinn-xla-s0.json"
+    target = "results/smoke/metrics/pinn-jit-s0.json"
     failed = _snakemake(cluster, work, target, "--forcerun", "score", "--config", "preset=smoke", timeout=900)
     timings["failing job"] = time.monotonic() - t0
     assert failed.returncode != 0

@@ -11,7 +11,7 @@ import pytest
 
 from ptycho import figures
 
-ARMS = ("pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "baseline-noxla-s0")
+ARMS = ("pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0")
 
 
 def _truth(shape=(16, 20)):
@@ -121,8 +121,8 @@ def test_reconstruction_grid_uses_a_cyclic_map_only_for_a_phase_spanning_a_full_
 
 def test_error_maps_share_symmetric_limits_per_column_and_wrap_the_phase_error():
     truth = (np.ones((8, 8)), np.full((8, 8), 3.1))
-    arms = {"pinn-xla-s0": (np.full((8, 8), 1.1), np.full((8, 8), -3.1)),
-            "pinn-noxla-s0": (np.full((8, 8), 0.8), np.full((8, 8), 3.0))}
+    arms = {"pinn-jit-s0": (np.full((8, 8), 1.1), np.full((8, 8), -3.1)),
+            "pinn-off-s0": (np.full((8, 8), 0.8), np.full((8, 8), 3.0))}
     fig = figures.error_maps(truth, arms)
     images = _images(fig)
     assert len(images) == 4 and all(im.colorbar is not None for im in images)
@@ -136,11 +136,11 @@ def test_error_maps_share_symmetric_limits_per_column_and_wrap_the_phase_error()
 
 @pytest.mark.parametrize("builder", [figures.reconstruction_grid, figures.error_maps])
 @pytest.mark.parametrize("bad, match", [
-    ({"pinn-xla-s0": (np.ones((8, 9)), np.ones((8, 9)))}, "differs from the truth"),
-    ({"pinn-xla-s0": (np.ones((8, 8)), np.ones((8, 9)))}, "differ in shape"),
-    ({"pinn-xla-s0": (np.ones(8), np.ones(8))}, "must be 2-D"),
-    ({"pinn-xla-s0": (np.ones((8, 8), complex), np.ones((8, 8)))}, "complex"),
-    ({"pinn-xla-s0": np.ones((8, 8))}, "expected a pair"),
+    ({"pinn-jit-s0": (np.ones((8, 9)), np.ones((8, 9)))}, "differs from the truth"),
+    ({"pinn-jit-s0": (np.ones((8, 8)), np.ones((8, 9)))}, "differ in shape"),
+    ({"pinn-jit-s0": (np.ones(8), np.ones(8))}, "must be 2-D"),
+    ({"pinn-jit-s0": (np.ones((8, 8), complex), np.ones((8, 8)))}, "complex"),
+    ({"pinn-jit-s0": np.ones((8, 8))}, "expected a pair"),
 ])
 def test_image_figures_reject_structurally_wrong_arrays(builder, bad, match):
     with pytest.raises(ValueError, match=match):
@@ -155,7 +155,7 @@ def test_image_figures_require_the_truth():
 def test_a_missing_arm_is_drawn_as_na_and_nan_pixels_do_not_crash():
     truth = _truth((8, 8))
     arm = (np.full((8, 8), np.nan), truth[1])
-    fig = figures.error_maps(truth, {"pinn-xla-s0": None, "pinn-noxla-s0": arm})
+    fig = figures.error_maps(truth, {"pinn-jit-s0": None, "pinn-off-s0": arm})
     assert len(_images(fig)) == 2
     assert "n/a (no reconstruction)" in _texts(fig)
     amp_error = next(ax for ax in fig.axes if ax.get_title().startswith("PINN, no XLA: amplitude"))
@@ -282,10 +282,10 @@ def test_frc_curves_two_panels_colour_by_arm_style_by_model_and_thresholds():
 
 
 def test_frc_curves_skip_missing_pieces_and_reject_mismatched_lengths():
-    fig = figures.frc_curves({"pinn-xla-s0": {"freq": [0, 0.25, 0.5], "amp": [1, 0.5, 0.1]}, "pinn-noxla-s0": None})
+    fig = figures.frc_curves({"pinn-jit-s0": {"freq": [0, 0.25, 0.5], "amp": [1, 0.5, 0.1]}, "pinn-off-s0": None})
     assert "n/a (no FRC curve)" in [t.get_text() for t in fig.axes[1].texts]
     with pytest.raises(ValueError, match="'amp' has 2 values but 'freq' has 3"):
-        figures.frc_curves({"pinn-xla-s0": {"freq": [0, 0.25, 0.5], "amp": [1, 0.5], "phase": [1, 0.5, 0.1]}})
+        figures.frc_curves({"pinn-jit-s0": {"freq": [0, 0.25, 0.5], "amp": [1, 0.5], "phase": [1, 0.5, 0.1]}})
 
 
 # --------------------------------------------------------------------- rendering
@@ -330,8 +330,8 @@ def test_common_window_cuts_every_arm_to_the_pixels_all_of_them_scored():
         return {"amp": truth_amp[r0:r1, c0:c1] * 2, "phase": truth_phase[r0:r1, c0:c1] - 1,
                 "truth_amp": truth_amp[r0:r1, c0:c1], "truth_phase": truth_phase[r0:r1, c0:c1], "crop": list(crop)}
 
-    truth, shown = figures.common_window({"pinn-xla-s0": compared((8, 32, 8, 32)),
-                                          "pinn-noxla-s0": compared((10, 32, 8, 31))})
+    truth, shown = figures.common_window({"pinn-jit-s0": compared((8, 32, 8, 32)),
+                                          "pinn-off-s0": compared((10, 32, 8, 31))})
     np.testing.assert_array_equal(truth[0], truth_amp[10:32, 8:31])
     np.testing.assert_array_equal(truth[1], truth_phase[10:32, 8:31])
     for amp, phase in shown.values():

@@ -77,7 +77,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         assert item["status"] in ("PASS", "FAIL") and "threshold" in item and "value" in item
     assert report["verdict"] in ("PASS", "FAIL")
     assert (work / "reports" / "validation.html").read_text().count("<section") >= 4
-    assert set(report["arms"]) == {"pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "baseline-noxla-s0"}
+    assert set(report["arms"]) == {"pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0"}
     assert len(report["figures"]) == 6
     html = (work / "reports" / "validation.html").read_text()
     assert html.count("data:image/png;base64,") == 6
@@ -125,7 +125,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert "train_model" in retrain.stdout and "Params have changed" in retrain.stdout
 
     # Flipping a threshold re-runs only that check and the report, and flips the verdict.
-    model_json = work / "results" / "smoke" / "models" / "pinn-xla-s0" / "model.json"
+    model_json = work / "results" / "smoke" / "models" / "pinn-jit-s0" / "model.json"
     trained_at = model_json.stat().st_mtime_ns
     strict = snakemake(work, "all", "--config", "preset=smoke", "thresholds={speedup_min: 1000.0}")
     assert strict.returncode == 0, strict.stderr[-3000:]

@@ -92,7 +92,7 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
                       "--out", t / "metrics" / f"{name}.json")):
             r = ptycho(*args)
             assert r.returncode == 0, r.stderr
-    models = [t / n / "model.json" for n in ("pinn-xla-s0", "pinn-noxla-s0")]
+    models = [t / n / "model.json" for n in ("pinn-jit-s0", "pinn-off-s0")]
     metrics = sorted((t / "metrics").glob("*.json"))
     r = ptycho("bench", "--dataset", d / "train.h5", "--models", "pinn", "--like", *models,
                "--warmup", 1, "--repeats", 4, "--out", t / "bench.json")
@@ -108,7 +108,7 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         assert r.returncode == 0, r.stderr
     accuracy = json.loads((t / "checks" / "accuracy.json").read_text())
     inference = accuracy["evidence"]["trained_inference"]
-    assert set(inference) == {"pinn-xla-s0", "pinn-noxla-s0"}
+    assert set(inference) == {"pinn-jit-s0", "pinn-off-s0"}
     assert all(0 <= r["max_abs"] < 1e-4 and r["samples"] > 0 for r in inference.values())
     speed = json.loads((t / "checks" / "speedup.json").read_text())["evidence"]["intervals"]
     assert set(speed) == {"pinn train step", "pinn inference"}

@@ -134,12 +134,17 @@ def _batch(data, n=4):
     return data.inputs[idx], data.offsets[idx], {k: v[idx] for k, v in data.targets.items()}
 
 
+MODES = ["off", "jit", "auto", "physics"]
+
+
 @pytest.mark.parametrize("kind", ["pinn", "baseline"])
-def test_xla_and_graph_loss_gradients_agree(kind):
+def test_every_xla_mode_gives_the_loss_gradients_of_off(kind):
+    from ptycho.xla import compile_step
+
     ds = _tiny_dataset()
     grads = {}
-    for xla in (True, False):
-        trainer, data = _trainer(kind, xla, ds)
+    for mode in MODES:
+        trainer, data = _trainer(kind, mode, ds)
         x, off, tgt = _batch(data)
 
         def loss_and_grads(x, off, tgt, trainer=trainer):
@@ -147,11 +152,57 @@ def test_xla_and_graph_loss_gradients_agree(kind):
                 loss = tf.reduce_mean(trainer.loss_terms(x, off, tgt, training=False))
             return loss, tape.gradient(loss, trainer.variables)
 
-        loss, g = tf.function(loss_and_grads, jit_compile=xla)(x, off, tgt)
-        grads[xla] = [loss.numpy()] + [v.numpy() for v in g]
-    for a, b in zip(grads[True], grads[False], strict=True):
-        rel = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
-        assert rel <= 1e-4
+        loss, g = compile_step(loss_and_grads, mode)(x, off, tgt)
+        grads[mode] = [loss.numpy()] + [v.numpy() for v in g]
+    for mode in MODES[1:]:
+        for a, b in zip(grads[mode], grads["off"], strict=True):
+            rel = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+            assert rel <= 1e-4, mode
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_traces_its_train_step_once_and_gives_offs_loss(mode):
+    ds = _tiny_dataset()
+    losses = {}
+    for m in ("off", mode):
+        trainer, data = _trainer("pinn", m, ds)
+        losses[m] = [float(trainer.train_step(*_batch(data))) for _ in range(3)]
+        assert trainer.traces["train"] == 1
+        assert trainer.traces["physics"] == (1 if m == "physics" else 0)  # its own XLA function, traced once
+    np.testing.assert_allclose(losses[mode], losses["off"], rtol=1e-4)
+
+
+_CLUSTER_SCRIPT = """
+import sys
+import numpy as np
+from ptycho.config import SimulationConfig
+from ptycho.models import ModelConfig
+from ptycho.simulate import simulate_split
+from ptycho.train import TrainConfig, Trainer, prepare
+ds = simulate_split(SimulationConfig(n=16, object_size=40, n_lines=40, nphotons=1e6), "train")
+data = prepare(ds, "pinn")
+t = Trainer(ModelConfig(filters=2), TrainConfig(batch_size=4, xla=sys.argv[1]), ds.n, 4, ds.probe, data.physics)
+t.train_step(data.inputs[:4], data.offsets[:4], {"counts": data.targets["counts"][:4]})
+"""
+
+
+@pytest.mark.parametrize(("mode", "clustered"), [("auto", True), ("off", False), ("physics", False)])
+def test_auto_mode_really_auto_clusters_and_the_others_do_not(mode, clustered, tmp_path):
+    """TensorFlow's own dump of the graphs its MarkForCompilation pass annotated: the
+    auto mode's step is cut into XLA clusters, the off and physics steps are not
+    (physics compiles its head through jit_compile, which is not clustering)."""
+    import os
+    import subprocess
+    import sys
+
+    from ptycho.xla import count_clusters, xla_flags_environment
+
+    env = dict(os.environ, TF_DUMP_GRAPH_PREFIX=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2")
+    env["TF_XLA_FLAGS"] = xla_flags_environment({})["TF_XLA_FLAGS"] + " --tf_xla_clustering_debug"
+    done = subprocess.run([sys.executable, "-c", _CLUSTER_SCRIPT, mode], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (count_clusters(str(tmp_path)) > 0) is clustered
 
 
 def test_pinn_loss_gradient_matches_finite_differences_on_a_tiny_case():
@@ -183,12 +234,12 @@ def test_pinn_loss_gradient_matches_finite_differences_on_a_tiny_case():
             assert analytic == pytest.approx(fd, rel=1e-5, abs=1e-9)
 
 
-@pytest.mark.parametrize("xla", [True, False])
-def test_inference_never_recompiles_across_sample_counts(xla):
+@pytest.mark.parametrize("mode", MODES)
+def test_inference_never_recompiles_across_sample_counts(mode):
     from ptycho.infer import Predictor
 
-    trainer, data = _trainer("pinn", xla)
-    predictor = Predictor(trainer.network, batch_size=16, xla=xla)
+    trainer, data = _trainer("pinn", mode)
+    predictor = Predictor(trainer.network, batch_size=16, mode=mode)
     rng = np.random.default_rng(0)
     direct = {}
     for count in (1, 7, 16, 100, 37):
@@ -201,15 +252,15 @@ def test_inference_never_recompiles_across_sample_counts(xla):
     assert max(direct.values()) <= 1e-5
 
 
-def test_xla_and_graph_predictions_agree():
+def test_every_modes_predictions_agree_with_off():
     from ptycho.infer import Predictor
 
-    trainer, data = _trainer("pinn", True)
+    trainer, data = _trainer("pinn", "jit")
     x = data.inputs[:9]
-    a = Predictor(trainer.network, 4, xla=True)(x)
-    b = Predictor(trainer.network, 4, xla=False)(x)
-    for u, v in zip(a, b, strict=True):
-        assert np.abs(u - v).max() <= 1e-5
+    ref = Predictor(trainer.network, 4, "off")(x)
+    for mode in MODES[1:]:
+        for u, v in zip(Predictor(trainer.network, 4, mode)(x), ref, strict=True):
+            assert np.abs(u - v).max() <= 1e-5, mode
 
 
 @pytest.mark.parametrize("kind", ["pinn", "baseline"])
@@ -223,7 +274,7 @@ def test_training_traces_the_step_once_and_writes_checkpoint_and_history(kind, t
     assert meta["traces"]["train"] == 1
     assert len(meta["history"]) == 2
     saved = json.loads((tmp_path / "model.json").read_text())
-    assert saved["model"]["kind"] == kind and saved["train"]["xla"] is True
+    assert saved["model"]["kind"] == kind and saved["train"]["xla"] == "jit"
     assert (tmp_path / "model.keras").exists()
     assert saved["timing"]["compile_s"] > 0 and len(saved["timing"]["step_times_s"]) > 0
 

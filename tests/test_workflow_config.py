@@ -11,7 +11,8 @@ from ptycho.config import SimulationConfig
 from ptycho.errors import ConfigError
 from ptycho.models import ModelConfig
 from ptycho.train import TrainConfig
-from ptycho.workflow import SCHEMA, arm_name, arms, load_schema, parse_arm, resolve
+from ptycho.arms import arm_name, parse_arm
+from ptycho.workflow import SCHEMA, arms, load_schema, resolve
 
 ROOT = SCHEMA.parent.parent
 
@@ -36,7 +37,7 @@ def test_schema_sections_mirror_the_config_dataclasses_and_their_defaults(sectio
 def test_default_config_resolves_and_builds_every_arm(base):
     cfg = resolve(base)
     assert cfg["preset"] == "default"
-    assert arms(cfg) == ["pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "baseline-noxla-s0"]
+    assert arms(cfg) == ["pinn-off-s0", "pinn-jit-s0", "baseline-off-s0", "baseline-jit-s0"]
     assert cfg["simulation"]["probe_kind"] == "defocused"
     assert cfg["simulation"]["stride_test"] == 10  # schema default filled in
 
@@ -58,6 +59,10 @@ def test_preset_overrides_config_yaml_and_command_line_overrides_preset(base):
         ({"models": ["pinn", "unet"]}, "config key 'models.1': 'unet' is not allowed; choose one of pinn, baseline"),
         ({"preset": "huge"}, "config key 'preset': 'huge' is not allowed; choose one of smoke, default, paper"),
         ({"simulation": {"n": 40}}, "config key 'simulation.n': 40 is not a multiple of 16"),
+        ({"xla": ["off", "fast"]}, "config key 'xla.1': 'fast' is not allowed; choose one of off, jit, auto, physics"),
+        ({"xla": [True, "jit"]}, "config key 'xla': [True, 'jit'] names a mode twice"),
+        ({"xla": []}, "config key 'xla': [] should be non-empty"),
+        ({"bench": {"context": "busy"}}, "config key 'bench.context': 'busy' is not allowed; choose one of alone, shared"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(base, override, message):
@@ -74,22 +79,52 @@ def test_dataclass_checks_also_run_at_the_edge(base):
         resolve(base, {"simulation": {"object_size": 60}})
 
 
-def test_arm_names_round_trip():
-    assert parse_arm(arm_name("baseline", False, 3)) == ("baseline", False, 3)
+def test_arm_names_round_trip_and_refuse_what_is_not_an_arm():
+    assert parse_arm(arm_name("baseline", "physics", 3)) == ("baseline", "physics", 3)
+    assert arm_name("pinn", False, 0) == "pinn-off-s0" and arm_name("pinn", True, 0) == "pinn-jit-s0"  # legacy booleans
+    with pytest.raises(ValueError, match="not an arm name"):
+        parse_arm("pinn-xla-s0")
+
+
+def test_every_mode_is_an_accepted_config_value_and_booleans_keep_working(base):
+    every = resolve(base, {"xla": ["off", "jit", "auto", "physics"]})
+    assert arms(every)[:4] == ["pinn-off-s0", "pinn-jit-s0", "pinn-auto-s0", "pinn-physics-s0"]
+    assert resolve(base, {"xla": [True, False]})["xla"] == ["jit", "off"]
 
 
 def test_command_line_scalars_arrive_as_strings_and_are_retyped(base):
     # what Snakemake hands over for: --config preset=smoke train="{epochs: 3, learning_rate: 2e-3}" xla="[true]"
     cfg = resolve(base, {"preset": "smoke", "train": {"epochs": "3", "learning_rate": "2e-3"}, "xla": ["true"]})
-    assert cfg["train"]["epochs"] == 3 and cfg["train"]["learning_rate"] == 0.002 and cfg["xla"] == [True]
+    assert cfg["train"]["epochs"] == 3 and cfg["train"]["learning_rate"] == 0.002 and cfg["xla"] == ["jit"]
+    # YAML 1.1 reads a bare off as false: it still means the off mode
+    assert resolve(base, {"xla": ["off", "physics"]})["xla"] == ["off", "physics"]
 
 
-def test_xla_pairs_match_each_xla_arm_with_its_no_xla_twin_only():
-    from ptycho.workflow import arm_of, xla_pairs
+def test_mode_pairs_match_each_mode_with_the_off_arm_of_its_model_and_seed_only():
+    from ptycho.arms import arm_of, mode_pairs
 
-    names = ["pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "pinn-xla-s1", "baseline-noxla-s1"]
-    assert xla_pairs(names) == [("pinn-s0", "pinn-xla-s0", "pinn-noxla-s0")]
-    assert arm_of({"model": {"kind": "baseline"}, "train": {"xla": False, "seed": 2}}) == "baseline-noxla-s2"
+    names = ["pinn-jit-s0", "pinn-off-s0", "pinn-physics-s0", "baseline-jit-s0", "pinn-jit-s1", "baseline-off-s1"]
+    assert [(p.key, p.arm, p.reference) for p in mode_pairs(names)] == [
+        ("pinn-s0-jit", "pinn-jit-s0", "pinn-off-s0"), ("pinn-s0-physics", "pinn-physics-s0", "pinn-off-s0")]
+    assert arm_of({"model": {"kind": "baseline"}, "train": {"xla": False, "seed": 2}}) == "baseline-off-s2"
+    assert arm_of({"model": {"kind": "pinn"}, "train": {"xla": "auto", "seed": 0}}) == "pinn-auto-s0"
+
+
+def test_adding_a_mode_is_one_line(monkeypatch):
+    """Arms, their wildcard pattern and pairing all derive from ptycho.xla.MODES."""
+    import importlib
+
+    import ptycho.arms
+    import ptycho.xla
+
+    monkeypatch.setitem(ptycho.xla.MODES, "newmode", "a test mode")
+    arms_module = importlib.reload(ptycho.arms)
+    try:
+        assert "newmode" in arms_module.PATTERN
+        assert [p.key for p in arms_module.mode_pairs(["pinn-off-s0", "pinn-newmode-s0"])] == ["pinn-s0-newmode"]
+    finally:
+        monkeypatch.undo()
+        importlib.reload(ptycho.arms)
 
 
 def test_bench_command_defaults_are_the_pipelines_model(base):

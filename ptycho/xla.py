@@ -1,0 +1,149 @@
+"""The XLA modes: the one definition of how each arm of the study invokes XLA.
+
+TensorFlow can hand a computation to XLA in three ways; with the no-XLA reference
+they are the study's four modes (DOMAIN.md section 5):
+
+* ``off``: the train and predict steps are ``tf.function`` graphs run by TensorFlow's
+  executor (oneDNN kernels), with the reference translation
+  ``ImageProjectiveTransformV3``, which XLA cannot compile. The reference every other
+  mode is judged against.
+* ``jit``: the whole step is one ``tf.function(jit_compile=True)``, with the XLA-safe
+  (``tf.gather``) translation.
+* ``auto``: TensorFlow's auto-clustering: the step is a plain graph and TensorFlow's
+  ``MarkForCompilation`` pass cuts it into XLA clusters itself. On CPU this needs
+  ``--tf_xla_cpu_global_jit`` in ``TF_XLA_FLAGS`` before TensorFlow initialises
+  (:func:`xla_flags_environment`), then ``tf.config.optimizer.set_jit("autoclustering")``
+  while the step's graph is instantiated (its first call): the setting is read per
+  function at instantiation, so an ``auto`` step and an ``off`` step can live in one
+  process (:func:`compile_step`). ``tf_xla_auto_jit=2`` alone does nothing on CPU.
+* ``physics``: selective jit: the network runs as a plain graph (oneDNN), only the
+  physics head (object canvas, translation, probe, FFT, amplitude, loss) is one
+  ``jit_compile=True`` function called from inside the step.
+
+Every mode other than ``off`` uses the XLA-safe translation, so the translation the
+accuracy item validates is the one every XLA mode runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from ptycho.errors import ConfigError
+
+#: The modes, in display order, with one line each (report, --help, docs).
+MODES: dict[str, str] = {
+    "off": "graph mode, no XLA, reference translation (ImageProjectiveTransformV3)",
+    "jit": "whole step jit-compiled (tf.function(jit_compile=True)), XLA-safe translation",
+    "auto": "TensorFlow auto-clustering (set_jit('autoclustering'), --tf_xla_cpu_global_jit), XLA-safe translation",
+    "physics": "network in graph mode (oneDNN), only the physics head and loss jit-compiled",
+}
+REFERENCE = "off"
+#: Pre-mode configs and model.json files said ``xla: true/false``.
+_LEGACY = {True: "jit", False: "off", "true": "jit", "false": "off"}
+
+
+def parse_mode(value: object, key: str = "xla") -> str:
+    """A mode name from a mode or a legacy boolean; anything else is one-line ConfigError."""
+    if isinstance(value, bool) or (isinstance(value, str) and value.lower() in _LEGACY):
+        return _LEGACY[value if isinstance(value, bool) else value.lower()]
+    if isinstance(value, str) and value in MODES:
+        return value
+    raise ConfigError(f"config key '{key}': {value!r} is not an XLA mode; choose one of {', '.join(MODES)} "
+                      "(true/false mean jit/off)")
+
+
+def xla_translation(mode: str) -> bool:
+    """Whether the mode runs the XLA-safe translation (every mode but ``off``)."""
+    return mode != REFERENCE
+
+
+def xla_flags_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``TF_XLA_FLAGS`` with ``--tf_xla_cpu_global_jit`` added (the user's flags kept).
+
+    Without it, auto-clustering never clusters on CPU; on its own it changes nothing
+    (no mode but ``auto`` asks for clustering). Must be in the environment before
+    TensorFlow initialises: the CLI sets it first thing (``ptycho.cli.main``).
+    """
+    environ = os.environ if environ is None else environ
+    flags = environ.get("TF_XLA_FLAGS", "").split()
+    if "--tf_xla_cpu_global_jit" not in flags:
+        flags.append("--tf_xla_cpu_global_jit")
+    return {"TF_XLA_FLAGS": " ".join(flags)}
+
+
+def compile_step(fn: Callable, mode: str) -> Callable:
+    """``fn`` as the step of ``mode``: a ``tf.function``, jit-compiled for ``jit``,
+    auto-clustered for ``auto``, a plain graph for ``off`` and ``physics`` (whose
+    physics head is compiled separately, :func:`compile_physics`).
+
+    Traced once per input signature (``reduce_retracing=False``); callers count traces.
+    """
+    import tensorflow as tf
+
+    step = tf.function(fn, jit_compile=mode == "jit", reduce_retracing=False)
+    if mode != "auto":
+        return step
+    if "--tf_xla_cpu_global_jit" not in os.environ.get("TF_XLA_FLAGS", "").split():
+        raise ConfigError("the auto XLA mode needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit set before TensorFlow "
+                          "starts (without it nothing is clustered on CPU); run through 'python -m ptycho', or set "
+                          "os.environ.update(ptycho.xla.xla_flags_environment()) before importing TensorFlow")
+    return _AutoClustered(step)
+
+
+def compile_physics(fn: Callable, mode: str) -> Callable:
+    """The physics head of ``mode``: its own jit-compiled function for ``physics``;
+    inlined into the step (a plain Python call) for every other mode."""
+    if mode != "physics":
+        return fn
+    import tensorflow as tf
+
+    return tf.function(fn, jit_compile=True, reduce_retracing=False)
+
+
+class _AutoClustered:
+    """A ``tf.function`` whose graph is instantiated with auto-clustering on.
+
+    TensorFlow reads the global jit level when it instantiates a function (its first
+    call), so the level is switched on around that call only and restored after: other
+    steps of the process keep their own mode.
+    """
+
+    def __init__(self, step):
+        self._step = step
+        self._instantiated = False
+
+    def __call__(self, *args, **kwargs):
+        if self._instantiated:
+            return self._step(*args, **kwargs)
+        import tensorflow as tf
+
+        before = tf.config.optimizer.get_jit()
+        tf.config.optimizer.set_jit("autoclustering")
+        try:
+            out = self._step(*args, **kwargs)
+        finally:
+            tf.config.optimizer.set_jit(before or False)
+        self._instantiated = True
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._step, name)
+
+
+def count_clusters(dump_dir: str) -> int:
+    """XLA clusters TensorFlow's auto-clustering formed, from the graphs it dumped.
+
+    Needs ``TF_DUMP_GRAPH_PREFIX=dump_dir`` and ``--tf_xla_clustering_debug`` in
+    ``TF_XLA_FLAGS`` when TensorFlow initialises: the ``MarkForCompilation`` pass then
+    writes every graph it annotated, each clustered node carrying ``_XlaCluster``.
+    Counts distinct cluster names per graph, summed over graphs.
+    """
+    import glob
+    import re
+
+    total = 0
+    for path in glob.glob(os.path.join(dump_dir, "mark_for_compilation_annotated*.pbtxt")):
+        with open(path) as fh:
+            total += len(set(re.findall(r's: "(cluster_\d+)"', fh.read())))
+    return total
