@@ -418,18 +418,17 @@ def speedup(bench: Mapping[str, Any], threshold: float, train_timings: Mapping[s
             effect = f"every XLA mode makes the PINN train step SLOWER (best: {mode}, {r['ratio']:.2f}x off)"
         spread = (f"95% CI {r['low']:.2f}-{r['high']:.2f}, median of {n} steps per arm" if reliable
                   else f"median of {n} steps per arm, too few for a confidence interval: judged on the ratio itself")
+        judged = " (the verdict's context)" if ctx == context else ""
         words[ctx] = {"mode": mode, "ratio": r["ratio"], "low": r["low"], "high": r["high"], "reliable": reliable,
-                      "text": f"{CONTEXT_WORDS.get(ctx, ctx)}: {effect} ({spread})"}
+                      "text": f"{CONTEXT_WORDS.get(ctx, ctx).capitalize()}{judged}: {effect} ({spread})"}
         if ctx == context:
             verdict_value = r["low"] if reliable else r["ratio"]
             verdict_text = words[ctx]["text"]
     if not words:
         summary = "no PINN timings for off and an XLA mode: the speedup was not measured"
     else:
-        others = [w["text"] for c, w in words.items() if c != context]
-        summary = (f"judged {CONTEXT_WORDS.get(context, context)}. " if verdict_text else
-                   f"no {context} measurement to judge. ") + "; ".join(
-            ([verdict_text] if verdict_text else []) + others)
+        others = [w["text"][0].lower() + w["text"][1:] for c, w in words.items() if c != context]
+        summary = "; ".join(([verdict_text] if verdict_text else [f"No {context} measurement to judge"]) + others)
     return verdict("speedup", verdict_value, threshold, ">=", summary,
                    {"context": context, "per_context": words, "bench": bench, "intervals": speedup_intervals(bench),
                     "machine": bench.get("machine", {}), "training_jobs": dict(train_timings or {})})

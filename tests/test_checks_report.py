@@ -99,7 +99,8 @@ def test_speedup_verdict_is_for_its_stated_context_and_names_both():
     alone = checks.speedup(bench, 1.0, context="alone")
     shared = checks.speedup(bench, 1.0, context="shared")
     assert alone["status"] == "FAIL" and shared["status"] == "PASS"
-    for rec, first in ((alone, "judged alone on the machine"), (shared, "judged with the cores shared")):
+    for rec, first in ((alone, "Alone on the machine (the verdict's context): "),
+                       (shared, "With the cores shared by every arm's training (the verdict's context): ")):
         assert rec["summary"].startswith(first)
         assert "SLOWER" in rec["summary"] and "faster" in rec["summary"]  # both contexts, in words
     assert shared["value"] == pytest.approx(shared["evidence"]["per_context"]["shared"]["low"])

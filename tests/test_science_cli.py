@@ -32,7 +32,7 @@ def test_train_infer_stitch_evaluate_chain(tiny):
                "--filters", 2, "--epochs", 2, "--batch-size", 8, "--xla", "true")
     assert r.returncode == 0, r.stderr
     meta = json.loads((d / "model" / "model.json").read_text())
-    assert meta["traces"] == {"train": 1, "eval": 1} and meta["initial_val_loss"] is not None
+    assert meta["traces"] == {"train": 1, "eval": 1, "physics": 0} and meta["initial_val_loss"] is not None
     r = ptycho("infer", "--model", d / "model", "--dataset", d / "test.h5", "--out", d / "recon.npz")
     assert r.returncode == 0, r.stderr
     with np.load(d / "recon.npz") as z:
@@ -55,7 +55,10 @@ def test_train_infer_stitch_evaluate_chain(tiny):
         (("train", "--dataset", "{d}/test.h5", "--out", "{d}/m", "--kind", "unet"), "config key 'model.kind'"),
         (("train", "--dataset", "{d}/test.h5", "--out", "{d}/m", "--epochs", "0"), "config key 'train.epochs'"),
         (("infer", "--model", "{d}/m", "--dataset", "{d}/test.h5", "--out", "{d}/x.npz", "--xla", "maybe"),
-         "expected true or false"),
+         "'maybe' is not an XLA mode; choose one of off, jit, auto, physics"),
+        (("train", "--dataset", "{d}/test.h5", "--out", "{d}/m", "--xla", "fast"),
+         "config key 'train.xla': 'fast' is not an XLA mode"),
+        (("bench", "--modes", "off", "fast"), "'fast' is not an XLA mode"),
     ],
 )
 def test_bad_inputs_are_one_line_errors_and_write_nothing(tiny, args, message):
@@ -78,10 +81,10 @@ def test_infer_refuses_a_dataset_of_another_patch_size(tiny, tmp_path):
 
 
 def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_path):
-    """The report's jobs, outside Snakemake: both arms of a tiny PINN, every item, figures, report."""
+    """The report's jobs, outside Snakemake: two modes of a tiny PINN, every item, figures, report."""
     d, t = tiny, tmp_path
-    for arm in ("true", "false"):
-        name = f"pinn-{'xla' if arm == 'true' else 'noxla'}-s0"
+    for arm in ("true", "off"):  # a legacy boolean still means jit
+        name = f"pinn-{'jit' if arm == 'true' else 'off'}-s0"
         r = ptycho("--threads", 1, "train", "--quiet", "--dataset", d / "train.h5", "--out", t / name, "--kind", "pinn",
                    "--filters", 2, "--epochs", 2, "--batch-size", 8, "--xla", arm)
         assert r.returncode == 0, r.stderr
@@ -94,11 +97,19 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
             assert r.returncode == 0, r.stderr
     models = [t / n / "model.json" for n in ("pinn-jit-s0", "pinn-off-s0")]
     metrics = sorted((t / "metrics").glob("*.json"))
-    r = ptycho("bench", "--dataset", d / "train.h5", "--models", "pinn", "--like", *models,
-               "--warmup", 1, "--repeats", 4, "--out", t / "bench.json")
+    r = ptycho("bench", "--dataset", d / "train.h5", "--models", "pinn", "--like", *models, "--modes", "jit", "physics",
+               "--warmup", 1, "--repeats", 4, "--component-repeats", 2, "--out", t / "bench.json")
     assert r.returncode == 0, r.stderr
-    timed = json.loads((t / "bench.json").read_text())["arms"]
-    assert [(a["model"], a["xla"]) for a in timed] == [("pinn", True), ("pinn", False)]
+    bench = json.loads((t / "bench.json").read_text())
+    timed = bench["arms"]
+    assert [(a["model"], a["mode"]) for a in timed] == [("pinn", "off"), ("pinn", "jit"), ("pinn", "physics")]
+    for a in timed:  # every arm: both contexts, the three components, memory, inference, traced once
+        assert a["step_s"]["n"] == 4 and a["shared"]["step_s"]["n"] >= 4 and a["compile_s"] > 0
+        assert set(a["components"]) == {"network", "physics", "optimizer"}
+        assert a["peak_rss_mb"] >= a["baseline_rss_mb"] > 0 and a["traces"]["train"] == 1
+        assert a["infer_patterns_per_s"] > 0 and a["naive_patterns_per_s"] > 0
+    assert set(bench["ratios"]["pinn"]) == {"off", "jit", "physics"} and set(bench["contexts"]) == {"alone", "shared"}
+    assert "fastest PINN train step, alone" in r.stdout and "break-even" in r.stdout
     trained = json.loads(models[0].read_text())
     assert all(a["model_config"] == trained["model"] and a["batch_size"] == 8 for a in timed)  # what was trained
     for item, extra in (("accuracy", ("--models", *models, "--dataset", d / "test.h5")),
@@ -111,13 +122,16 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
     assert set(inference) == {"pinn-jit-s0", "pinn-off-s0"}
     assert all(0 <= r["max_abs"] < 1e-4 and r["samples"] > 0 for r in inference.values())
     speed = json.loads((t / "checks" / "speedup.json").read_text())["evidence"]["intervals"]
-    assert set(speed) == {"pinn train step", "pinn inference"}
+    assert set(speed) == {f"PINN {m}, {w}" for m in ("jit", "physics")
+                          for w in ("train step alone", "train step shared", "inference")}
 
     r = ptycho("figures", "--dataset", d / "test.h5", "--stitched", *sorted((t / "stitched").glob("*.npz")),
                "--metrics", *metrics, "--models", *models, "--bench", t / "bench.json", "--out-dir", t / "figures")
     assert r.returncode == 0, r.stderr
     pngs = sorted((t / "figures").glob("*.png"))
-    assert [p.stem for p in pngs] == sorted(["reconstructions", "errors", "frc", "losses", "step_times", "speedup"])
+    from ptycho.report import FIGURES
+
+    assert [p.stem for p in pngs] == sorted(name for name, _, _ in FIGURES)
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
 
     (t / "config.json").write_text(json.dumps({"preset": "tiny"}))

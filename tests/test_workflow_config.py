@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import yaml
 
+from ptycho.arms import arm_name, parse_arm
 from ptycho.config import SimulationConfig
 from ptycho.errors import ConfigError
 from ptycho.models import ModelConfig
 from ptycho.train import TrainConfig
-from ptycho.arms import arm_name, parse_arm
 from ptycho.workflow import SCHEMA, arms, load_schema, resolve
 
 ROOT = SCHEMA.parent.parent
