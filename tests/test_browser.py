@@ -168,7 +168,7 @@ def runs(smoke) -> dict:
     assert len(parents) == 1 and children
     arms = {r.data.tags["xla"]: r for r in children
             if r.data.tags.get("rule") == "train" and r.data.tags.get("model") == "pinn"}
-    assert set(arms) == {"true", "false"}, f"PINN train runs by xla tag: {sorted(arms)}"
+    assert set(arms) == {"jit", "off"}, f"PINN train runs by xla tag: {sorted(arms)}"
     return {"experiment_id": experiment.experiment_id, "parent": parents[0], "children": children, "pinn_train": arms}
 
 
@@ -348,7 +348,7 @@ def _row(page, label: str, columns: int) -> list[str]:
 
 def test_mlflow_compare_view_shows_the_xla_arms_side_by_side(mlflow_ui, runs, browser, shots):
     arms = runs["pinn_train"]
-    ordered = [arms["true"], arms["false"]]
+    ordered = [arms["jit"], arms["off"]]
     ids = [r.info.run_id for r in ordered]
     query = (f"runs={json.dumps(ids, separators=(',', ':'))}"
              f"&experiments={json.dumps([runs['experiment_id']], separators=(',', ':'))}")
@@ -369,7 +369,7 @@ def test_mlflow_compare_view_shows_the_xla_arms_side_by_side(mlflow_ui, runs, br
     # Columns follow the run ids; read each row across them.
     columns = _row(page, "Run ID:", 2)
     assert sorted(columns) == sorted(ids), columns
-    expected = [arms["true"] if c == ids[0] else arms["false"] for c in columns]
+    expected = [arms["jit"] if c == ids[0] else arms["off"] for c in columns]
     assert _row(page, "Run Name:", 2) == [r.info.run_name for r in expected]
     for tag in ("xla", "model", "rule"):
         assert _row(page, tag, 2) == [r.data.tags[tag] for r in expected], f"tag {tag}"

@@ -356,7 +356,7 @@ def test_smoke_pipeline_through_slurm_tracks_every_job_and_reports_a_failure(clu
     new = [r for r in children_after if r.info.run_id not in {c.info.run_id for c in children}]
     attempts = 1 + yaml.safe_load(SLURM_PROFILE.read_text())["retries"]
     assert len(new) == attempts  # one child run per attempt: the profile's retries reach the cluster
-    assert all(r.data.tags["rule"] == "evaluate" and r.data.tags["model"] == "pinn" and r.data.tags["xla"] == "true"
+    assert all(r.data.tags["rule"] == "evaluate" and r.data.tags["model"] == "pinn" and r.data.tags["xla"] == "jit"
                for r in new)
     assert all(r.info.status == "FAILED" for r in new)
     assert all(r.data.tags.get("slurm_job_id") in cluster.submitted_batch_jobs() for r in new)

@@ -12,6 +12,7 @@ import pytest
 from ptycho import figures
 
 ARMS = ("pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0")
+JIT, OFF, PHYSICS = "#0072B2", "#D55E00", "#CC79A7"
 
 
 def _truth(shape=(16, 20)):
@@ -25,29 +26,37 @@ def _arms(truth, names=ARMS, noise=0.05):
                 truth[1] + noise * rng.standard_normal(truth[1].shape)) for n in names}
 
 
-def _pairs():
+def _curves():
     ep = np.arange(1, 9)
     return {
-        "pinn-s0": {"train_loss_xla": list(-2 + 3 * np.exp(-ep / 3)), "train_loss_noxla": list(-2 + 3 * np.exp(-ep / 3)),
-                    "val_loss_xla": list(-1.9 + 3 * np.exp(-ep / 3)), "val_loss_noxla": list(-1.88 + 3 * np.exp(-ep / 3)),
-                    "relative_difference": 0.01},
-        "baseline-s0": {"train_loss_xla": list(np.exp(-ep)), "train_loss_noxla": list(np.exp(-ep)),
-                        "val_loss_xla": list(1.1 * np.exp(-ep)), "val_loss_noxla": list(1.1 * np.exp(-ep))},
+        "pinn-s0": {"jit": {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.9 + 3 * np.exp(-ep / 3))},
+                    "off": {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.88 + 3 * np.exp(-ep / 3))}},
+        "baseline-s0": {"jit": {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))},
+                        "off": {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))}},
     }
 
 
 def _bench_arms():
     rng = np.random.default_rng(2)
-    return [{"model": m, "xla": x, "step_samples_s": list(base + 0.001 * rng.standard_normal(12)), "compile_s": c}
-            for m, x, base, c in (("pinn", True, 0.040, 9.5), ("pinn", False, 0.055, 1.5),
-                                  ("baseline", True, 0.010, 3.0), ("baseline", False, 0.011, 0.7))]
+
+    def arm(m, mode, base, c):
+        out = {"model": m, "mode": mode, "step_samples_s": list(base + 0.001 * rng.standard_normal(12)), "compile_s": c,
+               "components": {"network": {"median": base * 0.6}, "physics": {"median": base * 0.3},
+                              "optimizer": {"median": base * 0.05}}}
+        out["step_s"] = {"median": float(np.median(out["step_samples_s"]))}
+        out["shared"] = {"step_samples_s": list(3 * base + 0.002 * rng.standard_normal(15))}
+        return out
+
+    return [arm(m, x, base, c) for m, x, base, c in (("pinn", "jit", 0.040, 9.5), ("pinn", "off", 0.055, 1.5),
+                                                       ("pinn", "physics", 0.050, 4.0),
+                                                       ("baseline", "jit", 0.010, 3.0), ("baseline", "off", 0.011, 0.7))]
 
 
 def _ratios():
     nan = math.nan
-    return {"PINN train step": {"ratio": 1.4, "low": 1.2, "high": 1.6},
-            "baseline train step": {"ratio": 0.9, "low": nan, "high": nan},
-            "PINN inference": {"ratio": nan, "low": nan, "high": nan}}
+    return {"PINN jit, train step alone": {"ratio": 1.4, "low": 1.2, "high": 1.6},
+            "Baseline jit, train step alone": {"ratio": 0.9, "low": nan, "high": nan},
+            "PINN jit, inference": {"ratio": nan, "low": nan, "high": nan}}
 
 
 def _frcs():
@@ -72,11 +81,14 @@ def no_leaked_pyplot_figures():
 
 
 # ------------------------------------------------------------------ style contract
-def test_palette_pins_xla_blue_and_noxla_vermillion_from_okabe_ito():
-    assert figures.XLA_COLOUR == "#0072B2"
-    assert figures.NOXLA_COLOUR == "#D55E00"
-    assert {figures.XLA_COLOUR, figures.NOXLA_COLOUR} <= set(figures.OKABE_ITO)
-    assert figures.arm_colour(True) == "#0072B2" and figures.arm_colour(False) == "#D55E00"
+def test_palette_gives_every_xla_mode_one_okabe_ito_colour():
+    from ptycho.xla import MODES
+
+    assert list(figures.MODE_COLOURS) == list(MODES)  # a new mode needs its colour
+    assert set(figures.MODE_COLOURS.values()) <= set(figures.OKABE_ITO)
+    assert len(set(figures.MODE_COLOURS.values())) == len(MODES)
+    assert figures.arm_colour("jit") == figures.XLA_COLOUR == JIT and figures.arm_colour("off") == figures.NOXLA_COLOUR == OFF
+    assert figures.arm_colour(None) == figures.UNKNOWN_ARM_COLOUR
     assert (figures.AMPLITUDE_CMAP, figures.PHASE_CMAP, figures.ERROR_CMAP) == ("cividis", "cividis", "PuOr")
 
 
@@ -106,8 +118,8 @@ def test_reconstruction_grid_has_truth_then_each_arm_with_colour_bars_and_truth_
     assert {im.get_clim() for im in phase} == {(truth[1].min(), truth[1].max())}
     assert [im.get_cmap().name for im in images[:2]] == ["cividis", "cividis"]
     titles = [im.axes.get_title() for im in amp]
-    assert titles == ["Ground truth: amplitude", "PINN, XLA: amplitude", "PINN, no XLA: amplitude",
-                      "Baseline, XLA: amplitude", "Baseline, no XLA: amplitude"]
+    assert titles == ["Ground truth: amplitude", "PINN, no XLA (off): amplitude", "PINN, XLA jit: amplitude",
+                      "Baseline, no XLA (off): amplitude", "Baseline, XLA jit: amplitude"]
     assert phase[0].colorbar.ax.get_ylabel() == "phase (rad)"
 
 
@@ -129,7 +141,7 @@ def test_error_maps_share_symmetric_limits_per_column_and_wrap_the_phase_error()
     assert all(im.get_cmap().name == "PuOr" for im in images)
     amp_lims = {im.get_clim() for im in images[0::2]}
     assert len(amp_lims) == 1 and next(iter(amp_lims)) == pytest.approx((-0.2, 0.2))
-    xla_phase_error = images[1].get_array()
+    xla_phase_error = images[3].get_array()  # rows: off, then jit
     assert np.allclose(xla_phase_error, 2 * np.pi - 6.2)  # -3.1 - 3.1 wrapped into (-pi, pi]
     assert images[1].get_clim() == pytest.approx((-0.1, 0.1))  # the larger |error| of the two arms
 
@@ -158,78 +170,100 @@ def test_a_missing_arm_is_drawn_as_na_and_nan_pixels_do_not_crash():
     fig = figures.error_maps(truth, {"pinn-jit-s0": None, "pinn-off-s0": arm})
     assert len(_images(fig)) == 2
     assert "n/a (no reconstruction)" in _texts(fig)
-    amp_error = next(ax for ax in fig.axes if ax.get_title().startswith("PINN, no XLA: amplitude"))
+    amp_error = next(ax for ax in fig.axes if ax.get_title().startswith("PINN, no XLA (off): amplitude"))
     assert amp_error.get_title().endswith("RMSE n/a")
     assert figures.to_png(fig).startswith(b"\x89PNG")
 
 
 # -------------------------------------------------------------------- loss curves
-def test_loss_curves_one_panel_per_pair_arm_colours_and_train_dashed():
-    fig = figures.loss_curves(_pairs())
+def test_loss_curves_one_panel_per_model_and_seed_mode_colours_and_train_dashed():
+    fig = figures.loss_curves(_curves())
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert len(panels) == 2
     pinn = panels[0]
-    assert pinn.get_title().startswith("PINN, seed 0") and pinn.get_title().endswith("difference: 1.00%")
+    final_jit, final_off = -1.9 + 3 * np.exp(-8 / 3), -1.88 + 3 * np.exp(-8 / 3)
+    rel = abs(final_jit - final_off) / abs(final_off)
+    assert pinn.get_title().startswith("PINN, seed 0") and pinn.get_title().endswith(f"from off: {rel:.2%}")
     styles = {(line.get_color(), line.get_linestyle()) for line in pinn.lines}
-    assert styles == {("#0072B2", "--"), ("#0072B2", "-"), ("#D55E00", "--"), ("#D55E00", "-")}
+    assert styles == {(JIT, "--"), (JIT, "-"), (OFF, "--"), (OFF, "-")}
     assert all(line.get_xdata()[0] == 1 for line in pinn.lines)
     assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 4
 
 
 def test_loss_curves_log_scale_only_for_positive_losses_spanning_a_decade():
-    fig = figures.loss_curves(_pairs())
+    fig = figures.loss_curves(_curves())
     by_title = {ax.get_title().split("\n")[0]: ax.get_yscale() for ax in fig.axes if ax.get_visible()}
     assert by_title == {"PINN, seed 0": "linear", "Baseline, seed 0": "log"}
-    narrow = {"pinn-s0": {"val_loss_xla": [2.0, 1.5], "val_loss_noxla": [2.0, 1.4]}}
+    narrow = {"pinn-s0": {"jit": {"val": [2.0, 1.5]}, "off": {"val": [2.0, 1.4]}}}
     assert figures.loss_curves(narrow).axes[0].get_yscale() == "linear"
 
 
 def test_loss_curves_tolerate_missing_series_nulls_and_empty_evidence():
-    fig = figures.loss_curves({"pinn-s0": {"val_loss_xla": [1.0, None, 0.5]}, "pinn-s1": {"train_loss_xla": []}})
+    fig = figures.loss_curves({"pinn-s0": {"jit": {"val": [1.0, None, 0.5]}}, "pinn-s1": {"jit": {"train": []}}})
     assert len(fig.axes[0].lines) == 1
     assert "n/a (no loss history)" in _texts(fig)
-    assert "n/a" in fig.axes[0].get_title()  # no no-XLA arm: no relative difference
+    assert "n/a" in fig.axes[0].get_title()  # no off arm: no relative difference
     assert figures.loss_curves({}).axes[0].texts[0].get_text().startswith("no ")
-    with pytest.raises(ValueError, match="pairs\\['pinn-s0'\\]"):
+    with pytest.raises(ValueError, match="curves\\['pinn-s0'\\]"):
         figures.loss_curves({"pinn-s0": [1.0, 2.0]})
 
 
 # --------------------------------------------------------------- step-time figure
-def test_step_time_distributions_one_panel_per_model_in_ms_with_compile_time():
+def test_step_time_distributions_one_column_per_model_one_row_per_context_with_compile_time():
     arms = _bench_arms()
     fig = figures.step_time_distributions(arms)
-    assert len(fig.axes) == 2
-    pinn = fig.axes[0]
-    assert pinn.get_title().startswith("PINN train step")
-    boxes = [p for p in pinn.patches]
-    assert [b.get_edgecolor()[:3] for b in boxes] == [pytest.approx((0, 0x72 / 255, 0xB2 / 255)),
-                                                       pytest.approx((0xD5 / 255, 0x5E / 255, 0))]
+    assert len(fig.axes) == 4  # 2 models x (alone, shared)
+    pinn, pinn_shared = fig.axes[0], fig.axes[2]
+    assert pinn.get_title().startswith("PINN, alone") and pinn_shared.get_title().startswith("PINN, shared")
+    edges = [b.get_edgecolor()[:3] for b in pinn.patches]
+    from matplotlib.colors import to_rgb
+
+    assert edges == [pytest.approx(to_rgb(c)) for c in (OFF, JIT, PHYSICS)]  # mode order off, jit, ..., physics
     points = [c for c in pinn.collections if len(c.get_offsets()) == 12]
-    assert len(points) == 2
-    assert np.allclose(np.sort(points[0].get_offsets()[:, 1]), np.sort(np.array(arms[0]["step_samples_s"]) * 1e3))
+    assert len(points) == 3
+    jit = next(a for a in arms if a["model"] == "pinn" and a["mode"] == "jit")
+    assert np.allclose(np.sort(points[1].get_offsets()[:, 1]), np.sort(np.array(jit["step_samples_s"]) * 1e3))
     labels = [t.get_text() for t in pinn.get_xticklabels()]
-    assert "compile 9.5 s" in labels[0] and "compile 1.5 s" in labels[1]
-    ratio = np.median(arms[1]["step_samples_s"]) / np.median(arms[0]["step_samples_s"])
-    assert f"{ratio:.2f}×" in pinn.get_title()
+    assert "compile 1.5 s" in labels[0] and "compile 9.5 s" in labels[1]
+    off = next(a for a in arms if a["model"] == "pinn" and a["mode"] == "off")
+    ratio = np.median(off["step_samples_s"]) / np.median(jit["step_samples_s"])
+    assert f"jit, {ratio:.2f}× off" in pinn.get_title()
+    assert len([c for c in pinn_shared.collections if len(c.get_offsets()) == 15]) == 3
 
 
 def test_step_time_distributions_draw_quartiles_alone_and_missing_arms_as_na():
-    arms = [{"model": "pinn", "xla": True, "step_s": {"median": 0.04, "q1": 0.038, "q3": 0.043}, "compile_s": None}]
+    arms = [{"model": "pinn", "mode": "jit", "step_s": {"median": 0.04, "q1": 0.038, "q3": 0.043}, "compile_s": None},
+            {"model": "baseline", "mode": "off", "step_samples_s": [0.01, 0.011]}]
     fig = figures.step_time_distributions(arms)
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
-    assert "median 40 ms" in labels[0] and "compile n/a" in labels[0]
-    assert "not measured" in labels[1]
+    assert "not measured" in labels[0] and "40 ms" in labels[1] and "compile n/a" in labels[1]
     assert "n/a" in fig.axes[0].get_title()
 
 
 @pytest.mark.parametrize("bad, match", [
     ({"model": "pinn"}, "expected bench.json's 'arms' list"),
     ([{"model": "pinn"}], "needs 'model'"),
-    ([{"model": "pinn", "xla": True}, {"model": "pinn", "xla": True}], "a second pinn XLA arm"),
+    ([{"model": "pinn", "mode": "fast"}], "needs 'model'"),
+    ([{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit"}], "a second pinn jit arm"),
 ])
 def test_step_time_distributions_reject_structurally_wrong_arms(bad, match):
     with pytest.raises(ValueError, match=match):
         figures.step_time_distributions(bad)
+
+
+def test_component_bars_stack_the_three_parts_per_mode_and_mark_the_whole_step():
+    arms = _bench_arms()
+    fig = figures.component_bars(arms)
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if p.get_height() == pytest.approx(0.62)]
+    assert len(bars) == 3 * len(arms)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0].startswith("PINN, off") and labels[-1].startswith("Baseline, jit")
+    jit = next(a for a in arms if a["model"] == "pinn" and a["mode"] == "jit")
+    widths = sorted(p.get_width() for p in bars if p.get_y() == pytest.approx(len(arms) - 2 - 0.31))
+    assert widths == pytest.approx(sorted(1e3 * jit["components"][k]["median"] for k in ("network", "physics",
+                                                                                            "optimizer")))
+    assert figures.component_bars([{"model": "pinn", "mode": "off"}]).axes[0].texts[0].get_text().startswith("no ")
 
 
 # ----------------------------------------------------------------- speed-up bars
@@ -242,20 +276,21 @@ def test_speedup_bars_nan_ratio_draws_no_bar_and_nan_interval_no_error_bar():
     assert ax.get_xscale() == "log" and ax.get_xlim()[0] < 1 < ax.get_xlim()[1]
     assert any(line.get_xdata()[0] == 1.0 for line in ax.lines)
     texts = [t.strip() for t in _texts(fig)]
-    assert {"no change", "◀ XLA slower", "XLA faster ▶", "n/a"} <= set(texts)
+    assert {"no change", "◀ slower than off", "faster than off ▶", "n/a"} <= set(texts)
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels == ["PINN train step\n1.40× [1.20, 1.60]", "baseline train step\n0.90×", "PINN inference\nn/a"]
+    assert labels == ["PINN jit, train step alone\n1.40× [1.20, 1.60]", "Baseline jit, train step alone\n0.90×",
+                      "PINN jit, inference\nn/a"]
     assert [t.get_position()[1] for t in ax.get_yticklabels()] == [2, 1, 0]  # first label on top
 
 
-def test_speedup_bars_colour_the_winning_arm_and_hatch_the_baseline():
-    fig = figures.speedup_bars({"PINN train step": {"ratio": 2.0, "low": 1.5, "high": 2.5},
-                                "baseline train step": {"ratio": 0.5, "low": 0.4, "high": 0.6}})
+def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
+    fig = figures.speedup_bars({"PINN physics, train step alone": {"ratio": 2.0, "low": 1.5, "high": 2.5},
+                                "Baseline jit, train step alone": {"ratio": 0.5, "low": 0.4, "high": 0.6}})
     from matplotlib.colors import to_hex
 
     bars = {round(p.get_width() + 1.0, 6): p for p in fig.axes[0].patches if p.get_height() == pytest.approx(0.56)}
-    assert to_hex(bars[2.0].get_edgecolor()) == "#0072b2" and bars[2.0].get_hatch() in (None, "")
-    assert to_hex(bars[0.5].get_edgecolor()) == "#d55e00" and bars[0.5].get_hatch() == "///"
+    assert to_hex(bars[2.0].get_edgecolor()) == PHYSICS.lower() and bars[2.0].get_hatch() in (None, "")
+    assert to_hex(bars[0.5].get_edgecolor()) == JIT.lower() and bars[0.5].get_hatch() == "///"
 
 
 def test_speedup_bars_all_nan_or_empty_still_render_and_wrong_entries_raise():
@@ -270,11 +305,11 @@ def test_speedup_bars_all_nan_or_empty_still_render_and_wrong_entries_raise():
 def test_frc_curves_two_panels_colour_by_arm_style_by_model_and_thresholds():
     fig = figures.frc_curves(_frcs())
     amp, phase = fig.axes
-    curves = [line for line in amp.lines if line.get_label() in {"PINN, XLA", "PINN, no XLA", "Baseline, XLA",
-                                                                  "Baseline, no XLA"}]
+    names = {"PINN, XLA jit", "PINN, no XLA (off)", "Baseline, XLA jit", "Baseline, no XLA (off)"}
+    curves = [line for line in amp.lines if line.get_label() in names]
     assert [(c.get_label(), c.get_color(), c.get_linestyle()) for c in curves] == [
-        ("PINN, XLA", "#0072B2", "-"), ("PINN, no XLA", "#D55E00", "-"),
-        ("Baseline, XLA", "#0072B2", "--"), ("Baseline, no XLA", "#D55E00", "--")]
+        ("PINN, no XLA (off)", OFF, "-"), ("PINN, XLA jit", JIT, "-"),
+        ("Baseline, no XLA (off)", OFF, "--"), ("Baseline, XLA jit", JIT, "--")]
     levels = sorted(line.get_ydata()[0] for line in amp.lines if line not in curves)
     assert levels == pytest.approx([1 / 7, 0.5])
     assert {"0.5", "1/7 ≈ 0.143"} <= {t.get_text() for t in phase.texts}
@@ -314,8 +349,8 @@ def test_save_png_writes_the_file_atomically_and_closes_pyplot_figures(tmp_path)
 def test_every_figure_renders():
     truth = _truth()
     for fig in (figures.reconstruction_grid(truth, _arms(truth)), figures.error_maps(truth, _arms(truth)),
-                figures.loss_curves(_pairs()), figures.step_time_distributions(_bench_arms()),
-                figures.speedup_bars(_ratios()), figures.frc_curves(_frcs())):
+                figures.loss_curves(_curves()), figures.step_time_distributions(_bench_arms()),
+                figures.component_bars(_bench_arms()), figures.speedup_bars(_ratios()), figures.frc_curves(_frcs())):
         assert figures.to_png(fig).startswith(b"\x89PNG")
 
 

@@ -63,12 +63,18 @@ def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, messa
     assert not (work / "results").exists()
 
 
+#: The smoke study with every XLA mode: each mode is an arm, compared with off.
+EVERY_MODE = "xla=[off,jit,auto,physics]"
+
+
 @pytest.mark.slow
 def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     from mlflow.tracking import MlflowClient
 
+    from ptycho.report import FIGURES
+
     work = _workdir(tmp_path)
-    first = snakemake(work, "all", "--config", "preset=smoke")
+    first = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE)
     assert first.returncode == 0, first.stderr[-3000:]
 
     report = json.loads((work / "reports" / "validation.json").read_text())
@@ -77,14 +83,24 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         assert item["status"] in ("PASS", "FAIL") and "threshold" in item and "value" in item
     assert report["verdict"] in ("PASS", "FAIL")
     assert (work / "reports" / "validation.html").read_text().count("<section") >= 4
-    assert set(report["arms"]) == {"pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0"}
-    assert len(report["figures"]) == 6
+    modes = ("off", "jit", "auto", "physics")
+    assert set(report["arms"]) == {f"{m}-{x}-s0" for m in ("pinn", "baseline") for x in modes}
+    pairs = {f"{m}-s0-{x}" for m in ("pinn", "baseline") for x in modes[1:]}  # every mode against off
+    assert set(report["items"]["convergence"]["evidence"]["pairs"]) == pairs
+    assert set(report["items"]["quality"]["evidence"]["ssim_differences"]) == pairs
+    assert set(report["items"]["gradients"]["evidence"]["models"]["pinn"]["modes"]) == set(modes[1:])
+    bench = report["items"]["speedup"]["evidence"]["bench"]
+    assert {(a["model"], a["mode"]) for a in bench["arms"]} == {(m, x) for m in ("pinn", "baseline") for x in modes}
+    assert set(bench["contexts"]) == {"alone", "shared"}
+    assert next(a for a in bench["arms"] if a["mode"] == "auto")["xla_clusters"] > 0  # auto really clustered
+    assert len(report["figures"]) == len(FIGURES)
     html = (work / "reports" / "validation.html").read_text()
-    assert html.count("data:image/png;base64,") == 6
+    assert html.count("data:image/png;base64,") == len(FIGURES)
 
     # `snakemake --report` works (no --cores needed) and shows every figure with its caption.
     sm_report = subprocess.run([sys.executable, "-m", "snakemake", "--report", "reports/snakemake-report.html",
-                                "--config", "preset=smoke"], cwd=work, capture_output=True, text=True, timeout=300)
+                                "--config", "preset=smoke", EVERY_MODE], cwd=work, capture_output=True, text=True,
+                               timeout=300)
     assert sm_report.returncode == 0, sm_report.stderr[-3000:]
     assert (work / "reports" / "snakemake-report.html").stat().st_size > 100_000
     assert all(f"Adding {name}.png" in sm_report.stderr + sm_report.stdout for name in report["figures"])
@@ -95,7 +111,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    expected = Counter({"simulate": 1, "train": 4, "infer": 4, "stitch": 4, "evaluate": 4, "benchmark": 1,
+    expected = Counter({"simulate": 1, "train": 8, "infer": 8, "stitch": 8, "evaluate": 8, "benchmark": 1,
                         "check_accuracy": 1, "check_gradients": 1, "check_convergence": 1, "check_quality": 1,
                         "check_speedup": 1, "figures": 1, "report": 1})
     assert Counter(r.data.tags["rule"] for r in children) == expected
@@ -114,20 +130,20 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert parent_params["train.epochs"] == str(epochs)
 
     # Nothing to do the second time.
-    again = snakemake(work, "all", "--config", "preset=smoke")
+    again = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
 
     # A changed training setting re-trains (Snakemake skips the params checks downstream
     # of any job that must re-run, so no job may sit downstream of a config-derived file).
-    retrain = snakemake(work, "all", "--dry-run", "--config", "preset=smoke", "train={epochs: 3}")
+    retrain = snakemake(work, "all", "--dry-run", "--config", "preset=smoke", EVERY_MODE, "train={epochs: 3}")
     assert retrain.returncode == 0
     assert "train_model" in retrain.stdout and "Params have changed" in retrain.stdout
 
     # Flipping a threshold re-runs only that check and the report, and flips the verdict.
     model_json = work / "results" / "smoke" / "models" / "pinn-jit-s0" / "model.json"
     trained_at = model_json.stat().st_mtime_ns
-    strict = snakemake(work, "all", "--config", "preset=smoke", "thresholds={speedup_min: 1000.0}")
+    strict = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE, "thresholds={speedup_min: 1000.0}")
     assert strict.returncode == 0, strict.stderr[-3000:]
     flipped = json.loads((work / "reports" / "validation.json").read_text())
     assert flipped["items"]["speedup"]["status"] == "FAIL"

@@ -110,8 +110,16 @@ def test_mode_pairs_match_each_mode_with_the_off_arm_of_its_model_and_seed_only(
     assert arm_of({"model": {"kind": "pinn"}, "train": {"xla": "auto", "seed": 0}}) == "pinn-auto-s0"
 
 
-def test_adding_a_mode_is_one_line(monkeypatch):
-    """Arms, their wildcard pattern and pairing all derive from ptycho.xla.MODES."""
+def test_the_schema_offers_exactly_the_modes_of_ptycho_xla():
+    from ptycho.xla import MODES
+
+    choices = load_schema()["properties"]["xla"]["items"]["anyOf"][0]["enum"]
+    assert choices == list(MODES)
+
+
+def test_arm_names_and_pairs_follow_the_modes_of_ptycho_xla(monkeypatch):
+    """Arms, their wildcard pattern and pairing derive from ptycho.xla.MODES (the schema and
+    the figure palette are checked against it by their own tests)."""
     import importlib
 
     import ptycho.arms
