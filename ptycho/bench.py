@@ -20,7 +20,7 @@ on the same data, the same initial weights and the same batch sequence. Measured
 * memory: peak RSS of the worker, and above its RSS before the first step (the GPU's
   peak when there is one);
 * inference: patterns/s of the fixed-batch predictor (padding included) and of a
-  per-pattern loop (batch 1), under the arm's mode;
+  per-pattern loop (batch 1), under the arm's mode, batches interleaved across arms;
 * ratios vs ``off`` with 95 % bootstrap intervals, and the break-even number of steps
   after which a mode's extra compile time is paid back by its faster steps.
 
@@ -255,37 +255,37 @@ class _WorkerArm:
                 samples[name].append(time.perf_counter() - t0)
         return {name: {"median": float(np.median(s)), "samples_s": s} for name, s in samples.items()}
 
-    def inference(self) -> dict:
+    def inference_setup(self) -> dict:
+        """Build and compile the padded-batch and the per-pattern predictors."""
         from ptycho.infer import Predictor
 
         bs, mode, cfg = self.train_cfg.batch_size, self.train_cfg.xla, self.spec["bench"]
-        predictor = Predictor(self.trainer.network, bs, mode)
-        inputs = self.data.inputs[: cfg["infer_samples"]]
+        self.inputs = self.data.inputs[: cfg["infer_samples"]]
+        self.predictor = Predictor(self.trainer.network, bs, mode)
         t0 = time.perf_counter()
-        predictor(inputs[:1])
-        infer_compile = time.perf_counter() - t0
+        self.predictor(self.inputs[:1])
+        compile_s = time.perf_counter() - t0
+        self.single = Predictor(self.trainer.network, 1, mode)
         for _ in range(2):  # auto-clustering compiles lazily, after a cluster's first runs
-            predictor(inputs[:bs])
-        batch_times = []  # one sample per padded batch: the distribution behind the interval
-        for start in range(0, len(inputs), bs):
-            chunk = inputs[start : start + bs]
-            t0 = time.perf_counter()
-            predictor(chunk)
-            batch_times.append(time.perf_counter() - t0)
-        single = Predictor(self.trainer.network, 1, mode)
-        single(inputs[:1])
-        n_naive = min(cfg["naive_samples"], len(inputs))
+            self.predictor(self.inputs[:bs])
+            self.single(self.inputs[:1])
+        starts = list(range(0, len(self.inputs), bs))
+        return {"infer_compile_s": compile_s, "batches": len(starts),
+                "naive": min(cfg["naive_samples"], len(self.inputs)), "patterns_per_sample": self.inputs.shape[-1]}
+
+    def infer_batch(self, i: int) -> tuple[float, int]:
+        """Seconds of the ``i``-th padded batch, and how many real samples it held."""
+        bs = self.train_cfg.batch_size
+        chunk = self.inputs[i * bs : (i + 1) * bs]
         t0 = time.perf_counter()
-        for i in range(n_naive):
-            single(inputs[i : i + 1])
-        naive_s = time.perf_counter() - t0
-        c = inputs.shape[-1]
-        return {
-            "infer_compile_s": infer_compile,
-            "infer_patterns_per_s": len(inputs) * c / sum(batch_times),
-            "infer_batch_samples_s": batch_times,
-            "naive_patterns_per_s": n_naive * c / naive_s,
-        }
+        self.predictor(chunk)
+        return time.perf_counter() - t0, len(chunk)
+
+    def infer_single(self, i: int) -> float:
+        """Seconds of one pattern group through the batch-1 predictor."""
+        t0 = time.perf_counter()
+        self.single(self.inputs[i : i + 1])
+        return time.perf_counter() - t0
 
     def memory(self) -> dict:
         import tensorflow as tf
@@ -399,8 +399,10 @@ def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench:
         for r in range(bench.repeats):
             for i in order if r % 2 == 0 else order[::-1]:
                 alone[i].append(workers[i].call("step"))
+        inference = _interleaved_inference(workers)
         for i, ((model_cfg, mode), w) in enumerate(zip(arms, workers, strict=True)):
             res = results[(model_cfg.kind, mode)]
+            res.update(inference[i])
             res["step_s"] = quartiles(alone[i])
             res["step_samples_s"] = alone[i]
             # Auto-clustering compiles lazily (on a cluster's second run), after the first
@@ -409,7 +411,6 @@ def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench:
             ready = [res["compile_s"], *warm[i]]
             res["startup_overhead_s"] = max(0.0, sum(ready) - len(ready) * res["step_s"]["median"])
             res["components"] = w.call("components", bench.component_repeats)
-            res.update(w.call("inference"))
             res.update(w.call("memory"))
             res["xla_clusters"] = w.call("clusters")
         if bench.shared and len(workers) > 1:
@@ -437,6 +438,33 @@ def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench:
     arms_out = [results[(m.kind, mode)] for m, mode in arms]
     return {"machine": machine, "modes": modes, "contexts": contexts, "arms": arms_out,
             "ratios": ratios(arms_out), "wall_s": time.time() - started["time"]}
+
+
+def _interleaved_inference(workers: list[_Worker]) -> list[dict]:
+    """Padded-batch and per-pattern inference of every arm, batches interleaved across
+    arms (alternating order) as the train steps are: load drift hits all arms alike."""
+    setups = [w.call("inference_setup") for w in workers]
+    batch_times: list[list[float]] = [[] for _ in workers]
+    samples = [0] * len(workers)
+    single: list[list[float]] = [[] for _ in workers]
+    order = list(range(len(workers)))
+    for b in range(max(s["batches"] for s in setups)):
+        for i in order if b % 2 == 0 else order[::-1]:
+            if b < setups[i]["batches"]:
+                seconds, real = workers[i].call("infer_batch", b)
+                batch_times[i].append(seconds)
+                samples[i] += real
+    for k in range(max(s["naive"] for s in setups)):
+        for i in order if k % 2 == 0 else order[::-1]:
+            if k < setups[i]["naive"]:
+                single[i].append(workers[i].call("infer_single", k))
+    out = []
+    for i, s in enumerate(setups):
+        c = s["patterns_per_sample"]
+        out.append({"infer_compile_s": s["infer_compile_s"], "infer_batch_samples_s": batch_times[i],
+                    "infer_patterns_per_s": samples[i] * c / sum(batch_times[i]),
+                    "naive_samples_s": single[i], "naive_patterns_per_s": len(single[i]) * c / sum(single[i])})
+    return out
 
 
 def _run_shared(workers: list[_Worker], repeats: int) -> list[list[float]]:
