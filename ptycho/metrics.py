@@ -14,7 +14,7 @@ Scoring pipeline of :func:`score`, applied to every test image (:func:`score_all
    side: the shift allowance covers whatever a registration shift of up to
    ``max_shift`` px exposes, and the border is where shift interpolation is least
    reliable. The crop is therefore the same for every reconstruction of one truth whose
-   shift is within the allowance, so the two XLA arms are scored on the same window;
+   shift is within the allowance, so all arms are scored on the same window;
    a larger shift additionally removes the ``ceil(|shift|)`` it exposes.
 3. **Amplitude** is multiplied by the least-squares factor :func:`amplitude_scale`.
 4. **Phase**: the best-fit plane ``a + b x + c y`` of the wrapped phase difference is

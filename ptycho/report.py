@@ -18,7 +18,7 @@ from typing import Any
 
 from ptycho.checks import ITEMS
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2  # 2: XLA modes (off, jit, auto, physics) replace the boolean arms
 
 
 def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, machine: Mapping | None = None,
@@ -54,7 +54,7 @@ def _fmt(value: Any) -> str:
 #: Figures of the report, in order: (file stem, section, alt text). Captions are the
 #: package's ``captions/<stem>.rst``, shared with ``snakemake --report``.
 FIGURES = (
-    ("losses", "convergence", "loss curves of both arms"),
+    ("losses", "convergence", "loss curves of every mode and off"),
     ("reconstructions", "quality", "reconstruction grid"),
     ("errors", "quality", "error maps"),
     ("frc", "quality", "Fourier ring correlation curves"),

@@ -1,4 +1,4 @@
-"""One training loop for both models, with the XLA switch and honest timings.
+"""One training loop for both models, under any XLA mode (ptycho.xla), with honest timings.
 
 * Fixed batch shape: training batches drop the remainder (a fresh shuffle every epoch
   means no sample is lost for good), validation pads the last batch and masks it. The

@@ -126,6 +126,14 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         assert "compile_s" in run.data.metrics
     for run in (r for r in children if r.data.tags["rule"] == "evaluate"):
         assert {"amp_ssim", "phase_ssim", "amp_psnr", "amp_frc50"} <= set(run.data.metrics)
+    bench_run = next(r for r in children if r.data.tags["rule"] == "benchmark")
+    for mode in modes:  # every mode's timings and (but off) its ratios to off, alone and shared
+        assert {f"pinn_{mode}_step_median_s", f"pinn_{mode}_shared_step_median_s", f"pinn_{mode}_network_s",
+                f"pinn_{mode}_physics_s", f"pinn_{mode}_peak_rss_mb"} <= set(bench_run.data.metrics)
+        if mode != "off":
+            assert {f"pinn_{mode}_train_step_alone_speedup",
+                    f"pinn_{mode}_train_step_shared_speedup"} <= set(bench_run.data.metrics)
+    assert [a.path for a in client.list_artifacts(bench_run.info.run_id, "bench")] == ["bench/bench.json"]
     parent_params = parents[0].data.params
     assert parent_params["train.epochs"] == str(epochs)
 

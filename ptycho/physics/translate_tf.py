@@ -9,10 +9,10 @@ into real and imaginary parts, translated, recombined); shifts are ``(B, 2)``.
   *and* masked explicitly, because XLA's gather silently clamps out-of-range indices
   (which would smear border pixels instead of filling zeros).
 * :func:`translate_reference` uses ``tf.raw_ops.ImageProjectiveTransformV3``, which XLA
-  cannot compile; it is the non-XLA arm, so the two arms run genuinely different code.
+  cannot compile; it is the ``off`` mode's translation, so ``off`` and the XLA modes run
+  genuinely different code.
 
-:func:`translate` picks one with the single ``xla`` switch that also selects
-``jit_compile`` for the train and predict steps.
+:func:`translate` picks one: ``xla=True`` for every XLA mode (``ptycho.xla.xla_translation``).
 """
 
 from __future__ import annotations
