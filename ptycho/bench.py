@@ -121,6 +121,66 @@ def break_even_steps(compile_s: float, compile_off_s: float, step_s: float, step
     return max(0.0, extra / gain)
 
 
+# ------------------------------------------------------------- foreign load
+#: Other processes' CPU use, in cores, above which a measurement is marked contaminated.
+FOREIGN_LOAD_LIMIT = 0.25
+
+
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``)."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used (``/proc/<pid>/stat``); 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ForeignLoad:
+    """How busy OTHER processes kept the CPU while a block ran.
+
+    The machine's busy CPU time (``/proc/stat``) minus that of this process and the
+    ``pids`` it measures with, over the block's wall time: the average number of cores
+    that foreign work took. A benchmark cannot promise it ran alone; this says whether
+    it did.
+    """
+
+    def __init__(self, pids: Sequence[int] = ()):
+        self.pids = [os.getpid(), *pids]
+
+    def _own(self) -> float:
+        return sum(_process_cpu_seconds(p) for p in self.pids)
+
+    def __enter__(self):
+        self.load_before = os.getloadavg()[0]
+        self.wall0, self.busy0, self.own0 = time.perf_counter(), _busy_cpu_seconds(), self._own()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self.wall0
+        busy1, own1 = _busy_cpu_seconds(), self._own()
+        self.foreign_cpu_s = (max(0.0, (busy1 - self.busy0) - (own1 - self.own0))
+                              if busy1 is not None and self.busy0 is not None else math.nan)
+        self.load_after = os.getloadavg()[0]
+
+    def record(self, cores: int, limit: float = FOREIGN_LOAD_LIMIT) -> dict:
+        cores_busy = self.foreign_cpu_s / self.wall if self.wall > 0 else math.nan
+        return {"foreign_cpu_s": self.foreign_cpu_s, "wall_s": self.wall, "foreign_cores": cores_busy,
+                "of_cores": cores, "load_average_before": self.load_before, "load_average_after": self.load_after,
+                "contaminated": bool(not cores_busy <= limit), "limit_cores": limit}
+
+
 # ---------------------------------------------------------------------- worker
 def _worker(conn, spec: dict) -> None:
     """Worker process main: builds one arm, then answers the coordinator's commands."""
@@ -396,9 +456,10 @@ def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench:
         warm = {i: [w.call("step") for _ in range(bench.warmup)] for i, w in enumerate(workers)}
         alone: dict[int, list[float]] = {i: [] for i in range(len(workers))}
         order = list(range(len(workers)))
-        for r in range(bench.repeats):
-            for i in order if r % 2 == 0 else order[::-1]:
-                alone[i].append(workers[i].call("step"))
+        with ForeignLoad([w.process.pid for w in workers]) as alone_load:
+            for r in range(bench.repeats):
+                for i in order if r % 2 == 0 else order[::-1]:
+                    alone[i].append(workers[i].call("step"))
         inference = _interleaved_inference(workers)
         for i, ((model_cfg, mode), w) in enumerate(zip(arms, workers, strict=True)):
             res = results[(model_cfg.kind, mode)]
@@ -421,18 +482,21 @@ def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench:
             for w in workers:  # untimed, one arm at a time: compile (new workers) or settle after inference
                 for _ in range(1 + bench.warmup):
                     w.call("step")
-            samples = _run_shared(workers, bench.repeats)
+            with ForeignLoad([w.process.pid for w in workers]) as shared_load:
+                samples = _run_shared(workers, bench.repeats)
             for (model_cfg, mode), s in zip(arms, samples, strict=True):
                 results[(model_cfg.kind, mode)]["shared"] = {"step_s": quartiles(s), "step_samples_s": s}
     finally:
         for w in workers:
             w.stop()
     contexts = {"alone": {"jobs": 1, "threads": alone_threads,
-                          "how": "one arm steps at a time, arms interleaved, each with all its threads"}}
+                          "how": "one arm steps at a time, arms interleaved, each with all its threads",
+                          "foreign_load": alone_load.record(cores)}}
     if bench.shared and len(arms) > 1:
         contexts["shared"] = {"jobs": len(arms), "threads": bench.shared_threads,
                               "how": f"all {len(arms)} arms' step loops at once, {bench.shared_threads} threads each "
-                                     f"on {cores} cores (as the pipeline's training jobs run)"}
+                                     f"on {cores} cores (as the pipeline's training jobs run)",
+                              "foreign_load": shared_load.record(cores)}
     machine = machine_info()
     machine["load_average_start"] = started["load_average"]
     arms_out = [results[(m.kind, mode)] for m, mode in arms]
@@ -562,6 +626,11 @@ def format_table(result: dict) -> str:
     def ci(r):
         return f"{r['ratio']:.2f}x ({r['low']:.2f}-{r['high']:.2f})" if r else "n/a"
 
+    for name, c in result["contexts"].items():
+        f = c.get("foreign_load")
+        if f:
+            lines.append(f"{name}: other processes kept {f['foreign_cores']:.2f} of {f['of_cores']} cores busy"
+                         + (" -- CONTAMINATED, not a measurement alone" if f["contaminated"] else " (clean)"))
     lines.append(f"{'model':9s} {'mode':8s} {'vs off alone':>20s} {'vs off shared':>20s} {'inference':>20s} "
                  f"{'break-even steps':>17s} {'padded/1-by-1':>14s}")
     for model, per in result["ratios"].items():

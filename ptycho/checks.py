@@ -419,7 +419,12 @@ def speedup(bench: Mapping[str, Any], threshold: float, train_timings: Mapping[s
         spread = (f"95% CI {r['low']:.2f}-{r['high']:.2f}, median of {n} steps per arm" if reliable
                   else f"median of {n} steps per arm, too few for a confidence interval: judged on the ratio itself")
         judged = " (the verdict's context)" if ctx == context else ""
+        foreign = bench["contexts"][ctx].get("foreign_load") or {}
+        if foreign.get("contaminated"):
+            spread += (f"; CONTAMINATED: other processes kept {foreign['foreign_cores']:.2f} of "
+                       f"{foreign['of_cores']} cores busy during it")
         words[ctx] = {"mode": mode, "ratio": r["ratio"], "low": r["low"], "high": r["high"], "reliable": reliable,
+                      "contaminated": bool(foreign.get("contaminated")),
                       "text": f"{CONTEXT_WORDS.get(ctx, ctx).capitalize()}{judged}: {effect} ({spread})"}
         if ctx == context:
             verdict_value = r["low"] if reliable else r["ratio"]

@@ -185,7 +185,17 @@ def speedup_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
                            interval(r.get("inference")), _fmt(r.get("compile_extra_s")),
                            _steps(r, "break_even_steps"), _steps(r, "break_even_steps_shared")])
     how = "; ".join(f"{k}: {c['how']}" for k, c in contexts.items())
+    conditions = []
+    for name, c in contexts.items():
+        f = c.get("foreign_load") or {}
+        conditions.append([name, str(c.get("jobs")), str(c.get("threads")), _fmt(f.get("foreign_cores")),
+                           str(f.get("of_cores", "n/a")),
+                           "n/a" if not f else ("CONTAMINATED" if f.get("contaminated") else "clean"),
+                           f"{_fmt(f.get('load_average_before'))} / {_fmt(f.get('load_average_after'))}"])
     return [
+        ("Benchmark conditions: other processes' CPU use while each context was timed (/proc/stat)",
+         ["context", "concurrent arms", "threads each", "foreign cores busy", "of cores", "verdict",
+          "load average before / after"], conditions),
         (f"Train-step timings per mode ({how})",
          ["model", "mode", "compile s", "alone median ms", "alone IQR ms", "shared median ms", "shared IQR ms",
           "network ms", "physics head ms", "optimiser ms", "peak RSS MB", "above start MB", "XLA clusters (auto)"],

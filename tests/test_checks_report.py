@@ -106,6 +106,36 @@ def test_speedup_verdict_is_for_its_stated_context_and_names_both():
     assert shared["value"] == pytest.approx(shared["evidence"]["per_context"]["shared"]["low"])
 
 
+def test_a_measurement_beside_a_busy_process_is_marked_contaminated():
+    """The benchmark's own check of its conditions: a busy loop started beside it."""
+    import subprocess
+    import sys
+    import time
+
+    from ptycho.bench import ForeignLoad, _process_cpu_seconds
+
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 30: pass"])
+    try:
+        time.sleep(0.3)
+        with ForeignLoad() as loaded:
+            time.sleep(1.5)
+        used = _process_cpu_seconds(busy.pid)  # what ForeignLoad subtracts for a process of its own
+    finally:
+        busy.kill()
+        busy.wait()
+    noisy = loaded.record(2)
+    assert noisy["contaminated"] and noisy["foreign_cores"] > 0.5  # the busy loop took most of a core
+    assert used > 0.5 and _process_cpu_seconds(busy.pid) == 0.0  # reaped: nothing to count
+
+
+def test_speedup_summary_says_when_its_evidence_is_contaminated():
+    bench = _bench(125, 100)
+    bench["contexts"]["alone"]["foreign_load"] = {"contaminated": True, "foreign_cores": 1.3, "of_cores": 2}
+    rec = checks.speedup(bench, 1.0)
+    assert "CONTAMINATED: other processes kept 1.30 of 2 cores busy" in rec["summary"]
+    assert rec["evidence"]["per_context"]["alone"]["contaminated"]
+
+
 def test_speedup_picks_the_fastest_mode_against_off():
     from ptycho.bench import quartiles, ratios
 
