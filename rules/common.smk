@@ -1,5 +1,4 @@
 # Configuration (validated once, here) and the target lists the rules share.
-import json
 import os
 import sys
 
@@ -7,11 +6,12 @@ from snakemake.exceptions import WorkflowError
 
 from ptycho.errors import PtychoError
 from ptycho.tracking import config_hash, preflight_environment
-from ptycho.workflow import arms, parse_arm, resolve
+from ptycho.workflow import arms, cli_flags, parse_arm, preflight_results, resolve
 
 
 try:
     CFG = resolve(config, workflow.config_settings.overwrite_config)
+    preflight_results(CFG)  # an unwritable results folder: one line, before Snakemake's makedirs
     preflight_environment()  # a tracking server that is down stops the run before any job is submitted
 except PtychoError as err:
     sys.stderr.write(f"ptycho workflow: error: {err}\n")
@@ -55,8 +55,8 @@ def all_cores():
 
 
 def flags(section):
-    """'--key value' for every key of a config section (the CLI's own option names)."""
-    return " ".join(f"--{k.replace('_', '-')} {json.dumps(v) if isinstance(v, bool) else v}" for k, v in CFG[section].items())
+    """'--key value' for every key of a config section (the CLI's own option names), quoted."""
+    return cli_flags(CFG[section])
 
 
 def tracking(rule_name, **tags):
