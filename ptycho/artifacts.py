@@ -51,7 +51,8 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
 
 def _cannot_write(path: Path, exc: OSError) -> PtychoError:
     """One line for a write the filesystem refused (permissions, read-only, full disk)."""
-    reason = exc.strerror or " ".join(str(exc).split())[:200] or type(exc).__name__
+    # h5py puts a multi-line report in strerror; the errno says it in a few words.
+    reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:200] or type(exc).__name__
     return PtychoError(f"cannot write {path} ({reason}); choose a writable path or free space, then re-run")
 
 

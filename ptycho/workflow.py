@@ -83,8 +83,10 @@ def _one_line(error) -> str:
     if error.validator == "enum":
         message = f"{error.instance!r} is not allowed; choose one of {', '.join(map(str, error.validator_value))}"
     elif error.validator == "pattern":
-        message = (f"{error.instance!r} has characters that are not allowed (shell syntax, spaces); "
-                   f"use only letters, digits and the characters of {error.validator_value}")
+        allowed = str(error.validator_value)
+        if allowed.startswith("^[A-Za-z0-9") and allowed.endswith("]+$"):  # a character class: name its punctuation
+            allowed = "letters, digits and " + allowed[len("^[A-Za-z0-9") : -len("]+$")]
+        message = f"{error.instance!r} has characters that are not allowed (shell syntax, spaces); use only {allowed}"
     elif error.validator == "minItems":
         message = f"{error.instance!r} is empty; list at least {error.validator_value} value(s)"
     elif error.validator == "additionalProperties":
@@ -194,6 +196,20 @@ def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) ->
     except OSError as exc:
         raise ConfigError(f"results folder {root} cannot be written ({exc.strerror or type(exc).__name__}"
                           f" in {probe}); {fix}") from None
+
+
+def parse_time_checks(config: Mapping, overrides: Mapping | None = None,
+                      workdir: str | os.PathLike | None = None) -> dict:
+    """Everything the workflow checks while it is parsed, before any job: the resolved
+    config (:func:`resolve`), its results folder (:func:`preflight_results`) and the
+    tracking server named by ``MLFLOW_TRACKING_URI``. Raises a one-line
+    :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
+    from ptycho.tracking import preflight_environment
+
+    cfg = resolve(config, overrides)
+    preflight_results(cfg, workdir)
+    preflight_environment()
+    return cfg
 
 
 def cli_flags(section: Mapping[str, Any]) -> str:

@@ -5,14 +5,14 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from ptycho.errors import PtychoError
-from ptycho.tracking import config_hash, preflight_environment
-from ptycho.workflow import arms, cli_flags, parse_arm, preflight_results, resolve
+from ptycho.tracking import config_hash
+from ptycho.workflow import arms, cli_flags, parse_arm, parse_time_checks
 
 
 try:
-    CFG = resolve(config, workflow.config_settings.overwrite_config)
-    preflight_results(CFG)  # an unwritable results folder: one line, before Snakemake's makedirs
-    preflight_environment()  # a tracking server that is down stops the run before any job is submitted
+    # The config, a results folder that cannot be written (one line, before Snakemake's
+    # makedirs) and a tracking server that is down: all stop the run before any job.
+    CFG = parse_time_checks(config, workflow.config_settings.overwrite_config)
 except PtychoError as err:
     sys.stderr.write(f"ptycho workflow: error: {err}\n")
     sys.exit(2)
