@@ -331,6 +331,9 @@ def cmd_track(args: argparse.Namespace) -> int:
         return 0
     if not args.parent:
         raise ConfigError("'track finish' needs --parent (the JSON written by 'track start'); see 'ptycho track --help'")
+    if not Path(args.parent).exists():  # e.g. the workflow's error hook, when the pipeline stopped before 'track start'
+        raise PtychoError(f"{args.parent}: no such file, so there is no MLflow parent run to mark {args.status} "
+                          "(it is written by 'track start')")
     parent = read_json(args.parent)
     tracking.finish_run(parent["tracking_uri"], parent["run_id"], args.status)
     print(f"MLflow parent run {parent['run_id']}: {args.status}")

@@ -226,6 +226,9 @@ CATALOGUE: list[Row] = [
         message="--train and --test are the same path ./t.h5; give each output its own path"),
     Row("cli-track-finish-without-parent", "cli", "`ptycho track finish` (no --parent)", "cli",
         args=("track", "finish"), message="'track finish' needs --parent (the JSON written by 'track start')"),
+    Row("cli-track-finish-missing-parent", "cli", "`ptycho track finish --parent absent.json`", "cli",
+        args=("track", "finish", "--parent", "absent.json"), exit_code=1,
+        message="absent.json: no such file, so there is no MLflow parent run to mark FINISHED"),
     Row("cli-track-start-without-config", "cli", "`ptycho track start --out p.json` (no --config-json)", "cli",
         args=("track", "start", "--out", "p.json"), message="'track start' needs --config-json"),
     Row("cli-track-start-with-parent", "cli", "`ptycho track start ... --parent p.json` (contradictory)", "cli",
@@ -502,7 +505,7 @@ def test_the_doc_lists_every_row_with_its_message_and_exit_code():
     for row in CATALOGUE:
         _, area, _, message, code = doc[row.id]
         assert area == row.area and code == str(row.exit_code), row.id
-        assert row.message.replace("|", "\\|") in message, (row.id, message)
+        assert _cell(row.message).replace("`", "&#96;") in message, (row.id, message)
 
 
 # ------------------------------------------------------------------ doc generator
@@ -526,7 +529,7 @@ def write_doc(path: Path = DOC) -> None:
             else:
                 out = run_row(row, d, clean, "TAG")
                 message, code = shown(out.stderr, d), out.exit_code
-            lines.append(f"| `{row.id}` | {row.area} | {_cell(row.what)} | {_cell(message)} | {code} |")
+            lines.append(f"| `{row.id}` | {row.area} | {_cell(row.what)} | {_cell(message).replace('`', '&#96;')} | {code} |")
     text = path.read_text()
     start, end = "<!-- catalogue: start -->", "<!-- catalogue: end -->"
     head, rest = text.split(start)
