@@ -173,7 +173,7 @@ def results_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) -> Pa
 
 
 def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) -> None:
-    """One line if the results folder cannot be written; creates nothing.
+    """One line if the results folder cannot be written; leaves nothing behind.
 
     For the workflow to call while it is parsed: otherwise Snakemake's own ``makedirs``
     of the first job's output fails with a traceback. The deepest existing folder on the
