@@ -508,6 +508,27 @@ def test_the_doc_lists_every_row_with_its_message_and_exit_code():
         assert _cell(row.message).replace("`", "&#96;") in message, (row.id, message)
 
 
+def test_simulate_writes_a_pair_or_nothing(tmp_path, monkeypatch, capsys):
+    """The test split failing to write (a disk filling up between the two) takes the
+    train split written a moment before with it: no lone train.h5 for a later job."""
+    import ptycho.data
+    from ptycho.cli import main
+    from ptycho.errors import PtychoError
+
+    real = ptycho.data.write_dataset
+
+    def second_fails(path, ds):
+        if Path(path).name == "u.h5":
+            raise PtychoError(f"cannot write {path} (No space left on device); choose a writable path or free space")
+        return real(path, ds)
+
+    monkeypatch.setattr(ptycho.data, "write_dataset", second_fails)
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--train", "t.h5", "--test", "u.h5", *SIM]) == 1
+    assert "cannot write u.h5 (No space left on device)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 # ------------------------------------------------------------------ doc generator
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
