@@ -92,7 +92,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     for split, path in (("train", args.train), ("test", args.test)):
         try:
             digest = write_dataset(path, datasets[split])
-        except PtychoError:
+        except BaseException:  # a write refused, or Ctrl-C between the two
             for done in written:  # a pair or nothing: no train split without its test split
                 Path(done).unlink(missing_ok=True)
             raise
@@ -652,7 +652,7 @@ def _writable_problem(path: Path, folder: bool) -> str | None:
 
     if path.exists():
         if folder and not path.is_dir():
-            return "a file is in the way"
+            return "it is a file, not a folder"
         if not folder and path.is_dir():
             return "Is a directory"
     probe = path if folder and path.is_dir() else path.parent
