@@ -61,7 +61,7 @@ class Row:
     setup: Callable[[Path, Path], None] | None = None  #: (row folder, clean inputs folder)
     env: dict = field(default_factory=dict)  #: environment ({port:NAME} = a fake server's port)
     forbid: tuple[str, ...] = ()  #: functions that must not be called
-    root_only: bool = False  #: needs a mount (read-only or full filesystem)
+    mount: str = ""  #: "ro": a read-only folder ``ro``; "full": a full filesystem ``full`` (root only)
     absent: tuple[str, ...] = ()  #: paths outside the row folder that must not appear
 
 
@@ -118,7 +118,7 @@ def _files(**contents: str) -> Callable[[Path, Path], None]:
     return setup
 
 
-def _readonly(name: str) -> Callable[[Path, Path], None]:
+def _folder(name: str) -> Callable[[Path, Path], None]:
     def setup(d: Path, clean: Path) -> None:
         (d / name).mkdir()
 
@@ -167,7 +167,7 @@ CATALOGUE: list[Row] = [
         args=("results=/proc/forbidden", "allow_results_outside=true"),
         message="results folder /proc/forbidden cannot be written (No such file or directory in /proc)"),
     Row("config-results-readonly", "config", "`results: ro` where `ro` is a read-only folder", "workflow",
-        overrides={"results": "ro"}, setup=_readonly("ro"), root_only=True, message="results folder <work>/ro cannot be written"),
+        overrides={"results": "ro"}, setup=_folder("ro"), mount="ro", message="results folder <work>/ro cannot be written"),
     Row("config-results-is-a-file", "config", "`results: notes.txt` (an existing file)", "workflow",
         overrides={"results": "notes.txt"}, setup=_files(**{"notes.txt": "x\n"}), message="cannot be created (<work>/notes.txt is a file)"),
     Row("config-file-unreadable", "config", "`ptycho simulate --config conf.d` (a folder, not a file)", "cli",
@@ -272,10 +272,10 @@ CATALOGUE: list[Row] = [
         env={"MLFLOW_TRACKING_URI": "mlruns"}, message="is a file store"),
     Row("env-store-readonly", "environment", "`ptycho track start --results ro` (a read-only results folder)", "cli",
         args=("track", "start", "--config-json", "c.json", "--out", "p.json", "--results", "ro"),
-        setup=lambda d, c: (CONFIG_JSON(d, c), _readonly("ro")(d, c)), root_only=True, exit_code=1,
+        setup=lambda d, c: (CONFIG_JSON(d, c), _folder("ro")(d, c)), mount="ro", exit_code=1,
         env={"MLFLOW_TRACKING_URI": ""}, message="MLflow store folder <work>/ro is not writable"),
     Row("env-disk-full", "environment", "`ptycho simulate` into a full filesystem", "cli",
-        args=("simulate", "--train", "full/t.h5", "--test", "full/u.h5", *SIM), setup=_readonly("full"), root_only=True,
+        args=("simulate", "--train", "full/t.h5", "--test", "full/u.h5", *SIM), setup=_folder("full"), mount="full",
         exit_code=1, message="cannot write full/t.h5 (No space left on device)"),
 ]
 
@@ -360,12 +360,21 @@ def _environment(cwd: Path, env: dict) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _mounted(row: Row, d: Path) -> Iterator[None]:
-    """The row's read-only (``ro``) or full (``full``) folder, as a real tmpfs mount (root)."""
-    target = next((d / n for n in ("ro", "full") if (d / n).is_dir()), None) if row.root_only else None
-    if target is None:
+    """The row's read-only folder ``ro`` or full filesystem ``full``: a real tmpfs mount as
+    root (for whom permission bits do not stop writes); ``chmod 555`` otherwise."""
+    if not row.mount:
         yield
         return
-    options = "ro,size=64k" if target.name == "ro" else "size=16k"
+    target = d / row.mount
+    if not _is_root():
+        assert row.mount == "ro", "a full filesystem needs root (mount)"
+        target.chmod(0o555)
+        try:
+            yield
+        finally:
+            target.chmod(0o755)
+        return
+    options = "ro,size=64k" if row.mount == "ro" else "size=16k"
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"cannot mount a tmpfs on {target}: {done.stderr.strip()}")
@@ -465,8 +474,8 @@ def clean(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("row", CATALOGUE, ids=[r.id for r in CATALOGUE])
 def test_bad_input_is_one_line_with_exit_code_and_no_output(row, clean, tmp_path):
-    if row.root_only and not _is_root():
-        pytest.skip("needs root to mount a read-only or full tmpfs (chmod does not bind root, so the mount is the test)")
+    if row.mount == "full" and not _is_root():
+        pytest.skip("needs root to mount a small tmpfs and fill it")
     tag = tmp_path.name
     for path in row.absent:
         assert not Path(path.format(tag=tag)).exists()
@@ -544,7 +553,7 @@ def write_doc(path: Path = DOC) -> None:
         for i, row in enumerate(CATALOGUE):
             d = Path(tmp) / f"row{i}"
             d.mkdir()
-            if row.root_only and not _is_root():
+            if row.mount == "full" and not _is_root():
                 message = f"(not run: needs root) … {row.message}"
                 code = row.exit_code
             else:
