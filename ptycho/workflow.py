@@ -89,6 +89,12 @@ def _one_line(error) -> str:
         message = f"{error.instance!r} has characters that are not allowed (shell syntax, spaces); use only {allowed}"
     elif error.validator == "minItems":
         message = f"{error.instance!r} is empty; list at least {error.validator_value} value(s)"
+    elif error.validator == "type":
+        message = f"{message}; give a value of type {error.validator_value}"
+    elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        lo = error.schema.get("minimum", error.schema.get("exclusiveMinimum", "-inf"))
+        hi = error.schema.get("maximum", error.schema.get("exclusiveMaximum", "inf"))
+        message = f"{message}; allowed range: {lo} to {hi}"
     elif error.validator == "additionalProperties":
         allowed = ", ".join(sorted(error.schema.get("properties", {})))
         message = f"{message}; allowed keys: {allowed}"
