@@ -52,7 +52,7 @@ ui: setup  ## browse the embedded MLflow store at http://127.0.0.1:5000
 mlflow-server: setup  ## a tracking server for cluster runs (export MLFLOW_TRACKING_URI=http://HOST:5001)
 	@host=$$(hostname); fqdn=$$(hostname -f 2>/dev/null || echo $$host); \
 	allowed=$$host,$$host:*,$$fqdn,$$fqdn:*,localhost,localhost:*,127.0.0.1,127.0.0.1:*,[::1],[[]::1]:*,0.0.0.0,0.0.0.0:*,10.*,192.168.*,$$(printf '172.%s.*,' {16..31})fc00:*,fd00:*$${MLFLOW_ALLOWED_HOSTS:+,$$MLFLOW_ALLOWED_HOSTS}; \
-	echo "MLflow server for jobs on any node: export MLFLOW_TRACKING_URI=http://$$fqdn:$${MLFLOW_PORT:-5001}"; \
+	echo "MLflow server on $${MLFLOW_HOST:-127.0.0.1}:$${MLFLOW_PORT:-5001} (MLFLOW_HOST=0.0.0.0 for jobs on other nodes): export MLFLOW_TRACKING_URI=http://$$fqdn:$${MLFLOW_PORT:-5001}"; \
 	exec $(VENV)/bin/mlflow server --backend-store-uri sqlite:///$(CURDIR)/results/mlflow-server.db \
 	  --artifacts-destination $(CURDIR)/results/mlflow-artifacts --host $${MLFLOW_HOST:-127.0.0.1} --port $${MLFLOW_PORT:-5001} \
 	  --allowed-hosts "$$allowed"

@@ -28,8 +28,11 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
     for writers that insist on an extension (Keras wants ``.keras``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
     os.close(fd)
     try:
         write(tmp)
@@ -39,9 +42,18 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         # so results stay readable by the group, an MLflow server or a web server.
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _cannot_write(path, exc) from None
         raise
+
+
+def _cannot_write(path: Path, exc: OSError) -> PtychoError:
+    """One line for a write the filesystem refused (permissions, read-only, full disk)."""
+    # h5py puts a multi-line report in strerror; the errno says it in a few words.
+    reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:200] or type(exc).__name__
+    return PtychoError(f"cannot write {path} ({reason}); choose a writable path or free space, then re-run")
 
 
 def _umask() -> int:

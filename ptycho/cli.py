@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ptycho import __version__
-from ptycho.errors import PtychoError
+from ptycho.errors import ConfigError, PtychoError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,10 +87,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     cfg = _config_from_args(args, SimulationConfig, "sim_", _load_yaml_section(args.config, "simulation"))
     datasets = simulate(cfg, progress=not args.quiet)
+    written: list[str] = []
     if args.run is not None:
         args.run.log_params({f"simulation.{k}": v for k, v in dataclasses.asdict(cfg).items()})
     for split, path in (("train", args.train), ("test", args.test)):
-        digest = write_dataset(path, datasets[split])
+        try:
+            digest = write_dataset(path, datasets[split])
+        except BaseException:  # a write refused, or Ctrl-C between the two
+            for done in written:  # a pair or nothing: no train split without its test split
+                Path(done).unlink(missing_ok=True)
+            raise
+        written.append(path)
         ds = datasets[split]
         if args.run is not None:
             args.run.log_dataset(f"{split}.h5", digest, str(Path(path).resolve()), split)
@@ -340,10 +347,22 @@ def cmd_track(args: argparse.Namespace) -> int:
     from ptycho.artifacts import read_json
 
     if args.action == "start":
+        needed = {"--config-json": (args.config_json, "the resolved config JSON to log"),
+                  "--out": (args.out, "where to write the parent run's id")}
+        missing = [f"{flag} ({what})" for flag, (value, what) in needed.items() if not value]
+        if missing:
+            raise ConfigError(f"'track start' needs {' and '.join(missing)}; see 'ptycho track --help'")
+        if args.parent:
+            raise ConfigError("'track start' takes no --parent (that is for 'track finish'); drop it")
         record = tracking.start_pipeline(read_json(args.config_json), args.results, args.experiment, args.run_name,
                                          _pairs(args.tag), args.out)
         print(f"{args.out}: MLflow parent run {record['run_id']} at {record['tracking_uri']}")
         return 0
+    if not args.parent:
+        raise ConfigError("'track finish' needs --parent (the JSON written by 'track start'); see 'ptycho track --help'")
+    if not Path(args.parent).exists():  # e.g. the workflow's error hook, when the pipeline stopped before 'track start'
+        raise PtychoError(f"{args.parent}: no such file, so there is no MLflow parent run to mark {args.status} "
+                          "(it is written by 'track start')")
     parent = read_json(args.parent)
     tracking.finish_run(parent["tracking_uri"], parent["run_id"], args.status)
     print(f"MLflow parent run {parent['run_id']}: {args.status}")
@@ -649,6 +668,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Output arguments of every command: (attribute, flag, is a folder). Checked before the
+#: command does any work, so that an unwritable path costs a second, not a simulation.
+_OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    "simulate": (("train", "--train", False), ("test", "--test", False)),
+    "import-npz": (("out", "--out", False),),
+    "export-npz": (("out", "--out", False),),
+    "train": (("out", "--out", True),),
+    "infer": (("out", "--out", False),),
+    "stitch": (("out", "--out", False),),
+    "evaluate": (("out", "--out", False),),
+    "bench": (("out", "--out", False),),
+    "track": (("out", "--out", False),),
+    "check": (("out", "--out", False),),
+    "figures": (("out_dir", "--out-dir", True),),
+    "report": (("out_dir", "--out-dir", True),),
+}
+
+
+def _writable_problem(path: Path, folder: bool) -> str | None:
+    """Why ``path`` could not be written (``strerror``-like), or None; creates nothing.
+
+    The deepest existing ancestor must be a folder in which a file can be created (tried
+    for real with a temporary file, removed at once: permission bits do not tell the
+    whole story for root, read-only mounts or /proc).
+    """
+    import tempfile
+
+    if path.exists():
+        if folder and not path.is_dir():
+            return "it is a file, not a folder"
+        if not folder and path.is_dir():
+            return "Is a directory"
+    probe = path if folder and path.is_dir() else path.parent
+    while not probe.exists():
+        if probe.is_symlink():  # a dangling link: the target's folder decides, let the write say it
+            return None
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse output paths that cannot be written, and two outputs on one path, up front."""
+    seen: dict[Path, str] = {}
+    for attr, flag, folder in _OUTPUTS.get(args.command, ()):
+        value = getattr(args, attr, None)
+        if not value:
+            continue
+        path = Path(value)
+        key = Path(os.path.abspath(path))
+        if key in seen:
+            raise ConfigError(f"{seen[key]} and {flag} are the same path {value}; give each output its own path")
+        seen[key] = flag
+        problem = _writable_problem(path, folder)
+        if problem:
+            raise ConfigError(f"cannot write {flag} {value} ({problem}); choose a writable path")
+
+
 def _run(args: argparse.Namespace) -> int:
     """Run the command, inside an MLflow child run when ``--mlflow-parent`` is given."""
     args.run = None
@@ -693,6 +776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(args.threads)
         os.environ["TF_NUM_INTEROP_THREADS"] = "1" if args.threads <= 2 else "2"
     try:
+        check_outputs(args)
         return _run(args)
     except PtychoError as err:
         print(f"ptycho {args.command}: error: {err}", file=sys.stderr)

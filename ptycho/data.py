@@ -293,7 +293,8 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
     """Shapes, dtypes, finiteness, ranges, cross-references, digest."""
 
     def fail(msg: str) -> None:
-        raise DatasetError(f"{path}: {msg}")
+        fix = "" if ";" in msg else "; the file is invalid, re-create it ('ptycho simulate' or 'ptycho import-npz')"
+        raise DatasetError(f"{path}: {msg}{fix}")
 
     units = attrs["units"]
     if units not in UNITS:

@@ -84,7 +84,7 @@ def load_network(model_dir: str | Path):
     path = Path(model_dir) / "model.keras"
     if not path.exists():
         raise PtychoError(f"{path}: no trained model here; run 'python -m ptycho train' first")
-    return keras.models.load_model(path, safe_mode=False, compile=False)
+    return keras.models.load_model(path, safe_mode=True, compile=False)  # no Lambda layers: nothing to unpickle
 
 
 def reconstruct(model_dir: str | Path, ds: Dataset, *, xla: str | None = None, batch_size: int | None = None) -> Reconstruction:

@@ -37,7 +37,7 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
             raise DatasetError(f"{path}: contains pickled (object) arrays, which are refused; re-save with plain arrays") from None
         raise DatasetError(f"{path}: not a readable NPZ file ({str(exc).splitlines()[0]})") from None
     except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise DatasetError(f"{path}: not a readable NPZ file ({type(exc).__name__}); it may be truncated") from None
+        raise DatasetError(f"{path}: not a readable NPZ file ({type(exc).__name__}); it may be truncated, copy or export it again") from None
     key = next((k for k in DIFFRACTION_KEYS if k in data), None)
     if key is None:
         raise DatasetError(f"{path}: no diffraction array; expected one of {', '.join(DIFFRACTION_KEYS)}")
@@ -56,9 +56,10 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
         raise DatasetError(f"{path}: {key} has shape {amp.shape}; expected (P, N, N) with N = probe size {probe.shape}")
     pos = np.stack([np.asarray(data["xcoords"], float).ravel(), np.asarray(data["ycoords"], float).ravel()], axis=1)
     if len(pos) != len(amp):
-        raise DatasetError(f"{path}: {len(pos)} scan coordinates for {len(amp)} diffraction patterns")
+        raise DatasetError(f"{path}: {len(pos)} scan coordinates for {len(amp)} diffraction patterns; "
+                           "xcoords and ycoords need one entry per pattern")
     if not (np.all(np.isfinite(amp)) and np.all(np.isfinite(pos))):
-        raise DatasetError(f"{path}: {key} or coordinates contain NaN or infinite values")
+        raise DatasetError(f"{path}: {key} or coordinates contain NaN or infinite values; remove or repair those patterns")
     if amp.min() < 0:
         raise DatasetError(f"{path}: {key} has negative values; it must hold amplitudes (sqrt of intensity)")
     n = probe.shape[0]

@@ -397,7 +397,9 @@ def preflight(uri: str, timeout: float = 5.0) -> None:
     if uri.startswith(("http://", "https://")):
         _preflight_server(uri, timeout)
         return
-    if uri.startswith(("file:", "/", "./", "../", "~")):
+    scheme = urllib.parse.urlsplit(uri).scheme
+    if uri.startswith(("file:", "/", "./", "../", "~")) or (not scheme and not uri.startswith("databricks")):
+        # A bare path ("mlruns") is a file store to MLflow too.
         raise PtychoError(
             f"MLflow tracking URI {uri} is a file store, which MLflow 3 refuses; "
             "use sqlite:///<folder>/mlflow.db or unset MLFLOW_TRACKING_URI"

@@ -10,6 +10,8 @@ frozen dataclass, so the package's own checks run at the edge too.
 from __future__ import annotations
 
 import copy
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,19 @@ def _one_line(error) -> str:
         choices = [str(v) for sub in error.validator_value for v in sub.get("enum", [])]
         types = [sub["type"] for sub in error.validator_value if "enum" not in sub and "type" in sub]
         message = f"{error.instance!r} is not allowed; choose one of {', '.join(choices + types)}"
+    elif error.validator == "pattern":
+        allowed = str(error.validator_value)
+        if allowed.startswith("^[A-Za-z0-9") and allowed.endswith("]+$"):  # a character class: name its punctuation
+            allowed = "letters, digits and " + allowed[len("^[A-Za-z0-9") : -len("]+$")]
+        message = f"{error.instance!r} has characters that are not allowed (shell syntax, spaces); use only {allowed}"
+    elif error.validator == "minItems":
+        message = f"{error.instance!r} is empty; list at least {error.validator_value} value(s)"
+    elif error.validator == "type":
+        message = f"{message}; give a value of type {error.validator_value}"
+    elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        lo = error.schema.get("minimum", error.schema.get("exclusiveMinimum", "-inf"))
+        hi = error.schema.get("maximum", error.schema.get("exclusiveMaximum", "inf"))
+        message = f"{message}; allowed range: {lo} to {hi}"
     elif error.validator == "additionalProperties":
         allowed = ", ".join(sorted(error.schema.get("properties", {})))
         message = f"{message}; allowed keys: {allowed}"
@@ -114,6 +129,7 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
     merged = deep_merge(deep_merge(config, presets.get(preset, {})), overrides)
     resolved = validate(merged, schema)
     resolved["xla"] = _modes(resolved["xla"])
+    check_shell_safe(resolved)
     for kind in resolved["models"]:
         model_config(resolved, kind)
     simulation_config(resolved)
@@ -129,6 +145,104 @@ def _modes(values: list) -> list[str]:
     if len(set(modes)) != len(modes):
         raise ConfigError(f"config key 'xla': {values!r} names a mode twice (true is jit, false is off); list each once")
     return modes
+
+
+#: Characters a POSIX shell never interprets (the set ``shlex.quote`` leaves bare).
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+def check_shell_safe(cfg: Mapping, prefix: str = "") -> None:
+    """Refuse any string of the resolved config (presets aside) that a shell would interpret.
+
+    The rules paste config values into ``shell:`` commands (``flags``, paths under
+    ``results``); a space, ``;``, ``$(...)`` or a backtick there would split or run
+    commands. Values are refused here, at validation, and :func:`cli_flags` quotes them
+    as well.
+    """
+    for key, value in cfg.items():
+        if key == "presets" and not prefix:
+            continue  # merged into the config above; only the selected one is in force
+        name = f"{prefix}{key}"
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, Mapping):
+                check_shell_safe(v, f"{name}.")
+            elif isinstance(v, str) and not _SHELL_SAFE.fullmatch(v):
+                raise ConfigError(
+                    f"config key '{name}' = {v!r} has characters a shell would interpret (spaces, ; $ ` ( ) | & < > "
+                    "quotes); use only letters, digits and _@%+=:,./-"
+                )
+
+
+def results_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) -> Path:
+    """The configured ``results`` folder, absolute; refused if it leaves ``workdir``.
+
+    Outputs stay inside the folder the workflow runs in (``workdir``, default the current
+    folder) unless ``allow_results_outside: true``: ``results: ../../etc`` or an absolute
+    path elsewhere is one line, not files written there. The check is on the path as
+    written (``..`` resolved, symbolic links not followed): a link the user made inside
+    the work folder is their explicit choice.
+    """
+    base = Path(os.path.abspath(workdir or os.getcwd()))
+    folder = Path(os.path.normpath(base / os.path.expanduser(str(cfg["results"]))))
+    if not cfg.get("allow_results_outside", False) and folder != base and base not in folder.parents:
+        raise ConfigError(
+            f"config key 'results' = {cfg['results']!r} is outside the work folder {base}; use a folder inside it, "
+            "or set allow_results_outside: true to write there on purpose"
+        )
+    return folder
+
+
+def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) -> None:
+    """One line if the results folder cannot be written; leaves nothing behind.
+
+    For the workflow to call while it is parsed: otherwise Snakemake's own ``makedirs``
+    of the first job's output fails with a traceback. The deepest existing folder on the
+    way to ``results/<preset>`` must take a new file (tried with a temporary file that is
+    removed at once: permission bits say nothing for root, read-only mounts or /proc).
+    """
+    import tempfile
+
+    root = results_folder(cfg, workdir)
+    target = root / cfg["preset"]
+    probe = target
+    while not probe.exists():
+        probe = probe.parent
+    fix = "choose a writable folder with --config results=<folder>"
+    if not probe.is_dir():
+        raise ConfigError(f"results folder {root} cannot be created ({probe} is a file); {fix}")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"results folder {root} cannot be written ({exc.strerror or type(exc).__name__}"
+                          f" in {probe}); {fix}") from None
+
+
+def parse_time_checks(config: Mapping, overrides: Mapping | None = None,
+                      workdir: str | os.PathLike | None = None) -> dict:
+    """Everything the workflow checks while it is parsed, before any job: the resolved
+    config (:func:`resolve`), its results folder (:func:`preflight_results`) and the
+    tracking server named by ``MLFLOW_TRACKING_URI``. Raises a one-line
+    :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
+    from ptycho.tracking import preflight_environment
+
+    cfg = resolve(config, overrides)
+    preflight_results(cfg, workdir)
+    preflight_environment()
+    return cfg
+
+
+def cli_flags(section: Mapping[str, Any]) -> str:
+    """``--key value`` for every key of a config section (the CLI's own option names),
+    each value quoted for the shell (booleans as ``true``/``false``)."""
+    import json
+    import shlex
+
+    return " ".join(
+        f"--{k.replace('_', '-')} {shlex.quote(json.dumps(v) if isinstance(v, bool) else str(v))}"
+        for k, v in section.items()
+    )
 
 
 def simulation_config(cfg: Mapping):

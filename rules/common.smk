@@ -1,19 +1,19 @@
 # Configuration (validated once, here) and the target lists the rules share.
-import json
 import os
 import sys
 
 from snakemake.exceptions import WorkflowError
 
 from ptycho.errors import PtychoError
-from ptycho.tracking import config_hash, preflight_environment
 from ptycho.arms import PATTERN as ARM_PATTERN, parse_arm
-from ptycho.workflow import arms, resolve
+from ptycho.tracking import config_hash
+from ptycho.workflow import arms, cli_flags, parse_time_checks
 
 
 try:
-    CFG = resolve(config, workflow.config_settings.overwrite_config)
-    preflight_environment()  # a tracking server that is down stops the run before any job is submitted
+    # The config, a results folder that cannot be written (one line, before Snakemake's
+    # makedirs) and a tracking server that is down: all stop the run before any job.
+    CFG = parse_time_checks(config, workflow.config_settings.overwrite_config)
 except PtychoError as err:
     sys.stderr.write(f"ptycho workflow: error: {err}\n")
     sys.exit(2)
@@ -58,8 +58,8 @@ def all_cores():
 
 
 def flags(section):
-    """'--key value' for every key of a config section (the CLI's own option names)."""
-    return " ".join(f"--{k.replace('_', '-')} {json.dumps(v) if isinstance(v, bool) else v}" for k, v in CFG[section].items())
+    """'--key value' for every key of a config section (the CLI's own option names), quoted."""
+    return cli_flags(CFG[section])
 
 
 def tracking(rule_name, **tags):

@@ -258,6 +258,7 @@ def test_inspect_missing_file_exits_1_with_hint(cli, tmp_path):
 
 
 # ------------------------------------------------------------------ NPZ commands
+# (a pickled NPZ refused by import-npz is a row of tests/test_bad_inputs.py)
 def test_export_then_import_npz_via_cli(files, tmp_path, capsys):
     from ptycho.data import read_dataset
 
@@ -267,13 +268,3 @@ def test_export_then_import_npz_via_cli(files, tmp_path, capsys):
     assert back.units == "sqrt_counts" and back.gridsize == 2
     assert back.diffraction.shape == orig.diffraction.shape
     assert "imported 81 patterns" in capsys.readouterr().out
-
-
-def test_import_pickled_npz_via_cli_is_one_line_error(cli, tmp_path):
-    import numpy as np
-
-    np.savez(tmp_path / "p.npz", diff3d=np.array([object()], dtype=object))
-    proc = cli("import-npz", "p.npz", "--out", "p.h5", cwd=tmp_path)
-    assert proc.returncode == 1
-    assert "pickled (object) arrays, which are refused" in _one_error_line(proc)
-    assert not (tmp_path / "p.h5").exists()

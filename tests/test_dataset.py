@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ptycho.data import ARRAYS, SCHEMA_VERSION, Dataset, content_digest, read_dataset, write_dataset
-from ptycho.errors import DatasetError
+from ptycho.errors import DatasetError, PtychoError
 from ptycho.npz import export_npz, import_npz
 from ptycho.physics.forward import expected_counts
 from ptycho.physics.translate import extract_patches
@@ -251,7 +251,7 @@ def _fail_after_first_create_dataset(monkeypatch):
 def test_failed_write_leaves_no_target_and_no_temp_file(pair, tmp_path, monkeypatch):
     calls = _fail_after_first_create_dataset(monkeypatch)
     path = tmp_path / "train.h5"
-    with pytest.raises(OSError, match="simulated disk failure"):
+    with pytest.raises(PtychoError, match=r"cannot write .*train.h5 \(simulated disk failure\); choose a writable path"):
         write_dataset(path, pair["train"])
     assert len(calls) == 2
     assert not path.exists()
@@ -262,7 +262,7 @@ def test_failed_overwrite_keeps_the_previous_file_intact(pair, tmp_path, monkeyp
     path = tmp_path / "train.h5"
     digest = write_dataset(path, pair["train"])
     _fail_after_first_create_dataset(monkeypatch)
-    with pytest.raises(OSError):
+    with pytest.raises(PtychoError, match="cannot write"):  # the OSError, as one line
         write_dataset(path, pair["test"])
     monkeypatch.undo()
     assert read_dataset(path).attrs["digest"] == digest

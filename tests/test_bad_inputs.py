@@ -1,0 +1,572 @@
+"""The catalogue of bad inputs: every row is one input a user can get wrong, and its test.
+
+``CATALOGUE`` below IS the table of ``docs/bad-inputs.md``: each row names the input, how
+it is given (through the workflow's parse-time checks, the ``ptycho`` CLI, or the real
+``snakemake``), the fragment the one stderr line must contain and the exit code. Every
+row must give exactly one stderr line (no traceback), that exit code, and no output:
+the row's folder holds after the run exactly what it held before (no half-written file,
+no temporary file, no empty folder), and a row may name functions that must not even
+be called (the expensive work that must come after the checks).
+
+The doc cannot drift from this list: ``test_the_doc_lists_every_row`` compares them, and
+``python tests/test_bad_inputs.py`` rewrites the doc's table from the messages the rows
+really produce.
+
+Dataset rows reuse the corruptions of ``conftest.CORRUPTIONS`` (already checked through
+``ptycho inspect``) on commands that write outputs. Config rows run
+``ptycho.workflow.parse_time_checks``, the very function ``rules/common.smk`` runs while
+Snakemake parses the workflow, in-process (milliseconds); rows marked ``snakemake`` run
+the real thing (seconds) where only that shows the behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import io
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import CORRUPTIONS, SMALL  # noqa: E402
+
+DOC = ROOT / "docs" / "bad-inputs.md"
+WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "schemas", "envs", "ptycho")
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    area: str  #: config | dataset | cli | environment
+    what: str  #: the input, in words (the doc's first column)
+    via: str  #: "workflow" (parse-time checks, in-process) | "cli" (ptycho main, in-process) | "snakemake"
+    args: tuple = ()  #: CLI argv or snakemake --config items ({d} = the row's folder)
+    overrides: dict = field(default_factory=dict)  #: --config overrides (via "workflow")
+    message: str = ""  #: fragment of the one stderr line
+    exit_code: int = 2
+    setup: Callable[[Path, Path], None] | None = None  #: (row folder, clean inputs folder)
+    env: dict = field(default_factory=dict)  #: environment ({port:NAME} = a fake server's port)
+    forbid: tuple[str, ...] = ()  #: functions that must not be called
+    mount: str = ""  #: "ro": a read-only folder ``ro``; "full": a full filesystem ``full`` (root only)
+    absent: tuple[str, ...] = ()  #: paths outside the row folder that must not appear
+
+
+# ------------------------------------------------------------------------ set-ups
+def _copy(*names: str) -> Callable[[Path, Path], None]:
+    def setup(d: Path, clean: Path) -> None:
+        for name in names:
+            shutil.copyfile(clean / name, d / name)
+
+    return setup
+
+
+def _corrupted(kind: str) -> Callable[[Path, Path], None]:
+    """A file broken as ``conftest.CORRUPTIONS[kind]`` breaks it, saved as ``<kind>.h5``."""
+
+    def setup(d: Path, clean: Path) -> None:
+        source, corrupt, _ = CORRUPTIONS[kind]
+        path = d / f"{kind}.h5"
+        shutil.copyfile(clean / f"{source}.h5", path)
+        corrupt(path)
+
+    return setup
+
+
+def _npz(**changes) -> Callable[[Path, Path], None]:
+    """``d.npz``: the clean train split as PtychoPINN NPZ, with arrays replaced or removed."""
+
+    def setup(d: Path, clean: Path) -> None:
+        with np.load(clean / "train.npz") as z:
+            data = {k: z[k] for k in z.files}
+        for key, value in changes.items():
+            if value is None:
+                data.pop(key)
+            else:
+                data[key] = value
+        np.savez(d / "d.npz", **data)
+
+    return setup
+
+
+def _truncated_npz(d: Path, clean: Path) -> None:
+    raw = (clean / "train.npz").read_bytes()
+    (d / "d.npz").write_bytes(raw[: len(raw) // 2])
+
+
+def _files(**contents: str) -> Callable[[Path, Path], None]:
+    def setup(d: Path, clean: Path) -> None:
+        for name, text in contents.items():
+            if text.endswith("/"):
+                (d / name).mkdir()
+            else:
+                (d / name).write_text(text)
+
+    return setup
+
+
+def _folder(name: str) -> Callable[[Path, Path], None]:
+    def setup(d: Path, clean: Path) -> None:
+        (d / name).mkdir()
+
+    return setup
+
+
+CONFIG_JSON = _files(**{"c.json": '{"train": {"epochs": 1}}'})
+SIM = ("--n", "16", "--object-size", "48", "--n-lines", "50", "--nphotons", "1e6", "--quiet")
+SIMULATE_WORK = ("ptycho.simulate.simulate",)
+
+# --------------------------------------------------------------------- the catalogue
+CATALOGUE: list[Row] = [
+    # ---- configuration: the workflow's parse-time checks (snakemake --config ..., config.yaml)
+    Row("config-unknown-key", "config", "`--config train={epoch: 3}` (a typo)", "workflow",
+        overrides={"train": {"epoch": 3}}, message="config key 'train': Additional properties are not allowed ('epoch'"),
+    Row("config-wrong-type", "config", "`--config train={epochs: ten}`", "workflow",
+        overrides={"train": {"epochs": "ten"}}, message="config key 'train.epochs': 'ten' is not of type 'integer'"),
+    Row("config-out-of-range", "config", "`--config train={learning_rate: 5}`", "workflow",
+        overrides={"train": {"learning_rate": 5}}, message="config key 'train.learning_rate': 5 is greater than the maximum"),
+    Row("config-empty-models", "config", "`models: []` (an empty matrix)", "workflow",
+        overrides={"models": []}, message="config key 'models': [] is empty"),
+    Row("config-empty-seeds", "config", "`seeds: []`", "workflow",
+        overrides={"seeds": []}, message="config key 'seeds': [] is empty"),
+    Row("config-unknown-model", "config", "`models: [pinn, unet]`", "workflow",
+        overrides={"models": ["pinn", "unet"]}, message="config key 'models.1': 'unet' is not allowed; choose one of"),
+    Row("config-unknown-xla-mode", "config", "`xla: [maybe]` (an XLA arm that does not exist)", "workflow",
+        overrides={"xla": ["maybe"]}, message="config key 'xla.0': 'maybe'"),
+    Row("config-unknown-preset", "config", "`--config preset=huge`", "workflow",
+        overrides={"preset": "huge"}, message="config key 'preset': 'huge' is not allowed; choose one of smoke, default, paper"),
+    Row("config-impossible-combination", "config", "`simulation: {object_size: 60}` (smaller than a patch)", "workflow",
+        overrides={"simulation": {"object_size": 60}}, message="config key 'object_size' = 60 is too small"),
+    Row("config-results-outside", "config", "`results: ../../etc`", "workflow",
+        overrides={"results": "../../etc"}, message="config key 'results' = '../../etc' is outside the work folder"),
+    Row("config-results-absolute", "config", "`results: /etc/ptycho` (absolute, elsewhere)", "workflow",
+        overrides={"results": "/etc/ptycho"}, message="is outside the work folder",
+        absent=("/etc/ptycho",)),
+    Row("config-results-shell", "config", "`results: out;touch pwned` (shell syntax)", "workflow",
+        overrides={"results": "out;touch pwned"}, message="config key 'results': 'out;touch pwned' has characters"),
+    Row("config-results-command-substitution", "config", "`--config 'results=$(touch pwned)'`, real snakemake",
+        "snakemake", args=("results=$(touch /tmp/ptycho-pwned-{tag})",), message="has characters that are not allowed",
+        absent=("/tmp/ptycho-pwned-{tag}",)),
+    Row("config-results-backtick", "config", "``results: out`touch pwned` `` (backticks)", "workflow",
+        overrides={"results": "out`touch pwned`"}, message="has characters that are not allowed"),
+    Row("config-results-unwritable", "config",
+        "`--config results=/proc/forbidden allow_results_outside=true`, real snakemake", "snakemake",
+        args=("results=/proc/forbidden", "allow_results_outside=true"),
+        message="results folder /proc/forbidden cannot be written (No such file or directory in /proc)"),
+    Row("config-results-readonly", "config", "`results: ro` where `ro` is a read-only folder", "workflow",
+        overrides={"results": "ro"}, setup=_folder("ro"), mount="ro", message="results folder <work>/ro cannot be written"),
+    Row("config-results-is-a-file", "config", "`results: notes.txt` (an existing file)", "workflow",
+        overrides={"results": "notes.txt"}, setup=_files(**{"notes.txt": "x\n"}), message="cannot be created (<work>/notes.txt is a file)"),
+    Row("config-file-unreadable", "config", "`ptycho simulate --config conf.d` (a folder, not a file)", "cli",
+        args=("simulate", "--train", "t.h5", "--test", "u.h5", "--config", "conf.d"), setup=_files(**{"conf.d": "/"}),
+        message="cannot read config file conf.d: Is a directory", forbid=SIMULATE_WORK),
+    Row("config-file-not-a-mapping", "config", "`ptycho simulate --config list.yaml` holding a YAML list", "cli",
+        args=("simulate", "--train", "t.h5", "--test", "u.h5", "--config", "list.yaml"),
+        setup=_files(**{"list.yaml": "- n: 16\n"}), message="must hold a mapping at the top level", forbid=SIMULATE_WORK),
+    # ---- datasets: corruptions of conftest.CORRUPTIONS, given to commands that write
+    Row("dataset-missing", "dataset", "`ptycho train --dataset absent.h5`", "cli",
+        args=("train", "--dataset", "absent.h5", "--out", "m"), exit_code=1,
+        message="absent.h5: no such file; create it with 'python -m ptycho simulate'"),
+    Row("dataset-truncated", "dataset", "a truncated HDF5 file to `train`", "cli",
+        args=("train", "--dataset", "truncated.h5", "--out", "m"), setup=_corrupted("truncated"), exit_code=1,
+        message="truncated"),
+    Row("dataset-not-hdf5", "dataset", "a CSV named `.h5` to `evaluate`", "cli",
+        args=("evaluate", "--stitched", "s.npz", "--dataset", "not_hdf5.h5", "--out", "m.json"),
+        setup=_corrupted("not_hdf5"), exit_code=1, message="not a readable HDF5 file"),
+    Row("dataset-schema-version", "dataset", "a dataset of schema version 99 to `export-npz`", "cli",
+        args=("export-npz", "future_schema.h5", "--out", "x.npz"), setup=_corrupted("future_schema"), exit_code=1,
+        message="schema version 99 is newer"),
+    Row("dataset-nan", "dataset", "a NaN in the diffraction to `train`", "cli",
+        args=("train", "--dataset", "nan_diffraction.h5", "--out", "m"), setup=_corrupted("nan_diffraction"),
+        exit_code=1, message="NaN"),
+    Row("dataset-negative-counts", "dataset", "a negative amplitude to `export-npz`", "cli",
+        args=("export-npz", "negative_sqrt_counts.h5", "--out", "x.npz"), setup=_corrupted("negative_sqrt_counts"),
+        exit_code=1, message="negative"),
+    Row("dataset-mismatched-shapes", "dataset", "`positions` of shape (P, 3) to `train`", "cli",
+        args=("train", "--dataset", "wrong_shape.h5", "--out", "m"), setup=_corrupted("wrong_shape"), exit_code=1,
+        message="positions has shape"),
+    Row("dataset-digest-mismatch", "dataset", "a dataset edited after it was written, to `stitch`", "cli",
+        args=("stitch", "--reconstruction", "r.npz", "--dataset", "digest_mismatch.h5", "--out", "s.npz"),
+        setup=_corrupted("digest_mismatch"), exit_code=1, message="digest mismatch"),
+    Row("dataset-too-small-for-batch", "dataset", "`ptycho train --batch-size 4096` on a small dataset", "cli",
+        args=("train", "--dataset", "train.h5", "--out", "m", "--batch-size", "4096"), setup=_copy("train.h5"),
+        exit_code=1, message="training samples for batch size 4096; lower train.batch_size or simulate more data",
+        forbid=("ptycho.train.Trainer",)),
+    Row("npz-pickled", "dataset", "an NPZ holding a pickled (object) array to `import-npz`", "cli",
+        args=("import-npz", "d.npz", "--out", "d.h5"), setup=_npz(diff3d=np.array([{"a": 1}], dtype=object)),
+        exit_code=1, message="contains pickled (object) arrays, which are refused"),
+    Row("npz-truncated", "dataset", "a truncated NPZ to `import-npz`", "cli",
+        args=("import-npz", "d.npz", "--out", "d.h5"), setup=_truncated_npz, exit_code=1, message="may be truncated"),
+    Row("npz-missing-array", "dataset", "an NPZ without `probeGuess`", "cli",
+        args=("import-npz", "d.npz", "--out", "d.h5"), setup=_npz(probeGuess=None), exit_code=1,
+        message="missing array 'probeGuess'"),
+    Row("npz-mismatched-shapes", "dataset", "an NPZ with fewer scan coordinates than patterns", "cli",
+        args=("import-npz", "d.npz", "--out", "d.h5"), setup=_npz(xcoords=np.zeros(3), ycoords=np.zeros(3)),
+        exit_code=1, message="3 scan coordinates for 81 diffraction patterns"),
+    # ---- command line
+    Row("cli-missing-argument", "cli", "`ptycho import-npz d.npz` (no --out)", "cli",
+        args=("import-npz", "d.npz"), message="the following arguments are required: --out"),
+    Row("cli-bad-choice", "cli", "`ptycho import-npz d.npz --out d.h5 --gridsize 3`", "cli",
+        args=("import-npz", "d.npz", "--out", "d.h5", "--gridsize", "3"), message="argument --gridsize: invalid choice: 3 (choose from 1, 2)"),
+    Row("cli-same-output-twice", "cli", "`ptycho simulate --train t.h5 --test ./t.h5`", "cli",
+        args=("simulate", "--train", "t.h5", "--test", "./t.h5", *SIM), forbid=SIMULATE_WORK,
+        message="--train and --test are the same path ./t.h5; give each output its own path"),
+    Row("cli-track-finish-without-parent", "cli", "`ptycho track finish` (no --parent)", "cli",
+        args=("track", "finish"), message="'track finish' needs --parent (the JSON written by 'track start')"),
+    Row("cli-track-finish-missing-parent", "cli", "`ptycho track finish --parent absent.json`", "cli",
+        args=("track", "finish", "--parent", "absent.json"), exit_code=1,
+        message="absent.json: no such file, so there is no MLflow parent run to mark FINISHED"),
+    Row("cli-track-start-without-config", "cli", "`ptycho track start --out p.json` (no --config-json)", "cli",
+        args=("track", "start", "--out", "p.json"), message="'track start' needs --config-json"),
+    Row("cli-track-start-with-parent", "cli", "`ptycho track start ... --parent p.json` (contradictory)", "cli",
+        args=("track", "start", "--config-json", "c.json", "--out", "q.json", "--parent", "p.json"), setup=CONFIG_JSON,
+        message="'track start' takes no --parent"),
+    Row("cli-simulate-train-unwritable", "cli", "`ptycho simulate --train /proc/forbidden.h5 --test t.h5`", "cli",
+        args=("simulate", "--train", "/proc/forbidden.h5", "--test", "t.h5", *SIM), forbid=SIMULATE_WORK,
+        message="cannot write --train /proc/forbidden.h5 (No such file or directory); choose a writable path"),
+    Row("cli-simulate-test-unwritable", "cli", "`ptycho simulate --train t.h5 --test /proc/x/t.h5`", "cli",
+        args=("simulate", "--train", "t.h5", "--test", "/proc/x/t.h5", *SIM), forbid=SIMULATE_WORK,
+        message="cannot write --test /proc/x/t.h5"),
+    Row("cli-export-npz-out-unwritable", "cli", "`ptycho export-npz train.h5 --out /proc/x.npz`", "cli",
+        args=("export-npz", "train.h5", "--out", "/proc/x.npz"), setup=_copy("train.h5"),
+        forbid=("ptycho.data.read_dataset",), message="cannot write --out /proc/x.npz"),
+    Row("cli-import-npz-out-unwritable", "cli", "`ptycho import-npz d.npz --out /proc/x.h5`", "cli",
+        args=("import-npz", "d.npz", "--out", "/proc/x.h5"), setup=_npz(), forbid=("ptycho.npz.import_npz",),
+        message="cannot write --out /proc/x.h5"),
+    Row("cli-out-is-a-folder", "cli", "`ptycho export-npz train.h5 --out models` (an existing folder)", "cli",
+        args=("export-npz", "train.h5", "--out", "models"), setup=lambda d, c: (_copy("train.h5")(d, c), (d / "models").mkdir()),
+        message="cannot write --out models (Is a directory)"),
+    Row("cli-out-under-a-file", "cli", "`ptycho train --out notes.txt/m` (a file where a folder must be)", "cli",
+        args=("train", "--dataset", "train.h5", "--out", "notes.txt/m"),
+        setup=lambda d, c: (_copy("train.h5")(d, c), (d / "notes.txt").write_text("x\n")),
+        forbid=("ptycho.data.read_dataset",), message="cannot write --out notes.txt/m (notes.txt is not a folder)"),
+    # ---- environment
+    Row("env-tracking-unreachable", "environment", "`MLFLOW_TRACKING_URI` naming a server that is down", "cli",
+        args=("track", "start", "--config-json", "c.json", "--out", "p.json"), setup=CONFIG_JSON, exit_code=1,
+        env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:{port:closed}"},
+        message="MLflow tracking server at http://127.0.0.1:<port> is unreachable"),
+    Row("env-tracking-refuses-host", "environment", "a server that refuses the host name (HTTP 403)", "cli",
+        args=("track", "start", "--config-json", "c.json", "--out", "p.json"), setup=CONFIG_JSON, exit_code=1,
+        env={"MLFLOW_TRACKING_URI": "http://localhost:{port:fake}"},
+        message="refuses requests addressed to 'localhost:<port>' (HTTP 403"),
+    Row("env-tracking-not-mlflow", "environment", "a URI that answers without MLflow's API (HTTP 404)", "cli",
+        args=("track", "start", "--config-json", "c.json", "--out", "p.json"), setup=CONFIG_JSON, exit_code=1,
+        env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:{port:fake}/not-mlflow"}, message="has no MLflow tracking API (HTTP 404"),
+    Row("env-tracking-bare-path", "environment", "`MLFLOW_TRACKING_URI=mlruns` (a bare path) for the workflow", "workflow",
+        env={"MLFLOW_TRACKING_URI": "mlruns"}, message="MLflow tracking URI mlruns is a file store, which MLflow 3 refuses"),
+    Row("env-tracking-bare-path-cli", "environment", "`MLFLOW_TRACKING_URI=mlruns ptycho track start ...`", "cli",
+        args=("track", "start", "--config-json", "c.json", "--out", "p.json"), setup=CONFIG_JSON, exit_code=1,
+        env={"MLFLOW_TRACKING_URI": "mlruns"}, message="is a file store"),
+    Row("env-store-readonly", "environment", "`ptycho track start --results ro` (a read-only results folder)", "cli",
+        args=("track", "start", "--config-json", "c.json", "--out", "p.json", "--results", "ro"),
+        setup=lambda d, c: (CONFIG_JSON(d, c), _folder("ro")(d, c)), mount="ro", exit_code=1,
+        env={"MLFLOW_TRACKING_URI": ""}, message="MLflow store folder <work>/ro is not writable"),
+    Row("env-disk-full", "environment", "`ptycho simulate` into a full filesystem", "cli",
+        args=("simulate", "--train", "full/t.h5", "--test", "full/u.h5", *SIM), setup=_folder("full"), mount="full",
+        exit_code=1, message="cannot write full/t.h5 (No space left on device)"),
+]
+
+
+# ------------------------------------------------------------------------ running rows
+def make_clean_inputs(folder: Path) -> Path:
+    """The valid files rows start from: the small simulated pair, sqrt-count copy, NPZ."""
+    from dataclasses import replace
+
+    from ptycho.data import write_dataset
+    from ptycho.npz import export_npz
+    from ptycho.simulate import simulate
+
+    pair = simulate(SMALL)
+    write_dataset(folder / "train.h5", pair["train"])
+    write_dataset(folder / "test.h5", pair["test"])
+    train = pair["train"]
+    write_dataset(folder / "sqrt.h5", replace(train, diffraction=train.amplitude, units="sqrt_counts"))
+    export_npz(pair["train"], folder / "train.npz")
+    return folder
+
+
+class _FakeMlflow(http.server.BaseHTTPRequestHandler):
+    """MLflow 3's answers: the API only for Host 127.0.0.1, 404 off the API path."""
+
+    def do_GET(self):
+        if not self.path.startswith("/api/2.0/mlflow/"):
+            code, body = 404, b"Not Found"
+        elif self.headers["Host"].split(":")[0] != "127.0.0.1":
+            code, body = 403, b"Invalid Host header - possible DNS rebinding attack detected"
+        else:
+            code, body = 200, b'{"experiments": []}'
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def _ports(env: dict) -> Iterator[dict]:
+    """``{port:closed}``: a port nothing listens on; ``{port:fake}``: a fake MLflow on 127.0.0.1."""
+    out, server = {}, None
+    try:
+        for key, value in env.items():
+            if "{port:fake}" in value and server is None:
+                server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeMlflow)
+                threading.Thread(target=server.serve_forever, daemon=True).start()
+            if "{port:closed}" in value:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    closed = s.getsockname()[1]
+                value = value.replace("{port:closed}", str(closed))
+            if server is not None:
+                value = value.replace("{port:fake}", str(server.server_address[1]))
+            out[key] = value
+        yield out
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+@contextlib.contextmanager
+def _environment(cwd: Path, env: dict) -> Iterator[None]:
+    old_cwd, old_env = os.getcwd(), dict(os.environ)
+    os.chdir(cwd)
+    for key, value in env.items():
+        if value:
+            os.environ[key] = value
+        else:
+            os.environ.pop(key, None)
+    try:
+        yield
+    finally:
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+
+
+@contextlib.contextmanager
+def _mounted(row: Row, d: Path) -> Iterator[None]:
+    """The row's read-only folder ``ro`` or full filesystem ``full``: a real tmpfs mount as
+    root (for whom permission bits do not stop writes); ``chmod 555`` otherwise."""
+    if not row.mount:
+        yield
+        return
+    target = d / row.mount
+    if not _is_root():
+        assert row.mount == "ro", "a full filesystem needs root (mount)"
+        target.chmod(0o555)
+        try:
+            yield
+        finally:
+            target.chmod(0o755)
+        return
+    options = "ro,size=64k" if row.mount == "ro" else "size=16k"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot mount a tmpfs on {target}: {done.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(target)], check=False)
+
+
+def _listing(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    stderr: str
+    before: list[str]
+    after: list[str]
+    called: list[str]
+
+
+def _call(row: Row, d: Path, env: dict) -> tuple[int, str]:
+    """Run the row the way a user would meet it; returns (exit code, stderr)."""
+    err = io.StringIO()
+    if row.via == "cli":
+        from ptycho.cli import main
+
+        with _environment(d, env), contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = main(list(row.args))
+            except SystemExit as exc:  # argparse
+                code = exc.code
+        return int(code), err.getvalue()
+    if row.via == "workflow":
+        from ptycho.errors import PtychoError
+        from ptycho.workflow import parse_time_checks
+
+        base = yaml.safe_load((ROOT / "config.yaml").read_text())
+        with _environment(d, env):
+            try:
+                parse_time_checks(base, row.overrides, d)
+            except PtychoError as exc:  # what rules/common.smk prints
+                return 2, f"ptycho workflow: error: {exc}\n"
+        return 0, ""
+    raise ValueError(row.via)
+
+
+def run_row(row: Row, d: Path, clean: Path, tag: str) -> Outcome:
+    if row.setup:
+        row.setup(d, clean)
+    before, called = _listing(d), []
+    if row.via == "snakemake":
+        for name in WORKFLOW_FILES:
+            src = ROOT / name
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, d / name)
+        before = _listing(d)
+        args = [a.format(tag=tag) for a in row.args]
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "all", "--config", *args],
+                              cwd=d, capture_output=True, text=True, timeout=300, env=dict(os.environ, **row.env))
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ptycho workflow: error:")]
+        stderr = "\n".join(lines) + "\n" if lines else proc.stderr
+        if "Traceback" in proc.stderr:
+            stderr += proc.stderr
+        after = [p for p in _listing(d) if not p.startswith(".snakemake")]
+        return Outcome(proc.returncode, stderr, before, after, called)
+    patches = []
+    for target in row.forbid:
+        def spy(*a, _t=target, **k):
+            called.append(_t)
+            raise AssertionError(f"{_t} was called")
+
+        patches.append(mock.patch(target, spy))
+    with _ports(row.env) as env, _mounted(row, d), contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        code, stderr = _call(row, d, env)
+        after = _listing(d)
+    return Outcome(code, stderr, before, after, called)
+
+
+def shown(stderr: str, d: Path) -> str:
+    """The stderr line as the doc shows it: the row's folder as ``<work>``, ports as ``<port>``."""
+    line = stderr.strip().replace(str(d), "<work>")
+    return re.sub(r"(127\.0\.0\.1|localhost):\d+", r"\1:<port>", line)
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+# ------------------------------------------------------------------------------ tests
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    return make_clean_inputs(tmp_path_factory.mktemp("clean"))
+
+
+@pytest.mark.parametrize("row", CATALOGUE, ids=[r.id for r in CATALOGUE])
+def test_bad_input_is_one_line_with_exit_code_and_no_output(row, clean, tmp_path):
+    if row.mount == "full" and not _is_root():
+        pytest.skip("needs root to mount a small tmpfs and fill it")
+    tag = tmp_path.name
+    for path in row.absent:
+        assert not Path(path.format(tag=tag)).exists()
+    out = run_row(row, tmp_path, clean, tag)
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(("ptycho ", "ptycho: ")) and "error:" in lines[0], lines[0]
+    assert row.message in shown(out.stderr, tmp_path), lines[0]
+    assert out.exit_code == row.exit_code, (out.exit_code, lines[0])
+    assert out.after == out.before, "partial output left behind"
+    assert out.called == []
+    for path in row.absent:
+        assert not Path(path.format(tag=tag)).exists(), f"{path} was created"
+
+
+def test_the_catalogue_has_at_least_30_rows_in_every_area():
+    assert len(CATALOGUE) >= 30 and len({r.id for r in CATALOGUE}) == len(CATALOGUE)
+    assert {r.area for r in CATALOGUE} == {"config", "dataset", "cli", "environment"}
+
+
+def _doc_rows() -> dict[str, list[str]]:
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("| `") and len(cells) == 5:
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_the_doc_lists_every_row_with_its_message_and_exit_code():
+    """docs/bad-inputs.md and CATALOGUE cannot drift: same ids, each message holding the
+    row's fragment, same exit code (regenerate with ``python tests/test_bad_inputs.py``)."""
+    doc = _doc_rows()
+    assert list(doc) == [r.id for r in CATALOGUE]
+    for row in CATALOGUE:
+        _, area, _, message, code = doc[row.id]
+        assert area == row.area and code == str(row.exit_code), row.id
+        assert _cell(row.message).replace("`", "&#96;") in message, (row.id, message)
+
+
+def test_simulate_writes_a_pair_or_nothing(tmp_path, monkeypatch, capsys):
+    """The test split failing to write (a disk filling up between the two) takes the
+    train split written a moment before with it: no lone train.h5 for a later job."""
+    import ptycho.data
+    from ptycho.cli import main
+    from ptycho.errors import PtychoError
+
+    real = ptycho.data.write_dataset
+
+    def second_fails(path, ds):
+        if Path(path).name == "u.h5":
+            raise PtychoError(f"cannot write {path} (No space left on device); choose a writable path or free space")
+        return real(path, ds)
+
+    monkeypatch.setattr(ptycho.data, "write_dataset", second_fails)
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--train", "t.h5", "--test", "u.h5", *SIM]) == 1
+    assert "cannot write u.h5 (No space left on device)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ doc generator
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def write_doc(path: Path = DOC) -> None:
+    """Run every row and rewrite the table between the markers of ``docs/bad-inputs.md``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        clean = make_clean_inputs(Path(tmp))
+        lines = ["| row | area | input | what the user sees (stderr, one line) | exit |", "|---|---|---|---|---|"]
+        for i, row in enumerate(CATALOGUE):
+            d = Path(tmp) / f"row{i}"
+            d.mkdir()
+            if row.mount == "full" and not _is_root():
+                message = f"(not run: needs root) … {row.message}"
+                code = row.exit_code
+            else:
+                out = run_row(row, d, clean, "TAG")
+                message, code = shown(out.stderr, d), out.exit_code
+            lines.append(f"| `{row.id}` | {row.area} | {_cell(row.what)} | {_cell(message).replace('`', '&#96;')} | {code} |")
+    text = path.read_text()
+    start, end = "<!-- catalogue: start -->", "<!-- catalogue: end -->"
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    path.write_text(f"{head}{start}\n" + "\n".join(lines) + f"\n{end}{tail}")
+
+
+if __name__ == "__main__":
+    write_doc()
+    print(f"{DOC}: {len(CATALOGUE)} rows")
