@@ -61,7 +61,7 @@ def test_preset_overrides_config_yaml_and_command_line_overrides_preset(base):
         ({"simulation": {"n": 40}}, "config key 'simulation.n': 40 is not a multiple of 16"),
         ({"xla": ["off", "fast"]}, "config key 'xla.1': 'fast' is not allowed; choose one of off, jit, auto, physics"),
         ({"xla": [True, "jit"]}, "config key 'xla': [True, 'jit'] names a mode twice"),
-        ({"xla": []}, "config key 'xla': [] should be non-empty"),
+        ({"xla": []}, "config key 'xla': [] is empty; list at least 1 value(s)"),
         ({"bench": {"context": "busy"}}, "config key 'bench.context': 'busy' is not allowed; choose one of alone, shared"),
     ],
 )
