@@ -144,7 +144,7 @@ CATALOGUE: list[Row] = [
         overrides={"seeds": []}, message="config key 'seeds': [] is empty"),
     Row("config-unknown-model", "config", "`models: [pinn, unet]`", "workflow",
         overrides={"models": ["pinn", "unet"]}, message="config key 'models.1': 'unet' is not allowed; choose one of"),
-    Row("config-unknown-xla-mode", "config", "`xla: [maybe]` (an XLA arm that does not exist)", "workflow",
+    Row("config-unknown-xla-mode", "config", "`xla: [maybe]` (an XLA mode that does not exist)", "workflow",
         overrides={"xla": ["maybe"]}, message="config key 'xla.0': 'maybe'"),
     Row("config-unknown-preset", "config", "`--config preset=huge`", "workflow",
         overrides={"preset": "huge"}, message="config key 'preset': 'huge' is not allowed; choose one of smoke, default, paper"),
