@@ -28,8 +28,13 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
     for writers that insist on an extension (Keras wants ``.keras``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    except OSError as exc:
+        if _no_space(exc):
+            raise _disk_full(path) from None
+        raise
     os.close(fd)
     try:
         write(tmp)
@@ -39,9 +44,36 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         # so results stay readable by the group, an MLflow server or a web server.
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, Exception) and _no_space(exc):
+            raise _disk_full(path) from None
         raise
+
+
+def _no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` (or a cause: h5py and Keras wrap the OSError) is a full disk or quota."""
+    import errno
+
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(err).lower()
+        if "no space left on device" in text or "disk quota exceeded" in text or "errno = 28" in text:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _disk_full(path: Path) -> PtychoError:
+    return PtychoError(
+        f"no space left on the device of {path.parent} while writing {path.name}; nothing was written "
+        "(an earlier version of the file, if any, is unchanged): free space there or choose another "
+        "results folder, then re-run"
+    )
 
 
 def _umask() -> int:
