@@ -436,9 +436,9 @@ def test_a_full_disk_is_one_line_leaves_no_half_file_and_the_rerun_completes(sma
     read_dataset(data / "train.h5")  # what was written is whole and valid
 
     model = small_disk / "model"
-    shutil.copy(train_file, small_disk / "train.h5")
     (data / "train.h5").unlink()
     filler.unlink()
+    shutil.copy(train_file, small_disk / "train.h5")
     filler = _fill(small_disk, 20_000)  # less than one training state
     train = ("--threads", "1", "train", "--quiet", "--resume", "--dataset", str(small_disk / "train.h5"),
              "--out", str(model), *TINY, "--epochs", "2")
