@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mlflow_server import free_port, start_server, stop_server
 
 from ptycho import tracking
 
@@ -253,65 +254,19 @@ def test_a_training_killed_mid_run_resumes_to_the_uninterrupted_result(tmp_path,
 
 
 # --------------------------------------------------------- the tracking server goes away
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(folder: Path, port: int) -> subprocess.Popen:
-    """``make mlflow-server``'s command on 127.0.0.1 (one worker); its own process group."""
-    mlflow = Path(sys.executable).with_name("mlflow")
-    log = open(folder / f"server-{time.monotonic_ns()}.log", "wb")
-    proc = subprocess.Popen(
-        [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow-server.db'}",
-         "--artifacts-destination", str(folder / "mlflow-artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        env=dict(_env(), MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"), stdin=subprocess.DEVNULL, stdout=log,
-        stderr=log, start_new_session=True,
-    )
-    log.close()
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            tracking.preflight(f"http://127.0.0.1:{port}", timeout=5)
-            return proc
-        except Exception:
-            assert proc.poll() is None, "mlflow server exited at start"
-            assert time.monotonic() < deadline, "mlflow server did not answer within 180 s"
-            time.sleep(0.5)
-
-
-def _stop_server(proc: subprocess.Popen) -> None:
-    """SIGTERM its process group by PID (the server and its workers), SIGKILL after 20 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                proc.wait(5)
-                return
-            time.sleep(0.2)
-
-
 @pytest.mark.slow
 def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once(tmp_path, train_file):
     from mlflow.tracking import MlflowClient
 
-    port = _free_port()
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    server = _start_server(tmp_path, port)
+    server = start_server(tmp_path, port)
     results = tmp_path / "results" / "smoke"
     epochs = 40
     try:
         parent = _parent(uri, results)
         # MLflow's own HTTP retries (7 with backoff factor 2, minutes) shortened for the test.
-        env = _env(MLFLOW_HTTP_REQUEST_MAX_RETRIES="2", MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="0.2",
+        env = _env(MLFLOW_HTTP_REQUEST_MAX_RETRIES="2", MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1",
                    MLFLOW_HTTP_REQUEST_TIMEOUT="10")
         job = _ptycho("--mlflow-parent", str(parent), "--mlflow-tag", "rule=train", "--threads", "1", "train",
                       "--quiet", "--dataset", str(train_file), "--out", str(results / "model"), *TINY,
@@ -325,7 +280,7 @@ def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once
                 return 0
 
         _wait_for(lambda: epochs_journaled() >= 3, 300, "three epochs logged", job)
-        _stop_server(server)
+        stop_server(server)
         out, err = job.communicate(timeout=600)
         assert job.returncode == 0, err[-3000:]
         warnings = [line for line in err.splitlines() if "stopped answering" in line]
@@ -335,7 +290,7 @@ def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once
         assert epochs_journaled() == epochs
         assert (results / "model" / "model.json").exists()
 
-        server = _start_server(tmp_path, port)
+        server = start_server(tmp_path, port)
         client = MlflowClient(uri)
         (run,) = _children(uri, parent)
         before = len(client.get_metric_history(run.info.run_id, "val_loss"))
@@ -345,7 +300,8 @@ def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once
             replay = subprocess.run([sys.executable, "-m", "ptycho", "track", "replay", str(journal.parent)],
                                     env=_env(), capture_output=True, text=True, timeout=300)
             assert replay.returncode == 0, replay.stderr[-3000:]
-            assert replay.stdout.startswith(f"{journal}: replayed runs=1 ")
+            (done,) = [line for line in replay.stdout.splitlines() if line.startswith(f"{journal}: replayed ")]
+            assert done.startswith(f"{journal}: replayed runs=1 params=") and "ends=1" in done
             run = client.get_run(run.info.run_id)
             for key in ("train_loss", "val_loss", "log_scale"):
                 history = client.get_metric_history(run.info.run_id, key)
@@ -356,7 +312,7 @@ def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once
             assert {a.path for a in client.list_artifacts(run.info.run_id, "model")} == {"model/model.json",
                                                                                           "model/model.keras"}
     finally:
-        _stop_server(server)
+        stop_server(server)
 
 
 def test_replay_refuses_what_is_not_a_journal_with_one_line(tmp_path):
