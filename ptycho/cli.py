@@ -180,7 +180,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         on_resume = None
 
     meta = train(ds, model_cfg, train_cfg, args.out, progress=not args.quiet, on_epoch=on_epoch,
-                 resume=args.resume, checkpoint_dir=args.checkpoint_dir, on_resume=on_resume)
+                 resume=args.resume, checkpoint_dir=args.checkpoint_dir, on_resume=on_resume,
+                 on_diverge=args.on_diverge)
+    if meta.get("status") == "FAILED":
+        # --on-diverge record: the outputs hold the last good state, marked FAILED; the
+        # run ends FAILED with the reason, the job succeeds so that the report can say so.
+        if run is not None:
+            run.log_artifact(str(Path(args.out) / "model.json"), "model")
+            run.fail_on_exit(meta["failure"])
+        print(f"ptycho train: warning: {meta['failure']}; recorded as a FAILED model in {args.out}", file=sys.stderr)
+        return 0
     last = meta["history"][-1]
     t = meta["timing"]
     if run is not None:
@@ -540,6 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue from the saved state in the checkpoint folder if it has the same configuration and dataset")
     p.add_argument("--checkpoint-dir", help="folder of the resumable state (default: OUT/checkpoint)")
+    p.add_argument("--on-diverge", choices=("raise", "record"), default="raise",
+                   help="on a NaN/inf loss: fail (raise, the default) or write the last good state as the model, "
+                        "marked status FAILED in model.json, and exit 0 (record)")
     _add_config_flags(p, ModelConfig, "model_")
     _add_config_flags(p, TrainConfig, "train_")
     p.set_defaults(func=cmd_train)

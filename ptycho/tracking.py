@@ -653,6 +653,7 @@ class Run:
         self._uri = uri
         self._journal = journal
         self._offline = ""
+        self._exit_status = "FINISHED"
         self._retries = {"locked": 0, "conflict": 0}
         self._nonfinite: set[str] = set()
 
@@ -799,6 +800,15 @@ class Run:
             lambda: _log_dataset(self._client, self._run_id, name, digest, source_path, split),
             conflicts=True,
         )
+
+    def fail_on_exit(self, reason: str) -> None:
+        """End this run FAILED with ``reason`` (tag ``ptycho.end_reason``) even if the block exits normally.
+
+        For a job that records a failure as a result (a diverged training written as a
+        FAILED model) instead of raising it.
+        """
+        self.set_tags({END_REASON_TAG: reason})
+        self._exit_status = "FAILED"
 
     def _terminate(self, status: str) -> None:
         end_time = int(time.time() * 1000)
@@ -979,7 +989,7 @@ def child_run(
         except Exception as term_exc:  # keep the original error
             _log.warning("could not mark MLflow run %s %s: %s", run.run_id, status, term_exc)
         raise
-    run._terminate("FINISHED")
+    run._terminate(run._exit_status)
 
 
 # ------------------------------------------------------------------------- replay

@@ -304,7 +304,7 @@ def _restore(trainer: Trainer, header: dict, arrays: dict[str, np.ndarray], path
 
 def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: str | os.PathLike,
           *, progress: bool = True, on_epoch=None, resume: bool = False,
-          checkpoint_dir: str | os.PathLike | None = None, on_resume=None) -> dict:
+          checkpoint_dir: str | os.PathLike | None = None, on_resume=None, on_diverge: str = "raise") -> dict:
     """Train one model on ``ds`` and write ``out_dir/model.keras`` + ``model.json``.
 
     ``on_epoch(epoch, record)`` is called after each epoch (used for MLflow logging).
@@ -316,7 +316,14 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
     run continues as if uninterrupted. ``on_resume(history)`` then receives the epochs
     already done. A state of another configuration is ignored (training starts over,
     and says so). Returns the metadata written to ``model.json``.
+
+    A NaN or infinite loss raises :class:`TrainingDiverged` (``on_diverge="raise"``);
+    with ``on_diverge="record"`` the last good state is written as the model instead,
+    its ``model.json`` marked ``"status": "FAILED"`` with the reason in ``"failure"``,
+    so that a pipeline can report the failed arm rather than stop (see :func:`_record_divergence`).
     """
+    if on_diverge not in ("raise", "record"):
+        raise ValueError(f"on_diverge must be 'raise' or 'record', not {on_diverge!r}")
     from tqdm import tqdm
 
     out_dir = Path(out_dir)
@@ -399,10 +406,13 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
                 step_times.append(dt)
             if not np.isfinite(loss):
                 done = len(meta["history"])
-                raise TrainingDiverged(
+                diverged = TrainingDiverged(
                     f"loss became {loss} at epoch {epoch + 1}; the last good checkpoint (after epoch {done}) is kept "
                     f"in {ckpt} (lower train.learning_rate or check the dataset)"
                 )
+                if on_diverge == "raise":
+                    raise diverged
+                return _record_divergence(trainer, state_path, out_dir, train_cfg, str(diverged))
             losses.append(loss)
             bar.set_postfix(loss=f"{loss:.4g}")
         for step, count in trainer.traces.items():
@@ -431,6 +441,24 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
             print(f"epoch {epoch + 1}: train {record['train_loss']:.5g} val {record['val_loss']:.5g}", flush=True)
     if start_epoch >= train_cfg.epochs:  # the saved state was already complete: write its outputs
         save_checkpoint(trainer, out_dir, meta)
+    return meta
+
+
+def _record_divergence(trainer: Trainer, state_path: Path, out_dir: Path, train_cfg: TrainConfig, reason: str) -> dict:
+    """Write the last good state as the model, marked FAILED with ``reason``; return its metadata.
+
+    The network goes back to the saved state (the diverged weights are NaN), and
+    ``model.json`` says ``"status": "FAILED"`` and ``"failure": reason``, with the history
+    of the good epochs (possibly none). Readers of ``model.json`` must check ``status``.
+    """
+    header, arrays = load_train_state(state_path)
+    _restore(trainer, header, arrays, state_path)
+    meta = header["meta"]
+    meta["train"] = to_dict(train_cfg)
+    meta["status"], meta["failure"] = "FAILED", reason
+    meta.setdefault("timing", {"compile_s": None, "step_times_s": [], "step_median_s": None, "train_wall_s": 0.0})
+    meta.setdefault("traces", dict(trainer.traces))
+    save_checkpoint(trainer, out_dir, meta)
     return meta
 
 

@@ -191,6 +191,22 @@ def test_a_nan_loss_fails_the_run_with_the_reason_and_keeps_the_last_good_state(
     assert [e["status"] for e in ends] == ["FAILED"]
     assert MlflowClient(uri).get_run(json.loads(parent.read_text())["run_id"]).info.status == "RUNNING"
 
+    # --on-diverge record: the last good state becomes the model, marked FAILED; exit 0.
+    proc = _ptycho("--mlflow-parent", str(parent), "--mlflow-tag", "rule=train", "--threads", "1", "train", "--quiet",
+                   "--resume", "--on-diverge", "record", "--dataset", str(bad), "--out", str(out), *TINY, "--loss", "mae",
+                   "--epochs", "3")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    reason = line.split(": error: ", 1)[1]
+    assert [x for x in err.splitlines() if x.startswith("ptycho train: ")] == [
+        f"ptycho train: warning: {reason}; recorded as a FAILED model in {out}"]
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["status"] == "FAILED" and meta["failure"] == reason and meta["history"] == []
+    assert (out / "model.keras").exists()
+    recorded = [r for r in _children(uri, parent) if r.info.run_id != run.info.run_id]
+    assert [r.info.status for r in recorded] == ["FAILED"]
+    assert recorded[0].data.tags[tracking.END_REASON_TAG] == reason
+
 
 # -------------------------------------------------------------------------- resume
 def _state(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
