@@ -36,6 +36,13 @@ A third race needs no lock but a retry: concurrent jobs logging the same dataset
 try to insert its one shared row, and all but the first fail on a unique constraint;
 :meth:`Run.log_dataset` retries those conflicts, and the retry links the existing row.
 
+Faults mid-run: each child run is tagged with its host, pid and the pid's start time,
+so that :func:`end_stale_children` can close (KILLED, with the reason in the tag
+``ptycho.end_reason``) the runs of jobs that were killed outright; and a :class:`Run`
+with a :class:`Journal` appends every write to a local JSON-lines file first, goes on
+without the server when it stops answering, and :func:`replay_journal` sends the file
+again later, idempotently.
+
 MLflow is imported inside the functions, so importing this module is cheap.
 """
 

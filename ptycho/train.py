@@ -310,8 +310,8 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
     ``on_epoch(epoch, record)`` is called after each epoch (used for MLflow logging).
     After every epoch (and once before the first) the resumable state is saved to
     ``checkpoint_dir`` (default ``<out_dir>/checkpoint/``, see :func:`checkpoint_dir_for`).
-    With ``resume``, a saved state of the same configuration (all but the epoch count)
-    and dataset is continued from its last completed epoch: the history is continued
+    With ``resume``, an unfinished saved state of the same configuration (all but the
+    epoch count) and dataset is continued from its last completed epoch: the history is continued
     (epochs numbered on), and weights, optimiser and batch order are restored, so the
     run continues as if uninterrupted. ``on_resume(history)`` then receives the epochs
     already done. A state of another configuration is ignored (training starts over,
@@ -346,9 +346,11 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
     trainer = Trainer(model_cfg, train_cfg, ds.n, data.inputs.shape[-1], ds.probe, data.physics)
     compat = _compat_key(model_cfg, train_cfg, ds.attrs.get("digest", ""))
     saved = load_train_state(state_path) if resume else None
-    if saved is not None and (saved[0]["compat"] != compat or saved[0]["epoch"] > train_cfg.epochs):
-        why = "another configuration or dataset" if saved[0]["compat"] != compat else "more epochs than asked for"
-        print(f"ptycho train: note: {state_path} holds a state of {why}; training starts over", flush=True)
+    if saved is not None and (saved[0]["compat"] != compat or saved[0]["epoch"] >= train_cfg.epochs):
+        # A finished state is not resumed either: a forced re-run (snakemake -R) means train again.
+        why = ("another configuration or dataset" if saved[0]["compat"] != compat
+               else f"a finished training ({saved[0]['epoch']} epochs)")
+        print(f"ptycho train: note: {state_path} holds the state of {why}; training starts over", flush=True)
         saved = None
     if saved is not None:
         header, arrays = saved
@@ -439,8 +441,6 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
             on_epoch(epoch, record)
         if progress:
             print(f"epoch {epoch + 1}: train {record['train_loss']:.5g} val {record['val_loss']:.5g}", flush=True)
-    if start_epoch >= train_cfg.epochs:  # the saved state was already complete: write its outputs
-        save_checkpoint(trainer, out_dir, meta)
     return meta
 
 
