@@ -44,9 +44,13 @@ def _snakemake(work: Path) -> subprocess.Popen:
 
 
 def _client(work: Path):
+    """A client of the pipeline's store, opened under the store's lock: the pipeline's
+    first job may be creating its tables at this moment (see ``tracking.ensure_store``)."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    uri = f"sqlite:///{work / 'results' / 'mlflow.db'}"
+    tracking.ensure_store(uri)
+    return MlflowClient(uri)
 
 
 def _children(work: Path) -> list:
