@@ -268,6 +268,13 @@ def test_a_training_killed_mid_run_resumes_to_the_uninterrupted_result(tmp_path,
     history = client.get_metric_history(resumed.info.run_id, "val_loss")
     assert sorted(m.step for m in history) == [1, 2, 3, 4, 5]  # the whole curve, each step once
 
+    # A finished state is not resumed: running the job again (snakemake -R) trains again.
+    again = _ptycho(*args, "--out", str(out))
+    stdout, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert "holds the state of a finished training (5 epochs); training starts over" in stdout
+    assert "resumed" not in json.loads((out / "model.json").read_text())
+
 
 # --------------------------------------------------------- the tracking server goes away
 @pytest.mark.slow
