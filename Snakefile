@@ -47,3 +47,11 @@ rule report:
 
 onerror:
     shell(f"{PTYCHO} track finish --parent {PARENT} --status FAILED || true")
+
+
+onstart:
+    # A job killed outright (kill -9, out of memory) cannot close its MLflow run: before
+    # any job starts, runs of earlier attempts whose process is gone are marked KILLED
+    # with the reason as a tag (each job also does this when it starts).
+    if os.path.exists(PARENT):
+        shell(f"{PTYCHO} track sweep --parent {PARENT} > /dev/null || true")

@@ -32,7 +32,7 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     except OSError as exc:
-        raise _cannot_write(path, exc) from None
+        raise (_disk_full(path) if _no_space(exc) else _cannot_write(path, exc)) from None
     os.close(fd)
     try:
         write(tmp)
@@ -44,6 +44,8 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, Exception) and _no_space(exc):  # h5py and Keras wrap the OSError
+            raise _disk_full(path) from None
         if isinstance(exc, OSError):
             raise _cannot_write(path, exc) from None
         raise
@@ -54,6 +56,31 @@ def _cannot_write(path: Path, exc: OSError) -> PtychoError:
     # h5py puts a multi-line report in strerror; the errno says it in a few words.
     reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:200] or type(exc).__name__
     return PtychoError(f"cannot write {path} ({reason}); choose a writable path or free space, then re-run")
+
+
+def _no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` (or a cause: h5py and Keras wrap the OSError) is a full disk or quota."""
+    import errno
+
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(err).lower()
+        if "no space left on device" in text or "disk quota exceeded" in text or "errno = 28" in text:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _disk_full(path: Path) -> PtychoError:
+    return PtychoError(
+        f"no space left on the device of {path.parent} while writing {path.name}; nothing was written "
+        "(an earlier version of the file, if any, is unchanged): free space there or choose another "
+        "results folder, then re-run"
+    )
 
 
 def _umask() -> int:

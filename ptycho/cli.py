@@ -189,7 +189,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         def on_epoch(epoch: int, record: dict) -> None:
             run.log_metrics({k: record[k] for k in ("train_loss", "val_loss", "log_scale")}, step=epoch + 1)
 
-    meta = train(ds, model_cfg, train_cfg, args.out, progress=not args.quiet, on_epoch=on_epoch)
+        def on_resume(history: list[dict]) -> None:
+            # The earlier attempt's epochs, at their own steps: this run holds the whole curve.
+            run.set_tags({"ptycho.resumed_after_epoch": len(history)})
+            for record in history:
+                run.log_metrics({k: record[k] for k in ("train_loss", "val_loss", "log_scale")}, step=record["epoch"])
+    else:
+        on_resume = None
+
+    meta = train(ds, model_cfg, train_cfg, args.out, progress=not args.quiet, on_epoch=on_epoch,
+                 resume=args.resume, checkpoint_dir=args.checkpoint_dir, on_resume=on_resume,
+                 on_diverge=args.on_diverge)
+    if meta.get("status") == "FAILED":
+        # --on-diverge record: the outputs hold the last good state, marked FAILED; the
+        # run ends FAILED with the reason, the job succeeds so that the report can say so.
+        if run is not None:
+            run.log_artifact(str(Path(args.out) / "model.json"), "model")
+            run.fail_on_exit(meta["failure"])
+        print(f"ptycho train: warning: {meta['failure']}; recorded as a FAILED model in {args.out}", file=sys.stderr)
+        return 0
     last = meta["history"][-1]
     t = meta["timing"]
     if run is not None:
@@ -346,6 +364,24 @@ def cmd_track(args: argparse.Namespace) -> int:
     from ptycho import tracking
     from ptycho.artifacts import read_json
 
+    if args.action == "replay":
+        if not args.journal:
+            raise PtychoError("track replay: name the journal files or folders (<results>/<preset>/mlflow/journal/)")
+        files = tracking.journal_files(args.journal)
+        if not files:
+            raise PtychoError(f"track replay: no .jsonl journal in {' '.join(args.journal)}")
+        for path in files:
+            counts = tracking.replay_journal(path, args.tracking_uri)
+            print(f"{path}: replayed " + " ".join(f"{k}={v}" for k, v in counts.items()))
+        return 0
+    if args.action == "sweep":
+        if not args.parent:
+            raise PtychoError("track sweep: --parent is required (the JSON written by 'track start')")
+        parent = read_json(args.parent)
+        ended = tracking.end_stale_children(parent["tracking_uri"], parent["run_id"], by="'ptycho track sweep'")
+        print(f"MLflow parent run {parent['run_id']}: {len(ended)} stale child run(s) marked KILLED"
+              + (f" ({', '.join(ended)})" if ended else ""))
+        return 0
     if args.action == "start":
         needed = {"--config-json": (args.config_json, "the resolved config JSON to log"),
                   "--out": (args.out, "where to write the parent run's id")}
@@ -560,6 +596,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (model.keras, model.json)")
     p.add_argument("--config", help="YAML file with 'model' and 'train' sections")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the saved state in the checkpoint folder if it has the same configuration and dataset")
+    p.add_argument("--checkpoint-dir", help="folder of the resumable state (default: OUT/checkpoint)")
+    p.add_argument("--on-diverge", choices=("raise", "record"), default="raise",
+                   help="on a NaN/inf loss: fail (raise, the default) or write the last good state as the model, "
+                        "marked status FAILED in model.json, and exit 0 (record)")
     _add_config_flags(p, ModelConfig, "model_")
     _add_config_flags(p, TrainConfig, "train_")
     p.set_defaults(func=cmd_train)
@@ -614,15 +656,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="also write the full result as JSON")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("track", help="start or finish the pipeline's MLflow parent run")
-    p.add_argument("action", choices=("start", "finish"))
+    p = sub.add_parser("track", help="start or finish the pipeline's MLflow parent run; replay journals; end stale runs")
+    p.add_argument("action", choices=("start", "finish", "replay", "sweep"),
+                   help="replay: send journals (JSONL kept beside the outputs) to MLflow again, idempotently; "
+                        "sweep: mark KILLED the RUNNING child runs whose process is gone")
+    p.add_argument("journal", nargs="*", help="(replay) journal files or folders, e.g. results/smoke/mlflow/journal")
+    p.add_argument("--tracking-uri", help="(replay) send to this store instead of the one recorded in the journal")
     p.add_argument("--config-json", help="resolved config (start): logged as the parent's params")
     p.add_argument("--experiment", default="xla-ptycho")
     p.add_argument("--run-name", default="pipeline")
     p.add_argument("--tag", action="append", metavar="KEY=VALUE")
     p.add_argument("--out", help="(start) where to write the parent run's id and tracking URI")
     p.add_argument("--results", default="results", help="(start) folder of the embedded store results/mlflow.db")
-    p.add_argument("--parent", help="(finish) the JSON written by 'track start'")
+    p.add_argument("--parent", help="(finish, sweep) the JSON written by 'track start'")
     p.add_argument("--status", choices=("FINISHED", "FAILED", "KILLED"), default="FINISHED")
     p.set_defaults(func=cmd_track)
 
@@ -748,9 +794,28 @@ def _run(args: argparse.Namespace) -> int:
     if "SLURM_JOB_ID" in os.environ:
         tags["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     name = "-".join(v for k, v in tags.items() if k in ("rule", "model", "xla", "seed") and v) or args.command
-    with tracking.child_run(parent["tracking_uri"], parent["run_id"], name, tags) as run:
+    # Everything the job logs also goes to a journal beside the pipeline's outputs, so
+    # that nothing is lost if the tracking server goes away ('ptycho track replay').
+    journal = Path(args.mlflow_parent).resolve().parent / "journal" / f"{name.replace('/', '_')}.jsonl"
+    with tracking.child_run(parent["tracking_uri"], parent["run_id"], name, tags, journal=journal) as run:
         args.run = run
+        _end_stale_runs(parent, name)
         return args.func(args)
+
+
+def _end_stale_runs(parent: dict, name: str) -> None:
+    """Close the runs of earlier attempts whose process was killed; never fails the job."""
+    import logging
+
+    from ptycho import tracking
+
+    try:
+        ended = tracking.end_stale_children(parent["tracking_uri"], parent["run_id"], by=f"job {name} (pid {os.getpid()})")
+    except Exception as exc:  # bookkeeping of other runs must not stop this one
+        logging.getLogger(__name__).warning("could not look for stale MLflow runs: %s", exc)
+        return
+    if ended:
+        print(f"ptycho: marked {len(ended)} stale MLflow run(s) of killed jobs KILLED: {', '.join(ended)}", file=sys.stderr)
 
 
 def _terminate(signum, frame):  # noqa: ARG001

@@ -36,6 +36,13 @@ A third race needs no lock but a retry: concurrent jobs logging the same dataset
 try to insert its one shared row, and all but the first fail on a unique constraint;
 :meth:`Run.log_dataset` retries those conflicts, and the retry links the existing row.
 
+Faults mid-run: each child run is tagged with its host, pid and the pid's start time,
+so that :func:`end_stale_children` can close (KILLED, with the reason in the tag
+``ptycho.end_reason``) the runs of jobs that were killed outright; and a :class:`Run`
+with a :class:`Journal` appends every write to a local JSON-lines file first, goes on
+without the server when it stops answering, and :func:`replay_journal` sends the file
+again later, idempotently.
+
 MLflow is imported inside the functions, so importing this module is cheap.
 """
 
@@ -50,8 +57,10 @@ import logging
 import math
 import os
 import random
+import socket
 import sqlite3
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -75,7 +84,10 @@ __all__ = [
     "log_artifact_to",
     "preflight",
     "preflight_environment",
+    "process_identity",
+    "replay_journal",
     "start_parent",
+    "end_stale_children",
 ]
 
 _log = logging.getLogger(__name__)
@@ -104,6 +116,12 @@ _TRUNCATED = "...[truncated]"
 NONFINITE_TAG = "ptycho.nonfinite_metrics"
 
 _RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
+
+#: Tags naming the process that owns a child run: how a later job tells a run left
+#: RUNNING by a killed process (stale) from one whose job is still going (live).
+HOST_TAG, PID_TAG, PID_START_TAG = "ptycho.host", "ptycho.pid", "ptycho.pid_start"
+#: Why a run ended other than FINISHED: the one-line error, or what found it stale.
+END_REASON_TAG = "ptycho.end_reason"
 
 
 # --------------------------------------------------------------------- small helpers
@@ -568,6 +586,61 @@ def log_artifact_to(uri: str, run_id: str, path: str | os.PathLike, artifact_pat
     )
 
 
+class Journal:
+    """An append-only JSON-lines copy of everything a job logs, kept beside its outputs.
+
+    One line per write (``run``, ``params``, ``metrics``, ``tags``, ``artifact``,
+    ``dict``, ``dataset``, ``end``), each with the run id and tracking URI, written
+    *before* the write to MLflow is attempted. Whatever happens to the tracking server,
+    what the job computed is on disk, and :func:`replay_journal` sends it again.
+    Metrics keep the timestamp they were first sent with, so a replay is an exact
+    duplicate that MLflow drops: replaying twice adds nothing.
+
+    A journal that cannot be written (disk full) is reported once as a warning and then
+    skipped; it never stops the job, whose MLflow writes go on.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._broken = False
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        if self._broken:
+            return
+        line = json.dumps(record, separators=(",", ":"), default=str)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as fh:
+                fh.write(line + "\n")
+        except OSError as exc:
+            self._broken = True
+            _log.warning("cannot write the MLflow journal %s (%s); MLflow alone records this job", self.path, exc.strerror)
+
+
+def _unreachable(exc: BaseException) -> str:
+    """A short reason if ``exc`` says the tracking server cannot be reached, else ``""``.
+
+    MLflow's REST client has already retried with backoff (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
+    ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR``) when its error reaches us; what is left is a
+    connection refused, reset or timed out somewhere in the chain of causes.
+    """
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    markers = ("connection refused", "max retries exceeded", "failed to establish a new connection",
+               "connection aborted", "connection reset", "remotedisconnected", "read timed out",
+               "connect timeout", "name or service not known", "temporary failure in name resolution")
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ConnectionError | TimeoutError):
+            return type(err).__name__
+        text = str(err).lower()
+        for marker in markers:
+            if marker in text:
+                return marker
+        err = err.__cause__ or err.__context__
+    return ""
+
+
 class Run:
     """One child run, bound to a client and a run id; every write retried on locks.
 
@@ -575,12 +648,21 @@ class Run:
     (no process-global active run) and each write goes through :func:`_retry`.
     :attr:`retries` counts the retries this object's writes needed, by reason, so
     callers and tests can see contention without module-level counters.
+
+    With a :class:`Journal`, every write is first appended to it. If the tracking
+    server stops answering (after MLflow's own retries with backoff), the run goes
+    *offline*: one warning line says where the journal is and how to replay it, the
+    job carries on, and later writes go to the journal only (:attr:`offline`).
+    Without a journal a lost server is an error, as before.
     """
 
-    def __init__(self, client: Any, run_id: str, uri: str):
+    def __init__(self, client: Any, run_id: str, uri: str, journal: Journal | None = None):
         self._client = client
         self._run_id = run_id
         self._uri = uri
+        self._journal = journal
+        self._offline = ""
+        self._exit_status = "FINISHED"
         self._retries = {"locked": 0, "conflict": 0}
         self._nonfinite: set[str] = set()
 
@@ -594,21 +676,50 @@ class Run:
         """Retries so far: ``"locked"`` (store busy) and ``"conflict"`` (concurrent insert)."""
         return dict(self._retries)
 
+    @property
+    def offline(self) -> str:
+        """Why the tracking server was given up on (``""`` while it answers)."""
+        return self._offline
+
+    @property
+    def journal(self) -> Journal | None:
+        return self._journal
+
     def _count(self, reason: str) -> None:
         self._retries[reason] += 1
 
-    def _call(self, what: str, fn: Callable[[], T], conflicts: bool = False) -> T:
-        return _retry(fn, what=what, uri=self._uri, conflicts=conflicts, on_retry=self._count)
+    def _record(self, op: str, **fields: Any) -> None:
+        if self._journal is not None:
+            self._journal.append({"op": op, "run_id": self._run_id, "uri": self._uri, **fields})
+
+    def _call(self, what: str, fn: Callable[[], T], conflicts: bool = False) -> T | None:
+        if self._offline:
+            return None
+        try:
+            return _retry(fn, what=what, uri=self._uri, conflicts=conflicts, on_retry=self._count)
+        except Exception as exc:
+            reason = _unreachable(exc) if self._journal is not None else ""
+            if not reason:
+                raise
+            self._offline = reason
+            print(
+                f"ptycho: warning: MLflow tracking server at {self._uri} stopped answering ({reason}) while {what}; "
+                f"the job goes on and keeps what it logs in {self._journal.path}; when the server is back, run "
+                f"'python -m ptycho track replay {self._journal.path}'",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Log several metrics at one step in one ``log_batch`` call (one per 1000 keys).
 
         One call per step instead of one per metric: fewer lock acquisitions under
         concurrency, and the values of a step land together. The timestamp is taken
-        once, before any attempt, which is what makes a retry idempotent. Values are
-        converted with ``float`` (NumPy and TensorFlow scalars work). NaN is stored as
-        NaN; +-inf are stored by the SQL store as +-1.797e308, so their keys are also
-        listed in the ``ptycho.nonfinite_metrics`` tag.
+        once, before any attempt, which is what makes a retry (and a replay from the
+        journal) idempotent. Values are converted with ``float`` (NumPy and TensorFlow
+        scalars work). NaN is stored as NaN; +-inf are stored by the SQL store as
+        +-1.797e308, so their keys are also listed in the ``ptycho.nonfinite_metrics`` tag.
         """
         from mlflow.entities import Metric, RunTag
 
@@ -625,6 +736,8 @@ class Run:
         tags = (
             [RunTag(NONFINITE_TAG, _fit(",".join(sorted(self._nonfinite)), _MAX_TAG_VALUE))] if self._nonfinite else []
         )
+        self._record("metrics", metrics=[[m.key, m.value, m.timestamp, m.step] for m in entities],
+                     tags={t.key: t.value for t in tags})
         for i, chunk in enumerate(_chunks(entities, _MAX_METRICS_PER_BATCH)):
             extra = tags if i == 0 else []
             self._call(
@@ -643,7 +756,9 @@ class Run:
         """
         from mlflow.entities import Param
 
-        entities = [Param(k, v) for k, v in flatten_params(params).items()]
+        flat = flatten_params(params)
+        self._record("params", params=flat)
+        entities = [Param(k, v) for k, v in flat.items()]
         for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
             self._call("logging params", lambda c=chunk: self._client.log_batch(self._run_id, params=c))
 
@@ -651,12 +766,19 @@ class Run:
         """Set tags (values stringified, cut at MLflow's 8000 characters); later values win."""
         from mlflow.entities import RunTag
 
-        entities = [RunTag(k, v) for k, v in _tags(tags).items()]
+        fitted = _tags(tags)
+        self._record("tags", tags=fitted)
+        entities = [RunTag(k, v) for k, v in fitted.items()]
         for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
             self._call("setting tags", lambda c=chunk: self._client.log_batch(self._run_id, tags=c))
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
-        """Copy a local file or folder into the run's artifacts (under ``artifact_path``)."""
+        """Copy a local file or folder into the run's artifacts (under ``artifact_path``).
+
+        The journal records the file's path (not its content): the file is an output of
+        the job and stays where it is for a replay.
+        """
+        self._record("artifact", path=os.path.abspath(os.fspath(path)), artifact_path=artifact_path)
         self._call(
             "logging an artifact",
             lambda: self._client.log_artifact(self._run_id, os.fspath(path), artifact_path),
@@ -664,10 +786,11 @@ class Run:
 
     def log_dict(self, obj: dict, filename: str) -> None:
         """Store ``obj`` as a JSON or YAML artifact (chosen by the extension of ``filename``)."""
+        self._record("dict", obj=obj, filename=filename)
         self._call("logging a dict", lambda: self._client.log_dict(self._run_id, obj, filename))
 
     def log_figure(self, fig: Any, filename: str) -> None:
-        """Store a matplotlib figure as an image artifact (format from ``filename``)."""
+        """Store a matplotlib figure as an image artifact (format from ``filename``); not journaled."""
         self._call("logging a figure", lambda: self._client.log_figure(self._run_id, fig, filename))
 
     def log_dataset(self, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
@@ -680,26 +803,138 @@ class Run:
         is kept in the dataset profile. Concurrent jobs logging the same dataset race to
         insert its shared row, so unique-constraint conflicts are retried as well.
         """
-        from mlflow.entities import Dataset, DatasetInput, InputTag
-        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
-
-        dataset = Dataset(
-            name=name,
-            digest=digest[:_MAX_DATASET_DIGEST],
-            source_type="local",
-            source=json.dumps({"uri": os.path.abspath(os.fspath(source_path))}),
-            schema=None,
-            profile=json.dumps({"digest": digest, "split": split}),
-        )
-        inputs = [DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])]
+        self._record("dataset", name=name, digest=digest, source=os.path.abspath(os.fspath(source_path)), split=split)
         self._call(
             f"logging dataset {name!r}",
-            lambda: self._client.log_inputs(self._run_id, datasets=inputs),
+            lambda: _log_dataset(self._client, self._run_id, name, digest, source_path, split),
             conflicts=True,
         )
 
+    def fail_on_exit(self, reason: str) -> None:
+        """End this run FAILED with ``reason`` (tag ``ptycho.end_reason``) even if the block exits normally.
+
+        For a job that records a failure as a result (a diverged training written as a
+        FAILED model) instead of raising it.
+        """
+        self.set_tags({END_REASON_TAG: reason})
+        self._exit_status = "FAILED"
+
     def _terminate(self, status: str) -> None:
-        self._call(f"marking the run {status}", lambda: self._client.set_terminated(self._run_id, status))
+        end_time = int(time.time() * 1000)
+        self._record("end", status=status, end_time=end_time)
+        self._call(f"marking the run {status}",
+                   lambda: self._client.set_terminated(self._run_id, status, end_time=end_time))
+
+
+def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    dataset = Dataset(
+        name=name,
+        digest=digest[:_MAX_DATASET_DIGEST],
+        source_type="local",
+        source=json.dumps({"uri": os.path.abspath(os.fspath(source_path))}),
+        schema=None,
+        profile=json.dumps({"digest": digest, "split": split}),
+    )
+    inputs = [DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])]
+    client.log_inputs(run_id, datasets=inputs)
+
+
+# -------------------------------------------------------------- stale runs, identity
+def _process_start(pid: int) -> str:
+    """Start time of process ``pid`` in clock ticks since boot (``/proc``), or ``""``."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return ""
+    # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def process_identity(pid: int | None = None) -> dict[str, str]:
+    """Tags naming this process: host name, pid and the pid's start time.
+
+    The start time tells a live job from a later, unrelated process that got the same
+    pid after the job was killed.
+    """
+    pid = os.getpid() if pid is None else pid
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), PID_START_TAG: _process_start(pid)}
+
+
+def _process_alive(pid: int, start: str) -> bool:
+    """Whether process ``pid`` (started at ``start``, if known) still runs on this host."""
+    if pid <= 0:
+        return False
+    if os.path.isdir("/proc"):
+        now = _process_start(pid)
+        return bool(now) and (not start or now == start)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[str]:
+    """Mark KILLED every RUNNING child of ``parent_run_id`` whose process is gone.
+
+    A job killed with ``kill -9`` (or by the OOM killer, or a node that rebooted)
+    cannot close its run, which would stay RUNNING for good. Each child records its
+    host, pid and the pid's start time (:func:`process_identity`); a RUNNING child
+    whose host is this one and whose process no longer exists (or is another process
+    with the same pid) is stale: it gets the tag ``ptycho.end_reason`` and status
+    KILLED. Children of other hosts, and children without these tags, are left alone:
+    from here it cannot be told whether they still run. Called when a pipeline starts
+    and when each job starts. Returns the ids of the runs it ended.
+    """
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    client = _client(uri)
+    parent = _retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
+    running = _retry(
+        lambda: client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}' and attributes.status = 'RUNNING'",
+            max_results=5000,
+        ),
+        what="looking for stale runs",
+        uri=uri,
+    )
+    host = socket.gethostname()
+    ended = []
+    for run in running:
+        tags = run.data.tags
+        if tags.get(HOST_TAG) != host:
+            continue
+        try:
+            pid = int(tags.get(PID_TAG, ""))
+        except ValueError:
+            continue
+        if _process_alive(pid, tags.get(PID_START_TAG, "")):
+            continue
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        reason = (f"stale: process {pid} on {host} ended without closing this run (killed, e.g. kill -9 or "
+                  f"out of memory); marked KILLED at {when}{' by ' + by if by else ''}")
+        run_id = run.info.run_id
+        _retry(lambda r=run_id, t=reason: client.set_tag(r, END_REASON_TAG, t), what="tagging a stale run", uri=uri)
+        _retry(lambda r=run_id: client.set_terminated(r, "KILLED"), what="marking a stale run KILLED", uri=uri)
+        _log.info("MLflow run %s (%s) was stale: %s", run_id, run.info.run_name, reason)
+        ended.append(run_id)
+    return ended
+
+
+def end_reason(exc: BaseException) -> str:
+    """One line saying why a run ended with ``exc`` (for the ``ptycho.end_reason`` tag)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted: SIGINT or SIGTERM (Ctrl-C, or Snakemake or SLURM cancelled the job)"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return _fit(f"{type(exc).__name__}: {text}", _MAX_TAG_VALUE)
 
 
 @contextlib.contextmanager
@@ -709,13 +944,18 @@ def child_run(
     name: str,
     tags: Mapping[str, Any],
     params: Mapping[str, Any] | None = None,
+    journal: str | os.PathLike | None = None,
 ) -> Iterator[Run]:
     """Open a child run of ``parent_run_id`` for the duration of a ``with`` block.
 
-    The run is tagged ``mlflow.parentRunId`` (how MLflow nests runs in the UI) plus
+    The run is tagged ``mlflow.parentRunId`` (how MLflow nests runs in the UI), this
+    process's identity (:func:`process_identity`, for :func:`end_stale_children`) and
     ``tags``, and ends FINISHED on a normal exit. On an exception it ends FAILED
-    (KILLED for ``KeyboardInterrupt``) and the exception propagates unchanged; a failure
-    to record that status is logged, never allowed to replace the original error.
+    (KILLED for ``KeyboardInterrupt``) with the reason in the ``ptycho.end_reason`` tag,
+    and the exception propagates unchanged; a failure to record that status is logged,
+    never allowed to replace the original error. With ``journal`` (a ``.jsonl`` path),
+    everything is also appended there (see :class:`Journal`, :class:`Run`).
+    A server that cannot be reached when the run is opened is a one-line error.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
@@ -725,18 +965,27 @@ def child_run(
     try:
         parent = _retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
     except MlflowException as exc:
+        reason = _unreachable(exc)
+        if reason:
+            raise PtychoError(
+                f"MLflow tracking server at {uri} is unreachable ({reason}); start it again ('make mlflow-server') "
+                "and re-run, or unset MLFLOW_TRACKING_URI"
+            ) from None
         if exc.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
             raise
         raise PtychoError(
             f"MLflow parent run {parent_run_id} not found at {uri}; start the study's parent run first"
         ) from None
-    run_tags = {**_tags(tags), MLFLOW_PARENT_RUN_ID: parent_run_id}
+    run_tags = {**_tags(tags), **process_identity(), MLFLOW_PARENT_RUN_ID: parent_run_id}
     info = _retry(
         lambda: client.create_run(parent.info.experiment_id, tags=run_tags, run_name=name),
         what=f"creating run {name!r}",
         uri=uri,
     ).info
-    run = Run(client, info.run_id, uri)
+    book = Journal(journal) if journal is not None else None
+    run = Run(client, info.run_id, uri, book)
+    run._record("run", experiment_id=parent.info.experiment_id, name=name, tags=run_tags,
+                start_time=info.start_time)
     try:
         if params:
             run.log_params(params)
@@ -744,11 +993,137 @@ def child_run(
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         try:
+            run.set_tags({END_REASON_TAG: end_reason(exc)})
             run._terminate(status)
         except Exception as term_exc:  # keep the original error
             _log.warning("could not mark MLflow run %s %s: %s", run.run_id, status, term_exc)
         raise
-    run._terminate("FINISHED")
+    run._terminate(run._exit_status)
+
+
+# ------------------------------------------------------------------------- replay
+def _read_journal(path: Path) -> list[dict]:
+    records = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise PtychoError(f"{path}: cannot read the MLflow journal ({exc.strerror})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):  # a job killed mid-line: everything before it is whole
+                _log.warning("%s: last line is incomplete; skipped", path)
+                continue
+            raise PtychoError(f"{path}: line {number} is not JSON; not an MLflow journal written by ptycho") from None
+    return records
+
+
+def journal_files(paths: list[str]) -> list[Path]:
+    """The ``.jsonl`` files among ``paths``, folders searched recursively; sorted."""
+    out: list[Path] = []
+    for item in paths:
+        p = Path(item)
+        if p.is_dir():
+            out.extend(sorted(p.rglob("*.jsonl")))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise PtychoError(f"{p}: no such journal file or folder; journals are in <results>/<preset>/mlflow/journal/")
+    return out
+
+
+def _replay_record(client: Any, target: str, run_id: str, rec: dict, counts: dict[str, int], path: Path) -> None:
+    """Send one journal record to run ``run_id`` at ``target`` (see :func:`replay_journal`)."""
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.exceptions import MlflowException
+
+    def send(what: str, fn: Callable[[], Any]) -> None:
+        _retry(fn, what=what, uri=target, conflicts=what.startswith("logging dataset"))
+
+    op = rec["op"]
+    if op == "params":
+        params = [Param(k, v) for k, v in rec["params"].items()]
+        for chunk in _chunks(params, _MAX_PARAMS_TAGS_PER_BATCH):
+            send("replaying params", lambda c=chunk: client.log_batch(run_id, params=c))
+        counts["params"] += len(params)
+    elif op in ("tags", "run"):
+        tags = [RunTag(k, v) for k, v in rec.get("tags", {}).items()]
+        for chunk in _chunks(tags, _MAX_PARAMS_TAGS_PER_BATCH):
+            send("replaying tags", lambda c=chunk: client.log_batch(run_id, tags=c))
+        counts["tags"] += len(tags)
+    elif op == "metrics":
+        metrics = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in rec["metrics"]]
+        tags = [RunTag(k, v) for k, v in rec.get("tags", {}).items()]
+        for i, chunk in enumerate(_chunks(metrics, _MAX_METRICS_PER_BATCH)):
+            extra = tags if i == 0 else []
+            send("replaying metrics", lambda c=chunk, t=extra: client.log_batch(run_id, metrics=c, tags=t))
+        counts["metrics"] += len(metrics)
+    elif op == "artifact":
+        if not os.path.exists(rec["path"]):
+            _log.warning("%s: artifact %s is gone; not replayed", path, rec["path"])
+            counts["missing_files"] += 1
+            return
+        send("replaying an artifact", lambda: client.log_artifact(run_id, rec["path"], rec.get("artifact_path")))
+        counts["artifacts"] += 1
+    elif op == "dict":
+        send("replaying a dict", lambda: client.log_dict(run_id, rec["obj"], rec["filename"]))
+        counts["artifacts"] += 1
+    elif op == "dataset":
+        send("logging dataset", lambda: _log_dataset(client, run_id, rec["name"], rec["digest"], rec["source"],
+                                                     rec["split"]))
+    elif op == "end":
+        if rec["status"] == "FINISHED":
+            # A job that finished offline may have been marked KILLED as stale meanwhile.
+            with contextlib.suppress(MlflowException):
+                client.delete_tag(run_id, END_REASON_TAG)
+        send("replaying the run's status",
+             lambda: client.set_terminated(run_id, rec["status"], end_time=rec.get("end_time")))
+        counts["ends"] += 1
+
+
+def replay_journal(path: str | os.PathLike, uri: str | None = None) -> dict[str, int]:
+    """Send everything a job's journal recorded to MLflow again; idempotent.
+
+    For a job that went on after the tracking server stopped answering (or any job:
+    replaying a complete journal changes nothing). Params are identical values (MLflow
+    accepts them again), tags are upserts, metrics carry their original timestamps (an
+    exact duplicate is dropped by MLflow), artifacts are uploaded again to the same
+    path, and the run's final status is set. ``uri`` overrides the tracking URI stored
+    in the journal (e.g. the server's new address); the runs must exist there. Returns
+    counts of what was sent, by kind.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+
+    path = Path(path)
+    counts = {"runs": 0, "params": 0, "metrics": 0, "tags": 0, "artifacts": 0, "ends": 0, "missing_files": 0}
+    checked: set[tuple[str, str]] = set()
+    for rec in _read_journal(path):
+        target = uri or rec.get("uri", "")
+        run_id = rec.get("run_id", "")
+        if not target or not run_id or "op" not in rec:
+            raise PtychoError(f"{path}: a record without op, run_id or uri; not an MLflow journal written by ptycho")
+        if target.startswith(("http://", "https://")) and not any(t == target for t, _ in checked):
+            preflight(target)
+        client = _client(target)
+        if (target, run_id) not in checked:
+            try:
+                _retry(lambda c=client, r=run_id: c.get_run(r), what="reading a journaled run", uri=target)
+            except MlflowException as exc:
+                if exc.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+                    raise
+                raise PtychoError(
+                    f"{path}: run {run_id} does not exist at {target}; replay into the store it was created in "
+                    "(--tracking-uri)"
+                ) from None
+            checked.add((target, run_id))
+            counts["runs"] += 1
+
+        _replay_record(client, target, run_id, rec, counts, path)
+    return counts
 
 
 def start_pipeline(config: Mapping[str, Any], results_dir: str, experiment: str, run_name: str,

@@ -6,7 +6,10 @@
 * Timing: the first call of the train step (trace + compile) is reported apart; every
   later step's wall time is recorded (synchronised on the loss value).
 * NaN or infinite loss stops training with :class:`TrainingDiverged`; the last good
-  checkpoint (written atomically at the end of every epoch) is kept.
+  checkpoint (written atomically at the end of every epoch) is kept, and so is the
+  resumable state in ``<out>/checkpoint/`` (weights, optimiser, batch-order RNG), which
+  a workflow manager does not delete with the job's declared outputs.
+* Resume: ``train(..., resume=True)`` continues a saved state exactly.
 """
 
 from __future__ import annotations
@@ -233,16 +236,120 @@ def save_checkpoint(trainer: Trainer, out_dir: Path, meta: dict) -> None:
     write_json(out_dir / "model.json", meta)
 
 
+#: The resumable training state inside a checkpoint folder (see :func:`save_train_state`).
+TRAIN_STATE = "train_state.npz"
+
+
+def checkpoint_dir_for(out_dir: str | os.PathLike) -> Path:
+    """Default folder of the resumable state: ``<out>/checkpoint/``.
+
+    Not one of the files a workflow declares as the training's outputs (``model.keras``,
+    ``model.json``), so a workflow manager that deletes the outputs of a failed or
+    killed job (Snakemake does) leaves it in place: the last good state survives a
+    NaN, a ``kill -9`` or a Ctrl-C, and ``ptycho train --resume`` continues from it.
+    """
+    return Path(out_dir) / "checkpoint"
+
+
+def _compat_key(model_cfg: ModelConfig, train_cfg: TrainConfig, digest: str) -> dict:
+    """What must match for a saved state to be continued: everything but the epoch count."""
+    train = to_dict(train_cfg)
+    train.pop("epochs", None)
+    return json.loads(json.dumps({"model": to_dict(model_cfg), "train": train, "dataset_digest": digest}))
+
+
+def save_train_state(trainer: Trainer, path: Path, meta: dict, epoch: int, rng: np.random.Generator,
+                     compat: dict) -> None:
+    """Everything needed to continue training exactly, in one atomically written ``.npz``.
+
+    The network's weights, the optimiser's variables (Adam's step count and moments),
+    the log-scale, the batch-order RNG's state, the metadata so far (history, timings)
+    and the epoch it was taken after. One file, so a kill between two writes cannot pair
+    weights with another epoch's optimiser state; no pickles (the JSON is a string array).
+    """
+    arrays: dict[str, np.ndarray] = {}
+    weights = trainer.network.get_weights()
+    for i, w in enumerate(weights):
+        arrays[f"weight_{i}"] = np.asarray(w)
+    for i, v in enumerate(trainer.optimizer.variables):
+        arrays[f"optimizer_{i}"] = np.asarray(v.numpy())
+    arrays["log_scale"] = np.float32(trainer.log_scale.numpy())
+    header = {"epoch": epoch, "rng": rng.bit_generator.state, "meta": meta, "compat": compat,
+              "n_weights": len(weights), "n_optimizer": len(trainer.optimizer.variables)}
+    arrays["header"] = np.array(json.dumps(header, default=_json_default, allow_nan=True))
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+
+    atomic_write(path, write, suffix=".npz")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def load_train_state(path: Path) -> tuple[dict, dict[str, np.ndarray]] | None:
+    """``(header, arrays)`` of a state written by :func:`save_train_state`, or None if absent.
+
+    A state that cannot be read (truncated by a full disk, written by another version)
+    is a one-line error naming the file and the fix.
+    """
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        header = json.loads(str(arrays.pop("header")))
+    except Exception as exc:  # zip, format and JSON errors alike
+        raise PtychoError(f"{path}: not a readable training state ({type(exc).__name__}); delete it to start "
+                          "over, or train without --resume") from None
+    return header, arrays
+
+
+def _restore(trainer: Trainer, header: dict, arrays: dict[str, np.ndarray], path: Path) -> None:
+    weights = [arrays[f"weight_{i}"] for i in range(header["n_weights"])]
+    variables = trainer.optimizer.variables
+    if header["n_optimizer"] != len(variables) or len(weights) != len(trainer.network.get_weights()):
+        raise PtychoError(f"{path}: the saved state does not fit this network; delete it to start over")
+    try:
+        trainer.network.set_weights(weights)
+        for i, v in enumerate(variables):
+            v.assign(arrays[f"optimizer_{i}"])
+    except ValueError as exc:
+        raise PtychoError(f"{path}: the saved state does not fit this network ({exc}); delete it to start over") from None
+    trainer.log_scale.assign(float(arrays["log_scale"]))
+
+
 def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: str | os.PathLike,
-          *, progress: bool = True, on_epoch=None) -> dict:
+          *, progress: bool = True, on_epoch=None, resume: bool = False,
+          checkpoint_dir: str | os.PathLike | None = None, on_resume=None, on_diverge: str = "raise") -> dict:
     """Train one model on ``ds`` and write ``out_dir/model.keras`` + ``model.json``.
 
     ``on_epoch(epoch, record)`` is called after each epoch (used for MLflow logging).
-    Returns the metadata written to ``model.json``.
+    After every epoch (and once before the first) the resumable state is saved to
+    ``checkpoint_dir`` (default ``<out_dir>/checkpoint/``, see :func:`checkpoint_dir_for`).
+    With ``resume``, an unfinished saved state of the same configuration (all but the
+    epoch count) and dataset is continued from its last completed epoch: the history is continued
+    (epochs numbered on), and weights, optimiser and batch order are restored, so the
+    run continues as if uninterrupted. ``on_resume(history)`` then receives the epochs
+    already done. A state of another configuration is ignored (training starts over,
+    and says so). Returns the metadata written to ``model.json``.
+
+    A NaN or infinite loss raises :class:`TrainingDiverged` (``on_diverge="raise"``);
+    with ``on_diverge="record"`` the last good state is written as the model instead,
+    its ``model.json`` marked ``"status": "FAILED"`` with the reason in ``"failure"``,
+    so that a pipeline can report the failed arm rather than stop (see :func:`_record_divergence`).
     """
+    if on_diverge not in ("raise", "record"):
+        raise ValueError(f"on_diverge must be 'raise' or 'record', not {on_diverge!r}")
     from tqdm import tqdm
 
     out_dir = Path(out_dir)
+    ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else checkpoint_dir_for(out_dir)
+    state_path = ckpt / TRAIN_STATE
     if model_cfg.kind == "pinn" and ds.gridsize < 1:
         raise PtychoError("dataset has no groups")
     data = prepare(ds, model_cfg.kind)
@@ -258,25 +365,52 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
         raise PtychoError(f"only {len(train_idx)} training samples for batch size {bs}; lower train.batch_size or simulate more data")
 
     trainer = Trainer(model_cfg, train_cfg, ds.n, data.inputs.shape[-1], ds.probe, data.physics)
-    meta: dict[str, Any] = {
-        "model": to_dict(model_cfg),
-        "train": to_dict(train_cfg),
-        "n": ds.n,
-        "gridsize": ds.gridsize,
-        "channels": data.inputs.shape[-1],
-        "dataset_digest": ds.attrs.get("digest", ""),
-        "physics": data.physics,
-        "n_train": int(len(train_idx)),
-        "n_val": int(n_val),
-        "history": [],
-    }
-    # Validation loss of the untrained model: "did training decrease the loss?" is
-    # answered against this, not against the noisy mean of the first epoch.
-    meta["initial_val_loss"] = evaluate(trainer, data, val_idx)
-    step_times: list[float] = []
-    compile_time = None
-    t_start = time.perf_counter()
-    for epoch in range(train_cfg.epochs):
+    compat = _compat_key(model_cfg, train_cfg, ds.attrs.get("digest", ""))
+    saved = load_train_state(state_path) if resume else None
+    if saved is not None and (saved[0]["compat"] != compat or saved[0]["epoch"] >= train_cfg.epochs):
+        # A finished state is not resumed either: a forced re-run (snakemake -R) means train again.
+        why = ("another configuration or dataset" if saved[0]["compat"] != compat
+               else f"a finished training ({saved[0]['epoch']} epochs)")
+        print(f"ptycho train: note: {state_path} holds the state of {why}; training starts over", flush=True)
+        saved = None
+    if saved is not None:
+        header, arrays = saved
+        _restore(trainer, header, arrays, state_path)
+        rng.bit_generator.state = header["rng"]
+        meta = header["meta"]
+        meta["train"] = to_dict(train_cfg)  # the epoch count may have grown
+        start_epoch = int(header["epoch"])
+        meta.setdefault("resumed", []).append({"after_epoch": start_epoch})
+        if progress:
+            print(f"resuming from {state_path} after epoch {start_epoch}", flush=True)
+        if on_resume is not None:
+            on_resume(list(meta["history"]))
+    else:
+        start_epoch = 0
+        meta = {
+            "model": to_dict(model_cfg),
+            "train": to_dict(train_cfg),
+            "n": ds.n,
+            "gridsize": ds.gridsize,
+            "channels": data.inputs.shape[-1],
+            "dataset_digest": ds.attrs.get("digest", ""),
+            "physics": data.physics,
+            "n_train": int(len(train_idx)),
+            "n_val": int(n_val),
+            "history": [],
+        }
+        # Validation loss of the untrained model: "did training decrease the loss?" is
+        # answered against this, not against the noisy mean of the first epoch.
+        meta["initial_val_loss"] = evaluate(trainer, data, val_idx)
+        # The state before any step: a loss that diverges in the first epoch still
+        # leaves a good (initial) state behind.
+        save_train_state(trainer, state_path, meta, 0, rng, compat)
+    timing = meta.get("timing") or {}
+    step_times: list[float] = list(timing.get("step_times_s", []))
+    compile_time = timing.get("compile_s")
+    first_step_pending = True
+    t_start = time.perf_counter() - float(timing.get("train_wall_s", 0.0))
+    for epoch in range(start_epoch, train_cfg.epochs):
         perm = train_idx[rng.permutation(len(train_idx))][: steps * bs].reshape(steps, bs)
         losses = []
         bar = tqdm(perm, desc=f"{model_cfg.kind} xla={train_cfg.xla} epoch {epoch + 1}/{train_cfg.epochs}",
@@ -285,15 +419,23 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
             t0 = time.perf_counter()
             loss = float(trainer.train_step(*_batches(data, batch)))
             dt = time.perf_counter() - t0
-            if compile_time is None:
-                compile_time = dt
+            if first_step_pending:
+                first_step_pending = False
+                if compile_time is None:
+                    compile_time = dt
+                else:  # this process compiled again after a resume: kept apart from the steps
+                    meta["resumed"][-1]["compile_s"] = dt
             else:
                 step_times.append(dt)
             if not np.isfinite(loss):
-                raise TrainingDiverged(
-                    f"loss became {loss} at epoch {epoch + 1}; the last good checkpoint is kept in {out_dir} "
-                    "(lower train.learning_rate or check the dataset)"
+                done = len(meta["history"])
+                diverged = TrainingDiverged(
+                    f"loss became {loss} at epoch {epoch + 1}; the last good checkpoint (after epoch {done}) is kept "
+                    f"in {ckpt} (lower train.learning_rate or check the dataset)"
                 )
+                if on_diverge == "raise":
+                    raise diverged
+                return _record_divergence(trainer, state_path, out_dir, train_cfg, str(diverged))
             losses.append(loss)
             bar.set_postfix(loss=f"{loss:.4g}")
         for step, count in trainer.traces.items():
@@ -314,11 +456,30 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
             "train_wall_s": time.perf_counter() - t_start,
         }
         meta["traces"] = dict(trainer.traces)
+        save_train_state(trainer, state_path, meta, epoch + 1, rng, compat)
         save_checkpoint(trainer, out_dir, meta)
         if on_epoch is not None:
             on_epoch(epoch, record)
         if progress:
             print(f"epoch {epoch + 1}: train {record['train_loss']:.5g} val {record['val_loss']:.5g}", flush=True)
+    return meta
+
+
+def _record_divergence(trainer: Trainer, state_path: Path, out_dir: Path, train_cfg: TrainConfig, reason: str) -> dict:
+    """Write the last good state as the model, marked FAILED with ``reason``; return its metadata.
+
+    The network goes back to the saved state (the diverged weights are NaN), and
+    ``model.json`` says ``"status": "FAILED"`` and ``"failure": reason``, with the history
+    of the good epochs (possibly none). Readers of ``model.json`` must check ``status``.
+    """
+    header, arrays = load_train_state(state_path)
+    _restore(trainer, header, arrays, state_path)
+    meta = header["meta"]
+    meta["train"] = to_dict(train_cfg)
+    meta["status"], meta["failure"] = "FAILED", reason
+    meta.setdefault("timing", {"compile_s": None, "step_times_s": [], "step_median_s": None, "train_wall_s": 0.0})
+    meta.setdefault("traces", dict(trainer.traces))
+    save_checkpoint(trainer, out_dir, meta)
     return meta
 
 

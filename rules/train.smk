@@ -21,7 +21,9 @@ rule train_model:
         track=lambda w: tracking("train", **arm_tags(w)),
     conda:
         "../envs/ptycho.yaml"
+    # --resume: after a kill, a NaN or Ctrl-C, continue from the state in
+    # models/<arm>/checkpoint/ (not a declared output, so Snakemake keeps it).
     shell:
-        "{params.ptycho} {params.track} --threads {threads} train --quiet --dataset {input.data} "
+        "{params.ptycho} {params.track} --threads {threads} train --quiet --resume --dataset {input.data} "
         "--out $(dirname {output.meta}) --kind {params.arm[model]} --xla {params.arm[xla]} --seed {params.arm[seed]} "
         "{params.model_flags} {params.train_flags} > {log} 2>&1"
