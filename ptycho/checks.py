@@ -278,19 +278,26 @@ def loss_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[st
     return out
 
 
+def _failed_summary(failed: Mapping[str, str]) -> str:
+    return "; ".join(f"arm {arm} FAILED in training: {reason}" for arm, reason in sorted(failed.items()))
+
+
 def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold: float,
-                initial: Mapping[str, float] | None = None) -> dict:
+                initial: Mapping[str, float] | None = None, failed: Mapping[str, str] | None = None) -> dict:
     """Final validation losses of each mode's arm vs the ``off`` arm of the same model and
     seed; every arm's loss must decrease.
 
     ``histories`` maps an arm name (``pinn-jit-s0``) to its per-epoch records and
     ``initial`` to its validation loss before training. "Decreased" means the final
     validation loss is below the initial one (or, without a validation split, the last
-    epoch's mean training loss below the first's).
+    epoch's mean training loss below the first's). ``failed`` maps an arm whose training
+    diverged (its ``model.json`` says ``status: FAILED``) to the reason: the item FAILs
+    and says so, whatever the other arms did.
     """
     from ptycho.arms import mode_pairs
 
     initial = dict(initial or {})
+    failed = dict(failed or {})
 
     def decreased(arm: str, h: Sequence[Mapping[str, Any]]) -> bool:
         start = initial.get(arm)
@@ -301,6 +308,13 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
     pairs, worst, all_decreased = {}, 0.0, True
     for pair in mode_pairs(histories):
         a, b = histories[pair.arm], histories[pair.reference]
+        if not a or not b:  # a diverged arm may have no good epoch at all
+            pairs[pair.key] = {"mode": pair.mode, "arm": pair.arm, "reference": pair.reference,
+                               "final_val_loss": a[-1]["val_loss"] if a else None,
+                               "final_val_loss_off": b[-1]["val_loss"] if b else None,
+                               "relative_difference": float("nan"), "decreased": {}, "initial_val_loss": {}}
+            worst = float("nan")
+            continue
         fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
         rel = abs(fa - fb) / max(abs(fb), 1e-12)
         went_down = {arm: decreased(arm, h) for arm, h in ((pair.arm, a), (pair.reference, b))}
@@ -317,18 +331,23 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
                if all_decreased else "an arm's training loss did not decrease")
     if not pairs:
         summary = "no pair of an XLA mode and off to compare (off and another mode must be in the matrix)"
-    return verdict("convergence", value, threshold, "<=", summary, {"pairs": pairs, "curves": loss_curves(histories)})
+    if failed:
+        value, summary = float("nan"), _failed_summary(failed)
+    return verdict("convergence", value, threshold, "<=", summary,
+                   {"pairs": pairs, "curves": loss_curves(histories), "failed": failed})
 
 
 # ------------------------------------------------------------------- quality
 QUALITY_KEYS = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_mae", "phase_mae", "amp_frc50", "phase_frc50")
 
 
-def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float) -> dict:
+def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None) -> dict:
     """SSIM/PSNR/MAE/FRC per arm; the verdict is on the SSIM differences of each mode vs ``off``.
 
     Evidence also holds every metric's mode - off difference and, per mode and seed,
-    PINN - baseline (the physics-informed model's margin over the supervised one).
+    PINN - baseline (the physics-informed model's margin over the supervised one). An
+    arm in ``failed`` (diverged in training; its reconstruction is from its last good
+    state) makes the item FAIL with the reason.
     """
     from ptycho.arms import arm_name, mode_pairs, parse_arm
 
@@ -350,12 +369,16 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float) -> dict:
         if arm.model == "pinn" and base in per_arm:
             pinn_vs_baseline[f"{arm.mode}-s{arm.seed}"] = {k: per_arm[name][k] - per_arm[base][k] for k in QUALITY_KEYS}
     value = worst if diffs else float("nan")
+    summary = (f"SSIM of each XLA mode's reconstructions and off's differ by at most {worst:.4f}" if diffs
+               else "no pair of an XLA mode and off to compare")
+    if failed:
+        value = float("nan")
+        summary = (f"{_failed_summary(failed)} (its reconstruction is from its last good state); "
+                   f"{summary[0].lower()}{summary[1:]}")
     return verdict(
-        "quality", value, threshold, "<=",
-        f"SSIM of each XLA mode's reconstructions and off's differ by at most {worst:.4f}" if diffs
-        else "no pair of an XLA mode and off to compare",
+        "quality", value, threshold, "<=", summary,
         {"per_arm": per_arm, "ssim_differences": diffs, "arm_differences": arm_differences,
-         "pinn_minus_baseline": pinn_vs_baseline},
+         "pinn_minus_baseline": pinn_vs_baseline, "failed": dict(failed or {})},
     )
 
 

@@ -405,6 +405,15 @@ def cmd_track(args: argparse.Namespace) -> int:
     return 0
 
 
+def _failed_arms(model_jsons) -> dict[str, str]:
+    """Arm -> reason, for every trained model whose ``model.json`` says it diverged."""
+    from ptycho.arms import arm_of
+    from ptycho.artifacts import read_json
+
+    metas = [read_json(p) for p in model_jsons]
+    return {arm_of(m): m.get("failure", "diverged") for m in metas if m.get("status") == "FAILED"}
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from ptycho import checks
     from ptycho.arms import arm_of
@@ -428,9 +437,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             meta = read_json(path)
             name = arm_of(meta)
             histories[name], initial[name] = meta["history"], meta.get("initial_val_loss")
-        record = checks.convergence(histories, args.threshold, initial)
+        record = checks.convergence(histories, args.threshold, initial, _failed_arms(args.models))
     elif args.item == "quality":
-        record = checks.quality({Path(p).stem: read_json(p) for p in args.metrics}, args.threshold)
+        record = checks.quality({Path(p).stem: read_json(p) for p in args.metrics}, args.threshold,
+                                _failed_arms(args.models))
     else:
         timings = {}
         for path in args.models:
@@ -460,7 +470,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         meta = read_json(path)
         name = arm_of(meta)
         arms[name] = {"timing": {k: v for k, v in meta["timing"].items() if k != "step_times_s"},
-                      "final": meta["history"][-1]}
+                      "final": meta["history"][-1] if meta["history"] else None,
+                      "status": meta.get("status", "FINISHED"), "failure": meta.get("failure")}
     for path in args.metrics:
         arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path)["mean"]
     for path in args.reconstructions or []:
@@ -675,7 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="measure and judge one validation checklist item")
     p.add_argument("item", choices=("accuracy", "gradients", "convergence", "quality", "speedup"))
     p.add_argument("--threshold", type=float, required=True)
-    p.add_argument("--models", nargs="*", default=[], help="model.json files (accuracy, convergence, speedup)")
+    p.add_argument("--models", nargs="*", default=[], help="model.json files (accuracy, convergence, quality, speedup)")
     p.add_argument("--dataset", help="test split the trained models are run on (accuracy)")
     p.add_argument("--metrics", nargs="*", default=[], help="metrics JSON files (quality)")
     p.add_argument("--bench", help="bench JSON (speedup)")

@@ -27,13 +27,15 @@ def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, 
     missing = [name for name in ITEMS if name not in items]
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
-    verdict = "PASS" if all(items[name]["status"] == "PASS" for name in ITEMS) else "FAIL"
+    failed = {name: arm.get("failure") or "diverged" for name, arm in arms.items() if arm.get("status") == "FAILED"}
+    verdict = "PASS" if all(items[name]["status"] == "PASS" for name in ITEMS) and not failed else "FAIL"
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "question": "Does XLA make physics-informed ptychographic reconstruction faster without making it worse?",
         "verdict": verdict,
         "items": {name: items[name] for name in ITEMS},
         "arms": dict(arms),
+        "failed_arms": failed,
         "machine": dict(machine or {}),
         "figures": list(figures),
         "config": {k: v for k, v in config.items() if k != "presets"},
@@ -213,9 +215,12 @@ def training_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     rows = []
     for name, arm in sorted(report["arms"].items()):
         t = arm.get("timing", {})
-        rows.append([name, _fmt(t.get("compile_s")), _fmt(t.get("step_median_s")), _fmt(t.get("train_wall_s")),
+        status = arm.get("status", "FINISHED")
+        if status == "FAILED":
+            status = f"FAILED: {arm.get('failure') or 'diverged'}"
+        rows.append([name, status, _fmt(t.get("compile_s")), _fmt(t.get("step_median_s")), _fmt(t.get("train_wall_s")),
                      _fmt(arm.get("infer_patterns_per_s"))])
-    return ["arm", "compile s", "step median s", "train wall s", "infer patterns/s"], rows
+    return ["arm", "training", "compile s", "step median s", "train wall s", "infer patterns/s"], rows
 
 
 def machine_line(report: Mapping) -> str:
@@ -241,6 +246,12 @@ def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[
     ]
 
 
+def failed_sentence(report: Mapping) -> str:
+    """One sentence naming every arm whose training diverged, or nothing."""
+    failed = report.get("failed_arms") or {}
+    return " ".join(f"Training FAILED for {arm}: {reason}." for arm, reason in sorted(failed.items()))
+
+
 def to_markdown(report: Mapping) -> str:
     def table(header, rows):
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -248,7 +259,8 @@ def to_markdown(report: Mapping) -> str:
         return "\n".join(lines)
 
     parts = ["# XLA validation report", f"**{report['question']}**", f"## Verdict: {report['verdict']}",
-             f"{report['items']['speedup']['summary']}. {report['items']['quality']['summary']}.",
+             f"{report['items']['speedup']['summary']}. {report['items']['quality']['summary']}. "
+             f"{failed_sentence(report)}".strip(),
              table(*checklist_table(report))]
     for _, title, text, tables in sections(report):
         parts += [f"## {title}", text]
@@ -315,7 +327,7 @@ figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 <h1>XLA validation report</h1>
 <p><strong>{esc(report['question'])}</strong></p>
 <section id="verdict"><h2>Verdict</h2><p class="verdict {verdict.lower()}">{verdict}</p>
-<p>{esc(speed)}. {esc(quality)}.</p></section>
+<p>{esc(speed)}. {esc(quality)}. {esc(failed_sentence(report))}</p></section>
 <section id="checklist"><h2>Checklist</h2>{table(*checklist_table(report), status_col=1)}</section>
 {''.join(body)}
 <section id="machine"><h2>Machine and run</h2><p>{esc(machine_line(report))}; preset

@@ -73,6 +73,7 @@ rule check_convergence:
 rule check_quality:
     input:
         metrics=METRICS,
+        models=MODELS,
         parent=PARENT,
     output:
         f"{R}/checks/quality.json",
@@ -87,7 +88,7 @@ rule check_quality:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check quality --threshold {params.threshold} --metrics {input.metrics} "
-        "--out {output} > {log} 2>&1"
+        "--models {input.models} --out {output} > {log} 2>&1"
 
 
 rule benchmark_arms:

@@ -23,7 +23,10 @@ rule train_model:
         "../envs/ptycho.yaml"
     # --resume: after a kill, a NaN or Ctrl-C, continue from the state in
     # models/<arm>/checkpoint/ (not a declared output, so Snakemake keeps it).
+    # --on-diverge record: a NaN loss ends the run FAILED but writes the last good state
+    # as the model, marked FAILED in model.json, so the report shows the failed arm.
     shell:
-        "{params.ptycho} {params.track} --threads {threads} train --quiet --resume --dataset {input.data} "
+        "{params.ptycho} {params.track} --threads {threads} train --quiet --resume --on-diverge record "
+        "--dataset {input.data} "
         "--out $(dirname {output.meta}) --kind {params.arm[model]} --xla {params.arm[xla]} --seed {params.arm[seed]} "
         "{params.model_flags} {params.train_flags} > {log} 2>&1"

@@ -287,3 +287,31 @@ def test_every_figure_of_the_report_has_a_caption_for_snakemake_report():
         assert len(report.caption(stem)) > 40
     rules = (Path(__file__).resolve().parent.parent / "rules" / "report.smk").read_text()
     assert "from ptycho.report import FIGURES" in rules  # the rule's outputs are the report's figures
+
+
+def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reason(tmp_path):
+    """A training that hit a NaN is recorded FAILED (last good state kept): the report
+    shows the failed arm and why, instead of crashing or leaving it out."""
+    reason = "loss became nan at epoch 3; the last good checkpoint (after epoch 2) is kept"
+    hist = {"pinn-jit-s0": _history([3.0, 2.0]), "pinn-off-s0": _history([3.0, 2.0, 1.0])}
+    conv = checks.convergence(hist, 0.05, {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0}, {"pinn-jit-s0": reason})
+    assert conv["status"] == "FAIL" and f"arm pinn-jit-s0 FAILED in training: {reason}" in conv["summary"]
+    empty = checks.convergence({"pinn-jit-s0": [], "pinn-off-s0": _history([2.0, 1.0])}, 0.05,
+                               failed={"pinn-jit-s0": reason})  # diverged before its first epoch ended
+    assert empty["status"] == "FAIL" and math.isnan(empty["value"])
+
+    def m(a, p):
+        return {"mean": {"amp_ssim": a, "phase_ssim": p}}
+
+    qual = checks.quality({"pinn-jit-s0": m(0.8, 0.7), "pinn-off-s0": m(0.8, 0.7)}, 0.02, {"pinn-jit-s0": reason})
+    assert qual["status"] == "FAIL" and "last good state" in qual["summary"]
+    items = _full_items()
+    items["convergence"], items["quality"] = conv, qual
+    arms = {"pinn-jit-s0": {"status": "FAILED", "failure": reason, "final": None, "timing": {"compile_s": None}},
+            "pinn-off-s0": {"status": "FINISHED", "final": {"epoch": 3}, "timing": {"compile_s": 2.0}}}
+    rec = report.build(items, arms, {"preset": "smoke"})
+    assert rec["verdict"] == "FAIL" and rec["failed_arms"] == {"pinn-jit-s0": reason}
+    paths = report.write(rec, tmp_path)
+    top = paths["html"].read_text().split('<section id="checklist">')[0]
+    assert f"Training FAILED for pinn-jit-s0: {reason}" in escape(top, quote=False) or reason in top
+    assert f"FAILED: {reason}" in paths["md"].read_text()
