@@ -276,7 +276,7 @@ CATALOGUE: list[Row] = [
         env={"MLFLOW_TRACKING_URI": ""}, message="MLflow store folder <work>/ro is not writable"),
     Row("env-disk-full", "environment", "`ptycho simulate` into a full filesystem", "cli",
         args=("simulate", "--train", "full/t.h5", "--test", "full/u.h5", *SIM), setup=_folder("full"), mount="full",
-        exit_code=1, message="cannot write full/t.h5 (No space left on device)"),
+        exit_code=1, message="no space left on the device of full while writing t.h5; nothing was written"),
 ]
 
 
