@@ -31,7 +31,7 @@ from ptycho import tracking
 ROOT = Path(__file__).resolve().parent.parent
 #: What a user's checkout holds, the workflow profile (rerun-incomplete) included.
 WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "schemas", "envs", "ptycho", "profiles")
-ARMS = ("pinn-xla-s0", "pinn-noxla-s0", "baseline-xla-s0", "baseline-noxla-s0")
+ARMS = ("pinn-off-s0", "pinn-jit-s0", "baseline-off-s0", "baseline-jit-s0")
 
 
 def _snakemake(work: Path) -> subprocess.Popen:
@@ -71,7 +71,7 @@ def _training_in_progress(work: Path, proc: subprocess.Popen, exclude: tuple[str
             for run in _children(work):
                 tags = run.data.tags
                 if tags.get("rule") == "train" and run.info.status == "RUNNING" and run.info.run_id not in exclude:
-                    arm = f"{tags['model']}-{'xla' if tags['xla'] == 'true' else 'noxla'}-s{tags['seed']}"
+                    arm = f"{tags['model']}-{tags['xla']}-s{tags['seed']}"  # the xla tag holds the mode
                     state = work / "results" / "smoke" / "models" / arm / "checkpoint" / "train_state.npz"
                     if state.exists():
                         return run, arm
