@@ -41,10 +41,19 @@ from typing import Any
 import numpy as np
 
 
-def machine_info() -> dict:
-    """CPU model, cores, load average and library versions, recorded beside timings."""
-    import tensorflow as tf
+def machine_info(gpus: int | None = None) -> dict:
+    """CPU model, cores, load average and library versions, recorded beside timings.
 
+    Imports no TensorFlow (its version comes from the package metadata): the report and
+    the benchmark's coordinator do not need it. ``gpus`` is what a process that did
+    start TensorFlow counted (the benchmark's workers); ``None`` when nobody asked.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        tensorflow = version("tensorflow")
+    except PackageNotFoundError:
+        tensorflow = "not installed"
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as fh:
@@ -58,9 +67,9 @@ def machine_info() -> dict:
         "cpu": cpu,
         "cores": os.cpu_count(),
         "load_average": list(os.getloadavg()),
-        "tensorflow": tf.__version__,
+        "tensorflow": tensorflow,
         "python": platform.python_version(),
-        "gpus": len(tf.config.list_physical_devices("GPU")),
+        "gpus": gpus,
     }
 
 
@@ -251,7 +260,10 @@ class _WorkerArm:
         self.baseline_rss_mb = _rss_mb()
 
     def describe(self) -> dict:
-        return {"model": self.model_cfg.kind, "mode": self.train_cfg.xla}
+        import tensorflow as tf
+
+        return {"model": self.model_cfg.kind, "mode": self.train_cfg.xla,
+                "gpus": len(tf.config.list_physical_devices("GPU"))}
 
     def _batch(self):
         d, bs = self.data, self.train_cfg.batch_size
@@ -377,7 +389,7 @@ class _Worker:
         self.process.start()
         child.close()
         self.name = f"{spec['model_cfg']['kind']} {spec['train_cfg']['xla']}"
-        self._receive()
+        self.description = self._receive()
 
     def _receive(self):
         try:
@@ -497,7 +509,7 @@ def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench:
                               "how": f"all {len(arms)} arms' step loops at once, {bench.shared_threads} threads each "
                                      f"on {cores} cores (as the pipeline's training jobs run)",
                               "foreign_load": shared_load.record(cores)}
-    machine = machine_info()
+    machine = machine_info(gpus=max((w.description["gpus"] for w in workers), default=None))
     machine["load_average_start"] = started["load_average"]
     arms_out = [results[(m.kind, mode)] for m, mode in arms]
     return {"machine": machine, "modes": modes, "contexts": contexts, "arms": arms_out,

@@ -165,9 +165,9 @@ def _mode(text: str) -> str:
     from ptycho.xla import parse_mode
 
     try:
-        return parse_mode(text)
+        return parse_mode(text, key=None)
     except ConfigError as err:
-        raise argparse.ArgumentTypeError(str(err).split(": ", 1)[1]) from None
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:

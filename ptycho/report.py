@@ -147,7 +147,7 @@ def quality_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
     return out
 
 
-def _steps(ratios: Mapping, key: str) -> str:
+def _break_even(ratios: Mapping, key: str) -> str:
     """A break-even step count; infinite (stored as null in JSON) is "never"."""
     if key not in ratios:
         return "n/a"
@@ -185,7 +185,7 @@ def speedup_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
                 continue
             ratios.append([model, mode, interval(r.get("train_step_alone")), interval(r.get("train_step_shared")),
                            interval(r.get("inference")), _fmt(r.get("compile_extra_s")),
-                           _steps(r, "break_even_steps"), _steps(r, "break_even_steps_shared")])
+                           _break_even(r, "break_even_steps"), _break_even(r, "break_even_steps_shared")])
     how = "; ".join(f"{k}: {c['how']}" for k, c in contexts.items())
     conditions = []
     for name, c in contexts.items():
@@ -227,7 +227,7 @@ def machine_line(report: Mapping) -> str:
     m = report.get("machine", {})
     load = m.get("load_average")
     load = ", ".join(f"{v:.2f}" for v in load) if load else "n/a"
-    return (f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {m.get('gpus', 0)} GPUs, load average {load}; "
+    return (f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {_fmt(m.get('gpus'))} GPUs, load average {load}; "
             f"TensorFlow {m.get('tensorflow', 'n/a')}, Python {m.get('python', 'n/a')}")
 
 

@@ -43,14 +43,15 @@ REFERENCE = "off"
 _LEGACY = {True: "jit", False: "off", "true": "jit", "false": "off"}
 
 
-def parse_mode(value: object, key: str = "xla") -> str:
-    """A mode name from a mode or a legacy boolean; anything else is one-line ConfigError."""
+def parse_mode(value: object, key: str | None = "xla") -> str:
+    """A mode name from a mode or a legacy boolean; anything else is a one-line
+    ConfigError, naming the config ``key`` (or just the value, for a CLI argument)."""
     if isinstance(value, bool) or (isinstance(value, str) and value.lower() in _LEGACY):
         return _LEGACY[value if isinstance(value, bool) else value.lower()]
     if isinstance(value, str) and value in MODES:
         return value
-    raise ConfigError(f"config key '{key}': {value!r} is not an XLA mode; choose one of {', '.join(MODES)} "
-                      "(true/false mean jit/off)")
+    message = f"{value!r} is not an XLA mode; choose one of {', '.join(MODES)} (true/false mean jit/off)"
+    raise ConfigError(f"config key '{key}': {message}" if key else message)
 
 
 def xla_translation(mode: str) -> bool:
