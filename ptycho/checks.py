@@ -341,13 +341,80 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
 QUALITY_KEYS = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_mae", "phase_mae", "amp_frc50", "phase_frc50")
 
 
-def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None) -> dict:
-    """SSIM/PSNR/MAE/FRC per arm; the verdict is on the SSIM differences of each mode vs ``off``.
+SSIM_KEYS = ("amp_ssim", "phase_ssim")
 
-    Evidence also holds every metric's mode - off difference and, per mode and seed,
-    PINN - baseline (the physics-informed model's margin over the supervised one). An
-    arm in ``failed`` (diverged in training; its reconstruction is from its last good
-    state) makes the item FAIL with the reason.
+
+def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, float], threshold: float) -> dict:
+    """One metric of one mode against ``off`` across seeds, judged against the seed-to-seed spread.
+
+    Two trainings of the same arm with different seeds already differ (initial weights,
+    batch order); with one seed per arm, float rounding alone can move an SSIM by a few
+    hundredths. So the mode - off difference of the means over seeds is compared with
+    how far seeds of the same arm fall apart:
+
+    * ``difference``: mean(mode) - mean(off) over the seeds of each; ``low``/``high``: its
+      95 % t interval from the pooled seed-to-seed standard deviation ``sd`` (both arms,
+      ``n_mode - 1 + n_off - 1`` degrees of freedom);
+    * ``spread``: the largest difference between two seeds of the same arm (either arm);
+    * ``margin`` = max(``threshold``, ``spread``): a difference within it is one that
+      changing the seed also produces (or one below the threshold that matters);
+    * ``within``: |difference| <= margin (the verdict); ``equivalent``: the two one-sided
+      tests at 5 % (the 90 % interval lies inside +-margin), which more seeds make
+      possible and one seed cannot.
+
+    With one seed per arm there is no spread: the margin is the threshold.
+    """
+    from scipy import stats
+
+    a = np.array([mode_values[s] for s in sorted(mode_values)], float)
+    b = np.array([off_values[s] for s in sorted(off_values)], float)
+    diff = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
+    dof = len(a) - 1 + len(b) - 1
+    spread = max((float(np.ptp(v)) for v in (a, b) if len(v) > 1), default=float("nan"))
+    out = {"seeds_mode": sorted(mode_values), "seeds_off": sorted(off_values), "mean_mode": float(a.mean()),
+           "mean_off": float(b.mean()), "difference": diff, "sd": float("nan"), "low": float("nan"),
+           "high": float("nan"), "spread": spread, "margin": float(threshold), "within": False, "equivalent": False}
+    if dof > 0:
+        sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / dof)
+        se = sd * math.sqrt(1 / len(a) + 1 / len(b))
+        t95, t90 = stats.t.ppf(0.975, dof), stats.t.ppf(0.95, dof)
+        out.update(sd=sd, low=diff - t95 * se, high=diff + t95 * se,
+                   margin=max(float(threshold), spread if math.isfinite(spread) else 0.0))
+        out["equivalent"] = bool(abs(diff) + t90 * se <= out["margin"])
+    out["within"] = bool(abs(diff) <= out["margin"])  # NaN compares False: no evidence, no pass
+    return out
+
+
+def _comparison_words(model: str, mode: str, key: str, c: Mapping[str, Any]) -> str:
+    label = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}[key]
+    n_a, n_b = len(c["seeds_mode"]), len(c["seeds_off"])
+    head = f"{'PINN' if model == 'pinn' else model} {mode} - off {label}: {c['difference']:+.4f}"
+    if not math.isfinite(c["sd"]):
+        return (f"{head} (one seed per arm, so no seed-to-seed spread to judge it by); "
+                f"{'within' if c['within'] else 'beyond'} the {c['margin']:.4f} threshold")
+    spread = (f"seeds of the same arm differ by up to {c['spread']:.4f}"
+              if math.isfinite(c["spread"]) else "one arm has one seed")
+    verdict_words = (f"within the spread{' and threshold' if c['margin'] == c['spread'] else ' or threshold'} "
+                     f"({c['margin']:.4f})" if c["within"] else f"exceeds the seed-to-seed spread and the threshold "
+                     f"({c['margin']:.4f})")
+    equiv = ("; the 90 % interval lies inside it: equivalent at 5 %" if c["equivalent"]
+             else "; more seeds would be needed to show equivalence (the 90 % interval reaches past it)")
+    return (f"{head} (95 % interval {c['low']:+.4f} to {c['high']:+.4f}, {n_a} vs {n_b} seeds); {spread}; "
+            f"the difference {verdict_words}{equiv if c['within'] else ''}")
+
+
+def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None) -> dict:
+    """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` across seeds.
+
+    For each model, mode and SSIM (amplitude, phase), :func:`seed_comparison` sets the
+    mode - off difference of the means over seeds, with its interval, against the
+    seed-to-seed spread of the same arm (or ``threshold`` if larger): the item PASSes
+    when no difference exceeds it. The value is the difference closest to (or furthest
+    past) its margin, and the threshold that margin. Evidence also holds every metric's
+    per-seed mode - off difference and, per mode and seed, PINN - baseline (the
+    physics-informed model's margin over the supervised one). An arm in ``failed``
+    (diverged in training; its reconstruction is from its last good state) makes the
+    item FAIL with the reason.
     """
     from ptycho.arms import arm_name, mode_pairs, parse_arm
 
@@ -355,30 +422,47 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: 
         return float("nan") if v is None else float(v)  # JSON stores NaN as null
 
     per_arm = {name: {k: number(m["mean"].get(k)) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
-    diffs, arm_differences, worst = {}, {}, 0.0
+    diffs, arm_differences = {}, {}
+    groups: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for pair in mode_pairs(per_arm):
-        d = {k: abs(per_arm[pair.arm][k] - per_arm[pair.reference][k]) for k in ("amp_ssim", "phase_ssim")}
-        diffs[pair.key] = d
+        diffs[pair.key] = {k: abs(per_arm[pair.arm][k] - per_arm[pair.reference][k]) for k in SSIM_KEYS}
         arm_differences[pair.key] = {k: per_arm[pair.arm][k] - per_arm[pair.reference][k] for k in QUALITY_KEYS}
-        for v in d.values():
-            worst = v if not v <= worst else worst  # a NaN SSIM makes the item FAIL
+        groups.setdefault((pair.model, pair.mode), {"mode": {}, "off": {}})
+        groups[(pair.model, pair.mode)]["mode"][pair.seed] = pair.arm
+        groups[(pair.model, pair.mode)]["off"][pair.seed] = pair.reference
+    comparisons, words, worst = {}, [], None
+    for (model, mode), g in groups.items():
+        # Every seed of each arm counts (unpaired seeds too): the spread is per arm.
+        seeds_mode = {a.seed: a.name for a in map(parse_arm, per_arm) if (a.model, a.mode) == (model, mode)}
+        seeds_off = {a.seed: a.name for a in map(parse_arm, per_arm) if (a.model, a.mode) == (model, "off")}
+        comparisons[f"{model}-{mode}"] = {}
+        for key in SSIM_KEYS:
+            c = seed_comparison({s: per_arm[n][key] for s, n in seeds_mode.items()},
+                                {s: per_arm[n][key] for s, n in seeds_off.items()}, threshold)
+            comparisons[f"{model}-{mode}"][key] = c
+            words.append(_comparison_words(model, mode, key, c))
+            ratio = abs(c["difference"]) / c["margin"] if c["margin"] > 0 else float("inf")
+            if worst is None or not math.isnan(worst[0]) and not ratio <= worst[0]:  # a NaN stays: it FAILs
+                worst = (ratio, c)
+    if worst is None:
+        value, margin = float("nan"), threshold
+        summary = "no pair of an XLA mode and off to compare"
+    else:  # the largest |difference| / margin decides: PASS iff every difference is within its margin
+        value, margin = abs(worst[1]["difference"]), worst[1]["margin"]
+        summary = "; ".join(words)
     pinn_vs_baseline = {}
     for name in per_arm:
         arm = parse_arm(name)
         base = arm_name("baseline", arm.mode, arm.seed)
         if arm.model == "pinn" and base in per_arm:
             pinn_vs_baseline[f"{arm.mode}-s{arm.seed}"] = {k: per_arm[name][k] - per_arm[base][k] for k in QUALITY_KEYS}
-    value = worst if diffs else float("nan")
-    summary = (f"SSIM of each XLA mode's reconstructions and off's differ by at most {worst:.4f}" if diffs
-               else "no pair of an XLA mode and off to compare")
     if failed:
         value = float("nan")
-        summary = (f"{_failed_summary(failed)} (its reconstruction is from its last good state); "
-                   f"{summary[0].lower()}{summary[1:]}")
+        summary = f"{_failed_summary(failed)} (its reconstruction is from its last good state); {summary}"
     return verdict(
-        "quality", value, threshold, "<=", summary,
-        {"per_arm": per_arm, "ssim_differences": diffs, "arm_differences": arm_differences,
-         "pinn_minus_baseline": pinn_vs_baseline, "failed": dict(failed or {})},
+        "quality", value, margin, "<=", summary,
+        {"per_arm": per_arm, "comparisons": comparisons, "threshold": float(threshold), "ssim_differences": diffs,
+         "arm_differences": arm_differences, "pinn_minus_baseline": pinn_vs_baseline, "failed": dict(failed or {})},
     )
 
 

@@ -260,7 +260,7 @@ def cmd_stitch(args: argparse.Namespace) -> int:
     rec = read_arrays(args.reconstruction, ("patches", "positions", "position_object"))
     try:
         images = stitch_objects(rec["patches"], rec["positions"], rec["position_object"], ds,
-                                weighted=not args.unweighted)
+                                weighted=not args.unweighted, phase_sync=not args.no_phase_sync)
     except ValueError as err:
         raise PtychoError(f"{args.reconstruction}: {err}; re-run infer with this dataset") from None
     write_arrays(args.out, images=np.stack(images).astype(np.complex64))
@@ -489,7 +489,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise PtychoError(f"{path}: cannot read ({err.strerror}); run 'ptycho figures' first") from None
         if not figures[stem].startswith(b"\x89PNG"):
             raise PtychoError(f"{path}: not a PNG file; re-run 'ptycho figures'")
-    record = report.build(items, arms, read_json(args.config_json), machine_info(), tuple(figures))
+    cost = report.pipeline_cost(args.benchmarks) if args.benchmarks else None
+    record = report.build(items, arms, read_json(args.config_json), machine_info(), tuple(figures), cost)
     paths = report.write(record, args.out_dir, figures)
     if args.run is not None:
         args.run.log_metrics({"verdict_pass": float(record["verdict"] == "PASS")})
@@ -630,6 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="the dataset that was reconstructed")
     p.add_argument("--out", required=True, help="stitched objects (.npz)")
     p.add_argument("--unweighted", action="store_true", help="plain average instead of illumination weighting")
+    p.add_argument("--no-phase-sync", action="store_true",
+                   help="keep each patch's own constant phase (default: align overlapping patches first)")
     p.set_defaults(func=cmd_stitch)
 
     p = sub.add_parser("evaluate", help="score stitched objects against the ground truth")
@@ -716,6 +719,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-json", required=True)
     p.add_argument("--out-dir", default="reports")
     p.add_argument("--finish-parent", help="parent JSON: attach the report and mark the parent run FINISHED")
+    p.add_argument("--benchmarks", help="folder of the jobs' Snakemake benchmark TSVs: the report says where the time went")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export-npz", help="write a dataset file as a PtychoPINN-style NPZ")

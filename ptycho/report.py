@@ -22,8 +22,9 @@ REPORT_SCHEMA_VERSION = 2  # 2: XLA modes (off, jit, auto, physics) replace the 
 
 
 def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, machine: Mapping | None = None,
-          figures: tuple[str, ...] = ()) -> dict:
-    """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...}."""
+          figures: tuple[str, ...] = (), cost: Mapping | None = None) -> dict:
+    """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
+    ``cost`` is :func:`pipeline_cost` of the run's job benchmarks."""
     missing = [name for name in ITEMS if name not in items]
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
@@ -38,9 +39,76 @@ def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, 
         "failed_arms": failed,
         "machine": dict(machine or {}),
         "figures": list(figures),
+        "cost": dict(cost or {}),
         "config": {k: v for k, v in config.items() if k != "presets"},
         "generated_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def pipeline_cost(bench_dir: str | Path) -> dict:
+    """Where the run's time went, from Snakemake's ``benchmark:`` files (one TSV per job).
+
+    Per step (the folder or file name under ``bench_dir``: train, infer, stitch, ...):
+    jobs, their summed wall and CPU seconds and the largest peak RSS. ``span_s`` runs
+    from the first job's start (its end minus its wall time) to the last job's end, so
+    it counts the time jobs waited for each other but not the report itself; a span much
+    longer than the jobs' sum would mean the outputs come from several invocations.
+    """
+    import csv
+
+    steps: dict[str, dict[str, float]] = {}
+    starts, ends = [], []
+    for path in sorted(Path(bench_dir).rglob("*.tsv")):
+        rel = path.relative_to(bench_dir)
+        step = rel.parts[0] if len(rel.parts) > 1 else path.stem
+        try:
+            with open(path, newline="") as fh:
+                rows = list(csv.DictReader(fh, delimiter="\t"))
+            wall = float(rows[-1]["s"])
+        except (OSError, KeyError, IndexError, ValueError):
+            continue  # a job killed mid-write leaves no usable line: its time is unknown, not zero
+        row = rows[-1]
+
+        def number(key: str) -> float:
+            try:
+                return float(row.get(key) or "nan")
+            except ValueError:
+                return float("nan")
+
+        end = path.stat().st_mtime
+        starts.append(end - wall)
+        ends.append(end)
+        acc = steps.setdefault(step, {"jobs": 0, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_mb": 0.0})
+        acc["jobs"] += 1
+        acc["wall_s"] += wall
+        cpu = number("cpu_time")
+        acc["cpu_s"] += cpu if cpu == cpu else 0.0
+        rss = number("max_rss")
+        acc["max_rss_mb"] = max(acc["max_rss_mb"], rss if rss == rss else 0.0)
+    if not steps:
+        return {}
+    ordered = dict(sorted(steps.items(), key=lambda kv: -kv[1]["wall_s"]))
+    return {"steps": ordered, "span_s": max(ends) - min(starts), "job_wall_s": sum(v["wall_s"] for v in steps.values()),
+            "job_cpu_s": sum(v["cpu_s"] for v in steps.values())}
+
+
+def cost_line(report: Mapping) -> str:
+    """One sentence: the run's wall time and its largest parts (empty without benchmarks)."""
+    cost = report.get("cost") or {}
+    if not cost.get("steps"):
+        return ""
+    parts = [f"{name} {v['wall_s'] / 60:.1f} min ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})"
+             for name, v in list(cost["steps"].items())[:3]]
+    return (f"This run took {cost['span_s'] / 60:.1f} min from its first job to the report "
+            f"(jobs' wall time {cost['job_wall_s'] / 60:.1f} min in all, CPU {cost['job_cpu_s'] / 60:.1f} min); "
+            f"largest: {', '.join(parts)}.")
+
+
+def cost_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
+    steps = (report.get("cost") or {}).get("steps", {})
+    return (["step", "jobs", "wall min (sum)", "CPU min (sum)", "largest peak RSS MB"],
+            [[name, str(v["jobs"]), _fmt(v["wall_s"] / 60), _fmt(v["cpu_s"] / 60), _fmt(v["max_rss_mb"])]
+             for name, v in steps.items()])
 
 
 def _fmt(value: Any) -> str:
@@ -137,8 +205,22 @@ def quality_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
     header = [label for _, label in QUALITY_COLUMNS]
     out = [("Per arm (test split, stitched objects, mean over images)", ["arm", *header],
             [[arm, *(_fmt(m.get(k)) for k, _ in QUALITY_COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())])]
+    if ev.get("comparisons"):
+        rows = []
+        for name, per in sorted(ev["comparisons"].items()):
+            for key, c in per.items():
+                judged = "within" if c["within"] else "EXCEEDS"
+                rows.append([name, key.replace("_", " "), f"{len(c['seeds_mode'])} / {len(c['seeds_off'])}",
+                             _fmt(c["mean_mode"]), _fmt(c["mean_off"]),
+                             f"{_fmt(c['difference'])} ({_fmt(c['low'])} - {_fmt(c['high'])})",
+                             _fmt(c["spread"]), _fmt(c["margin"]),
+                             f"{judged}{', equivalent' if c['equivalent'] else ''}"])
+        out.append(("Each XLA mode vs off across seeds: the difference of the means against the seed-to-seed spread "
+                    "(margin = the larger of the spread and the threshold)",
+                    ["model-mode", "metric", "seeds (mode / off)", "mean (mode)", "mean (off)",
+                     "difference (95 % interval)", "seed spread", "margin", "verdict"], rows))
     if ev.get("arm_differences"):
-        out.append(("Each XLA mode minus off", ["model, seed, mode", *header],
+        out.append(("Each XLA mode minus off, per seed", ["model, seed, mode", *header],
                     [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)] for name, d in sorted(ev["arm_differences"].items())]))
     if ev.get("pinn_minus_baseline"):
         out.append(("PINN minus baseline (physics-informed vs supervised)", ["mode, seed", *header],
@@ -268,7 +350,9 @@ def to_markdown(report: Mapping) -> str:
             parts += ([f"### {sub}"] if sub else []) + [table(header, rows)]
     parts += ["## Machine and run",
               f"{machine_line(report)}. Generated {report['generated_utc']}; preset `{report['config'].get('preset')}`. "
-              "Figures are in `validation.html`."]
+              f"Figures are in `validation.html`. {cost_line(report)}".strip()]
+    if report.get("cost"):
+        parts += ["### Where this run's time went (Snakemake benchmark files)", table(*cost_table(report))]
     return "\n\n".join(parts) + "\n"
 
 
@@ -331,7 +415,8 @@ figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 <section id="checklist"><h2>Checklist</h2>{table(*checklist_table(report), status_col=1)}</section>
 {''.join(body)}
 <section id="machine"><h2>Machine and run</h2><p>{esc(machine_line(report))}; preset
-<code>{esc(str(report['config'].get('preset')))}</code>; generated {report['generated_utc']}.</p></section>
+<code>{esc(str(report['config'].get('preset')))}</code>; generated {report['generated_utc']}. {esc(cost_line(report))}</p>
+{'<h3>Where this run' + chr(39) + 's time went (Snakemake benchmark files)</h3>' + table(*cost_table(report)) if report.get('cost') else ''}</section>
 </body></html>
 """
 

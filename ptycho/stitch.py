@@ -32,7 +32,7 @@ from ptycho.physics.translate import centre_crop
 if TYPE_CHECKING:  # pragma: no cover
     from ptycho.data import Dataset
 
-__all__ = ["stitch", "stitch_dataset", "stitch_objects", "illumination_weight"]
+__all__ = ["stitch", "stitch_dataset", "stitch_objects", "illumination_weight", "synchronise_phase"]
 
 #: Patches processed per vectorised block (bounds the temporary memory).
 _BLOCK = 1024
@@ -187,6 +187,75 @@ def illumination_weight(probe: np.ndarray, n_keep: int, floor: float = 1e-3) -> 
     return intensity / np.abs(probe).max() ** 2 + floor
 
 
+def synchronise_phase(patches: np.ndarray, positions: np.ndarray, n_keep: int | None = None,
+                      weight: np.ndarray | None = None) -> np.ndarray:
+    """Patches times one unit phase factor each, chosen so that overlapping patches agree.
+
+    Why: a constant phase of a patch (of a PINN's group of patches) leaves its
+    diffraction unchanged, so a network trained through the physics is free to give
+    each group its own offset. Averaged over the overlaps, offsets that drift from
+    group to group become a smooth, large-scale phase error that no single patch can
+    see. The overlap between neighbouring scan positions is what pins those low
+    spatial frequencies in ptychography; this uses it: the factors ``u_k`` maximise
+    the agreement ``sum_kj Re(u_k C_kj conj(u_j))`` of every overlapping pair, with
+
+    .. math:: C_{kj} = \\sum_q w(q - p_k)\\, w(q - p_j)\\, \\overline{c_k(q - p_k)}\\, c_j(q - p_j),
+
+    the weighted overlap of kept patches ``c`` at their (rounded) positions, and are
+    the phases of its leading eigenvector (angular synchronisation, Singer 2011; exact
+    when the patches differ only by their offsets). Amplitudes are untouched, and the
+    mean phase of the result matches the input's, so a reconstruction whose patches
+    already agree comes back unchanged (to rounding).
+
+    ``patches`` (K, N, N) complex, ``positions`` (K, 2) ``[x, y]``; ``n_keep`` and
+    ``weight`` as in :func:`stitch`. Patches that overlap no other keep their phase.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.linalg import eigsh
+    from scipy.spatial import cKDTree
+
+    patches = _as_patch_stack(patches)
+    if not np.iscomplexobj(patches):
+        raise ValueError("phase synchronisation needs complex patches")
+    k_count, n = patches.shape[0], patches.shape[1]
+    n_keep = n // 2 if n_keep is None else int(n_keep)
+    kept = centre_crop(patches, n_keep).astype(np.complex128)
+    wmap = np.ones((n_keep, n_keep)) if weight is None else np.asarray(weight, dtype=np.float64)
+    kept_w = kept * wmap
+    pos = np.rint(np.asarray(positions, dtype=np.float64)).astype(np.int64)
+    pairs = cKDTree(pos).query_pairs(n_keep - 1, p=np.inf, output_type="ndarray") if k_count > 1 else np.zeros((0, 2), int)
+    if len(pairs) == 0:
+        return patches.copy()
+    d = pos[pairs[:, 1]] - pos[pairs[:, 0]]  # [dx, dy] of j relative to k
+    values = np.empty(len(pairs), np.complex128)
+    # Pairs with the same displacement overlap in the same windows: one vectorised sum each.
+    keys, inverse = np.unique(d, axis=0, return_inverse=True)
+    for u, (dx, dy) in enumerate(keys):
+        sel = np.flatnonzero(inverse.ravel() == u)
+        k, j = pairs[sel, 0], pairs[sel, 1]
+        # Object pixel q = p_k + a = p_j + b, so b = a - d.
+        ra, rb = slice(max(dy, 0), n_keep + min(dy, 0)), slice(max(-dy, 0), n_keep + min(-dy, 0))
+        ca, cb = slice(max(dx, 0), n_keep + min(dx, 0)), slice(max(-dx, 0), n_keep + min(-dx, 0))
+        values[sel] = np.sum(np.conj(kept_w[k][:, ra, ca]) * kept_w[j][:, rb, cb], axis=(1, 2))
+    rows = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    cols = np.concatenate([pairs[:, 1], pairs[:, 0]])
+    c = coo_matrix((np.concatenate([values, np.conj(values)]), (rows, cols)), shape=(k_count, k_count)).tocsr()
+    # C v = lambda v with v_k ~ conj(e^{i a_k}) when c_k = e^{i a_k} O: v rotates patch k back.
+    if k_count <= 2:
+        _, vecs = np.linalg.eigh(c.toarray())
+        v = vecs[:, -1]
+    else:
+        _, vecs = eigsh(c, k=1, which="LA", v0=np.ones(k_count, np.complex128))
+        v = vecs[:, 0]
+    u = np.where(np.abs(v) > 0, v / np.maximum(np.abs(v), 1e-300), 1.0)
+    # C_kj = conj(c_k) c_j ~ e^{i(a_j - a_k)}: its leading eigenvector is v_k ~ e^{-i a_k}.
+    aligned = kept * u[:, None, None]
+    # Keep the input's mean phase: one global factor, invisible to any metric.
+    glob = np.sum(np.conj(aligned) * kept * wmap)
+    u = u * (glob / abs(glob) if abs(glob) > 0 else 1.0)
+    return (patches * u[:, None, None].astype(patches.dtype)).astype(patches.dtype, copy=False)
+
+
 def _flat_patches(patches: np.ndarray, g: int, c: int) -> np.ndarray:
     """Patches in flat order ``k = g * C + c`` as ``(G * C, n, n)``.
 
@@ -234,12 +303,15 @@ def stitch_dataset(patches_flat: np.ndarray, ds: Dataset, *, weighted: bool = Tr
 
 
 def stitch_objects(
-    patches: np.ndarray, positions: np.ndarray, position_object: np.ndarray, ds: Dataset, *, weighted: bool = True
+    patches: np.ndarray, positions: np.ndarray, position_object: np.ndarray, ds: Dataset, *, weighted: bool = True,
+    phase_sync: bool = True,
 ) -> list[np.ndarray]:
     """Stitch patches with explicit positions and object indices, one image per object.
 
     Each image covers ``ds.scan_region[m]`` and has the shape of ``ds.ground_truth(m)``.
     ``patches`` have side ``N`` (the central ``N//2`` is kept) or already ``N//2``.
+    With ``phase_sync`` (the default), complex patches are first given the constant
+    phases that make overlapping patches agree (:func:`synchronise_phase`).
     """
     patches = _as_patch_stack(patches)
     n_keep = ds.n // 2
@@ -249,5 +321,8 @@ def stitch_objects(
     images = []
     for m in range(len(ds.scan_region)):
         sel = np.asarray(position_object) == m
-        images.append(stitch(patches[sel], positions[sel], ds.scan_region[m], n_keep=n_keep, weight=weight))
+        own = patches[sel]
+        if phase_sync and np.iscomplexobj(own):
+            own = synchronise_phase(own, positions[sel], n_keep, weight)
+        images.append(stitch(own, positions[sel], ds.scan_region[m], n_keep=n_keep, weight=weight))
     return images

@@ -30,6 +30,25 @@ from ptycho.errors import PtychoError
 from ptycho.models import ModelConfig
 
 
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def _Warmup(rate: float, steps: int):
+    """A linear warm-up from 0 to ``rate`` over ``steps``, then ``rate`` (a Keras schedule)."""
+    import keras
+
+    class Warmup(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            from keras import ops
+
+            return rate * ops.minimum(1.0, ops.cast(step + 1, "float32") / steps)
+
+        def get_config(self):
+            return {"rate": rate, "steps": steps}
+
+    return Warmup()
+
+
 class TrainingDiverged(PtychoError):
     """Loss became NaN or infinite."""
 
@@ -49,6 +68,9 @@ class TrainConfig:
     seed: int = 0
     xla: str = "jit"  #: XLA mode, one of ptycho.xla.MODES (true/false are read as jit/off)
     max_samples: int = 0  #: cap on training samples (groups or patterns); 0 = all
+    lr_schedule: str = "constant"  #: constant | cosine (decay to lr_floor over the whole training)
+    warmup_epochs: float = 0.0  #: linear warm-up from 0 to learning_rate over this many epochs
+    lr_floor: float = 0.0  #: cosine: final learning rate as a fraction of learning_rate
 
     def __post_init__(self) -> None:
         from ptycho.xla import parse_mode
@@ -59,6 +81,25 @@ class TrainConfig:
         _check_range("train.learning_rate", self.learning_rate, 1e-8, 1.0)
         _check_range("train.validation_fraction", self.validation_fraction, 0.0, 0.5)
         _check_range("train.max_samples", self.max_samples, 0, 10**9)
+        from ptycho.config import _check_choice
+
+        _check_choice("train.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _check_range("train.warmup_epochs", self.warmup_epochs, 0.0, self.epochs)
+        _check_range("train.lr_floor", self.lr_floor, 0.0, 1.0)
+
+    def learning_rate_at(self, steps_per_epoch: int):
+        """The optimiser's learning rate: a float (constant, no warm-up) or a Keras schedule."""
+        import keras
+
+        total = max(1, self.epochs * steps_per_epoch)
+        warmup = int(round(self.warmup_epochs * steps_per_epoch))
+        if self.lr_schedule == "constant" and warmup == 0:
+            return self.learning_rate
+        if self.lr_schedule == "constant":
+            return _Warmup(self.learning_rate, warmup)
+        return keras.optimizers.schedules.CosineDecay(
+            0.0 if warmup else self.learning_rate, max(1, total - warmup), alpha=self.lr_floor,
+            warmup_target=self.learning_rate if warmup else None, warmup_steps=warmup)
 
 
 @dataclass
@@ -126,7 +167,8 @@ class Trainer:
     ``physics`` mode compiles only the latter; ``jit`` and ``auto`` the whole step.
     """
 
-    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, n: int, channels: int, probe: np.ndarray, physics: dict):
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, n: int, channels: int, probe: np.ndarray, physics: dict,
+                 steps_per_epoch: int = 0):
         import keras
         import tensorflow as tf
 
@@ -142,7 +184,10 @@ class Trainer:
         self.canvas_pad = int(physics.get("canvas_pad", n // 4))
         self.log_scale = tf.Variable(physics.get("log_scale", 0.0), dtype=tf.float32, name="log_scale",
                                      trainable=model_cfg.kind == "pinn" and model_cfg.trainable_scale)
-        self.optimizer = keras.optimizers.Adam(train_cfg.learning_rate)
+        # The schedule (warm-up, decay) reads the optimiser's own step count, so a resumed
+        # training continues it where it stopped.
+        rate = train_cfg.learning_rate_at(steps_per_epoch) if steps_per_epoch else train_cfg.learning_rate
+        self.optimizer = keras.optimizers.Adam(rate)
         # Create the optimizer's slots now: variables created inside the first trace
         # make tf.function trace a second time.
         self.optimizer.build(self.variables)
@@ -254,7 +299,8 @@ def checkpoint_dir_for(out_dir: str | os.PathLike) -> Path:
 def _compat_key(model_cfg: ModelConfig, train_cfg: TrainConfig, digest: str) -> dict:
     """What must match for a saved state to be continued: everything but the epoch count."""
     train = to_dict(train_cfg)
-    train.pop("epochs", None)
+    if train_cfg.lr_schedule == "constant":  # a decay's shape depends on the epoch count
+        train.pop("epochs", None)
     return json.loads(json.dumps({"model": to_dict(model_cfg), "train": train, "dataset_digest": digest}))
 
 
@@ -364,7 +410,7 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
     if steps == 0:
         raise PtychoError(f"only {len(train_idx)} training samples for batch size {bs}; lower train.batch_size or simulate more data")
 
-    trainer = Trainer(model_cfg, train_cfg, ds.n, data.inputs.shape[-1], ds.probe, data.physics)
+    trainer = Trainer(model_cfg, train_cfg, ds.n, data.inputs.shape[-1], ds.probe, data.physics, steps)
     compat = _compat_key(model_cfg, train_cfg, ds.attrs.get("digest", ""))
     saved = load_train_state(state_path) if resume else None
     if saved is not None and (saved[0]["compat"] != compat or saved[0]["epoch"] >= train_cfg.epochs):

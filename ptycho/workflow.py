@@ -132,8 +132,8 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
     check_shell_safe(resolved)
     for kind in resolved["models"]:
         model_config(resolved, kind)
+        train_config(resolved, resolved["xla"][0], 0, kind)
     simulation_config(resolved)
-    train_config(resolved, resolved["xla"][0], 0)
     return resolved
 
 
@@ -251,18 +251,27 @@ def simulation_config(cfg: Mapping):
     return from_dict(SimulationConfig, cfg["simulation"], "simulation")
 
 
+def section_for(cfg: Mapping, section: str, kind: str) -> dict:
+    """Config section ``model`` or ``train`` as model ``kind`` sees it: the shared keys,
+    then that model's own under ``per_model.<kind>.<section>``."""
+    own = cfg.get("per_model", {}).get(kind, {}).get(section, {})
+    return deep_merge(cfg[section], own)
+
+
 def model_config(cfg: Mapping, kind: str):
     from ptycho.config import from_dict
     from ptycho.models import ModelConfig
 
-    return from_dict(ModelConfig, dict(cfg["model"], kind=kind), "model")
+    prefix = "model" if not cfg.get("per_model", {}).get(kind, {}).get("model") else f"per_model.{kind}.model"
+    return from_dict(ModelConfig, dict(section_for(cfg, "model", kind), kind=kind), prefix)
 
 
-def train_config(cfg: Mapping, xla: str, seed: int):
+def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn"):
     from ptycho.config import from_dict
     from ptycho.train import TrainConfig
 
-    return from_dict(TrainConfig, dict(cfg["train"], xla=xla, seed=seed), "train")
+    prefix = "train" if not cfg.get("per_model", {}).get(kind, {}).get("train") else f"per_model.{kind}.train"
+    return from_dict(TrainConfig, dict(section_for(cfg, "train", kind), xla=xla, seed=seed), prefix)
 
 
 def arms(cfg: Mapping) -> list[str]:
@@ -270,3 +279,35 @@ def arms(cfg: Mapping) -> list[str]:
     from ptycho.arms import matrix
 
     return matrix(cfg["models"], cfg["xla"], cfg["seeds"])
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask: a cgroup, ``taskset`` or a SLURM
+    allocation can give fewer than the machine has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def declared_threads(threads: int, cores: int, machine: int) -> int:
+    """Threads a local job declares to Snakemake so that jobs never share a CPU.
+
+    Snakemake runs jobs while the sum of their declared threads fits ``--cores``; it
+    does not know the machine. ``snakemake --cores 8`` on 2 CPUs would run four
+    2-thread trainings at once, eight threads on two cores, where oneDNN's threads
+    spin-wait on each other (1 s per step instead of 0.1 s, measured). Scaling each
+    job's figure by ``cores / usable`` (usable = min(cores, machine)) makes Snakemake's
+    sum track the real CPUs: on 2 CPUs one 2-thread job runs at a time for any
+    ``--cores``, on 8 CPUs with ``--cores 8`` four of them. :func:`job_threads` is the
+    inverse, the threads the job then really uses.
+    """
+    usable = max(1, min(cores, machine))
+    threads = max(1, min(threads, usable))
+    return min(cores, -(-threads * cores // usable))
+
+
+def job_threads(declared: int, cores: int, machine: int) -> int:
+    """The threads a job declared by :func:`declared_threads` uses (its inverse)."""
+    usable = max(1, min(cores, machine))
+    return max(1, min(usable, declared * usable // cores))

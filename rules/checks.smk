@@ -10,7 +10,9 @@ rule check_accuracy:
         f"{R}/checks/accuracy.json",
     log:
         f"{R}/logs/checks/accuracy.log",
-    threads: 1
+    benchmark:
+        f"{R}/benchmarks/checks/accuracy.tsv"
+    threads: cpus(1)
     resources:
         mem_mb=3000,
         runtime=15,
@@ -33,7 +35,9 @@ rule check_gradients:
         f"{R}/checks/gradients.json",
     log:
         f"{R}/logs/checks/gradients.log",
-    threads: 1
+    benchmark:
+        f"{R}/benchmarks/checks/gradients.tsv"
+    threads: cpus(1)
     resources:
         mem_mb=3000,
         runtime=15,
@@ -42,7 +46,7 @@ rule check_gradients:
         track=tracking("check_gradients"),
         threshold=CFG["thresholds"]["gradients_max_rel"],
         modes=XLA_MODES,
-        loss=CFG["model"]["loss"],
+        loss=section_for(CFG, "model", "pinn")["loss"],
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -58,7 +62,9 @@ rule check_convergence:
         f"{R}/checks/convergence.json",
     log:
         f"{R}/logs/checks/convergence.log",
-    threads: 1
+    benchmark:
+        f"{R}/benchmarks/checks/convergence.tsv"
+    threads: cpus(1)
     params:
         ptycho=PTYCHO,
         track=tracking("check_convergence"),
@@ -79,7 +85,9 @@ rule check_quality:
         f"{R}/checks/quality.json",
     log:
         f"{R}/logs/checks/quality.log",
-    threads: 1
+    benchmark:
+        f"{R}/benchmarks/checks/quality.tsv"
+    threads: cpus(1)
     params:
         ptycho=PTYCHO,
         track=tracking("check_quality"),
@@ -102,8 +110,11 @@ rule benchmark_arms:
         f"{R}/bench/bench.json",
     log:
         f"{R}/logs/bench.log",
+    benchmark:
+        f"{R}/benchmarks/bench.tsv"
     threads: all_cores()
     resources:
+        tf_threads=tf_threads,
         mem_mb=6000,
         runtime=60,
     params:
@@ -118,7 +129,7 @@ rule benchmark_arms:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} bench --models {params.models} --modes {params.modes} --repeats {params.repeats} "
-        "--warmup {params.warmup} --threads-alone {threads} --shared-threads {params.shared_threads} "
+        "--warmup {params.warmup} --threads-alone {resources.tf_threads} --shared-threads {params.shared_threads} "
         "--dataset {input.data} --like {input.models} --out {output} > {log} 2>&1"
 
 
@@ -131,7 +142,9 @@ rule check_speedup:
         f"{R}/checks/speedup.json",
     log:
         f"{R}/logs/checks/speedup.log",
-    threads: 1
+    benchmark:
+        f"{R}/benchmarks/checks/speedup.tsv"
+    threads: cpus(1)
     params:
         ptycho=PTYCHO,
         track=tracking("check_speedup"),

@@ -7,7 +7,8 @@ from snakemake.exceptions import WorkflowError
 from ptycho.errors import PtychoError
 from ptycho.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.tracking import config_hash
-from ptycho.workflow import arms, cli_flags, parse_time_checks
+from ptycho.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, section_for,
+                             usable_cores)
 
 
 try:
@@ -57,9 +58,30 @@ def all_cores():
         return 1
 
 
+MACHINE_CORES = usable_cores()
+
+
+def cpus(n):
+    """The threads a job that uses ``n`` CPUs declares (ptycho.workflow.declared_threads):
+    scaled so that Snakemake, which sums declared threads against --cores, never runs
+    more threads than this machine has, whatever --cores says. On a cluster the
+    scheduler gives each job its own CPUs: the figure is then ``n`` (or set-threads)."""
+    return declared_threads(n, all_cores(), MACHINE_CORES) if workflow.local_exec else n
+
+
+def tf_threads(wildcards, threads):
+    """The threads a job really uses, from the figure it was given (the inverse of cpus)."""
+    return job_threads(threads, all_cores(), MACHINE_CORES) if workflow.local_exec else threads
+
+
 def flags(section):
     """'--key value' for every key of a config section (the CLI's own option names), quoted."""
     return cli_flags(CFG[section])
+
+
+def model_flags(section, wildcards):
+    """'--key value' for the model or train section as the arm's model sees it (per_model)."""
+    return cli_flags(section_for(CFG, section, parse_arm(wildcards.arm).model))
 
 
 def tracking(rule_name, **tags):

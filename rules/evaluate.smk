@@ -7,7 +7,9 @@ rule score:
         f"{R}/metrics/{{arm}}.json",
     log:
         f"{R}/logs/evaluate/{{arm}}.log",
-    threads: 1
+    benchmark:
+        f"{R}/benchmarks/evaluate/{{arm}}.tsv"
+    threads: cpus(1)
     resources:
         mem_mb=2000,
         runtime=10,

@@ -9,8 +9,9 @@ rule infer:
         f"{R}/logs/infer/{{arm}}.log",
     benchmark:
         f"{R}/benchmarks/infer/{{arm}}.tsv"
-    threads: CFG["train_threads"]
+    threads: cpus(CFG["train_threads"])
     resources:
+        tf_threads=tf_threads,
         mem_mb=4000,
         runtime=30,
     params:
@@ -19,7 +20,7 @@ rule infer:
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} --threads {threads} infer --model $(dirname {input.model}) "
+        "{params.ptycho} {params.track} --threads {resources.tf_threads} infer --model $(dirname {input.model}) "
         "--dataset {input.data} --out {output} > {log} 2>&1"
 
 
@@ -32,7 +33,9 @@ rule stitch:
         f"{R}/stitched/{{arm}}.npz",
     log:
         f"{R}/logs/stitch/{{arm}}.log",
-    threads: 1
+    benchmark:
+        f"{R}/benchmarks/stitch/{{arm}}.tsv"
+    threads: cpus(1)
     resources:
         mem_mb=2000,
         runtime=10,

@@ -17,7 +17,9 @@ rule figures:
          for name in FIGURES],
     log:
         f"{R}/logs/figures.log",
-    threads: 1
+    benchmark:
+        f"{R}/benchmarks/figures.tsv"
+    threads: cpus(1)
     resources:
         mem_mb=2000,
         runtime=10,
@@ -48,13 +50,14 @@ rule validation_report:
         "reports/validation.json",
     log:
         f"{R}/logs/report.log",
-    threads: 1
+    threads: cpus(1)
     params:
         ptycho=PTYCHO,
         track=tracking("report"),
+        benchmarks=f"{R}/benchmarks",
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} report --checks {input.checks} --metrics {input.metrics} --models {input.models} "
         "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir reports "
-        "--finish-parent {input.parent} > {log} 2>&1"
+        "--finish-parent {input.parent} --benchmarks {params.benchmarks} > {log} 2>&1"

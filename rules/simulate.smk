@@ -43,7 +43,7 @@ rule simulate:
         f"{R}/logs/simulate.log",
     benchmark:
         f"{R}/benchmarks/simulate.tsv"
-    threads: 1
+    threads: cpus(1)
     resources:
         mem_mb=2000,
         runtime=10,

@@ -9,15 +9,16 @@ rule train_model:
         f"{R}/logs/train/{{arm}}.log",
     benchmark:
         f"{R}/benchmarks/train/{{arm}}.tsv"
-    threads: CFG["train_threads"]
+    threads: cpus(CFG["train_threads"])
     resources:
+        tf_threads=tf_threads,
         mem_mb=6000,
         runtime=120,
     params:
         ptycho=PTYCHO,
         arm=lambda w: arm_tags(w),
-        model_flags=flags("model"),
-        train_flags=flags("train"),
+        model_flags=lambda w: model_flags("model", w),
+        train_flags=lambda w: model_flags("train", w),
         track=lambda w: tracking("train", **arm_tags(w)),
     conda:
         "../envs/ptycho.yaml"
@@ -26,7 +27,7 @@ rule train_model:
     # --on-diverge record: a NaN loss ends the run FAILED but writes the last good state
     # as the model, marked FAILED in model.json, so the report shows the failed arm.
     shell:
-        "{params.ptycho} {params.track} --threads {threads} train --quiet --resume --on-diverge record "
+        "{params.ptycho} {params.track} --threads {resources.tf_threads} train --quiet --resume --on-diverge record "
         "--dataset {input.data} "
         "--out $(dirname {output.meta}) --kind {params.arm[model]} --xla {params.arm[xla]} --seed {params.arm[seed]} "
         "{params.model_flags} {params.train_flags} > {log} 2>&1"

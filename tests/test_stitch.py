@@ -8,7 +8,7 @@ import pytest
 from ptycho.data import Dataset, scan_region
 from ptycho.physics.scan import grid_scan
 from ptycho.physics.translate import centre_crop, extract_patches, pad_to, translate
-from ptycho.stitch import stitch, stitch_dataset
+from ptycho.stitch import stitch, stitch_dataset, stitch_objects, synchronise_phase
 
 N = 16
 #: A probe lighting the whole patch: scan_region is then the region the kept N//2 covers.
@@ -218,3 +218,48 @@ def test_stitch_dataset_rejects_a_wrong_patch_count():
     ds = _two_object_dataset(1)
     with pytest.raises(ValueError, match="flat order"):
         stitch_dataset(np.zeros((3, N, N)), ds)
+
+
+def _patches_with_offsets(ds: Dataset, per_group: bool, seed: int = 3):
+    """Exact patches of ``ds``, each group (or each patch) times a random constant phase."""
+    positions = ds.positions[ds.groups].reshape(-1, 2)
+    obj_of = ds.position_object[ds.groups].reshape(-1)
+    patches = np.stack([extract_patches(ds.objects[m], positions[k : k + 1], N)[0] for k, m in enumerate(obj_of)])
+    rng = np.random.default_rng(seed)
+    g, c = ds.groups.shape
+    phases = rng.uniform(-np.pi, np.pi, g if per_group else g * c)
+    if per_group:
+        phases = np.repeat(phases, c)
+    return patches * np.exp(1j * phases)[:, None, None], positions, obj_of
+
+
+@pytest.mark.parametrize("gridsize, per_group", [(1, False), (2, True), (2, False)])
+def test_phase_sync_undoes_a_constant_phase_per_patch_or_group(gridsize, per_group):
+    # The ambiguity a PINN is free to use: a constant phase per group leaves its
+    # diffraction unchanged. Overlaps pin it: stitching recovers the object up to one
+    # global phase; plain averaging of the scrambled patches does not.
+    ds = _two_object_dataset(gridsize)
+    patches, positions, obj_of = _patches_with_offsets(ds, per_group)
+    synced = stitch_objects(patches, positions, obj_of, ds)
+    plain = stitch_objects(patches, positions, obj_of, ds, phase_sync=False)
+    for m in range(2):
+        truth = ds.ground_truth(m)
+        glob = np.vdot(synced[m], truth)
+        np.testing.assert_allclose(synced[m] * glob / abs(glob), truth, atol=1e-6)
+        assert np.mean(np.abs(plain[m] - truth)) > 0.1  # scrambled phases average away
+
+
+def test_phase_sync_leaves_agreeing_patches_and_their_mean_phase_alone():
+    obj = _random_object(48) * np.exp(0.7j)
+    scan = grid_scan(48, N, stride=4)
+    patches = extract_patches(obj, scan.positions, N)
+    np.testing.assert_allclose(synchronise_phase(patches, scan.positions), patches, atol=1e-10)
+    # A single patch, or patches that overlap nothing, keep their phase.
+    far = np.array([[8.0, 8.0], [40.0, 40.0]])
+    lone = extract_patches(obj, far, N) * np.exp(1j * np.array([0.3, -1.2]))[:, None, None]
+    np.testing.assert_allclose(synchronise_phase(lone, far), lone, atol=1e-12)
+
+
+def test_phase_sync_needs_complex_patches():
+    with pytest.raises(ValueError, match="complex"):
+        synchronise_phase(np.ones((2, N, N)), np.zeros((2, 2)))

@@ -145,3 +145,34 @@ def test_bench_command_defaults_are_the_pipelines_model(base):
         k: model[k] for k in ("filters", "pooling", "depth", "mixing", "loss")
     }
     assert args.batch_size == resolve(base)["train"]["batch_size"]
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 8, 64])
+@pytest.mark.parametrize("machine", [1, 2, 4, 16])
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_declared_threads_never_let_jobs_share_a_cpu_whatever_the_cores_given(threads, cores, machine):
+    from ptycho.workflow import declared_threads, job_threads
+
+    declared = declared_threads(threads, cores, machine)
+    used = job_threads(declared, cores, machine)
+    usable = min(cores, machine)
+    assert 1 <= declared <= cores  # Snakemake would cap a larger figure anyway
+    assert used == min(threads, usable)  # each job gets what it asked for, up to the CPUs there are
+    # Snakemake starts jobs while their declared threads fit --cores: as many as
+    # cores // declared, each using `used` threads, never more than the machine's CPUs.
+    assert (cores // declared) * used <= usable
+    # ... and no fewer than the machine can hold (no idle CPU when jobs are waiting).
+    assert cores // declared >= usable // used // 2 or declared == cores
+
+
+def test_per_model_sections_override_the_shared_ones_for_that_model_only(base):
+    from ptycho.workflow import model_config, train_config
+
+    cfg = resolve(base, {"per_model": {"baseline": {"model": {"filters": 8}, "train": {"epochs": 2}}}})
+    assert model_config(cfg, "baseline").filters == 8 and train_config(cfg, "off", 0, "baseline").epochs == 2
+    assert model_config(cfg, "pinn").filters == cfg["model"]["filters"]
+    assert train_config(cfg, "off", 0, "pinn").epochs == cfg["train"]["epochs"]
+    with pytest.raises(ConfigError, match=r"unknown config key 'per_model\.baseline\.model\.filterz'"):
+        resolve(base, {"per_model": {"baseline": {"model": {"filterz": 8}}}})
+    with pytest.raises(ConfigError, match="per_model"):
+        resolve(base, {"per_model": {"pinnn": {"model": {"filters": 8}}}})
