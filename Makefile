@@ -35,8 +35,9 @@ lint: setup
 	$(VENV)/bin/ruff check ptycho tests
 	$(SNAKEMAKE) --lint
 
-bench: setup  ## XLA vs eager timings: compile time, step time, inference throughput
+bench: setup  ## XLA modes vs off (compile, step alone and shared, components, inference), then cost growth with the data
 	$(PY) -m ptycho bench
+	$(PY) -m ptycho scaling
 
 ui: setup  ## browse the embedded MLflow store at http://127.0.0.1:5000
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/results/mlflow.db --host 127.0.0.1 --port 5000

@@ -297,6 +297,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scaling(args: argparse.Namespace) -> int:
+    import yaml
+
+    from ptycho import scaling, workflow
+    from ptycho.artifacts import write_json
+
+    try:
+        raw = yaml.safe_load(Path(args.config).read_text())
+    except OSError as err:
+        raise PtychoError(f"{args.config}: cannot read ({err.strerror}); pass the study's config.yaml") from None
+    cfg = workflow.resolve(raw, {"preset": args.preset})
+    result = scaling.run(args.sizes, workflow.simulation_config(cfg), workflow.model_config(cfg, "pinn"),
+                         workflow.train_config(cfg, "off", 0, "pinn"), progress=True)
+    result["preset"] = args.preset
+    print(scaling.format_table(result))
+    if args.out:
+        write_json(args.out, result)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from ptycho import bench
     from ptycho.artifacts import write_json
@@ -670,6 +690,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="also write the full result as JSON")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("scaling", help="time simulation, one training epoch and stitching at several data sizes")
+    p.add_argument("--config", default="config.yaml", help="the study's config (default: config.yaml)")
+    p.add_argument("--preset", default="default", help="its preset to time (default: default)")
+    p.add_argument("--sizes", nargs="+", type=int, default=[1, 2, 4], help="objects per split (default: 1 2 4)")
+    p.add_argument("--out", help="also write the result as JSON")
+    p.set_defaults(func=cmd_scaling)
+
     p = sub.add_parser("track", help="start or finish the pipeline's MLflow parent run; replay journals; end stale runs")
     p.add_argument("action", choices=("start", "finish", "replay", "sweep"),
                    help="replay: send journals (JSONL kept beside the outputs) to MLflow again, idempotently; "
@@ -740,6 +767,7 @@ _OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "stitch": (("out", "--out", False),),
     "evaluate": (("out", "--out", False),),
     "bench": (("out", "--out", False),),
+    "scaling": (("out", "--out", False),),
     "track": (("out", "--out", False),),
     "check": (("out", "--out", False),),
     "figures": (("out_dir", "--out-dir", True),),

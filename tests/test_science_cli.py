@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -161,3 +162,20 @@ def test_accuracy_with_trained_models_needs_the_dataset(tiny, tmp_path):
     r = ptycho("check", "accuracy", "--threshold", 1e-5, "--models", tiny / "model.json", "--out", tmp_path / "a.json")
     assert r.returncode != 0 and "--models needs --dataset" in r.stderr
     assert not (tmp_path / "a.json").exists()
+
+
+def test_scaling_times_each_step_at_each_size_and_fits_the_growth_exponent(tmp_path):
+    # The smoke preset, sizes 1 and 2: the work (patterns, steps, patches) doubles, and
+    # the record carries a time per size and the exponent the docs quote.
+    from ptycho import scaling
+    from ptycho.cli import main
+
+    out = tmp_path / "scaling.json"
+    assert main(["scaling", "--preset", "smoke", "--sizes", "1", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    for step, r in result["steps"].items():
+        assert len(r["seconds"]) == 2 and all(t > 0 for t in r["seconds"]), step
+        assert r["work"][1] >= 2 * r["work"][0] - 1, step  # twice the objects, twice the work
+        assert math.isfinite(r["slope"])
+    assert scaling.slope([1, 2, 4], [3.0, 6.0, 12.0]) == pytest.approx(1.0)
+    assert scaling.slope([1, 2, 4], [1.0, 4.0, 16.0]) == pytest.approx(2.0)

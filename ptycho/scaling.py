@@ -1,0 +1,72 @@
+"""How the pipeline's cost grows with the data: simulation, one training epoch, stitching.
+
+Each step is timed at several data sizes (objects per split) in one process, one size
+after another, and the growth is summarised by the slope of log(time) against
+log(size): 1 is linear, 2 quadratic. The training epoch excludes the first step (trace
+and compile, a fixed cost) and runs the study's model; stitching includes the phase
+synchronisation, on exact patches (its cost does not depend on their content).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def slope(sizes: Sequence[float], seconds: Sequence[float]) -> float:
+    """Least-squares slope of log(seconds) against log(sizes): the growth exponent."""
+    x, y = np.log(np.asarray(sizes, float)), np.log(np.asarray(seconds, float))
+    return float(np.polyfit(x, y, 1)[0]) if len(x) > 1 else float("nan")
+
+
+def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = False) -> dict:
+    """``{"sizes", "steps": {step: {"seconds": [...], "per_object_s": [...], "slope"}}}``."""
+    from ptycho.physics.translate import extract_patches
+    from ptycho.simulate import simulate
+    from ptycho.stitch import stitch_objects
+    from ptycho.train import train
+
+    steps: dict[str, list[float]] = {"simulate": [], "train_epoch": [], "stitch": []}
+    units: dict[str, list[int]] = {"simulate": [], "train_epoch": [], "stitch": []}
+    for k in sizes:
+        cfg = dataclasses.replace(sim_cfg, n_objects_train=k, n_objects_test=k)
+        t0 = time.perf_counter()
+        pair = simulate(cfg)
+        steps["simulate"].append(time.perf_counter() - t0)
+        units["simulate"].append(pair["train"].diffraction.shape[0] + pair["test"].diffraction.shape[0])
+        with tempfile.TemporaryDirectory() as tmp:
+            meta = train(pair["train"], model_cfg, dataclasses.replace(train_cfg, epochs=1), tmp, progress=False)
+        steps["train_epoch"].append(float(np.sum(meta["timing"]["step_times_s"])))
+        units["train_epoch"].append(len(meta["timing"]["step_times_s"]) + 1)
+        test = pair["test"]
+        positions = test.positions[test.groups].reshape(-1, 2)
+        objects = test.position_object[test.groups].reshape(-1)
+        patches = np.concatenate([extract_patches(test.objects[m], positions[objects == m], test.n)
+                                  for m in range(test.objects.shape[0])])
+        positions = np.concatenate([positions[objects == m] for m in range(test.objects.shape[0])])
+        objects = np.sort(objects)
+        t0 = time.perf_counter()
+        stitch_objects(patches, positions, objects, test)
+        steps["stitch"].append(time.perf_counter() - t0)
+        units["stitch"].append(len(patches))
+        if progress:
+            print(f"{k} object(s): " + ", ".join(f"{s} {v[-1]:.2f} s" for s, v in steps.items()), flush=True)
+    return {
+        "sizes": list(sizes),
+        "steps": {s: {"seconds": v, "work": units[s], "per_object_s": [t / k for t, k in zip(v, sizes, strict=True)],
+                      "slope": slope(sizes, v)} for s, v in steps.items()},
+    }
+
+
+def format_table(result: dict) -> str:
+    sizes = result["sizes"]
+    lines = ["step         " + "".join(f"{k:>4d} obj s" for k in sizes) + "   per object vs 1   growth exponent"]
+    for step, r in result["steps"].items():
+        per = r["per_object_s"]
+        ratios = " ".join(f"{p / per[0]:.2f}" for p in per)
+        lines.append(f"{step:12s} " + "".join(f"{t:10.2f}" for t in r["seconds"]) + f"   {ratios:17s} {r['slope']:.2f}")
+    return "\n".join(lines)
