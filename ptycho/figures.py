@@ -877,6 +877,38 @@ def frc_curves(arms: Mapping[str, Mapping[str, Any]]) -> Figure:
     return fig
 
 
+# ------------------------------------------------------------------ quality vs time
+def quality_vs_time(points: Sequence[Mapping[str, Any]], target: float | None = 0.85) -> Figure:
+    """Amplitude and phase SSIM of the PINN against training minutes, one line per recipe.
+
+    ``points``: ``{"recipe", "minutes", "amp_ssim", "phase_ssim"}`` each (a recipe's
+    points are joined in order of minutes), so a user can pick a budget; ``target``
+    draws the quality the default study aims for.
+    """
+    fig = _figure((9.0, 3.8))
+    axes = fig.subplots(1, 2, sharex=True)
+    recipes: dict[str, list[Mapping[str, Any]]] = {}
+    for p in points:
+        recipes.setdefault(str(p["recipe"]), []).append(p)
+    for i, (recipe, pts) in enumerate(recipes.items()):
+        pts = sorted(pts, key=lambda p: float(p["minutes"]))
+        colour = OKABE_ITO[1:][i % (len(OKABE_ITO) - 1)]
+        for ax, key in zip(axes, ("amp_ssim", "phase_ssim"), strict=True):
+            ax.plot([float(p["minutes"]) for p in pts], [float(p[key]) for p in pts], marker=MODEL_MARKERS["pinn"],
+                    color=colour, label=recipe)
+    for ax, what in zip(axes, ("amplitude", "phase"), strict=True):
+        if target is not None:
+            ax.axhline(target, color=INK, linestyle=":", linewidth=1.0)
+        ax.set_xlabel("training minutes per arm (this machine)")
+        ax.set_ylabel(f"{what} SSIM")
+        ax.set_title(f"PINN {what}")
+        ax.grid(True)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 3))
+    return fig
+
+
 # ------------------------------------------------------------------------ rendering
 def _close(fig: Figure) -> None:
     """Unregister ``fig`` from pyplot if it ever was (figures of this module never are)."""

@@ -506,8 +506,14 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
         save_checkpoint(trainer, out_dir, meta)
         if on_epoch is not None:
             on_epoch(epoch, record)
-        if progress:
-            print(f"epoch {epoch + 1}: train {record['train_loss']:.5g} val {record['val_loss']:.5g}", flush=True)
+        # One line per epoch even without progress bars: `tail -f` on a job's log says
+        # where the training is and how long it has left.
+        done = epoch + 1 - start_epoch
+        per_epoch = (record["elapsed_s"] - float(timing.get("train_wall_s", 0.0))) / max(done, 1)
+        recent = step_times[-steps:] if step_times else [float("nan")]
+        print(f"epoch {epoch + 1}/{train_cfg.epochs}: train loss {record['train_loss']:.5g}, "
+              f"val loss {record['val_loss']:.5g}, {float(np.median(recent)):.3f} s/step, "
+              f"{per_epoch:.0f} s/epoch, ~{per_epoch * (train_cfg.epochs - epoch - 1) / 60:.1f} min left", flush=True)
     return meta
 
 

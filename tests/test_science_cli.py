@@ -34,6 +34,11 @@ def test_train_infer_stitch_evaluate_chain(tiny):
     assert r.returncode == 0, r.stderr
     meta = json.loads((d / "model" / "model.json").read_text())
     assert meta["traces"] == {"train": 1, "eval": 1, "physics": 0} and meta["initial_val_loss"] is not None
+    # --quiet drops the progress bars, not the news: one line per epoch (where the run
+    # is, how fast, how long is left), then the summary.
+    epochs = [line for line in r.stdout.splitlines() if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in epochs] == ["epoch 1/2", "epoch 2/2"], r.stdout
+    assert all("val loss" in line and "s/step" in line and "min left" in line for line in epochs)
     r = ptycho("infer", "--model", d / "model", "--dataset", d / "test.h5", "--out", d / "recon.npz")
     assert r.returncode == 0, r.stderr
     with np.load(d / "recon.npz") as z:
