@@ -27,6 +27,7 @@ from ptycho.config import _check_choice, _check_range
 MODEL_KINDS = ("pinn", "baseline")
 POOLINGS = ("max", "avg", "strided")
 LOSSES = ("poisson", "mae")
+BASELINE_PHASES = ("absolute", "relative")
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,15 @@ class ModelConfig:
     loss: str = "poisson"  #: PINN loss: poisson (NLL on counts) | mae (on amplitudes)
     poisson_eps: float = 1e-6  #: the eps in lambda - n log(lambda + eps), normalised units
     trainable_scale: bool = True  #: learn the log intensity scale (initialised from the file)
+    #: baseline phase target: absolute (the true patch phase) | relative (up to a constant
+    #: per patch, which one diffraction pattern cannot show; stitching aligns the patches)
+    baseline_phase: str = "absolute"
 
     def __post_init__(self) -> None:
         _check_choice("model.kind", self.kind, MODEL_KINDS)
         _check_choice("model.pooling", self.pooling, POOLINGS)
         _check_choice("model.loss", self.loss, LOSSES)
+        _check_choice("model.baseline_phase", self.baseline_phase, BASELINE_PHASES)
         _check_range("model.filters", self.filters, 1, 512)
         _check_range("model.depth", self.depth, 1, 4)
         _check_range("model.mixing", self.mixing, 0, 4)

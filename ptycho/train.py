@@ -220,7 +220,16 @@ class Trainer:
         if self.mode == "physics":
             self.traces["physics"] += 1  # runs only while tracing its own XLA function
         if self.model_cfg.kind == "baseline":
-            return tf.reduce_mean(tf.abs(amp - targets["amp"]) + tf.abs(phase - targets["phase"]), axis=[1, 2, 3])
+            d = phase - targets["phase"]
+            if self.model_cfg.baseline_phase == "relative":
+                # A constant phase of the patch leaves its diffraction unchanged: do not ask
+                # the network for it. Remove the amplitude-weighted circular mean of the
+                # error, then wrap (the offset may take the error across +-pi).
+                w = targets["amp"]
+                c = tf.math.atan2(tf.reduce_sum(w * tf.sin(d), axis=[1, 2, 3], keepdims=True),
+                                  tf.reduce_sum(w * tf.cos(d), axis=[1, 2, 3], keepdims=True))
+                d = tf.math.atan2(tf.sin(d - c), tf.cos(d - c))
+            return tf.reduce_mean(tf.abs(amp - targets["amp"]) + tf.abs(d), axis=[1, 2, 3])
         obj = pad_centre(to_complex(amp, phase), self.n)
         pred = predicted_amplitude(obj, offsets, self.probe, self.log_scale, xla=xla_translation(self.mode),
                                    canvas_pad=self.canvas_pad)

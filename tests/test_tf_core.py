@@ -118,13 +118,13 @@ def _tiny_dataset(gridsize=2):
     return simulate_split(cfg, "train")
 
 
-def _trainer(kind="pinn", xla=True, ds=None):
+def _trainer(kind="pinn", xla=True, ds=None, **model):
     from ptycho.models import ModelConfig
     from ptycho.train import TrainConfig, Trainer, prepare
 
     ds = ds or _tiny_dataset()
     data = prepare(ds, kind)
-    trainer = Trainer(ModelConfig(kind=kind, filters=2), TrainConfig(batch_size=4, xla=xla, seed=3), ds.n,
+    trainer = Trainer(ModelConfig(kind=kind, filters=2, **model), TrainConfig(batch_size=4, xla=xla, seed=3), ds.n,
                       data.inputs.shape[-1], ds.probe, data.physics)
     return trainer, data
 
@@ -137,14 +137,15 @@ def _batch(data, n=4):
 MODES = ["off", "jit", "auto", "physics"]
 
 
-@pytest.mark.parametrize("kind", ["pinn", "baseline"])
-def test_every_xla_mode_gives_the_loss_gradients_of_off(kind):
+@pytest.mark.parametrize("kind, model", [("pinn", {}), ("baseline", {}),
+                                         ("baseline", {"baseline_phase": "relative"})])
+def test_every_xla_mode_gives_the_loss_gradients_of_off(kind, model):
     from ptycho.xla import compile_step
 
     ds = _tiny_dataset()
     grads = {}
     for mode in MODES:
-        trainer, data = _trainer(kind, mode, ds)
+        trainer, data = _trainer(kind, mode, ds, **model)
         x, off, tgt = _batch(data)
 
         def loss_and_grads(x, off, tgt, trainer=trainer):
@@ -154,10 +155,27 @@ def test_every_xla_mode_gives_the_loss_gradients_of_off(kind):
 
         loss, g = compile_step(loss_and_grads, mode)(x, off, tgt)
         grads[mode] = [loss.numpy()] + [v.numpy() for v in g]
+    # A variable the loss hardly depends on (the relative phase loss barely sees the
+    # phase head's last bias: its gradient is rounding noise, 1e-8) is compared on the
+    # scale of the largest gradient, not its own.
+    scale = 0.1 * max(np.linalg.norm(b) for b in grads["off"][1:])
     for mode in MODES[1:]:
         for a, b in zip(grads[mode], grads["off"], strict=True):
-            rel = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+            rel = np.linalg.norm(a - b) / max(np.linalg.norm(b), scale)
             assert rel <= 1e-4, mode
+
+
+def test_relative_baseline_phase_loss_ignores_a_constant_phase_of_the_target_patch():
+    # One diffraction pattern cannot show a patch's constant phase; with
+    # baseline_phase: relative the loss does not ask for it (any offset, even across +-pi).
+    trainer, data = _trainer("baseline", "off", baseline_phase="relative")
+    absolute, _ = _trainer("baseline", "off", baseline_phase="absolute")
+    x, off, tgt = _batch(data)
+    base = trainer.loss_terms(x, off, tgt, training=False).numpy()
+    shifted = dict(tgt, phase=tgt["phase"] + np.array([2.5, -1.0, 0.3, 3.0], np.float32)[:, None, None, None])
+    np.testing.assert_allclose(trainer.loss_terms(x, off, shifted, training=False).numpy(), base, atol=1e-5)
+    moved = absolute.loss_terms(x, off, shifted, training=False).numpy()
+    assert np.all(np.abs(moved - absolute.loss_terms(x, off, tgt, training=False).numpy()) > 0.2)
 
 
 @pytest.mark.parametrize("mode", MODES)
