@@ -82,7 +82,7 @@ class BenchConfig:
     naive_samples: int = 32
     threads: int = 0  #: intra-op threads per worker alone; 0 = all cores
     shared: bool = True  #: also time every arm's loop at once
-    shared_threads: int = 2  #: intra-op threads per worker when shared (the pipeline's train_threads)
+    shared_threads: int = 1  #: intra-op threads per worker when shared (the pipeline's train_threads)
 
 
 # ------------------------------------------------------------------ statistics

@@ -669,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--object-size", type=int, default=128, help="object side when simulating (default 128)")
     p.add_argument("--n", type=int, default=64, help="patch side when simulating (default 64)")
     p.add_argument("--models", nargs="+", choices=("pinn", "baseline"), default=["pinn", "baseline"])
-    p.add_argument("--filters", type=int, default=48, help="encoder filters (default: the pipeline's)")
+    p.add_argument("--filters", type=int, default=32, help="encoder filters (default: the pipeline's)")
     p.add_argument("--pooling", choices=("max", "avg", "strided"), default="avg")
     p.add_argument("--depth", type=int, default=2, help="encoder pooling levels (default: the pipeline's)")
     p.add_argument("--mixing", type=int, default=1, help="code mixing layers (default: the pipeline's)")
@@ -684,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=60, help="timed steps per arm and context")
     p.add_argument("--component-repeats", type=int, default=20, help="timed calls of each step component")
     p.add_argument("--threads-alone", type=int, default=0, help="intra-op threads per arm alone (default: all cores)")
-    p.add_argument("--shared-threads", type=int, default=2,
+    p.add_argument("--shared-threads", type=int, default=1,
                    help="intra-op threads per arm when all arms share the cores (default: the pipeline's train_threads)")
     p.add_argument("--no-shared", action="store_true", help="time the arms alone only")
     p.add_argument("--out", help="also write the full result as JSON")
