@@ -12,7 +12,7 @@ collect the pipeline's own outputs (convergence, quality, speedup); none is type
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -326,15 +326,29 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
             "decreased": went_down, "initial_val_loss": {pair.arm: initial.get(pair.arm),
                                                          pair.reference: initial.get(pair.reference)},
         }
-    value = worst if pairs and all_decreased else float("nan")
-    summary = (f"final validation losses of each mode and off differ by at most {worst:.2%}; every arm's loss decreased"
-               if all_decreased else "an arm's training loss did not decrease")
+    # The verdict, as for quality: each mode's mean final validation loss over seeds
+    # against off's, relative to off's mean, judged against the seed-to-seed spread.
+    comparisons, words = {}, []
+    for (model, mode), (seeds_mode, seeds_off) in _seed_groups(histories).items():
+        finals = {n: h[-1]["val_loss"] if h else float("nan") for n, h in histories.items()}
+        ref = float(np.mean([finals[n] for n in seeds_off.values()]))
+        scale = abs(ref) if math.isfinite(ref) and ref != 0 else float("nan")
+        c = seed_comparison({s: finals[n] / scale for s, n in seeds_mode.items()},
+                            {s: finals[n] / scale for s, n in seeds_off.items()}, threshold)
+        comparisons[f"{model}-{mode}"] = c
+        words.append(_comparison_words(model, mode, "final validation loss (relative to off's mean)", c, percent=True))
+    worst_c = _worst(comparisons.values())
+    margin = worst_c["margin"] if worst_c is not None else threshold
+    value = abs(worst_c["difference"]) if worst_c is not None and all_decreased else float("nan")
+    summary = ("; ".join(words) + "; every arm's loss decreased") if all_decreased else \
+        "an arm's training loss did not decrease"
     if not pairs:
         summary = "no pair of an XLA mode and off to compare (off and another mode must be in the matrix)"
     if failed:
         value, summary = float("nan"), _failed_summary(failed)
-    return verdict("convergence", value, threshold, "<=", summary,
-                   {"pairs": pairs, "curves": loss_curves(histories), "failed": failed})
+    return verdict("convergence", value, margin, "<=", summary,
+                   {"pairs": pairs, "comparisons": comparisons, "threshold": float(threshold),
+                    "curves": loss_curves(histories), "failed": failed})
 
 
 # ------------------------------------------------------------------- quality
@@ -385,22 +399,52 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
     return out
 
 
-def _comparison_words(model: str, mode: str, key: str, c: Mapping[str, Any]) -> str:
-    label = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}[key]
+def _comparison_words(model: str, mode: str, label: str, c: Mapping[str, Any], percent: bool = False) -> str:
+    """One clause: the mode - off difference, its interval, the seed spread and the verdict, in words."""
+    def f(v: float, signed: bool = False) -> str:
+        return (f"{v:+.1%}" if signed else f"{v:.1%}") if percent else (f"{v:+.4f}" if signed else f"{v:.4f}")
+
     n_a, n_b = len(c["seeds_mode"]), len(c["seeds_off"])
-    head = f"{'PINN' if model == 'pinn' else model} {mode} - off {label}: {c['difference']:+.4f}"
+    head = f"{'PINN' if model == 'pinn' else model} {mode} - off {label}: {f(c['difference'], True)}"
     if not math.isfinite(c["sd"]):
         return (f"{head} (one seed per arm, so no seed-to-seed spread to judge it by); "
-                f"{'within' if c['within'] else 'beyond'} the {c['margin']:.4f} threshold")
-    spread = (f"seeds of the same arm differ by up to {c['spread']:.4f}"
-              if math.isfinite(c["spread"]) else "one arm has one seed")
-    verdict_words = (f"within the spread{' and threshold' if c['margin'] == c['spread'] else ' or threshold'} "
-                     f"({c['margin']:.4f})" if c["within"] else f"exceeds the seed-to-seed spread and the threshold "
-                     f"({c['margin']:.4f})")
-    equiv = ("; the 90 % interval lies inside it: equivalent at 5 %" if c["equivalent"]
-             else "; more seeds would be needed to show equivalence (the 90 % interval reaches past it)")
-    return (f"{head} (95 % interval {c['low']:+.4f} to {c['high']:+.4f}, {n_a} vs {n_b} seeds); {spread}; "
-            f"the difference {verdict_words}{equiv if c['within'] else ''}")
+                f"{'within' if c['within'] else 'beyond'} the {f(c['margin'])} threshold")
+    spread = (f"seeds of the same arm differ by up to {f(c['spread'])}" if math.isfinite(c["spread"])
+              else "one arm has one seed")
+    if c["within"]:
+        which = "the seed-to-seed spread" if c["margin"] == c["spread"] else "the threshold (above the seed spread)"
+        judged = f"the difference is within {which}, {f(c['margin'])}"
+        judged += ("; its 90 % interval lies inside that too: equivalent at 5 %" if c["equivalent"]
+                   else "; more seeds would be needed to show equivalence (the 90 % interval reaches past it)")
+    else:
+        judged = f"the difference EXCEEDS both the seed-to-seed spread and the threshold ({f(c['margin'])})"
+    return (f"{head} (95 % interval {f(c['low'], True)} to {f(c['high'], True)}, {n_a} vs {n_b} seeds); "
+            f"{spread}; {judged}")
+
+
+def _seed_groups(names: Iterable[str]) -> dict[tuple[str, str], tuple[dict[int, str], dict[int, str]]]:
+    """(model, mode) -> (seed -> arm of the mode, seed -> arm of off) for every mode paired with off."""
+    from ptycho.arms import mode_pairs, parse_arm
+
+    names = list(names)
+    arms = [parse_arm(n) for n in names]
+    out = {}
+    for pair in mode_pairs(names):
+        key = (pair.model, pair.mode)
+        if key not in out:
+            out[key] = ({a.seed: a.name for a in arms if (a.model, a.mode) == key},
+                        {a.seed: a.name for a in arms if (a.model, a.mode) == (pair.model, "off")})
+    return out
+
+
+def _worst(comparisons: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The comparison with the largest |difference| / margin (a NaN one wins: it FAILs)."""
+    worst, ratio_w = None, 0.0
+    for c in comparisons:
+        ratio = abs(c["difference"]) / c["margin"] if c["margin"] > 0 else float("inf")
+        if worst is None or not math.isnan(ratio_w) and not ratio <= ratio_w:
+            worst, ratio_w = c, ratio
+    return worst
 
 
 def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None) -> dict:
@@ -423,32 +467,24 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: 
 
     per_arm = {name: {k: number(m["mean"].get(k)) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
     diffs, arm_differences = {}, {}
-    groups: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for pair in mode_pairs(per_arm):
         diffs[pair.key] = {k: abs(per_arm[pair.arm][k] - per_arm[pair.reference][k]) for k in SSIM_KEYS}
         arm_differences[pair.key] = {k: per_arm[pair.arm][k] - per_arm[pair.reference][k] for k in QUALITY_KEYS}
-        groups.setdefault((pair.model, pair.mode), {"mode": {}, "off": {}})
-        groups[(pair.model, pair.mode)]["mode"][pair.seed] = pair.arm
-        groups[(pair.model, pair.mode)]["off"][pair.seed] = pair.reference
-    comparisons, words, worst = {}, [], None
-    for (model, mode), g in groups.items():
-        # Every seed of each arm counts (unpaired seeds too): the spread is per arm.
-        seeds_mode = {a.seed: a.name for a in map(parse_arm, per_arm) if (a.model, a.mode) == (model, mode)}
-        seeds_off = {a.seed: a.name for a in map(parse_arm, per_arm) if (a.model, a.mode) == (model, "off")}
+    comparisons, words = {}, []
+    for (model, mode), (seeds_mode, seeds_off) in _seed_groups(per_arm).items():
         comparisons[f"{model}-{mode}"] = {}
         for key in SSIM_KEYS:
             c = seed_comparison({s: per_arm[n][key] for s, n in seeds_mode.items()},
                                 {s: per_arm[n][key] for s, n in seeds_off.items()}, threshold)
             comparisons[f"{model}-{mode}"][key] = c
-            words.append(_comparison_words(model, mode, key, c))
-            ratio = abs(c["difference"]) / c["margin"] if c["margin"] > 0 else float("inf")
-            if worst is None or not math.isnan(worst[0]) and not ratio <= worst[0]:  # a NaN stays: it FAILs
-                worst = (ratio, c)
+            words.append(_comparison_words(model, mode, {"amp_ssim": "amplitude SSIM",
+                                                         "phase_ssim": "phase SSIM"}[key], c))
+    worst = _worst(c for per in comparisons.values() for c in per.values())
     if worst is None:
         value, margin = float("nan"), threshold
         summary = "no pair of an XLA mode and off to compare"
     else:  # the largest |difference| / margin decides: PASS iff every difference is within its margin
-        value, margin = abs(worst[1]["difference"]), worst[1]["margin"]
+        value, margin = abs(worst["difference"]), worst["margin"]
         summary = "; ".join(words)
     pinn_vs_baseline = {}
     for name in per_arm:

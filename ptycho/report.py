@@ -195,6 +195,20 @@ def convergence_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     return ["model, seed, mode", "final val loss (mode)", "final val loss (off)", "relative difference", "decreased"], rows
 
 
+def seed_comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> tuple[str, list[str], list[list[str]]]:
+    """(title, header, rows) of ``checks.seed_comparison`` records keyed by (model-mode, metric)."""
+    rows = []
+    for (name, metric), c in sorted(comparisons.items()):
+        judged = "within" if c["within"] else "EXCEEDS"
+        rows.append([name, metric, f"{len(c['seeds_mode'])} / {len(c['seeds_off'])}", _fmt(c["mean_mode"]),
+                     _fmt(c["mean_off"]), f"{_fmt(c['difference'])} ({_fmt(c['low'])} - {_fmt(c['high'])})",
+                     _fmt(c["spread"]), _fmt(c["margin"]), f"{judged}{', equivalent' if c['equivalent'] else ''}"])
+    return ("Each XLA mode vs off across seeds: the difference of the means against the seed-to-seed spread "
+            "(margin = the larger of the spread and the threshold)",
+            ["model-mode", "metric", "seeds (mode / off)", "mean (mode)", "mean (off)", "difference (95 % interval)",
+             "seed spread", "margin", "verdict"], rows)
+
+
 QUALITY_COLUMNS = (("amp_ssim", "amp SSIM"), ("phase_ssim", "phase SSIM"), ("amp_psnr", "amp PSNR dB"),
                    ("phase_psnr", "phase PSNR dB"), ("amp_mae", "amp MAE"), ("phase_mae", "phase MAE rad"),
                    ("amp_frc50", "amp FRC50 1/px"), ("phase_frc50", "phase FRC50 1/px"))
@@ -206,19 +220,8 @@ def quality_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
     out = [("Per arm (test split, stitched objects, mean over images)", ["arm", *header],
             [[arm, *(_fmt(m.get(k)) for k, _ in QUALITY_COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())])]
     if ev.get("comparisons"):
-        rows = []
-        for name, per in sorted(ev["comparisons"].items()):
-            for key, c in per.items():
-                judged = "within" if c["within"] else "EXCEEDS"
-                rows.append([name, key.replace("_", " "), f"{len(c['seeds_mode'])} / {len(c['seeds_off'])}",
-                             _fmt(c["mean_mode"]), _fmt(c["mean_off"]),
-                             f"{_fmt(c['difference'])} ({_fmt(c['low'])} - {_fmt(c['high'])})",
-                             _fmt(c["spread"]), _fmt(c["margin"]),
-                             f"{judged}{', equivalent' if c['equivalent'] else ''}"])
-        out.append(("Each XLA mode vs off across seeds: the difference of the means against the seed-to-seed spread "
-                    "(margin = the larger of the spread and the threshold)",
-                    ["model-mode", "metric", "seeds (mode / off)", "mean (mode)", "mean (off)",
-                     "difference (95 % interval)", "seed spread", "margin", "verdict"], rows))
+        out.append(seed_comparison_table(
+            {(name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()}))
     if ev.get("arm_differences"):
         out.append(("Each XLA mode minus off, per seed", ["model, seed, mode", *header],
                     [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)] for name, d in sorted(ev["arm_differences"].items())]))
@@ -319,7 +322,11 @@ def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[
     return [
         ("accuracy", "Accuracy", items["accuracy"]["summary"], [("", *accuracy_table(report))]),
         ("gradients", "Gradients", items["gradients"]["summary"], [("", *gradients_table(report))]),
-        ("convergence", "Convergence", items["convergence"]["summary"], [("", *convergence_table(report))]),
+        ("convergence", "Convergence", items["convergence"]["summary"],
+         [*([seed_comparison_table({(name, "final val loss / off's mean"): c for name, c in
+                                    items["convergence"]["evidence"]["comparisons"].items()})]
+            if items["convergence"]["evidence"].get("comparisons") else []),
+          ("Per seed", *convergence_table(report))]),
         ("quality", "Quality", items["quality"]["summary"], quality_tables(report)),
         ("speedup", "Speedup", items["speedup"]["summary"] + ". Benchmark machine: "
          + machine_line({"machine": items["speedup"]["evidence"].get("machine", {})}) + ".",
