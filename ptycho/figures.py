@@ -879,7 +879,7 @@ def frc_curves(arms: Mapping[str, Mapping[str, Any]]) -> Figure:
 
 # ------------------------------------------------------------------ quality vs time
 def quality_vs_time(points: Sequence[Mapping[str, Any]], target: float | None = 0.85) -> Figure:
-    """Amplitude and phase SSIM of the PINN against training minutes, one line per recipe.
+    """Amplitude and phase SSIM against training minutes, one line per recipe (model and settings).
 
     ``points``: ``{"recipe", "minutes", "amp_ssim", "phase_ssim"}`` each (a recipe's
     points are joined in order of minutes), so a user can pick a budget; ``target``
@@ -901,7 +901,7 @@ def quality_vs_time(points: Sequence[Mapping[str, Any]], target: float | None = 
             ax.axhline(target, color=INK, linestyle=":", linewidth=1.0)
         ax.set_xlabel("training minutes per arm (this machine)")
         ax.set_ylabel(f"{what} SSIM")
-        ax.set_title(f"PINN {what}")
+        ax.set_title(what)
         ax.grid(True)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:

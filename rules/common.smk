@@ -84,6 +84,17 @@ def model_flags(section, wildcards):
     return cli_flags(section_for(CFG, section, parse_arm(wildcards.arm).model))
 
 
+def train_priority(wildcards):
+    """Longest trainings first: with two at a time, the last one otherwise runs alone
+    while the other slot idles (a PINN jit arm took its last 4.5 min alone at b5dd022).
+    Expected cost = epochs x relative step time measured with two 1-thread jobs at once:
+    PINN 1.0, baseline 0.65; jit and auto 1.3x off (physics as off)."""
+    arm = parse_arm(wildcards.arm)
+    epochs = section_for(CFG, "train", arm.model)["epochs"]
+    cost = epochs * (1.0 if arm.model == "pinn" else 0.65) * (1.3 if arm.mode in ("jit", "auto") else 1.0)
+    return int(round(10 * cost))
+
+
 def tracking(rule_name, **tags):
     """CLI options that make a job a child run of this pipeline's MLflow parent run.
 

@@ -10,6 +10,7 @@ rule train_model:
     benchmark:
         f"{R}/benchmarks/train/{{arm}}.tsv"
     threads: cpus(CFG["train_threads"])
+    priority: train_priority
     resources:
         tf_threads=tf_threads,
         mem_mb=6000,

@@ -375,3 +375,26 @@ def test_common_window_cuts_every_arm_to_the_pixels_all_of_them_scored():
     figures.reconstruction_grid(truth, shown)  # one shape throughout: draws
     with pytest.raises(ValueError, match="do not overlap"):
         figures.common_window({"a": compared((0, 10, 0, 10)), "b": compared((20, 30, 0, 10))})
+
+
+def test_quality_vs_time_draws_one_line_per_recipe_in_minute_order_with_the_target():
+    points = [{"recipe": "a", "minutes": 3.0, "amp_ssim": 0.7, "phase_ssim": 0.8},
+              {"recipe": "a", "minutes": 1.0, "amp_ssim": 0.6, "phase_ssim": 0.7},
+              {"recipe": "b", "minutes": 2.0, "amp_ssim": 0.65, "phase_ssim": 0.75}]
+    fig = figures.quality_vs_time(points, target=0.85)
+    amp, phase = fig.axes
+    lines = [ln for ln in amp.get_lines() if ln.get_label() in ("a", "b")]
+    assert [ln.get_label() for ln in lines] == ["a", "b"]
+    np.testing.assert_allclose(lines[0].get_xdata(), [1.0, 3.0])  # sorted by minutes
+    np.testing.assert_allclose([ln.get_ydata() for ln in phase.get_lines() if ln.get_label() == "a"][0], [0.7, 0.8])
+    assert any(np.allclose(ln.get_ydata(), 0.85) for ln in amp.get_lines())  # the target line
+    assert figures.to_png(fig).startswith(b"\x89PNG")
+
+
+def test_the_docs_quality_vs_time_record_has_the_commands_and_the_default_recipe():
+    import json
+    from pathlib import Path
+
+    record = json.loads((Path(__file__).resolve().parent.parent / "docs" / "quality-vs-time.json").read_text())
+    assert record["commands"] and all({"recipe", "minutes", "amp_ssim", "phase_ssim"} <= set(p) for p in record["points"])
+    assert any("default recipe" in p["recipe"] for p in record["points"])
