@@ -885,7 +885,7 @@ def quality_vs_time(points: Sequence[Mapping[str, Any]], target: float | None = 
     points are joined in order of minutes), so a user can pick a budget; ``target``
     draws the quality the default study aims for.
     """
-    fig = _figure((9.0, 3.8))
+    fig = _figure((9.0, 4.4))
     axes = fig.subplots(1, 2, sharex=True)
     recipes: dict[str, list[Mapping[str, Any]]] = {}
     for p in points:
@@ -905,7 +905,7 @@ def quality_vs_time(points: Sequence[Mapping[str, Any]], target: float | None = 
         ax.grid(True)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 3))
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 2))
     return fig
 
 
