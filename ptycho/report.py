@@ -69,7 +69,7 @@ def pipeline_cost(bench_dir: str | Path) -> dict:
             continue  # a job killed mid-write leaves no usable line: its time is unknown, not zero
         row = rows[-1]
 
-        def number(key: str) -> float:
+        def number(key: str, row: dict = row) -> float:
             try:
                 return float(row.get(key) or "nan")
             except ValueError:

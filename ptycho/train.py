@@ -29,7 +29,6 @@ from ptycho.data import Dataset
 from ptycho.errors import PtychoError
 from ptycho.models import ModelConfig
 
-
 LR_SCHEDULES = ("constant", "cosine")
 
 

@@ -44,7 +44,7 @@ def test_quality_uses_the_largest_ssim_difference_between_arms():
 
 
 def _seeds(model, mode, amp, phase):
-    return {f"{model}-{mode}-s{s}": {"mean": {"amp_ssim": a, "phase_ssim": p}} for s, (a, p) in enumerate(zip(amp, phase))}
+    return {f"{model}-{mode}-s{s}": {"mean": {"amp_ssim": a, "phase_ssim": p}} for s, (a, p) in enumerate(zip(amp, phase, strict=True))}
 
 
 def test_quality_across_seeds_judges_the_difference_against_the_seed_to_seed_spread():
