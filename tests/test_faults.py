@@ -54,7 +54,8 @@ def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | Non
     while not predicate():
         if proc is not None and proc.poll() is not None:
             out, err = proc.communicate()
-            pytest.fail(f"process ended (rc {proc.returncode}) before {what}:\n{out[-2000:]}\n{err[-3000:]}")
+            pytest.fail(f"process ended (rc {proc.returncode}) before {what}:\n{(out or '')[-2000:]}\n"
+                        f"{(err or '')[-3000:]}")
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
 
@@ -95,8 +96,9 @@ def train_file(tmp_path_factory) -> Path:
 
 # ---------------------------------------------------------------- stale and killed runs
 _HOLDER = """
-import sys, time
+import logging, sys, time
 from pathlib import Path
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)  # as the CLI does
 from ptycho import tracking
 uri, parent, name, ready = sys.argv[1:5]
 with tracking.child_run(uri, parent, name, tags={"rule": "train"}) as run:
@@ -115,8 +117,12 @@ def test_a_killed_jobs_run_is_marked_killed_and_a_live_jobs_run_is_left_alone(tm
     parent = tracking.start_parent(uri, "faults", "pipeline", params={}, tags={})
     procs = {}
     for name in ("killed", "interrupted", "live"):
-        procs[name] = subprocess.Popen([sys.executable, "-c", _HOLDER, uri, parent, name, str(tmp_path / name)],
-                                       env=_env(), start_new_session=True, stderr=subprocess.PIPE, text=True)
+        # stderr to a file, not a pipe nobody reads while the test waits: MLflow logs a
+        # traceback for every sqlite lock it retries, and a full pipe would block the
+        # process in its exit handler (seen once in CI: SIGINT, then no exit in 60 s).
+        with open(tmp_path / f"{name}.stderr", "w") as err:
+            procs[name] = subprocess.Popen([sys.executable, "-c", _HOLDER, uri, parent, name, str(tmp_path / name)],
+                                           env=_env(), start_new_session=True, stderr=err, text=True)
     try:
         for name, proc in procs.items():
             _wait_for((tmp_path / name).exists, 120, f"the {name} run to start", proc)
