@@ -96,8 +96,11 @@ def train_file(tmp_path_factory) -> Path:
 
 # ---------------------------------------------------------------- stale and killed runs
 _HOLDER = """
-import logging, sys, time
+import logging, signal, sys, time
 from pathlib import Path
+# A suite started as a shell's background job (`make test &`) hands its children SIGINT
+# ignored, and Python then installs no KeyboardInterrupt handler: restore Ctrl-C.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)  # as the CLI does
 from ptycho import tracking
 uri, parent, name, ready = sys.argv[1:5]
@@ -117,9 +120,8 @@ def test_a_killed_jobs_run_is_marked_killed_and_a_live_jobs_run_is_left_alone(tm
     parent = tracking.start_parent(uri, "faults", "pipeline", params={}, tags={})
     procs = {}
     for name in ("killed", "interrupted", "live"):
-        # stderr to a file, not a pipe nobody reads while the test waits: MLflow logs a
-        # traceback for every sqlite lock it retries, and a full pipe would block the
-        # process in its exit handler (seen once in CI: SIGINT, then no exit in 60 s).
+        # stderr to a file, not a pipe nobody reads while the test waits (a full pipe
+        # would block the process); kept in tmp_path for a failure's post-mortem.
         with open(tmp_path / f"{name}.stderr", "w") as err:
             procs[name] = subprocess.Popen([sys.executable, "-c", _HOLDER, uri, parent, name, str(tmp_path / name)],
                                            env=_env(), start_new_session=True, stderr=err, text=True)
