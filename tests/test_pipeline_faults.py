@@ -35,12 +35,14 @@ ARMS = ("pinn-off-s0", "pinn-jit-s0", "baseline-off-s0", "baseline-jit-s0")
 
 
 def _snakemake(work: Path) -> subprocess.Popen:
-    # From Python, not a shell's background job: that one would start with SIGINT ignored.
+    # Ctrl-C must reach it as a terminal's would: a suite started as a shell's background
+    # job (`make test-slow &`) runs with SIGINT ignored, which children inherit, so the
+    # default disposition is restored in the child before exec.
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "all", "--config", "preset=smoke"],
                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _client(work: Path):
