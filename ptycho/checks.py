@@ -305,7 +305,7 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
             return h[-1]["val_loss"] < start
         return h[-1]["train_loss"] < h[0]["train_loss"]
 
-    pairs, worst, all_decreased = {}, 0.0, True
+    pairs, all_decreased = {}, True
     for pair in mode_pairs(histories):
         a, b = histories[pair.arm], histories[pair.reference]
         if not a or not b:  # a diverged arm may have no good epoch at all
@@ -313,13 +313,11 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
                                "final_val_loss": a[-1]["val_loss"] if a else None,
                                "final_val_loss_off": b[-1]["val_loss"] if b else None,
                                "relative_difference": float("nan"), "decreased": {}, "initial_val_loss": {}}
-            worst = float("nan")
-            continue
+            continue  # its NaN final loss makes the comparison below FAIL
         fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
         rel = abs(fa - fb) / max(abs(fb), 1e-12)
         went_down = {arm: decreased(arm, h) for arm, h in ((pair.arm, a), (pair.reference, b))}
         all_decreased &= all(went_down.values())
-        worst = rel if not rel <= worst else worst  # NaN stays NaN, and then FAILs
         pairs[pair.key] = {
             "mode": pair.mode, "arm": pair.arm, "reference": pair.reference,
             "final_val_loss": fa, "final_val_loss_off": fb, "relative_difference": rel,
@@ -328,9 +326,9 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
         }
     # The verdict, as for quality: each mode's mean final validation loss over seeds
     # against off's, relative to off's mean, judged against the seed-to-seed spread.
+    finals = {n: h[-1]["val_loss"] if h else float("nan") for n, h in histories.items()}
     comparisons, words = {}, []
     for (model, mode), (seeds_mode, seeds_off) in _seed_groups(histories).items():
-        finals = {n: h[-1]["val_loss"] if h else float("nan") for n, h in histories.items()}
         ref = float(np.mean([finals[n] for n in seeds_off.values()]))
         scale = abs(ref) if math.isfinite(ref) and ref != 0 else float("nan")
         c = seed_comparison({s: finals[n] / scale for s, n in seeds_mode.items()},
@@ -355,7 +353,7 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
 QUALITY_KEYS = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_mae", "phase_mae", "amp_frc50", "phase_frc50")
 
 
-SSIM_KEYS = ("amp_ssim", "phase_ssim")
+SSIM_KEYS = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}  #: the verdict's metrics, in words
 
 
 def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, float], threshold: float) -> dict:
@@ -477,8 +475,7 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: 
             c = seed_comparison({s: per_arm[n][key] for s, n in seeds_mode.items()},
                                 {s: per_arm[n][key] for s, n in seeds_off.items()}, threshold)
             comparisons[f"{model}-{mode}"][key] = c
-            words.append(_comparison_words(model, mode, {"amp_ssim": "amplitude SSIM",
-                                                         "phase_ssim": "phase SSIM"}[key], c))
+            words.append(_comparison_words(model, mode, SSIM_KEYS[key], c))
     worst = _worst(c for per in comparisons.values() for c in per.values())
     if worst is None:
         value, margin = float("nan"), threshold

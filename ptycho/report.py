@@ -68,28 +68,27 @@ def pipeline_cost(bench_dir: str | Path) -> dict:
         except (OSError, KeyError, IndexError, ValueError):
             continue  # a job killed mid-write leaves no usable line: its time is unknown, not zero
         row = rows[-1]
-
-        def number(key: str, row: dict = row) -> float:
-            try:
-                return float(row.get(key) or "nan")
-            except ValueError:
-                return float("nan")
-
         end = path.stat().st_mtime
         starts.append(end - wall)
         ends.append(end)
         acc = steps.setdefault(step, {"jobs": 0, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_mb": 0.0})
         acc["jobs"] += 1
         acc["wall_s"] += wall
-        cpu = number("cpu_time")
-        acc["cpu_s"] += cpu if cpu == cpu else 0.0
-        rss = number("max_rss")
-        acc["max_rss_mb"] = max(acc["max_rss_mb"], rss if rss == rss else 0.0)
+        acc["cpu_s"] += _column(row, "cpu_time")
+        acc["max_rss_mb"] = max(acc["max_rss_mb"], _column(row, "max_rss"))
     if not steps:
         return {}
     ordered = dict(sorted(steps.items(), key=lambda kv: -kv[1]["wall_s"]))
     return {"steps": ordered, "span_s": max(ends) - min(starts), "job_wall_s": sum(v["wall_s"] for v in steps.values()),
             "job_cpu_s": sum(v["cpu_s"] for v in steps.values())}
+
+
+def _column(row: Mapping[str, str], key: str) -> float:
+    """A benchmark column as a number; Snakemake writes "NA" (or nothing) where it could not measure."""
+    try:
+        return float(row.get(key) or 0.0)
+    except ValueError:
+        return 0.0
 
 
 def cost_line(report: Mapping) -> str:
@@ -185,6 +184,16 @@ def gradients_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     if fd:
         rows.append(["PINN physics (float64)", "jit", f"finite differences, {fd['points']} points", _fmt(fd["max_rel"])])
     return ["model", "mode vs off", "layer", "relative difference"], rows
+
+
+def convergence_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The across-seed comparison (when there is one), then the per-seed final losses."""
+    ev = report["items"]["convergence"]["evidence"]
+    out = []
+    if ev.get("comparisons"):
+        out.append(seed_comparison_table({(name, "final val loss / off's mean"): c
+                                          for name, c in ev["comparisons"].items()}))
+    return [*out, ("Per seed", *convergence_table(report))]
 
 
 def convergence_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
@@ -322,11 +331,7 @@ def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[
     return [
         ("accuracy", "Accuracy", items["accuracy"]["summary"], [("", *accuracy_table(report))]),
         ("gradients", "Gradients", items["gradients"]["summary"], [("", *gradients_table(report))]),
-        ("convergence", "Convergence", items["convergence"]["summary"],
-         [*([seed_comparison_table({(name, "final val loss / off's mean"): c for name, c in
-                                    items["convergence"]["evidence"]["comparisons"].items()})]
-            if items["convergence"]["evidence"].get("comparisons") else []),
-          ("Per seed", *convergence_table(report))]),
+        ("convergence", "Convergence", items["convergence"]["summary"], convergence_tables(report)),
         ("quality", "Quality", items["quality"]["summary"], quality_tables(report)),
         ("speedup", "Speedup", items["speedup"]["summary"] + ". Benchmark machine: "
          + machine_line({"machine": items["speedup"]["evidence"].get("machine", {})}) + ".",
@@ -400,6 +405,8 @@ def to_html(report: Mapping, figures: Mapping[str, bytes] | None = None) -> str:
         parts.append(figure_html(sid) + "</section>")
         body.append("".join(parts))
 
+    cost_html = (f"<h3>Where this run's time went (Snakemake benchmark files)</h3>{table(*cost_table(report))}"
+                 if report.get("cost") else "")
     verdict = report["verdict"]
     speed = report["items"]["speedup"]["summary"]
     quality = report["items"]["quality"]["summary"]
@@ -423,7 +430,7 @@ figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 {''.join(body)}
 <section id="machine"><h2>Machine and run</h2><p>{esc(machine_line(report))}; preset
 <code>{esc(str(report['config'].get('preset')))}</code>; generated {report['generated_utc']}. {esc(cost_line(report))}</p>
-{'<h3>Where this run' + chr(39) + 's time went (Snakemake benchmark files)</h3>' + table(*cost_table(report)) if report.get('cost') else ''}</section>
+{cost_html}</section>
 </body></html>
 """
 

@@ -43,12 +43,11 @@ def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = Fa
         steps["train_epoch"].append(float(np.sum(meta["timing"]["step_times_s"])))
         units["train_epoch"].append(len(meta["timing"]["step_times_s"]) + 1)
         test = pair["test"]
-        positions = test.positions[test.groups].reshape(-1, 2)
         objects = test.position_object[test.groups].reshape(-1)
+        order = np.argsort(objects, kind="stable")  # object by object, as the patches are cut
+        positions, objects = test.positions[test.groups].reshape(-1, 2)[order], objects[order]
         patches = np.concatenate([extract_patches(test.objects[m], positions[objects == m], test.n)
                                   for m in range(test.objects.shape[0])])
-        positions = np.concatenate([positions[objects == m] for m in range(test.objects.shape[0])])
-        objects = np.sort(objects)
         t0 = time.perf_counter()
         stitch_objects(patches, positions, objects, test)
         steps["stitch"].append(time.perf_counter() - t0)

@@ -241,7 +241,7 @@ def synchronise_phase(patches: np.ndarray, positions: np.ndarray, n_keep: int | 
     cols = np.concatenate([pairs[:, 1], pairs[:, 0]])
     c = coo_matrix((np.concatenate([values, np.conj(values)]), (rows, cols)), shape=(k_count, k_count)).tocsr()
     # C v = lambda v with v_k ~ conj(e^{i a_k}) when c_k = e^{i a_k} O: v rotates patch k back.
-    if k_count <= 2:
+    if k_count <= 2:  # ARPACK needs k < K - 1 for a complex matrix: two patches go dense
         _, vecs = np.linalg.eigh(c.toarray())
         v = vecs[:, -1]
     else:
@@ -249,9 +249,9 @@ def synchronise_phase(patches: np.ndarray, positions: np.ndarray, n_keep: int | 
         v = vecs[:, 0]
     u = np.where(np.abs(v) > 0, v / np.maximum(np.abs(v), 1e-300), 1.0)
     # C_kj = conj(c_k) c_j ~ e^{i(a_j - a_k)}: its leading eigenvector is v_k ~ e^{-i a_k}.
-    aligned = kept * u[:, None, None]
-    # Keep the input's mean phase: one global factor, invisible to any metric.
-    glob = np.sum(np.conj(aligned) * kept * wmap)
+    # Keep the input's mean phase: one global factor, invisible to any metric
+    # (sum over patches and pixels of conj(u_k c_k) c_k w = sum_k conj(u_k) energy_k).
+    glob = np.vdot(u, np.sum(np.abs(kept) ** 2 * wmap, axis=(1, 2)))
     u = u * (glob / abs(glob) if abs(glob) > 0 else 1.0)
     return (patches * u[:, None, None].astype(patches.dtype)).astype(patches.dtype, copy=False)
 

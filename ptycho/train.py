@@ -24,28 +24,12 @@ from typing import Any
 import numpy as np
 
 from ptycho.artifacts import atomic_write, write_json
-from ptycho.config import _check_range, from_dict, to_dict
+from ptycho.config import _check_choice, _check_range, from_dict, to_dict
 from ptycho.data import Dataset
 from ptycho.errors import PtychoError
 from ptycho.models import ModelConfig
 
 LR_SCHEDULES = ("constant", "cosine")
-
-
-def _Warmup(rate: float, steps: int):
-    """A linear warm-up from 0 to ``rate`` over ``steps``, then ``rate`` (a Keras schedule)."""
-    import keras
-
-    class Warmup(keras.optimizers.schedules.LearningRateSchedule):
-        def __call__(self, step):
-            from keras import ops
-
-            return rate * ops.minimum(1.0, ops.cast(step + 1, "float32") / steps)
-
-        def get_config(self):
-            return {"rate": rate, "steps": steps}
-
-    return Warmup()
 
 
 class TrainingDiverged(PtychoError):
@@ -80,24 +64,23 @@ class TrainConfig:
         _check_range("train.learning_rate", self.learning_rate, 1e-8, 1.0)
         _check_range("train.validation_fraction", self.validation_fraction, 0.0, 0.5)
         _check_range("train.max_samples", self.max_samples, 0, 10**9)
-        from ptycho.config import _check_choice
-
         _check_choice("train.lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _check_range("train.warmup_epochs", self.warmup_epochs, 0.0, self.epochs)
         _check_range("train.lr_floor", self.lr_floor, 0.0, 1.0)
 
     def learning_rate_at(self, steps_per_epoch: int):
-        """The optimiser's learning rate: a float (constant, no warm-up) or a Keras schedule."""
+        """The optimiser's learning rate: a float (constant, no warm-up) or Keras's
+        ``CosineDecay``, whose linear warm-up also serves the constant schedule (a decay
+        with ``alpha = 1`` stays at its peak)."""
         import keras
 
         total = max(1, self.epochs * steps_per_epoch)
         warmup = int(round(self.warmup_epochs * steps_per_epoch))
         if self.lr_schedule == "constant" and warmup == 0:
             return self.learning_rate
-        if self.lr_schedule == "constant":
-            return _Warmup(self.learning_rate, warmup)
         return keras.optimizers.schedules.CosineDecay(
-            0.0 if warmup else self.learning_rate, max(1, total - warmup), alpha=self.lr_floor,
+            0.0 if warmup else self.learning_rate, max(1, total - warmup),
+            alpha=1.0 if self.lr_schedule == "constant" else self.lr_floor,
             warmup_target=self.learning_rate if warmup else None, warmup_steps=warmup)
 
 

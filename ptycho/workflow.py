@@ -251,27 +251,35 @@ def simulation_config(cfg: Mapping):
     return from_dict(SimulationConfig, cfg["simulation"], "simulation")
 
 
+def _own(cfg: Mapping, section: str, kind: str) -> dict:
+    """Model ``kind``'s own keys of ``section`` (``per_model.<kind>.<section>``), maybe none."""
+    return cfg.get("per_model", {}).get(kind, {}).get(section) or {}
+
+
 def section_for(cfg: Mapping, section: str, kind: str) -> dict:
     """Config section ``model`` or ``train`` as model ``kind`` sees it: the shared keys,
     then that model's own under ``per_model.<kind>.<section>``."""
-    own = cfg.get("per_model", {}).get(kind, {}).get(section, {})
-    return deep_merge(cfg[section], own)
+    return deep_merge(cfg[section], _own(cfg, section, kind))
+
+
+def _key_prefix(cfg: Mapping, section: str, kind: str) -> str:
+    """Where an error in the merged section points: the model's own keys when it has some."""
+    return f"per_model.{kind}.{section}" if _own(cfg, section, kind) else section
 
 
 def model_config(cfg: Mapping, kind: str):
     from ptycho.config import from_dict
     from ptycho.models import ModelConfig
 
-    prefix = "model" if not cfg.get("per_model", {}).get(kind, {}).get("model") else f"per_model.{kind}.model"
-    return from_dict(ModelConfig, dict(section_for(cfg, "model", kind), kind=kind), prefix)
+    return from_dict(ModelConfig, dict(section_for(cfg, "model", kind), kind=kind), _key_prefix(cfg, "model", kind))
 
 
 def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn"):
     from ptycho.config import from_dict
     from ptycho.train import TrainConfig
 
-    prefix = "train" if not cfg.get("per_model", {}).get(kind, {}).get("train") else f"per_model.{kind}.train"
-    return from_dict(TrainConfig, dict(section_for(cfg, "train", kind), xla=xla, seed=seed), prefix)
+    return from_dict(TrainConfig, dict(section_for(cfg, "train", kind), xla=xla, seed=seed),
+                     _key_prefix(cfg, "train", kind))
 
 
 def arms(cfg: Mapping) -> list[str]:
