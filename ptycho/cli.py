@@ -510,14 +510,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not figures[stem].startswith(b"\x89PNG"):
             raise PtychoError(f"{path}: not a PNG file; re-run 'ptycho figures'")
     cost = report.pipeline_cost(args.benchmarks) if args.benchmarks else None
-    record = report.build(items, arms, read_json(args.config_json), machine_info(), tuple(figures), cost)
+    config = read_json(args.config_json)
+    parent = read_json(args.finish_parent) if args.finish_parent else {}
+    provenance = {"config_hash": tracking.config_hash(config), "git_commit": tracking.git_commit(Path.cwd()),
+                  "mlflow_run_id": parent.get("run_id", "")}
+    record = report.build(items, arms, config, machine_info(), tuple(figures), cost, provenance)
     paths = report.write(record, args.out_dir, figures)
     if args.run is not None:
         args.run.log_metrics({"verdict_pass": float(record["verdict"] == "PASS")})
         for p in paths.values():
             args.run.log_artifact(str(p), "report")
-    if args.finish_parent:
-        parent = read_json(args.finish_parent)
+    if parent:
         for p in paths.values():
             tracking.log_artifact_to(parent["tracking_uri"], parent["run_id"], str(p), "report")
         for p in args.figures or []:
@@ -737,7 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_figures)
 
-    p = sub.add_parser("report", help="assemble reports/validation.{json,md,html}")
+    p = sub.add_parser("report", help="assemble reports/<preset>/validation.{json,md,html}")
     p.add_argument("--checks", nargs="+", required=True)
     p.add_argument("--metrics", nargs="+", required=True)
     p.add_argument("--models", nargs="+", required=True)

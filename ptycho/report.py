@@ -22,9 +22,11 @@ REPORT_SCHEMA_VERSION = 2  # 2: XLA modes (off, jit, auto, physics) replace the 
 
 
 def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, machine: Mapping | None = None,
-          figures: tuple[str, ...] = (), cost: Mapping | None = None) -> dict:
+          figures: tuple[str, ...] = (), cost: Mapping | None = None, provenance: Mapping | None = None) -> dict:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
-    ``cost`` is :func:`pipeline_cost` of the run's job benchmarks."""
+    ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
+    which run this is (config hash, git commit, MLflow parent run; the preset is added
+    from ``config``), shown in the views' first lines."""
     missing = [name for name in ITEMS if name not in items]
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
@@ -41,6 +43,7 @@ def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, 
         "figures": list(figures),
         "cost": dict(cost or {}),
         "config": {k: v for k, v in config.items() if k != "presets"},
+        "provenance": {"preset": config.get("preset", ""), **dict(provenance or {})},
         "generated_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -346,13 +349,24 @@ def failed_sentence(report: Mapping) -> str:
     return " ".join(f"Training FAILED for {arm}: {reason}." for arm, reason in sorted(failed.items()))
 
 
+def provenance_line(report: Mapping) -> str:
+    """Which run this report is of: preset, config hash, git commit, MLflow parent run."""
+    prov = report.get("provenance") or {"preset": report["config"].get("preset", "")}
+    commit = prov.get("git_commit") or "unknown (not a git checkout)"
+    parts = [f"Preset {prov.get('preset') or '?'}", f"config {prov.get('config_hash') or '?'}", f"commit {commit[:12]}"]
+    if prov.get("mlflow_run_id"):
+        parts.append(f"MLflow parent run {prov['mlflow_run_id']}")
+    return "; ".join(parts) + f"; generated {report['generated_utc']}"
+
+
 def to_markdown(report: Mapping) -> str:
     def table(header, rows):
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
         return "\n".join(lines)
 
-    parts = ["# XLA validation report", f"**{report['question']}**", f"## Verdict: {report['verdict']}",
+    parts = [f"# XLA validation report: preset `{report['config'].get('preset')}`", provenance_line(report),
+             f"**{report['question']}**", f"## Verdict: {report['verdict']}",
              f"{report['items']['speedup']['summary']}. {report['items']['quality']['summary']}. "
              f"{failed_sentence(report)}".strip(),
              table(*checklist_table(report))]
@@ -411,7 +425,7 @@ def to_html(report: Mapping, figures: Mapping[str, bytes] | None = None) -> str:
     speed = report["items"]["speedup"]["summary"]
     quality = report["items"]["quality"]["summary"]
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>XLA validation report: {verdict}</title>
+<html lang="en"><head><meta charset="utf-8"><title>XLA validation report ({esc(str(report['config'].get('preset')))}): {verdict}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 76rem; color: #222; padding: 0 1rem; }}
 table {{ border-collapse: collapse; margin: .6rem 0 1rem; font-size: .92rem; }}
@@ -422,7 +436,8 @@ h2 span {{ font-size: .9rem; padding: .1rem .5rem; vertical-align: middle; }}
 figure {{ margin: 1rem 0; }} figure img {{ max-width: 100%; height: auto; border: 1px solid #ddd; }}
 figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 </style></head><body>
-<h1>XLA validation report</h1>
+<h1>XLA validation report: preset <code>{esc(str(report['config'].get('preset')))}</code></h1>
+<p id="provenance">{esc(provenance_line(report))}</p>
 <p><strong>{esc(report['question'])}</strong></p>
 <section id="verdict"><h2>Verdict</h2><p class="verdict {verdict.lower()}">{verdict}</p>
 <p>{esc(speed)}. {esc(quality)}. {esc(failed_sentence(report))}</p></section>

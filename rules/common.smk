@@ -36,7 +36,9 @@ DATASETS = expand(f"{R}/data/{{split}}.h5", split=["train", "test"])
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
 METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)
 CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
-REPORTS = expand("reports/validation.{ext}", ext=["json", "md", "html"])
+# One report per preset: a smoke try never overwrites the default study's report.
+REPORT_DIR = f"reports/{CFG['preset']}"
+REPORTS = expand(f"{REPORT_DIR}/validation.{{ext}}", ext=["json", "md", "html"])
 
 # Cheap bookkeeping runs on the submitting host, not through the cluster queue.
 localrules:

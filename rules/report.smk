@@ -45,9 +45,9 @@ rule validation_report:
         config=CONFIG_JSON,
         parent=PARENT,
     output:
-        report("reports/validation.html", caption="../ptycho/captions/validation.rst", category="Validation"),
-        "reports/validation.md",
-        "reports/validation.json",
+        report(f"{REPORT_DIR}/validation.html", caption="../ptycho/captions/validation.rst", category="Validation"),
+        f"{REPORT_DIR}/validation.md",
+        f"{REPORT_DIR}/validation.json",
     log:
         f"{R}/logs/report.log",
     threads: cpus(1)
@@ -55,9 +55,10 @@ rule validation_report:
         ptycho=PTYCHO,
         track=tracking("report"),
         benchmarks=f"{R}/benchmarks",
+        out=lambda w, output: os.path.dirname(output[0]),
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} report --checks {input.checks} --metrics {input.metrics} --models {input.models} "
-        "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir reports "
+        "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir {params.out} "
         "--finish-parent {input.parent} --benchmarks {params.benchmarks} > {log} 2>&1"

@@ -204,8 +204,8 @@ REPORT_FACTS = """((verdictWord) => {
 
 
 def test_validation_report_renders_every_section_and_image_offline(smoke, browser, shots):
-    report_json = json.loads((smoke / "reports" / "validation.json").read_text())
-    url = (smoke / "reports" / "validation.html").as_uri()
+    report_json = json.loads((smoke / "reports" / "smoke" / "validation.json").read_text())
+    url = (smoke / "reports" / "smoke" / "validation.html").as_uri()
     page = browser.new_page(1280, 900)
     page.goto(url)
     page.wait_for("[...document.images].every(i => i.complete)", message="all images to finish loading")

@@ -341,7 +341,7 @@ def test_smoke_pipeline_through_slurm_tracks_every_job_and_reports_a_failure(clu
     job_ids = [r.data.tags.get("slurm_job_id") for r in children]
     assert None not in job_ids, "a job ran outside SLURM (no slurm_job_id tag)"
     assert len(set(job_ids)) == len(job_ids) and set(job_ids) <= submitted  # one sbatch job each
-    assert (work / "reports" / "validation.json").exists()
+    assert (work / "reports" / "smoke" / "validation.json").exists()
 
     # A job that fails on a cluster is reported as failed: by Snakemake and in MLflow.
     t0 = time.monotonic()

@@ -45,6 +45,21 @@ def test_dry_run_of_the_default_config_lists_the_whole_matrix(tmp_path):
         assert rule in out
 
 
+def _planned_outputs(work: Path, *config: str) -> set[str]:
+    result = snakemake(work, "--summary", *(("--config", *config) if config else ()))
+    assert result.returncode == 0, result.stderr
+    return {line.split("\t")[0] for line in result.stdout.splitlines()[1:] if line.strip()}
+
+
+def test_each_preset_writes_its_own_report_and_results_only(tmp_path):
+    work = _workdir(tmp_path)
+    default, smoke = _planned_outputs(work), _planned_outputs(work, "preset=smoke")
+    assert {f"reports/default/validation.{e}" for e in ("json", "md", "html")} <= default
+    assert {f"reports/smoke/validation.{e}" for e in ("json", "md", "html")} <= smoke
+    assert not default & smoke, "two presets would write the same file"
+    assert all(p.startswith(("reports/smoke/", "results/smoke/")) for p in smoke), sorted(smoke)
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
@@ -74,15 +89,27 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     from ptycho.report import FIGURES
 
     work = _workdir(tmp_path)
+    # Another preset's report (the default study's) is left untouched by a smoke run.
+    other = work / "reports" / "default" / "validation.json"
+    other.parent.mkdir(parents=True)
+    other.write_text('{"verdict": "PASS"}')
     first = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE)
+    assert other.read_text() == '{"verdict": "PASS"}'
+    assert sorted(p.name for p in other.parent.iterdir()) == ["validation.json"]
     assert first.returncode == 0, first.stderr[-3000:]
 
-    report = json.loads((work / "reports" / "validation.json").read_text())
+    report = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
+    # The first lines say which run this is: preset, config hash, commit (none: a copy), parent run.
+    head = (work / "reports" / "smoke" / "validation.md").read_text().splitlines()[:3]
+    prov = report["provenance"]
+    assert head[0] == "# XLA validation report: preset `smoke`"
+    assert prov["preset"] == "smoke" and len(prov["config_hash"]) == 16 and prov["mlflow_run_id"]
+    assert f"config {prov['config_hash']}" in head[2] and prov["mlflow_run_id"] in head[2]
     assert set(report["items"]) == {"accuracy", "gradients", "convergence", "quality", "speedup"}
     for item in report["items"].values():
         assert item["status"] in ("PASS", "FAIL") and "threshold" in item and "value" in item
     assert report["verdict"] in ("PASS", "FAIL")
-    assert (work / "reports" / "validation.html").read_text().count("<section") >= 4
+    assert (work / "reports" / "smoke" / "validation.html").read_text().count("<section") >= 4
     modes = ("off", "jit", "auto", "physics")
     assert set(report["arms"]) == {f"{m}-{x}-s0" for m in ("pinn", "baseline") for x in modes}
     pairs = {f"{m}-s0-{x}" for m in ("pinn", "baseline") for x in modes[1:]}  # every mode against off
@@ -94,7 +121,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert set(bench["contexts"]) == {"alone", "shared"}
     assert next(a for a in bench["arms"] if a["mode"] == "auto")["xla_clusters"] > 0  # auto really clustered
     assert len(report["figures"]) == len(FIGURES)
-    html = (work / "reports" / "validation.html").read_text()
+    html = (work / "reports" / "smoke" / "validation.html").read_text()
     assert html.count("data:image/png;base64,") == len(FIGURES)
 
     # `snakemake --report` works (no --cores needed) and shows every figure with its caption.
@@ -153,7 +180,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     trained_at = model_json.stat().st_mtime_ns
     strict = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE, "thresholds={speedup_min: 1000.0}")
     assert strict.returncode == 0, strict.stderr[-3000:]
-    flipped = json.loads((work / "reports" / "validation.json").read_text())
+    flipped = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
     assert flipped["items"]["speedup"]["status"] == "FAIL"
     assert flipped["verdict"] == "FAIL"
     assert model_json.stat().st_mtime_ns == trained_at  # no retraining

@@ -138,7 +138,7 @@ def test_pipeline_survives_ctrl_c_and_kill_9_and_refuses_a_second_snakemake(tmp_
     parents = [r for r in client.search_runs([stale.info.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
 
-    report = json.loads((work / "reports" / "validation.json").read_text())
+    report = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
     assert set(report["arms"]) == set(ARMS)
     for name in ARMS:
         meta = json.loads((work / "results" / "smoke" / "models" / name / "model.json").read_text())
