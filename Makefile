@@ -4,20 +4,30 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
 CORES ?= 8
 SNAKEMAKE := $(VENV)/bin/snakemake
+# GPU=1 installs TensorFlow with CUDA (requirements-gpu.lock) instead of the CPU build
+# (requirements.lock, the tested default). The choice sticks: a .venv set up with GPU=1
+# stays GPU until `make setup GPU=0`. Switching rebuilds .venv (the two TensorFlow
+# distributions install the same files).
+GPU ?= $(if $(wildcard $(VENV)/.installed-gpu),1,0)
+FLAVOUR := $(if $(filter 1,$(GPU)),gpu,cpu)
+OTHER := $(if $(filter 1,$(GPU)),cpu,gpu)
+LOCK := $(if $(filter 1,$(GPU)),requirements-gpu.lock,requirements.lock)
+STAMP := $(VENV)/.installed-$(FLAVOUR)
 
 .PHONY: all setup test test-slow test-all lint bench ui mlflow-server clean
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): $(LOCK) pyproject.toml
+	@if [ -e $(VENV)/.installed-$(OTHER) ] || [ -e $(VENV)/.installed ]; then \
+	  echo "rebuilding $(VENV) for $(FLAVOUR) (was set up for another TensorFlow build)"; rm -rf $(VENV); fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q -r $(LOCK)
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-setup: $(STAMP)
+setup: $(STAMP)  ## the venv from the lock (GPU=1: TensorFlow with CUDA)
 
 all: setup  ## run the whole study (simulate, train, infer, score, report)
 	$(SNAKEMAKE) --cores $(CORES) all

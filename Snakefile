@@ -46,7 +46,7 @@ rule report:
 
 
 onerror:
-    shell(f"{PTYCHO} track finish --parent {PARENT} --status FAILED || true")
+    shell(f"{SELF} track finish --parent {PARENT} --status FAILED || true")
 
 
 onstart:
@@ -54,4 +54,4 @@ onstart:
     # any job starts, runs of earlier attempts whose process is gone are marked KILLED
     # with the reason as a tag (each job also does this when it starts).
     if os.path.exists(PARENT):
-        shell(f"{PTYCHO} track sweep --parent {PARENT} > /dev/null || true")
+        shell(f"{SELF} track sweep --parent {PARENT} > /dev/null || true")

@@ -29,6 +29,7 @@ Ratios above 1 mean the mode is faster than ``off``; below 1, slower, and said s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -50,10 +51,11 @@ def machine_info(gpus: int | None = None) -> dict:
     """
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        tensorflow = version("tensorflow")
-    except PackageNotFoundError:
-        tensorflow = "not installed"
+    tensorflow = "not installed"
+    for dist in ("tensorflow", "tensorflow-cpu"):  # the GPU lock's and the CPU lock's
+        with contextlib.suppress(PackageNotFoundError):
+            tensorflow = version(dist)
+            break
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as fh:
@@ -206,6 +208,9 @@ def _worker(conn, spec: dict) -> None:
         env["TF_DUMP_GRAPH_PREFIX"] = dump
         env["TF_XLA_FLAGS"] += " --tf_xla_clustering_debug"
     os.environ.update(env)
+    from ptycho.runtime import import_tensorflow
+
+    import_tensorflow()  # its start-up notices filtered
     try:
         arm = _WorkerArm(spec)
         conn.send(("ready", arm.describe()))

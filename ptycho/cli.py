@@ -219,6 +219,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         })
         run.log_artifact(str(Path(args.out) / "model.json"), "model")
         run.log_artifact(str(Path(args.out) / "model.keras"), "model")
+        arm = {k: v for k, v in _pairs(args.mlflow_tag).items() if k in ("model", "xla", "seed")}
+        run.log_model("-".join(arm.values()) or model_cfg.kind, args.out, dataset=("train.h5", ds.attrs["digest"]),
+                      params={**{f"model.{k}": v for k, v in dataclasses.asdict(model_cfg).items()},
+                              "train.xla": train_cfg.xla, "train.epochs": train_cfg.epochs},
+                      tags=arm, step=last["epoch"],
+                      metrics={"final_train_loss": last["train_loss"], "final_val_loss": last["val_loss"],
+                               "step_median_s": t["step_median_s"] or float("nan")})
     print(
         f"{args.out}: {model_cfg.kind} xla={train_cfg.xla} epochs={last['epoch']} train_loss={last['train_loss']:.6g} "
         f"val_loss={last['val_loss']:.6g} compile={t['compile_s']:.2f}s step_median={t['step_median_s'] or float('nan'):.4f}s"
@@ -244,6 +251,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     )
     if args.run is not None:
         args.run.set_tags({"dataset_digest": ds.attrs["digest"]})
+        args.run.log_dataset("test.h5", ds.attrs["digest"], str(Path(args.dataset).resolve()), "test")
         args.run.log_metrics({"infer_patterns_per_s": rec.patterns_per_second, "infer_compile_s": rec.compile_seconds,
                               "infer_seconds": rec.seconds, "infer_patterns": rec.patterns})
     print(f"{args.out}: {len(rec.patches)} patches, {rec.patterns_per_second:.1f} patterns/s, compile {rec.compile_seconds:.2f}s")
@@ -288,6 +296,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     mean = result["mean"]
     if args.run is not None:
         args.run.set_tags({"dataset_digest": ds.attrs["digest"]})
+        args.run.log_dataset("test.h5", ds.attrs["digest"], str(Path(args.dataset).resolve()), "test")
         args.run.log_metrics({k: v for k, v in mean.items() if isinstance(v, int | float)})
         for i, per in enumerate(result["per_image"]):
             args.run.log_metrics({f"{k}_image": v for k, v in per.items() if k in ("amp_ssim", "phase_ssim")}, step=i)
@@ -357,26 +366,54 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.run is not None:
         args.run.log_params({"bench.modes": " ".join(result["modes"]), "bench.repeats": args.repeats,
                              **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()}})
-        for a in result["arms"]:
-            tag = f"{a['model']}_{a['mode']}"
-            metrics = {f"{tag}_compile_s": a["compile_s"], f"{tag}_step_median_s": a["step_s"]["median"],
-                       f"{tag}_infer_patterns_per_s": a["infer_patterns_per_s"], f"{tag}_peak_rss_mb": a["peak_rss_mb"],
-                       **{f"{tag}_{k}_s": c["median"] for k, c in a["components"].items()}}
-            if "shared" in a:
-                metrics[f"{tag}_shared_step_median_s"] = a["shared"]["step_s"]["median"]
-            args.run.log_metrics(metrics)
-        for kind, per in result["ratios"].items():
-            for mode, r in per.items():
-                metrics = {f"{kind}_{mode}_padded_vs_naive": r["padded_vs_naive"]}
-                for key in ("train_step_alone", "train_step_shared", "inference"):
-                    if key in r:
-                        metrics[f"{kind}_{mode}_{key}_speedup"] = r[key]["ratio"]
-                for key in ("break_even_steps", "compile_extra_s"):
-                    if key in r and math.isfinite(r[key]):
-                        metrics[f"{kind}_{mode}_{key}"] = r[key]
-                args.run.log_metrics(metrics)
+        _log_bench_arms(args.run, args.run_tags, result)
         if args.out:
             args.run.log_artifact(args.out, "bench")
+    return 0
+
+
+def _log_bench_arms(run, job_tags: dict, result: dict) -> None:
+    """One nested run per benchmarked arm under the benchmark's run, all with the same
+    metric keys and the arm in params and tags: MLflow's compare view lines the arms up."""
+    from ptycho import tracking
+
+    tags = {k: v for k, v in job_tags.items() if not k.startswith("mlflow.")}
+    journal = run.journal.path if run.journal is not None else None
+    for a in result["arms"]:
+        model, mode = a["model"], a["mode"]
+        metrics = {"compile_s": a["compile_s"], "step_median_s": a["step_s"]["median"],
+                   "infer_patterns_per_s": a["infer_patterns_per_s"], "peak_rss_mb": a["peak_rss_mb"],
+                   **{f"{k}_s": c["median"] for k, c in a["components"].items()}}
+        if "shared" in a:
+            metrics["shared_step_median_s"] = a["shared"]["step_s"]["median"]
+        r = result["ratios"].get(model, {}).get(mode, {})
+        if "padded_vs_naive" in r:
+            metrics["padded_vs_naive"] = r["padded_vs_naive"]
+        for key in ("train_step_alone", "train_step_shared", "inference"):
+            if key in r:
+                metrics[f"{key}_speedup"] = r[key]["ratio"]
+        for key in ("break_even_steps", "compile_extra_s"):
+            if key in r and math.isfinite(r[key]):
+                metrics[key] = r[key]
+        name = f"benchmark-{model}-{mode}"
+        book = journal.with_name(f"{name}.jsonl") if journal is not None else None
+        arm_tags = {**tags, "model": model, "xla": mode, **tracking.source_tags(tags.get("git_commit", ""))}
+        with tracking.child_run(run.uri, run.run_id, name, arm_tags, {"arm.model": model, "arm.xla": mode},
+                                journal=book) as arm_run:
+            arm_run.log_metrics(metrics)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from ptycho.artifacts import write_json
+
+    try:
+        config = json.loads(args.json)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--json is not valid JSON ({err.msg} at character {err.pos}); pass a JSON object") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"--json must be a JSON object, not {type(config).__name__}")
+    write_json(args.out, config)
+    print(f"{args.out}: resolved configuration (preset {config.get('preset', '?')})")
     return 0
 
 
@@ -410,8 +447,13 @@ def cmd_track(args: argparse.Namespace) -> int:
             raise ConfigError(f"'track start' needs {' and '.join(missing)}; see 'ptycho track --help'")
         if args.parent:
             raise ConfigError("'track start' takes no --parent (that is for 'track finish'); drop it")
-        record = tracking.start_pipeline(read_json(args.config_json), args.results, args.experiment, args.run_name,
-                                         _pairs(args.tag), args.out)
+        config = read_json(args.config_json)
+        # The workflow's config names the experiment, the run and the store's folder.
+        experiment = args.experiment or config.get("study") or "xla-ptycho"
+        run_name = args.run_name or (f"{experiment}-{config['preset']}" if config.get("preset") else "pipeline")
+        tags = {**({"preset": config["preset"]} if config.get("preset") else {}), **_pairs(args.tag)}
+        record = tracking.start_pipeline(config, args.results or config.get("results") or "results", experiment,
+                                         run_name, tags, args.out)
         print(f"{args.out}: MLflow parent run {record['run_id']} at {record['tracking_uri']}")
         return 0
     if not args.parent:
@@ -514,7 +556,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     parent = read_json(args.finish_parent) if args.finish_parent else {}
     provenance = {"config_hash": tracking.config_hash(config), "git_commit": tracking.git_commit(Path.cwd()),
                   "mlflow_run_id": parent.get("run_id", "")}
-    record = report.build(items, arms, config, machine_info(), tuple(figures), cost, provenance)
+    # The device the study ran on is what the benchmark's TensorFlow processes saw.
+    gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
+    record = report.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance)
     paths = report.write(record, args.out_dir, figures)
     if args.run is not None:
         args.run.log_metrics({"verdict_pass": float(record["verdict"] == "PASS")})
@@ -525,6 +569,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             tracking.log_artifact_to(parent["tracking_uri"], parent["run_id"], str(p), "report")
         for p in args.figures or []:
             tracking.log_artifact_to(parent["tracking_uri"], parent["run_id"], p, "figures")
+        tracking.log_children_table(parent["tracking_uri"], parent["run_id"])
         tracking.finish_run(parent["tracking_uri"], parent["run_id"], "FINISHED")
     print(f"{paths['html']}: verdict {record['verdict']} "
           + " ".join(f"{k}={v['status']}" for k, v in record["items"].items()))
@@ -639,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "marked status FAILED in model.json, and exit 0 (record)")
     _add_config_flags(p, ModelConfig, "model_")
     _add_config_flags(p, TrainConfig, "train_")
-    p.set_defaults(func=cmd_train)
+    p.set_defaults(func=cmd_train, system_metrics=True, tensorflow=True)
 
     p = sub.add_parser("infer", help="reconstruct every pattern of a dataset with a trained model")
     p.add_argument("--model", required=True, help="folder written by 'ptycho train'")
@@ -647,7 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="reconstruction (.npz)")
     p.add_argument("--xla", type=_mode, default=None, help="override the training arm's XLA mode (off, jit, auto, physics)")
     p.add_argument("--batch-size", type=int, default=None, help="fixed predict batch (default: training batch)")
-    p.set_defaults(func=cmd_infer)
+    p.set_defaults(func=cmd_infer, tensorflow=True)
 
     p = sub.add_parser("stitch", help="stitch reconstructed patches into full objects")
     p.add_argument("--reconstruction", required=True, help=".npz written by 'ptycho infer'")
@@ -691,14 +736,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="intra-op threads per arm when all arms share the cores (default: the pipeline's train_threads)")
     p.add_argument("--no-shared", action="store_true", help="time the arms alone only")
     p.add_argument("--out", help="also write the full result as JSON")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=cmd_bench, system_metrics=True, tensorflow=True)
 
     p = sub.add_parser("scaling", help="time simulation, one training epoch and stitching at several data sizes")
     p.add_argument("--config", default="config.yaml", help="the study's config (default: config.yaml)")
     p.add_argument("--preset", default="default", help="its preset to time (default: default)")
     p.add_argument("--sizes", nargs="+", type=int, default=[1, 2, 4], help="objects per split (default: 1 2 4)")
     p.add_argument("--out", help="also write the result as JSON")
-    p.set_defaults(func=cmd_scaling)
+    p.set_defaults(func=cmd_scaling, tensorflow=True)
+
+    p = sub.add_parser("config", help="write a resolved configuration (JSON text) to a file, atomically")
+    p.add_argument("--json", required=True, help="the configuration, a JSON object")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_config)
 
     p = sub.add_parser("track", help="start or finish the pipeline's MLflow parent run; replay journals; end stale runs")
     p.add_argument("action", choices=("start", "finish", "replay", "sweep"),
@@ -707,11 +757,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("journal", nargs="*", help="(replay) journal files or folders, e.g. results/smoke/mlflow/journal")
     p.add_argument("--tracking-uri", help="(replay) send to this store instead of the one recorded in the journal")
     p.add_argument("--config-json", help="resolved config (start): logged as the parent's params")
-    p.add_argument("--experiment", default="xla-ptycho")
-    p.add_argument("--run-name", default="pipeline")
+    p.add_argument("--experiment", help="(start) default: the config's study, else xla-ptycho")
+    p.add_argument("--run-name", help="(start) default: <study>-<preset> from the config, else pipeline")
     p.add_argument("--tag", action="append", metavar="KEY=VALUE")
     p.add_argument("--out", help="(start) where to write the parent run's id and tracking URI")
-    p.add_argument("--results", default="results", help="(start) folder of the embedded store results/mlflow.db")
+    p.add_argument("--results", help="(start) folder of the embedded store <results>/mlflow.db "
+                                     "(default: the config's results, else results)")
     p.add_argument("--parent", help="(finish, sweep) the JSON written by 'track start'")
     p.add_argument("--status", choices=("FINISHED", "FAILED", "KILLED"), default="FINISHED")
     p.set_defaults(func=cmd_track)
@@ -772,6 +823,7 @@ _OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "bench": (("out", "--out", False),),
     "scaling": (("out", "--out", False),),
     "track": (("out", "--out", False),),
+    "config": (("out", "--out", False),),
     "check": (("out", "--out", False),),
     "figures": (("out_dir", "--out-dir", True),),
     "report": (("out_dir", "--out-dir", True),),
@@ -826,14 +878,15 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     """Run the command, inside an MLflow child run when ``--mlflow-parent`` is given."""
-    args.run = None
+    args.run, args.run_tags = None, {}
     if not args.mlflow_parent:
         return args.func(args)
     from ptycho import tracking
     from ptycho.artifacts import read_json
 
     parent = read_json(args.mlflow_parent)
-    tags = dict(_pairs(args.mlflow_tag), command=args.command, git_commit=tracking.git_commit(Path.cwd()))
+    commit = tracking.git_commit(Path.cwd())
+    tags = dict(_pairs(args.mlflow_tag), command=args.command, git_commit=commit)
     # The configuration in force for this job (the workflow exports it; it may differ
     # from the parent's after a config change re-ran some jobs).
     tags.setdefault("config_hash", os.environ.get("PTYCHO_CONFIG_HASH") or parent.get("config_hash", ""))
@@ -843,10 +896,22 @@ def _run(args: argparse.Namespace) -> int:
     # Everything the job logs also goes to a journal beside the pipeline's outputs, so
     # that nothing is lost if the tracking server goes away ('ptycho track replay').
     journal = Path(args.mlflow_parent).resolve().parent / "journal" / f"{name.replace('/', '_')}.jsonl"
-    with tracking.child_run(parent["tracking_uri"], parent["run_id"], name, tags, journal=journal) as run:
-        args.run = run
+    # The arm as params too (not only tags): the runs table filters and the compare view
+    # lines runs up by params, and every run of an arm then carries the same ones.
+    params = {f"arm.{k}": tags[k] for k in ("model", "xla", "seed") if k in tags}
+    if _uses_tensorflow(args):
+        from ptycho.runtime import device_info
+
+        info = device_info()
+        tags.update(device=info["device"], gpus=", ".join(info["gpus"]) or "none")
+    tags.update(tracking.source_tags(commit))
+    with tracking.child_run(parent["tracking_uri"], parent["run_id"], name, tags, params, journal=journal) as run:
+        args.run, args.run_tags = run, tags
         _end_stale_runs(parent, name)
-        return args.func(args)
+        if not getattr(args, "system_metrics", False):
+            return args.func(args)
+        with tracking.system_metrics(run):
+            return args.func(args)
 
 
 def _end_stale_runs(parent: dict, name: str) -> None:
@@ -869,6 +934,10 @@ def _terminate(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt
 
 
+def _uses_tensorflow(args: argparse.Namespace) -> bool:
+    return getattr(args, "tensorflow", False) or (args.command == "check" and args.item in ("accuracy", "gradients"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import logging
     import signal
@@ -888,6 +957,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["TF_NUM_INTEROP_THREADS"] = "1" if args.threads <= 2 else "2"
     try:
         check_outputs(args)
+        if _uses_tensorflow(args):
+            from ptycho.runtime import import_tensorflow
+
+            import_tensorflow()  # now, with its start-up notices filtered (ptycho.runtime)
         return _run(args)
     except PtychoError as err:
         print(f"ptycho {args.command}: error: {err}", file=sys.stderr)

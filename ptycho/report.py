@@ -324,7 +324,9 @@ def machine_line(report: Mapping) -> str:
     m = report.get("machine", {})
     load = m.get("load_average")
     load = ", ".join(f"{v:.2f}" for v in load) if load else "n/a"
-    return (f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {_fmt(m.get('gpus'))} GPUs, load average {load}; "
+    gpus = m.get("gpus")
+    device = "device n/a" if gpus is None else (f"device GPU ({gpus})" if gpus else "device CPU (no GPU)")
+    return (f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {device}, load average {load}; "
             f"TensorFlow {m.get('tensorflow', 'n/a')}, Python {m.get('python', 'n/a')}")
 
 

@@ -82,12 +82,15 @@ __all__ = [
     "flatten_params",
     "git_commit",
     "log_artifact_to",
+    "log_children_table",
+    "source_tags",
     "preflight",
     "preflight_environment",
     "process_identity",
     "replay_journal",
     "start_parent",
     "end_stale_children",
+    "system_metrics",
 ]
 
 _log = logging.getLogger(__name__)
@@ -147,6 +150,17 @@ def git_commit(repo_dir: str | os.PathLike) -> str:
     if out.returncode != 0 or not sha or any(c not in "0123456789abcdef" for c in sha):
         return ""
     return sha
+
+
+def source_tags(commit: str) -> dict[str, str]:
+    """MLflow's reserved source tags (the UI's "Source" and "Version" columns) for a run
+    of this workflow at ``commit`` ('' outside a git checkout: no version tag)."""
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
+
+    tags = {MLFLOW_SOURCE_NAME: "ptycho", MLFLOW_SOURCE_TYPE: "JOB"}
+    if commit:
+        tags[MLFLOW_GIT_COMMIT] = commit
+    return tags
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -672,6 +686,11 @@ class Run:
         return self._run_id
 
     @property
+    def uri(self) -> str:
+        """The tracking URI this run lives at."""
+        return self._uri
+
+    @property
     def retries(self) -> dict[str, int]:
         """Retries so far: ``"locked"`` (store busy) and ``"conflict"`` (concurrent insert)."""
         return dict(self._retries)
@@ -810,6 +829,23 @@ class Run:
             conflicts=True,
         )
 
+    def log_model(self, name: str, local_dir: str | os.PathLike, *, params: Mapping[str, Any],
+                  tags: Mapping[str, Any], metrics: Mapping[str, float], step: int,
+                  dataset: tuple[str, str] | None = None) -> None:
+        """Register ``local_dir`` as an MLflow 3 logged model of this run, with ``metrics`` linked to it.
+
+        The UI's Models tab (and the run's) then lists the trained network with its
+        params, tags and final metrics, and ``dataset`` (name, digest of a dataset logged
+        with :meth:`log_dataset`) says what the metrics were measured on. Autologging
+        does not fit a custom training loop, hence ``create_logged_model`` +
+        ``log_model_artifacts``. Idempotent (see :func:`_log_model`), so journaled and replayed.
+        """
+        record = {"name": name, "local_dir": os.path.abspath(os.fspath(local_dir)), "params": flatten_params(params),
+                  "tags": _tags(tags), "metrics": {k: float(v) for k, v in metrics.items()}, "step": int(step),
+                  "timestamp": int(time.time() * 1000), "dataset": list(dataset) if dataset else None}
+        self._record("model", **record)
+        self._call(f"logging model {name!r}", lambda: _log_model(self._client, self._run_id, **record))
+
     def fail_on_exit(self, reason: str) -> None:
         """End this run FAILED with ``reason`` (tag ``ptycho.end_reason``) even if the block exits normally.
 
@@ -840,6 +876,97 @@ def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: 
     )
     inputs = [DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])]
     client.log_inputs(run_id, datasets=inputs)
+
+
+def _log_model(client: Any, run_id: str, name: str, local_dir: str, params: Mapping[str, str],
+               tags: Mapping[str, str], metrics: Mapping[str, float], step: int, timestamp: int,
+               dataset: list[str] | None) -> str:
+    """Create (or find) the logged model ``name`` of ``run_id``, upload ``local_dir`` once,
+    link ``metrics`` to it, and list it as the run's output; returns its model id.
+
+    A second call (a retry, a journal replay) finds the model by name and source run
+    instead of creating another, and re-sends metrics with the same timestamp, which
+    MLflow drops as duplicates.
+    """
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+
+    run = client.get_run(run_id)
+    experiment_id = run.info.experiment_id
+    found = client.search_logged_models([experiment_id], max_results=1,
+                                        filter_string=f"name = '{name}' AND source_run_id = '{run_id}'")
+    model = found[0] if found else client.create_logged_model(experiment_id, name=name, source_run_id=run_id,
+                                                             params=dict(params), tags=dict(tags), model_type="keras")
+    if model.status != LoggedModelStatus.READY:
+        client.log_model_artifacts(model.model_id, local_dir)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    dataset_name, dataset_digest = (dataset[0], dataset[1][:_MAX_DATASET_DIGEST]) if dataset else (None, None)
+    for key, value in metrics.items():
+        client.log_metric(run_id, _safe_key(key), value, timestamp=timestamp, step=step, model_id=model.model_id,
+                          dataset_name=dataset_name, dataset_digest=dataset_digest)
+    if model.model_id not in {o.model_id for o in (run.outputs.model_outputs if run.outputs else [])}:
+        client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step)])
+    return model.model_id
+
+
+@contextlib.contextmanager
+def system_metrics(run: Run, interval: float = 5.0) -> Iterator[None]:
+    """Sample CPU, memory, disk and network (and GPU when one is present) into ``run``
+    every ``interval`` s while the block runs, as ``system/...`` metrics.
+
+    MLflow's own ``SystemMetricsMonitor`` samples, bound to an explicit run id (no
+    active run); its writes go through :meth:`Run.log_metrics`, so they are retried on
+    locks and journaled like everything else. The CPU series is machine-wide: it also
+    shows whether anything else ran beside a job. A block shorter than one interval
+    still logs the samples it took. ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` overrides
+    ``interval``.
+    """
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    class _Monitor(SystemMetricsMonitor):
+        def publish_metrics(self, metrics: dict) -> None:
+            if metrics:
+                run.log_metrics({f"system/{k}": v for k, v in metrics.items()}, step=self._logging_step)
+            self._logging_step += 1
+            for monitor in self.monitors:
+                monitor.clear_metrics()
+
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # its start/stop lines are not news
+    monitor = _Monitor(run.run_id, sampling_interval=interval, tracking_uri=run.uri)
+    monitor.collect_metrics()  # one sample now: the block may end before the first interval
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.finish()
+        if any(m._metrics for m in monitor.monitors):
+            monitor.publish_metrics(monitor.aggregate_metrics())
+
+
+def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child_runs.json") -> int:
+    """Log a table of the parent's child runs (name, rule, arm, status, duration, metrics)
+    on the parent run, so that one page shows the whole pipeline; returns the row count."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+    client = _client(uri)
+    experiment_id = _retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri).info.experiment_id
+    runs = _retry(lambda: client.search_runs([experiment_id], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'",
+                                             max_results=5000, order_by=["attributes.start_time ASC"]),
+                  what="listing the child runs", uri=uri)
+    keys = sorted({k for r in runs for k in r.data.metrics if not k.startswith("system/") and not k.endswith("_image")})
+    columns: dict[str, list] = {c: [] for c in ("run", "run_id", "rule", "model", "xla", "seed", "status", "duration_s",
+                                                *keys)}
+    for r in runs:
+        tags, info = r.data.tags, r.info
+        columns["run"].append(tags.get(MLFLOW_RUN_NAME, info.run_name))
+        columns["run_id"].append(info.run_id)
+        for tag in ("rule", "model", "xla", "seed"):
+            columns[tag].append(tags.get(tag, ""))
+        columns["status"].append(info.status)
+        columns["duration_s"].append(round((info.end_time - info.start_time) / 1000, 1) if info.end_time else None)
+        for key in keys:
+            columns[key].append(r.data.metrics.get(key))
+    _retry(lambda: client.log_table(parent_run_id, columns, artifact_file), what="logging the child-run table", uri=uri)
+    return len(runs)
 
 
 # -------------------------------------------------------------- stale runs, identity
@@ -1074,6 +1201,10 @@ def _replay_record(client: Any, target: str, run_id: str, rec: dict, counts: dic
     elif op == "dataset":
         send("logging dataset", lambda: _log_dataset(client, run_id, rec["name"], rec["digest"], rec["source"],
                                                      rec["split"]))
+    elif op == "model":
+        send("replaying a logged model", lambda: _log_model(client, run_id, **{k: v for k, v in rec.items()
+                                                                               if k not in ("op", "run_id", "uri")}))
+        counts["models"] += 1
     elif op == "end":
         if rec["status"] == "FINISHED":
             # A job that finished offline may have been marked KILLED as stale meanwhile.
@@ -1099,7 +1230,7 @@ def replay_journal(path: str | os.PathLike, uri: str | None = None) -> dict[str,
     from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
 
     path = Path(path)
-    counts = {"runs": 0, "params": 0, "metrics": 0, "tags": 0, "artifacts": 0, "ends": 0, "missing_files": 0}
+    counts = {"runs": 0, "params": 0, "metrics": 0, "tags": 0, "artifacts": 0, "models": 0, "ends": 0, "missing_files": 0}
     checked: set[tuple[str, str]] = set()
     for rec in _read_journal(path):
         target = uri or rec.get("uri", "")
@@ -1139,7 +1270,8 @@ def start_pipeline(config: Mapping[str, Any], results_dir: str, experiment: str,
 
     uri = default_tracking_uri(results_dir)
     preflight(uri)
-    all_tags = dict(tags, git_commit=git_commit(Path.cwd()), config_hash=config_hash(config))
+    commit = git_commit(Path.cwd())
+    all_tags = dict(tags, git_commit=commit, config_hash=config_hash(config), **source_tags(commit))
     run_id = start_parent(uri, experiment, run_name, config, all_tags)
     record = {"run_id": run_id, "tracking_uri": uri, "experiment": experiment, "config_hash": all_tags["config_hash"]}
     write_json(out, record)

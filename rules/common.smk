@@ -1,8 +1,10 @@
 # Configuration (validated once, here) and the target lists the rules share.
+import json
 import os
 import sys
 
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
 
 from ptycho.errors import PtychoError
 from ptycho.arms import PATTERN as ARM_PATTERN, parse_arm
@@ -20,7 +22,13 @@ except PtychoError as err:
     sys.exit(2)
 
 R = f"{CFG['results']}/{CFG['preset']}"
-PTYCHO = f"{sys.executable} -m ptycho"
+# Jobs run `python -m ptycho`. Under `--sdm conda` that is the env's interpreter
+# (Snakemake puts the env's bin first on PATH, envs/ptycho.yaml); otherwise the one
+# running Snakemake (the venv's), by absolute path. Hooks (onstart, onerror) run in
+# Snakemake's own process and always use the latter (SELF).
+SELF = f"{sys.executable} -m ptycho"
+IN_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+PTYCHO = "python -m ptycho" if IN_CONDA else SELF
 PARENT = f"{R}/mlflow/parent.json"
 CONFIG_JSON = f"{R}/config.json"
 HASH = config_hash(CFG)

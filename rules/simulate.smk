@@ -1,36 +1,34 @@
 rule resolved_config:
-    # Re-runs whenever the resolved configuration changes (its hash is a param); only
-    # the report reads it.
+    # Re-runs whenever the resolved configuration changes (it is a param); the parent
+    # run logs it once and the report reads it.
     output:
         CONFIG_JSON,
     log:
         f"{R}/logs/resolved_config.log",
     params:
-        config_hash=HASH,
+        ptycho=PTYCHO,
+        config=json.dumps(CFG, sort_keys=True),
     conda:
         "../envs/ptycho.yaml"
-    run:
-        from ptycho.artifacts import write_json
-
-        write_json(output[0], CFG)
+    shell:
+        "{params.ptycho} config --json {params.config:q} --out {output} > {log} 2>&1"
 
 
 rule mlflow_parent:
     # One parent run per results folder, created once; jobs of later invocations (after
-    # a config change) log under it too. No inputs and no params on purpose: when a job
-    # must re-run, Snakemake skips the params checks of everything downstream of it,
-    # and every job is downstream of this one.
+    # a config change) log under it too. Its input is ancient and it has no params on
+    # purpose: when a job must re-run, Snakemake skips the params checks of everything
+    # downstream of it, and every job is downstream of this one.
+    input:
+        ancient(CONFIG_JSON),
     output:
         PARENT,
     log:
         f"{R}/logs/mlflow_parent.log",
     conda:
         "../envs/ptycho.yaml"
-    run:
-        from ptycho.tracking import start_pipeline
-
-        start_pipeline(CFG, CFG["results"], CFG["study"], f"{CFG['study']}-{CFG['preset']}",
-                       {"preset": CFG["preset"]}, output[0], log[0])
+    shell:
+        f"{PTYCHO} track start --config-json {{input}} --out {{output}} > {{log}} 2>&1"
 
 
 rule simulate:

@@ -136,30 +136,58 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     experiment = client.get_experiment_by_name("xla-ptycho")
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    parent_id = parents[0].info.run_id
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent_id]
     expected = Counter({"simulate": 1, "train": 8, "infer": 8, "stitch": 8, "evaluate": 8, "benchmark": 1,
                         "check_accuracy": 1, "check_gradients": 1, "check_convergence": 1, "check_quality": 1,
                         "check_speedup": 1, "figures": 1, "report": 1})
     assert Counter(r.data.tags["rule"] for r in children) == expected
-    assert all(r.info.status == "FINISHED" for r in children)
-    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert all(r.data.tags["mlflow.source.git.commit"] == r.data.tags["git_commit"] for r in runs
+               if r.data.tags["git_commit"]) and all("mlflow.source.name" in r.data.tags for r in runs)
     epochs = report["config"]["train"]["epochs"]
+    experiment_id = experiment.experiment_id
+    models = {m.source_run_id: m for m in client.search_logged_models([experiment_id])}
+    for run in (r for r in children if r.data.tags["rule"] in ("train", "infer", "stitch", "evaluate")):
+        tags = run.data.tags  # the arm in tags and params: the compare view lines the arms up
+        assert {"model", "xla", "seed", "config_hash", "git_commit"} <= set(tags)
+        assert {k: run.data.params[f"arm.{k}"] for k in ("model", "xla", "seed")} == {
+            k: tags[k] for k in ("model", "xla", "seed")}
+    for log in sorted((work / "results" / "smoke" / "logs" / "train").glob("*.log")):
+        # A person can follow it: one line per epoch, a final summary, no start-up noise.
+        lines = log.read_text().splitlines()
+        assert [ln.split(":")[0] for ln in lines if ln.startswith("epoch ")] == [
+            f"epoch {e}/{epochs}" for e in range(1, epochs + 1)], log.read_text()
+        assert f"epochs={epochs} train_loss=" in lines[-1]
+        assert not [ln for ln in lines if "cuInit" in ln or ln.startswith(("E0000", "I0000", "WARNING: All log"))]
     for run in (r for r in children if r.data.tags["rule"] == "train"):
-        tags = run.data.tags
-        assert {"model", "xla", "seed", "dataset_digest", "config_hash", "git_commit"} <= set(tags)
+        assert run.data.tags["device"] == "CPU"
         history = client.get_metric_history(run.info.run_id, "val_loss")
         assert [m.step for m in history] == list(range(1, epochs + 1))  # none lost, none duplicated
-        assert "compile_s" in run.data.metrics
+        assert "compile_s" in run.data.metrics and "system/cpu_utilization_percentage" in run.data.metrics
+        model = models[run.info.run_id]  # the trained network as an MLflow logged model, metrics linked
+        assert str(model.status) == "READY" and {"final_val_loss", "final_train_loss"} <= {m.key for m in model.metrics}
+        assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["train.h5"]
     for run in (r for r in children if r.data.tags["rule"] == "evaluate"):
         assert {"amp_ssim", "phase_ssim", "amp_psnr", "amp_frc50"} <= set(run.data.metrics)
+        assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["test.h5"]
+    assert len(models) == 8
     bench_run = next(r for r in children if r.data.tags["rule"] == "benchmark")
-    for mode in modes:  # every mode's timings and (but off) its ratios to off, alone and shared
-        assert {f"pinn_{mode}_step_median_s", f"pinn_{mode}_shared_step_median_s", f"pinn_{mode}_network_s",
-                f"pinn_{mode}_physics_s", f"pinn_{mode}_peak_rss_mb"} <= set(bench_run.data.metrics)
+    # One nested run per benchmarked arm, every one with the same metric keys.
+    arm_runs = {(r.data.params["arm.model"], r.data.params["arm.xla"]): r for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == bench_run.info.run_id}
+    assert set(arm_runs) == {(m, x) for m in ("pinn", "baseline") for x in modes}
+    for (model, mode), run in arm_runs.items():
+        assert {"step_median_s", "shared_step_median_s", "network_s", "physics_s", "peak_rss_mb",
+                "compile_s"} <= set(run.data.metrics)
+        assert run.data.tags["model"] == model and run.data.tags["xla"] == mode
         if mode != "off":
-            assert {f"pinn_{mode}_train_step_alone_speedup",
-                    f"pinn_{mode}_train_step_shared_speedup"} <= set(bench_run.data.metrics)
+            assert {"train_step_alone_speedup", "train_step_shared_speedup"} <= set(run.data.metrics)
+    assert "system/cpu_utilization_percentage" in bench_run.data.metrics
+    # The parent holds a table of its child runs.
+    table = json.loads(Path(client.download_artifacts(parent_id, "child_runs.json", str(tmp_path / "dl"))).read_text())
+    assert len(table["data"]) == len(children)
     assert [a.path for a in client.list_artifacts(bench_run.info.run_id, "bench")] == ["bench/bench.json"]
     parent_params = parents[0].data.params
     assert parent_params["train.epochs"] == str(epochs)

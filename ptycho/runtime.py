@@ -1,0 +1,99 @@
+"""TensorFlow in a job's process: its start-up log lines, and the device it runs on.
+
+TensorFlow's C++ libraries print their start-up notices (oneDNN, CPU features, CUDA
+probing) while they load, *before* absl logging is initialised, so
+``TF_CPP_MIN_LOG_LEVEL`` does not reach them (TF 2.21; tensorflow/tensorflow#100442):
+every job log used to open with five such lines, one of them the error-looking
+``E0000 ... failed call to cuInit`` on machines without a GPU. (The CPU lock installs
+``tensorflow-cpu``, which has no CUDA code and so no cuInit line at all.)
+:func:`import_tensorflow` loads TensorFlow with file descriptor 2 pointed at a temporary
+file, then passes on only the lines at or above the level ``TF_CPP_MIN_LOG_LEVEL`` asks
+for (default 1 here: warnings and errors; ``0`` shows everything). Errors are always kept.
+After import TensorFlow honours the variable itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+#: absl/glog line prefix: severity letter, MMDD, time (before absl is initialised the
+#: seconds are Unix time: "00:00:1795415821.87"), thread id, file:line].
+_NATIVE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]]+\] ")
+_BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_LEVELS = {"I": 0, "W": 1, "E": 2, "F": 3}
+#: The default for jobs: TensorFlow's INFO notices hidden, warnings and errors shown.
+DEFAULT_LOG_LEVEL = "1"
+
+
+def min_log_level() -> int:
+    """``TF_CPP_MIN_LOG_LEVEL`` as an int (0-3); anything else counts as 0 (show all)."""
+    value = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip()
+    return int(value) if value in ("0", "1", "2", "3") else 0
+
+
+def filter_native_lines(text: str, level: int) -> str:
+    """The lines of ``text`` worth showing at ``level``: native log lines below it, absl's
+    pre-initialisation banner and the continuation of a dropped line are removed; errors
+    (E, F) and everything that is not a native log line (Python warnings) are kept."""
+    kept, dropping = [], False
+    for line in text.splitlines(keepends=True):
+        match = _NATIVE.match(line)
+        if match:
+            dropping = _LEVELS[match.group(1)] < min(level, 2)
+        elif line.rstrip("\n") == _BANNER:
+            dropping = level > 0
+        elif not (dropping and line.startswith(("To enable the following instructions", " "))):
+            dropping = False  # a line of its own: kept
+        if not dropping:
+            kept.append(line)
+    return "".join(kept)
+
+
+@contextlib.contextmanager
+def native_stderr_filtered(level: int) -> Iterator[None]:
+    """Capture file descriptor 2 (C++ and Python writes alike) while the block runs, then
+    write what :func:`filter_native_lines` keeps to the real stderr, in order."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = filter_native_lines(capture.read().decode("utf-8", errors="replace"), level)
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
+
+
+def import_tensorflow() -> Any:
+    """Import TensorFlow and initialise its devices with the start-up notices filtered."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", DEFAULT_LOG_LEVEL)
+    with native_stderr_filtered(min_log_level()):
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+    return tf
+
+
+def device_info() -> dict[str, Any]:
+    """What this process computes on: ``device`` ("GPU" or "CPU"), the GPU names, and
+    whether this TensorFlow build has CUDA at all. Recorded on every TensorFlow job's run."""
+    tf = import_tensorflow()
+    gpus = tf.config.list_physical_devices("GPU")
+    names = []
+    for gpu in gpus:
+        details = tf.config.experimental.get_device_details(gpu)
+        names.append(details.get("device_name", gpu.name))
+    return {"device": "GPU" if gpus else "CPU", "gpus": names, "gpu_count": len(gpus),
+            "cuda_build": bool(tf.test.is_built_with_cuda()), "tensorflow": tf.__version__}
