@@ -23,6 +23,7 @@ rule all:
     default_target: True
     input:
         REPORTS,
+        DATASETS,
 
 
 rule datasets:

@@ -151,6 +151,33 @@ def cmd_export_npz(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_cxi(args: argparse.Namespace) -> int:
+    from ptycho.cxi import CxiGeometry, export_cxi
+    from ptycho.data import read_dataset
+
+    geometry = _config_from_args(args, CxiGeometry, "cxi_", _load_yaml_section(args.config, "cxi"))
+    ds = read_dataset(args.file)
+    export_cxi(ds, args.out, geometry)
+    if args.run is not None:
+        split = ds.attrs.get("split", "")
+        args.run.log_params({f"cxi.{k}": v for k, v in dataclasses.asdict(geometry).items()})
+        args.run.log_dataset(Path(args.file).name, ds.attrs["digest"], str(Path(args.file).resolve()), split)
+        args.run.log_metrics({"object_pixel_nm": geometry.object_pixel_m(ds.probe.shape[0]) * 1e9})
+    print(f"{args.out}: CXI 1.6, {ds.diffraction.shape[0]} patterns, object pixel "
+          f"{geometry.object_pixel_m(ds.probe.shape[0]) * 1e9:.3g} nm at {geometry.energy_ev:g} eV")
+    return 0
+
+
+def cmd_import_cxi(args: argparse.Namespace) -> int:
+    from ptycho.cxi import import_cxi
+    from ptycho.data import write_dataset
+
+    ds = import_cxi(args.cxi, gridsize=args.gridsize, split=args.split)
+    digest = write_dataset(args.out, ds)
+    print(f"{args.out}: imported {ds.diffraction.shape[0]} patterns, scale={ds.scale:.6g} sha256={digest[:16]}")
+    return 0
+
+
 def _bool(text: str) -> bool:
     value = text.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -440,14 +467,21 @@ def cmd_track(args: argparse.Namespace) -> int:
               + (f" ({', '.join(ended)})" if ended else ""))
         return 0
     if args.action == "start":
-        needed = {"--config-json": (args.config_json, "the resolved config JSON to log"),
+        needed = {"--config-json": (args.config_json or os.environ.get("PTYCHO_CONFIG_JSON"),
+                                    "the resolved config JSON to log, or PTYCHO_CONFIG_JSON set to it"),
                   "--out": (args.out, "where to write the parent run's id")}
         missing = [f"{flag} ({what})" for flag, (value, what) in needed.items() if not value]
         if missing:
             raise ConfigError(f"'track start' needs {' and '.join(missing)}; see 'ptycho track --help'")
         if args.parent:
             raise ConfigError("'track start' takes no --parent (that is for 'track finish'); drop it")
-        config = read_json(args.config_json)
+        if args.config_json:
+            config = read_json(args.config_json)
+        else:  # the workflow's way: not a file input, so that a config change re-runs no job (rules/simulate.smk)
+            try:
+                config = json.loads(os.environ["PTYCHO_CONFIG_JSON"])
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"PTYCHO_CONFIG_JSON is not valid JSON ({err.msg}); unset it or pass --config-json") from None
         # The workflow's config names the experiment, the run and the store's folder.
         experiment = args.experiment or config.get("study") or "xla-ptycho"
         run_name = args.run_name or (f"{experiment}-{config['preset']}" if config.get("preset") else "pipeline")
@@ -756,7 +790,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "sweep: mark KILLED the RUNNING child runs whose process is gone")
     p.add_argument("journal", nargs="*", help="(replay) journal files or folders, e.g. results/smoke/mlflow/journal")
     p.add_argument("--tracking-uri", help="(replay) send to this store instead of the one recorded in the journal")
-    p.add_argument("--config-json", help="resolved config (start): logged as the parent's params")
+    p.add_argument("--config-json", help="(start) resolved config file, logged as the parent's params "
+                                         "(default: the JSON in $PTYCHO_CONFIG_JSON, as the workflow sets it)")
     p.add_argument("--experiment", help="(start) default: the config's study, else xla-ptycho")
     p.add_argument("--run-name", help="(start) default: <study>-<preset> from the config, else pipeline")
     p.add_argument("--tag", action="append", metavar="KEY=VALUE")
@@ -807,6 +842,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_export_npz)
+
+    from ptycho.cxi import CxiGeometry
+
+    p = sub.add_parser("export-cxi", help="write a dataset file as CXI 1.6 (ptychodus, NXcxi_ptycho), in physical units")
+    p.add_argument("file")
+    p.add_argument("--out", required=True)
+    p.add_argument("--config", help="YAML file whose 'cxi' section gives the geometry (flags override it)")
+    _add_config_flags(p, CxiGeometry, "cxi_")
+    p.set_defaults(func=cmd_export_cxi)
+
+    p = sub.add_parser("import-cxi", help="convert a CXI 1.6 file into a dataset file")
+    p.add_argument("cxi")
+    p.add_argument("--out", required=True)
+    p.add_argument("--gridsize", type=int, choices=(1, 2), default=1, help="(CXI files from elsewhere) grouping")
+    p.add_argument("--split", choices=("train", "test"), default="train", help="(CXI files from elsewhere)")
+    p.set_defaults(func=cmd_import_cxi)
     return parser
 
 
@@ -816,6 +867,8 @@ _OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "simulate": (("train", "--train", False), ("test", "--test", False)),
     "import-npz": (("out", "--out", False),),
     "export-npz": (("out", "--out", False),),
+    "export-cxi": (("out", "--out", False),),
+    "import-cxi": (("out", "--out", False),),
     "train": (("out", "--out", True),),
     "infer": (("out", "--out", False),),
     "stitch": (("out", "--out", False),),

@@ -32,15 +32,16 @@ PTYCHO = "python -m ptycho" if IN_CONDA else SELF
 PARENT = f"{R}/mlflow/parent.json"
 CONFIG_JSON = f"{R}/config.json"
 HASH = config_hash(CFG)
-# Jobs tag their MLflow runs with the config in force. Through the environment (local
-# and SLURM jobs inherit it), not params: a param would re-run every job on any change.
-os.environ.update(PTYCHO_CONFIG_HASH=HASH)
+# Jobs tag their MLflow runs with the config in force, and the parent run logs it.
+# Through the environment (local and SLURM jobs inherit it), not params or inputs: either
+# would re-run every job on any change.
+os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, sort_keys=True))
 ARMS = arms(CFG)
 # The XLA modes the checks compare with off (every mode of the study but off itself).
 XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
 CHECK_ITEMS = ["accuracy", "gradients", "convergence", "quality", "speedup"]
 
-DATASETS = expand(f"{R}/data/{{split}}.h5", split=["train", "test"])
+DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["h5", "cxi"])
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
 METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)
 CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
@@ -57,6 +58,7 @@ localrules:
 wildcard_constraints:
     arm=ARM_PATTERN,
     item="|".join(CHECK_ITEMS),
+    split="train|test",
 
 
 def all_cores():

@@ -16,11 +16,10 @@ rule resolved_config:
 
 rule mlflow_parent:
     # One parent run per results folder, created once; jobs of later invocations (after
-    # a config change) log under it too. Its input is ancient and it has no params on
-    # purpose: when a job must re-run, Snakemake skips the params checks of everything
-    # downstream of it, and every job is downstream of this one.
-    input:
-        ancient(CONFIG_JSON),
+    # a config change) log under it too. No inputs and no params on purpose: when a job
+    # must re-run, Snakemake skips the params checks of everything downstream of it,
+    # and every job is downstream of this one. So the config it logs comes through the
+    # environment (PTYCHO_CONFIG_JSON, set in common.smk), like the config hash.
     output:
         PARENT,
     log:
@@ -28,7 +27,7 @@ rule mlflow_parent:
     conda:
         "../envs/ptycho.yaml"
     shell:
-        f"{PTYCHO} track start --config-json {{input}} --out {{output}} > {{log}} 2>&1"
+        f"{PTYCHO} track start --out {{output}} > {{log}} 2>&1"
 
 
 rule simulate:
@@ -53,3 +52,27 @@ rule simulate:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} simulate --quiet --train {output.train} --test {output.test} {params.flags} > {log} 2>&1"
+
+
+rule export_cxi:
+    # The field's file format: each split as CXI 1.6 in physical units (config: cxi),
+    # for ptychodus and other CXI readers. Nothing downstream reads it.
+    input:
+        data=f"{R}/data/{{split}}.h5",
+        parent=PARENT,
+    output:
+        f"{R}/data/{{split}}.cxi",
+    log:
+        f"{R}/logs/export_cxi/{{split}}.log",
+    threads: cpus(1)
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        ptycho=PTYCHO,
+        flags=flags("cxi"),
+        track=tracking("export_cxi"),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} export-cxi {input.data} --out {output} {params.flags} > {log} 2>&1"

@@ -139,7 +139,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     parent_id = parents[0].info.run_id
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent_id]
-    expected = Counter({"simulate": 1, "train": 8, "infer": 8, "stitch": 8, "evaluate": 8, "benchmark": 1,
+    expected = Counter({"simulate": 1, "export_cxi": 2, "train": 8, "infer": 8, "stitch": 8, "evaluate": 8, "benchmark": 1,
                         "check_accuracy": 1, "check_gradients": 1, "check_convergence": 1, "check_quality": 1,
                         "check_speedup": 1, "figures": 1, "report": 1})
     assert Counter(r.data.tags["rule"] for r in children) == expected
@@ -169,6 +169,13 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         model = models[run.info.run_id]  # the trained network as an MLflow logged model, metrics linked
         assert str(model.status) == "READY" and {"final_val_loss", "final_train_loss"} <= {m.key for m in model.metrics}
         assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["train.h5"]
+    for split in ("train", "test"):  # the datasets as CXI 1.6 too, which read back to the same data
+        from ptycho.cxi import import_cxi
+        from ptycho.data import read_dataset, write_dataset
+
+        back = import_cxi(work / "results" / "smoke" / "data" / f"{split}.cxi")
+        original = read_dataset(work / "results" / "smoke" / "data" / f"{split}.h5")
+        assert write_dataset(tmp_path / f"{split}-back.h5", back) == original.attrs["digest"]
     for run in (r for r in children if r.data.tags["rule"] == "evaluate"):
         assert {"amp_ssim", "phase_ssim", "amp_psnr", "amp_frc50"} <= set(run.data.metrics)
         assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["test.h5"]

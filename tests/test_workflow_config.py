@@ -9,6 +9,7 @@ import yaml
 
 from ptycho.arms import arm_name, parse_arm
 from ptycho.config import SimulationConfig
+from ptycho.cxi import CxiGeometry
 from ptycho.errors import ConfigError
 from ptycho.models import ModelConfig
 from ptycho.train import TrainConfig
@@ -24,7 +25,8 @@ def base():
 
 @pytest.mark.parametrize(
     ("section", "cls", "derived"),
-    [("simulation", SimulationConfig, set()), ("model", ModelConfig, {"kind"}), ("train", TrainConfig, {"xla", "seed"})],
+    [("simulation", SimulationConfig, set()), ("model", ModelConfig, {"kind"}), ("train", TrainConfig, {"xla", "seed"}),
+     ("cxi", CxiGeometry, set())],
 )
 def test_schema_sections_mirror_the_config_dataclasses_and_their_defaults(section, cls, derived):
     props = load_schema()["properties"][section]["properties"]
