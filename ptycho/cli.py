@@ -132,11 +132,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import_npz(args: argparse.Namespace) -> int:
+def cmd_import(args: argparse.Namespace) -> int:
+    """import-npz and import-cxi: another format's file -> a dataset file."""
     from ptycho.data import write_dataset
-    from ptycho.npz import import_npz
 
-    ds = import_npz(args.npz, gridsize=args.gridsize, split=args.split)
+    if args.command == "import-npz":
+        from ptycho.npz import import_npz as read
+    else:
+        from ptycho.cxi import import_cxi as read
+    ds = read(args.source, gridsize=args.gridsize, split=args.split)
     digest = write_dataset(args.out, ds)
     print(f"{args.out}: imported {ds.diffraction.shape[0]} patterns, scale={ds.scale:.6g} sha256={digest[:16]}")
     return 0
@@ -158,23 +162,14 @@ def cmd_export_cxi(args: argparse.Namespace) -> int:
     geometry = _config_from_args(args, CxiGeometry, "cxi_", _load_yaml_section(args.config, "cxi"))
     ds = read_dataset(args.file)
     export_cxi(ds, args.out, geometry)
+    pixel_nm = geometry.object_pixel_m(ds.probe.shape[0]) * 1e9
     if args.run is not None:
-        split = ds.attrs.get("split", "")
         args.run.log_params({f"cxi.{k}": v for k, v in dataclasses.asdict(geometry).items()})
-        args.run.log_dataset(Path(args.file).name, ds.attrs["digest"], str(Path(args.file).resolve()), split)
-        args.run.log_metrics({"object_pixel_nm": geometry.object_pixel_m(ds.probe.shape[0]) * 1e9})
-    print(f"{args.out}: CXI 1.6, {ds.diffraction.shape[0]} patterns, object pixel "
-          f"{geometry.object_pixel_m(ds.probe.shape[0]) * 1e9:.3g} nm at {geometry.energy_ev:g} eV")
-    return 0
-
-
-def cmd_import_cxi(args: argparse.Namespace) -> int:
-    from ptycho.cxi import import_cxi
-    from ptycho.data import write_dataset
-
-    ds = import_cxi(args.cxi, gridsize=args.gridsize, split=args.split)
-    digest = write_dataset(args.out, ds)
-    print(f"{args.out}: imported {ds.diffraction.shape[0]} patterns, scale={ds.scale:.6g} sha256={digest[:16]}")
+        args.run.log_dataset(Path(args.file).name, ds.attrs["digest"], str(Path(args.file).resolve()),
+                             ds.attrs.get("split", ""))
+        args.run.log_metrics({"object_pixel_nm": pixel_nm})
+    print(f"{args.out}: CXI 1.6, {ds.diffraction.shape[0]} patterns, object pixel {pixel_nm:.3g} nm "
+          f"at {geometry.energy_ev:g} eV")
     return 0
 
 
@@ -696,11 +691,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("import-npz", help="convert a PtychoPINN-style NPZ into a dataset file")
-    p.add_argument("npz")
+    p.add_argument("source", metavar="npz")
     p.add_argument("--out", required=True)
     p.add_argument("--gridsize", type=int, choices=(1, 2), default=1)
     p.add_argument("--split", choices=("train", "test"), default="train")
-    p.set_defaults(func=cmd_import_npz)
+    p.set_defaults(func=cmd_import)
 
     from ptycho.models import ModelConfig
     from ptycho.train import TrainConfig
@@ -853,11 +848,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export_cxi)
 
     p = sub.add_parser("import-cxi", help="convert a CXI 1.6 file into a dataset file")
-    p.add_argument("cxi")
+    p.add_argument("source", metavar="cxi")
     p.add_argument("--out", required=True)
     p.add_argument("--gridsize", type=int, choices=(1, 2), default=1, help="(CXI files from elsewhere) grouping")
     p.add_argument("--split", choices=("train", "test"), default="train", help="(CXI files from elsewhere)")
-    p.set_defaults(func=cmd_import_cxi)
+    p.set_defaults(func=cmd_import)
     return parser
 
 
