@@ -303,7 +303,9 @@ def _runs(work: Path):
     experiment = client.get_experiment_by_name("xla-ptycho")
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    # The jobs' runs (the benchmark's per-arm runs nest one level deeper, in its job).
+    ids = {r.info.run_id for r in parents}
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in ids]
     return parents, children
 
 
