@@ -1,11 +1,12 @@
 """The simulated datasets as CXI 1.6 files, the field's HDF5 convention for ptychography.
 
 CXI (Coherent X-ray Imaging data bank, format 1.6) is what ptychodus reads and writes
-and what NeXus ``NXcxi_ptycho`` follows. The simulation works in pixels; CXI wants
-metres and joules, so :class:`CxiGeometry` (config section ``cxi``) states the physical
-set-up the simulation stands for. The object-plane pixel of a far-field geometry is
+and what NeXus ``NXcxi_ptycho`` follows. The simulation works in pixels; CXI wants SI
+units with no exception (metres, joules), so :class:`CxiGeometry` (config section
+``cxi``) states the physical set-up the simulation stands for. The object-plane pixel of
+a far-field geometry is
 
-    dx = wavelength * distance / (N * detector_pixel)
+    dx = wavelength * distance / (N * detector_pixel),   wavelength = h c / energy
 
 (N x N detector pixels), and positions in object pixels become metres by ``* dx``.
 
@@ -14,34 +15,55 @@ follow ptychodus's CXI reader (checked against ptychodus 1.7): ``image_1`` is th
 and ``image_2`` the object, so ptychodus opens the file as a diffraction dataset and as
 a product (probe, object, positions) with the ground truth as the object.
 
-==========================================  ============================================
-``cxi_version``                             160 (format 1.6), at the root
-``instrument_1/source_1/energy``            photon energy, J (CXI's unit)
-``instrument_1/source_1/illumination``      soft link to ``image_1/data``, the probe
-``instrument_1/detector_1/data``            intensities (P, N, N): photon counts
-                                            (uint32) or, for sqrt-count datasets, the
-                                            amplitudes squared in float64 (exactly
-                                            invertible); DC at the centre
-``instrument_1/detector_1/distance``        sample-detector distance, m
-``instrument_1/detector_1/x_pixel_size``    detector pixel, m (also ``y_pixel_size``)
-``sample_1/geometry_1/translation``         (P, 3) m: [x, y, 0] = [column, row, 0] of
-                                            each probe position on the object times dx,
-                                            as ptychodus reads them
-``data_1/data``, ``data_1/translation``     soft links to the two above
-``image_1/data``, ``image_1/image_size``    the probe (N, N) complex64; its extent, m
-``image_2/data``, ``image_2/image_size``    the ground-truth object(s) (M, S, S)
-                                            complex64; the extent of one, m
-``ptycho_1/``                               this project's extras, not CXI: positions
-                                            in pixels (exact), which object each
-                                            position scans, the groups and their
-                                            offsets, scan regions, the forward model's
-                                            scale, units and the dataset's attributes
-==========================================  ============================================
+=============================================  =========================================
+``cxi_version`` (root dataset)                 160 (format 1.6 times 100)
+``title``, ``program_name``                    what the file is, which ptycho wrote it
+``instrument_1/source_1/energy``               photon energy, J (eV x 1.602176634e-19)
+``instrument_1/source_1/probe``                soft link to ``image_1/data``: the probe
+                                               (NXcxi_ptycho); ``illumination`` likewise
+                                               (ptychodus's older name)
+``instrument_1/beam_1/incident_energy``        the same energy, J (CXI Beam class)
+``instrument_1/beam_1/incident_wavelength``    h c / energy, m (CXI has no wavelength
+                                               in Source; Beam holds it)
+``instrument_1/detector_1/data``               intensities (P, N, N), photons, zero
+                                               frequency at index N // 2: photon counts
+                                               (uint32) as they are, or for a
+                                               sqrt-count dataset the amplitudes squared
+                                               in float64 (exact, so sqrt gives the
+                                               float32 amplitudes back bit for bit)
+``instrument_1/detector_1/distance``           sample to detector, m
+``instrument_1/detector_1/x_pixel_size``       detector pixel, m (also ``y_pixel_size``)
+``instrument_1/detector_1/translation``        soft link to the translation (NXcxi_ptycho)
+``sample_1/geometry_1/translation``            (P, 3) float64, m: ``[x, y, 0]`` =
+                                               ``[column, row, 0]`` of each probe centre
+                                               on the object times dx, the axes of the
+                                               arrays as stored (x along the last axis,
+                                               y along the one before), as ptychodus
+                                               reads them
+``data_1/data``, ``data_1/translation``        soft links to the detector data and the
+                                               translation (NXdata, signal ``data``)
+``image_1/data``                               the probe (N, N) complex64
+``image_2/data``                               the ground-truth object(s) (M, S, S)
+                                               complex64
+``image_N/data_type``, ``data_space``          ``amplitude`` (phased, complex), ``real``
+``image_N/image_size``                         width, height, depth of one image, m
+                                               (depth 0: a thin object)
+``ptycho_1/`` (NXnote; not CXI)                this project's extras: positions in
+                                               pixels (exact), which object each
+                                               position scans, the groups and their
+                                               offsets, scan regions, the forward
+                                               model's scale, units, the dataset's
+                                               attributes, the geometry, and the content
+                                               digest of what was exported
+=============================================  =========================================
+
+Complex arrays are h5py's compound ``(r, i)`` type, which is CXI's convention.
 
 :func:`import_cxi` reads such a file back into the identical :class:`~ptycho.data.Dataset`
-(same digest), and a CXI file from elsewhere (no ``ptycho_1``) from its CXI fields the
-way :mod:`ptycho.npz` imports an NPZ: amplitudes = sqrt(intensities), positions =
-translation / dx, the scale estimated from object and probe.
+(same digest, checked against the one stored in ``ptycho_1``). A CXI file from elsewhere
+(no ``ptycho_1``) is imported from its CXI fields the way :mod:`ptycho.npz` imports an
+NPZ: amplitudes = sqrt(intensities), positions = translation / dx, groups by nearest
+neighbours, the scale estimated from object and probe.
 """
 
 from __future__ import annotations
@@ -54,6 +76,7 @@ from typing import Any
 
 import numpy as np
 
+from ptycho import __version__
 from ptycho.data import Dataset
 from ptycho.errors import ConfigError, DatasetError
 
@@ -64,14 +87,33 @@ HC_EV_M = 1.239841984e-6
 EV_J = 1.602176634e-19
 EXTRAS = "entry_1/ptycho_1"
 
+# Where a reader finds each quantity, in order: this module's path first, then the other
+# names CXI writers use (a minimal CXI file has only data_1; NXcxi_ptycho puts the probe
+# at source_1/probe, ptychodus reads image_1/data or source_1/illumination).
+DATA_PATHS = ("entry_1/instrument_1/detector_1/data", "entry_1/data_1/data")
+TRANSLATION_PATHS = (
+    "entry_1/sample_1/geometry_1/translation",
+    "entry_1/data_1/translation",
+    "entry_1/instrument_1/detector_1/translation",
+)
+PROBE_PATHS = (
+    "entry_1/image_1/data",
+    "entry_1/instrument_1/source_1/probe",
+    "entry_1/instrument_1/source_1/illumination",
+)
+OBJECT_PATHS = ("entry_1/image_2/data",)
+
 
 @dataclass(frozen=True)
 class CxiGeometry:
     """The physical set-up the simulated pixels stand for (config section ``cxi``).
 
-    energy_ev: photon energy, eV (8 keV: wavelength 0.155 nm).
+    energy_ev: photon energy, eV (8 keV: wavelength 0.155 nm); stored in joules.
     detector_distance_m: sample to detector, m.
     detector_pixel_m: side of a (square) detector pixel, m.
+
+    With an N x N detector these give the object pixel ``object_pixel_m(N)``, e.g.
+    65 nm for the defaults at N = 64.
     """
 
     energy_ev: float = 8000.0
@@ -82,8 +124,14 @@ class CxiGeometry:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"config key 'cxi.{f.name}' = {value!r} must be a positive finite number "
-                                  f"(default {f.default})")
+                raise ConfigError(
+                    f"config key 'cxi.{f.name}' = {value!r} must be a positive finite number (default {f.default})"
+                )
+
+    @property
+    def energy_j(self) -> float:
+        """Photon energy in joules, CXI's unit."""
+        return self.energy_ev * EV_J
 
     @property
     def wavelength_m(self) -> float:
@@ -95,77 +143,94 @@ class CxiGeometry:
 
 
 def export_cxi(ds: Dataset, path: str | os.PathLike, geometry: CxiGeometry = CxiGeometry()) -> None:
-    """Write ``ds`` as a CXI 1.6 file at ``path``, atomically (see the module's layout)."""
+    """Write ``ds`` as a CXI 1.6 file at ``path`` (the module's layout).
+
+    Atomic: the file is written beside ``path`` under a temporary name and renamed into
+    place, so a failure (one-line :class:`~ptycho.errors.PtychoError`) or a kill leaves
+    the previous file, or none, never a half-written one.
+    """
     import h5py
 
     from ptycho.artifacts import atomic_write
+    from ptycho.data import canonical_arrays, content_digest
 
-    n = ds.probe.shape[0]
+    arrays = canonical_arrays(ds)  # the dtypes of the dataset file, so the digest matches it
+    n = arrays["probe"].shape[0]
     dx = geometry.object_pixel_m(n)
     if ds.units == "counts":
-        intensities = ds.diffraction
+        intensities = arrays["diffraction"]
     else:
-        intensities = ds.diffraction.astype(np.float64) ** 2  # exact: float32 squared fits float64
-    translation = np.zeros((len(ds.positions), 3))
-    translation[:, :2] = ds.positions * dx
+        intensities = arrays["diffraction"].astype(np.float64) ** 2  # exact: float32 squared fits float64
+    translation = np.zeros((len(arrays["positions"]), 3))
+    translation[:, :2] = arrays["positions"] * dx
+    digest = content_digest(arrays, ds.scale, ds.units)
 
     def group(parent, name: str, nx_class: str):
         g = parent.create_group(name)
         g.attrs["NX_class"] = nx_class
         return g
 
+    def metres(parent, name: str, value) -> None:
+        parent.create_dataset(name, data=value).attrs["units"] = "m"
+
+    def image(entry, name: str, data: np.ndarray) -> None:
+        g = group(entry, name, "NXdata")
+        g.create_dataset("data", data=data)
+        g.create_dataset("data_type", data="amplitude")  # CXI: complex, phased
+        g.create_dataset("data_space", data="real")
+        metres(g, "image_size", [data.shape[-1] * dx, data.shape[-2] * dx, 0.0])
+
     def write(tmp: str) -> None:
         with h5py.File(tmp, "w") as f:
             f.create_dataset("cxi_version", data=CXI_VERSION)
             entry = group(f, "entry_1", "NXentry")
             entry.create_dataset("title", data=f"ptycho simulated dataset ({ds.attrs.get('split', '')})")
+            entry.create_dataset("program_name", data=f"ptycho {__version__}")
+            image(entry, "image_1", arrays["probe"])
             instrument = group(entry, "instrument_1", "NXinstrument")
             source = group(instrument, "source_1", "NXsource")
-            source.create_dataset("energy", data=geometry.energy_ev * EV_J).attrs["units"] = "J"
-            # The probe is image_1 (ptychodus's product layout), linked as the source's illumination.
-            probe = group(entry, "image_1", "NXdata")
-            probe.create_dataset("data", data=ds.probe.astype(np.complex64)).attrs.update(
-                data_space="real", data_type="probe")
-            probe.create_dataset("image_size", data=[n * dx, n * dx]).attrs["units"] = "m"
+            source.create_dataset("name", data="simulation")
+            source.create_dataset("energy", data=geometry.energy_j).attrs["units"] = "J"
+            source["probe"] = h5py.SoftLink("/entry_1/image_1/data")
             source["illumination"] = h5py.SoftLink("/entry_1/image_1/data")
+            beam = group(instrument, "beam_1", "NXbeam")
+            beam.create_dataset("incident_energy", data=geometry.energy_j).attrs["units"] = "J"
+            metres(beam, "incident_wavelength", geometry.wavelength_m)
             detector = group(instrument, "detector_1", "NXdetector")
             detector.create_dataset("data", data=intensities, compression="gzip", shuffle=True)
-            for name, value in (("distance", geometry.detector_distance_m), ("x_pixel_size", geometry.detector_pixel_m),
-                                ("y_pixel_size", geometry.detector_pixel_m)):
-                detector.create_dataset(name, data=value).attrs["units"] = "m"
+            metres(detector, "distance", geometry.detector_distance_m)
+            metres(detector, "x_pixel_size", geometry.detector_pixel_m)
+            metres(detector, "y_pixel_size", geometry.detector_pixel_m)
+            detector["translation"] = h5py.SoftLink("/entry_1/sample_1/geometry_1/translation")
             sample = group(entry, "sample_1", "NXsample")
-            geometry_1 = group(sample, "geometry_1", "NXgeometry")
-            geometry_1.create_dataset("translation", data=translation).attrs["units"] = "m"
+            metres(group(sample, "geometry_1", "NXgeometry"), "translation", translation)
             data_1 = group(entry, "data_1", "NXdata")
+            data_1.attrs["signal"] = "data"
             data_1["data"] = h5py.SoftLink("/entry_1/instrument_1/detector_1/data")
             data_1["translation"] = h5py.SoftLink("/entry_1/sample_1/geometry_1/translation")
-            image = group(entry, "image_2", "NXdata")
-            image.create_dataset("data", data=ds.objects.astype(np.complex64)).attrs.update(
-                data_space="real", data_type="transmission function")
-            side = ds.objects.shape[-1] * dx
-            image.create_dataset("image_size", data=[side, side]).attrs["units"] = "m"
+            image(entry, "image_2", arrays["objects"])
             extras = group(entry, "ptycho_1", "NXnote")
             extras.attrs["description"] = "ptycho's own fields (not CXI): exact positions, grouping, scale, attributes"
             for name in ("positions", "position_object", "groups", "group_offsets", "scan_region"):
-                extras.create_dataset(name, data=getattr(ds, name))
-            extras.create_dataset("scale", data=ds.scale)
+                extras.create_dataset(name, data=arrays[name])
+            extras.create_dataset("scale", data=float(ds.scale))
             extras.create_dataset("units", data=ds.units)
-            extras.create_dataset("diffraction_dtype", data=str(ds.diffraction.dtype))
+            extras.create_dataset("diffraction_dtype", data=str(arrays["diffraction"].dtype))
             extras.create_dataset("attrs", data=json.dumps(ds.attrs, sort_keys=True, default=str))
             extras.create_dataset("geometry", data=json.dumps(asdict(geometry)))
+            extras.create_dataset("digest", data=digest)
 
-    atomic_write(path, write)  # a failure leaves the old file or none, with a one-line PtychoError
-
-
-def _read(f, path: str, where: str) -> np.ndarray:
-    if path not in f:
-        raise DatasetError(f"{where}: no '{path}' in this CXI file; it needs detector data, translation and "
-                           "illumination (CXI 1.6 layout, see 'ptycho export-cxi')")
-    return f[path][()]
+    atomic_write(path, write)
 
 
 def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train") -> Dataset:
-    """Read a CXI 1.6 file into a :class:`Dataset` (exactly the exported one when it has ``ptycho_1``)."""
+    """Read a CXI 1.6 file into a :class:`Dataset`.
+
+    A file written by :func:`export_cxi` (it has ``ptycho_1``) gives back the exported
+    dataset exactly; its digest is checked. Any other CXI file is imported from its CXI
+    fields (``gridsize`` and ``split`` apply to those only). Every problem is a one-line
+    :class:`~ptycho.errors.DatasetError`.
+    """
     import h5py
 
     where = str(path)
@@ -174,47 +239,108 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     except FileNotFoundError:
         raise DatasetError(f"{where}: no such file") from None
     except OSError:
-        raise DatasetError(f"{where}: not an HDF5 file, so not CXI; export it again") from None
-    with f:
-        if "cxi_version" not in f or "entry_1" not in f:
-            raise DatasetError(f"{where}: not a CXI file (no cxi_version or entry_1 at the root); "
-                               "pass a CXI 1.6 file, e.g. one written by 'ptycho export-cxi'")
-        intensities = _read(f, "entry_1/instrument_1/detector_1/data", where)
-        translation = _read(f, "entry_1/sample_1/geometry_1/translation", where)
-        probe = _read(f, "entry_1/instrument_1/source_1/illumination", where).astype(np.complex64)
-        if intensities.ndim != 3 or intensities.shape[1:] != probe.shape or translation.shape != (len(intensities), 3):
-            raise DatasetError(f"{where}: detector data {intensities.shape}, illumination {probe.shape} and translation "
-                               f"{translation.shape} do not fit (P, N, N), (N, N), (P, 3); the file is inconsistent")
-        if EXTRAS in f:
-            return _own_dataset(f[EXTRAS], intensities, probe, f["entry_1/image_2/data"][()])
-        geometry = CxiGeometry(
-            energy_ev=float(_read(f, "entry_1/instrument_1/source_1/energy", where)) / EV_J,
-            detector_distance_m=float(_read(f, "entry_1/instrument_1/detector_1/distance", where)),
-            detector_pixel_m=float(_read(f, "entry_1/instrument_1/detector_1/x_pixel_size", where)),
-        )
-        obj = _read(f, "entry_1/image_2/data", where)
+        raise DatasetError(f"{where}: not an HDF5 file, so not CXI; pass a CXI 1.6 (HDF5) file") from None
+    try:
+        with f:
+            if "cxi_version" not in f or "entry_1" not in f:
+                raise DatasetError(
+                    f"{where}: not a CXI file (no cxi_version or entry_1 at the root); "
+                    "pass a CXI 1.6 file, e.g. one written by 'ptycho export-cxi'"
+                )
+            intensities = _first(f, DATA_PATHS, "detector data", where)
+            translation = _first(f, TRANSLATION_PATHS, "scan translation", where)
+            probe = _first(f, PROBE_PATHS, "probe", where)
+            objects = _first(f, OBJECT_PATHS, "object", where)
+            probe = probe.reshape(probe.shape[-2:]) if probe.ndim > 2 and math.prod(probe.shape[:-2]) == 1 else probe
+            if (
+                intensities.ndim != 3
+                or probe.ndim != 2
+                or intensities.shape[1:] != probe.shape
+                or translation.ndim != 2
+                or translation.shape[0] != len(intensities)
+                or translation.shape[1] not in (2, 3)
+            ):
+                raise DatasetError(
+                    f"{where}: detector data {intensities.shape}, probe {probe.shape} and translation "
+                    f"{translation.shape} do not fit (P, N, N), (N, N), (P, 3); the file is inconsistent, export it again"
+                )
+            if EXTRAS in f:
+                return _own_dataset(f[EXTRAS], intensities, probe, objects, where)
+            energy_j = _positive(f, "entry_1/instrument_1/source_1/energy", where)
+            distance = _positive(f, "entry_1/instrument_1/detector_1/distance", where)
+            pixel = np.array([_positive(f, f"entry_1/instrument_1/detector_1/{a}_pixel_size", where) for a in "xy"])
+    except OSError as exc:  # h5py's answer to a truncated or damaged file
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise DatasetError(
+            f"{where}: unreadable HDF5 data ({reason}); the file may be truncated, copy it again"
+        ) from None
     from ptycho.npz import dataset_from_arrays
 
-    positions = translation[:, :2] / geometry.object_pixel_m(probe.shape[0])
+    # Object pixel per axis (x: columns, y: rows) from the file's own geometry, computed
+    # as CxiGeometry does. Positions within 1e-6 px of an integer are snapped to it: the
+    # metres of a file hold pixel positions only to rounding, and an exact integer spares
+    # the sub-pixel interpolation (and the extra margin) of extract_patches.
+    wavelength = HC_EV_M / (energy_j / EV_J)
+    dx = wavelength * distance / (np.array(probe.shape[::-1]) * pixel)
+    positions = translation[:, :2] / dx
+    nearest = np.rint(positions)
+    positions = np.where(np.abs(positions - nearest) < 1e-6, nearest, positions)
     amplitude = np.sqrt(np.maximum(intensities.astype(np.float64), 0)).astype(np.float32)
-    obj = obj[0] if obj.ndim == 3 else obj
+    obj = objects[0] if objects.ndim == 3 else objects
+    if obj.ndim != 2:
+        raise DatasetError(f"{where}: the object image has shape {objects.shape}; expected (H, W) or (M, H, W)")
     return dataset_from_arrays(where, amplitude, probe, obj.astype(np.complex64), positions, gridsize, split)
 
 
-def _own_dataset(extras: Any, intensities: np.ndarray, probe: np.ndarray, objects: np.ndarray) -> Dataset:
-    units = extras["units"][()].decode()
-    dtype = np.dtype(extras["diffraction_dtype"][()].decode())
-    diffraction = intensities if units == "counts" else np.sqrt(intensities)
-    return Dataset(
-        diffraction=diffraction.astype(dtype),
-        probe=probe,
-        objects=objects.astype(np.complex64),
-        positions=extras["positions"][()],
-        position_object=extras["position_object"][()],
-        groups=extras["groups"][()],
-        group_offsets=extras["group_offsets"][()],
-        scan_region=extras["scan_region"][()],
-        scale=float(extras["scale"][()]),
-        units=units,
-        attrs=json.loads(extras["attrs"][()]),
+def _first(f: Any, paths: tuple[str, ...], what: str, where: str) -> np.ndarray:
+    """The array at the first of ``paths`` present in ``f``."""
+    for p in paths:
+        if p in f:
+            return np.asarray(f[p][()])
+    raise DatasetError(
+        f"{where}: no {what} in this CXI file (looked for {', '.join(paths)}); a ptychography CXI file needs "
+        "detector data, translation, probe and object (see 'ptycho export-cxi')"
     )
+
+
+def _positive(f: Any, path: str, where: str) -> float:
+    """A positive, finite scalar of the file's geometry."""
+    if path not in f:
+        raise DatasetError(f"{where}: no '{path}' in this CXI file; the geometry is needed to convert metres to pixels")
+    value = np.asarray(f[path][()], dtype=np.float64)
+    if value.size != 1 or not (np.isfinite(value).all() and (value > 0).all()):
+        raise DatasetError(f"{where}: '{path}' = {value.tolist()!r} must be one positive finite number; fix the file")
+    return float(value.ravel()[0])
+
+
+def _own_dataset(extras: Any, intensities: np.ndarray, probe: np.ndarray, objects: np.ndarray, where: str) -> Dataset:
+    """The dataset :func:`export_cxi` wrote, from the CXI arrays and ``ptycho_1``."""
+    from ptycho.data import content_digest
+
+    def get(name: str) -> Any:
+        if name not in extras:
+            raise DatasetError(f"{where}: '{EXTRAS}/{name}' is missing; the file is incomplete, export it again")
+        value = extras[name][()]
+        return value.decode() if isinstance(value, bytes) else value
+
+    units = get("units")
+    diffraction = intensities if units == "counts" else np.sqrt(intensities)
+    ds = Dataset(
+        diffraction=diffraction.astype(np.dtype(get("diffraction_dtype"))),
+        probe=probe.astype(np.complex64),
+        objects=objects.astype(np.complex64),
+        positions=get("positions"),
+        position_object=get("position_object"),
+        groups=get("groups"),
+        group_offsets=get("group_offsets"),
+        scan_region=get("scan_region"),
+        scale=float(get("scale")),
+        units=units,
+        attrs=json.loads(get("attrs")),
+    )
+    if "digest" in extras and content_digest(ds.arrays(), ds.scale, units) != get("digest"):
+        raise DatasetError(
+            f"{where}: the CXI arrays differ from the dataset that was exported (digest mismatch); export it again, "
+            f"or delete {EXTRAS} to import the file as a foreign CXI file"
+        )
+    return ds

@@ -162,7 +162,7 @@ def content_digest(arrays: dict[str, np.ndarray], scale: float, units: str) -> s
     return h.hexdigest()
 
 
-def _canonical(ds: Dataset) -> dict[str, np.ndarray]:
+def canonical_arrays(ds: Dataset) -> dict[str, np.ndarray]:
     """Arrays cast to the on-disk dtypes."""
     diff_dtype = np.uint32 if ds.units == "counts" else np.float32
     return {
@@ -186,7 +186,7 @@ def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
     import h5py
 
     path = Path(path)
-    arrays = _canonical(ds)
+    arrays = canonical_arrays(ds)
     if ds.units not in UNITS:
         raise DatasetError(f"{path}: units {ds.units!r} unknown; use one of {UNITS}")
     digest = content_digest(arrays, ds.scale, ds.units)

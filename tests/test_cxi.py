@@ -22,6 +22,7 @@ def test_export_then_import_gives_the_same_dataset_bit_for_bit(files, tmp_path, 
     back = import_cxi(tmp_path / "d.cxi")
     assert write_dataset(tmp_path / "back.h5", back) == ds.attrs["digest"]  # the content digest covers every array
     assert back.diffraction.dtype == ds.diffraction.dtype and np.array_equal(back.diffraction, ds.diffraction)
+    assert back.units == ds.units and back.scale == ds.scale and back.attrs == ds.attrs
 
 
 def test_the_layout_is_cxi_1_6_in_metres_and_joules(files, tmp_path):
@@ -30,36 +31,82 @@ def test_the_layout_is_cxi_1_6_in_metres_and_joules(files, tmp_path):
     n = ds.probe.shape[0]
     wavelength = HC_EV_M / 6200.0  # 0.2 nm
     dx = wavelength * 3.0 / (n * 172e-6)
-    assert GEOMETRY.object_pixel_m(n) == pytest.approx(dx)
+    assert GEOMETRY.object_pixel_m(n) == pytest.approx(dx, rel=1e-15)
     with h5py.File(tmp_path / "d.cxi") as f:
-        assert f["cxi_version"][()] == 160
+        assert f["cxi_version"][()] == 160 and f["cxi_version"].dtype.kind == "i"
         assert f["entry_1"].attrs["NX_class"] == "NXentry"
         det = f["entry_1/instrument_1/detector_1"]
-        assert np.array_equal(det["data"][()], ds.diffraction)  # counts are intensities already
+        assert det["data"].dtype == np.uint32 and np.array_equal(det["data"][()], ds.diffraction)  # counts = intensity
         assert det["distance"][()] == 3.0 and det["x_pixel_size"][()] == det["y_pixel_size"][()] == 172e-6
-        assert f["entry_1/instrument_1/source_1/energy"][()] == pytest.approx(6200.0 * 1.602176634e-19)
-        assert f["entry_1/instrument_1/source_1/energy"].attrs["units"] == "J"
-        assert np.array_equal(f["entry_1/instrument_1/source_1/illumination"][()], ds.probe)  # -> image_1
-        assert np.array_equal(f["entry_1/image_1/data"][()], ds.probe)
-        np.testing.assert_allclose(f["entry_1/image_1/image_size"][()], [n * dx, n * dx])
-        translation = f["entry_1/sample_1/geometry_1/translation"][()]
-        assert translation.shape == (len(ds.positions), 3) and not translation[:, 2].any()
-        # x is the column, y the row, of each probe position on the object (DOMAIN.md), in metres.
+        assert {det[k].attrs["units"] for k in ("distance", "x_pixel_size", "y_pixel_size")} == {"m"}
+        source = f["entry_1/instrument_1/source_1"]
+        assert source["energy"][()] == pytest.approx(6200.0 * 1.602176634e-19, rel=1e-15)
+        assert source["energy"].attrs["units"] == "J"
+        beam = f["entry_1/instrument_1/beam_1"]
+        assert beam["incident_energy"][()] == source["energy"][()]
+        assert beam["incident_wavelength"][()] == pytest.approx(2.0e-10, rel=1e-6)  # 6.2 keV: 0.2 nm
+        assert beam["incident_wavelength"].attrs["units"] == "m"
+        for link in ("probe", "illumination"):  # NXcxi_ptycho's name and ptychodus's
+            assert f.get(f"entry_1/instrument_1/source_1/{link}", getlink=True).path == "/entry_1/image_1/data"
+        probe = f["entry_1/image_1"]
+        assert probe["data"].dtype == np.complex64 and np.array_equal(probe["data"][()], ds.probe)
+        assert probe["data_type"][()] == b"amplitude" and probe["data_space"][()] == b"real"  # datasets, as CXI says
+        np.testing.assert_allclose(probe["image_size"][()], [n * dx, n * dx, 0.0], rtol=1e-15)
+        image = f["entry_1/image_2"]  # the ground truth (ptychodus: the object)
+        assert np.array_equal(image["data"][()], ds.objects) and image["data_type"][()] == b"amplitude"
+        np.testing.assert_allclose(image["image_size"][()], [ds.objects.shape[-1] * dx] * 2 + [0.0], rtol=1e-15)
+        translation = f["entry_1/sample_1/geometry_1/translation"]
+        assert translation.shape == (len(ds.positions), 3) and translation.attrs["units"] == "m"
+        assert not translation[:, 2].any()
+        # x is the column, y the row, of each probe centre on the object (DOMAIN.md), times dx.
         np.testing.assert_allclose(translation[:, 0], ds.positions[:, 0] * dx, rtol=1e-15)
         np.testing.assert_allclose(translation[:, 1], ds.positions[:, 1] * dx, rtol=1e-15)
-        assert f["entry_1/data_1/data"].shape == det["data"].shape  # the soft links resolve
-        assert f.get("entry_1/data_1/data", getlink=True).path == "/entry_1/instrument_1/detector_1/data"
-        assert f.get("entry_1/data_1/translation", getlink=True).path == "/entry_1/sample_1/geometry_1/translation"
-        image = f["entry_1/image_2/data"]  # the ground truth (ptychodus: the object)
-        assert np.array_equal(image[()], ds.objects) and image.attrs["data_space"] == "real"
-        np.testing.assert_allclose(f["entry_1/image_2/image_size"][()], [ds.objects.shape[-1] * dx] * 2)
+        for name, target in (
+            ("entry_1/data_1/data", "/entry_1/instrument_1/detector_1/data"),
+            ("entry_1/data_1/translation", "/entry_1/sample_1/geometry_1/translation"),
+            ("entry_1/instrument_1/detector_1/translation", "/entry_1/sample_1/geometry_1/translation"),
+        ):
+            assert f.get(name, getlink=True).path == target and f[name].shape == f[target].shape  # resolves
+        assert f["entry_1/data_1"].attrs["signal"] == "data"
+        assert f["entry_1/ptycho_1"].attrs["NX_class"] == "NXnote"  # the project's extras, marked as not CXI
+
+
+def test_translation_x_is_the_column_and_y_the_row_of_the_object(files, tmp_path):
+    """From the CXI fields alone: cropping the object at column x/dx, row y/dx and
+    propagating reproduces each measured pattern; the transposed reading does not."""
+    ds = read_dataset(files["train"])
+    assert np.any(ds.positions[:, 0] != ds.positions[:, 1])  # otherwise the test could not tell
+    export_cxi(ds, tmp_path / "d.cxi", GEOMETRY)
+    with h5py.File(tmp_path / "d.cxi") as f:
+        measured = f["entry_1/data_1/data"][()].astype(np.float64)
+        probe = f["entry_1/image_1/data"][()]
+        obj = f["entry_1/image_2/data"][0]
+        pixels = f["entry_1/sample_1/geometry_1/translation"][:, :2] / GEOMETRY.object_pixel_m(probe.shape[0])
+    n = probe.shape[0]
+
+    def misfit(columns: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
+        patches = np.stack(
+            [obj[r - n // 2 : r + n // 2, c - n // 2 : c + n // 2] for c, r in zip(columns, rows, strict=True)]
+        )
+        model = np.fft.fftshift(np.abs(np.fft.fft2(probe * patches, norm="ortho")) ** 2, axes=(-2, -1))
+        scale = np.sum(model * measured) / np.sum(model**2)  # s^2 of the forward model
+        return float(np.linalg.norm(measured - scale * model) / np.linalg.norm(measured)), float(scale)
+
+    x, y = np.rint(pixels).astype(int).T
+    right, scale = misfit(x, y)
+    transposed, _ = misfit(y, x)
+    assert right < 0.02 < 0.2 < transposed  # Poisson noise only, vs the wrong patches
+    assert scale == pytest.approx(ds.scale**2, rel=0.01)
 
 
 def test_a_sqrt_count_dataset_is_stored_as_intensities(files, tmp_path):
     ds = read_dataset(files["sqrt"])
     export_cxi(ds, tmp_path / "d.cxi", GEOMETRY)
     with h5py.File(tmp_path / "d.cxi") as f:
-        np.testing.assert_array_equal(f["entry_1/instrument_1/detector_1/data"][()], ds.diffraction.astype(np.float64) ** 2)
+        stored = f["entry_1/instrument_1/detector_1/data"][()]
+    assert stored.dtype == np.float64
+    np.testing.assert_array_equal(stored, ds.diffraction.astype(np.float64) ** 2)
+    np.testing.assert_array_equal(np.sqrt(stored).astype(np.float32), ds.diffraction)  # exactly invertible
 
 
 def test_a_cxi_file_from_elsewhere_imports_from_its_cxi_fields_alone(files, tmp_path):
@@ -73,39 +120,97 @@ def test_a_cxi_file_from_elsewhere_imports_from_its_cxi_fields_alone(files, tmp_
     np.testing.assert_allclose(got.positions, ds.positions, atol=1e-9)  # translation / dx, in pixels again
     np.testing.assert_array_equal(got.amplitude, ds.amplitude)
     assert got.units == "sqrt_counts" and got.attrs["split"] == "test" and got.groups.shape[1] == 4
+    assert got.scale == pytest.approx(ds.scale, rel=0.01)  # estimated from object and probe
     write_dataset(tmp_path / "foreign.h5", got)
     read_dataset(tmp_path / "foreign.h5")  # a valid dataset: every check of the format passes
+
+
+def test_a_minimal_foreign_layout_with_rectangular_pixels_imports(files, tmp_path):
+    """data_1 only (no detector_1/data), the probe at source_1/probe with ptychodus's
+    leading mode axes, and different x and y pixel sizes: each axis gets its own dx."""
+    ds = read_dataset(files["train"])
+    n = ds.probe.shape[0]
+    wavelength = HC_EV_M / 8000.0
+    dx, dy = wavelength * 2.0 / (n * 50e-6), wavelength * 2.0 / (n * 100e-6)
+    translation = np.stack([ds.positions[:, 0] * dx, ds.positions[:, 1] * dy, np.zeros(len(ds.positions))], axis=1)
+    with h5py.File(tmp_path / "min.cxi", "w") as f:
+        f["cxi_version"] = 150
+        f["entry_1/data_1/data"] = ds.diffraction.astype(np.float32)
+        f["entry_1/data_1/translation"] = translation
+        f["entry_1/instrument_1/source_1/probe"] = ds.probe[None, None]
+        f["entry_1/instrument_1/source_1/energy"] = 8000.0 * EV_J
+        f["entry_1/instrument_1/detector_1/distance"] = 2.0
+        f["entry_1/instrument_1/detector_1/x_pixel_size"] = 50e-6
+        f["entry_1/instrument_1/detector_1/y_pixel_size"] = 100e-6
+        f["entry_1/image_2/data"] = ds.objects[0]
+    got = import_cxi(tmp_path / "min.cxi")
+    np.testing.assert_allclose(got.positions, ds.positions, atol=1e-9)
+    np.testing.assert_array_equal(got.probe, ds.probe)
 
 
 def test_geometry_values_are_checked_with_one_line_naming_the_key():
     with pytest.raises(ConfigError, match=r"^config key 'cxi.detector_pixel_m' = 0 must be a positive finite number"):
         CxiGeometry(detector_pixel_m=0)
-    with pytest.raises(ConfigError, match="cxi.energy_ev"):
-        CxiGeometry(energy_ev=float("nan"))
-    assert CxiGeometry().wavelength_m * CxiGeometry().energy_ev * EV_J == pytest.approx(HC_EV_M * EV_J)
+    for bad in (float("nan"), float("inf"), -8000.0, True, "8000"):
+        with pytest.raises(ConfigError, match=r"cxi\.energy_ev.*must be a positive finite number") as err:
+            CxiGeometry(energy_ev=bad)
+        assert "\n" not in str(err.value)
+    g = CxiGeometry()
+    assert g.energy_j == 8000.0 * EV_J and g.wavelength_m * g.energy_j == pytest.approx(HC_EV_M * EV_J)
+    assert g.object_pixel_m(64) == pytest.approx(64.6e-9, rel=1e-3)  # what config.yaml's comment says
 
 
 def test_files_that_are_not_cxi_are_refused_with_one_line(files, tmp_path):
-    with pytest.raises(DatasetError, match="not a CXI file") as err:
-        import_cxi(files["train"])  # our own HDF5 dataset format, not CXI
-    assert "\n" not in str(err.value)
+    def refused(path, match):
+        with pytest.raises(DatasetError, match=match) as err:
+            import_cxi(path)
+        assert "\n" not in str(err.value)
+
+    refused(files["train"], "not a CXI file")  # our own HDF5 dataset format, not CXI
     text = tmp_path / "t.cxi"
     text.write_text("hello")
-    with pytest.raises(DatasetError, match="not an HDF5 file"):
-        import_cxi(text)
+    refused(text, "not an HDF5 file")
+    refused(tmp_path / "absent.cxi", "no such file")
+    export_cxi(read_dataset(files["train"]), tmp_path / "d.cxi", GEOMETRY)
+    shutil.copy(tmp_path / "d.cxi", tmp_path / "e.cxi")
+    with h5py.File(tmp_path / "d.cxi", "a") as f:
+        for name in ("sample_1/geometry_1/translation", "data_1/translation", "instrument_1/detector_1/translation"):
+            del f[f"entry_1/{name}"]
+    refused(tmp_path / "d.cxi", r"no scan translation in this CXI file \(looked for entry_1/sample_1/geometry_1/")
+    with h5py.File(tmp_path / "e.cxi", "a") as f:  # a translation of the wrong shape
+        data = f["entry_1/sample_1/geometry_1/translation"][:-1]
+        del f["entry_1/sample_1/geometry_1/translation"]
+        f["entry_1/sample_1/geometry_1/translation"] = data
+    refused(tmp_path / "e.cxi", r"translation \(\d+, 3\) do not fit \(P, N, N\), \(N, N\), \(P, 3\)")
+
+
+def test_a_cxi_file_whose_arrays_were_changed_after_export_is_refused(files, tmp_path):
     export_cxi(read_dataset(files["train"]), tmp_path / "d.cxi", GEOMETRY)
     with h5py.File(tmp_path / "d.cxi", "a") as f:
-        del f["entry_1/sample_1/geometry_1/translation"]
-    with pytest.raises(DatasetError, match="no 'entry_1/sample_1/geometry_1/translation'"):
+        f["entry_1/instrument_1/detector_1/data"][0, 0, 0] += 1
+    with pytest.raises(DatasetError, match="differ from the dataset that was exported"):
+        import_cxi(tmp_path / "d.cxi")
+    with h5py.File(tmp_path / "d.cxi", "a") as f:
+        del f["entry_1/ptycho_1"]
+    import_cxi(tmp_path / "d.cxi")  # as the message says: without the extras it is a foreign CXI file
+
+
+def test_foreign_geometry_values_are_checked(files, tmp_path):
+    export_cxi(read_dataset(files["train"]), tmp_path / "d.cxi", GEOMETRY)
+    with h5py.File(tmp_path / "d.cxi", "a") as f:
+        del f["entry_1/ptycho_1"]
+        f["entry_1/instrument_1/detector_1/distance"][()] = 0.0
+    with pytest.raises(DatasetError, match="'entry_1/instrument_1/detector_1/distance' = 0.0 must be one positive"):
         import_cxi(tmp_path / "d.cxi")
 
 
-def test_a_failed_export_leaves_no_file(files, tmp_path, monkeypatch):
+def test_a_failed_export_leaves_no_file_and_keeps_an_earlier_one(files, tmp_path, monkeypatch):
+    ds = read_dataset(files["train"])
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     with pytest.raises(PtychoError, match="cannot write"):
-        export_cxi(read_dataset(files["train"]), blocker / "d.cxi", GEOMETRY)
-    # A failure half-way through writing (here: the ground truth) leaves neither the file nor its temporary.
+        export_cxi(ds, blocker / "d.cxi", GEOMETRY)
+    # A failure half-way through writing (here: the probe image) leaves neither the file nor its temporary.
     real = h5py.Group.create_dataset
 
     def fail_on_image(self, name, *args, **kwargs):
@@ -114,9 +219,19 @@ def test_a_failed_export_leaves_no_file(files, tmp_path, monkeypatch):
         return real(self, name, *args, **kwargs)
 
     monkeypatch.setattr(h5py.Group, "create_dataset", fail_on_image)
-    with pytest.raises(PtychoError, match="no space left"):
-        export_cxi(read_dataset(files["train"]), tmp_path / "d.cxi", GEOMETRY)
+    with pytest.raises(PtychoError, match="no space left") as err:
+        export_cxi(ds, tmp_path / "d.cxi", GEOMETRY)
+    assert "\n" not in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-folder"]
+    # An earlier, complete export survives a failed one unchanged.
+    monkeypatch.setattr(h5py.Group, "create_dataset", real)
+    export_cxi(ds, tmp_path / "d.cxi", GEOMETRY)
+    before = (tmp_path / "d.cxi").read_bytes()
+    monkeypatch.setattr(h5py.Group, "create_dataset", fail_on_image)
+    with pytest.raises(PtychoError, match="no space left"):
+        export_cxi(ds, tmp_path / "d.cxi", CxiGeometry())
+    assert (tmp_path / "d.cxi").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.cxi", "not-a-folder"]
 
 
 #: Run inside a scratch venv with ptychodus: its own CXI readers on our file, results as NPZ.
@@ -147,13 +262,18 @@ def test_ptychodus_reads_an_exported_file_as_we_mean_it(files, tmp_path):
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    install = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "ptychodus==1.7.0"], capture_output=True,
-                             text=True, timeout=900)
+    install = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "ptychodus==1.7.0"], capture_output=True, text=True, timeout=900
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     ds = read_dataset(files["train"])
     export_cxi(ds, tmp_path / "d.cxi", GEOMETRY)
-    read = subprocess.run([str(venv / "bin" / "python"), "-c", PTYCHODUS_READ, str(tmp_path / "d.cxi"),
-                           str(tmp_path / "seen.npz")], capture_output=True, text=True, timeout=300)
+    read = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", PTYCHODUS_READ, str(tmp_path / "d.cxi"), str(tmp_path / "seen.npz")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert read.returncode == 0, read.stderr[-3000:]
     seen = np.load(tmp_path / "seen.npz")
     dx = GEOMETRY.object_pixel_m(ds.probe.shape[0])
