@@ -82,8 +82,8 @@ def _load_yaml_section(path: str | None, section: str) -> dict[str, Any]:
 # --------------------------------------------------------------------- commands
 def cmd_simulate(args: argparse.Namespace) -> int:
     from ptycho.config import SimulationConfig
-    from ptycho.data import write_dataset
-    from ptycho.simulate import simulate
+    from ptycho.data.dataset import write_dataset
+    from ptycho.data.simulate import simulate
 
     cfg = _config_from_args(args, SimulationConfig, "sim_", _load_yaml_section(args.config, "simulation"))
     datasets = simulate(cfg, progress=not args.quiet)
@@ -111,7 +111,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from ptycho.data import read_dataset, summary
+    from ptycho.data.dataset import read_dataset, summary
 
     ds = read_dataset(args.file)
     info = summary(ds)
@@ -134,12 +134,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """import-npz and import-cxi: another format's file -> a dataset file."""
-    from ptycho.data import write_dataset
+    from ptycho.data.dataset import write_dataset
 
     if args.command == "import-npz":
-        from ptycho.npz import import_npz as read
+        from ptycho.data.npz import import_npz as read
     else:
-        from ptycho.cxi import import_cxi as read
+        from ptycho.data.cxi import import_cxi as read
     ds = read(args.source, gridsize=args.gridsize, split=args.split)
     digest = write_dataset(args.out, ds)
     print(f"{args.out}: imported {ds.diffraction.shape[0]} patterns, scale={ds.scale:.6g} sha256={digest[:16]}")
@@ -147,8 +147,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export_npz(args: argparse.Namespace) -> int:
-    from ptycho.data import read_dataset
-    from ptycho.npz import export_npz
+    from ptycho.data.dataset import read_dataset
+    from ptycho.data.npz import export_npz
 
     export_npz(read_dataset(args.file), args.out)
     print(f"{args.out}: exported")
@@ -156,8 +156,8 @@ def cmd_export_npz(args: argparse.Namespace) -> int:
 
 
 def cmd_export_cxi(args: argparse.Namespace) -> int:
-    from ptycho.cxi import CxiGeometry, export_cxi
-    from ptycho.data import read_dataset
+    from ptycho.data.cxi import CxiGeometry, export_cxi
+    from ptycho.data.dataset import read_dataset
 
     geometry = _config_from_args(args, CxiGeometry, "cxi_", _load_yaml_section(args.config, "cxi"))
     ds = read_dataset(args.file)
@@ -184,7 +184,7 @@ def _bool(text: str) -> bool:
 
 def _mode(text: str) -> str:
     from ptycho.errors import ConfigError
-    from ptycho.xla import parse_mode
+    from ptycho.nets.xla import parse_mode
 
     try:
         return parse_mode(text, key=None)
@@ -193,9 +193,9 @@ def _mode(text: str) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ptycho.data import read_dataset
-    from ptycho.models import ModelConfig
-    from ptycho.train import TrainConfig, train
+    from ptycho.data.dataset import read_dataset
+    from ptycho.nets.models import ModelConfig
+    from ptycho.nets.train import TrainConfig, train
 
     model_cfg = _config_from_args(args, ModelConfig, "model_", _load_yaml_section(args.config, "model"))
     train_cfg = _config_from_args(args, TrainConfig, "train_", _load_yaml_section(args.config, "train"))
@@ -257,8 +257,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_infer(args: argparse.Namespace) -> int:
     from ptycho.artifacts import write_arrays
-    from ptycho.data import read_dataset
-    from ptycho.infer import reconstruct
+    from ptycho.data.dataset import read_dataset
+    from ptycho.nets.infer import reconstruct
 
     ds = read_dataset(args.dataset)
     rec = reconstruct(args.model, ds, xla=args.xla, batch_size=args.batch_size)
@@ -281,10 +281,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def cmd_stitch(args: argparse.Namespace) -> int:
+    from ptycho.analysis.stitch import stitch_objects
     from ptycho.artifacts import read_arrays, write_arrays
-    from ptycho.data import read_dataset
+    from ptycho.data.dataset import read_dataset
     from ptycho.errors import PtychoError
-    from ptycho.stitch import stitch_objects
 
     ds = read_dataset(args.dataset)
     rec = read_arrays(args.reconstruction, ("patches", "positions", "position_object"))
@@ -299,10 +299,10 @@ def cmd_stitch(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ptycho.analysis.metrics import score_all
     from ptycho.artifacts import read_arrays, write_json
-    from ptycho.data import read_dataset
+    from ptycho.data.dataset import read_dataset
     from ptycho.errors import PtychoError
-    from ptycho.metrics import score_all
 
     ds = read_dataset(args.dataset)
     images = read_arrays(args.stitched, ("images",))["images"]
@@ -331,8 +331,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_scaling(args: argparse.Namespace) -> int:
     import yaml
 
-    from ptycho import scaling, workflow
     from ptycho.artifacts import write_json
+    from ptycho.study import scaling, workflow
 
     try:
         raw = yaml.safe_load(Path(args.config).read_text())
@@ -349,13 +349,13 @@ def cmd_scaling(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ptycho import bench
     from ptycho.artifacts import write_json
     from ptycho.config import SimulationConfig
-    from ptycho.data import read_dataset
-    from ptycho.models import ModelConfig
-    from ptycho.simulate import simulate_split
-    from ptycho.train import TrainConfig
+    from ptycho.data.dataset import read_dataset
+    from ptycho.data.simulate import simulate_split
+    from ptycho.nets.models import ModelConfig
+    from ptycho.nets.train import TrainConfig
+    from ptycho.study import bench
 
     if args.dataset:
         ds = read_dataset(args.dataset)
@@ -365,7 +365,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # The trained models' own architecture, loss and batch size: the benchmark must
         # time the networks the study trains, not the CLI's defaults.
         from ptycho.artifacts import read_json
-        from ptycho.train import configs_from_meta
+        from ptycho.nets.train import configs_from_meta
 
         configs = {}
         for path in args.like:
@@ -498,22 +498,22 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 def _failed_arms(model_jsons) -> dict[str, str]:
     """Arm -> reason, for every trained model whose ``model.json`` says it diverged."""
-    from ptycho.arms import arm_of
     from ptycho.artifacts import read_json
+    from ptycho.study.arms import arm_of
 
     metas = [read_json(p) for p in model_jsons]
     return {arm_of(m): m.get("failure", "diverged") for m in metas if m.get("status") == "FAILED"}
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ptycho import checks
-    from ptycho.arms import arm_of
     from ptycho.artifacts import read_json, write_json
+    from ptycho.study import checks
+    from ptycho.study.arms import arm_of
 
     if args.item == "accuracy":
         dataset = None
         if args.models:
-            from ptycho.data import read_dataset
+            from ptycho.data.dataset import read_dataset
 
             if not args.dataset:
                 raise PtychoError("check accuracy: --models needs --dataset (the test split to run them on)")
@@ -550,10 +550,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ptycho import report, tracking
-    from ptycho.arms import arm_of
+    from ptycho import tracking
     from ptycho.artifacts import read_arrays, read_json
-    from ptycho.bench import machine_info
+    from ptycho.study import report
+    from ptycho.study.arms import arm_of
+    from ptycho.study.bench import machine_info
 
     items = {read_json(p)["item"]: read_json(p) for p in args.checks}
     arms: dict[str, dict] = {}
@@ -606,11 +607,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from ptycho import checks, figures
-    from ptycho.arms import arm_of
+    from ptycho.analysis.metrics import compare
     from ptycho.artifacts import atomic_write, read_arrays, read_json
-    from ptycho.data import read_dataset
-    from ptycho.metrics import compare
+    from ptycho.data.dataset import read_dataset
+    from ptycho.study import checks, figures
+    from ptycho.study.arms import arm_of
 
     ds = read_dataset(args.dataset)
     truth_image = ds.ground_truth(0)
@@ -697,8 +698,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=("train", "test"), default="train")
     p.set_defaults(func=cmd_import)
 
-    from ptycho.models import ModelConfig
-    from ptycho.train import TrainConfig
+    from ptycho.nets.models import ModelConfig
+    from ptycho.nets.train import TrainConfig
 
     p = sub.add_parser("train", help="train a PINN or baseline model on a dataset")
     p.add_argument("--dataset", required=True, help="training split (.h5)")
@@ -738,7 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="metrics (.json)")
     p.set_defaults(func=cmd_evaluate)
 
-    from ptycho.xla import MODES
+    from ptycho.nets.xla import MODES
 
     p = sub.add_parser("bench", help="time every XLA mode vs off: compile, step alone and shared, components, "
                                      "memory, inference")
@@ -838,7 +839,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_export_npz)
 
-    from ptycho.cxi import CxiGeometry
+    from ptycho.data.cxi import CxiGeometry
 
     p = sub.add_parser("export-cxi", help="write a dataset file as CXI 1.6 (ptychodus, NXcxi_ptycho), in physical units")
     p.add_argument("file")
@@ -995,10 +996,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     # MLflow logs a traceback for every sqlite lock it then recovers from by retrying.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-    from ptycho.xla import xla_flags_environment
+    from ptycho.nets.xla import xla_flags_environment
 
     # Read by TensorFlow when it initialises; set before its (lazy) import. The XLA flag
-    # lets the auto mode cluster on CPU and changes nothing for the others (ptycho.xla).
+    # lets the auto mode cluster on CPU and changes nothing for the others (ptycho.nets.xla).
     os.environ.update(xla_flags_environment())
     if args.threads:
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(args.threads)

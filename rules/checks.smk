@@ -1,4 +1,4 @@
-# The validation checklist: one job, one JSON record per item (ptycho.checks).
+# The validation checklist: one job, one JSON record per item (ptycho.study.checks).
 
 
 rule check_accuracy:
@@ -101,7 +101,7 @@ rule check_quality:
 
 rule benchmark_arms:
     # Runs alone (all cores); it times the arms alone AND with their step loops sharing
-    # the cores the way the training jobs do (ptycho.bench), so both contexts are measured.
+    # the cores the way the training jobs do (ptycho.study.bench), so both contexts are measured.
     input:
         data=f"{R}/data/train.h5",
         models=MODELS,

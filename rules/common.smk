@@ -7,9 +7,9 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
 from ptycho.errors import PtychoError
-from ptycho.arms import PATTERN as ARM_PATTERN, parse_arm
+from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.tracking import config_hash
-from ptycho.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, section_for,
+from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, section_for,
                              usable_cores)
 
 
@@ -74,7 +74,7 @@ MACHINE_CORES = usable_cores()
 
 
 def cpus(n):
-    """The threads a job that uses ``n`` CPUs declares (ptycho.workflow.declared_threads):
+    """The threads a job that uses ``n`` CPUs declares (ptycho.study.workflow.declared_threads):
     scaled so that Snakemake, which sums declared threads against --cores, never runs
     more threads than this machine has, whatever --cores says. On a cluster the
     scheduler gives each job its own CPUs: the figure is then ``n`` (or set-threads)."""

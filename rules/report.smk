@@ -1,5 +1,5 @@
 # Figures (one job, PNGs with captions for `snakemake --report`) and the validation report.
-from ptycho.report import FIGURES as REPORT_FIGURES
+from ptycho.study.report import FIGURES as REPORT_FIGURES
 
 FIGURES = [name for name, _, _ in REPORT_FIGURES]
 

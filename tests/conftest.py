@@ -18,15 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ptycho.xla import xla_flags_environment
+from ptycho.nets.xla import xla_flags_environment
 
 # As the CLI does before TensorFlow starts: lets the auto XLA mode cluster on CPU
-# (ptycho.xla); on its own it changes nothing for the other modes.
+# (ptycho.nets.xla); on its own it changes nothing for the other modes.
 os.environ.update(xla_flags_environment())
 
 from ptycho.config import SimulationConfig  # noqa: E402
-from ptycho.data import Dataset, write_dataset  # noqa: E402
-from ptycho.simulate import simulate  # noqa: E402
+from ptycho.data.dataset import Dataset, write_dataset  # noqa: E402
+from ptycho.data.simulate import simulate  # noqa: E402
 
 #: Small but complete: gridsize 2, 81 train positions (64 groups), 64 test positions.
 #: 50 lines on the 96 px canvas give about the line density of 400 on the reference's 784.

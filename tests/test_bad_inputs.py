@@ -14,7 +14,7 @@ really produce.
 
 Dataset rows reuse the corruptions of ``conftest.CORRUPTIONS`` (already checked through
 ``ptycho inspect``) on commands that write outputs. Config rows run
-``ptycho.workflow.parse_time_checks``, the very function ``rules/common.smk`` runs while
+``ptycho.study.workflow.parse_time_checks``, the very function ``rules/common.smk`` runs while
 Snakemake parses the workflow, in-process (milliseconds); rows marked ``snakemake`` run
 the real thing (seconds) where only that shows the behaviour.
 """
@@ -127,7 +127,7 @@ def _folder(name: str) -> Callable[[Path, Path], None]:
 
 CONFIG_JSON = _files(**{"c.json": '{"train": {"epochs": 1}}'})
 SIM = ("--n", "16", "--object-size", "48", "--n-lines", "50", "--nphotons", "1e6", "--quiet")
-SIMULATE_WORK = ("ptycho.simulate.simulate",)
+SIMULATE_WORK = ("ptycho.data.simulate.simulate",)
 
 # --------------------------------------------------------------------- the catalogue
 CATALOGUE: list[Row] = [
@@ -204,7 +204,7 @@ CATALOGUE: list[Row] = [
     Row("dataset-too-small-for-batch", "dataset", "`ptycho train --batch-size 4096` on a small dataset", "cli",
         args=("train", "--dataset", "train.h5", "--out", "m", "--batch-size", "4096"), setup=_copy("train.h5"),
         exit_code=1, message="training samples for batch size 4096; lower train.batch_size or simulate more data",
-        forbid=("ptycho.train.Trainer",)),
+        forbid=("ptycho.nets.train.Trainer",)),
     Row("npz-pickled", "dataset", "an NPZ holding a pickled (object) array to `import-npz`", "cli",
         args=("import-npz", "d.npz", "--out", "d.h5"), setup=_npz(diff3d=np.array([{"a": 1}], dtype=object)),
         exit_code=1, message="contains pickled (object) arrays, which are refused"),
@@ -248,9 +248,9 @@ CATALOGUE: list[Row] = [
         message="cannot write --test /proc/x/t.h5"),
     Row("cli-export-npz-out-unwritable", "cli", "`ptycho export-npz train.h5 --out /proc/x.npz`", "cli",
         args=("export-npz", "train.h5", "--out", "/proc/x.npz"), setup=_copy("train.h5"),
-        forbid=("ptycho.data.read_dataset",), message="cannot write --out /proc/x.npz"),
+        forbid=("ptycho.data.dataset.read_dataset",), message="cannot write --out /proc/x.npz"),
     Row("cli-import-npz-out-unwritable", "cli", "`ptycho import-npz d.npz --out /proc/x.h5`", "cli",
-        args=("import-npz", "d.npz", "--out", "/proc/x.h5"), setup=_npz(), forbid=("ptycho.npz.import_npz",),
+        args=("import-npz", "d.npz", "--out", "/proc/x.h5"), setup=_npz(), forbid=("ptycho.data.npz.import_npz",),
         message="cannot write --out /proc/x.h5"),
     Row("cli-out-is-a-folder", "cli", "`ptycho export-npz train.h5 --out models` (an existing folder)", "cli",
         args=("export-npz", "train.h5", "--out", "models"), setup=lambda d, c: (_copy("train.h5")(d, c), (d / "models").mkdir()),
@@ -258,7 +258,7 @@ CATALOGUE: list[Row] = [
     Row("cli-out-under-a-file", "cli", "`ptycho train --out notes.txt/m` (a file where a folder must be)", "cli",
         args=("train", "--dataset", "train.h5", "--out", "notes.txt/m"),
         setup=lambda d, c: (_copy("train.h5")(d, c), (d / "notes.txt").write_text("x\n")),
-        forbid=("ptycho.data.read_dataset",), message="cannot write --out notes.txt/m (notes.txt is not a folder)"),
+        forbid=("ptycho.data.dataset.read_dataset",), message="cannot write --out notes.txt/m (notes.txt is not a folder)"),
     # ---- environment
     Row("env-tracking-unreachable", "environment", "`MLFLOW_TRACKING_URI` naming a server that is down", "cli",
         args=("track", "start", "--config-json", "c.json", "--out", "p.json"), setup=CONFIG_JSON, exit_code=1,
@@ -291,9 +291,9 @@ def make_clean_inputs(folder: Path) -> Path:
     """The valid files rows start from: the small simulated pair, sqrt-count copy, NPZ."""
     from dataclasses import replace
 
-    from ptycho.data import write_dataset
-    from ptycho.npz import export_npz
-    from ptycho.simulate import simulate
+    from ptycho.data.dataset import write_dataset
+    from ptycho.data.npz import export_npz
+    from ptycho.data.simulate import simulate
 
     pair = simulate(SMALL)
     write_dataset(folder / "train.h5", pair["train"])
@@ -417,7 +417,7 @@ def _call(row: Row, d: Path, env: dict) -> tuple[int, str]:
         return int(code), err.getvalue()
     if row.via == "workflow":
         from ptycho.errors import PtychoError
-        from ptycho.workflow import parse_time_checks
+        from ptycho.study.workflow import parse_time_checks
 
         base = yaml.safe_load((ROOT / "config.yaml").read_text())
         with _environment(d, env):
@@ -526,18 +526,18 @@ def test_the_doc_lists_every_row_with_its_message_and_exit_code():
 def test_simulate_writes_a_pair_or_nothing(tmp_path, monkeypatch, capsys):
     """The test split failing to write (a disk filling up between the two) takes the
     train split written a moment before with it: no lone train.h5 for a later job."""
-    import ptycho.data
+    import ptycho.data.dataset
     from ptycho.cli import main
     from ptycho.errors import PtychoError
 
-    real = ptycho.data.write_dataset
+    real = ptycho.data.dataset.write_dataset
 
     def second_fails(path, ds):
         if Path(path).name == "u.h5":
             raise PtychoError(f"cannot write {path} (No space left on device); choose a writable path or free space")
         return real(path, ds)
 
-    monkeypatch.setattr(ptycho.data, "write_dataset", second_fails)
+    monkeypatch.setattr(ptycho.data.dataset, "write_dataset", second_fails)
     monkeypatch.chdir(tmp_path)
     assert main(["simulate", "--train", "t.h5", "--test", "u.h5", *SIM]) == 1
     assert "cannot write u.h5 (No space left on device)" in capsys.readouterr().err

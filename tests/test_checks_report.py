@@ -8,7 +8,7 @@ from html import escape
 import numpy as np
 import pytest
 
-from ptycho import checks, report
+from ptycho.study import checks, report
 
 
 def _history(losses):
@@ -79,9 +79,9 @@ def test_quality_across_tight_seeds_falls_back_to_the_threshold_and_can_show_equ
 
 
 def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0, shared=None):
-    """A benchmark record as ``ptycho.bench.run`` writes it, from synthetic step times;
+    """A benchmark record as ``ptycho.study.bench.run`` writes it, from synthetic step times;
     ``shared`` = (jit ms, off ms) adds the shared context."""
-    from ptycho.bench import quartiles, ratios
+    from ptycho.study.bench import quartiles, ratios
 
     rng = np.random.default_rng(seed)
 
@@ -147,7 +147,7 @@ def test_a_measurement_beside_a_busy_process_is_marked_contaminated():
     import sys
     import time
 
-    from ptycho.bench import ForeignLoad, _process_cpu_seconds
+    from ptycho.study.bench import ForeignLoad, _process_cpu_seconds
 
     busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 30: pass"])
     try:
@@ -172,7 +172,7 @@ def test_speedup_summary_says_when_its_evidence_is_contaminated():
 
 
 def test_speedup_picks_the_fastest_mode_against_off():
-    from ptycho.bench import quartiles, ratios
+    from ptycho.study.bench import quartiles, ratios
 
     bench = _bench(125, 100)
     physics = dict(bench["arms"][0], mode="physics", step_samples_s=[0.08] * 10 + [0.081] * 10)
@@ -184,7 +184,7 @@ def test_speedup_picks_the_fastest_mode_against_off():
 
 
 def test_bootstrap_interval_covers_the_true_ratio_and_narrows_with_more_samples():
-    from ptycho.bench import bootstrap_ratio
+    from ptycho.study.bench import bootstrap_ratio
 
     rng = np.random.default_rng(3)
     small = bootstrap_ratio(2.0 + 0.1 * rng.standard_normal(10), 1.0 + 0.05 * rng.standard_normal(10))
@@ -196,7 +196,7 @@ def test_bootstrap_interval_covers_the_true_ratio_and_narrows_with_more_samples(
 
 
 def test_break_even_steps_repay_the_extra_compile_time():
-    from ptycho.bench import break_even_steps
+    from ptycho.study.bench import break_even_steps
 
     assert break_even_steps(10.0, 2.0, 0.08, 0.10) == pytest.approx(400)  # 8 s extra / 20 ms per step
     assert break_even_steps(1.0, 2.0, 0.08, 0.10) == 0.0  # compiles faster and steps faster
@@ -242,7 +242,7 @@ def test_report_files_are_written_and_the_html_is_self_contained(tmp_path):
 
 
 def test_illumination_weighting_prefers_the_patch_that_lit_the_pixel():
-    from ptycho.stitch import illumination_weight, stitch
+    from ptycho.analysis.stitch import illumination_weight, stitch
 
     n = 8
     probe = np.zeros((2 * n, 2 * n))
@@ -298,7 +298,7 @@ def _full_items():
 
 
 def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_path):
-    from ptycho.figures import speedup_bars, to_png
+    from ptycho.study.figures import speedup_bars, to_png
 
     png = to_png(speedup_bars(checks.speedup(_bench(125, 100), 1.0)["evidence"]["intervals"]))
     rec = report.build(_full_items(), {}, {"preset": "smoke"}, {"cpu": "test cpu", "cores": 2}, ("speedup",))
@@ -321,7 +321,7 @@ def test_every_figure_of_the_report_has_a_caption_for_snakemake_report():
     for stem, _, _ in report.FIGURES:
         assert len(report.caption(stem)) > 40
     rules = (Path(__file__).resolve().parent.parent / "rules" / "report.smk").read_text()
-    assert "from ptycho.report import FIGURES" in rules  # the rule's outputs are the report's figures
+    assert "from ptycho.study.report import FIGURES" in rules  # the rule's outputs are the report's figures
 
 
 def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reason(tmp_path):
@@ -355,7 +355,7 @@ def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reaso
 def test_pipeline_cost_sums_the_jobs_benchmarks_per_step_and_spans_first_start_to_last_end(tmp_path):
     import os
 
-    from ptycho.report import cost_line, cost_table, pipeline_cost
+    from ptycho.study.report import cost_line, cost_table, pipeline_cost
 
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 

@@ -186,8 +186,8 @@ def test_simulate_end_to_end_writes_both_files_which_inspect_validates(cli, tmp_
     assert proc.stdout.startswith("train: out/train.h5") and "test: out/test.h5" in proc.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["test.h5", "train.h5"]
 
-    from ptycho.data import read_dataset
-    from ptycho.simulate import config_of
+    from ptycho.data.dataset import read_dataset
+    from ptycho.data.simulate import config_of
 
     train = read_dataset(tmp_path / "out" / "train.h5")
     test = read_dataset(tmp_path / "out" / "test.h5")
@@ -213,7 +213,7 @@ def test_simulate_in_process_matches_library(tmp_path, small_cfg, pair, capsys):
              "--seed", "1", "--quiet"]  # fmt: skip
     code = main(["simulate", "--train", str(tmp_path / "tr.h5"), "--test", str(tmp_path / "te.h5"), *flags])
     assert code == 0
-    from ptycho.data import content_digest, read_dataset
+    from ptycho.data.dataset import content_digest, read_dataset
 
     for name, split in (("tr.h5", "train"), ("te.h5", "test")):
         ds = pair[split]
@@ -225,7 +225,7 @@ def test_output_into_a_closed_pipe_stops_quietly(tmp_path, pair):
     """``ptycho inspect f.h5 | head -1``: no traceback when the reader has gone."""
     import os
 
-    from ptycho.data import write_dataset
+    from ptycho.data.dataset import write_dataset
 
     write_dataset(tmp_path / "d.h5", pair["train"])
     read_end, write_end = os.pipe()
@@ -260,7 +260,7 @@ def test_inspect_missing_file_exits_1_with_hint(cli, tmp_path):
 # ------------------------------------------------------------------ NPZ commands
 # (a pickled NPZ refused by import-npz is a row of tests/test_bad_inputs.py)
 def test_export_then_import_npz_via_cli(files, tmp_path, capsys):
-    from ptycho.data import read_dataset
+    from ptycho.data.dataset import read_dataset
 
     assert main(["export-npz", str(files["train"]), "--out", str(tmp_path / "d.npz")]) == 0
     assert main(["import-npz", str(tmp_path / "d.npz"), "--out", str(tmp_path / "d.h5"), "--gridsize", "2"]) == 0

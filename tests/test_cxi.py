@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from ptycho.cxi import EV_J, HC_EV_M, CxiGeometry, export_cxi, import_cxi
-from ptycho.data import read_dataset, write_dataset
+from ptycho.data.cxi import EV_J, HC_EV_M, CxiGeometry, export_cxi, import_cxi
+from ptycho.data.dataset import read_dataset, write_dataset
 from ptycho.errors import ConfigError, DatasetError, PtychoError
 
 h5py = pytest.importorskip("h5py")  # imported here, not at module level (the project's import rule)

@@ -9,12 +9,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from ptycho.data import ARRAYS, SCHEMA_VERSION, Dataset, content_digest, read_dataset, write_dataset
+from ptycho.data.dataset import ARRAYS, SCHEMA_VERSION, Dataset, content_digest, read_dataset, write_dataset
+from ptycho.data.npz import export_npz, import_npz
+from ptycho.data.simulate import config_of, simulate, simulate_split
 from ptycho.errors import DatasetError, PtychoError
-from ptycho.npz import export_npz, import_npz
 from ptycho.physics.forward import expected_counts
 from ptycho.physics.translate import extract_patches
-from ptycho.simulate import config_of, simulate, simulate_split
 
 
 def _patches_by_hand(ds: Dataset) -> np.ndarray:
@@ -127,7 +127,7 @@ def test_multiple_objects_are_stacked_with_position_object_and_regions(small_cfg
 
 
 def test_scan_region_is_the_illuminated_bounding_box_and_ground_truth_crop(pair):
-    from ptycho.data import illuminated_radius
+    from ptycho.data.dataset import illuminated_radius
 
     ds = pair["train"]
     # positions 8..40 at n=16; probe radius 11*16/64 = 2.75 px, so 3 px are lit each side
@@ -137,7 +137,7 @@ def test_scan_region_is_the_illuminated_bounding_box_and_ground_truth_crop(pair)
 
 
 def test_scan_region_is_clipped_to_the_kept_centre_for_a_wide_probe():
-    from ptycho.data import scan_region
+    from ptycho.data.dataset import scan_region
 
     region = scan_region(np.array([[8.0, 10.0], [40.0, 30.0]]), np.ones((16, 16)))
     # the models keep the central 8 px: position-4 .. position+3
@@ -383,7 +383,7 @@ def test_float_group_indices_are_a_one_line_dtype_error(pair, tmp_path):
 
 
 def test_npz_import_of_an_object_brighter_than_one_keeps_the_forward_model_consistent(pair, tmp_path):
-    from ptycho.npz import export_npz, import_npz
+    from ptycho.data.npz import export_npz, import_npz
     from ptycho.physics.forward import diffraction_amplitude
     from ptycho.physics.translate import extract_patches
 

@@ -86,8 +86,8 @@ def _children(uri: str, parent_json: Path) -> list:
 def train_file(tmp_path_factory) -> Path:
     from conftest import SMALL
 
-    from ptycho.data import write_dataset
-    from ptycho.simulate import simulate_split
+    from ptycho.data.dataset import write_dataset
+    from ptycho.data.simulate import simulate_split
 
     path = tmp_path_factory.mktemp("faults") / "train.h5"
     write_dataset(path, simulate_split(SMALL, "train"))
@@ -170,8 +170,8 @@ def test_a_nan_loss_fails_the_run_with_the_reason_and_keeps_the_last_good_state(
     """A mis-scaled dataset (scale 1e25 too large) overflows the loss in the first epoch."""
     from mlflow.tracking import MlflowClient
 
-    from ptycho.data import read_dataset, write_dataset
-    from ptycho.train import TRAIN_STATE, load_train_state
+    from ptycho.data.dataset import read_dataset, write_dataset
+    from ptycho.nets.train import TRAIN_STATE, load_train_state
 
     bad = tmp_path / "misscaled.h5"
     ds = read_dataset(train_file)
@@ -218,7 +218,7 @@ def test_a_nan_loss_fails_the_run_with_the_reason_and_keeps_the_last_good_state(
 
 # -------------------------------------------------------------------------- resume
 def _state(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    from ptycho.train import TRAIN_STATE, load_train_state
+    from ptycho.nets.train import TRAIN_STATE, load_train_state
 
     return load_train_state(path / "checkpoint" / TRAIN_STATE)
 
@@ -404,7 +404,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_a_full_disk_is_one_line_leaves_no_half_file_and_the_rerun_completes(small_disk, train_file):
-    from ptycho.data import read_dataset
+    from ptycho.data.dataset import read_dataset
 
     data = small_disk / "data"
     data.mkdir()

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from ptycho import figures
+from ptycho.study import figures
 
 ARMS = ("pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0")
 JIT, OFF, PHYSICS = "#0072B2", "#D55E00", "#CC79A7"
@@ -82,7 +82,7 @@ def no_leaked_pyplot_figures():
 
 # ------------------------------------------------------------------ style contract
 def test_palette_gives_every_xla_mode_one_okabe_ito_colour():
-    from ptycho.xla import MODES
+    from ptycho.nets.xla import MODES
 
     assert list(figures.MODE_COLOURS) == list(MODES)  # a new mode needs its colour
     assert set(figures.MODE_COLOURS.values()) <= set(figures.OKABE_ITO)
@@ -93,7 +93,7 @@ def test_palette_gives_every_xla_mode_one_okabe_ito_colour():
 
 
 def test_importing_the_module_does_not_import_matplotlib():
-    code = "import sys, ptycho.figures; print('matplotlib' in sys.modules)"
+    code = "import sys, ptycho.study.figures; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.ndimage import fourier_shift, gaussian_filter
 
-from ptycho.metrics import (
+from ptycho.analysis.metrics import (
     amplitude_scale,
     frc,
     frc_resolution,
@@ -270,7 +270,7 @@ def test_score_rejects_mismatched_inputs():
 
 
 def test_reconstructions_with_different_small_shifts_are_scored_on_the_same_window():
-    from ptycho.metrics import fourier_shift, score
+    from ptycho.analysis.metrics import fourier_shift, score
 
     rng = np.random.default_rng(7)
     from scipy.ndimage import gaussian_filter
@@ -283,7 +283,7 @@ def test_reconstructions_with_different_small_shifts_are_scored_on_the_same_wind
 
 
 def test_compare_gives_the_images_score_measured_and_the_frc_curves_behind_the_crossings():
-    from ptycho.metrics import compare
+    from ptycho.analysis.metrics import compare
 
     truth = _textured(96, seed=4)
     recon = 1.7 * np.exp(1j * 0.4) * translate(truth, (0.6, -0.3))

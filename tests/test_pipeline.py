@@ -86,7 +86,7 @@ EVERY_MODE = "xla=[off,jit,auto,physics]"
 def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from ptycho.report import FIGURES
+    from ptycho.study.report import FIGURES
 
     work = _workdir(tmp_path)
     # Another preset's report (the default study's) is left untouched by a smoke run.
@@ -170,8 +170,8 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         assert str(model.status) == "READY" and {"final_val_loss", "final_train_loss"} <= {m.key for m in model.metrics}
         assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["train.h5"]
     for split in ("train", "test"):  # the datasets as CXI 1.6 too, which read back to the same data
-        from ptycho.cxi import import_cxi
-        from ptycho.data import read_dataset, write_dataset
+        from ptycho.data.cxi import import_cxi
+        from ptycho.data.dataset import read_dataset, write_dataset
 
         back = import_cxi(work / "results" / "smoke" / "data" / f"{split}.cxi")
         original = read_dataset(work / "results" / "smoke" / "data" / f"{split}.h5")

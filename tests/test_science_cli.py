@@ -135,7 +135,7 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
                "--metrics", *metrics, "--models", *models, "--bench", t / "bench.json", "--out-dir", t / "figures")
     assert r.returncode == 0, r.stderr
     pngs = sorted((t / "figures").glob("*.png"))
-    from ptycho.report import FIGURES
+    from ptycho.study.report import FIGURES
 
     assert [p.stem for p in pngs] == sorted(name for name, _, _ in FIGURES)
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
@@ -172,8 +172,8 @@ def test_accuracy_with_trained_models_needs_the_dataset(tiny, tmp_path):
 def test_scaling_times_each_step_at_each_size_and_fits_the_growth_exponent(tmp_path):
     # The smoke preset, sizes 1 and 2: the work (patterns, steps, patches) doubles, and
     # the record carries a time per size and the exponent the docs quote.
-    from ptycho import scaling
     from ptycho.cli import main
+    from ptycho.study import scaling
 
     out = tmp_path / "scaling.json"
     assert main(["scaling", "--preset", "smoke", "--sizes", "1", "2", "--out", str(out)]) == 0

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ptycho.errors import ConfigError
-from ptycho.workflow import check_shell_safe, cli_flags, load_schema, resolve, results_folder
+from ptycho.study.workflow import check_shell_safe, cli_flags, load_schema, resolve, results_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOADS = ["a b", "x;touch {f}", "$(touch {f})", "`touch {f}`", "x|touch {f}", "x&&touch {f}", "x>{f}", "'x'"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ptycho.data import Dataset, scan_region
+from ptycho.analysis.stitch import stitch, stitch_dataset, stitch_objects, synchronise_phase
+from ptycho.data.dataset import Dataset, scan_region
 from ptycho.physics.scan import grid_scan
 from ptycho.physics.translate import centre_crop, extract_patches, pad_to, translate
-from ptycho.stitch import stitch, stitch_dataset, stitch_objects, synchronise_phase
 
 N = 16
 #: A probe lighting the whole patch: scan_region is then the region the kept N//2 covers.

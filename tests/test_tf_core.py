@@ -111,7 +111,7 @@ def test_channel_and_flat_layouts_round_trip_with_k_equal_b_times_c_plus_c():
 # ----------------------------------------------------------------- small models
 def _tiny_dataset(gridsize=2):
     from ptycho.config import SimulationConfig
-    from ptycho.simulate import simulate_split
+    from ptycho.data.simulate import simulate_split
 
     cfg = SimulationConfig(n=16, gridsize=gridsize, object_size=40, n_lines=40, stride_train=4, nphotons=1e6,
                            probe_kind="defocused")
@@ -119,8 +119,8 @@ def _tiny_dataset(gridsize=2):
 
 
 def _trainer(kind="pinn", xla=True, ds=None, **model):
-    from ptycho.models import ModelConfig
-    from ptycho.train import TrainConfig, Trainer, prepare
+    from ptycho.nets.models import ModelConfig
+    from ptycho.nets.train import TrainConfig, Trainer, prepare
 
     ds = ds or _tiny_dataset()
     data = prepare(ds, kind)
@@ -140,7 +140,7 @@ MODES = ["off", "jit", "auto", "physics"]
 @pytest.mark.parametrize("kind, model", [("pinn", {}), ("baseline", {}),
                                          ("baseline", {"baseline_phase": "relative"})])
 def test_every_xla_mode_gives_the_loss_gradients_of_off(kind, model):
-    from ptycho.xla import compile_step
+    from ptycho.nets.xla import compile_step
 
     ds = _tiny_dataset()
     grads = {}
@@ -167,7 +167,7 @@ def test_every_xla_mode_gives_the_loss_gradients_of_off(kind, model):
 
 
 def test_learning_rate_warms_up_linearly_then_stays_constant_or_decays_to_its_floor():
-    from ptycho.train import TrainConfig
+    from ptycho.nets.train import TrainConfig
 
     def rates(schedule):
         lr = TrainConfig(epochs=4, learning_rate=1e-3, lr_schedule=schedule, warmup_epochs=1,
@@ -210,9 +210,9 @@ _CLUSTER_SCRIPT = """
 import sys
 import numpy as np
 from ptycho.config import SimulationConfig
-from ptycho.models import ModelConfig
-from ptycho.simulate import simulate_split
-from ptycho.train import TrainConfig, Trainer, prepare
+from ptycho.nets.models import ModelConfig
+from ptycho.data.simulate import simulate_split
+from ptycho.nets.train import TrainConfig, Trainer, prepare
 ds = simulate_split(SimulationConfig(n=16, object_size=40, n_lines=40, nphotons=1e6), "train")
 data = prepare(ds, "pinn")
 t = Trainer(ModelConfig(filters=2), TrainConfig(batch_size=4, xla=sys.argv[1]), ds.n, 4, ds.probe, data.physics)
@@ -229,7 +229,7 @@ def test_auto_mode_really_auto_clusters_and_the_others_do_not(mode, clustered, t
     import subprocess
     import sys
 
-    from ptycho.xla import count_clusters, xla_flags_environment
+    from ptycho.nets.xla import count_clusters, xla_flags_environment
 
     env = dict(os.environ, TF_DUMP_GRAPH_PREFIX=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2")
     env["TF_XLA_FLAGS"] = xla_flags_environment({})["TF_XLA_FLAGS"] + " --tf_xla_clustering_debug"
@@ -270,7 +270,7 @@ def test_pinn_loss_gradient_matches_finite_differences_on_a_tiny_case():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_inference_never_recompiles_across_sample_counts(mode):
-    from ptycho.infer import Predictor
+    from ptycho.nets.infer import Predictor
 
     trainer, data = _trainer("pinn", mode)
     predictor = Predictor(trainer.network, batch_size=16, mode=mode)
@@ -287,7 +287,7 @@ def test_inference_never_recompiles_across_sample_counts(mode):
 
 
 def test_every_modes_predictions_agree_with_off():
-    from ptycho.infer import Predictor
+    from ptycho.nets.infer import Predictor
 
     trainer, data = _trainer("pinn", "jit")
     x = data.inputs[:9]
@@ -299,8 +299,8 @@ def test_every_modes_predictions_agree_with_off():
 
 @pytest.mark.parametrize("kind", ["pinn", "baseline"])
 def test_training_traces_the_step_once_and_writes_checkpoint_and_history(kind, tmp_path):
-    from ptycho.models import ModelConfig
-    from ptycho.train import TrainConfig, train
+    from ptycho.nets.models import ModelConfig
+    from ptycho.nets.train import TrainConfig, train
 
     ds = _tiny_dataset()
     meta = train(ds, ModelConfig(kind=kind, filters=2), TrainConfig(epochs=2, batch_size=8, xla=True),
@@ -314,8 +314,8 @@ def test_training_traces_the_step_once_and_writes_checkpoint_and_history(kind, t
 
 
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    from ptycho.models import ModelConfig
-    from ptycho.train import TrainConfig, Trainer, TrainingDiverged, train
+    from ptycho.nets.models import ModelConfig
+    from ptycho.nets.train import TrainConfig, Trainer, TrainingDiverged, train
 
     ds = _tiny_dataset()
     cfg = (ModelConfig(filters=2), TrainConfig(epochs=1, batch_size=8, xla=False))
@@ -352,7 +352,7 @@ def test_group_canvas_without_padding_is_exact_for_offsets_below_a_quarter_patch
 
 @pytest.mark.parametrize("pinn_loss", ["mae", "poisson"])
 def test_gradients_checklist_item_runs_for_either_pinn_loss(pinn_loss):
-    from ptycho.checks import gradients
+    from ptycho.study.checks import gradients
 
     record = gradients(1e-4, pinn_loss=pinn_loss)
     assert record["status"] == "PASS" and record["value"] <= 1e-4
@@ -362,7 +362,7 @@ def test_gradients_checklist_item_runs_for_either_pinn_loss(pinn_loss):
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_network_depth_sets_the_code_width_and_keeps_the_output_shape(depth):
-    from ptycho.models import ModelConfig, build_network
+    from ptycho.nets.models import ModelConfig, build_network
 
     net = build_network(32, 4, 4, filters=2, pooling="avg", seed=0, depth=depth)
     amp, phase = net(np.zeros((1, 32, 32, 4), np.float32))
@@ -382,7 +382,7 @@ def test_code_mixing_lets_every_output_pixel_see_the_whole_pattern(mixing, tmp_p
     with one mixing layer it does. The layer is plain Keras (the model reloads)."""
     import keras
 
-    from ptycho.models import ModelConfig, build_network
+    from ptycho.nets.models import ModelConfig, build_network
 
     net = build_network(64, 1, 1, filters=2, pooling="avg", seed=0, depth=2, mixing=mixing)
     x = tf.Variable(np.random.default_rng(0).random((1, 64, 64, 1), np.float32))

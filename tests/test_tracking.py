@@ -267,14 +267,14 @@ def test_retry_rides_out_a_real_sqlite_lock(tmp_path):
             con.close()
 
     holder = _hold_exclusive_lock(db, 0.8)
-    tracking._retry(write, what="testing", uri="sqlite:///scratch", on_retry=retries.append)
+    tracking.store.retry(write, what="testing", uri="sqlite:///scratch", on_retry=retries.append)
     holder.join()
     assert retries and set(retries) == {"locked"}
     assert sqlite3.connect(db).execute("SELECT count(*) FROM t").fetchone() == (1,)  # written once
 
     holder = _hold_exclusive_lock(db, 2.0)
     with pytest.raises(PtychoError, match="stayed locked for 0 s while testing") as err:
-        tracking._retry(write, what="testing", uri="sqlite:///scratch", budget=0.3)
+        tracking.store.retry(write, what="testing", uri="sqlite:///scratch", budget=0.3)
     holder.join()
     assert "\n" not in str(err.value)
 

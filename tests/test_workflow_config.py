@@ -7,13 +7,13 @@ import dataclasses
 import pytest
 import yaml
 
-from ptycho.arms import arm_name, parse_arm
 from ptycho.config import SimulationConfig
-from ptycho.cxi import CxiGeometry
+from ptycho.data.cxi import CxiGeometry
 from ptycho.errors import ConfigError
-from ptycho.models import ModelConfig
-from ptycho.train import TrainConfig
-from ptycho.workflow import SCHEMA, arms, load_schema, resolve
+from ptycho.nets.models import ModelConfig
+from ptycho.nets.train import TrainConfig
+from ptycho.study.arms import arm_name, parse_arm
+from ptycho.study.workflow import SCHEMA, arms, load_schema, resolve
 
 ROOT = SCHEMA.parent.parent
 
@@ -103,7 +103,7 @@ def test_command_line_scalars_arrive_as_strings_and_are_retyped(base):
 
 
 def test_mode_pairs_match_each_mode_with_the_off_arm_of_its_model_and_seed_only():
-    from ptycho.arms import arm_of, mode_pairs
+    from ptycho.study.arms import arm_of, mode_pairs
 
     names = ["pinn-jit-s0", "pinn-off-s0", "pinn-physics-s0", "baseline-jit-s0", "pinn-jit-s1", "baseline-off-s1"]
     assert [(p.key, p.arm, p.reference) for p in mode_pairs(names)] == [
@@ -113,28 +113,28 @@ def test_mode_pairs_match_each_mode_with_the_off_arm_of_its_model_and_seed_only(
 
 
 def test_the_schema_offers_exactly_the_modes_of_ptycho_xla():
-    from ptycho.xla import MODES
+    from ptycho.nets.xla import MODES
 
     choices = load_schema()["properties"]["xla"]["items"]["anyOf"][0]["enum"]
     assert choices == list(MODES)
 
 
 def test_arm_names_and_pairs_follow_the_modes_of_ptycho_xla(monkeypatch):
-    """Arms, their wildcard pattern and pairing derive from ptycho.xla.MODES (the schema and
+    """Arms, their wildcard pattern and pairing derive from ptycho.nets.xla.MODES (the schema and
     the figure palette are checked against it by their own tests)."""
     import importlib
 
-    import ptycho.arms
-    import ptycho.xla
+    import ptycho.nets.xla
+    import ptycho.study.arms
 
-    monkeypatch.setitem(ptycho.xla.MODES, "newmode", "a test mode")
-    arms_module = importlib.reload(ptycho.arms)
+    monkeypatch.setitem(ptycho.nets.xla.MODES, "newmode", "a test mode")
+    arms_module = importlib.reload(ptycho.study.arms)
     try:
         assert "newmode" in arms_module.PATTERN
         assert [p.key for p in arms_module.mode_pairs(["pinn-off-s0", "pinn-newmode-s0"])] == ["pinn-s0-newmode"]
     finally:
         monkeypatch.undo()
-        importlib.reload(ptycho.arms)
+        importlib.reload(ptycho.study.arms)
 
 
 def test_bench_command_defaults_are_the_pipelines_model(base):
@@ -153,7 +153,7 @@ def test_bench_command_defaults_are_the_pipelines_model(base):
 @pytest.mark.parametrize("machine", [1, 2, 4, 16])
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_declared_threads_never_let_jobs_share_a_cpu_whatever_the_cores_given(threads, cores, machine):
-    from ptycho.workflow import declared_threads, job_threads
+    from ptycho.study.workflow import declared_threads, job_threads
 
     declared = declared_threads(threads, cores, machine)
     used = job_threads(declared, cores, machine)
@@ -169,7 +169,7 @@ def test_declared_threads_never_let_jobs_share_a_cpu_whatever_the_cores_given(th
 
 
 def test_per_model_sections_override_the_shared_ones_for_that_model_only(base):
-    from ptycho.workflow import model_config, train_config
+    from ptycho.study.workflow import model_config, train_config
 
     cfg = resolve(base, {"per_model": {"baseline": {"model": {"filters": 8}, "train": {"epochs": 2}}}})
     assert model_config(cfg, "baseline").filters == 8 and train_config(cfg, "off", 0, "baseline").epochs == 2
@@ -179,3 +179,4 @@ def test_per_model_sections_override_the_shared_ones_for_that_model_only(base):
         resolve(base, {"per_model": {"baseline": {"model": {"filterz": 8}}}})
     with pytest.raises(ConfigError, match="per_model"):
         resolve(base, {"per_model": {"pinnn": {"model": {"filters": 8}}}})
+

@@ -12,7 +12,7 @@ into real and imaginary parts, translated, recombined); shifts are ``(B, 2)``.
   cannot compile; it is the ``off`` mode's translation, so ``off`` and the XLA modes run
   genuinely different code.
 
-:func:`translate` picks one: ``xla=True`` for every XLA mode (``ptycho.xla.xla_translation``).
+:func:`translate` picks one: ``xla=True`` for every XLA mode (``ptycho.nets.xla.xla_translation``).
 """
 
 from __future__ import annotations

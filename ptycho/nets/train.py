@@ -1,4 +1,4 @@
-"""One training loop for both models, under any XLA mode (ptycho.xla), with honest timings.
+"""One training loop for both models, under any XLA mode (ptycho.nets.xla), with honest timings.
 
 * Fixed batch shape: training batches drop the remainder (a fresh shuffle every epoch
   means no sample is lost for good), validation pads the last batch and masks it. The
@@ -25,9 +25,9 @@ import numpy as np
 
 from ptycho.artifacts import atomic_write, write_json
 from ptycho.config import _check_choice, _check_range, from_dict, to_dict
-from ptycho.data import Dataset
+from ptycho.data.dataset import Dataset
 from ptycho.errors import PtychoError
-from ptycho.models import ModelConfig
+from ptycho.nets.models import ModelConfig
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -49,14 +49,14 @@ class TrainConfig:
     learning_rate: float = 1e-3
     validation_fraction: float = 0.1
     seed: int = 0
-    xla: str = "jit"  #: XLA mode, one of ptycho.xla.MODES (true/false are read as jit/off)
+    xla: str = "jit"  #: XLA mode, one of ptycho.nets.xla.MODES (true/false are read as jit/off)
     max_samples: int = 0  #: cap on training samples (groups or patterns); 0 = all
     lr_schedule: str = "constant"  #: constant | cosine (decay to lr_floor over the whole training)
     warmup_epochs: float = 0.0  #: linear warm-up from 0 to learning_rate over this many epochs
     lr_floor: float = 0.0  #: cosine: final learning rate as a fraction of learning_rate
 
     def __post_init__(self) -> None:
-        from ptycho.xla import parse_mode
+        from ptycho.nets.xla import parse_mode
 
         object.__setattr__(self, "xla", parse_mode(self.xla, "train.xla"))
         _check_range("train.epochs", self.epochs, 1, 100_000)
@@ -144,7 +144,7 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
 class Trainer:
     """Builds the model and its compiled steps for one (model, XLA mode) pair.
 
-    The step is split the way the modes need it (:mod:`ptycho.xla`): the network's
+    The step is split the way the modes need it (:mod:`ptycho.nets.xla`): the network's
     forward pass, then :meth:`physics_loss` (physics head and loss) on its output. The
     ``physics`` mode compiles only the latter; ``jit`` and ``auto`` the whole step.
     """
@@ -154,8 +154,8 @@ class Trainer:
         import keras
         import tensorflow as tf
 
-        from ptycho.models import build_network
-        from ptycho.xla import compile_physics, compile_step
+        from ptycho.nets.models import build_network
+        from ptycho.nets.xla import compile_physics, compile_step
 
         keras.utils.set_random_seed(train_cfg.seed)
         self.model_cfg, self.train_cfg = model_cfg, train_cfg
@@ -195,9 +195,9 @@ class Trainer:
         baseline's MAE against the true patches. Its own XLA function in ``physics`` mode."""
         import tensorflow as tf
 
-        from ptycho.models import to_complex
+        from ptycho.nets.models import to_complex
+        from ptycho.nets.xla import xla_translation
         from ptycho.physics.forward_tf import pad_centre, predicted_amplitude
-        from ptycho.xla import xla_translation
 
         if self.mode == "physics":
             self.traces["physics"] += 1  # runs only while tracing its own XLA function
@@ -539,7 +539,7 @@ def load_meta(model_dir: str | os.PathLike) -> dict:
 
 def configs_from_meta(meta: dict) -> tuple[ModelConfig, TrainConfig]:
     """The configs saved in a ``model.json`` (a pre-mode ``xla: true/false`` reads as jit/off)."""
-    from ptycho.xla import parse_mode
+    from ptycho.nets.xla import parse_mode
 
     train = dict(meta["train"], xla=parse_mode(meta["train"].get("xla", "jit"), "train.xla"))
     return from_dict(ModelConfig, meta["model"]), from_dict(TrainConfig, train)

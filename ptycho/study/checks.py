@@ -84,9 +84,9 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = ("jit", "auto"
     """
     import tensorflow as tf
 
+    from ptycho.nets.xla import compile_step, xla_translation
     from ptycho.physics.forward_tf import predicted_amplitude
     from ptycho.physics.probe import make_probe
-    from ptycho.xla import compile_step, xla_translation
 
     rng = np.random.default_rng(seed)
     n, c, b = 64, 4, 16
@@ -114,14 +114,14 @@ def inference_agreement(model_dirs: Sequence[str], dataset, max_samples: int = 1
                         modes: Sequence[str] = ("jit", "auto")) -> dict:
     """Trained networks, each XLA mode's predict step vs ``off``, on the study's test patterns.
 
-    Each trained model is run through the same fixed-batch :class:`~ptycho.infer.Predictor`
+    Each trained model is run through the same fixed-batch :class:`~ptycho.nets.infer.Predictor`
     under every mode (``physics`` predicts as ``off``: inference has no physics head);
     the complex patches ``amp * exp(i phase)`` are compared, relative to the largest
     amplitude; the worst mode is reported.
     """
-    from ptycho.arms import arm_of
-    from ptycho.infer import Predictor, load_network
-    from ptycho.train import load_meta, prepare
+    from ptycho.nets.infer import Predictor, load_network
+    from ptycho.nets.train import load_meta, prepare
+    from ptycho.study.arms import arm_of
 
     modes = [m for m in modes if m not in ("off", "physics")]
 
@@ -170,17 +170,17 @@ def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson",
     """Loss gradients w.r.t. weights and inputs, each XLA mode vs ``off``, per variable; plus FD.
 
     ``pinn_loss`` is the PINN loss the study trains with. The gradient function is
-    compiled as the mode compiles its train step (:func:`ptycho.xla.compile_step`, with
+    compiled as the mode compiles its train step (:func:`ptycho.nets.xla.compile_step`, with
     the ``physics`` mode's head a nested XLA function). The value is the worst of the
     per-mode relative differences and the finite-difference relative error.
     """
     import tensorflow as tf
 
     from ptycho.config import SimulationConfig
-    from ptycho.models import ModelConfig
-    from ptycho.simulate import simulate_split
-    from ptycho.train import TrainConfig, Trainer, prepare
-    from ptycho.xla import compile_step
+    from ptycho.data.simulate import simulate_split
+    from ptycho.nets.models import ModelConfig
+    from ptycho.nets.train import TrainConfig, Trainer, prepare
+    from ptycho.nets.xla import compile_step
 
     modes = [m for m in modes if m != "off"] or ["jit"]
     ds = simulate_split(SimulationConfig(n=32, object_size=56, n_lines=40, nphotons=1e6, probe_kind="defocused",
@@ -267,7 +267,7 @@ def loss_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[st
     """Per-epoch losses of every mode of each (model, seed), side by side:
     ``{"pinn-s0": {"off": {"train": [...], "val": [...]}, "jit": {...}}}``, the curves the
     convergence item and the loss figure show (only models and seeds with an ``off`` arm)."""
-    from ptycho.arms import mode_pairs, parse_arm
+    from ptycho.study.arms import mode_pairs, parse_arm
 
     out: dict[str, dict] = {}
     for pair in mode_pairs(histories):
@@ -294,7 +294,7 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
     diverged (its ``model.json`` says ``status: FAILED``) to the reason: the item FAILs
     and says so, whatever the other arms did.
     """
-    from ptycho.arms import mode_pairs
+    from ptycho.study.arms import mode_pairs
 
     initial = dict(initial or {})
     failed = dict(failed or {})
@@ -422,7 +422,7 @@ def _comparison_words(model: str, mode: str, label: str, c: Mapping[str, Any], p
 
 def _seed_groups(names: Iterable[str]) -> dict[tuple[str, str], tuple[dict[int, str], dict[int, str]]]:
     """(model, mode) -> (seed -> arm of the mode, seed -> arm of off) for every mode paired with off."""
-    from ptycho.arms import mode_pairs, parse_arm
+    from ptycho.study.arms import mode_pairs, parse_arm
 
     names = list(names)
     arms = [parse_arm(n) for n in names]
@@ -458,7 +458,7 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: 
     (diverged in training; its reconstruction is from its last good state) makes the
     item FAIL with the reason.
     """
-    from ptycho.arms import arm_name, mode_pairs, parse_arm
+    from ptycho.study.arms import arm_name, mode_pairs, parse_arm
 
     def number(v: Any) -> float:
         return float("nan") if v is None else float(v)  # JSON stores NaN as null
@@ -536,7 +536,7 @@ def speedup(bench: Mapping[str, Any], threshold: float, train_timings: Mapping[s
     context. Both contexts, every mode, every interval and the machine are evidence; a
     slower XLA is a finding, stated as such.
     """
-    from ptycho.bench import fastest
+    from ptycho.study.bench import fastest
 
     words = {}
     verdict_value, verdict_text = float("nan"), ""

@@ -25,10 +25,10 @@ def slope(sizes: Sequence[float], seconds: Sequence[float]) -> float:
 
 def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = False) -> dict:
     """``{"sizes", "steps": {step: {"seconds": [...], "per_object_s": [...], "slope"}}}``."""
+    from ptycho.analysis.stitch import stitch_objects
+    from ptycho.data.simulate import simulate
+    from ptycho.nets.train import train
     from ptycho.physics.translate import extract_patches
-    from ptycho.simulate import simulate
-    from ptycho.stitch import stitch_objects
-    from ptycho.train import train
 
     steps: dict[str, list[float]] = {"simulate": [], "train_epoch": [], "stitch": []}
     units: dict[str, list[int]] = {"simulate": [], "train_epoch": [], "stitch": []}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptycho.data import Dataset
+from ptycho.data.dataset import Dataset
 from ptycho.errors import PtychoError
 
 
@@ -27,7 +27,7 @@ class Predictor:
     """
 
     def __init__(self, network, batch_size: int, mode: str):
-        from ptycho.xla import compile_step, parse_mode
+        from ptycho.nets.xla import compile_step, parse_mode
 
         self.network = network
         self.batch_size = batch_size
@@ -90,10 +90,10 @@ def load_network(model_dir: str | Path):
 def reconstruct(model_dir: str | Path, ds: Dataset, *, xla: str | None = None, batch_size: int | None = None) -> Reconstruction:
     """Reconstruct every sample of ``ds`` with the model in ``model_dir``.
 
-    ``xla`` (a mode of :mod:`ptycho.xla`) and ``batch_size`` default to the training arm's. Timing excludes the first
+    ``xla`` (a mode of :mod:`ptycho.nets.xla`) and ``batch_size`` default to the training arm's. Timing excludes the first
     (compiling) batch, which is reported as ``compile_seconds``.
     """
-    from ptycho.train import load_meta, prepare
+    from ptycho.nets.train import load_meta, prepare
 
     meta = load_meta(model_dir)
     kind = meta["model"]["kind"]
@@ -101,7 +101,7 @@ def reconstruct(model_dir: str | Path, ds: Dataset, *, xla: str | None = None, b
         raise PtychoError(f"dataset patch size N={ds.n} differs from the model's N={meta['n']}; simulate with --n {meta['n']}")
     if kind == "pinn" and ds.gridsize != meta["gridsize"]:
         raise PtychoError(f"dataset gridsize {ds.gridsize} differs from the model's {meta['gridsize']}")
-    from ptycho.xla import parse_mode
+    from ptycho.nets.xla import parse_mode
 
     xla = parse_mode(meta["train"]["xla"] if xla is None else xla)
     batch_size = batch_size or meta["train"]["batch_size"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptycho.data import Dataset, scan_region
+from ptycho.data.dataset import Dataset, scan_region
 from ptycho.errors import DatasetError
 from ptycho.physics.scan import group_offsets, nearest_neighbour_groups
 from ptycho.physics.translate import extract_patches

@@ -146,7 +146,7 @@ def _figure(figsize: tuple[float, float], layout: str = "constrained") -> Figure
 # ------------------------------------------------------------------------- arm names
 def _parse(name: str) -> tuple[str | None, str | None, int | None]:
     """``(model, mode, seed)`` of an arm name, or Nones if it is not ``model-mode-sN``."""
-    from ptycho.arms import parse_arm
+    from ptycho.study.arms import parse_arm
 
     try:
         return tuple(parse_arm(name))
@@ -259,7 +259,7 @@ def _finite_range(*arrays: np.ndarray) -> tuple[float, float] | None:
 def common_window(
     comparisons: Mapping[str, Mapping[str, Any]],
 ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """The truth and every arm, from :func:`ptycho.metrics.compare` results, over one window.
+    """The truth and every arm, from :func:`ptycho.analysis.metrics.compare` results, over one window.
 
     ``compare`` removes a fixed frame, or more for an arm whose registration shift exceeds
     the allowance (a badly trained model), so the arms' scored windows can differ. The

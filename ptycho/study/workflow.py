@@ -18,7 +18,7 @@ from typing import Any
 
 from ptycho.errors import ConfigError
 
-SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:
@@ -139,7 +139,7 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
 
 def _modes(values: list) -> list[str]:
     """The ``xla`` list as mode names (``true``/``false`` read as jit/off), each once."""
-    from ptycho.xla import parse_mode
+    from ptycho.nets.xla import parse_mode
 
     modes = [parse_mode(v, "xla") for v in values]
     if len(set(modes)) != len(modes):
@@ -269,14 +269,14 @@ def _key_prefix(cfg: Mapping, section: str, kind: str) -> str:
 
 def model_config(cfg: Mapping, kind: str):
     from ptycho.config import from_dict
-    from ptycho.models import ModelConfig
+    from ptycho.nets.models import ModelConfig
 
     return from_dict(ModelConfig, dict(section_for(cfg, "model", kind), kind=kind), _key_prefix(cfg, "model", kind))
 
 
 def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn"):
     from ptycho.config import from_dict
-    from ptycho.train import TrainConfig
+    from ptycho.nets.train import TrainConfig
 
     return from_dict(TrainConfig, dict(section_for(cfg, "train", kind), xla=xla, seed=seed),
                      _key_prefix(cfg, "train", kind))
@@ -284,7 +284,7 @@ def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn"):
 
 def arms(cfg: Mapping) -> list[str]:
     """Every (model, mode, seed) job name of the matrix."""
-    from ptycho.arms import matrix
+    from ptycho.study.arms import matrix
 
     return matrix(cfg["models"], cfg["xla"], cfg["seeds"])
 

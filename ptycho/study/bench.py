@@ -198,7 +198,7 @@ def _worker(conn, spec: dict) -> None:
     env = {"TF_NUM_INTRAOP_THREADS": str(spec["threads"]),
            "TF_NUM_INTEROP_THREADS": "1" if spec["threads"] <= 2 else "2",
            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    from ptycho.xla import xla_flags_environment
+    from ptycho.nets.xla import xla_flags_environment
 
     env.update(xla_flags_environment())
     if spec["count_clusters"]:
@@ -247,13 +247,13 @@ class _WorkerArm:
 
     def __init__(self, spec: dict):
         from ptycho.config import from_dict
-        from ptycho.models import ModelConfig
-        from ptycho.train import TrainConfig, Trainer, prepare
+        from ptycho.nets.models import ModelConfig
+        from ptycho.nets.train import TrainConfig, Trainer, prepare
 
         self.spec = spec
         ds = spec["dataset"]
         if isinstance(ds, str):
-            from ptycho.data import read_dataset
+            from ptycho.data.dataset import read_dataset
 
             ds = read_dataset(ds)
         self.model_cfg = from_dict(ModelConfig, spec["model_cfg"])
@@ -283,7 +283,7 @@ class _WorkerArm:
 
     def clusters(self) -> int | None:
         """XLA clusters TensorFlow's auto-clustering formed (dumped graphs), if counted."""
-        from ptycho.xla import count_clusters
+        from ptycho.nets.xla import count_clusters
 
         prefix = os.environ.get("TF_DUMP_GRAPH_PREFIX")
         return count_clusters(prefix) if prefix else None
@@ -292,7 +292,7 @@ class _WorkerArm:
         """Median time of the step's three parts, each compiled under the arm's mode."""
         import tensorflow as tf
 
-        from ptycho.xla import compile_step
+        from ptycho.nets.xla import compile_step
 
         t, mode = self.trainer, self.train_cfg.xla
         x, offsets, targets = self._batch()
@@ -334,7 +334,7 @@ class _WorkerArm:
 
     def inference_setup(self) -> dict:
         """Build and compile the padded-batch and the per-pattern predictors."""
-        from ptycho.infer import Predictor
+        from ptycho.nets.infer import Predictor
 
         bs, mode, cfg = self.train_cfg.batch_size, self.train_cfg.xla, self.spec["bench"]
         self.inputs = self.data.inputs[: cfg["infer_samples"]]
@@ -446,12 +446,12 @@ def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_
 def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench: BenchConfig = BenchConfig()) -> dict:
     """Time every (model, mode) arm; return per-arm results and per-mode ratios vs ``off``.
 
-    ``ds`` is a :class:`~ptycho.data.Dataset` or the path of a dataset file (passed to
+    ``ds`` is a :class:`~ptycho.data.dataset.Dataset` or the path of a dataset file (passed to
     the workers, which read it themselves).
     """
     import multiprocessing
 
-    from ptycho.xla import MODES, REFERENCE, parse_mode
+    from ptycho.nets.xla import MODES, REFERENCE, parse_mode
 
     modes = [parse_mode(m) for m in modes]
     if REFERENCE not in modes:

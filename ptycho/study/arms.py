@@ -3,7 +3,7 @@
 The one definition of an arm's name, of how a name is read back, and of the pairs the
 checklist compares (every mode against ``off``, per model and seed). The Snakemake
 layer, the checks, the figures and the report all use these; adding a mode is a line
-in :data:`ptycho.xla.MODES`.
+in :data:`ptycho.nets.xla.MODES`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from ptycho.xla import MODES, REFERENCE, parse_mode
+from ptycho.nets.xla import MODES, REFERENCE, parse_mode
 
 MODELS = ("pinn", "baseline")
 #: What an arm name looks like (also the Snakemake wildcard constraint).

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ptycho.checks import ITEMS
+from ptycho.study.checks import ITEMS
 
 REPORT_SCHEMA_VERSION = 2  # 2: XLA modes (off, jit, auto, physics) replace the boolean arms
 

@@ -1,6 +1,6 @@
 """Stitching reconstructed patches back into an object image (pure NumPy).
 
-Conventions (shared with :mod:`ptycho.physics.translate` and :mod:`ptycho.data`):
+Conventions (shared with :mod:`ptycho.physics.translate` and :mod:`ptycho.data.dataset`):
 
 * Coordinates are ``[x, y]`` = ``[column, row]`` in object pixels.
 * A patch of side ``N`` at scan position ``p`` has its centre pixel (index ``N // 2``)
@@ -30,7 +30,7 @@ import numpy as np
 from ptycho.physics.translate import centre_crop
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ptycho.data import Dataset
+    from ptycho.data.dataset import Dataset
 
 __all__ = ["stitch", "stitch_dataset", "stitch_objects", "illumination_weight", "synchronise_phase"]
 

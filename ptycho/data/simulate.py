@@ -12,7 +12,7 @@ import json
 import numpy as np
 
 from ptycho.config import SimulationConfig, to_json
-from ptycho.data import Dataset, scan_region
+from ptycho.data.dataset import Dataset, scan_region
 from ptycho.physics.forward import expected_counts, poisson_counts, scale_for_photons
 from ptycho.physics.objects import make_object
 from ptycho.physics.probe import make_probe

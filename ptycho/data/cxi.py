@@ -59,9 +59,9 @@ a product (probe, object, positions) with the ground truth as the object.
 
 Complex arrays are h5py's compound ``(r, i)`` type, which is CXI's convention.
 
-:func:`import_cxi` reads such a file back into the identical :class:`~ptycho.data.Dataset`
+:func:`import_cxi` reads such a file back into the identical :class:`~ptycho.data.dataset.Dataset`
 (same digest, checked against the one stored in ``ptycho_1``). A CXI file from elsewhere
-(no ``ptycho_1``) is imported from its CXI fields the way :mod:`ptycho.npz` imports an
+(no ``ptycho_1``) is imported from its CXI fields the way :mod:`ptycho.data.npz` imports an
 NPZ: amplitudes = sqrt(intensities), positions = translation / dx, groups by nearest
 neighbours, the scale estimated from object and probe.
 """
@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 
 from ptycho import __version__
-from ptycho.data import Dataset
+from ptycho.data.dataset import Dataset
 from ptycho.errors import ConfigError, DatasetError
 
 CXI_VERSION = 160
@@ -152,7 +152,7 @@ def export_cxi(ds: Dataset, path: str | os.PathLike, geometry: CxiGeometry = Cxi
     import h5py
 
     from ptycho.artifacts import atomic_write
-    from ptycho.data import canonical_arrays, content_digest
+    from ptycho.data.dataset import canonical_arrays, content_digest
 
     arrays = canonical_arrays(ds)  # the dtypes of the dataset file, so the digest matches it
     n = arrays["probe"].shape[0]
@@ -274,7 +274,7 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
         raise DatasetError(
             f"{where}: unreadable HDF5 data ({reason}); the file may be truncated, copy it again"
         ) from None
-    from ptycho.npz import dataset_from_arrays
+    from ptycho.data.npz import dataset_from_arrays
 
     # Object pixel per axis (x: columns, y: rows) from the file's own geometry, computed
     # as CxiGeometry does. Positions within 1e-6 px of an integer are snapped to it: the
@@ -315,7 +315,7 @@ def _positive(f: Any, path: str, where: str) -> float:
 
 def _own_dataset(extras: Any, intensities: np.ndarray, probe: np.ndarray, objects: np.ndarray, where: str) -> Dataset:
     """The dataset :func:`export_cxi` wrote, from the CXI arrays and ``ptycho_1``."""
-    from ptycho.data import content_digest
+    from ptycho.data.dataset import content_digest
 
     def get(name: str) -> Any:
         if name not in extras:

@@ -1,0 +1,69 @@
+"""MLflow tracking for pipeline jobs: one parent run per study, one child run per job.
+
+The Snakemake pipeline runs each job as its own ``ptycho`` process, up to eight at once,
+all writing to the same tracking store, through :class:`mlflow.tracking.MlflowClient`
+with explicit run ids (never ``mlflow.start_run``'s process-global stack).
+
+* :mod:`~ptycho.tracking.store`: the URI, opening the store once, retries on locks;
+* :mod:`~ptycho.tracking.access`: can runs be recorded there (one line before a long job);
+* :mod:`~ptycho.tracking.provenance`: commit, config hash, source tags, owning process;
+* :mod:`~ptycho.tracking.runs`: a job's child run (journaled, offline-capable), datasets,
+  logged models, system metrics;
+* :mod:`~ptycho.tracking.parent`: the study's parent run, its children's table, stale runs;
+* :mod:`~ptycho.tracking.replay`: a journal sent again.
+
+MLflow is imported inside the functions, so importing this package is cheap.
+"""
+
+from ptycho.tracking.access import preflight, preflight_environment
+from ptycho.tracking.parent import (
+    close_pipeline,
+    end_stale_children,
+    finish_run,
+    log_artifact_to,
+    log_children_table,
+    start_parent,
+    start_pipeline,
+)
+from ptycho.tracking.provenance import (
+    HOST_TAG,
+    PID_START_TAG,
+    PID_TAG,
+    config_hash,
+    git_commit,
+    process_identity,
+    source_tags,
+)
+from ptycho.tracking.replay import journal_files, replay_journal
+from ptycho.tracking.runs import END_REASON_TAG, NONFINITE_TAG, Run, child_run, system_metrics
+from ptycho.tracking.store import RETRY_SECONDS, default_tracking_uri, ensure_store, flatten_params
+
+__all__ = [
+    "END_REASON_TAG",
+    "HOST_TAG",
+    "NONFINITE_TAG",
+    "PID_START_TAG",
+    "PID_TAG",
+    "RETRY_SECONDS",
+    "Run",
+    "child_run",
+    "close_pipeline",
+    "config_hash",
+    "default_tracking_uri",
+    "end_stale_children",
+    "ensure_store",
+    "finish_run",
+    "flatten_params",
+    "git_commit",
+    "journal_files",
+    "log_artifact_to",
+    "log_children_table",
+    "preflight",
+    "preflight_environment",
+    "process_identity",
+    "replay_journal",
+    "source_tags",
+    "start_parent",
+    "start_pipeline",
+    "system_metrics",
+]

@@ -1,0 +1,247 @@
+"""The study's parent run: created once per results folder ('ptycho track start'), given
+the table of its children and closed by the report; children of killed jobs are
+found stale and marked KILLED here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ptycho.errors import PtychoError
+from ptycho.tracking.access import preflight
+from ptycho.tracking.provenance import (
+    HOST_TAG,
+    PID_START_TAG,
+    PID_TAG,
+    config_hash,
+    git_commit,
+    process_alive,
+    source_tags,
+)
+from ptycho.tracking.runs import END_REASON_TAG
+from ptycho.tracking.store import (
+    _MAX_PARAMS_TAGS_PER_BATCH,
+    _chunks,
+    default_tracking_uri,
+    fit_tags,
+    flatten_params,
+    open_client,
+    retry,
+    safe_key,
+    sqlite_path,
+)
+
+_log = logging.getLogger(__name__)
+_RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
+
+
+def _artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts of a SQLite store go next to the database, not into the cwd.
+
+    MLflow's default for a SQLite store is ``./mlruns`` relative to the working
+    directory of whichever process created the experiment; pinning it beside the
+    database keeps a results folder self-contained. Servers choose their own.
+    """
+    path = sqlite_path(uri)
+    if path is None:
+        return None
+    return str(path.parent / "mlartifacts" / safe_key(experiment).replace("/", "_").replace(" ", "_"))
+
+
+def _experiment_id(client, uri: str, name: str) -> str:
+    """Id of experiment ``name``, creating it; safe when processes race to create it."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
+
+    exp = retry(lambda: client.get_experiment_by_name(name), what=f"looking up experiment {name!r}", uri=uri)
+    if exp is None:
+        try:
+            return retry(
+                lambda: client.create_experiment(name, artifact_location=_artifact_location(uri, name)),
+                what=f"creating experiment {name!r}",
+                uri=uri,
+            )
+        except MlflowException as exc:
+            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+        # Another process created it between our look-up and our insert.
+        _log.debug("MLflow experiment %r was created concurrently; using it", name)
+        exp = retry(lambda: client.get_experiment_by_name(name), what=f"looking up experiment {name!r}", uri=uri)
+        if exp is None:
+            raise PtychoError(f"MLflow experiment {name!r} exists but cannot be read at {uri}; check the store")
+    if exp.lifecycle_stage != "active":
+        raise PtychoError(
+            f"MLflow experiment {name!r} is deleted; restore it with "
+            f"'mlflow experiments restore --experiment-id {exp.experiment_id}' or use another experiment name"
+        )
+    return exp.experiment_id
+
+
+def start_parent(uri: str, experiment: str, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> str:
+    """Create the parent run of a study and return its id.
+
+    The parent holds what all jobs share (the study configuration as flattened params,
+    provenance tags); each job then opens a :func:`child_run` under it from its own
+    process, by id. The experiment is created if missing, race-safely. If logging the
+    params fails, the run is marked FAILED before the error propagates, so no
+    half-created parent is left RUNNING.
+    """
+    from mlflow.entities import Param
+
+    client = open_client(uri)
+    exp_id = _experiment_id(client, uri, experiment)
+    run_tags = fit_tags(tags)
+    run = retry(
+        lambda: client.create_run(exp_id, tags=run_tags, run_name=run_name),
+        what=f"creating run {run_name!r}",
+        uri=uri,
+    )
+    run_id = run.info.run_id
+    try:
+        entities = [Param(k, v) for k, v in flatten_params(params).items()]
+        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
+            retry(lambda c=chunk: client.log_batch(run_id, params=c), what="logging params", uri=uri)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            retry(lambda: client.set_terminated(run_id, "FAILED"), what="marking the run FAILED", uri=uri)
+        raise
+    return run_id
+
+
+def finish_run(uri: str, run_id: str, status: str = "FINISHED") -> None:
+    """Mark ``run_id`` terminated with ``status`` (FINISHED, FAILED or KILLED).
+
+    A separate call because the parent outlives the process that created it: the
+    pipeline's final rule closes it once every job has finished.
+    """
+    if status not in _RUN_STATUSES:
+        raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
+    client = open_client(uri)
+    retry(lambda: client.set_terminated(run_id, status), what=f"marking run {run_id} {status}", uri=uri)
+
+
+def log_artifact_to(uri: str, run_id: str, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+    """Copy a local file or folder into the artifacts of any run, by id (e.g. the parent).
+
+    For writes to a run this process did not open with :func:`child_run`, such as the
+    final report attached to the study's parent run before :func:`finish_run`.
+    """
+    client = open_client(uri)
+    retry(
+        lambda: client.log_artifact(run_id, os.fspath(path), artifact_path),
+        what=f"logging an artifact to run {run_id}",
+        uri=uri,
+    )
+
+
+def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child_runs.json") -> int:
+    """Log a table of the parent's child runs (name, rule, arm, status, duration, metrics)
+    on the parent run, so that one page shows the whole pipeline; returns the row count."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+    client = open_client(uri)
+    experiment_id = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri).info.experiment_id
+    runs = retry(lambda: client.search_runs([experiment_id], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'",
+                                             max_results=5000, order_by=["attributes.start_time ASC"]),
+                  what="listing the child runs", uri=uri)
+    keys = sorted({k for r in runs for k in r.data.metrics if not k.startswith("system/") and not k.endswith("_image")})
+    columns: dict[str, list] = {c: [] for c in ("run", "run_id", "rule", "model", "xla", "seed", "status", "duration_s",
+                                                *keys)}
+    for r in runs:
+        tags, info = r.data.tags, r.info
+        columns["run"].append(tags.get(MLFLOW_RUN_NAME, info.run_name))
+        columns["run_id"].append(info.run_id)
+        for tag in ("rule", "model", "xla", "seed"):
+            columns[tag].append(tags.get(tag, ""))
+        columns["status"].append(info.status)
+        columns["duration_s"].append(round((info.end_time - info.start_time) / 1000, 1) if info.end_time else None)
+        for key in keys:
+            columns[key].append(r.data.metrics.get(key))
+    retry(lambda: client.log_table(parent_run_id, columns, artifact_file), what="logging the child-run table", uri=uri)
+    return len(runs)
+
+
+def close_pipeline(uri: str, parent_run_id: str, artifacts: Iterable[tuple[str, str | None]]) -> None:
+    """The study's last step: ``artifacts`` (the report, its figures) attached to the
+    parent run, the table of its children logged, and the parent marked FINISHED."""
+    for path, folder in artifacts:
+        log_artifact_to(uri, parent_run_id, path, folder)
+    log_children_table(uri, parent_run_id)
+    finish_run(uri, parent_run_id, "FINISHED")
+
+
+def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[str]:
+    """Mark KILLED every RUNNING child of ``parent_run_id`` whose process is gone.
+
+    A job killed with ``kill -9`` (or by the OOM killer, or a node that rebooted)
+    cannot close its run, which would stay RUNNING for good. Each child records its
+    host, pid and the pid's start time (:func:`process_identity`); a RUNNING child
+    whose host is this one and whose process no longer exists (or is another process
+    with the same pid) is stale: it gets the tag ``ptycho.end_reason`` and status
+    KILLED. Children of other hosts, and children without these tags, are left alone:
+    from here it cannot be told whether they still run. Called when a pipeline starts
+    and when each job starts. Returns the ids of the runs it ended.
+    """
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    client = open_client(uri)
+    parent = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
+    running = retry(
+        lambda: client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}' and attributes.status = 'RUNNING'",
+            max_results=5000,
+        ),
+        what="looking for stale runs",
+        uri=uri,
+    )
+    host = socket.gethostname()
+    ended = []
+    for run in running:
+        tags = run.data.tags
+        if tags.get(HOST_TAG) != host:
+            continue
+        try:
+            pid = int(tags.get(PID_TAG, ""))
+        except ValueError:
+            continue
+        if process_alive(pid, tags.get(PID_START_TAG, "")):
+            continue
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        reason = (f"stale: process {pid} on {host} ended without closing this run (killed, e.g. kill -9 or "
+                  f"out of memory); marked KILLED at {when}{' by ' + by if by else ''}")
+        run_id = run.info.run_id
+        retry(lambda r=run_id, t=reason: client.set_tag(r, END_REASON_TAG, t), what="tagging a stale run", uri=uri)
+        retry(lambda r=run_id: client.set_terminated(r, "KILLED"), what="marking a stale run KILLED", uri=uri)
+        _log.info("MLflow run %s (%s) was stale: %s", run_id, run.info.run_name, reason)
+        ended.append(run_id)
+    return ended
+
+
+def start_pipeline(config: Mapping[str, Any], results_dir: str, experiment: str, run_name: str,
+                   tags: Mapping[str, Any], out: str, log: str | None = None) -> dict:
+    """Create a pipeline's parent run and write ``out`` (JSON: run id, tracking URI).
+
+    Every job of the pipeline reads ``out`` to log as a child of this run. Called once
+    per results folder by the workflow (``rules/common.smk``) and by ``ptycho track start``.
+    """
+
+    from ptycho.artifacts import write_json
+
+    uri = default_tracking_uri(results_dir)
+    preflight(uri)
+    commit = git_commit(Path.cwd())
+    all_tags = dict(tags, git_commit=commit, config_hash=config_hash(config), **source_tags(commit))
+    run_id = start_parent(uri, experiment, run_name, config, all_tags)
+    record = {"run_id": run_id, "tracking_uri": uri, "experiment": experiment, "config_hash": all_tags["config_hash"]}
+    write_json(out, record)
+    if log:
+        Path(log).write_text(f"MLflow parent run {run_id} at {uri}\n")
+    return record

@@ -1,0 +1,440 @@
+"""A job's child run: every write retried on locks, journaled, and carried on offline.
+
+Faults mid-run: each child run is tagged with its host, pid and the pid's start time,
+so that :func:`~ptycho.tracking.parent.end_stale_children` can close (KILLED, with the reason in the tag
+``ptycho.end_reason``) the runs of jobs that were killed outright; and a :class:`Run`
+with a :class:`Journal` appends every write to a local JSON-lines file first, goes on
+without the server when it stops answering, and :func:`~ptycho.tracking.replay.replay_journal` sends the file
+again later, idempotently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ptycho.errors import PtychoError
+from ptycho.tracking.provenance import process_identity
+from ptycho.tracking.store import (
+    _MAX_DATASET_DIGEST,
+    _MAX_METRICS_PER_BATCH,
+    _MAX_PARAMS_TAGS_PER_BATCH,
+    _MAX_TAG_VALUE,
+    _chunks,
+    fit,
+    fit_tags,
+    flatten_params,
+    open_client,
+    retry,
+    safe_key,
+    unreachable,
+)
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Tag listing the metric keys that received NaN or +-inf (the SQL store keeps NaN but
+#: stores +-inf as +-1.797e308, so the tag says which numbers are not what they seem).
+NONFINITE_TAG = "ptycho.nonfinite_metrics"
+
+#: Why a run ended other than FINISHED: the one-line error, or what found it stale.
+END_REASON_TAG = "ptycho.end_reason"
+
+
+class Journal:
+    """An append-only JSON-lines copy of everything a job logs, kept beside its outputs.
+
+    One line per write (``run``, ``params``, ``metrics``, ``tags``, ``artifact``,
+    ``dict``, ``dataset``, ``end``), each with the run id and tracking URI, written
+    *before* the write to MLflow is attempted. Whatever happens to the tracking server,
+    what the job computed is on disk, and :func:`replay_journal` sends it again.
+    Metrics keep the timestamp they were first sent with, so a replay is an exact
+    duplicate that MLflow drops: replaying twice adds nothing.
+
+    A journal that cannot be written (disk full) is reported once as a warning and then
+    skipped; it never stops the job, whose MLflow writes go on.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._broken = False
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        if self._broken:
+            return
+        line = json.dumps(record, separators=(",", ":"), default=str)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as fh:
+                fh.write(line + "\n")
+        except OSError as exc:
+            self._broken = True
+            _log.warning("cannot write the MLflow journal %s (%s); MLflow alone records this job", self.path, exc.strerror)
+
+
+class Run:
+    """One child run, bound to a client and a run id; every write retried on locks.
+
+    A small wrapper instead of MLflow's fluent functions so that the run is explicit
+    (no process-global active run) and each write goes through :func:`retry`.
+    :attr:`retries` counts the retries this object's writes needed, by reason, so
+    callers and tests can see contention without module-level counters.
+
+    With a :class:`Journal`, every write is first appended to it. If the tracking
+    server stops answering (after MLflow's own retries with backoff), the run goes
+    *offline*: one warning line says where the journal is and how to replay it, the
+    job carries on, and later writes go to the journal only (:attr:`offline`).
+    Without a journal a lost server is an error, as before.
+    """
+
+    def __init__(self, client: Any, run_id: str, uri: str, journal: Journal | None = None):
+        self._client = client
+        self._run_id = run_id
+        self._uri = uri
+        self._journal = journal
+        self._offline = ""
+        self._exit_status = "FINISHED"
+        self._retries = {"locked": 0, "conflict": 0}
+        self._nonfinite: set[str] = set()
+
+    @property
+    def run_id(self) -> str:
+        """The MLflow run id."""
+        return self._run_id
+
+    @property
+    def uri(self) -> str:
+        """The tracking URI this run lives at."""
+        return self._uri
+
+    @property
+    def retries(self) -> dict[str, int]:
+        """Retries so far: ``"locked"`` (store busy) and ``"conflict"`` (concurrent insert)."""
+        return dict(self._retries)
+
+    @property
+    def offline(self) -> str:
+        """Why the tracking server was given up on (``""`` while it answers)."""
+        return self._offline
+
+    @property
+    def journal(self) -> Journal | None:
+        return self._journal
+
+    def _count(self, reason: str) -> None:
+        self._retries[reason] += 1
+
+    def _record(self, op: str, **fields: Any) -> None:
+        if self._journal is not None:
+            self._journal.append({"op": op, "run_id": self._run_id, "uri": self._uri, **fields})
+
+    def _call(self, what: str, fn: Callable[[], T], conflicts: bool = False) -> T | None:
+        if self._offline:
+            return None
+        try:
+            return retry(fn, what=what, uri=self._uri, conflicts=conflicts, on_retry=self._count)
+        except Exception as exc:
+            reason = unreachable(exc) if self._journal is not None else ""
+            if not reason:
+                raise
+            self._offline = reason
+            print(
+                f"ptycho: warning: MLflow tracking server at {self._uri} stopped answering ({reason}) while {what}; "
+                f"the job goes on and keeps what it logs in {self._journal.path}; when the server is back, run "
+                f"'python -m ptycho track replay {self._journal.path}'",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Log several metrics at one step in one ``log_batch`` call (one per 1000 keys).
+
+        One call per step instead of one per metric: fewer lock acquisitions under
+        concurrency, and the values of a step land together. The timestamp is taken
+        once, before any attempt, which is what makes a retry (and a replay from the
+        journal) idempotent. Values are converted with ``float`` (NumPy and TensorFlow
+        scalars work). NaN is stored as NaN; +-inf are stored by the SQL store as
+        +-1.797e308, so their keys are also listed in the ``ptycho.nonfinite_metrics`` tag.
+        """
+        from mlflow.entities import Metric, RunTag
+
+        if not metrics:
+            return
+        timestamp = int(time.time() * 1000)
+        step = 0 if step is None else int(step)
+        entities = []
+        for key, value in metrics.items():
+            value = float(value)
+            if not math.isfinite(value):
+                self._nonfinite.add(safe_key(key))
+            entities.append(Metric(safe_key(key), value, timestamp, step))
+        tags = (
+            [RunTag(NONFINITE_TAG, fit(",".join(sorted(self._nonfinite)), _MAX_TAG_VALUE))] if self._nonfinite else []
+        )
+        self._record("metrics", metrics=[[m.key, m.value, m.timestamp, m.step] for m in entities],
+                     tags={t.key: t.value for t in tags})
+        for i, chunk in enumerate(_chunks(entities, _MAX_METRICS_PER_BATCH)):
+            extra = tags if i == 0 else []
+            self._call(
+                "logging metrics", lambda c=chunk, t=extra: self._client.log_batch(self._run_id, metrics=c, tags=t)
+            )
+
+    def log_metric(self, key: str, value: float, step: int | None = None) -> None:
+        """Log one metric; see :meth:`log_metrics`."""
+        self.log_metrics({key: value}, step=step)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log (nested) params, flattened with dotted keys; see :func:`flatten_params`.
+
+        MLflow params are immutable: logging a key again with a different value is an
+        error (an identical value is accepted, which keeps retries harmless).
+        """
+        from mlflow.entities import Param
+
+        flat = flatten_params(params)
+        self._record("params", params=flat)
+        entities = [Param(k, v) for k, v in flat.items()]
+        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
+            self._call("logging params", lambda c=chunk: self._client.log_batch(self._run_id, params=c))
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Set tags (values stringified, cut at MLflow's 8000 characters); later values win."""
+        from mlflow.entities import RunTag
+
+        fitted = fit_tags(tags)
+        self._record("tags", tags=fitted)
+        entities = [RunTag(k, v) for k, v in fitted.items()]
+        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
+            self._call("setting tags", lambda c=chunk: self._client.log_batch(self._run_id, tags=c))
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Copy a local file or folder into the run's artifacts (under ``artifact_path``).
+
+        The journal records the file's path (not its content): the file is an output of
+        the job and stays where it is for a replay.
+        """
+        self._record("artifact", path=os.path.abspath(os.fspath(path)), artifact_path=artifact_path)
+        self._call(
+            "logging an artifact",
+            lambda: self._client.log_artifact(self._run_id, os.fspath(path), artifact_path),
+        )
+
+    def log_dict(self, obj: dict, filename: str) -> None:
+        """Store ``obj`` as a JSON or YAML artifact (chosen by the extension of ``filename``)."""
+        self._record("dict", obj=obj, filename=filename)
+        self._call("logging a dict", lambda: self._client.log_dict(self._run_id, obj, filename))
+
+    def log_figure(self, fig: Any, filename: str) -> None:
+        """Store a matplotlib figure as an image artifact (format from ``filename``); not journaled."""
+        self._call("logging a figure", lambda: self._client.log_figure(self._run_id, fig, filename))
+
+    def log_dataset(self, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
+        """Record a dataset file as an input of the run, with its split as context.
+
+        Uses ``MlflowClient.log_inputs`` with an ``mlflow.entities.Dataset`` (source type
+        ``local``, source ``{"uri": <absolute path>}``) and the ``mlflow.data.context``
+        input tag, so the UI shows which data a run used without ``mlflow.data``'s
+        pandas-based constructors. MLflow caps digests at 36 characters; the full digest
+        is kept in the dataset profile. Concurrent jobs logging the same dataset race to
+        insert its shared row, so unique-constraint conflicts are retried as well.
+        """
+        self._record("dataset", name=name, digest=digest, source=os.path.abspath(os.fspath(source_path)), split=split)
+        self._call(
+            f"logging dataset {name!r}",
+            lambda: _log_dataset(self._client, self._run_id, name, digest, source_path, split),
+            conflicts=True,
+        )
+
+    def log_model(self, name: str, local_dir: str | os.PathLike, *, params: Mapping[str, Any],
+                  tags: Mapping[str, Any], metrics: Mapping[str, float], step: int,
+                  dataset: tuple[str, str] | None = None) -> None:
+        """Register ``local_dir`` as an MLflow 3 logged model of this run, with ``metrics`` linked to it.
+
+        The UI's Models tab (and the run's) then lists the trained network with its
+        params, tags and final metrics, and ``dataset`` (name, digest of a dataset logged
+        with :meth:`log_dataset`) says what the metrics were measured on. Autologging
+        does not fit a custom training loop, hence ``create_logged_model`` +
+        ``log_model_artifacts``. Idempotent (see :func:`_log_model`), so journaled and replayed.
+        """
+        record = {"name": name, "local_dir": os.path.abspath(os.fspath(local_dir)), "params": flatten_params(params),
+                  "tags": fit_tags(tags), "metrics": {k: float(v) for k, v in metrics.items()}, "step": int(step),
+                  "timestamp": int(time.time() * 1000), "dataset": list(dataset) if dataset else None}
+        self._record("model", **record)
+        self._call(f"logging model {name!r}", lambda: _log_model(self._client, self._run_id, **record))
+
+    def fail_on_exit(self, reason: str) -> None:
+        """End this run FAILED with ``reason`` (tag ``ptycho.end_reason``) even if the block exits normally.
+
+        For a job that records a failure as a result (a diverged training written as a
+        FAILED model) instead of raising it.
+        """
+        self.set_tags({END_REASON_TAG: reason})
+        self._exit_status = "FAILED"
+
+    def _terminate(self, status: str) -> None:
+        end_time = int(time.time() * 1000)
+        self._record("end", status=status, end_time=end_time)
+        self._call(f"marking the run {status}",
+                   lambda: self._client.set_terminated(self._run_id, status, end_time=end_time))
+
+
+def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    dataset = Dataset(
+        name=name,
+        digest=digest[:_MAX_DATASET_DIGEST],
+        source_type="local",
+        source=json.dumps({"uri": os.path.abspath(os.fspath(source_path))}),
+        schema=None,
+        profile=json.dumps({"digest": digest, "split": split}),
+    )
+    inputs = [DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])]
+    client.log_inputs(run_id, datasets=inputs)
+
+
+def _log_model(client: Any, run_id: str, name: str, local_dir: str, params: Mapping[str, str],
+               tags: Mapping[str, str], metrics: Mapping[str, float], step: int, timestamp: int,
+               dataset: list[str] | None) -> str:
+    """Create (or find) the logged model ``name`` of ``run_id``, upload ``local_dir`` once,
+    link ``metrics`` to it, and list it as the run's output; returns its model id.
+
+    A second call (a retry, a journal replay) finds the model by name and source run
+    instead of creating another, and re-sends metrics with the same timestamp, which
+    MLflow drops as duplicates.
+    """
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+
+    run = client.get_run(run_id)
+    experiment_id = run.info.experiment_id
+    found = client.search_logged_models([experiment_id], max_results=1,
+                                        filter_string=f"name = '{name}' AND source_run_id = '{run_id}'")
+    model = found[0] if found else client.create_logged_model(experiment_id, name=name, source_run_id=run_id,
+                                                             params=dict(params), tags=dict(tags), model_type="keras")
+    if model.status != LoggedModelStatus.READY:
+        client.log_model_artifacts(model.model_id, local_dir)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    dataset_name, dataset_digest = (dataset[0], dataset[1][:_MAX_DATASET_DIGEST]) if dataset else (None, None)
+    for key, value in metrics.items():
+        client.log_metric(run_id, safe_key(key), value, timestamp=timestamp, step=step, model_id=model.model_id,
+                          dataset_name=dataset_name, dataset_digest=dataset_digest)
+    if model.model_id not in {o.model_id for o in (run.outputs.model_outputs if run.outputs else [])}:
+        client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step)])
+    return model.model_id
+
+
+@contextlib.contextmanager
+def system_metrics(run: Run, interval: float = 5.0) -> Iterator[None]:
+    """Sample CPU, memory, disk and network (and GPU when one is present) into ``run``
+    every ``interval`` s while the block runs, as ``system/...`` metrics.
+
+    MLflow's own ``SystemMetricsMonitor`` samples, bound to an explicit run id (no
+    active run); its writes go through :meth:`Run.log_metrics`, so they are retried on
+    locks and journaled like everything else. The CPU series is machine-wide: it also
+    shows whether anything else ran beside a job. A block shorter than one interval
+    still logs the samples it took. ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` overrides
+    ``interval``.
+    """
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    class _Monitor(SystemMetricsMonitor):
+        def publish_metrics(self, metrics: dict) -> None:
+            if metrics:
+                run.log_metrics({f"system/{k}": v for k, v in metrics.items()}, step=self._logging_step)
+            self._logging_step += 1
+            for monitor in self.monitors:
+                monitor.clear_metrics()
+
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # its start/stop lines are not news
+    monitor = _Monitor(run.run_id, sampling_interval=interval, tracking_uri=run.uri)
+    monitor.collect_metrics()  # one sample now: the block may end before the first interval
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.finish()
+        if any(m._metrics for m in monitor.monitors):
+            monitor.publish_metrics(monitor.aggregate_metrics())
+
+
+def end_reason(exc: BaseException) -> str:
+    """One line saying why a run ended with ``exc`` (for the ``ptycho.end_reason`` tag)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted: SIGINT or SIGTERM (Ctrl-C, or Snakemake or SLURM cancelled the job)"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return fit(f"{type(exc).__name__}: {text}", _MAX_TAG_VALUE)
+
+
+@contextlib.contextmanager
+def child_run(
+    uri: str,
+    parent_run_id: str,
+    name: str,
+    tags: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+    journal: str | os.PathLike | None = None,
+) -> Iterator[Run]:
+    """Open a child run of ``parent_run_id`` for the duration of a ``with`` block.
+
+    The run is tagged ``mlflow.parentRunId`` (how MLflow nests runs in the UI), this
+    process's identity (:func:`process_identity`, for :func:`end_stale_children`) and
+    ``tags``, and ends FINISHED on a normal exit. On an exception it ends FAILED
+    (KILLED for ``KeyboardInterrupt``) with the reason in the ``ptycho.end_reason`` tag,
+    and the exception propagates unchanged; a failure to record that status is logged,
+    never allowed to replace the original error. With ``journal`` (a ``.jsonl`` path),
+    everything is also appended there (see :class:`Journal`, :class:`Run`).
+    A server that cannot be reached when the run is opened is a one-line error.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    client = open_client(uri)
+    try:
+        parent = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
+    except MlflowException as exc:
+        reason = unreachable(exc)
+        if reason:
+            raise PtychoError(
+                f"MLflow tracking server at {uri} is unreachable ({reason}); start it again ('make mlflow-server') "
+                "and re-run, or unset MLFLOW_TRACKING_URI"
+            ) from None
+        if exc.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            raise
+        raise PtychoError(
+            f"MLflow parent run {parent_run_id} not found at {uri}; start the study's parent run first"
+        ) from None
+    run_tags = {**fit_tags(tags), **process_identity(), MLFLOW_PARENT_RUN_ID: parent_run_id}
+    info = retry(
+        lambda: client.create_run(parent.info.experiment_id, tags=run_tags, run_name=name),
+        what=f"creating run {name!r}",
+        uri=uri,
+    ).info
+    book = Journal(journal) if journal is not None else None
+    run = Run(client, info.run_id, uri, book)
+    run._record("run", experiment_id=parent.info.experiment_id, name=name, tags=run_tags,
+                start_time=info.start_time)
+    try:
+        if params:
+            run.log_params(params)
+        yield run
+    except BaseException as exc:
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        try:
+            run.set_tags({END_REASON_TAG: end_reason(exc)})
+            run._terminate(status)
+        except Exception as term_exc:  # keep the original error
+            _log.warning("could not mark MLflow run %s %s: %s", run.run_id, status, term_exc)
+        raise
+    run._terminate(run._exit_status)

@@ -1,0 +1,329 @@
+"""The tracking store: its URI, opening it once, fitting values to MLflow's limits,
+and retrying writes while SQLite is locked.
+
+* **No active-run stack.** Every call goes through :class:`mlflow.tracking.MlflowClient`
+  with an explicit run id, never ``mlflow.start_run``; the fluent API keeps a
+  process-global stack of active runs, which this project forbids (no global mutable
+  state) and which cannot express "a child of a run started by another process".
+* **SQLite is the embedded default, and it has one writer at a time.** MLflow 3 refuses
+  the file store, so without ``MLFLOW_TRACKING_URI`` the store is
+  ``sqlite:///<results>/mlflow.db``. Concurrent writers queue on SQLite's database lock.
+  MLflow 3 (checked on 3.17) sets ``PRAGMA busy_timeout = 20000`` on every session it opens, which
+  overrides a ``?timeout=`` in the URI (SQLAlchemy does pass that on to
+  ``sqlite3.connect``, but MLflow's pragma replaces it), so this module adds no URI
+  option. What the busy timeout cannot absorb (a lock held for longer than 20 s, e.g. by
+  a schema migration, a slow shared filesystem or a UI query) surfaces as
+  ``database is locked``; every write here is therefore wrapped in :func:`retry`:
+  bounded exponential backoff with jitter on lock errors (about 60 s in all), then a
+  one-line :class:`~ptycho.errors.PtychoError`.
+* **Retrying a write never duplicates it.** A write that fails on a lock is rolled back
+  by MLflow's session (SQLite commits atomically), so nothing of it is stored. MLflow's
+  ``log_batch`` is several transactions (params, metrics, tags), though, so a retry may
+  repeat a part that did commit; that repetition is harmless because the entities are
+  built once, before the first attempt: metrics carry the same timestamp, step and value
+  on every attempt and MLflow drops an exact duplicate of a stored metric (it is the
+  table's primary key), an identical param is skipped, and a tag is an upsert.
+
+First access to a new SQLite file creates and migrates the schema, and MLflow does that
+without a lock when a store object is built; processes doing it at once fail ("table
+experiments already exists", "duplicate column name"). :func:`ensure_store` serialises it with ``fcntl.flock`` on a ``.lock`` file
+next to the database (a lock that also works across nodes where the filesystem honours
+``flock``), and every entry point here calls it first.
+
+A third race needs no lock but a retry: concurrent jobs logging the same dataset all
+try to insert its one shared row, and all but the first fail on a unique constraint;
+:meth:`~ptycho.tracking.runs.Run.log_dataset` retries those conflicts, and the retry links the existing row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ptycho.errors import PtychoError
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Total time (seconds) one write keeps retrying on a locked store before giving up.
+#: Long enough to ride out a schema migration or a burst of eight jobs finishing at once;
+#: short enough that a store that is really stuck fails the job instead of hanging it.
+RETRY_SECONDS = 60.0
+_FIRST_DELAY = 0.05
+_MAX_DELAY = 5.0
+
+# MLflow's limits (mlflow.utils.validation), copied so that values are fitted before
+# the call instead of being rejected by it.
+_MAX_PARAM_VALUE = 6000
+_MAX_TAG_VALUE = 8000
+_MAX_KEY = 250
+_MAX_PARAMS_TAGS_PER_BATCH = 100
+_MAX_METRICS_PER_BATCH = 1000
+_MAX_DATASET_DIGEST = 36
+_TRUNCATED = "...[truncated]"
+
+
+def safe_key(key: str) -> str:
+    """``key`` made acceptable to MLflow as a param, metric or tag name.
+
+    MLflow allows alphanumerics, ``_ - . : /`` and spaces, at most 250 characters, and
+    rejects names that change under path normalisation; anything else becomes ``_``
+    here rather than failing a job over the spelling of a configuration key.
+    """
+    out = "".join(c if (c.isalnum() or c in "_-.: /") else "_" for c in str(key))[:_MAX_KEY]
+    if not _path_unique(out):
+        out = out.replace("/", "_")
+    if not _path_unique(out):
+        out = ("_" + out)[:_MAX_KEY]
+    return out
+
+
+def _path_unique(name: str) -> bool:
+    import posixpath
+
+    norm = posixpath.normpath(name)
+    return norm == name and norm != "." and not norm.startswith("..") and not norm.startswith("/")
+
+
+def fit(value: str, limit: int) -> str:
+    """``value`` cut to ``limit`` characters with a visible marker if it was longer."""
+    return value if len(value) <= limit else value[: limit - len(_TRUNCATED)] + _TRUNCATED
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested mappings (and dataclasses) flattened to ``{"a.b.c": "value"}``.
+
+    MLflow params are flat string pairs; dotted keys keep the configuration's structure
+    readable and searchable (``params.model.lr``). Values longer than MLflow's 6000
+    characters are truncated with a marker; an empty mapping is kept as ``"{}"``.
+    """
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        if isinstance(value, Mapping) and value:
+            out.update(flatten_params(value, prefix=f"{name}."))
+        else:
+            out[safe_key(name)] = fit("{}" if isinstance(value, Mapping) else _as_text(value), _MAX_PARAM_VALUE)
+    return out
+
+
+def fit_tags(tags: Mapping[str, Any]) -> dict[str, str]:
+    return {safe_key(k): fit(_as_text(v), _MAX_TAG_VALUE) for k, v in tags.items()}
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def default_tracking_uri(results_dir: str | os.PathLike) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<abs results_dir>/mlflow.db``.
+
+    The environment wins so that a shared tracking server (or another database) can be
+    chosen without touching the pipeline. The fallback is SQLite because MLflow 3
+    refuses the file store; the path is absolute because Snakemake jobs may run in
+    other working directories, and the folder is created because SQLite will not.
+    """
+    env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if env:
+        return env
+    folder = Path(os.path.abspath(os.path.expanduser(os.fspath(results_dir))))
+    if "?" in str(folder) or "#" in str(folder):
+        raise PtychoError(
+            f"results folder {folder} contains '?' or '#', which a sqlite URI cannot carry; "
+            "rename it or set MLFLOW_TRACKING_URI"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PtychoError(
+            f"cannot create results folder {folder} ({exc.strerror}); choose a writable folder or set MLFLOW_TRACKING_URI"
+        ) from None
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:`` URI (absolute), or None (not sqlite / in memory)."""
+    if not uri.startswith("sqlite:"):
+        return None
+    rest = uri[len("sqlite:") :]
+    if not rest.startswith("///"):
+        return None  # "sqlite://" is an in-memory database
+    path = rest[3:].split("?", 1)[0]
+    if path in ("", ":memory:"):
+        return None
+    return Path(os.path.abspath(path))
+
+
+def _transient(exc: BaseException, conflicts: bool) -> str:
+    """Why a later attempt can succeed (``"locked"``, ``"conflict"``), or ``""`` if it cannot.
+
+    "database is locked" / "database table is locked" is SQLite's busy error, wrapped by
+    SQLAlchemy in ``OperationalError`` and by MLflow in ``MlflowException``; the chain
+    of causes is searched so that every wrapping is recognised. With ``conflicts``,
+    unique-constraint violations count too: they happen when two processes insert the
+    same shared row at once (a dataset logged by concurrent jobs), and the retry finds
+    the row the other process committed.
+    """
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err).lower()
+        if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
+            return "locked"
+        if conflicts and ("unique constraint failed" in text or isinstance(err, sqlite3.IntegrityError)):
+            return "conflict"
+        err = err.__cause__ or err.__context__
+    return ""
+
+
+def retry(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    uri: str,
+    budget: float = RETRY_SECONDS,
+    conflicts: bool = False,
+    on_retry: Callable[[str], None] | None = None,
+) -> T:
+    """``fn()``, retried with exponential backoff and jitter while the store is locked.
+
+    Why retrying is safe: SQLite rolls back a transaction that fails on the lock, so a
+    failed attempt stored nothing, and the callers build their entities (timestamps
+    included) before calling, so a repeated part of a multi-transaction call is an exact
+    duplicate that MLflow drops (see the module docstring).
+
+    Delays start at 50 ms and double up to 5 s, each drawn from [d/2, d] so that jobs
+    that collided once do not collide again in lockstep. After ``budget`` seconds the
+    last error is raised as a one-line :class:`PtychoError`. Every retry is logged at
+    DEBUG and its reason (``"locked"`` or ``"conflict"``) passed to ``on_retry`` (the
+    counters of :class:`Run`), never to module state.
+    """
+    rng = random.Random()
+    deadline = time.monotonic() + budget
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            reason = _transient(exc, conflicts)
+            if not reason:
+                raise
+            delay = min(_MAX_DELAY, _FIRST_DELAY * 2**attempt)
+            delay = rng.uniform(delay / 2, delay)
+            if time.monotonic() + delay > deadline:
+                raise PtychoError(
+                    f"MLflow store {uri} {'stayed locked' if reason == 'locked' else 'kept conflicting'} "
+                    f"for {budget:.0f} s while {what}; "
+                    "run fewer jobs at once or use a tracking server ('make mlflow-server')"
+                ) from exc
+            attempt += 1
+            _log.debug("MLflow store %s while %s; retry %d in %.2f s", reason, what, attempt, delay)
+            if on_retry is not None:
+                on_retry(reason)
+            time.sleep(delay)
+
+
+def _open_store(uri: str) -> None:
+    """Build (and cache, per process) MLflow's store for ``uri``, migrating a new file."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        # Any call builds the store; MLflow caches it per URI for the process.
+        retry(lambda: MlflowClient(uri).search_experiments(max_results=1), what="opening the store", uri=uri)
+    except MlflowException as exc:
+        if "out-of-date database schema" in str(exc):
+            raise PtychoError(
+                f"MLflow store {uri} has an older schema than MLflow here; back it up, then run 'mlflow db upgrade {uri}'"
+            ) from None
+        raise
+
+
+def ensure_store(uri: str) -> None:
+    """Create or migrate a SQLite store once, even when many processes start together.
+
+    MLflow creates and migrates a SQLite database the first time a process opens it,
+    without a lock (its own ``_safe_initialize_tables`` lock is not used on that path),
+    so simultaneous first access runs migrations over each other and fails with "table
+    already exists" or "duplicate column". Here the store is opened under an exclusive
+    ``flock`` on ``<database>.lock`` beside the database: the first holder migrates, the
+    rest wait and then find the tables. The lock is held only for opening (tens of ms
+    once MLflow's store module is imported, which happens before locking), and it
+    works wherever the database is shared and ``flock`` is honoured. Also catches an
+    older schema, which MLflow will not migrate on its own. Non-SQLite URIs (servers,
+    other databases) manage this themselves: no-op.
+    """
+    import fcntl
+
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    with contextlib.suppress(ImportError):  # the slow import, kept outside the lock
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path.with_name(path.name + ".lock"), "a")
+    except OSError as exc:
+        raise PtychoError(
+            f"cannot create MLflow store folder {path.parent} ({exc.strerror}); "
+            "choose a writable results folder or set MLFLOW_TRACKING_URI"
+        ) from None
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            _open_store(uri)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def open_client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    ensure_store(uri)
+    return MlflowClient(uri)
+
+
+def unreachable(exc: BaseException) -> str:
+    """A short reason if ``exc`` says the tracking server cannot be reached, else ``""``.
+
+    MLflow's REST client has already retried with backoff (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
+    ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR``) when its error reaches us; what is left is a
+    connection refused, reset or timed out somewhere in the chain of causes.
+    """
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    markers = ("connection refused", "max retries exceeded", "failed to establish a new connection",
+               "connection aborted", "connection reset", "remotedisconnected", "read timed out",
+               "connect timeout", "name or service not known", "temporary failure in name resolution")
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ConnectionError | TimeoutError):
+            return type(err).__name__
+        text = str(err).lower()
+        for marker in markers:
+            if marker in text:
+                return marker
+        err = err.__cause__ or err.__context__
+    return ""
