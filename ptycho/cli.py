@@ -10,17 +10,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ptycho import __version__
 from ptycho.errors import ConfigError, PtychoError
+from ptycho.study import checks, jobs
+from ptycho.tracking.record import JobRecord
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,59 +79,38 @@ def _load_yaml_section(path: str | None, section: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------- commands
-def cmd_simulate(args: argparse.Namespace) -> int:
+# Each command parses its arguments into values, calls one package function and returns
+# its record (``ptycho.tracking.record.JobRecord``); ``_run`` prints the record's summary
+# and, under ``--mlflow-parent``, hands it to tracking. ``live`` is where a long job
+# reports progress as it goes (a training's epochs); it is None without a run.
+
+
+def cmd_simulate(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.config import SimulationConfig
-    from ptycho.data.dataset import write_dataset
-    from ptycho.data.simulate import simulate
 
     cfg = _config_from_args(args, SimulationConfig, "sim_", _load_yaml_section(args.config, "simulation"))
-    datasets = simulate(cfg, progress=not args.quiet)
-    written: list[str] = []
-    if args.run is not None:
-        args.run.log_params({f"simulation.{k}": v for k, v in dataclasses.asdict(cfg).items()})
-    for split, path in (("train", args.train), ("test", args.test)):
-        try:
-            digest = write_dataset(path, datasets[split])
-        except BaseException:  # a write refused, or Ctrl-C between the two
-            for done in written:  # a pair or nothing: no train split without its test split
-                Path(done).unlink(missing_ok=True)
-            raise
-        written.append(path)
-        ds = datasets[split]
-        if args.run is not None:
-            args.run.log_dataset(f"{split}.h5", digest, str(Path(path).resolve()), split)
-            args.run.log_metrics({f"{split}_patterns": ds.diffraction.shape[0], f"{split}_groups": ds.groups.shape[0],
-                                  "scale": ds.scale})
-        print(
-            f"{split}: {path}  patterns={ds.diffraction.shape[0]} groups={ds.groups.shape[0]} "
-            f"scale={ds.scale:.6g} sha256={digest[:16]}"
-        )
-    return 0
+    return jobs.simulate(cfg, args.train, args.test, progress=not args.quiet)
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
+def cmd_inspect(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.data.dataset import read_dataset, summary
 
     ds = read_dataset(args.file)
     info = summary(ds)
     info["digest"] = ds.attrs["digest"]
     if args.json:
-        print(json.dumps(info, indent=2, sort_keys=True))
-        return 0
-    print(f"{args.file}: valid ptycho dataset (schema {ds.attrs['schema_version']}, sha256 {info['digest']})")
-    for name, shape in info["shapes"].items():
-        print(f"  {name:16s} {tuple(shape)}")
-    attrs = info["attributes"]
-    print("  " + "  ".join(f"{k}={attrs[k]}" for k in sorted(attrs) if k not in ("digest",)))
-    c = info["counts_per_pattern"]
-    print(
+        return JobRecord(summary=json.dumps(info, indent=2, sort_keys=True))
+    attrs, c = info["attributes"], info["counts_per_pattern"]
+    return JobRecord(summary="\n".join([
+        f"{args.file}: valid ptycho dataset (schema {ds.attrs['schema_version']}, sha256 {info['digest']})",
+        *(f"  {name:16s} {tuple(shape)}" for name, shape in info["shapes"].items()),
+        "  " + "  ".join(f"{k}={attrs[k]}" for k in sorted(attrs) if k not in ("digest",)),
         f"  units={info['units']} scale={info['scale']:.6g} counts/pattern mean={c['mean']:.6g} "
-        f"std={c['std']:.3g} min={c['min']:.6g} max={c['max']:.6g} max pixel={info['max_pixel_count']:.6g}"
-    )
-    return 0
+        f"std={c['std']:.3g} min={c['min']:.6g} max={c['max']:.6g} max pixel={info['max_pixel_count']:.6g}",
+    ]))
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: argparse.Namespace, live) -> JobRecord:
     """import-npz and import-cxi: another format's file -> a dataset file."""
     from ptycho.data.dataset import write_dataset
 
@@ -142,35 +120,23 @@ def cmd_import(args: argparse.Namespace) -> int:
         from ptycho.data.cxi import import_cxi as read
     ds = read(args.source, gridsize=args.gridsize, split=args.split)
     digest = write_dataset(args.out, ds)
-    print(f"{args.out}: imported {ds.diffraction.shape[0]} patterns, scale={ds.scale:.6g} sha256={digest[:16]}")
-    return 0
+    return JobRecord(summary=f"{args.out}: imported {ds.diffraction.shape[0]} patterns, scale={ds.scale:.6g} "
+                             f"sha256={digest[:16]}")
 
 
-def cmd_export_npz(args: argparse.Namespace) -> int:
+def cmd_export_npz(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.data.dataset import read_dataset
     from ptycho.data.npz import export_npz
 
     export_npz(read_dataset(args.file), args.out)
-    print(f"{args.out}: exported")
-    return 0
+    return JobRecord(summary=f"{args.out}: exported")
 
 
-def cmd_export_cxi(args: argparse.Namespace) -> int:
-    from ptycho.data.cxi import CxiGeometry, export_cxi
-    from ptycho.data.dataset import read_dataset
+def cmd_export_cxi(args: argparse.Namespace, live) -> JobRecord:
+    from ptycho.data.cxi import CxiGeometry
 
     geometry = _config_from_args(args, CxiGeometry, "cxi_", _load_yaml_section(args.config, "cxi"))
-    ds = read_dataset(args.file)
-    export_cxi(ds, args.out, geometry)
-    pixel_nm = geometry.object_pixel_m(ds.probe.shape[0]) * 1e9
-    if args.run is not None:
-        args.run.log_params({f"cxi.{k}": v for k, v in dataclasses.asdict(geometry).items()})
-        args.run.log_dataset(Path(args.file).name, ds.attrs["digest"], str(Path(args.file).resolve()),
-                             ds.attrs.get("split", ""))
-        args.run.log_metrics({"object_pixel_nm": pixel_nm})
-    print(f"{args.out}: CXI 1.6, {ds.diffraction.shape[0]} patterns, object pixel {pixel_nm:.3g} nm "
-          f"at {geometry.energy_ev:g} eV")
-    return 0
+    return jobs.export_cxi(args.file, args.out, geometry)
 
 
 def _bool(text: str) -> bool:
@@ -183,7 +149,6 @@ def _bool(text: str) -> bool:
 
 
 def _mode(text: str) -> str:
-    from ptycho.errors import ConfigError
     from ptycho.nets.xla import parse_mode
 
     try:
@@ -192,240 +157,58 @@ def _mode(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from ptycho.data.dataset import read_dataset
+def cmd_train(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.nets.models import ModelConfig
-    from ptycho.nets.train import TrainConfig, train
+    from ptycho.nets.train import TrainConfig
 
     model_cfg = _config_from_args(args, ModelConfig, "model_", _load_yaml_section(args.config, "model"))
     train_cfg = _config_from_args(args, TrainConfig, "train_", _load_yaml_section(args.config, "train"))
-    ds = read_dataset(args.dataset)
-    run = args.run
-    on_epoch = None
-    if run is not None:
-        run.log_params({**{f"model.{k}": v for k, v in dataclasses.asdict(model_cfg).items()},
-                        **{f"train.{k}": v for k, v in dataclasses.asdict(train_cfg).items()}})
-        run.set_tags({"dataset_digest": ds.attrs["digest"]})
-        run.log_dataset("train.h5", ds.attrs["digest"], str(Path(args.dataset).resolve()), "train")
-
-        def on_epoch(epoch: int, record: dict) -> None:
-            run.log_metrics({k: record[k] for k in ("train_loss", "val_loss", "log_scale")}, step=epoch + 1)
-
-        def on_resume(history: list[dict]) -> None:
-            # The earlier attempt's epochs, at their own steps: this run holds the whole curve.
-            run.set_tags({"ptycho.resumed_after_epoch": len(history)})
-            for record in history:
-                run.log_metrics({k: record[k] for k in ("train_loss", "val_loss", "log_scale")}, step=record["epoch"])
-    else:
-        on_resume = None
-
-    meta = train(ds, model_cfg, train_cfg, args.out, progress=not args.quiet, on_epoch=on_epoch,
-                 resume=args.resume, checkpoint_dir=args.checkpoint_dir, on_resume=on_resume,
-                 on_diverge=args.on_diverge)
-    if meta.get("status") == "FAILED":
-        # --on-diverge record: the outputs hold the last good state, marked FAILED; the
-        # run ends FAILED with the reason, the job succeeds so that the report can say so.
-        if run is not None:
-            run.log_artifact(str(Path(args.out) / "model.json"), "model")
-            run.fail_on_exit(meta["failure"])
-        print(f"ptycho train: warning: {meta['failure']}; recorded as a FAILED model in {args.out}", file=sys.stderr)
-        return 0
-    last = meta["history"][-1]
-    t = meta["timing"]
-    if run is not None:
-        steps = np.asarray(t["step_times_s"])
-        run.log_metrics({
-            "compile_s": t["compile_s"], "step_median_s": t["step_median_s"],
-            "step_iqr_s": float(np.subtract(*np.percentile(steps, [75, 25]))) if steps.size else float("nan"),
-            "train_wall_s": t["train_wall_s"], "traces_train": meta["traces"]["train"],
-        })
-        run.log_artifact(str(Path(args.out) / "model.json"), "model")
-        run.log_artifact(str(Path(args.out) / "model.keras"), "model")
-        arm = {k: v for k, v in _pairs(args.mlflow_tag).items() if k in ("model", "xla", "seed")}
-        run.log_model("-".join(arm.values()) or model_cfg.kind, args.out, dataset=("train.h5", ds.attrs["digest"]),
-                      params={**{f"model.{k}": v for k, v in dataclasses.asdict(model_cfg).items()},
-                              "train.xla": train_cfg.xla, "train.epochs": train_cfg.epochs},
-                      tags=arm, step=last["epoch"],
-                      metrics={"final_train_loss": last["train_loss"], "final_val_loss": last["val_loss"],
-                               "step_median_s": t["step_median_s"] or float("nan")})
-    print(
-        f"{args.out}: {model_cfg.kind} xla={train_cfg.xla} epochs={last['epoch']} train_loss={last['train_loss']:.6g} "
-        f"val_loss={last['val_loss']:.6g} compile={t['compile_s']:.2f}s step_median={t['step_median_s'] or float('nan'):.4f}s"
-    )
-    return 0
+    return jobs.train(args.dataset, model_cfg, train_cfg, args.out, arm=_pairs(args.mlflow_tag),
+                      progress=not args.quiet, resume=args.resume, checkpoint_dir=args.checkpoint_dir,
+                      on_diverge=args.on_diverge, live=live)
 
 
-def cmd_infer(args: argparse.Namespace) -> int:
-    from ptycho.artifacts import write_arrays
-    from ptycho.data.dataset import read_dataset
-    from ptycho.nets.infer import reconstruct
-
-    ds = read_dataset(args.dataset)
-    rec = reconstruct(args.model, ds, xla=args.xla, batch_size=args.batch_size)
-    write_arrays(
-        args.out,
-        patches=rec.patches,
-        positions=rec.positions,
-        position_object=rec.position_object,
-        seconds=np.float64(rec.seconds),
-        compile_seconds=np.float64(rec.compile_seconds),
-        patterns=np.int64(rec.patterns),
-    )
-    if args.run is not None:
-        args.run.set_tags({"dataset_digest": ds.attrs["digest"]})
-        args.run.log_dataset("test.h5", ds.attrs["digest"], str(Path(args.dataset).resolve()), "test")
-        args.run.log_metrics({"infer_patterns_per_s": rec.patterns_per_second, "infer_compile_s": rec.compile_seconds,
-                              "infer_seconds": rec.seconds, "infer_patterns": rec.patterns})
-    print(f"{args.out}: {len(rec.patches)} patches, {rec.patterns_per_second:.1f} patterns/s, compile {rec.compile_seconds:.2f}s")
-    return 0
+def cmd_infer(args: argparse.Namespace, live) -> JobRecord:
+    return jobs.infer(args.model, args.dataset, args.out, xla=args.xla, batch_size=args.batch_size)
 
 
-def cmd_stitch(args: argparse.Namespace) -> int:
-    from ptycho.analysis.stitch import stitch_objects
-    from ptycho.artifacts import read_arrays, write_arrays
-    from ptycho.data.dataset import read_dataset
-    from ptycho.errors import PtychoError
-
-    ds = read_dataset(args.dataset)
-    rec = read_arrays(args.reconstruction, ("patches", "positions", "position_object"))
-    try:
-        images = stitch_objects(rec["patches"], rec["positions"], rec["position_object"], ds,
-                                weighted=not args.unweighted, phase_sync=not args.no_phase_sync)
-    except ValueError as err:
-        raise PtychoError(f"{args.reconstruction}: {err}; re-run infer with this dataset") from None
-    write_arrays(args.out, images=np.stack(images).astype(np.complex64))
-    print(f"{args.out}: {len(images)} stitched object(s) of shape {images[0].shape}")
-    return 0
+def cmd_stitch(args: argparse.Namespace, live) -> JobRecord:
+    return jobs.stitch(args.dataset, args.reconstruction, args.out, weighted=not args.unweighted,
+                       phase_sync=not args.no_phase_sync)
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ptycho.analysis.metrics import score_all
-    from ptycho.artifacts import read_arrays, write_json
-    from ptycho.data.dataset import read_dataset
-    from ptycho.errors import PtychoError
-
-    ds = read_dataset(args.dataset)
-    images = read_arrays(args.stitched, ("images",))["images"]
-    truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
-    if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
-        raise PtychoError(f"{args.stitched}: stitched images do not match the objects of {args.dataset}; re-run stitch with this dataset")
-    try:
-        result = score_all(list(images), truths)
-    except ValueError as err:
-        raise PtychoError(f"{args.stitched}: cannot score ({err})") from None
-    result["dataset_digest"] = ds.attrs["digest"]
-    write_json(args.out, result)
-    mean = result["mean"]
-    if args.run is not None:
-        args.run.set_tags({"dataset_digest": ds.attrs["digest"]})
-        args.run.log_dataset("test.h5", ds.attrs["digest"], str(Path(args.dataset).resolve()), "test")
-        args.run.log_metrics({k: v for k, v in mean.items() if isinstance(v, int | float)})
-        for i, per in enumerate(result["per_image"]):
-            args.run.log_metrics({f"{k}_image": v for k, v in per.items() if k in ("amp_ssim", "phase_ssim")}, step=i)
-        args.run.log_artifact(args.out, "metrics")
-    print(f"{args.out}: amp SSIM {mean['amp_ssim']:.4f} phase SSIM {mean['phase_ssim']:.4f} "
-          f"amp PSNR {mean['amp_psnr']:.2f} dB over {result['n_images']} image(s)")
-    return 0
+def cmd_evaluate(args: argparse.Namespace, live) -> JobRecord:
+    return jobs.evaluate(args.dataset, args.stitched, args.out)
 
 
-def cmd_scaling(args: argparse.Namespace) -> int:
+def cmd_scaling(args: argparse.Namespace, live) -> JobRecord:
     import yaml
 
-    from ptycho.artifacts import write_json
-    from ptycho.study import scaling, workflow
+    from ptycho.study import workflow
 
     try:
         raw = yaml.safe_load(Path(args.config).read_text())
     except OSError as err:
         raise PtychoError(f"{args.config}: cannot read ({err.strerror}); pass the study's config.yaml") from None
-    cfg = workflow.resolve(raw, {"preset": args.preset})
-    result = scaling.run(args.sizes, workflow.simulation_config(cfg), workflow.model_config(cfg, "pinn"),
-                         workflow.train_config(cfg, "off", 0, "pinn"), progress=True)
-    result["preset"] = args.preset
-    print(scaling.format_table(result))
-    if args.out:
-        write_json(args.out, result)
-    return 0
+    return jobs.scaling(workflow.resolve(raw, {"preset": args.preset}), args.preset, args.sizes, args.out)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from ptycho.artifacts import write_json
+def cmd_bench(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.config import SimulationConfig
-    from ptycho.data.dataset import read_dataset
-    from ptycho.data.simulate import simulate_split
     from ptycho.nets.models import ModelConfig
     from ptycho.nets.train import TrainConfig
     from ptycho.study import bench
 
-    if args.dataset:
-        ds = read_dataset(args.dataset)
-    else:
-        ds = simulate_split(SimulationConfig(n=args.n, object_size=args.object_size, probe_kind="defocused"), "train")
-    if args.like:
-        # The trained models' own architecture, loss and batch size: the benchmark must
-        # time the networks the study trains, not the CLI's defaults.
-        from ptycho.artifacts import read_json
-        from ptycho.nets.train import configs_from_meta
-
-        configs = {}
-        for path in args.like:
-            model_cfg, trained = configs_from_meta(read_json(path))
-            configs.setdefault(model_cfg.kind, (model_cfg, trained))
-        models = [configs[k][0] for k in args.models if k in configs]
-        if not models:
-            raise PtychoError(f"bench: none of --like {' '.join(args.like)} is a model of kind {', '.join(args.models)}")
-        train_cfg = TrainConfig(batch_size=next(iter(configs.values()))[1].batch_size)
-    else:
-        train_cfg = TrainConfig(batch_size=args.batch_size)
-        models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, depth=args.depth, mixing=args.mixing,
-                              loss=args.loss) for k in args.models]
+    models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, depth=args.depth, mixing=args.mixing,
+                          loss=args.loss) for k in args.models]
     config = bench.BenchConfig(warmup=args.warmup, repeats=args.repeats, component_repeats=args.component_repeats,
                                threads=args.threads_alone, shared=not args.no_shared, shared_threads=args.shared_threads)
-    result = bench.run(args.dataset or ds, models, train_cfg, args.modes, config)
-    print(bench.format_table(result))
-    if args.out:
-        write_json(args.out, result)
-    if args.run is not None:
-        args.run.log_params({"bench.modes": " ".join(result["modes"]), "bench.repeats": args.repeats,
-                             **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()}})
-        _log_bench_arms(args.run, args.run_tags, result)
-        if args.out:
-            args.run.log_artifact(args.out, "bench")
-    return 0
+    sim = None if args.dataset else SimulationConfig(n=args.n, object_size=args.object_size, probe_kind="defocused")
+    return jobs.bench(args.dataset, args.like or (), models, TrainConfig(batch_size=args.batch_size), args.modes,
+                      config, args.out, sim=sim)
 
 
-def _log_bench_arms(run, job_tags: dict, result: dict) -> None:
-    """One nested run per benchmarked arm under the benchmark's run, all with the same
-    metric keys and the arm in params and tags: MLflow's compare view lines the arms up."""
-    from ptycho import tracking
-
-    tags = {k: v for k, v in job_tags.items() if not k.startswith("mlflow.")}
-    journal = run.journal.path if run.journal is not None else None
-    for a in result["arms"]:
-        model, mode = a["model"], a["mode"]
-        metrics = {"compile_s": a["compile_s"], "step_median_s": a["step_s"]["median"],
-                   "infer_patterns_per_s": a["infer_patterns_per_s"], "peak_rss_mb": a["peak_rss_mb"],
-                   **{f"{k}_s": c["median"] for k, c in a["components"].items()}}
-        if "shared" in a:
-            metrics["shared_step_median_s"] = a["shared"]["step_s"]["median"]
-        r = result["ratios"].get(model, {}).get(mode, {})
-        if "padded_vs_naive" in r:
-            metrics["padded_vs_naive"] = r["padded_vs_naive"]
-        for key in ("train_step_alone", "train_step_shared", "inference"):
-            if key in r:
-                metrics[f"{key}_speedup"] = r[key]["ratio"]
-        for key in ("break_even_steps", "compile_extra_s"):
-            if key in r and math.isfinite(r[key]):
-                metrics[key] = r[key]
-        name = f"benchmark-{model}-{mode}"
-        book = journal.with_name(f"{name}.jsonl") if journal is not None else None
-        arm_tags = {**tags, "model": model, "xla": mode, **tracking.source_tags(tags.get("git_commit", ""))}
-        with tracking.child_run(run.uri, run.run_id, name, arm_tags, {"arm.model": model, "arm.xla": mode},
-                                journal=book) as arm_run:
-            arm_run.log_metrics(metrics)
-
-
-def cmd_config(args: argparse.Namespace) -> int:
+def cmd_config(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.artifacts import write_json
 
     try:
@@ -435,11 +218,10 @@ def cmd_config(args: argparse.Namespace) -> int:
     if not isinstance(config, dict):
         raise ConfigError(f"--json must be a JSON object, not {type(config).__name__}")
     write_json(args.out, config)
-    print(f"{args.out}: resolved configuration (preset {config.get('preset', '?')})")
-    return 0
+    return JobRecord(summary=f"{args.out}: resolved configuration (preset {config.get('preset', '?')})")
 
 
-def cmd_track(args: argparse.Namespace) -> int:
+def cmd_track(args: argparse.Namespace, live) -> JobRecord:
     from ptycho import tracking
     from ptycho.artifacts import read_json
 
@@ -449,18 +231,18 @@ def cmd_track(args: argparse.Namespace) -> int:
         files = tracking.journal_files(args.journal)
         if not files:
             raise PtychoError(f"track replay: no .jsonl journal in {' '.join(args.journal)}")
+        lines = []
         for path in files:
             counts = tracking.replay_journal(path, args.tracking_uri)
-            print(f"{path}: replayed " + " ".join(f"{k}={v}" for k, v in counts.items()))
-        return 0
+            lines.append(f"{path}: replayed " + " ".join(f"{k}={v}" for k, v in counts.items()))
+        return JobRecord(summary="\n".join(lines))
     if args.action == "sweep":
         if not args.parent:
             raise PtychoError("track sweep: --parent is required (the JSON written by 'track start')")
         parent = read_json(args.parent)
         ended = tracking.end_stale_children(parent["tracking_uri"], parent["run_id"], by="'ptycho track sweep'")
-        print(f"MLflow parent run {parent['run_id']}: {len(ended)} stale child run(s) marked KILLED"
+        return JobRecord(summary=f"MLflow parent run {parent['run_id']}: {len(ended)} stale child run(s) marked KILLED"
               + (f" ({', '.join(ended)})" if ended else ""))
-        return 0
     if args.action == "start":
         needed = {"--config-json": (args.config_json or os.environ.get("PTYCHO_CONFIG_JSON"),
                                     "the resolved config JSON to log, or PTYCHO_CONFIG_JSON set to it"),
@@ -483,8 +265,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         tags = {**({"preset": config["preset"]} if config.get("preset") else {}), **_pairs(args.tag)}
         record = tracking.start_pipeline(config, args.results or config.get("results") or "results", experiment,
                                          run_name, tags, args.out)
-        print(f"{args.out}: MLflow parent run {record['run_id']} at {record['tracking_uri']}")
-        return 0
+        return JobRecord(summary=f"{args.out}: MLflow parent run {record['run_id']} at {record['tracking_uri']}")
     if not args.parent:
         raise ConfigError("'track finish' needs --parent (the JSON written by 'track start'); see 'ptycho track --help'")
     if not Path(args.parent).exists():  # e.g. the workflow's error hook, when the pipeline stopped before 'track start'
@@ -492,167 +273,25 @@ def cmd_track(args: argparse.Namespace) -> int:
                           "(it is written by 'track start')")
     parent = read_json(args.parent)
     tracking.finish_run(parent["tracking_uri"], parent["run_id"], args.status)
-    print(f"MLflow parent run {parent['run_id']}: {args.status}")
-    return 0
+    return JobRecord(summary=f"MLflow parent run {parent['run_id']}: {args.status}")
 
 
-def _failed_arms(model_jsons) -> dict[str, str]:
-    """Arm -> reason, for every trained model whose ``model.json`` says it diverged."""
+def cmd_check(args: argparse.Namespace, live) -> JobRecord:
+    return jobs.check(args.item, args.threshold, args.out, model_jsons=args.models or (), dataset=args.dataset,
+                      metrics=args.metrics or (), bench=args.bench, modes=args.modes, loss=args.loss,
+                      context=args.context)
+
+
+def cmd_report(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.artifacts import read_json
-    from ptycho.study.arms import arm_of
 
-    metas = [read_json(p) for p in model_jsons]
-    return {arm_of(m): m.get("failure", "diverged") for m in metas if m.get("status") == "FAILED"}
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    from ptycho.artifacts import read_json, write_json
-    from ptycho.study import checks
-    from ptycho.study.arms import arm_of
-
-    if args.item == "accuracy":
-        dataset = None
-        if args.models:
-            from ptycho.data.dataset import read_dataset
-
-            if not args.dataset:
-                raise PtychoError("check accuracy: --models needs --dataset (the test split to run them on)")
-            dataset = read_dataset(args.dataset)
-        record = checks.accuracy(args.threshold, model_dirs=[str(Path(m).parent) for m in args.models], dataset=dataset,
-                                 modes=args.modes)
-    elif args.item == "gradients":
-        record = checks.gradients(args.threshold, pinn_loss=args.loss, modes=args.modes)
-    elif args.item == "convergence":
-        histories, initial = {}, {}
-        for path in args.models:
-            meta = read_json(path)
-            name = arm_of(meta)
-            histories[name], initial[name] = meta["history"], meta.get("initial_val_loss")
-        record = checks.convergence(histories, args.threshold, initial, _failed_arms(args.models))
-    elif args.item == "quality":
-        record = checks.quality({Path(p).stem: read_json(p) for p in args.metrics}, args.threshold,
-                                _failed_arms(args.models))
-    else:
-        timings = {}
-        for path in args.models:
-            meta = read_json(path)
-            name = arm_of(meta)
-            timings[name] = {k: v for k, v in meta["timing"].items() if k != "step_times_s"}
-        record = checks.speedup(read_json(args.bench), args.threshold, timings, context=args.context)
-    write_json(args.out, record)
-    if args.run is not None:
-        args.run.log_metrics({f"{args.item}_value": record["value"], f"{args.item}_pass": float(record["status"] == "PASS")})
-        args.run.set_tags({"status": record["status"]})
-        args.run.log_artifact(args.out)
-    print(f"{args.item}: {record['status']} (value {record['value']:.4g}, threshold {record['comparison']} "
-          f"{record['threshold']:.4g}): {record['summary']}")
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from ptycho import tracking
-    from ptycho.artifacts import read_arrays, read_json
-    from ptycho.study import report
-    from ptycho.study.arms import arm_of
-    from ptycho.study.bench import machine_info
-
-    items = {read_json(p)["item"]: read_json(p) for p in args.checks}
-    arms: dict[str, dict] = {}
-    for path in args.models:
-        meta = read_json(path)
-        name = arm_of(meta)
-        arms[name] = {"timing": {k: v for k, v in meta["timing"].items() if k != "step_times_s"},
-                      "final": meta["history"][-1] if meta["history"] else None,
-                      "status": meta.get("status", "FINISHED"), "failure": meta.get("failure")}
-    for path in args.metrics:
-        arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path)["mean"]
-    for path in args.reconstructions or []:
-        rec = read_arrays(path, ("seconds", "patterns"))
-        arms.setdefault(Path(path).stem, {})["infer_patterns_per_s"] = float(rec["patterns"] / rec["seconds"])
-    figures = {}
-    for path in args.figures or []:
-        stem = Path(path).stem
-        if stem not in {name for name, _, _ in report.FIGURES}:
-            raise PtychoError(f"{path}: not a figure of the report (expected one of "
-                              f"{', '.join(name for name, _, _ in report.FIGURES)}.png); pass the PNGs of 'ptycho figures'")
-        try:
-            figures[stem] = Path(path).read_bytes()
-        except OSError as err:
-            raise PtychoError(f"{path}: cannot read ({err.strerror}); run 'ptycho figures' first") from None
-        if not figures[stem].startswith(b"\x89PNG"):
-            raise PtychoError(f"{path}: not a PNG file; re-run 'ptycho figures'")
-    cost = report.pipeline_cost(args.benchmarks) if args.benchmarks else None
-    config = read_json(args.config_json)
     parent = read_json(args.finish_parent) if args.finish_parent else {}
-    provenance = {"config_hash": tracking.config_hash(config), "git_commit": tracking.git_commit(Path.cwd()),
-                  "mlflow_run_id": parent.get("run_id", "")}
-    # The device the study ran on is what the benchmark's TensorFlow processes saw.
-    gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
-    record = report.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance)
-    paths = report.write(record, args.out_dir, figures)
-    if args.run is not None:
-        args.run.log_metrics({"verdict_pass": float(record["verdict"] == "PASS")})
-        for p in paths.values():
-            args.run.log_artifact(str(p), "report")
-    if parent:
-        for p in paths.values():
-            tracking.log_artifact_to(parent["tracking_uri"], parent["run_id"], str(p), "report")
-        for p in args.figures or []:
-            tracking.log_artifact_to(parent["tracking_uri"], parent["run_id"], p, "figures")
-        tracking.log_children_table(parent["tracking_uri"], parent["run_id"])
-        tracking.finish_run(parent["tracking_uri"], parent["run_id"], "FINISHED")
-    print(f"{paths['html']}: verdict {record['verdict']} "
-          + " ".join(f"{k}={v['status']}" for k, v in record["items"].items()))
-    return 0
+    return jobs.report(args.checks, args.models, args.metrics, args.reconstructions or (), args.figures or (),
+                       args.benchmarks, read_json(args.config_json), args.out_dir, parent)
 
 
-def cmd_figures(args: argparse.Namespace) -> int:
-    from ptycho.analysis.metrics import compare
-    from ptycho.artifacts import atomic_write, read_arrays, read_json
-    from ptycho.data.dataset import read_dataset
-    from ptycho.study import checks, figures
-    from ptycho.study.arms import arm_of
-
-    ds = read_dataset(args.dataset)
-    truth_image = ds.ground_truth(0)
-    compared, frc = {}, {}
-    for path in args.stitched:
-        images = read_arrays(path, ("images",))["images"]
-        if len(images) == 0 or images[0].shape != truth_image.shape:
-            raise PtychoError(f"{path}: stitched images do not match the objects of {args.dataset}; re-run stitch")
-        compared[Path(path).stem] = compare(images[0], truth_image)  # what the metrics scored, as they scored it
-    for path in args.metrics:
-        first = read_json(path).get("per_image", [{}])[0]
-        if "frc_freq" not in first:
-            raise PtychoError(f"{path}: no FRC curves in these metrics (written by an older version); re-run 'ptycho evaluate'")
-        frc[Path(path).stem] = {"freq": first["frc_freq"], "amp": first["amp_frc_curve"], "phase": first["phase_frc_curve"]}
-    histories = {}
-    for path in args.models:
-        meta = read_json(path)
-        histories[arm_of(meta)] = meta["history"]
-    bench = read_json(args.bench)
-    if "arms" not in bench:
-        raise PtychoError(f"{args.bench}: not a benchmark result; pass the JSON written by 'ptycho bench --out'")
-    try:  # render everything before writing anything: no partial set of figures
-        truth, shown = figures.common_window(compared)
-        made = {
-            "reconstructions": figures.to_png(figures.reconstruction_grid(truth, shown)),
-            "errors": figures.to_png(figures.error_maps(truth, shown)),
-            "frc": figures.to_png(figures.frc_curves(frc)),
-            "losses": figures.to_png(figures.loss_curves(checks.loss_curves(histories))),
-            "step_times": figures.to_png(figures.step_time_distributions(bench["arms"])),
-            "components": figures.to_png(figures.component_bars(bench["arms"])),
-            "speedup": figures.to_png(figures.speedup_bars(checks.speedup_intervals(bench))),
-        }
-    except (ValueError, KeyError) as err:
-        raise PtychoError(f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them") from None
-    out = Path(args.out_dir)
-    for name, png in made.items():
-        atomic_write(out / f"{name}.png", lambda tmp, png=png: Path(tmp).write_bytes(png), suffix=".png")
-        if args.run is not None:
-            args.run.log_artifact(str(out / f"{name}.png"), "figures")
-    print(f"{out}: {len(made)} figures ({', '.join(made)})")
-    return 0
+def cmd_figures(args: argparse.Namespace, live) -> JobRecord:
+    return jobs.figures(args.dataset, args.stitched, args.metrics, args.models, args.bench, args.out_dir)
 
 
 def _pairs(items: list[str] | None) -> dict[str, str]:
@@ -799,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_track)
 
     p = sub.add_parser("check", help="measure and judge one validation checklist item")
-    p.add_argument("item", choices=("accuracy", "gradients", "convergence", "quality", "speedup"))
+    p.add_argument("item", choices=checks.ITEMS)
     p.add_argument("--threshold", type=float, required=True)
     p.add_argument("--models", nargs="*", default=[], help="model.json files (accuracy, convergence, quality, speedup)")
     p.add_argument("--dataset", help="test split the trained models are run on (accuracy)")
@@ -926,12 +565,16 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run the command, inside an MLflow child run when ``--mlflow-parent`` is given."""
-    args.run, args.run_tags = None, {}
+    """Run the command and print its summary; under ``--mlflow-parent``, inside an MLflow
+    child run that receives the command's record: the CLI's one tracking hook."""
     if not args.mlflow_parent:
-        return args.func(args)
+        _done(args, args.func(args, None))
+        return 0
+    from contextlib import nullcontext
+
     from ptycho import tracking
     from ptycho.artifacts import read_json
+    from ptycho.tracking.record import log_record
 
     parent = read_json(args.mlflow_parent)
     commit = tracking.git_commit(Path.cwd())
@@ -955,12 +598,27 @@ def _run(args: argparse.Namespace) -> int:
         tags.update(device=info["device"], gpus=", ".join(info["gpus"]) or "none")
     tags.update(tracking.source_tags(commit))
     with tracking.child_run(parent["tracking_uri"], parent["run_id"], name, tags, params, journal=journal) as run:
-        args.run, args.run_tags = run, tags
         _end_stale_runs(parent, name)
-        if not getattr(args, "system_metrics", False):
-            return args.func(args)
-        with tracking.system_metrics(run):
-            return args.func(args)
+        with tracking.system_metrics(run) if getattr(args, "system_metrics", False) else nullcontext():
+            record = args.func(args, lambda step, metrics: run.log_metrics(metrics, step=step))
+        log_record(run, record, tags)
+        _done(args, record)
+    return 0
+
+
+def _done(args: argparse.Namespace, record: JobRecord) -> None:
+    """Print the record's summary (a failure recorded as a result goes to stderr); the
+    report's job also closes the study's parent run with the report attached."""
+    if getattr(args, "finish_parent", None):
+        from ptycho import tracking
+        from ptycho.artifacts import read_json
+
+        parent = read_json(args.finish_parent)
+        artifacts = [*(path for path in record.artifacts if path[1] == "report"),
+                     *((p, "figures") for p in args.figures or [])]
+        tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], artifacts)
+    if record.summary:
+        print(record.summary, file=sys.stderr if record.failure else sys.stdout)
 
 
 def _end_stale_runs(parent: dict, name: str) -> None:
@@ -984,7 +642,7 @@ def _terminate(signum, frame):  # noqa: ARG001
 
 
 def _uses_tensorflow(args: argparse.Namespace) -> bool:
-    return getattr(args, "tensorflow", False) or (args.command == "check" and args.item in ("accuracy", "gradients"))
+    return getattr(args, "tensorflow", False) or (args.command == "check" and args.item in checks.MEASURED)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -107,6 +107,7 @@ class SimulationConfig:
         _check_choice("probe_kind", self.probe_kind, PROBE_KINDS)
         _check_range("phase_range", self.phase_range, 0.0, 2 * math.pi)
         _check_range("amplitude_floor", self.amplitude_floor, 0.0, 0.99)
+        _check_range("object_size", self.object_size, 32, 8192)
         _check_range("n_lines", self.n_lines, 0, 100_000)
         _check_range("n_objects_train", self.n_objects_train, 1, 1000)
         _check_range("n_objects_test", self.n_objects_test, 1, 1000)

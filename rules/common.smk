@@ -8,9 +8,10 @@ from snakemake.settings.types import DeploymentMethod
 
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
-from ptycho.tracking import config_hash
+from ptycho.study.checks import ITEMS as CHECKLIST
 from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, section_for,
-                             usable_cores)
+                                   usable_cores)
+from ptycho.tracking import config_hash
 
 
 try:
@@ -39,7 +40,7 @@ os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, so
 ARMS = arms(CFG)
 # The XLA modes the checks compare with off (every mode of the study but off itself).
 XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
-CHECK_ITEMS = ["accuracy", "gradients", "convergence", "quality", "speedup"]
+CHECK_ITEMS = list(CHECKLIST)
 
 DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["h5", "cxi"])
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)

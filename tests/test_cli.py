@@ -187,11 +187,10 @@ def test_simulate_end_to_end_writes_both_files_which_inspect_validates(cli, tmp_
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["test.h5", "train.h5"]
 
     from ptycho.data.dataset import read_dataset
-    from ptycho.data.simulate import config_of
 
     train = read_dataset(tmp_path / "out" / "train.h5")
     test = read_dataset(tmp_path / "out" / "test.h5")
-    cfg = config_of(train)
+    cfg = from_dict(SimulationConfig, json.loads(train.attrs["config"]))  # the config it records
     # flags and the YAML file both reached the config; the flags win where both are set
     assert (cfg.n, cfg.gridsize, cfg.probe_kind, cfg.seed, cfg.nphotons) == (16, 1, "defocused", 3, 1e6)
     assert train.scale == test.scale and train.attrs["digest"][:16] in proc.stdout

@@ -224,7 +224,7 @@ def test_mlflow_server_target_serves_jobs_that_address_it_by_host_name(tmp_path)
         note = tmp_path / "note.txt"
         note.write_text("from a compute node\n")
         with tracking.child_run(by_name, parent, "train", tags={"rule": "train"}) as run:
-            run.log_metric("loss", 0.5, step=1)
+            run.log_metrics({"loss": 0.5}, step=1)
             run.log_artifact(note)
         tracking.finish_run(by_name, parent)
         uploaded = list((tmp_path / "results" / "mlflow-artifacts").rglob("note.txt"))

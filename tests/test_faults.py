@@ -105,7 +105,7 @@ logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)  # as the 
 from ptycho import tracking
 uri, parent, name, ready = sys.argv[1:5]
 with tracking.child_run(uri, parent, name, tags={"rule": "train"}) as run:
-    run.log_metric("loss", 1.0, step=1)
+    run.log_metrics({"loss": 1.0}, step=1)
     Path(ready).write_text(run.run_id)
     time.sleep(600)
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from padding import pad_to
 
 from ptycho.physics.forward import (
     diffraction_amplitude,
@@ -16,7 +17,7 @@ from ptycho.physics.forward import (
 from ptycho.physics.objects import OBJECT_KINDS, PHASE_KINDS, make_object
 from ptycho.physics.probe import defocused_probe, disk_probe, make_probe
 from ptycho.physics.scan import grid_scan, group_offsets, nearest_neighbour_groups
-from ptycho.physics.translate import centre_crop, extract_patches, pad_to, translate
+from ptycho.physics.translate import centre_crop, extract_patches, translate
 
 
 def _random_complex(shape, seed=0):

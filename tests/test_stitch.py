@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from padding import pad_to
 
-from ptycho.analysis.stitch import stitch, stitch_dataset, stitch_objects, synchronise_phase
+from ptycho.analysis.stitch import stitch, stitch_objects, synchronise_phase
 from ptycho.data.dataset import Dataset, scan_region
 from ptycho.physics.scan import grid_scan
-from ptycho.physics.translate import centre_crop, extract_patches, pad_to, translate
+from ptycho.physics.translate import centre_crop, extract_patches, translate
 
 N = 16
 #: A probe lighting the whole patch: scan_region is then the region the kept N//2 covers.
@@ -194,30 +195,29 @@ def _two_object_dataset(gridsize: int) -> Dataset:
 
 
 @pytest.mark.parametrize("gridsize", [1, 2])
-def test_stitch_dataset_reproduces_each_object_over_its_scan_region(gridsize):
+def test_stitch_objects_reproduces_each_object_over_its_scan_region(gridsize):
+    # What `ptycho stitch` does with infer's output: every group channel's patch at its
+    # own position, each into the image of its own object.
     ds = _two_object_dataset(gridsize)
     positions = ds.positions[ds.groups].reshape(-1, 2)
     obj_of = ds.position_object[ds.groups].reshape(-1)
     patches = np.stack([extract_patches(ds.objects[m], positions[k : k + 1], N)[0] for k, m in enumerate(obj_of)])
-    images = stitch_dataset(patches, ds)
+    images = stitch_objects(patches, positions, obj_of, ds)
     assert len(images) == 2
     for m, image in enumerate(images):
         assert image.shape == ds.ground_truth(m).shape
         np.testing.assert_allclose(image, ds.ground_truth(m), atol=1e-12)
-    # Already-cropped (N//2) patches and the channel layout (G, n, n, C) give the same result.
-    kept = centre_crop(patches, N // 2)
-    for m, image in enumerate(stitch_dataset(kept, ds)):
-        np.testing.assert_allclose(image, ds.ground_truth(m), atol=1e-12)
-    g, c = ds.groups.shape
-    channel = np.moveaxis(patches.reshape(g, c, N, N), 1, -1)
-    for m, image in enumerate(stitch_dataset(channel, ds)):
-        np.testing.assert_allclose(image, ds.ground_truth(m), atol=1e-12)
+    # Already-cropped (N//2) patches, and a trailing channel axis, give the same result.
+    for same in (centre_crop(patches, N // 2), patches[..., None]):
+        for m, image in enumerate(stitch_objects(same, positions, obj_of, ds)):
+            np.testing.assert_allclose(image, ds.ground_truth(m), atol=1e-12)
 
 
-def test_stitch_dataset_rejects_a_wrong_patch_count():
+def test_stitch_objects_rejects_patches_smaller_than_the_kept_region():
     ds = _two_object_dataset(1)
-    with pytest.raises(ValueError, match="flat order"):
-        stitch_dataset(np.zeros((3, N, N)), ds)
+    positions = ds.positions[ds.groups].reshape(-1, 2)
+    with pytest.raises(ValueError, match="smaller than the kept region"):
+        stitch_objects(np.zeros((len(positions), 4, 4)), positions, ds.position_object[ds.groups].reshape(-1), ds)
 
 
 def _patches_with_offsets(ds: Dataset, per_group: bool, seed: int = 3):

@@ -126,19 +126,20 @@ def test_parent_with_children(uri, client, tmp_path):
     with tracking.child_run(uri, parent, "train-pinn", tags={"job": "train"}, params={"model": {"lr": 0.001}}) as run:
         for step in range(5):
             run.log_metrics({"loss": 1.0 / (step + 1), "ssim": 0.1 * step}, step=step)
-        run.log_metric("psnr", 30.5, step=4)
-        run.log_metric("diverged", float("nan"), step=5)
-        run.log_metric("blowup", float("inf"), step=5)
+        run.log_metrics({"psnr": 30.5}, step=4)
+        run.log_metrics({"diverged": float("nan"), "blowup": float("inf")}, step=5)
         run.log_params({"epochs": 5})
         run.set_tags({"xla": True})
-        run.log_dict({"a": 1}, "summary.json")
+        summary = tmp_path / "summary.json"
+        summary.write_text('{"a": 1}')
+        run.log_artifact(summary)
         run.log_artifact(artifact, artifact_path="bench")
         run.log_dataset("train", "f" * 64, data, "train")
         good = run.run_id
 
     with pytest.raises(ValueError, match="boom"):
         with tracking.child_run(uri, parent, "train-broken", tags={"job": "train"}) as run:
-            run.log_metric("loss", 1.0, step=0)
+            run.log_metrics({"loss": 1.0}, step=0)
             raise ValueError("boom")
     bad = run.run_id
 

@@ -180,3 +180,71 @@ def test_per_model_sections_override_the_shared_ones_for_that_model_only(base):
     with pytest.raises(ConfigError, match="per_model"):
         resolve(base, {"per_model": {"pinnn": {"model": {"filters": 8}}}})
 
+
+#: Roomy values for the fields other fields' limits depend on, so that a probe of one
+#: field meets only that field's own check (object_size >= n + spacing, spacing <= n, ...).
+ROOMY = {"simulation": {"object_size": 8192}, "model": {}, "train": {"epochs": 100_000}, "cxi": {}}
+#: ... and for probing object_size itself, a patch that fits in the smallest object.
+SMALL = {"object_size": {"n": 16, "spacing": 1}}
+#: Where the pipeline is stricter than the dataclass, and why.
+PIPELINE_ONLY = {
+    # The networks pool up to 4 times: the workflow needs n % 16; simulating alone needs only an even n.
+    ("simulation", "n", "multipleOf"),
+}
+
+
+def _probes(spec: dict) -> list[tuple[object, bool, str]]:
+    """(value, schema accepts it, which limit) at and just beyond each limit of a property."""
+    out = []
+    integer = spec.get("type") == "integer"
+    step = 1 if integer else None
+    for key, inside in (("minimum", True), ("maximum", True), ("exclusiveMinimum", False)):
+        if key not in spec:
+            continue
+        limit = spec[key]
+        beyond = (limit - step if key == "minimum" else limit + step) if integer else (
+            limit - 1e-9 * max(1.0, abs(limit)) if key == "minimum" else
+            limit + 1e-9 * max(1.0, abs(limit)) if key == "maximum" else limit)
+        if key == "exclusiveMinimum":
+            out.append((limit, False, key))
+            out.append((limit + (1 if integer else 1e-12), True, key))
+        else:
+            out.append((limit, inside, key))
+            out.append((beyond, False, key))
+    if "multipleOf" in spec:
+        m = spec["multipleOf"]
+        base = spec.get("minimum", m)
+        out.append((base + (m // 2 if integer else m / 2), False, "multipleOf"))
+    for value in spec.get("enum", []):
+        out.append((value, True, "enum"))
+    if "enum" in spec and all(isinstance(v, str) for v in spec["enum"]):
+        out.append(("no-such-choice", False, "enum"))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("section", "cls"), [("simulation", SimulationConfig), ("model", ModelConfig), ("train", TrainConfig),
+                         ("cxi", CxiGeometry)])
+def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(section, cls):
+    # The CLI builds these dataclasses without the schema (`ptycho simulate --n ...`), the
+    # workflow with it: at every minimum, maximum and choice both must give one verdict.
+    from jsonschema import Draft202012Validator
+
+    from ptycho.config import from_dict
+
+    props = load_schema()["properties"][section]["properties"]
+    disagree = []
+    for key, spec in props.items():
+        for value, accepted, limit in _probes(spec):
+            if (section, key, limit) in PIPELINE_ONLY:
+                continue
+            assert Draft202012Validator(spec).is_valid(value) == accepted, (key, value, limit)
+            try:
+                from_dict(cls, {**ROOMY[section], **SMALL.get(key, {}), key: value})
+                built = True
+            except ConfigError:
+                built = False
+            if built != accepted:
+                disagree.append(f"{section}.{key}={value!r} ({limit}): schema {'accepts' if accepted else 'refuses'}, "
+                                f"{cls.__name__} {'builds' if built else 'refuses'}")
+    assert disagree == []

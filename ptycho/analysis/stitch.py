@@ -32,7 +32,7 @@ from ptycho.physics.translate import centre_crop
 if TYPE_CHECKING:  # pragma: no cover
     from ptycho.data.dataset import Dataset
 
-__all__ = ["stitch", "stitch_dataset", "stitch_objects", "illumination_weight", "synchronise_phase"]
+__all__ = ["stitch", "stitch_objects", "illumination_weight", "synchronise_phase"]
 
 #: Patches processed per vectorised block (bounds the temporary memory).
 _BLOCK = 1024
@@ -254,52 +254,6 @@ def synchronise_phase(patches: np.ndarray, positions: np.ndarray, n_keep: int | 
     glob = np.vdot(u, np.sum(np.abs(kept) ** 2 * wmap, axis=(1, 2)))
     u = u * (glob / abs(glob) if abs(glob) > 0 else 1.0)
     return (patches * u[:, None, None].astype(patches.dtype)).astype(patches.dtype, copy=False)
-
-
-def _flat_patches(patches: np.ndarray, g: int, c: int) -> np.ndarray:
-    """Patches in flat order ``k = g * C + c`` as ``(G * C, n, n)``.
-
-    Accepts flat ``(G*C, n, n)`` / ``(G*C, n, n, 1)`` or channel layout ``(G, n, n, C)``.
-    """
-    patches = np.asarray(patches)
-    if patches.ndim == 4 and c > 1 and patches.shape[0] == g and patches.shape[-1] == c:
-        patches = np.moveaxis(patches, -1, 1).reshape((g * c,) + patches.shape[1:3])
-    patches = _as_patch_stack(patches)
-    if patches.shape[0] != g * c:
-        raise ValueError(
-            f"expected {g * c} patches (G={g} groups x C={c} channels, flat order k = g*C + c), got {patches.shape[0]}"
-        )
-    return patches
-
-
-def stitch_dataset(patches_flat: np.ndarray, ds: Dataset, *, weighted: bool = True) -> list[np.ndarray]:
-    """Stitch per-group-channel reconstructions of a dataset, one image per object.
-
-    Parameters
-    ----------
-    patches_flat : array
-        Reconstructions of every group channel, flat order ``k = g * C + c`` for
-        ``ds.groups`` of shape ``(G, C)``: ``(G*C, n, n)`` or ``(G*C, n, n, 1)``; the
-        channel layout ``(G, n, n, C)`` is also accepted. ``n`` is ``N`` (the central
-        ``N // 2`` is kept) or already ``N // 2``.
-    ds : Dataset
-        Supplies ``positions``, ``groups``, ``position_object``, ``scan_region``, ``probe``.
-    weighted : bool
-        Weight by :func:`illumination_weight` of ``ds.probe`` (default) or average plainly.
-
-    Returns
-    -------
-    list of arrays
-        Image ``m`` stitches the groups whose positions belong to object ``m`` over
-        ``ds.scan_region[m]``; it has the shape of ``ds.ground_truth(m)``. Positions that
-        appear in several groups are averaged, each copy at its own position.
-    """
-    groups = np.asarray(ds.groups)
-    g, c = groups.shape
-    patches = _flat_patches(patches_flat, g, c)
-    positions = np.asarray(ds.positions, dtype=np.float64)[groups].reshape(-1, 2)
-    obj_of_patch = np.asarray(ds.position_object)[groups].reshape(-1)
-    return stitch_objects(patches, positions, obj_of_patch, ds, weighted=weighted)
 
 
 def stitch_objects(

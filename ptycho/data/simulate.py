@@ -7,8 +7,6 @@ arrays, and so an identical digest, on any machine with the same library version
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from ptycho.config import SimulationConfig, to_json
@@ -106,11 +104,4 @@ def simulate(cfg: SimulationConfig, *, progress: bool = False) -> dict[str, Data
     return {"train": train, "test": test}
 
 
-def config_of(ds: Dataset) -> SimulationConfig:
-    """The simulation config recorded in a dataset file."""
-    from ptycho.config import from_dict
-
-    return from_dict(SimulationConfig, json.loads(ds.attrs["config"]))
-
-
-__all__ = ["simulate", "simulate_split", "config_of", "SPLITS"]
+__all__ = ["simulate", "simulate_split", "SPLITS"]

@@ -67,6 +67,7 @@ class TrainConfig:
         _check_choice("train.lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _check_range("train.warmup_epochs", self.warmup_epochs, 0.0, self.epochs)
         _check_range("train.lr_floor", self.lr_floor, 0.0, 1.0)
+        _check_range("train.seed", self.seed, 0, 2**63 - 1)
 
     def learning_rate_at(self, steps_per_epoch: int):
         """The optimiser's learning rate: a float (constant, no warm-up) or Keras's

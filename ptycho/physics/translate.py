@@ -63,14 +63,6 @@ def centre_crop(img: np.ndarray, n: int) -> np.ndarray:
     return img[..., r : r + n, c : c + n]
 
 
-def pad_to(img: np.ndarray, m: int) -> np.ndarray:
-    """Zero-pad the last two axes to ``m x m`` keeping the centre pixel at ``m // 2``."""
-    h, w = img.shape[-2:]
-    top, left = m // 2 - h // 2, m // 2 - w // 2
-    pad = [(0, 0)] * (img.ndim - 2) + [(top, m - h - top), (left, m - w - left)]
-    return np.pad(img, pad)
-
-
 def extract_patches(obj: np.ndarray, positions: np.ndarray, n: int) -> np.ndarray:
     """Patches of side ``n`` centred on ``positions`` ``[x, y]`` of ``obj``, shape (K, n, n).
 

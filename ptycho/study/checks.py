@@ -17,7 +17,10 @@ from typing import Any
 
 import numpy as np
 
+#: The checklist, in report order: the one list the CLI, the rules and the report use.
 ITEMS = ("accuracy", "gradients", "convergence", "quality", "speedup")
+#: The items measured with TensorFlow (the others collect the pipeline's outputs).
+MEASURED = ("accuracy", "gradients")
 
 
 def verdict(item: str, value: float, threshold: float, comparison: str, summary: str, evidence: dict) -> dict:

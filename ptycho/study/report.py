@@ -333,16 +333,21 @@ def machine_line(report: Mapping) -> str:
 def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[str], list[list[str]]]]]]:
     """(id, title, text, [(table title, header, rows)]) in reading order; both views use it."""
     items = report["items"]
-    return [
-        ("accuracy", "Accuracy", items["accuracy"]["summary"], [("", *accuracy_table(report))]),
-        ("gradients", "Gradients", items["gradients"]["summary"], [("", *gradients_table(report))]),
-        ("convergence", "Convergence", items["convergence"]["summary"], convergence_tables(report)),
-        ("quality", "Quality", items["quality"]["summary"], quality_tables(report)),
-        ("speedup", "Speedup", items["speedup"]["summary"] + ". Benchmark machine: "
-         + machine_line({"machine": items["speedup"]["evidence"].get("machine", {})}) + ".",
-         [*speedup_tables(report),
-          ("Training jobs (shared the CPU with other jobs: indicative only)", *training_table(report))]),
-    ]
+    text = {name: items[name]["summary"] for name in ITEMS}
+    text["speedup"] += (". Benchmark machine: " + machine_line({"machine": items["speedup"]["evidence"].get("machine", {})})
+                        + ".")
+    return [(name, name.capitalize(), text[name], _TABLES[name](report)) for name in ITEMS]
+
+
+#: Each checklist item's tables, keyed by item (:data:`ptycho.study.checks.ITEMS` gives the order).
+_TABLES = {
+    "accuracy": lambda r: [("", *accuracy_table(r))],
+    "gradients": lambda r: [("", *gradients_table(r))],
+    "convergence": convergence_tables,
+    "quality": quality_tables,
+    "speedup": lambda r: [*speedup_tables(r),
+                          ("Training jobs (shared the CPU with other jobs: indicative only)", *training_table(r))],
+}
 
 
 def failed_sentence(report: Mapping) -> str:

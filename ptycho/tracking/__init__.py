@@ -36,7 +36,7 @@ from ptycho.tracking.provenance import (
 )
 from ptycho.tracking.replay import journal_files, replay_journal
 from ptycho.tracking.runs import END_REASON_TAG, NONFINITE_TAG, Run, child_run, system_metrics
-from ptycho.tracking.store import RETRY_SECONDS, default_tracking_uri, ensure_store, flatten_params
+from ptycho.tracking.store import default_tracking_uri, ensure_store, flatten_params
 
 __all__ = [
     "END_REASON_TAG",
@@ -44,7 +44,6 @@ __all__ = [
     "NONFINITE_TAG",
     "PID_START_TAG",
     "PID_TAG",
-    "RETRY_SECONDS",
     "Run",
     "child_run",
     "close_pipeline",

@@ -27,8 +27,6 @@ from ptycho.tracking.provenance import (
 )
 from ptycho.tracking.runs import END_REASON_TAG
 from ptycho.tracking.store import (
-    _MAX_PARAMS_TAGS_PER_BATCH,
-    _chunks,
     default_tracking_uri,
     fit_tags,
     flatten_params,
@@ -106,8 +104,7 @@ def start_parent(uri: str, experiment: str, run_name: str, params: Mapping[str, 
     run_id = run.info.run_id
     try:
         entities = [Param(k, v) for k, v in flatten_params(params).items()]
-        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
-            retry(lambda c=chunk: client.log_batch(run_id, params=c), what="logging params", uri=uri)
+        retry(lambda: client.log_batch(run_id, params=entities), what="logging params", uri=uri)
     except BaseException:
         with contextlib.suppress(Exception):
             retry(lambda: client.set_terminated(run_id, "FAILED"), what="marking the run FAILED", uri=uri)

@@ -15,7 +15,7 @@ from typing import Any
 from ptycho.errors import PtychoError
 from ptycho.tracking.access import preflight
 from ptycho.tracking.runs import END_REASON_TAG, _log_dataset, _log_model
-from ptycho.tracking.store import _MAX_METRICS_PER_BATCH, _MAX_PARAMS_TAGS_PER_BATCH, _chunks, open_client, retry
+from ptycho.tracking.store import open_client, retry
 
 _log = logging.getLogger(__name__)
 
@@ -64,20 +64,16 @@ def _replay_record(client: Any, target: str, run_id: str, rec: dict, counts: dic
     op = rec["op"]
     if op == "params":
         params = [Param(k, v) for k, v in rec["params"].items()]
-        for chunk in _chunks(params, _MAX_PARAMS_TAGS_PER_BATCH):
-            send("replaying params", lambda c=chunk: client.log_batch(run_id, params=c))
+        send("replaying params", lambda: client.log_batch(run_id, params=params))
         counts["params"] += len(params)
     elif op in ("tags", "run"):
         tags = [RunTag(k, v) for k, v in rec.get("tags", {}).items()]
-        for chunk in _chunks(tags, _MAX_PARAMS_TAGS_PER_BATCH):
-            send("replaying tags", lambda c=chunk: client.log_batch(run_id, tags=c))
+        send("replaying tags", lambda: client.log_batch(run_id, tags=tags))
         counts["tags"] += len(tags)
     elif op == "metrics":
         metrics = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in rec["metrics"]]
         tags = [RunTag(k, v) for k, v in rec.get("tags", {}).items()]
-        for i, chunk in enumerate(_chunks(metrics, _MAX_METRICS_PER_BATCH)):
-            extra = tags if i == 0 else []
-            send("replaying metrics", lambda c=chunk, t=extra: client.log_batch(run_id, metrics=c, tags=t))
+        send("replaying metrics", lambda: client.log_batch(run_id, metrics=metrics, tags=tags))
         counts["metrics"] += len(metrics)
     elif op == "artifact":
         if not os.path.exists(rec["path"]):
@@ -85,9 +81,6 @@ def _replay_record(client: Any, target: str, run_id: str, rec: dict, counts: dic
             counts["missing_files"] += 1
             return
         send("replaying an artifact", lambda: client.log_artifact(run_id, rec["path"], rec.get("artifact_path")))
-        counts["artifacts"] += 1
-    elif op == "dict":
-        send("replaying a dict", lambda: client.log_dict(run_id, rec["obj"], rec["filename"]))
         counts["artifacts"] += 1
     elif op == "dataset":
         send("logging dataset", lambda: _log_dataset(client, run_id, rec["name"], rec["digest"], rec["source"],

@@ -25,10 +25,7 @@ from ptycho.errors import PtychoError
 from ptycho.tracking.provenance import process_identity
 from ptycho.tracking.store import (
     _MAX_DATASET_DIGEST,
-    _MAX_METRICS_PER_BATCH,
-    _MAX_PARAMS_TAGS_PER_BATCH,
     _MAX_TAG_VALUE,
-    _chunks,
     fit,
     fit_tags,
     flatten_params,
@@ -54,7 +51,7 @@ class Journal:
     """An append-only JSON-lines copy of everything a job logs, kept beside its outputs.
 
     One line per write (``run``, ``params``, ``metrics``, ``tags``, ``artifact``,
-    ``dict``, ``dataset``, ``end``), each with the run id and tracking URI, written
+    ``dataset``, ``model``, ``end``), each with the run id and tracking URI, written
     *before* the write to MLflow is attempted. Whatever happens to the tracking server,
     what the job computed is on disk, and :func:`replay_journal` sends it again.
     Metrics keep the timestamp they were first sent with, so a replay is an exact
@@ -92,7 +89,7 @@ class Run:
     With a :class:`Journal`, every write is first appended to it. If the tracking
     server stops answering (after MLflow's own retries with backoff), the run goes
     *offline*: one warning line says where the journal is and how to replay it, the
-    job carries on, and later writes go to the journal only (:attr:`offline`).
+    job carries on, and later writes go to the journal only.
     Without a journal a lost server is an error, as before.
     """
 
@@ -120,11 +117,6 @@ class Run:
     def retries(self) -> dict[str, int]:
         """Retries so far: ``"locked"`` (store busy) and ``"conflict"`` (concurrent insert)."""
         return dict(self._retries)
-
-    @property
-    def offline(self) -> str:
-        """Why the tracking server was given up on (``""`` while it answers)."""
-        return self._offline
 
     @property
     def journal(self) -> Journal | None:
@@ -183,15 +175,8 @@ class Run:
         )
         self._record("metrics", metrics=[[m.key, m.value, m.timestamp, m.step] for m in entities],
                      tags={t.key: t.value for t in tags})
-        for i, chunk in enumerate(_chunks(entities, _MAX_METRICS_PER_BATCH)):
-            extra = tags if i == 0 else []
-            self._call(
-                "logging metrics", lambda c=chunk, t=extra: self._client.log_batch(self._run_id, metrics=c, tags=t)
-            )
-
-    def log_metric(self, key: str, value: float, step: int | None = None) -> None:
-        """Log one metric; see :meth:`log_metrics`."""
-        self.log_metrics({key: value}, step=step)
+        # MlflowClient.log_batch splits a batch at MLflow's limits itself.
+        self._call("logging metrics", lambda: self._client.log_batch(self._run_id, metrics=entities, tags=tags))
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log (nested) params, flattened with dotted keys; see :func:`flatten_params`.
@@ -204,8 +189,7 @@ class Run:
         flat = flatten_params(params)
         self._record("params", params=flat)
         entities = [Param(k, v) for k, v in flat.items()]
-        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
-            self._call("logging params", lambda c=chunk: self._client.log_batch(self._run_id, params=c))
+        self._call("logging params", lambda: self._client.log_batch(self._run_id, params=entities))
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set tags (values stringified, cut at MLflow's 8000 characters); later values win."""
@@ -214,8 +198,7 @@ class Run:
         fitted = fit_tags(tags)
         self._record("tags", tags=fitted)
         entities = [RunTag(k, v) for k, v in fitted.items()]
-        for chunk in _chunks(entities, _MAX_PARAMS_TAGS_PER_BATCH):
-            self._call("setting tags", lambda c=chunk: self._client.log_batch(self._run_id, tags=c))
+        self._call("setting tags", lambda: self._client.log_batch(self._run_id, tags=entities))
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         """Copy a local file or folder into the run's artifacts (under ``artifact_path``).
@@ -228,15 +211,6 @@ class Run:
             "logging an artifact",
             lambda: self._client.log_artifact(self._run_id, os.fspath(path), artifact_path),
         )
-
-    def log_dict(self, obj: dict, filename: str) -> None:
-        """Store ``obj`` as a JSON or YAML artifact (chosen by the extension of ``filename``)."""
-        self._record("dict", obj=obj, filename=filename)
-        self._call("logging a dict", lambda: self._client.log_dict(self._run_id, obj, filename))
-
-    def log_figure(self, fig: Any, filename: str) -> None:
-        """Store a matplotlib figure as an image artifact (format from ``filename``); not journaled."""
-        self._call("logging a figure", lambda: self._client.log_figure(self._run_id, fig, filename))
 
     def log_dataset(self, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
         """Record a dataset file as an input of the run, with its split as context.

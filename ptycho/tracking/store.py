@@ -45,7 +45,7 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,8 +67,6 @@ _MAX_DELAY = 5.0
 _MAX_PARAM_VALUE = 6000
 _MAX_TAG_VALUE = 8000
 _MAX_KEY = 250
-_MAX_PARAMS_TAGS_PER_BATCH = 100
-_MAX_METRICS_PER_BATCH = 1000
 _MAX_DATASET_DIGEST = 36
 _TRUNCATED = "...[truncated]"
 
@@ -129,11 +127,6 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
 
 def fit_tags(tags: Mapping[str, Any]) -> dict[str, str]:
     return {safe_key(k): fit(_as_text(v), _MAX_TAG_VALUE) for k, v in tags.items()}
-
-
-def _chunks(items: list, size: int) -> Iterator[list]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
 
 
 def default_tracking_uri(results_dir: str | os.PathLike) -> str:

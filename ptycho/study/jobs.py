@@ -1,0 +1,423 @@
+"""The pipeline's jobs: each reads its inputs, does its one thing, writes its outputs
+atomically and returns a :class:`~ptycho.tracking.record.JobRecord` of what it did.
+
+One function per tracked CLI command (``ptycho simulate``, ``train``, ...). The CLI
+parses arguments into the values these take and hands the record to tracking in one
+place (``ptycho.cli``), so nothing here asks whether an MLflow run exists; a test can
+call a job and read its record. Heavy libraries are imported inside, as everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptycho.errors import PtychoError
+from ptycho.tracking.record import JobRecord, LoggedModel, NestedRun, Progress
+
+#: The keys of a training's curve, logged per epoch.
+CURVE_KEYS = ("train_loss", "val_loss", "log_scale")
+
+
+def _prefixed(prefix: str, cfg: Any) -> dict[str, Any]:
+    return {f"{prefix}.{k}": v for k, v in dataclasses.asdict(cfg).items()}
+
+
+def simulate(cfg, train_path: str, test_path: str, *, progress: bool = True) -> JobRecord:
+    """A train/test pair from ``cfg``, written as a pair or not at all."""
+    from ptycho.data.dataset import write_dataset
+    from ptycho.data.simulate import simulate as make
+
+    datasets = make(cfg, progress=progress)
+    record = JobRecord(params=_prefixed("simulation", cfg))
+    written: list[str] = []
+    lines = []
+    for split, path in (("train", train_path), ("test", test_path)):
+        try:
+            digest = write_dataset(path, datasets[split])
+        except BaseException:  # a write refused, or Ctrl-C between the two
+            for done in written:  # a pair or nothing: no train split without its test split
+                Path(done).unlink(missing_ok=True)
+            raise
+        written.append(path)
+        ds = datasets[split]
+        record.datasets.append(_input(f"{split}.h5", digest, path, split))
+        record.metrics.update({f"{split}_patterns": ds.diffraction.shape[0], f"{split}_groups": ds.groups.shape[0],
+                               "scale": ds.scale})
+        lines.append(f"{split}: {path}  patterns={ds.diffraction.shape[0]} groups={ds.groups.shape[0]} "
+                     f"scale={ds.scale:.6g} sha256={digest[:16]}")
+    record.summary = "\n".join(lines)
+    return record
+
+
+def _input(name: str, digest: str, path: str, split: str):
+    from ptycho.tracking.record import DatasetInput
+
+    return DatasetInput(name, digest, str(Path(path).resolve()), split)
+
+
+def _with_dataset(record: JobRecord, name: str, ds, path: str, split: str) -> JobRecord:
+    record.tags["dataset_digest"] = ds.attrs["digest"]
+    record.datasets.append(_input(name, ds.attrs["digest"], path, split))
+    return record
+
+
+def export_cxi(file: str, out: str, geometry) -> JobRecord:
+    """A dataset file as CXI 1.6 in the physical units of ``geometry``."""
+    from ptycho.data.cxi import export_cxi as write
+    from ptycho.data.dataset import read_dataset
+
+    ds = read_dataset(file)
+    write(ds, out, geometry)
+    pixel_nm = geometry.object_pixel_m(ds.probe.shape[0]) * 1e9
+    record = JobRecord(params=_prefixed("cxi", geometry), metrics={"object_pixel_nm": pixel_nm},
+                       summary=f"{out}: CXI 1.6, {ds.diffraction.shape[0]} patterns, object pixel {pixel_nm:.3g} nm "
+                               f"at {geometry.energy_ev:g} eV")
+    record.datasets.append(_input(Path(file).name, ds.attrs["digest"], file, ds.attrs.get("split", "")))
+    return record
+
+
+def train(dataset: str, model_cfg, train_cfg, out: str, *, arm: Mapping[str, str], progress: bool = True,
+          resume: bool = False, checkpoint_dir: str | None = None, on_diverge: str = "error",
+          live: Progress | None = None) -> JobRecord:
+    """Train one arm; ``live`` receives each epoch's curve (and a resumed run's earlier ones).
+
+    A diverged training under ``on_diverge='record'`` is a result, not an error: its
+    outputs hold the last good state marked FAILED and the record carries the reason.
+    """
+    from ptycho.data.dataset import read_dataset
+    from ptycho.nets.train import train as fit
+
+    ds = read_dataset(dataset)
+    params = {**_prefixed("model", model_cfg), **_prefixed("train", train_cfg)}
+    on_epoch = on_resume = None
+    resumed: dict[str, Any] = {}
+    if live is not None:
+        def on_epoch(epoch: int, rec: dict) -> None:
+            live(epoch + 1, {k: rec[k] for k in CURVE_KEYS})
+
+        def on_resume(history: list[dict]) -> None:
+            # The earlier attempt's epochs, at their own steps: this run holds the whole curve.
+            resumed["ptycho.resumed_after_epoch"] = len(history)
+            for rec in history:
+                live(rec["epoch"], {k: rec[k] for k in CURVE_KEYS})
+
+    meta = fit(ds, model_cfg, train_cfg, out, progress=progress, on_epoch=on_epoch, resume=resume,
+               checkpoint_dir=checkpoint_dir, on_resume=on_resume, on_diverge=on_diverge)
+    record = _with_dataset(JobRecord(params=params, tags=resumed), "train.h5", ds, dataset, "train")
+    record.artifacts.append((str(Path(out) / "model.json"), "model"))
+    if meta.get("status") == "FAILED":
+        record.failure = meta["failure"]
+        record.summary = f"ptycho train: warning: {meta['failure']}; recorded as a FAILED model in {out}"
+        return record
+    last, t = meta["history"][-1], meta["timing"]
+    steps = np.asarray(t["step_times_s"])
+    record.metrics.update({
+        "compile_s": t["compile_s"], "step_median_s": t["step_median_s"],
+        "step_iqr_s": float(np.subtract(*np.percentile(steps, [75, 25]))) if steps.size else float("nan"),
+        "train_wall_s": t["train_wall_s"], "traces_train": meta["traces"]["train"],
+    })
+    record.artifacts.append((str(Path(out) / "model.keras"), "model"))
+    arm_tags = {k: v for k, v in arm.items() if k in ("model", "xla", "seed")}
+    record.model = LoggedModel(
+        "-".join(arm_tags.values()) or model_cfg.kind, out, dataset=("train.h5", ds.attrs["digest"]),
+        params={**_prefixed("model", model_cfg), "train.xla": train_cfg.xla, "train.epochs": train_cfg.epochs},
+        tags=arm_tags, step=last["epoch"],
+        metrics={"final_train_loss": last["train_loss"], "final_val_loss": last["val_loss"],
+                 "step_median_s": t["step_median_s"] or float("nan")})
+    record.summary = (
+        f"{out}: {model_cfg.kind} xla={train_cfg.xla} epochs={last['epoch']} train_loss={last['train_loss']:.6g} "
+        f"val_loss={last['val_loss']:.6g} compile={t['compile_s']:.2f}s "
+        f"step_median={t['step_median_s'] or float('nan'):.4f}s")
+    return record
+
+
+def infer(model: str, dataset: str, out: str, *, xla: str | None = None, batch_size: int | None = None) -> JobRecord:
+    """The test split's patches reconstructed by a trained model, timed."""
+    from ptycho.artifacts import write_arrays
+    from ptycho.data.dataset import read_dataset
+    from ptycho.nets.infer import reconstruct
+
+    ds = read_dataset(dataset)
+    rec = reconstruct(model, ds, xla=xla, batch_size=batch_size)
+    write_arrays(out, patches=rec.patches, positions=rec.positions, position_object=rec.position_object,
+                 seconds=np.float64(rec.seconds), compile_seconds=np.float64(rec.compile_seconds),
+                 patterns=np.int64(rec.patterns))
+    record = JobRecord(metrics={"infer_patterns_per_s": rec.patterns_per_second, "infer_compile_s": rec.compile_seconds,
+                                "infer_seconds": rec.seconds, "infer_patterns": rec.patterns},
+                       summary=f"{out}: {len(rec.patches)} patches, {rec.patterns_per_second:.1f} patterns/s, "
+                               f"compile {rec.compile_seconds:.2f}s")
+    return _with_dataset(record, "test.h5", ds, dataset, "test")
+
+
+def stitch(dataset: str, reconstruction: str, out: str, *, weighted: bool = True, phase_sync: bool = True) -> JobRecord:
+    """Patches placed at their own positions into one image per object."""
+    from ptycho.analysis.stitch import stitch_objects
+    from ptycho.artifacts import read_arrays, write_arrays
+    from ptycho.data.dataset import read_dataset
+
+    ds = read_dataset(dataset)
+    rec = read_arrays(reconstruction, ("patches", "positions", "position_object"))
+    try:
+        images = stitch_objects(rec["patches"], rec["positions"], rec["position_object"], ds,
+                                weighted=weighted, phase_sync=phase_sync)
+    except ValueError as err:
+        raise PtychoError(f"{reconstruction}: {err}; re-run infer with this dataset") from None
+    write_arrays(out, images=np.stack(images).astype(np.complex64))
+    return JobRecord(summary=f"{out}: {len(images)} stitched object(s) of shape {images[0].shape}")
+
+
+def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
+    """Stitched objects scored against the ground truth (SSIM, PSNR, MAE, FRC)."""
+    from ptycho.analysis.metrics import score_all
+    from ptycho.artifacts import read_arrays, write_json
+    from ptycho.data.dataset import read_dataset
+
+    ds = read_dataset(dataset)
+    images = read_arrays(stitched, ("images",))["images"]
+    truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
+    if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
+        raise PtychoError(f"{stitched}: stitched images do not match the objects of {dataset}; "
+                          "re-run stitch with this dataset")
+    try:
+        result = score_all(list(images), truths)
+    except ValueError as err:
+        raise PtychoError(f"{stitched}: cannot score ({err})") from None
+    result["dataset_digest"] = ds.attrs["digest"]
+    write_json(out, result)
+    mean = result["mean"]
+    record = JobRecord(
+        metrics={k: v for k, v in mean.items() if isinstance(v, int | float)},
+        stepped=[(i, {f"{k}_image": v for k, v in per.items() if k in ("amp_ssim", "phase_ssim")})
+                 for i, per in enumerate(result["per_image"])],
+        artifacts=[(out, "metrics")],
+        summary=f"{out}: amp SSIM {mean['amp_ssim']:.4f} phase SSIM {mean['phase_ssim']:.4f} "
+                f"amp PSNR {mean['amp_psnr']:.2f} dB over {result['n_images']} image(s)")
+    return _with_dataset(record, "test.h5", ds, dataset, "test")
+
+
+def bench(dataset: str | None, model_jsons: Sequence[str], models: Sequence, train_cfg, modes: Sequence[str],
+          config, out: str | None, *, sim=None) -> JobRecord:
+    """Every (model, mode) arm timed in its own process (:func:`ptycho.study.bench.run`).
+
+    With ``model_jsons`` the trained models' own architecture, loss and batch size are
+    timed (the benchmark must time the networks the study trains, not the CLI's
+    defaults); otherwise ``models`` and ``train_cfg``. Without ``dataset``, a train
+    split simulated from ``sim``. One nested run per arm, all with the same keys.
+    """
+    from ptycho.artifacts import read_json, write_json
+    from ptycho.nets.train import TrainConfig, configs_from_meta
+    from ptycho.study import bench as timing
+
+    if model_jsons:
+        configs = {}
+        for path in model_jsons:
+            model_cfg, trained = configs_from_meta(read_json(path))
+            configs.setdefault(model_cfg.kind, (model_cfg, trained))
+        kinds = [m.kind for m in models]
+        models = [configs[k][0] for k in kinds if k in configs]
+        if not models:
+            raise PtychoError(f"bench: none of --like {' '.join(model_jsons)} is a model of kind {', '.join(kinds)}")
+        train_cfg = TrainConfig(batch_size=next(iter(configs.values()))[1].batch_size)
+    if dataset:
+        source = dataset
+    else:
+        from ptycho.data.simulate import simulate_split
+
+        source = simulate_split(sim, "train")
+    result = timing.run(source, models, train_cfg, modes, config)
+    if out:
+        write_json(out, result)
+    return JobRecord(
+        params={"bench.modes": " ".join(result["modes"]), "bench.repeats": config.repeats,
+                **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()}},
+        nested=arm_runs(result), artifacts=[(out, "bench")] if out else [], summary=timing.format_table(result))
+
+
+def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
+    """One run per benchmarked arm, all with the same metric keys and the arm in params
+    and tags: MLflow's compare view lines the arms up."""
+    runs = []
+    for a in result["arms"]:
+        model, mode = a["model"], a["mode"]
+        metrics = {"compile_s": a["compile_s"], "step_median_s": a["step_s"]["median"],
+                   "infer_patterns_per_s": a["infer_patterns_per_s"], "peak_rss_mb": a["peak_rss_mb"],
+                   **{f"{k}_s": c["median"] for k, c in a["components"].items()}}
+        if "shared" in a:
+            metrics["shared_step_median_s"] = a["shared"]["step_s"]["median"]
+        r = result["ratios"].get(model, {}).get(mode, {})
+        if "padded_vs_naive" in r:
+            metrics["padded_vs_naive"] = r["padded_vs_naive"]
+        for key in ("train_step_alone", "train_step_shared", "inference"):
+            if key in r:
+                metrics[f"{key}_speedup"] = r[key]["ratio"]
+        for key in ("break_even_steps", "compile_extra_s"):
+            if key in r and math.isfinite(r[key]):
+                metrics[key] = r[key]
+        runs.append(NestedRun(f"benchmark-{model}-{mode}", {"model": model, "xla": mode},
+                              {"arm.model": model, "arm.xla": mode}, metrics))
+    return runs
+
+
+def scaling(config: Mapping, preset: str, sizes: Sequence[int], out: str | None) -> JobRecord:
+    """Cost growth with the data size, at the study's settings (``config`` resolved)."""
+    from ptycho.artifacts import write_json
+    from ptycho.study import scaling as growth
+    from ptycho.study import workflow
+
+    result = growth.run(sizes, workflow.simulation_config(config), workflow.model_config(config, "pinn"),
+                        workflow.train_config(config, "off", 0, "pinn"), progress=True)
+    result["preset"] = preset
+    if out:
+        write_json(out, result)
+    return JobRecord(summary=growth.format_table(result))
+
+
+def failed_arms(metas: Sequence[Mapping]) -> dict[str, str]:
+    """Arm -> reason, for every trained model whose ``model.json`` says it diverged."""
+    from ptycho.study.arms import arm_of
+
+    return {arm_of(m): m.get("failure", "diverged") for m in metas if m.get("status") == "FAILED"}
+
+
+def check(item: str, threshold: float, out: str, *, model_jsons: Sequence[str] = (), dataset: str | None = None,
+          metrics: Sequence[str] = (), bench: str | None = None, modes: Sequence[str] | None = None,
+          loss: str = "poisson", context: str = "alone") -> JobRecord:
+    """One checklist item measured or collected, and judged against ``threshold``."""
+    from ptycho.artifacts import read_json, write_json
+    from ptycho.study import checks
+    from ptycho.study.arms import arm_of
+
+    metas = [] if item in checks.MEASURED else [read_json(p) for p in model_jsons]  # accuracy loads the models
+    if item == "accuracy":
+        ds = None
+        if model_jsons:
+            from ptycho.data.dataset import read_dataset
+
+            if not dataset:
+                raise PtychoError("check accuracy: --models needs --dataset (the test split to run them on)")
+            ds = read_dataset(dataset)
+        result = checks.accuracy(threshold, model_dirs=[str(Path(m).parent) for m in model_jsons], dataset=ds,
+                                 modes=modes)
+    elif item == "gradients":
+        result = checks.gradients(threshold, pinn_loss=loss, modes=modes)
+    elif item == "convergence":
+        result = checks.convergence({arm_of(m): m["history"] for m in metas}, threshold,
+                                    {arm_of(m): m.get("initial_val_loss") for m in metas}, failed_arms(metas))
+    elif item == "quality":
+        result = checks.quality({Path(p).stem: read_json(p) for p in metrics}, threshold, failed_arms(metas))
+    elif item == "speedup":
+        timings = {arm_of(m): {k: v for k, v in m["timing"].items() if k != "step_times_s"} for m in metas}
+        result = checks.speedup(read_json(bench), threshold, timings, context=context)
+    else:
+        raise PtychoError(f"check: unknown item {item!r}; choose one of {', '.join(checks.ITEMS)}")
+    write_json(out, result)
+    return JobRecord(
+        metrics={f"{item}_value": result["value"], f"{item}_pass": float(result["status"] == "PASS")},
+        tags={"status": result["status"]}, artifacts=[(out, None)],
+        summary=f"{item}: {result['status']} (value {result['value']:.4g}, threshold {result['comparison']} "
+                f"{result['threshold']:.4g}): {result['summary']}")
+
+
+def figures(dataset: str, stitched: Sequence[str], metrics: Sequence[str], model_jsons: Sequence[str], bench: str,
+            out_dir: str) -> JobRecord:
+    """The report's figures (:data:`ptycho.study.report.FIGURES`), all rendered before any is written."""
+    from ptycho.analysis.metrics import compare
+    from ptycho.artifacts import atomic_write, read_arrays, read_json
+    from ptycho.data.dataset import read_dataset
+    from ptycho.study import checks
+    from ptycho.study import figures as fig
+    from ptycho.study.arms import arm_of
+    from ptycho.study.report import FIGURES
+
+    ds = read_dataset(dataset)
+    truth_image = ds.ground_truth(0)
+    compared, frc = {}, {}
+    for path in stitched:
+        images = read_arrays(path, ("images",))["images"]
+        if len(images) == 0 or images[0].shape != truth_image.shape:
+            raise PtychoError(f"{path}: stitched images do not match the objects of {dataset}; re-run stitch")
+        compared[Path(path).stem] = compare(images[0], truth_image)  # what the metrics scored, as they scored it
+    for path in metrics:
+        first = read_json(path).get("per_image", [{}])[0]
+        if "frc_freq" not in first:
+            raise PtychoError(f"{path}: no FRC curves in these metrics (written by an older version); "
+                              "re-run 'ptycho evaluate'")
+        frc[Path(path).stem] = {"freq": first["frc_freq"], "amp": first["amp_frc_curve"], "phase": first["phase_frc_curve"]}
+    histories = {arm_of(m): m["history"] for m in map(read_json, model_jsons)}
+    timed = read_json(bench)
+    if "arms" not in timed:
+        raise PtychoError(f"{bench}: not a benchmark result; pass the JSON written by 'ptycho bench --out'")
+    draw = {
+        "reconstructions": lambda: fig.reconstruction_grid(*fig.common_window(compared)),
+        "errors": lambda: fig.error_maps(*fig.common_window(compared)),
+        "frc": lambda: fig.frc_curves(frc),
+        "losses": lambda: fig.loss_curves(checks.loss_curves(histories)),
+        "step_times": lambda: fig.step_time_distributions(timed["arms"]),
+        "components": lambda: fig.component_bars(timed["arms"]),
+        "speedup": lambda: fig.speedup_bars(checks.speedup_intervals(timed)),
+    }
+    drawers = [(name, draw[name]) for name, _, _ in FIGURES]  # every figure of the report has its drawing
+    try:  # render everything before writing anything: no partial set of figures
+        made = {name: fig.to_png(drawn()) for name, drawn in drawers}
+    except (ValueError, KeyError) as err:
+        raise PtychoError(f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them") from None
+    out = Path(out_dir)
+    record = JobRecord(summary=f"{out}: {len(made)} figures ({', '.join(made)})")
+    for name, png in made.items():
+        atomic_write(out / f"{name}.png", lambda tmp, png=png: Path(tmp).write_bytes(png), suffix=".png")
+        record.artifacts.append((str(out / f"{name}.png"), "figures"))
+    return record
+
+
+def report(checks_json: Sequence[str], model_jsons: Sequence[str], metrics: Sequence[str],
+           reconstructions: Sequence[str], figure_pngs: Sequence[str], benchmarks: str | None, config: Mapping,
+           out_dir: str, parent: Mapping[str, str]) -> JobRecord:
+    """The validation report (JSON, Markdown, HTML) from the checklist and every arm's results."""
+    from ptycho.artifacts import read_arrays, read_json
+    from ptycho.study import report as views
+    from ptycho.study.arms import arm_of
+    from ptycho.study.bench import machine_info
+    from ptycho.tracking import config_hash, git_commit
+
+    items = {r["item"]: r for r in map(read_json, checks_json)}
+    arms: dict[str, dict] = {}
+    for meta in map(read_json, model_jsons):
+        arms[arm_of(meta)] = {"timing": {k: v for k, v in meta["timing"].items() if k != "step_times_s"},
+                              "final": meta["history"][-1] if meta["history"] else None,
+                              "status": meta.get("status", "FINISHED"), "failure": meta.get("failure")}
+    for path in metrics:
+        arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path)["mean"]
+    for path in reconstructions:
+        rec = read_arrays(path, ("seconds", "patterns"))
+        arms.setdefault(Path(path).stem, {})["infer_patterns_per_s"] = float(rec["patterns"] / rec["seconds"])
+    figures = {}
+    names = [name for name, _, _ in views.FIGURES]
+    for path in figure_pngs:
+        stem = Path(path).stem
+        if stem not in names:
+            raise PtychoError(f"{path}: not a figure of the report (expected one of {', '.join(names)}.png); "
+                              "pass the PNGs of 'ptycho figures'")
+        try:
+            figures[stem] = Path(path).read_bytes()
+        except OSError as err:
+            raise PtychoError(f"{path}: cannot read ({err.strerror}); run 'ptycho figures' first") from None
+        if not figures[stem].startswith(b"\x89PNG"):
+            raise PtychoError(f"{path}: not a PNG file; re-run 'ptycho figures'")
+    cost = views.pipeline_cost(benchmarks) if benchmarks else None
+    provenance = {"config_hash": config_hash(config), "git_commit": git_commit(Path.cwd()),
+                  "mlflow_run_id": parent.get("run_id", "")}
+    # The device the study ran on is what the benchmark's TensorFlow processes saw.
+    gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
+    result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance)
+    paths = views.write(result, out_dir, figures)
+    return JobRecord(
+        metrics={"verdict_pass": float(result["verdict"] == "PASS")},
+        artifacts=[(str(p), "report") for p in paths.values()],
+        summary=f"{paths['html']}: verdict {result['verdict']} "
+                + " ".join(f"{k}={v['status']}" for k, v in result["items"].items()))
