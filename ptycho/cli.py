@@ -101,13 +101,17 @@ def cmd_inspect(args: argparse.Namespace, live) -> JobRecord:
     if args.json:
         return JobRecord(summary=json.dumps(info, indent=2, sort_keys=True))
     attrs, c = info["attributes"], info["counts_per_pattern"]
-    return JobRecord(summary="\n".join([
-        f"{args.file}: valid ptycho dataset (schema {ds.attrs['schema_version']}, sha256 {info['digest']})",
-        *(f"  {name:16s} {tuple(shape)}" for name, shape in info["shapes"].items()),
-        "  " + "  ".join(f"{k}={attrs[k]}" for k in sorted(attrs) if k not in ("digest",)),
-        f"  units={info['units']} scale={info['scale']:.6g} counts/pattern mean={c['mean']:.6g} "
-        f"std={c['std']:.3g} min={c['min']:.6g} max={c['max']:.6g} max pixel={info['max_pixel_count']:.6g}",
-    ]))
+    return JobRecord(
+        summary="\n".join(
+            [
+                f"{args.file}: valid ptycho dataset (schema {ds.attrs['schema_version']}, sha256 {info['digest']})",
+                *(f"  {name:16s} {tuple(shape)}" for name, shape in info["shapes"].items()),
+                "  " + "  ".join(f"{k}={attrs[k]}" for k in sorted(attrs) if k not in ("digest",)),
+                f"  units={info['units']} scale={info['scale']:.6g} counts/pattern mean={c['mean']:.6g} "
+                f"std={c['std']:.3g} min={c['min']:.6g} max={c['max']:.6g} max pixel={info['max_pixel_count']:.6g}",
+            ]
+        )
+    )
 
 
 def cmd_import(args: argparse.Namespace, live) -> JobRecord:
@@ -120,8 +124,9 @@ def cmd_import(args: argparse.Namespace, live) -> JobRecord:
         from ptycho.data.cxi import import_cxi as read
     ds = read(args.source, gridsize=args.gridsize, split=args.split)
     digest = write_dataset(args.out, ds)
-    return JobRecord(summary=f"{args.out}: imported {ds.diffraction.shape[0]} patterns, scale={ds.scale:.6g} "
-                             f"sha256={digest[:16]}")
+    return JobRecord(
+        summary=f"{args.out}: imported {ds.diffraction.shape[0]} patterns, scale={ds.scale:.6g} sha256={digest[:16]}"
+    )
 
 
 def cmd_export_npz(args: argparse.Namespace, live) -> JobRecord:
@@ -163,9 +168,18 @@ def cmd_train(args: argparse.Namespace, live) -> JobRecord:
 
     model_cfg = _config_from_args(args, ModelConfig, "model_", _load_yaml_section(args.config, "model"))
     train_cfg = _config_from_args(args, TrainConfig, "train_", _load_yaml_section(args.config, "train"))
-    return jobs.train(args.dataset, model_cfg, train_cfg, args.out, arm=_pairs(args.mlflow_tag),
-                      progress=not args.quiet, resume=args.resume, checkpoint_dir=args.checkpoint_dir,
-                      on_diverge=args.on_diverge, live=live)
+    return jobs.train(
+        args.dataset,
+        model_cfg,
+        train_cfg,
+        args.out,
+        arm=_pairs(args.mlflow_tag),
+        progress=not args.quiet,
+        resume=args.resume,
+        checkpoint_dir=args.checkpoint_dir,
+        on_diverge=args.on_diverge,
+        live=live,
+    )
 
 
 def cmd_infer(args: argparse.Namespace, live) -> JobRecord:
@@ -173,8 +187,9 @@ def cmd_infer(args: argparse.Namespace, live) -> JobRecord:
 
 
 def cmd_stitch(args: argparse.Namespace, live) -> JobRecord:
-    return jobs.stitch(args.dataset, args.reconstruction, args.out, weighted=not args.unweighted,
-                       phase_sync=not args.no_phase_sync)
+    return jobs.stitch(
+        args.dataset, args.reconstruction, args.out, weighted=not args.unweighted, phase_sync=not args.no_phase_sync
+    )
 
 
 def cmd_evaluate(args: argparse.Namespace, live) -> JobRecord:
@@ -199,13 +214,31 @@ def cmd_bench(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.nets.train import TrainConfig
     from ptycho.study import bench
 
-    models = [ModelConfig(kind=k, filters=args.filters, pooling=args.pooling, depth=args.depth, mixing=args.mixing,
-                          loss=args.loss) for k in args.models]
-    config = bench.BenchConfig(warmup=args.warmup, repeats=args.repeats, component_repeats=args.component_repeats,
-                               threads=args.threads_alone, shared=not args.no_shared, shared_threads=args.shared_threads)
+    models = [
+        ModelConfig(
+            kind=k, filters=args.filters, pooling=args.pooling, depth=args.depth, mixing=args.mixing, loss=args.loss
+        )
+        for k in args.models
+    ]
+    config = bench.BenchConfig(
+        warmup=args.warmup,
+        repeats=args.repeats,
+        component_repeats=args.component_repeats,
+        threads=args.threads_alone,
+        shared=not args.no_shared,
+        shared_threads=args.shared_threads,
+    )
     sim = None if args.dataset else SimulationConfig(n=args.n, object_size=args.object_size, probe_kind="defocused")
-    return jobs.bench(args.dataset, args.like or (), models, TrainConfig(batch_size=args.batch_size), args.modes,
-                      config, args.out, sim=sim)
+    return jobs.bench(
+        args.dataset,
+        args.like or (),
+        models,
+        TrainConfig(batch_size=args.batch_size),
+        args.modes,
+        config,
+        args.out,
+        sim=sim,
+    )
 
 
 def cmd_config(args: argparse.Namespace, live) -> JobRecord:
@@ -241,12 +274,18 @@ def cmd_track(args: argparse.Namespace, live) -> JobRecord:
             raise PtychoError("track sweep: --parent is required (the JSON written by 'track start')")
         parent = read_json(args.parent)
         ended = tracking.end_stale_children(parent["tracking_uri"], parent["run_id"], by="'ptycho track sweep'")
-        return JobRecord(summary=f"MLflow parent run {parent['run_id']}: {len(ended)} stale child run(s) marked KILLED"
-              + (f" ({', '.join(ended)})" if ended else ""))
+        return JobRecord(
+            summary=f"MLflow parent run {parent['run_id']}: {len(ended)} stale child run(s) marked KILLED"
+            + (f" ({', '.join(ended)})" if ended else "")
+        )
     if args.action == "start":
-        needed = {"--config-json": (args.config_json or os.environ.get("PTYCHO_CONFIG_JSON"),
-                                    "the resolved config JSON to log, or PTYCHO_CONFIG_JSON set to it"),
-                  "--out": (args.out, "where to write the parent run's id")}
+        needed = {
+            "--config-json": (
+                args.config_json or os.environ.get("PTYCHO_CONFIG_JSON"),
+                "the resolved config JSON to log, or PTYCHO_CONFIG_JSON set to it",
+            ),
+            "--out": (args.out, "where to write the parent run's id"),
+        }
         missing = [f"{flag} ({what})" for flag, (value, what) in needed.items() if not value]
         if missing:
             raise ConfigError(f"'track start' needs {' and '.join(missing)}; see 'ptycho track --help'")
@@ -258,36 +297,61 @@ def cmd_track(args: argparse.Namespace, live) -> JobRecord:
             try:
                 config = json.loads(os.environ["PTYCHO_CONFIG_JSON"])
             except json.JSONDecodeError as err:
-                raise ConfigError(f"PTYCHO_CONFIG_JSON is not valid JSON ({err.msg}); unset it or pass --config-json") from None
+                raise ConfigError(
+                    f"PTYCHO_CONFIG_JSON is not valid JSON ({err.msg}); unset it or pass --config-json"
+                ) from None
         # The workflow's config names the experiment, the run and the store's folder.
         experiment = args.experiment or config.get("study") or "xla-ptycho"
         run_name = args.run_name or (f"{experiment}-{config['preset']}" if config.get("preset") else "pipeline")
         tags = {**({"preset": config["preset"]} if config.get("preset") else {}), **_pairs(args.tag)}
-        record = tracking.start_pipeline(config, args.results or config.get("results") or "results", experiment,
-                                         run_name, tags, args.out)
+        record = tracking.start_pipeline(
+            config, args.results or config.get("results") or "results", experiment, run_name, tags, args.out
+        )
         return JobRecord(summary=f"{args.out}: MLflow parent run {record['run_id']} at {record['tracking_uri']}")
     if not args.parent:
-        raise ConfigError("'track finish' needs --parent (the JSON written by 'track start'); see 'ptycho track --help'")
+        raise ConfigError(
+            "'track finish' needs --parent (the JSON written by 'track start'); see 'ptycho track --help'"
+        )
     if not Path(args.parent).exists():  # e.g. the workflow's error hook, when the pipeline stopped before 'track start'
-        raise PtychoError(f"{args.parent}: no such file, so there is no MLflow parent run to mark {args.status} "
-                          "(it is written by 'track start')")
+        raise PtychoError(
+            f"{args.parent}: no such file, so there is no MLflow parent run to mark {args.status} "
+            "(it is written by 'track start')"
+        )
     parent = read_json(args.parent)
     tracking.finish_run(parent["tracking_uri"], parent["run_id"], args.status)
     return JobRecord(summary=f"MLflow parent run {parent['run_id']}: {args.status}")
 
 
 def cmd_check(args: argparse.Namespace, live) -> JobRecord:
-    return jobs.check(args.item, args.threshold, args.out, model_jsons=args.models or (), dataset=args.dataset,
-                      metrics=args.metrics or (), bench=args.bench, modes=args.modes, loss=args.loss,
-                      context=args.context)
+    return jobs.check(
+        args.item,
+        args.threshold,
+        args.out,
+        model_jsons=args.models or (),
+        dataset=args.dataset,
+        metrics=args.metrics or (),
+        bench=args.bench,
+        modes=args.modes,
+        loss=args.loss,
+        context=args.context,
+    )
 
 
 def cmd_report(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.artifacts import read_json
 
     parent = read_json(args.finish_parent) if args.finish_parent else {}
-    return jobs.report(args.checks, args.models, args.metrics, args.reconstructions or (), args.figures or (),
-                       args.benchmarks, read_json(args.config_json), args.out_dir, parent)
+    return jobs.report(
+        args.checks,
+        args.models,
+        args.metrics,
+        args.reconstructions or (),
+        args.figures or (),
+        args.benchmarks,
+        read_json(args.config_json),
+        args.out_dir,
+        parent,
+    )
 
 
 def cmd_figures(args: argparse.Namespace, live) -> JobRecord:
@@ -309,10 +373,15 @@ def _pairs(items: list[str] | None) -> dict[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     from ptycho.config import SimulationConfig
 
-    parser = _Parser(prog="ptycho", description="Simulate, train, reconstruct and score ptychography with and without XLA.")
+    parser = _Parser(
+        prog="ptycho", description="Simulate, train, reconstruct and score ptychography with and without XLA."
+    )
     parser.add_argument("--version", action="version", version=f"ptycho {__version__}")
-    parser.add_argument("--mlflow-parent", metavar="JSON",
-                        help="log this command as a child run of the parent run in JSON (written by 'track start')")
+    parser.add_argument(
+        "--mlflow-parent",
+        metavar="JSON",
+        help="log this command as a child run of the parent run in JSON (written by 'track start')",
+    )
     parser.add_argument("--mlflow-tag", action="append", metavar="KEY=VALUE", help="tag of the child run (repeatable)")
     parser.add_argument("--threads", type=int, metavar="N", help="TensorFlow intra-op threads (default: all cores)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -345,12 +414,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (model.keras, model.json)")
     p.add_argument("--config", help="YAML file with 'model' and 'train' sections")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the saved state in the checkpoint folder if it has the same configuration and dataset")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the saved state in the checkpoint folder if it has the same configuration and dataset",
+    )
     p.add_argument("--checkpoint-dir", help="folder of the resumable state (default: OUT/checkpoint)")
-    p.add_argument("--on-diverge", choices=("raise", "record"), default="raise",
-                   help="on a NaN/inf loss: fail (raise, the default) or write the last good state as the model, "
-                        "marked status FAILED in model.json, and exit 0 (record)")
+    p.add_argument(
+        "--on-diverge",
+        choices=("raise", "record"),
+        default="raise",
+        help="on a NaN/inf loss: fail (raise, the default) or write the last good state as the model, "
+        "marked status FAILED in model.json, and exit 0 (record)",
+    )
     _add_config_flags(p, ModelConfig, "model_")
     _add_config_flags(p, TrainConfig, "train_")
     p.set_defaults(func=cmd_train, system_metrics=True, tensorflow=True)
@@ -359,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="folder written by 'ptycho train'")
     p.add_argument("--dataset", required=True)
     p.add_argument("--out", required=True, help="reconstruction (.npz)")
-    p.add_argument("--xla", type=_mode, default=None, help="override the training arm's XLA mode (off, jit, auto, physics)")
+    p.add_argument(
+        "--xla", type=_mode, default=None, help="override the training arm's XLA mode (off, jit, auto, physics)"
+    )
     p.add_argument("--batch-size", type=int, default=None, help="fixed predict batch (default: training batch)")
     p.set_defaults(func=cmd_infer, tensorflow=True)
 
@@ -368,8 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="the dataset that was reconstructed")
     p.add_argument("--out", required=True, help="stitched objects (.npz)")
     p.add_argument("--unweighted", action="store_true", help="plain average instead of illumination weighting")
-    p.add_argument("--no-phase-sync", action="store_true",
-                   help="keep each patch's own constant phase (default: align overlapping patches first)")
+    p.add_argument(
+        "--no-phase-sync",
+        action="store_true",
+        help="keep each patch's own constant phase (default: align overlapping patches first)",
+    )
     p.set_defaults(func=cmd_stitch)
 
     p = sub.add_parser("evaluate", help="score stitched objects against the ground truth")
@@ -380,8 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ptycho.nets.xla import MODES
 
-    p = sub.add_parser("bench", help="time every XLA mode vs off: compile, step alone and shared, components, "
-                                     "memory, inference")
+    p = sub.add_parser(
+        "bench", help="time every XLA mode vs off: compile, step alone and shared, components, memory, inference"
+    )
     p.add_argument("--dataset", help="dataset to time on (default: simulate the default train split)")
     p.add_argument("--object-size", type=int, default=128, help="object side when simulating (default 128)")
     p.add_argument("--n", type=int, default=64, help="patch side when simulating (default 64)")
@@ -391,18 +473,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, default=2, help="encoder pooling levels (default: the pipeline's)")
     p.add_argument("--mixing", type=int, default=1, help="code mixing layers (default: the pipeline's)")
     p.add_argument("--loss", choices=("poisson", "mae"), default="mae", help="PINN loss (default: the pipeline's)")
-    p.add_argument("--like", nargs="+", metavar="MODEL_JSON",
-                   help="time the architecture, loss and batch size of these trained models (model.json), "
-                        "instead of --filters/--pooling/--depth/--mixing/--loss/--batch-size")
+    p.add_argument(
+        "--like",
+        nargs="+",
+        metavar="MODEL_JSON",
+        help="time the architecture, loss and batch size of these trained models (model.json), "
+        "instead of --filters/--pooling/--depth/--mixing/--loss/--batch-size",
+    )
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--modes", nargs="+", type=_mode, default=["off", "jit", "auto", "physics"],
-                   help=f"XLA modes to time ({', '.join(MODES)}); off is always added (default: all)")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        type=_mode,
+        default=["off", "jit", "auto", "physics"],
+        help=f"XLA modes to time ({', '.join(MODES)}); off is always added (default: all)",
+    )
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=60, help="timed steps per arm and context")
     p.add_argument("--component-repeats", type=int, default=20, help="timed calls of each step component")
     p.add_argument("--threads-alone", type=int, default=0, help="intra-op threads per arm alone (default: all cores)")
-    p.add_argument("--shared-threads", type=int, default=1,
-                   help="intra-op threads per arm when all arms share the cores (default: the pipeline's train_threads)")
+    p.add_argument(
+        "--shared-threads",
+        type=int,
+        default=1,
+        help="intra-op threads per arm when all arms share the cores (default: the pipeline's train_threads)",
+    )
     p.add_argument("--no-shared", action="store_true", help="time the arms alone only")
     p.add_argument("--out", help="also write the full result as JSON")
     p.set_defaults(func=cmd_bench, system_metrics=True, tensorflow=True)
@@ -419,20 +514,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_config)
 
-    p = sub.add_parser("track", help="start or finish the pipeline's MLflow parent run; replay journals; end stale runs")
-    p.add_argument("action", choices=("start", "finish", "replay", "sweep"),
-                   help="replay: send journals (JSONL kept beside the outputs) to MLflow again, idempotently; "
-                        "sweep: mark KILLED the RUNNING child runs whose process is gone")
+    p = sub.add_parser(
+        "track", help="start or finish the pipeline's MLflow parent run; replay journals; end stale runs"
+    )
+    p.add_argument(
+        "action",
+        choices=("start", "finish", "replay", "sweep"),
+        help="replay: send journals (JSONL kept beside the outputs) to MLflow again, idempotently; "
+        "sweep: mark KILLED the RUNNING child runs whose process is gone",
+    )
     p.add_argument("journal", nargs="*", help="(replay) journal files or folders, e.g. results/smoke/mlflow/journal")
     p.add_argument("--tracking-uri", help="(replay) send to this store instead of the one recorded in the journal")
-    p.add_argument("--config-json", help="(start) resolved config file, logged as the parent's params "
-                                         "(default: the JSON in $PTYCHO_CONFIG_JSON, as the workflow sets it)")
+    p.add_argument(
+        "--config-json",
+        help="(start) resolved config file, logged as the parent's params "
+        "(default: the JSON in $PTYCHO_CONFIG_JSON, as the workflow sets it)",
+    )
     p.add_argument("--experiment", help="(start) default: the config's study, else xla-ptycho")
     p.add_argument("--run-name", help="(start) default: <study>-<preset> from the config, else pipeline")
     p.add_argument("--tag", action="append", metavar="KEY=VALUE")
     p.add_argument("--out", help="(start) where to write the parent run's id and tracking URI")
-    p.add_argument("--results", help="(start) folder of the embedded store <results>/mlflow.db "
-                                     "(default: the config's results, else results)")
+    p.add_argument(
+        "--results",
+        help="(start) folder of the embedded store <results>/mlflow.db (default: the config's results, else results)",
+    )
     p.add_argument("--parent", help="(finish, sweep) the JSON written by 'track start'")
     p.add_argument("--status", choices=("FINISHED", "FAILED", "KILLED"), default="FINISHED")
     p.set_defaults(func=cmd_track)
@@ -445,10 +550,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", nargs="*", default=[], help="metrics JSON files (quality)")
     p.add_argument("--bench", help="bench JSON (speedup)")
     p.add_argument("--loss", choices=("poisson", "mae"), default="poisson", help="PINN loss (gradients)")
-    p.add_argument("--modes", nargs="+", type=_mode, default=["jit", "auto", "physics"],
-                   help="XLA modes compared with off (accuracy, gradients; default: all)")
-    p.add_argument("--context", choices=("alone", "shared"), default="alone",
-                   help="the benchmark context the speedup verdict is for (speedup)")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        type=_mode,
+        default=["jit", "auto", "physics"],
+        help="XLA modes compared with off (accuracy, gradients; default: all)",
+    )
+    p.add_argument(
+        "--context",
+        choices=("alone", "shared"),
+        default="alone",
+        help="the benchmark context the speedup verdict is for (speedup)",
+    )
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_check)
 
@@ -470,7 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-json", required=True)
     p.add_argument("--out-dir", default="reports")
     p.add_argument("--finish-parent", help="parent JSON: attach the report and mark the parent run FINISHED")
-    p.add_argument("--benchmarks", help="folder of the jobs' Snakemake benchmark TSVs: the report says where the time went")
+    p.add_argument(
+        "--benchmarks", help="folder of the jobs' Snakemake benchmark TSVs: the report says where the time went"
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export-npz", help="write a dataset file as a PtychoPINN-style NPZ")
@@ -480,7 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ptycho.data.cxi import CxiGeometry
 
-    p = sub.add_parser("export-cxi", help="write a dataset file as CXI 1.6 (ptychodus, NXcxi_ptycho), in physical units")
+    p = sub.add_parser(
+        "export-cxi", help="write a dataset file as CXI 1.6 (ptychodus, NXcxi_ptycho), in physical units"
+    )
     p.add_argument("file")
     p.add_argument("--out", required=True)
     p.add_argument("--config", help="YAML file whose 'cxi' section gives the geometry (flags override it)")
@@ -614,8 +732,10 @@ def _done(args: argparse.Namespace, record: JobRecord) -> None:
         from ptycho.artifacts import read_json
 
         parent = read_json(args.finish_parent)
-        artifacts = [*(path for path in record.artifacts if path[1] == "report"),
-                     *((p, "figures") for p in args.figures or [])]
+        artifacts = [
+            *(path for path in record.artifacts if path[1] == "report"),
+            *((p, "figures") for p in args.figures or []),
+        ]
         tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], artifacts)
     if record.summary:
         print(record.summary, file=sys.stderr if record.failure else sys.stdout)
@@ -628,12 +748,17 @@ def _end_stale_runs(parent: dict, name: str) -> None:
     from ptycho import tracking
 
     try:
-        ended = tracking.end_stale_children(parent["tracking_uri"], parent["run_id"], by=f"job {name} (pid {os.getpid()})")
+        ended = tracking.end_stale_children(
+            parent["tracking_uri"], parent["run_id"], by=f"job {name} (pid {os.getpid()})"
+        )
     except Exception as exc:  # bookkeeping of other runs must not stop this one
         logging.getLogger(__name__).warning("could not look for stale MLflow runs: %s", exc)
         return
     if ended:
-        print(f"ptycho: marked {len(ended)} stale MLflow run(s) of killed jobs KILLED: {', '.join(ended)}", file=sys.stderr)
+        print(
+            f"ptycho: marked {len(ended)} stale MLflow run(s) of killed jobs KILLED: {', '.join(ended)}",
+            file=sys.stderr,
+        )
 
 
 def _terminate(signum, frame):  # noqa: ARG001

@@ -43,9 +43,7 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, section: str = "") -> T
     prefix = f"{section}." if section else ""
     for key in data:
         if key not in known:
-            raise ConfigError(
-                f"unknown config key '{prefix}{key}'; allowed keys: {', '.join(sorted(known))}"
-            )
+            raise ConfigError(f"unknown config key '{prefix}{key}'; allowed keys: {', '.join(sorted(known))}")
     kwargs = {}
     for key, value in data.items():
         default = getattr(cls, key, None)

@@ -95,5 +95,10 @@ def device_info() -> dict[str, Any]:
     for gpu in gpus:
         details = tf.config.experimental.get_device_details(gpu)
         names.append(details.get("device_name", gpu.name))
-    return {"device": "GPU" if gpus else "CPU", "gpus": names, "gpu_count": len(gpus),
-            "cuda_build": bool(tf.test.is_built_with_cuda()), "tensorflow": tf.__version__}
+    return {
+        "device": "GPU" if gpus else "CPU",
+        "gpus": names,
+        "gpu_count": len(gpus),
+        "cuda_build": bool(tf.test.is_built_with_cuda()),
+        "tensorflow": tf.__version__,
+    }

@@ -89,8 +89,15 @@ class BrowserError(RuntimeError):
 class Browser:
     """A running headless Chromium and its DevTools pipe. Use :meth:`launch`."""
 
-    def __init__(self, proc: subprocess.Popen, to_browser: int, from_browser: int, profile: Path,
-                 stderr_path: Path, timeout: float):
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        to_browser: int,
+        from_browser: int,
+        profile: Path,
+        stderr_path: Path,
+        timeout: float,
+    ):
         self.proc = proc
         self.pid = proc.pid
         self.timeout = timeout
@@ -108,9 +115,15 @@ class Browser:
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
-    def launch(cls, executable: str = "chromium", *, window: tuple[int, int] = (1280, 900),
-               profile_root: str | os.PathLike | None = None, extra_flags: Iterable[str] = (),
-               timeout: float = 30.0) -> Browser:
+    def launch(
+        cls,
+        executable: str = "chromium",
+        *,
+        window: tuple[int, int] = (1280, 900),
+        profile_root: str | os.PathLike | None = None,
+        extra_flags: Iterable[str] = (),
+        timeout: float = 30.0,
+    ) -> Browser:
         """Start ``executable`` headless with a fresh profile and return the connected browser.
 
         ``profile_root`` is where the temporary profile folder is made (default: the
@@ -123,15 +136,26 @@ class Browser:
         cmd_read, cmd_write = os.pipe()
         evt_read, evt_write = os.pipe()
         cmd_read, evt_write = _above_9(cmd_read), _above_9(evt_write)
-        args = [executable, *DEFAULT_FLAGS, f"--user-data-dir={profile}",
-                f"--window-size={window[0]},{window[1]}", *extra_flags, "about:blank"]
-        trampoline = (f"import os, sys; os.dup2({cmd_read}, 3); os.dup2({evt_write}, 4); "
-                      f"os.close({cmd_read}); os.close({evt_write}); os.execvp(sys.argv[1], sys.argv[1:])")
+        args = [
+            executable,
+            *DEFAULT_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={window[0]},{window[1]}",
+            *extra_flags,
+            "about:blank",
+        ]
+        trampoline = (
+            f"import os, sys; os.dup2({cmd_read}, 3); os.dup2({evt_write}, 4); "
+            f"os.close({cmd_read}); os.close({evt_write}); os.execvp(sys.argv[1], sys.argv[1:])"
+        )
         try:
             with open(stderr_path, "wb") as stderr:
                 proc = subprocess.Popen(
                     [sys.executable, "-I", "-S", "-c", trampoline, *args],
-                    pass_fds=(cmd_read, evt_write), stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+                    pass_fds=(cmd_read, evt_write),
+                    stdin=subprocess.DEVNULL,
+                    stdout=stderr,
+                    stderr=stderr,
                     start_new_session=True,
                 )
         except BaseException:
@@ -195,7 +219,7 @@ class Browser:
     def _write(self, message: dict) -> None:
         data = json.dumps(message).encode() + b"\0"
         while data:
-            data = data[os.write(self._out, data):]
+            data = data[os.write(self._out, data) :]
 
     def _read_one(self, deadline: float) -> dict | None:
         """Next message from the browser, or None when ``deadline`` passes."""
@@ -231,8 +255,9 @@ class Browser:
         self._dispatch(message)
         return True
 
-    def send(self, method: str, params: dict | None = None, session_id: str | None = None,
-             timeout: float | None = None) -> dict:
+    def send(
+        self, method: str, params: dict | None = None, session_id: str | None = None, timeout: float | None = None
+    ) -> dict:
         """Send one command and return its ``result``; raise :class:`BrowserError` on an error."""
         msg_id = self._new_id()
         message: dict[str, Any] = {"id": msg_id, "method": method, "params": params or {}}
@@ -258,8 +283,10 @@ class Browser:
         for domain in ("Page", "Runtime", "Network", "Log"):
             page.send(f"{domain}.enable")
         if width and height:
-            page.send("Emulation.setDeviceMetricsOverride",
-                      {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+            page.send(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            )
         return page
 
 
@@ -291,8 +318,10 @@ class Page:
         self.events.append(message)
         method, params = message["method"], message.get("params", {})
         if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            text = " ".join(str(a["value"] if a.get("value") is not None else a.get("description", ""))
-                            for a in params.get("args", []))
+            text = " ".join(
+                str(a["value"] if a.get("value") is not None else a.get("description", ""))
+                for a in params.get("args", [])
+            )
             self.console_errors.append(f"console.{params['type']}: {text}")
         elif method == "Runtime.exceptionThrown":
             details = params.get("exceptionDetails", {})
@@ -344,16 +373,20 @@ class Page:
 
     def evaluate(self, expression: str, timeout: float | None = None) -> Any:
         """Value of a JavaScript expression (promises awaited), returned by value (JSON)."""
-        result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": True, "userGesture": True}, timeout=timeout)
+        result = self.send(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True, "userGesture": True},
+            timeout=timeout,
+        )
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
             text = details.get("exception", {}).get("description") or details.get("text")
             raise BrowserError(f"JavaScript error in {expression[:80]!r}: {text}")
         return result.get("result", {}).get("value")
 
-    def wait_for(self, condition: str, timeout: float | None = None, interval: float = 0.25,
-                 message: str | None = None) -> Any:
+    def wait_for(
+        self, condition: str, timeout: float | None = None, interval: float = 0.25, message: str | None = None
+    ) -> Any:
         """Poll the JavaScript ``condition`` until it is truthy; return its value.
 
         Events keep being collected while waiting. On timeout, raise with ``message`` (or
@@ -367,8 +400,9 @@ class Page:
                 return value
             if time.monotonic() >= deadline:
                 text = self.evaluate("document.body ? document.body.innerText.slice(0, 1500) : ''")
-                raise BrowserError(f"timed out after {timeout} s waiting for {message or condition}; "
-                                   f"page text:\n{text}")
+                raise BrowserError(
+                    f"timed out after {timeout} s waiting for {message or condition}; page text:\n{text}"
+                )
             # Keep reading events (console errors, requests) while we wait.
             self.browser.pump(min(deadline, time.monotonic() + interval))
 

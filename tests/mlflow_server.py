@@ -30,11 +30,25 @@ def start_server(folder: Path, port: int) -> subprocess.Popen:
     env.pop("MLFLOW_TRACKING_URI", None)
     log = open(folder / f"server-{time.monotonic_ns()}.log", "wb")
     proc = subprocess.Popen(
-        [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow-server.db'}",
-         "--artifacts-destination", str(folder / "mlflow-artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        env=env, stdin=subprocess.DEVNULL, stdout=log,
-        stderr=log, start_new_session=True,
+        [
+            str(mlflow),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{folder / 'mlflow-server.db'}",
+            "--artifacts-destination",
+            str(folder / "mlflow-artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
     )
     log.close()
     deadline = time.monotonic() + 180

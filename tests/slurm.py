@@ -75,7 +75,9 @@ def ensure_installed(timeout: float = 900) -> None:
     if not missing_commands():
         return
     if os.geteuid() != 0:
-        raise Unavailable(f"SLURM is not installed ({', '.join(missing_commands())} missing) and installing it needs root")
+        raise Unavailable(
+            f"SLURM is not installed ({', '.join(missing_commands())} missing) and installing it needs root"
+        )
     if _which("apt-get") is None:
         raise Unavailable("SLURM is not installed and there is no apt-get to install it (Debian/Ubuntu only)")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -85,7 +87,10 @@ def ensure_installed(timeout: float = 900) -> None:
             raise Unavailable(f"apt-get update failed (no network or mirror?): {_tail(update.stderr)}")
         install = subprocess.run(
             ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "--no-install-recommends", *PACKAGES],
-            env=env, capture_output=True, text=True, timeout=timeout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     if install.returncode != 0:
         raise Unavailable(f"apt-get install {' '.join(PACKAGES)} failed: {_tail(install.stderr)}")
@@ -184,38 +189,40 @@ class Cluster:
         memory = max(1024, _mem_total_mib() - 1024)
         r = self.root
         self.conf.write_text(
-            "\n".join([
-                "ClusterName=ptycho-test",
-                "SlurmctldHost=localhost",
-                f"SlurmctldPort={_free_port()}",
-                f"SlurmdPort={_free_port()}",
-                "SlurmUser=root",
-                "SlurmdUser=root",
-                "AuthType=auth/munge",
-                "CredType=cred/munge",
-                f"AuthInfo=socket={self.munge_socket}",
-                "ProctrackType=proctrack/linuxproc",
-                "TaskPlugin=task/none",
-                "MpiDefault=none",
-                "SelectType=select/cons_tres",
-                "SelectTypeParameters=CR_Core_Memory",
-                "DefMemPerCPU=500",  # a job without --mem would otherwise take the whole node
-                "ReturnToService=2",
-                "MinJobAge=300",  # finished jobs stay visible to squeue (the test profile's status command)
-                f"StateSaveLocation={r / 'state'}",
-                f"SlurmdSpoolDir={r / 'spool'}",
-                f"SlurmctldPidFile={self.pid_file('slurmctld')}",
-                f"SlurmdPidFile={self.pid_file('slurmd')}",
-                f"SlurmctldLogFile={self.log_file('slurmctld')}",
-                f"SlurmdLogFile={self.log_file('slurmd')}",
-                "AccountingStorageType=accounting_storage/none",
-                "JobAcctGatherType=jobacct_gather/none",
-                "JobCompType=jobcomp/none",
-                "MailProg=/bin/true",
-                f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory} State=UNKNOWN",
-                "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
-                "",
-            ])
+            "\n".join(
+                [
+                    "ClusterName=ptycho-test",
+                    "SlurmctldHost=localhost",
+                    f"SlurmctldPort={_free_port()}",
+                    f"SlurmdPort={_free_port()}",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    "AuthType=auth/munge",
+                    "CredType=cred/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "MpiDefault=none",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_Core_Memory",
+                    "DefMemPerCPU=500",  # a job without --mem would otherwise take the whole node
+                    "ReturnToService=2",
+                    "MinJobAge=300",  # finished jobs stay visible to squeue (the test profile's status command)
+                    f"StateSaveLocation={r / 'state'}",
+                    f"SlurmdSpoolDir={r / 'spool'}",
+                    f"SlurmctldPidFile={self.pid_file('slurmctld')}",
+                    f"SlurmdPidFile={self.pid_file('slurmd')}",
+                    f"SlurmctldLogFile={self.log_file('slurmctld')}",
+                    f"SlurmdLogFile={self.log_file('slurmd')}",
+                    "AccountingStorageType=accounting_storage/none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "JobCompType=jobcomp/none",
+                    "MailProg=/bin/true",
+                    f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory} State=UNKNOWN",
+                    "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
         )
         # slurmd 22.05 always loads a cgroup plugin and autodetection fails on some hosts.
         (self.conf.parent / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
@@ -230,8 +237,9 @@ class Cluster:
         cmd = ["runuser", "-u", user, "--", *argv] if user else list(argv)
         result = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=60)
         if result.returncode != 0:
-            raise RuntimeError(f"{name} did not start (exit {result.returncode}): {_tail(result.stderr)}"
-                               f"{self.log_tail(name)}")
+            raise RuntimeError(
+                f"{name} did not start (exit {result.returncode}): {_tail(result.stderr)}{self.log_tail(name)}"
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError, ValueError):
@@ -249,10 +257,17 @@ class Cluster:
         for path in (self.pid_file("munged"), self.log_file("munged")):
             path.touch()
             os.chown(path, munge_owned.pw_uid, munge_owned.pw_gid)
-        self._daemon("munged", [
-            _which("munged"), f"--socket={self.munge_socket}", f"--pid-file={self.pid_file('munged')}",
-            f"--log-file={self.log_file('munged')}", f"--seed-file={self.munge_dir / 'munged.seed'}",
-        ], user="munge")
+        self._daemon(
+            "munged",
+            [
+                _which("munged"),
+                f"--socket={self.munge_socket}",
+                f"--pid-file={self.pid_file('munged')}",
+                f"--log-file={self.log_file('munged')}",
+                f"--seed-file={self.munge_dir / 'munged.seed'}",
+            ],
+            user="munge",
+        )
         self._daemon("slurmctld", [_which("slurmctld"), "-i", "-f", str(self.conf)])
         self._daemon("slurmd", [_which("slurmd"), "-N", "localhost", "-f", str(self.conf)])
         self.wait_ready(timeout - (time.monotonic() - t0))
@@ -278,8 +293,9 @@ class Cluster:
                         return
                     last = f"srun true: exit {probe.returncode}: {_tail(probe.stderr)}"
             time.sleep(0.5)
-        raise RuntimeError(f"SLURM not ready after {timeout:.0f} s ({last}){self.log_tail('slurmctld')}"
-                           f"{self.log_tail('slurmd')}")
+        raise RuntimeError(
+            f"SLURM not ready after {timeout:.0f} s ({last}){self.log_tail('slurmctld')}{self.log_tail('slurmd')}"
+        )
 
     # ------------------------------------------------------------------------- stop
     def job_ids(self) -> list[str]:
@@ -365,8 +381,13 @@ class Cluster:
     def submitted_batch_jobs(self) -> set[str]:
         """Ids of every batch job slurmctld accepted (from its log: one line per sbatch)."""
         text = self.log_file("slurmctld").read_text(errors="replace")
-        return {word.split("=", 1)[1] for line in text.splitlines() if "_slurm_rpc_submit_batch_job" in line
-                for word in line.split() if word.startswith("JobId=")}
+        return {
+            word.split("=", 1)[1]
+            for line in text.splitlines()
+            if "_slurm_rpc_submit_batch_job" in line
+            for word in line.split()
+            if word.startswith("JobId=")
+        }
 
 
 def scratch_root() -> Path:

@@ -46,8 +46,15 @@ def _apt_get(*args: str, sudo: bool = False) -> subprocess.CompletedProcess:
     ``DPkg::Lock::Timeout`` makes dpkg wait for its lock; the lists lock taken by
     ``update`` is retried here, for 5 min at most.
     """
-    command = [*(["sudo", "-n"] if sudo else []), "env", "DEBIAN_FRONTEND=noninteractive",
-               "apt-get", "-o", "DPkg::Lock::Timeout=300", *args]
+    command = [
+        *(["sudo", "-n"] if sudo else []),
+        "env",
+        "DEBIAN_FRONTEND=noninteractive",
+        "apt-get",
+        "-o",
+        "DPkg::Lock::Timeout=300",
+        *args,
+    ]
     deadline = time.monotonic() + 300
     while True:
         result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
@@ -66,14 +73,20 @@ def chromium() -> str:
     if found:
         return found
     sudo = os.geteuid() != 0
-    can_sudo = sudo and shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+    can_sudo = (
+        sudo and shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+    )
     if not shutil.which("apt-get") or (sudo and not can_sudo):
-        pytest.skip("chromium is not on PATH and cannot be installed here (needs apt-get as root or passwordless "
-                    "sudo); install it with `sudo apt-get install chromium` to run the browser tests")
+        pytest.skip(
+            "chromium is not on PATH and cannot be installed here (needs apt-get as root or passwordless "
+            "sudo); install it with `sudo apt-get install chromium` to run the browser tests"
+        )
     started = time.monotonic()
     for args in (("update", "-q"), ("install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES)):
         result = _apt_get(*args, sudo=sudo)
-        assert result.returncode == 0, f"apt-get {' '.join(args)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        assert result.returncode == 0, (
+            f"apt-get {' '.join(args)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
     found = shutil.which("chromium")
     assert found, "apt-get installed chromium but it is not on PATH"
     print(f"\ninstalled {', '.join(APT_PACKAGES)} in {time.monotonic() - started:.0f} s")
@@ -132,9 +145,24 @@ def mlflow_ui(smoke, tmp_path_factory):
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(mlflow), "ui", "--backend-store-uri", f"sqlite:///{smoke / 'results' / 'mlflow.db'}",
-             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            cwd=smoke, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            [
+                str(mlflow),
+                "ui",
+                "--backend-store-uri",
+                f"sqlite:///{smoke / 'results' / 'mlflow.db'}",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            cwd=smoke,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -166,8 +194,11 @@ def runs(smoke) -> dict:
     children = [r for r in found if "mlflow.parentRunId" in r.data.tags]
     parents = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 1 and children
-    arms = {r.data.tags["xla"]: r for r in children
-            if r.data.tags.get("rule") == "train" and r.data.tags.get("model") == "pinn"}
+    arms = {
+        r.data.tags["xla"]: r
+        for r in children
+        if r.data.tags.get("rule") == "train" and r.data.tags.get("model") == "pinn"
+    }
     assert set(arms) == {"jit", "off"}, f"PINN train runs by xla tag: {sorted(arms)}"
     return {"experiment_id": experiment.experiment_id, "parent": parents[0], "children": children, "pinn_train": arms}
 
@@ -219,8 +250,9 @@ def test_validation_report_renders_every_section_and_image_offline(smoke, browse
     assert facts["verdictWord"], f"verdict {verdict} not shown: {facts['verdict']['text']!r}"
     assert verdict in facts["title"]
     v = facts["verdictWord"]["box"]
-    assert v["shown"] and v["height"] > 0 and 0 <= v["top"] and v["bottom"] <= facts["viewport"]["height"], \
+    assert v["shown"] and v["height"] > 0 and 0 <= v["top"] and v["bottom"] <= facts["viewport"]["height"], (
         f"verdict not in the first screenful: {v}, viewport {facts['viewport']}"
+    )
     assert facts["verdictWord"]["onTop"], "the verdict is covered by another element"
 
     # The checklist: one row per item of the record, each named.
@@ -256,7 +288,7 @@ def test_validation_report_renders_every_section_and_image_offline(smoke, browse
 # ---------------------------------------------------------------------- MLflow UI
 def _close_assistant(page) -> None:
     """Close the MLflow Assistant side panel (open by default in a fresh profile), if it shows."""
-    close = 'document.querySelector(\'button[data-component-id="mlflow.assistant.chat_panel.close"]\')'
+    close = "document.querySelector('button[data-component-id=\"mlflow.assistant.chat_panel.close\"]')"
     try:
         page.wait_for(f"!!{close}", timeout=5)
     except BrowserError:
@@ -295,24 +327,33 @@ def test_mlflow_experiment_page_lists_every_run_of_the_smoke_pipeline(mlflow_ui,
     page = browser.new_page(1600, max(1200, 500 + 40 * (len(children) + 1)))  # every row in view
     page.goto(f"{mlflow_ui}/#/experiments/{runs['experiment_id']}/runs")
     name = json.dumps(parent.info.run_name)
-    page.wait_for(f"[...document.querySelectorAll('a')].some(a => a.innerText.trim() === {name})", timeout=120,
-                  message=f"the parent run {parent.info.run_name} in the runs table")
+    page.wait_for(
+        f"[...document.querySelectorAll('a')].some(a => a.innerText.trim() === {name})",
+        timeout=120,
+        message=f"the parent run {parent.info.run_name} in the runs table",
+    )
     _close_assistant(page)
-    page.wait_for(f"document.body.innerText.includes('{len(children) + 1} matching runs')",
-                  message=f"the runs table to count {len(children) + 1} runs")
+    page.wait_for(
+        f"document.body.innerText.includes('{len(children) + 1} matching runs')",
+        message=f"the runs table to count {len(children) + 1} runs",
+    )
 
     # Child runs are nested under the parent: expand it, as a person clicks its "+".
     page.evaluate(f"""[...document.querySelectorAll('a')].find(a => a.innerText.trim() === {name})
                       .closest('[role=gridcell]').querySelector('button').click()""")
     direct = [r for r in children if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
-    page.wait_for(f"{_unlisted([parent, *direct])}.length === 0", timeout=60,
-                  message="a row for every job's run (by id and name)")
+    page.wait_for(
+        f"{_unlisted([parent, *direct])}.length === 0", timeout=60, message="a row for every job's run (by id and name)"
+    )
     # The benchmark's run nests one run per benchmarked arm: expand it too.
     bench = next(r for r in direct if r.data.tags.get("rule") == "benchmark")
     page.evaluate(f"""[...document.querySelectorAll('a')].find(a => a.innerText.trim() === {json.dumps(bench.info.run_name)})
                       .closest('[role=gridcell]').querySelector('button').click()""")
-    page.wait_for(f"{_unlisted([parent, *children])}.length === 0", timeout=60,
-                  message="a row for every run, the benchmark's arms too")
+    page.wait_for(
+        f"{_unlisted([parent, *children])}.length === 0",
+        timeout=60,
+        message="a row for every run, the benchmark's arms too",
+    )
     time.sleep(1)  # let the row colours and durations paint before the picture
     shot = page.screenshot(shots / "mlflow-experiment.png")
     print(f"\nscreenshot of the MLflow experiment page: {shot}")
@@ -362,13 +403,18 @@ def test_mlflow_compare_view_shows_the_xla_arms_side_by_side(mlflow_ui, runs, br
     arms = runs["pinn_train"]
     ordered = [arms["jit"], arms["off"]]
     ids = [r.info.run_id for r in ordered]
-    query = (f"runs={json.dumps(ids, separators=(',', ':'))}"
-             f"&experiments={json.dumps([runs['experiment_id']], separators=(',', ':'))}")
+    query = (
+        f"runs={json.dumps(ids, separators=(',', ':'))}"
+        f"&experiments={json.dumps([runs['experiment_id']], separators=(',', ':'))}"
+    )
     page = browser.new_page(1600, 6000)  # tall enough for run details, params, metrics and tags, unfolded
     page.goto(f"{mlflow_ui}/#/compare-runs?{query}")
-    page.wait_for("document.body.innerText.includes('Tags') && "
-                  + " && ".join(f"document.body.innerText.includes({json.dumps(r.info.run_name)})" for r in ordered),
-                  timeout=120, message="the compare view with both runs and their tags")
+    page.wait_for(
+        "document.body.innerText.includes('Tags') && "
+        + " && ".join(f"document.body.innerText.includes({json.dumps(r.info.run_name)})" for r in ordered),
+        timeout=120,
+        message="the compare view with both runs and their tags",
+    )
     _close_assistant(page)
     # MLflow's parameter and metric tables scroll inside fixed-height boxes, labels apart
     # from values: unfold every such box so each row is in view, at its label's height.
@@ -413,11 +459,14 @@ def test_mlflow_run_page_shows_a_trainings_dataset_model_and_system_metrics(mlfl
 
     page.goto(f"{base}/runs/{run.info.run_id}")
     body = "document.body.innerText"
-    page.wait_for(f"{body}.includes('Logged models') && {body}.includes({json.dumps(model.name)}) && "
-                  f"{body}.includes('Datasets') && {body}.includes({json.dumps(dataset.dataset.name)}) && "
-                  f"{body}.includes({json.dumps(dataset.dataset.digest[:12])}) && "
-                  f"{body}.includes('system/cpu_utilization_percentage')", timeout=120,
-                  message="the run page with its logged model, dataset and system metrics")
+    page.wait_for(
+        f"{body}.includes('Logged models') && {body}.includes({json.dumps(model.name)}) && "
+        f"{body}.includes('Datasets') && {body}.includes({json.dumps(dataset.dataset.name)}) && "
+        f"{body}.includes({json.dumps(dataset.dataset.digest[:12])}) && "
+        f"{body}.includes('system/cpu_utilization_percentage')",
+        timeout=120,
+        message="the run page with its logged model, dataset and system metrics",
+    )
     _close_assistant(page)
     shot = page.screenshot(shots / "mlflow-run.png")
     print(f"\nscreenshot of the training run page: {shot}")
@@ -425,17 +474,23 @@ def test_mlflow_run_page_shows_a_trainings_dataset_model_and_system_metrics(mlfl
 
     page.goto(f"{base}/runs/{run.info.run_id}/system-metrics")
     charts = ("cpu_utilization_percentage", "system_memory_usage_megabytes")
-    page.wait_for(" && ".join(f"{body}.includes({json.dumps(c)})" for c in charts)
-                  + f" && {body}.includes({json.dumps(run.info.run_name)})", timeout=60,
-                  message="the system metrics charts of the run")
+    page.wait_for(
+        " && ".join(f"{body}.includes({json.dumps(c)})" for c in charts)
+        + f" && {body}.includes({json.dumps(run.info.run_name)})",
+        timeout=60,
+        message="the system metrics charts of the run",
+    )
     shot = page.screenshot(shots / "mlflow-system-metrics.png")
     print(f"screenshot of its system metrics: {shot}")
 
     page.goto(f"{base}/models/{model.model_id}")
     final = next(m for m in model.metrics if m.key == "final_val_loss")
-    page.wait_for(f"{body}.includes('final_val_loss') && {body}.includes({json.dumps(run.info.run_name)}) && "
-                  f"{body}.includes({json.dumps(dataset.dataset.name)})", timeout=60,
-                  message="the logged model's page with its metrics, source run and dataset")
+    page.wait_for(
+        f"{body}.includes('final_val_loss') && {body}.includes({json.dumps(run.info.run_name)}) && "
+        f"{body}.includes({json.dumps(dataset.dataset.name)})",
+        timeout=60,
+        message="the logged model's page with its metrics, source run and dataset",
+    )
     row = _row(page, "final_val_loss", 3)  # dataset, source run, value
     assert row[1] == run.info.run_name and abs(float(row[2]) - final.value) <= 1e-6 * abs(final.value), row
     shot = page.screenshot(shots / "mlflow-logged-model.png")

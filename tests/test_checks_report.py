@@ -44,7 +44,10 @@ def test_quality_uses_the_largest_ssim_difference_between_arms():
 
 
 def _seeds(model, mode, amp, phase):
-    return {f"{model}-{mode}-s{s}": {"mean": {"amp_ssim": a, "phase_ssim": p}} for s, (a, p) in enumerate(zip(amp, phase, strict=True))}
+    return {
+        f"{model}-{mode}-s{s}": {"mean": {"amp_ssim": a, "phase_ssim": p}}
+        for s, (a, p) in enumerate(zip(amp, phase, strict=True))
+    }
 
 
 def test_quality_across_seeds_judges_the_difference_against_the_seed_to_seed_spread():
@@ -90,24 +93,43 @@ def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0, shared=None):
 
     def arm(model, mode, ms, shared_ms=None):
         steps = samples(ms)
-        out = {"model": model, "mode": mode, "compile_s": 5.0 if mode == "jit" else 2.0, "step_samples_s": steps,
-               "step_s": quartiles(steps), "infer_batch_samples_s": list(0.01 * (1 + 0.02 * rng.standard_normal(8))),
-               "infer_patterns_per_s": 1000.0, "naive_patterns_per_s": 100.0, "infer_compile_s": 1.0,
-               "components": {k: {"median": 0.01} for k in ("network", "physics", "optimizer")},
-               "peak_rss_mb": 900.0, "peak_above_baseline_mb": 100.0, "xla_clusters": None}
+        out = {
+            "model": model,
+            "mode": mode,
+            "compile_s": 5.0 if mode == "jit" else 2.0,
+            "step_samples_s": steps,
+            "step_s": quartiles(steps),
+            "infer_batch_samples_s": list(0.01 * (1 + 0.02 * rng.standard_normal(8))),
+            "infer_patterns_per_s": 1000.0,
+            "naive_patterns_per_s": 100.0,
+            "infer_compile_s": 1.0,
+            "components": {k: {"median": 0.01} for k in ("network", "physics", "optimizer")},
+            "peak_rss_mb": 900.0,
+            "peak_above_baseline_mb": 100.0,
+            "xla_clusters": None,
+        }
         if shared_ms is not None:
             s = samples(shared_ms)
             out["shared"] = {"step_samples_s": s, "step_s": quartiles(s)}
         return out
 
     sj, so = shared or (None, None)
-    arms = [arm("pinn", "jit", pinn_xla_ms, sj), arm("pinn", "off", pinn_noxla_ms, so),
-            arm("baseline", "jit", 50, sj), arm("baseline", "off", 60, so)]
+    arms = [
+        arm("pinn", "jit", pinn_xla_ms, sj),
+        arm("pinn", "off", pinn_noxla_ms, so),
+        arm("baseline", "jit", 50, sj),
+        arm("baseline", "off", 60, so),
+    ]
     contexts = {"alone": {"jobs": 1, "threads": 2, "how": "alone"}}
     if shared:
         contexts["shared"] = {"jobs": 4, "threads": 2, "how": "shared"}
-    return {"arms": arms, "ratios": ratios(arms), "contexts": contexts, "modes": ["off", "jit"],
-            "machine": {"cpu": "test cpu", "cores": 2, "load_average": [0.1, 0.2, 0.3], "tensorflow": "2.x"}}
+    return {
+        "arms": arms,
+        "ratios": ratios(arms),
+        "contexts": contexts,
+        "modes": ["off", "jit"],
+        "machine": {"cpu": "test cpu", "cores": 2, "load_average": [0.1, 0.2, 0.3], "tensorflow": "2.x"},
+    }
 
 
 def test_speedup_reports_slower_xla_in_words_with_its_interval():
@@ -115,8 +137,12 @@ def test_speedup_reports_slower_xla_in_words_with_its_interval():
     assert rec["status"] == "FAIL" and "SLOWER" in rec["summary"] and "95% CI" in rec["summary"]
     ci = rec["evidence"]["intervals"]["PINN jit, train step alone"]
     assert rec["value"] == ci["low"] and ci["low"] < ci["ratio"] < ci["high"] < 1.0
-    assert set(rec["evidence"]["intervals"]) == {"PINN jit, train step alone", "PINN jit, inference",
-                                                 "Baseline jit, train step alone", "Baseline jit, inference"}
+    assert set(rec["evidence"]["intervals"]) == {
+        "PINN jit, train step alone",
+        "PINN jit, inference",
+        "Baseline jit, train step alone",
+        "Baseline jit, inference",
+    }
     faster = checks.speedup(_bench(80, 100), 1.0)
     assert faster["status"] == "PASS" and "faster" in faster["summary"] and "jit" in faster["summary"]
     same = checks.speedup(_bench(100, 100), 1.0)
@@ -134,8 +160,10 @@ def test_speedup_verdict_is_for_its_stated_context_and_names_both():
     alone = checks.speedup(bench, 1.0, context="alone")
     shared = checks.speedup(bench, 1.0, context="shared")
     assert alone["status"] == "FAIL" and shared["status"] == "PASS"
-    for rec, first in ((alone, "Alone on the machine (the verdict's context): "),
-                       (shared, "With the cores shared by every arm's training (the verdict's context): ")):
+    for rec, first in (
+        (alone, "Alone on the machine (the verdict's context): "),
+        (shared, "With the cores shared by every arm's training (the verdict's context): "),
+    ):
         assert rec["summary"].startswith(first)
         assert "SLOWER" in rec["summary"] and "faster" in rec["summary"]  # both contexts, in words
     assert shared["value"] == pytest.approx(shared["evidence"]["per_context"]["shared"]["low"])
@@ -207,8 +235,15 @@ def test_quality_evidence_has_arm_differences_and_pinn_vs_baseline():
     def m(a, p):
         return {"mean": {"amp_ssim": a, "phase_ssim": p, "amp_psnr": 20.0}}
 
-    rec = checks.quality({"pinn-jit-s0": m(0.80, 0.70), "pinn-off-s0": m(0.79, 0.71),
-                          "baseline-jit-s0": m(0.60, 0.50), "baseline-off-s0": m(0.60, 0.52)}, 0.02)
+    rec = checks.quality(
+        {
+            "pinn-jit-s0": m(0.80, 0.70),
+            "pinn-off-s0": m(0.79, 0.71),
+            "baseline-jit-s0": m(0.60, 0.50),
+            "baseline-off-s0": m(0.60, 0.52),
+        },
+        0.02,
+    )
     ev = rec["evidence"]
     assert ev["arm_differences"]["pinn-s0-jit"]["amp_ssim"] == pytest.approx(0.01)
     assert ev["pinn_minus_baseline"]["jit-s0"]["amp_ssim"] == pytest.approx(0.20)
@@ -216,8 +251,17 @@ def test_quality_evidence_has_arm_differences_and_pinn_vs_baseline():
 
 
 def _items(status="PASS"):
-    return {name: checks.verdict(name, 0.0 if status == "PASS" else 2.0, 1.0, "<=", f"{name} summary",
-                                 {"pairs": {}} if name == "convergence" else {}) for name in checks.ITEMS}
+    return {
+        name: checks.verdict(
+            name,
+            0.0 if status == "PASS" else 2.0,
+            1.0,
+            "<=",
+            f"{name} summary",
+            {"pairs": {}} if name == "convergence" else {},
+        )
+        for name in checks.ITEMS
+    }
 
 
 def test_report_verdict_is_pass_only_if_every_item_passes():
@@ -261,15 +305,23 @@ def test_illumination_weighting_prefers_the_patch_that_lit_the_pixel():
 def test_convergence_without_validation_losses_fails_instead_of_passing():
     nan = float("nan")
     hist = {
-        "pinn-jit-s0": [{"epoch": 1, "train_loss": 2.0, "val_loss": nan}, {"epoch": 2, "train_loss": 1.0, "val_loss": nan}],
-        "pinn-off-s0": [{"epoch": 1, "train_loss": 9.0, "val_loss": nan}, {"epoch": 2, "train_loss": 5.0, "val_loss": nan}],
+        "pinn-jit-s0": [
+            {"epoch": 1, "train_loss": 2.0, "val_loss": nan},
+            {"epoch": 2, "train_loss": 1.0, "val_loss": nan},
+        ],
+        "pinn-off-s0": [
+            {"epoch": 1, "train_loss": 9.0, "val_loss": nan},
+            {"epoch": 2, "train_loss": 5.0, "val_loss": nan},
+        ],
     }
     assert checks.convergence(hist, 0.05)["status"] == "FAIL"
 
 
 def test_quality_with_an_undefined_ssim_fails_without_crashing():
-    metrics = {"pinn-jit-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
-               "pinn-off-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}}}
+    metrics = {
+        "pinn-jit-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
+        "pinn-off-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
+    }
     record = checks.quality(metrics, 0.02)
     assert record["status"] == "FAIL" and math.isnan(record["value"])
 
@@ -278,21 +330,51 @@ def _full_items():
     """Items shaped like the pipeline's, with synthetic evidence."""
     items = _items()
     items["accuracy"]["evidence"] = {
-        "translation": [{"dtype": "float32", "batch": b, "shifts": "subpixel", "max_abs": 1e-7, "mean_abs": 1e-8}
-                        for b in (1, 7)],
-        "forward_model": {"max_abs": 2e-7, "mean_abs": 1e-8, "modes": {"jit": {"max_abs": 2e-7, "mean_abs": 1e-8},
-                                                                       "physics": {"max_abs": 1e-7, "mean_abs": 1e-8}}},
-        "trained_inference": {"pinn-jit-s0": {"max_abs": 1e-6, "mean_abs": 1e-7, "samples": 100, "modes": {"jit": 1e-6}}}}
+        "translation": [
+            {"dtype": "float32", "batch": b, "shifts": "subpixel", "max_abs": 1e-7, "mean_abs": 1e-8} for b in (1, 7)
+        ],
+        "forward_model": {
+            "max_abs": 2e-7,
+            "mean_abs": 1e-8,
+            "modes": {"jit": {"max_abs": 2e-7, "mean_abs": 1e-8}, "physics": {"max_abs": 1e-7, "mean_abs": 1e-8}},
+        },
+        "trained_inference": {
+            "pinn-jit-s0": {"max_abs": 1e-6, "mean_abs": 1e-7, "samples": 100, "modes": {"jit": 1e-6}}
+        },
+    }
     items["gradients"]["evidence"] = {
-        "models": {"pinn": {"loss_off": 1.0, "modes": {"jit": {
-            "loss": 1.0, "relative_error_inputs": 1e-6,
-            "relative_error_per_variable": {"conv2d/kernel": 1e-6, "conv2d/bias": 3e-6}}}}},
-        "finite_differences": {"max_rel": 1e-8, "points": 8}}
-    items["convergence"]["evidence"] = {"pairs": {"pinn-s0-jit": {
-        "mode": "jit", "final_val_loss": 1.0, "final_val_loss_off": 1.01, "relative_difference": 0.01,
-        "decreased": {"pinn-jit-s0": True, "pinn-off-s0": True}}}}
-    items["quality"] = checks.quality({"pinn-jit-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": 0.7}},
-                                       "pinn-off-s0": {"mean": {"amp_ssim": 0.79, "phase_ssim": 0.7}}}, 0.02)
+        "models": {
+            "pinn": {
+                "loss_off": 1.0,
+                "modes": {
+                    "jit": {
+                        "loss": 1.0,
+                        "relative_error_inputs": 1e-6,
+                        "relative_error_per_variable": {"conv2d/kernel": 1e-6, "conv2d/bias": 3e-6},
+                    }
+                },
+            }
+        },
+        "finite_differences": {"max_rel": 1e-8, "points": 8},
+    }
+    items["convergence"]["evidence"] = {
+        "pairs": {
+            "pinn-s0-jit": {
+                "mode": "jit",
+                "final_val_loss": 1.0,
+                "final_val_loss_off": 1.01,
+                "relative_difference": 0.01,
+                "decreased": {"pinn-jit-s0": True, "pinn-off-s0": True},
+            }
+        }
+    }
+    items["quality"] = checks.quality(
+        {
+            "pinn-jit-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": 0.7}},
+            "pinn-off-s0": {"mean": {"amp_ssim": 0.79, "phase_ssim": 0.7}},
+        },
+        0.02,
+    )
     items["speedup"] = checks.speedup(_bench(125, 100), 1.0)
     return items
 
@@ -331,8 +413,9 @@ def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reaso
     hist = {"pinn-jit-s0": _history([3.0, 2.0]), "pinn-off-s0": _history([3.0, 2.0, 1.0])}
     conv = checks.convergence(hist, 0.05, {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0}, {"pinn-jit-s0": reason})
     assert conv["status"] == "FAIL" and f"arm pinn-jit-s0 FAILED in training: {reason}" in conv["summary"]
-    empty = checks.convergence({"pinn-jit-s0": [], "pinn-off-s0": _history([2.0, 1.0])}, 0.05,
-                               failed={"pinn-jit-s0": reason})  # diverged before its first epoch ended
+    empty = checks.convergence(
+        {"pinn-jit-s0": [], "pinn-off-s0": _history([2.0, 1.0])}, 0.05, failed={"pinn-jit-s0": reason}
+    )  # diverged before its first epoch ended
     assert empty["status"] == "FAIL" and math.isnan(empty["value"])
 
     def m(a, p):
@@ -342,8 +425,10 @@ def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reaso
     assert qual["status"] == "FAIL" and "last good state" in qual["summary"]
     items = _full_items()
     items["convergence"], items["quality"] = conv, qual
-    arms = {"pinn-jit-s0": {"status": "FAILED", "failure": reason, "final": None, "timing": {"compile_s": None}},
-            "pinn-off-s0": {"status": "FINISHED", "final": {"epoch": 3}, "timing": {"compile_s": 2.0}}}
+    arms = {
+        "pinn-jit-s0": {"status": "FAILED", "failure": reason, "final": None, "timing": {"compile_s": None}},
+        "pinn-off-s0": {"status": "FINISHED", "final": {"epoch": 3}, "timing": {"compile_s": 2.0}},
+    }
     rec = report.build(items, arms, {"preset": "smoke"})
     assert rec["verdict"] == "FAIL" and rec["failed_arms"] == {"pinn-jit-s0": reason}
     paths = report.write(rec, tmp_path)
@@ -384,8 +469,12 @@ def test_pipeline_cost_sums_the_jobs_benchmarks_per_step_and_spans_first_start_t
 def test_convergence_across_seeds_compares_mean_final_losses_against_the_seed_spread():
     # The default study's run: one seed pair 9 % apart, the other 0.6 %: the means are
     # 4.3 % apart, within the 5 % threshold, where the one-seed rule FAILed on seed 0.
-    hist = {"pinn-jit-s0": _history([0.09, 0.04987]), "pinn-off-s0": _history([0.09, 0.04562]),
-            "pinn-jit-s1": _history([0.09, 0.04706]), "pinn-off-s1": _history([0.09, 0.04735])}
+    hist = {
+        "pinn-jit-s0": _history([0.09, 0.04987]),
+        "pinn-off-s0": _history([0.09, 0.04562]),
+        "pinn-jit-s1": _history([0.09, 0.04706]),
+        "pinn-off-s1": _history([0.09, 0.04735]),
+    }
     rec = checks.convergence(hist, 0.05)
     c = rec["evidence"]["comparisons"]["pinn-jit"]
     assert c["difference"] == pytest.approx((0.04987 + 0.04706) / (0.04562 + 0.04735) - 1)

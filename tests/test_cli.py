@@ -230,8 +230,13 @@ def test_output_into_a_closed_pipe_stops_quietly(tmp_path, pair):
     read_end, write_end = os.pipe()
     os.close(read_end)  # every write now fails with EPIPE
     try:
-        proc = subprocess.run([sys.executable, "-m", "ptycho", "inspect", str(tmp_path / "d.h5")],
-                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ptycho", "inspect", str(tmp_path / "d.h5")],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(write_end)
     assert proc.returncode == 1 and proc.stderr == ""

@@ -85,7 +85,9 @@ def test_default_profile_holds_no_cluster_keys():
     default = set(yaml.safe_load(DEFAULT_PROFILE.read_text()))
     cluster = set(yaml.safe_load(SLURM_PROFILE.read_text())) | set(yaml.safe_load(TEST_PROFILE.read_text()))
     assert default.isdisjoint(cluster)
-    assert not any(k.startswith("slurm") or k in ("executor", "jobs", "cores", "latency-wait", "retries") for k in default)
+    assert not any(
+        k.startswith("slurm") or k in ("executor", "jobs", "cores", "latency-wait", "retries") for k in default
+    )
 
 
 def test_test_profile_polls_with_squeue_after_two_seconds():
@@ -181,8 +183,14 @@ def test_unreachable_tracking_server_stops_the_workflow_before_any_job(tmp_path)
     work = _workdir(tmp_path)
     uri = f"http://127.0.0.1:{_unused_port()}"
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri)
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "all", "--config", "preset=smoke"],
-                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "all", "--config", "preset=smoke"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("ptycho workflow: error:")]
     assert len(errors) == 1 and f"MLflow tracking server at {uri} is unreachable" in errors[0], result.stderr[-2000:]
@@ -202,9 +210,15 @@ def test_mlflow_server_target_serves_jobs_that_address_it_by_host_name(tmp_path)
     """
     port = _unused_port()
     env = dict(os.environ, MLFLOW_HOST="0.0.0.0", MLFLOW_PORT=str(port), MLFLOW_ALLOWED_HOSTS=f"127.0.0.3:{port}")
-    server = subprocess.Popen(["make", "-s", "-o", ".venv/.installed", "mlflow-server", f"CURDIR={tmp_path}"],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)  # its own process group: make, mlflow and its workers
+    server = subprocess.Popen(
+        ["make", "-s", "-o", ".venv/.installed", "mlflow-server", f"CURDIR={tmp_path}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # its own process group: make, mlflow and its workers
     try:
         by_name = f"http://{socket.gethostname()}:{port}"
         deadline = time.monotonic() + 240
@@ -358,8 +372,10 @@ def test_smoke_pipeline_through_slurm_tracks_every_job_and_reports_a_failure(clu
     new = [r for r in children_after if r.info.run_id not in {c.info.run_id for c in children}]
     attempts = 1 + yaml.safe_load(SLURM_PROFILE.read_text())["retries"]
     assert len(new) == attempts  # one child run per attempt: the profile's retries reach the cluster
-    assert all(r.data.tags["rule"] == "evaluate" and r.data.tags["model"] == "pinn" and r.data.tags["xla"] == "jit"
-               for r in new)
+    assert all(
+        r.data.tags["rule"] == "evaluate" and r.data.tags["model"] == "pinn" and r.data.tags["xla"] == "jit"
+        for r in new
+    )
     assert all(r.info.status == "FAILED" for r in new)
     assert all(r.data.tags.get("slurm_job_id") in cluster.submitted_batch_jobs() for r in new)
     assert parents[0].info.status == "FAILED"  # the workflow's onerror handler

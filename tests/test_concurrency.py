@@ -54,9 +54,17 @@ def _eight_writers(uri: str, sync: Path) -> tuple[str, list[dict]]:
 
     sync.mkdir()
     parent = tracking.start_parent(uri, "concurrency", "counted", params={"workers": WORKERS}, tags={})
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, uri, parent, str(i), str(sync), str(KEYS), str(STEPS)],
-                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) for i in range(WORKERS)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, uri, parent, str(i), str(sync), str(KEYS), str(STEPS)],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for i in range(WORKERS)
+    ]
     try:
         deadline = time.monotonic() + 300
         while not all((sync / f"ready-{i}").exists() for i in range(WORKERS)):

@@ -252,7 +252,9 @@ def _fail_after_first_create_dataset(monkeypatch):
 def test_failed_write_leaves_no_target_and_no_temp_file(pair, tmp_path, monkeypatch):
     calls = _fail_after_first_create_dataset(monkeypatch)
     path = tmp_path / "train.h5"
-    with pytest.raises(PtychoError, match=r"cannot write .*train.h5 \(simulated disk failure\); choose a writable path"):
+    with pytest.raises(
+        PtychoError, match=r"cannot write .*train.h5 \(simulated disk failure\); choose a writable path"
+    ):
         write_dataset(path, pair["train"])
     assert len(calls) == 2
     assert not path.exists()

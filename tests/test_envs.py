@@ -48,13 +48,15 @@ def _rules(*methods):
     from snakemake.settings.types import ConfigSettings, DeploymentSettings, OutputSettings, ResourceSettings
 
     with SnakemakeApi(OutputSettings()) as api:
-        workflow = api.workflow(resource_settings=ResourceSettings(cores=2),
-                                config_settings=ConfigSettings(config={"preset": "smoke"}),
-                                deployment_settings=DeploymentSettings(deployment_method=set(methods)),
-                                snakefile=ROOT / "Snakefile", workdir=ROOT)
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(cores=2),
+            config_settings=ConfigSettings(config={"preset": "smoke"}),
+            deployment_settings=DeploymentSettings(deployment_method=set(methods)),
+            snakefile=ROOT / "Snakefile",
+            workdir=ROOT,
+        )
         workflow.dag()  # parses the Snakefile
-        return {r.name: (r.conda_env, r.shellcmd, getattr(r.params, "ptycho", None))
-                for r in workflow._workflow.rules}
+        return {r.name: (r.conda_env, r.shellcmd, getattr(r.params, "ptycho", None)) for r in workflow._workflow.rules}
 
 
 def test_under_sdm_conda_every_job_runs_the_package_with_the_envs_interpreter():
@@ -79,21 +81,29 @@ def test_under_sdm_conda_every_job_runs_the_package_with_the_envs_interpreter():
 
 
 def _pins(name: str) -> dict[str, str]:
-    return {line.split("==")[0]: line.split("==")[1] for line in (ROOT / name).read_text().splitlines()
-            if "==" in line and not line.startswith("#")}
+    return {
+        line.split("==")[0]: line.split("==")[1]
+        for line in (ROOT / name).read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
 
 
 def test_the_gpu_lock_is_the_cpu_lock_with_cuda_tensorflow():
     cpu, gpu = _pins("requirements.lock"), _pins("requirements-gpu.lock")
     assert "tensorflow" not in cpu and cpu["tensorflow-cpu"] == gpu["tensorflow"]  # same TensorFlow version
     assert {k: v for k, v in gpu.items() if k != "tensorflow" and not k.startswith("nvidia-")} == {
-        k: v for k, v in cpu.items() if k != "tensorflow-cpu"}
+        k: v for k, v in cpu.items() if k != "tensorflow-cpu"
+    }
     assert {"nvidia-cudnn-cu12", "nvidia-cublas-cu12", "nvidia-cuda-runtime-cu12"} <= set(gpu)
 
 
 def _make_plan(tmp_path, *args: str) -> str:
-    result = subprocess.run(["make", "-n", "-C", str(ROOT), f"VENV={tmp_path / 'venv'}", "setup", *args],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), f"VENV={tmp_path / 'venv'}", "setup", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -118,13 +128,28 @@ def test_both_locks_resolve_on_pypi_as_written(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     for lock in ("requirements.lock", "requirements-gpu.lock"):
         report = tmp_path / f"{lock}.json"
-        result = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--dry-run", "--ignore-installed",
-                                 "--report", str(report), "-r", str(ROOT / lock)], capture_output=True, text=True,
-                                timeout=900)
+        result = subprocess.run(
+            [
+                str(venv / "bin" / "pip"),
+                "install",
+                "-q",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                str(report),
+                "-r",
+                str(ROOT / lock),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         import json
 
-        resolved = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
-                    for i in json.loads(report.read_text())["install"]}
+        resolved = {
+            i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
+            for i in json.loads(report.read_text())["install"]
+        }
         pins = {k.lower().replace("_", "-"): v for k, v in _pins(lock).items()}
         assert {k: v for k, v in resolved.items() if k not in ("pip", "setuptools", "wheel")} == pins, lock

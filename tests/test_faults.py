@@ -45,8 +45,15 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _ptycho(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ptycho", *args], cwd=cwd, env=env or _env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ptycho", *args],
+        cwd=cwd,
+        env=env or _env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
@@ -54,8 +61,9 @@ def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | Non
     while not predicate():
         if proc is not None and proc.poll() is not None:
             out, err = proc.communicate()
-            pytest.fail(f"process ended (rc {proc.returncode}) before {what}:\n{(out or '')[-2000:]}\n"
-                        f"{(err or '')[-3000:]}")
+            pytest.fail(
+                f"process ended (rc {proc.returncode}) before {what}:\n{(out or '')[-2000:]}\n{(err or '')[-3000:]}"
+            )
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
 
@@ -123,8 +131,13 @@ def test_a_killed_jobs_run_is_marked_killed_and_a_live_jobs_run_is_left_alone(tm
         # stderr to a file, not a pipe nobody reads while the test waits (a full pipe
         # would block the process); kept in tmp_path for a failure's post-mortem.
         with open(tmp_path / f"{name}.stderr", "w") as err:
-            procs[name] = subprocess.Popen([sys.executable, "-c", _HOLDER, uri, parent, name, str(tmp_path / name)],
-                                           env=_env(), start_new_session=True, stderr=err, text=True)
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-c", _HOLDER, uri, parent, name, str(tmp_path / name)],
+                env=_env(),
+                start_new_session=True,
+                stderr=err,
+                text=True,
+            )
     try:
         for name, proc in procs.items():
             _wait_for((tmp_path / name).exists, 120, f"the {name} run to start", proc)
@@ -141,8 +154,11 @@ def test_a_killed_jobs_run_is_marked_killed_and_a_live_jobs_run_is_left_alone(tm
         assert client.get_run(ids["killed"]).info.status == "RUNNING"  # nobody closed it
 
         # A run whose pid now belongs to another process (pid reuse) is stale too.
-        reused = client.create_run(client.get_run(parent).info.experiment_id, run_name="reused", tags={
-            "mlflow.parentRunId": parent, **tracking.process_identity(), tracking.PID_START_TAG: "1"}).info.run_id
+        reused = client.create_run(
+            client.get_run(parent).info.experiment_id,
+            run_name="reused",
+            tags={"mlflow.parentRunId": parent, **tracking.process_identity(), tracking.PID_START_TAG: "1"},
+        ).info.run_id
 
         ended = tracking.end_stale_children(uri, parent, by="the test")
         assert sorted(ended) == sorted([ids["killed"], reused])
@@ -180,13 +196,33 @@ def test_a_nan_loss_fails_the_run_with_the_reason_and_keeps_the_last_good_state(
     tracking.ensure_store(uri)
     parent = _parent(uri, tmp_path / "results")
     out = tmp_path / "model"
-    proc = _ptycho("--mlflow-parent", str(parent), "--mlflow-tag", "rule=train", "--threads", "1", "train", "--quiet",
-                   "--resume", "--dataset", str(bad), "--out", str(out), *TINY, "--loss", "mae", "--epochs", "3")
+    proc = _ptycho(
+        "--mlflow-parent",
+        str(parent),
+        "--mlflow-tag",
+        "rule=train",
+        "--threads",
+        "1",
+        "train",
+        "--quiet",
+        "--resume",
+        "--dataset",
+        str(bad),
+        "--out",
+        str(out),
+        *TINY,
+        "--loss",
+        "mae",
+        "--epochs",
+        "3",
+    )
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err[-3000:]
     (line,) = _error_lines(err)
-    assert line.startswith("ptycho train: error: loss became nan at epoch 1; the last good checkpoint (after epoch 0) "
-                           f"is kept in {out / 'checkpoint'}")
+    assert line.startswith(
+        "ptycho train: error: loss became nan at epoch 1; the last good checkpoint (after epoch 0) "
+        f"is kept in {out / 'checkpoint'}"
+    )
     assert "Traceback" not in err
     header, _ = load_train_state(out / "checkpoint" / TRAIN_STATE)
     assert header["epoch"] == 0 and header["meta"]["history"] == []
@@ -200,14 +236,34 @@ def test_a_nan_loss_fails_the_run_with_the_reason_and_keeps_the_last_good_state(
     assert MlflowClient(uri).get_run(json.loads(parent.read_text())["run_id"]).info.status == "RUNNING"
 
     # --on-diverge record: the last good state becomes the model, marked FAILED; exit 0.
-    proc = _ptycho("--mlflow-parent", str(parent), "--mlflow-tag", "rule=train", "--threads", "1", "train", "--quiet",
-                   "--resume", "--on-diverge", "record", "--dataset", str(bad), "--out", str(out), *TINY, "--loss", "mae",
-                   "--epochs", "3")
+    proc = _ptycho(
+        "--mlflow-parent",
+        str(parent),
+        "--mlflow-tag",
+        "rule=train",
+        "--threads",
+        "1",
+        "train",
+        "--quiet",
+        "--resume",
+        "--on-diverge",
+        "record",
+        "--dataset",
+        str(bad),
+        "--out",
+        str(out),
+        *TINY,
+        "--loss",
+        "mae",
+        "--epochs",
+        "3",
+    )
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     reason = line.split(": error: ", 1)[1]
     assert [x for x in err.splitlines() if x.startswith("ptycho train: ")] == [
-        f"ptycho train: warning: {reason}; recorded as a FAILED model in {out}"]
+        f"ptycho train: warning: {reason}; recorded as a FAILED model in {out}"
+    ]
     meta = json.loads((out / "model.json").read_text())
     assert meta["status"] == "FAILED" and meta["failure"] == reason and meta["history"] == []
     assert (out / "model.keras").exists()
@@ -297,16 +353,36 @@ def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once
     try:
         parent = _parent(uri, results)
         # MLflow's own HTTP retries (7 with backoff factor 2, minutes) shortened for the test.
-        env = _env(MLFLOW_HTTP_REQUEST_MAX_RETRIES="2", MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1",
-                   MLFLOW_HTTP_REQUEST_TIMEOUT="10")
-        job = _ptycho("--mlflow-parent", str(parent), "--mlflow-tag", "rule=train", "--threads", "1", "train",
-                      "--quiet", "--dataset", str(train_file), "--out", str(results / "model"), *TINY,
-                      "--epochs", str(epochs), env=env)
+        env = _env(
+            MLFLOW_HTTP_REQUEST_MAX_RETRIES="2",
+            MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1",
+            MLFLOW_HTTP_REQUEST_TIMEOUT="10",
+        )
+        job = _ptycho(
+            "--mlflow-parent",
+            str(parent),
+            "--mlflow-tag",
+            "rule=train",
+            "--threads",
+            "1",
+            "train",
+            "--quiet",
+            "--dataset",
+            str(train_file),
+            "--out",
+            str(results / "model"),
+            *TINY,
+            "--epochs",
+            str(epochs),
+            env=env,
+        )
         journal = results / "mlflow" / "journal" / "train.jsonl"
 
         def epochs_journaled() -> int:
             try:
-                return sum('"op":"metrics"' in line and '"val_loss"' in line for line in journal.read_text().splitlines())
+                return sum(
+                    '"op":"metrics"' in line and '"val_loss"' in line for line in journal.read_text().splitlines()
+                )
             except FileNotFoundError:
                 return 0
 
@@ -328,8 +404,13 @@ def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once
         assert before < epochs and run.info.status == "RUNNING"  # the outage lost these until replayed
 
         for _ in range(2):  # replaying twice adds nothing the second time
-            replay = subprocess.run([sys.executable, "-m", "ptycho", "track", "replay", str(journal.parent)],
-                                    env=_env(), capture_output=True, text=True, timeout=300)
+            replay = subprocess.run(
+                [sys.executable, "-m", "ptycho", "track", "replay", str(journal.parent)],
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert replay.returncode == 0, replay.stderr[-3000:]
             (done,) = [line for line in replay.stdout.splitlines() if line.startswith(f"{journal}: replayed ")]
             assert done.startswith(f"{journal}: replayed runs=1 params=") and "ends=1" in done
@@ -340,25 +421,40 @@ def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once
             assert run.info.status == "FINISHED"
             assert run.data.params["train.epochs"] == str(epochs)
             assert {"compile_s", "step_median_s"} <= set(run.data.metrics)
-            assert {a.path for a in client.list_artifacts(run.info.run_id, "model")} == {"model/model.json",
-                                                                                          "model/model.keras"}
+            assert {a.path for a in client.list_artifacts(run.info.run_id, "model")} == {
+                "model/model.json",
+                "model/model.keras",
+            }
     finally:
         stop_server(server)
 
 
 def test_replay_refuses_what_is_not_a_journal_with_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ptycho", "track", "replay", str(tmp_path / "nothing")],
-                          env=_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ptycho", "track", "replay", str(tmp_path / "nothing")],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
-    assert _error_lines(proc.stderr) == [f"ptycho track: error: {tmp_path / 'nothing'}: no such journal file or folder; "
-                                         "journals are in <results>/<preset>/mlflow/journal/"]
+    assert _error_lines(proc.stderr) == [
+        f"ptycho track: error: {tmp_path / 'nothing'}: no such journal file or folder; "
+        "journals are in <results>/<preset>/mlflow/journal/"
+    ]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"op": "metrics"}\nnot json\n{"op"')
-    proc = subprocess.run([sys.executable, "-m", "ptycho", "track", "replay", str(bad)],
-                          env=_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ptycho", "track", "replay", str(bad)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
-    assert _error_lines(proc.stderr) == [f"ptycho track: error: {bad}: line 2 is not JSON; not an MLflow journal "
-                                         "written by ptycho"]
+    assert _error_lines(proc.stderr) == [
+        f"ptycho track: error: {bad}: line 2 is not JSON; not an MLflow journal written by ptycho"
+    ]
 
 
 # ------------------------------------------------------------------------ full disk
@@ -370,8 +466,9 @@ def small_disk(tmp_path):
     mount = tmp_path / "disk"
     mount.mkdir()
     tried = []
-    attempt = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                             capture_output=True, text=True)
+    attempt = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if attempt.returncode != 0:
         tried.append(f"tmpfs: {attempt.stderr.strip()}")
         image = tmp_path / "disk.img"
@@ -409,14 +506,31 @@ def test_a_full_disk_is_one_line_leaves_no_half_file_and_the_rerun_completes(sma
     data = small_disk / "data"
     data.mkdir()
     filler = _fill(small_disk, 150_000)  # room for the train split (about 120 kB), not the test split too
-    sim = ("simulate", "--quiet", "--train", str(data / "train.h5"), "--test", str(data / "test.h5"), "--n", "16",
-           "--object-size", "48", "--n-lines", "50", "--stride-train", "4", "--stride-test", "4")
+    sim = (
+        "simulate",
+        "--quiet",
+        "--train",
+        str(data / "train.h5"),
+        "--test",
+        str(data / "test.h5"),
+        "--n",
+        "16",
+        "--object-size",
+        "48",
+        "--n-lines",
+        "50",
+        "--stride-train",
+        "4",
+        "--stride-test",
+        "4",
+    )
     proc = _ptycho(*sim)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err[-3000:]
     (line,) = _error_lines(err)
-    assert line.startswith(f"ptycho simulate: error: no space left on the device of {data} while writing test.h5; "
-                           "nothing was written")
+    assert line.startswith(
+        f"ptycho simulate: error: no space left on the device of {data} while writing test.h5; nothing was written"
+    )
     assert "free space there or choose another results folder, then re-run" in line
     assert "Traceback" not in err
     # simulate writes the pair or nothing: the train split it had written is removed too
@@ -426,14 +540,28 @@ def test_a_full_disk_is_one_line_leaves_no_half_file_and_the_rerun_completes(sma
     filler.unlink()
     shutil.copy(train_file, small_disk / "train.h5")
     filler = _fill(small_disk, 20_000)  # less than one training state
-    train = ("--threads", "1", "train", "--quiet", "--resume", "--dataset", str(small_disk / "train.h5"),
-             "--out", str(model), *TINY, "--epochs", "2")
+    train = (
+        "--threads",
+        "1",
+        "train",
+        "--quiet",
+        "--resume",
+        "--dataset",
+        str(small_disk / "train.h5"),
+        "--out",
+        str(model),
+        *TINY,
+        "--epochs",
+        "2",
+    )
     proc = _ptycho(*train)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err[-3000:]
     (line,) = _error_lines(err)
-    assert line.startswith(f"ptycho train: error: no space left on the device of {model / 'checkpoint'} while writing "
-                           "train_state.npz; nothing was written")
+    assert line.startswith(
+        f"ptycho train: error: no space left on the device of {model / 'checkpoint'} while writing "
+        "train_state.npz; nothing was written"
+    )
     assert not list(model.rglob("*.npz")) and not list(model.rglob("model.*")) and _leftovers(small_disk) == []
 
     filler.unlink()  # space freed: both commands complete

@@ -22,17 +22,26 @@ def _truth(shape=(16, 20)):
 
 def _arms(truth, names=ARMS, noise=0.05):
     rng = np.random.default_rng(1)
-    return {n: (truth[0] + noise * rng.standard_normal(truth[0].shape),
-                truth[1] + noise * rng.standard_normal(truth[1].shape)) for n in names}
+    return {
+        n: (
+            truth[0] + noise * rng.standard_normal(truth[0].shape),
+            truth[1] + noise * rng.standard_normal(truth[1].shape),
+        )
+        for n in names
+    }
 
 
 def _curves():
     ep = np.arange(1, 9)
     return {
-        "pinn-s0": {"jit": {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.9 + 3 * np.exp(-ep / 3))},
-                    "off": {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.88 + 3 * np.exp(-ep / 3))}},
-        "baseline-s0": {"jit": {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))},
-                        "off": {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))}},
+        "pinn-s0": {
+            "jit": {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.9 + 3 * np.exp(-ep / 3))},
+            "off": {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.88 + 3 * np.exp(-ep / 3))},
+        },
+        "baseline-s0": {
+            "jit": {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))},
+            "off": {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))},
+        },
     }
 
 
@@ -40,23 +49,40 @@ def _bench_arms():
     rng = np.random.default_rng(2)
 
     def arm(m, mode, base, c):
-        out = {"model": m, "mode": mode, "step_samples_s": list(base + 0.001 * rng.standard_normal(12)), "compile_s": c,
-               "components": {"network": {"median": base * 0.6}, "physics": {"median": base * 0.3},
-                              "optimizer": {"median": base * 0.05}}}
+        out = {
+            "model": m,
+            "mode": mode,
+            "step_samples_s": list(base + 0.001 * rng.standard_normal(12)),
+            "compile_s": c,
+            "components": {
+                "network": {"median": base * 0.6},
+                "physics": {"median": base * 0.3},
+                "optimizer": {"median": base * 0.05},
+            },
+        }
         out["step_s"] = {"median": float(np.median(out["step_samples_s"]))}
         out["shared"] = {"step_samples_s": list(3 * base + 0.002 * rng.standard_normal(15))}
         return out
 
-    return [arm(m, x, base, c) for m, x, base, c in (("pinn", "jit", 0.040, 9.5), ("pinn", "off", 0.055, 1.5),
-                                                       ("pinn", "physics", 0.050, 4.0),
-                                                       ("baseline", "jit", 0.010, 3.0), ("baseline", "off", 0.011, 0.7))]
+    return [
+        arm(m, x, base, c)
+        for m, x, base, c in (
+            ("pinn", "jit", 0.040, 9.5),
+            ("pinn", "off", 0.055, 1.5),
+            ("pinn", "physics", 0.050, 4.0),
+            ("baseline", "jit", 0.010, 3.0),
+            ("baseline", "off", 0.011, 0.7),
+        )
+    ]
 
 
 def _ratios():
     nan = math.nan
-    return {"PINN jit, train step alone": {"ratio": 1.4, "low": 1.2, "high": 1.6},
-            "Baseline jit, train step alone": {"ratio": 0.9, "low": nan, "high": nan},
-            "PINN jit, inference": {"ratio": nan, "low": nan, "high": nan}}
+    return {
+        "PINN jit, train step alone": {"ratio": 1.4, "low": 1.2, "high": 1.6},
+        "Baseline jit, train step alone": {"ratio": 0.9, "low": nan, "high": nan},
+        "PINN jit, inference": {"ratio": nan, "low": nan, "high": nan},
+    }
 
 
 def _frcs():
@@ -87,7 +113,10 @@ def test_palette_gives_every_xla_mode_one_okabe_ito_colour():
     assert list(figures.MODE_COLOURS) == list(MODES)  # a new mode needs its colour
     assert set(figures.MODE_COLOURS.values()) <= set(figures.OKABE_ITO)
     assert len(set(figures.MODE_COLOURS.values())) == len(MODES)
-    assert figures.arm_colour("jit") == figures.XLA_COLOUR == JIT and figures.arm_colour("off") == figures.NOXLA_COLOUR == OFF
+    assert (
+        figures.arm_colour("jit") == figures.XLA_COLOUR == JIT
+        and figures.arm_colour("off") == figures.NOXLA_COLOUR == OFF
+    )
     assert figures.arm_colour(None) == figures.UNKNOWN_ARM_COLOUR
     assert (figures.AMPLITUDE_CMAP, figures.PHASE_CMAP, figures.ERROR_CMAP) == ("cividis", "cividis", "PuOr")
 
@@ -118,8 +147,13 @@ def test_reconstruction_grid_has_truth_then_each_arm_with_colour_bars_and_truth_
     assert {im.get_clim() for im in phase} == {(truth[1].min(), truth[1].max())}
     assert [im.get_cmap().name for im in images[:2]] == ["cividis", "cividis"]
     titles = [im.axes.get_title() for im in amp]
-    assert titles == ["Ground truth: amplitude", "PINN, no XLA (off): amplitude", "PINN, XLA jit: amplitude",
-                      "Baseline, no XLA (off): amplitude", "Baseline, XLA jit: amplitude"]
+    assert titles == [
+        "Ground truth: amplitude",
+        "PINN, no XLA (off): amplitude",
+        "PINN, XLA jit: amplitude",
+        "Baseline, no XLA (off): amplitude",
+        "Baseline, XLA jit: amplitude",
+    ]
     assert phase[0].colorbar.ax.get_ylabel() == "phase (rad)"
 
 
@@ -133,8 +167,10 @@ def test_reconstruction_grid_uses_a_cyclic_map_only_for_a_phase_spanning_a_full_
 
 def test_error_maps_share_symmetric_limits_per_column_and_wrap_the_phase_error():
     truth = (np.ones((8, 8)), np.full((8, 8), 3.1))
-    arms = {"pinn-jit-s0": (np.full((8, 8), 1.1), np.full((8, 8), -3.1)),
-            "pinn-off-s0": (np.full((8, 8), 0.8), np.full((8, 8), 3.0))}
+    arms = {
+        "pinn-jit-s0": (np.full((8, 8), 1.1), np.full((8, 8), -3.1)),
+        "pinn-off-s0": (np.full((8, 8), 0.8), np.full((8, 8), 3.0)),
+    }
     fig = figures.error_maps(truth, arms)
     images = _images(fig)
     assert len(images) == 4 and all(im.colorbar is not None for im in images)
@@ -147,13 +183,16 @@ def test_error_maps_share_symmetric_limits_per_column_and_wrap_the_phase_error()
 
 
 @pytest.mark.parametrize("builder", [figures.reconstruction_grid, figures.error_maps])
-@pytest.mark.parametrize("bad, match", [
-    ({"pinn-jit-s0": (np.ones((8, 9)), np.ones((8, 9)))}, "differs from the truth"),
-    ({"pinn-jit-s0": (np.ones((8, 8)), np.ones((8, 9)))}, "differ in shape"),
-    ({"pinn-jit-s0": (np.ones(8), np.ones(8))}, "must be 2-D"),
-    ({"pinn-jit-s0": (np.ones((8, 8), complex), np.ones((8, 8)))}, "complex"),
-    ({"pinn-jit-s0": np.ones((8, 8))}, "expected a pair"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"pinn-jit-s0": (np.ones((8, 9)), np.ones((8, 9)))}, "differs from the truth"),
+        ({"pinn-jit-s0": (np.ones((8, 8)), np.ones((8, 9)))}, "differ in shape"),
+        ({"pinn-jit-s0": (np.ones(8), np.ones(8))}, "must be 2-D"),
+        ({"pinn-jit-s0": (np.ones((8, 8), complex), np.ones((8, 8)))}, "complex"),
+        ({"pinn-jit-s0": np.ones((8, 8))}, "expected a pair"),
+    ],
+)
 def test_image_figures_reject_structurally_wrong_arrays(builder, bad, match):
     with pytest.raises(ValueError, match=match):
         builder((np.ones((8, 8)), np.zeros((8, 8))), bad)
@@ -232,20 +271,25 @@ def test_step_time_distributions_one_column_per_model_one_row_per_context_with_c
 
 
 def test_step_time_distributions_draw_quartiles_alone_and_missing_arms_as_na():
-    arms = [{"model": "pinn", "mode": "jit", "step_s": {"median": 0.04, "q1": 0.038, "q3": 0.043}, "compile_s": None},
-            {"model": "baseline", "mode": "off", "step_samples_s": [0.01, 0.011]}]
+    arms = [
+        {"model": "pinn", "mode": "jit", "step_s": {"median": 0.04, "q1": 0.038, "q3": 0.043}, "compile_s": None},
+        {"model": "baseline", "mode": "off", "step_samples_s": [0.01, 0.011]},
+    ]
     fig = figures.step_time_distributions(arms)
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert "not measured" in labels[0] and "40 ms" in labels[1] and "compile n/a" in labels[1]
     assert "n/a" in fig.axes[0].get_title()
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"model": "pinn"}, "expected bench.json's 'arms' list"),
-    ([{"model": "pinn"}], "needs 'model'"),
-    ([{"model": "pinn", "mode": "fast"}], "needs 'model'"),
-    ([{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit"}], "a second pinn jit arm"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"model": "pinn"}, "expected bench.json's 'arms' list"),
+        ([{"model": "pinn"}], "needs 'model'"),
+        ([{"model": "pinn", "mode": "fast"}], "needs 'model'"),
+        ([{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit"}], "a second pinn jit arm"),
+    ],
+)
 def test_step_time_distributions_reject_structurally_wrong_arms(bad, match):
     with pytest.raises(ValueError, match=match):
         figures.step_time_distributions(bad)
@@ -261,8 +305,9 @@ def test_component_bars_stack_the_three_parts_per_mode_and_mark_the_whole_step()
     assert labels[0].startswith("PINN, off") and labels[-1].startswith("Baseline, jit")
     jit = next(a for a in arms if a["model"] == "pinn" and a["mode"] == "jit")
     widths = sorted(p.get_width() for p in bars if p.get_y() == pytest.approx(len(arms) - 2 - 0.31))
-    assert widths == pytest.approx(sorted(1e3 * jit["components"][k]["median"] for k in ("network", "physics",
-                                                                                            "optimizer")))
+    assert widths == pytest.approx(
+        sorted(1e3 * jit["components"][k]["median"] for k in ("network", "physics", "optimizer"))
+    )
     assert figures.component_bars([{"model": "pinn", "mode": "off"}]).axes[0].texts[0].get_text().startswith("no ")
 
 
@@ -278,14 +323,21 @@ def test_speedup_bars_nan_ratio_draws_no_bar_and_nan_interval_no_error_bar():
     texts = [t.strip() for t in _texts(fig)]
     assert {"no change", "◀ slower than off", "faster than off ▶", "n/a"} <= set(texts)
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels == ["PINN jit, train step alone\n1.40× [1.20, 1.60]", "Baseline jit, train step alone\n0.90×",
-                      "PINN jit, inference\nn/a"]
+    assert labels == [
+        "PINN jit, train step alone\n1.40× [1.20, 1.60]",
+        "Baseline jit, train step alone\n0.90×",
+        "PINN jit, inference\nn/a",
+    ]
     assert [t.get_position()[1] for t in ax.get_yticklabels()] == [2, 1, 0]  # first label on top
 
 
 def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
-    fig = figures.speedup_bars({"PINN physics, train step alone": {"ratio": 2.0, "low": 1.5, "high": 2.5},
-                                "Baseline jit, train step alone": {"ratio": 0.5, "low": 0.4, "high": 0.6}})
+    fig = figures.speedup_bars(
+        {
+            "PINN physics, train step alone": {"ratio": 2.0, "low": 1.5, "high": 2.5},
+            "Baseline jit, train step alone": {"ratio": 0.5, "low": 0.4, "high": 0.6},
+        }
+    )
     from matplotlib.colors import to_hex
 
     bars = {round(p.get_width() + 1.0, 6): p for p in fig.axes[0].patches if p.get_height() == pytest.approx(0.56)}
@@ -308,8 +360,11 @@ def test_frc_curves_two_panels_colour_by_arm_style_by_model_and_thresholds():
     names = {"PINN, XLA jit", "PINN, no XLA (off)", "Baseline, XLA jit", "Baseline, no XLA (off)"}
     curves = [line for line in amp.lines if line.get_label() in names]
     assert [(c.get_label(), c.get_color(), c.get_linestyle()) for c in curves] == [
-        ("PINN, no XLA (off)", OFF, "-"), ("PINN, XLA jit", JIT, "-"),
-        ("Baseline, no XLA (off)", OFF, "--"), ("Baseline, XLA jit", JIT, "--")]
+        ("PINN, no XLA (off)", OFF, "-"),
+        ("PINN, XLA jit", JIT, "-"),
+        ("Baseline, no XLA (off)", OFF, "--"),
+        ("Baseline, XLA jit", JIT, "--"),
+    ]
     levels = sorted(line.get_ydata()[0] for line in amp.lines if line not in curves)
     assert levels == pytest.approx([1 / 7, 0.5])
     assert {"0.5", "1/7 ≈ 0.143"} <= {t.get_text() for t in phase.texts}
@@ -348,9 +403,15 @@ def test_save_png_writes_the_file_atomically_and_closes_pyplot_figures(tmp_path)
 
 def test_every_figure_renders():
     truth = _truth()
-    for fig in (figures.reconstruction_grid(truth, _arms(truth)), figures.error_maps(truth, _arms(truth)),
-                figures.loss_curves(_curves()), figures.step_time_distributions(_bench_arms()),
-                figures.component_bars(_bench_arms()), figures.speedup_bars(_ratios()), figures.frc_curves(_frcs())):
+    for fig in (
+        figures.reconstruction_grid(truth, _arms(truth)),
+        figures.error_maps(truth, _arms(truth)),
+        figures.loss_curves(_curves()),
+        figures.step_time_distributions(_bench_arms()),
+        figures.component_bars(_bench_arms()),
+        figures.speedup_bars(_ratios()),
+        figures.frc_curves(_frcs()),
+    ):
         assert figures.to_png(fig).startswith(b"\x89PNG")
 
 
@@ -362,11 +423,17 @@ def test_common_window_cuts_every_arm_to_the_pixels_all_of_them_scored():
 
     def compared(crop):
         r0, r1, c0, c1 = crop
-        return {"amp": truth_amp[r0:r1, c0:c1] * 2, "phase": truth_phase[r0:r1, c0:c1] - 1,
-                "truth_amp": truth_amp[r0:r1, c0:c1], "truth_phase": truth_phase[r0:r1, c0:c1], "crop": list(crop)}
+        return {
+            "amp": truth_amp[r0:r1, c0:c1] * 2,
+            "phase": truth_phase[r0:r1, c0:c1] - 1,
+            "truth_amp": truth_amp[r0:r1, c0:c1],
+            "truth_phase": truth_phase[r0:r1, c0:c1],
+            "crop": list(crop),
+        }
 
-    truth, shown = figures.common_window({"pinn-jit-s0": compared((8, 32, 8, 32)),
-                                          "pinn-off-s0": compared((10, 32, 8, 31))})
+    truth, shown = figures.common_window(
+        {"pinn-jit-s0": compared((8, 32, 8, 32)), "pinn-off-s0": compared((10, 32, 8, 31))}
+    )
     np.testing.assert_array_equal(truth[0], truth_amp[10:32, 8:31])
     np.testing.assert_array_equal(truth[1], truth_phase[10:32, 8:31])
     for amp, phase in shown.values():
@@ -378,9 +445,11 @@ def test_common_window_cuts_every_arm_to_the_pixels_all_of_them_scored():
 
 
 def test_quality_vs_time_draws_one_line_per_recipe_in_minute_order_with_the_target():
-    points = [{"recipe": "a", "minutes": 3.0, "amp_ssim": 0.7, "phase_ssim": 0.8},
-              {"recipe": "a", "minutes": 1.0, "amp_ssim": 0.6, "phase_ssim": 0.7},
-              {"recipe": "b", "minutes": 2.0, "amp_ssim": 0.65, "phase_ssim": 0.75}]
+    points = [
+        {"recipe": "a", "minutes": 3.0, "amp_ssim": 0.7, "phase_ssim": 0.8},
+        {"recipe": "a", "minutes": 1.0, "amp_ssim": 0.6, "phase_ssim": 0.7},
+        {"recipe": "b", "minutes": 2.0, "amp_ssim": 0.65, "phase_ssim": 0.75},
+    ]
     fig = figures.quality_vs_time(points, target=0.85)
     amp, phase = fig.axes
     lines = [ln for ln in amp.get_lines() if ln.get_label() in ("a", "b")]
@@ -396,5 +465,7 @@ def test_the_docs_quality_vs_time_record_has_the_commands_and_the_default_recipe
     from pathlib import Path
 
     record = json.loads((Path(__file__).resolve().parent.parent / "docs" / "quality-vs-time.json").read_text())
-    assert record["commands"] and all({"recipe", "minutes", "amp_ssim", "phase_ssim"} <= set(p) for p in record["points"])
+    assert record["commands"] and all(
+        {"recipe", "minutes", "amp_ssim", "phase_ssim"} <= set(p) for p in record["points"]
+    )
     assert any("default recipe" in p["recipe"] for p in record["points"])

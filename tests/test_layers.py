@@ -99,4 +99,3 @@ def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch):
         "ptycho/physics/bad.py:2: physics imports study (ptycho.study)",
         "ptycho/physics/bad.py:3: physics imports entry (ptycho.cli)",
     ]
-

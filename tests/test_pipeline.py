@@ -28,7 +28,10 @@ def _workdir(tmp: Path) -> Path:
 def snakemake(workdir: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "8", *args],
-        cwd=workdir, capture_output=True, text=True, timeout=timeout,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -42,8 +45,21 @@ def test_dry_run_of_the_default_config_lists_the_whole_matrix(tmp_path):
     result = snakemake(_workdir(tmp_path), "--dry-run")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for rule in ("simulate", "train_model", "infer", "stitch", "score", "check_accuracy", "check_gradients",
-                 "check_convergence", "check_quality", "check_speedup", "benchmark_arms", "figures", "validation_report"):
+    for rule in (
+        "simulate",
+        "train_model",
+        "infer",
+        "stitch",
+        "score",
+        "check_accuracy",
+        "check_gradients",
+        "check_convergence",
+        "check_quality",
+        "check_speedup",
+        "benchmark_arms",
+        "figures",
+        "validation_report",
+    ):
         assert rule in out
 
 
@@ -127,9 +143,22 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert html.count("data:image/png;base64,") == len(FIGURES)
 
     # `snakemake --report` works (no --cores needed) and shows every figure with its caption.
-    sm_report = subprocess.run([sys.executable, "-m", "snakemake", "--report", "reports/snakemake-report.html",
-                                "--config", "preset=smoke", EVERY_MODE], cwd=work, capture_output=True, text=True,
-                               timeout=300)
+    sm_report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--report",
+            "reports/snakemake-report.html",
+            "--config",
+            "preset=smoke",
+            EVERY_MODE,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert sm_report.returncode == 0, sm_report.stderr[-3000:]
     assert (work / "reports" / "snakemake-report.html").stat().st_size > 100_000
     assert all(f"Adding {name}.png" in sm_report.stderr + sm_report.stdout for name in report["figures"])
@@ -141,13 +170,29 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     parent_id = parents[0].info.run_id
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent_id]
-    expected = Counter({"simulate": 1, "export_cxi": 2, "train": 8, "infer": 8, "stitch": 8, "evaluate": 8, "benchmark": 1,
-                        "check_accuracy": 1, "check_gradients": 1, "check_convergence": 1, "check_quality": 1,
-                        "check_speedup": 1, "figures": 1, "report": 1})
+    expected = Counter(
+        {
+            "simulate": 1,
+            "export_cxi": 2,
+            "train": 8,
+            "infer": 8,
+            "stitch": 8,
+            "evaluate": 8,
+            "benchmark": 1,
+            "check_accuracy": 1,
+            "check_gradients": 1,
+            "check_convergence": 1,
+            "check_quality": 1,
+            "check_speedup": 1,
+            "figures": 1,
+            "report": 1,
+        }
+    )
     assert Counter(r.data.tags["rule"] for r in children) == expected
     assert all(r.info.status == "FINISHED" for r in runs)
-    assert all(r.data.tags["mlflow.source.git.commit"] == r.data.tags["git_commit"] for r in runs
-               if r.data.tags["git_commit"]) and all("mlflow.source.name" in r.data.tags for r in runs)
+    assert all(
+        r.data.tags["mlflow.source.git.commit"] == r.data.tags["git_commit"] for r in runs if r.data.tags["git_commit"]
+    ) and all("mlflow.source.name" in r.data.tags for r in runs)
     epochs = report["config"]["train"]["epochs"]
     experiment_id = experiment.experiment_id
     models = {m.source_run_id: m for m in client.search_logged_models([experiment_id])}
@@ -155,12 +200,14 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         tags = run.data.tags  # the arm in tags and params: the compare view lines the arms up
         assert {"model", "xla", "seed", "config_hash", "git_commit"} <= set(tags)
         assert {k: run.data.params[f"arm.{k}"] for k in ("model", "xla", "seed")} == {
-            k: tags[k] for k in ("model", "xla", "seed")}
+            k: tags[k] for k in ("model", "xla", "seed")
+        }
     for log in sorted((work / "results" / "smoke" / "logs" / "train").glob("*.log")):
         # A person can follow it: one line per epoch, a final summary, no start-up noise.
         lines = log.read_text().splitlines()
         assert [ln.split(":")[0] for ln in lines if ln.startswith("epoch ")] == [
-            f"epoch {e}/{epochs}" for e in range(1, epochs + 1)], log.read_text()
+            f"epoch {e}/{epochs}" for e in range(1, epochs + 1)
+        ], log.read_text()
         assert f"epochs={epochs} train_loss=" in lines[-1]
         assert not [ln for ln in lines if "cuInit" in ln or ln.startswith(("E0000", "I0000", "WARNING: All log"))]
     for run in (r for r in children if r.data.tags["rule"] == "train"):
@@ -184,12 +231,16 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert len(models) == 8
     bench_run = next(r for r in children if r.data.tags["rule"] == "benchmark")
     # One nested run per benchmarked arm, every one with the same metric keys.
-    arm_runs = {(r.data.params["arm.model"], r.data.params["arm.xla"]): r for r in runs
-                if r.data.tags.get("mlflow.parentRunId") == bench_run.info.run_id}
+    arm_runs = {
+        (r.data.params["arm.model"], r.data.params["arm.xla"]): r
+        for r in runs
+        if r.data.tags.get("mlflow.parentRunId") == bench_run.info.run_id
+    }
     assert set(arm_runs) == {(m, x) for m in ("pinn", "baseline") for x in modes}
     for (model, mode), run in arm_runs.items():
-        assert {"step_median_s", "shared_step_median_s", "network_s", "physics_s", "peak_rss_mb",
-                "compile_s"} <= set(run.data.metrics)
+        assert {"step_median_s", "shared_step_median_s", "network_s", "physics_s", "peak_rss_mb", "compile_s"} <= set(
+            run.data.metrics
+        )
         assert run.data.tags["model"] == model and run.data.tags["xla"] == mode
         if mode != "off":
             assert {"train_step_alone_speedup", "train_step_shared_speedup"} <= set(run.data.metrics)
@@ -221,9 +272,15 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert flipped["items"]["speedup"]["status"] == "FAIL"
     assert flipped["verdict"] == "FAIL"
     assert model_json.stat().st_mtime_ns == trained_at  # no retraining
-    rules_run = {line.split()[-1].rstrip(":") for line in strict.stdout.splitlines() + strict.stderr.splitlines()
-                 if line.startswith(("rule ", "localrule "))}
+    rules_run = {
+        line.split()[-1].rstrip(":")
+        for line in strict.stdout.splitlines() + strict.stderr.splitlines()
+        if line.startswith(("rule ", "localrule "))
+    }
     assert rules_run == {"resolved_config", "check_speedup", "validation_report", "all"}
-    parents_after = [r for r in client.search_runs([experiment.experiment_id], max_results=1000)
-                     if "mlflow.parentRunId" not in r.data.tags]
+    parents_after = [
+        r
+        for r in client.search_runs([experiment.experiment_id], max_results=1000)
+        if "mlflow.parentRunId" not in r.data.tags
+    ]
     assert len(parents_after) == 1  # still one parent per results folder

@@ -41,9 +41,16 @@ def _snakemake(work: Path) -> subprocess.Popen:
     # default disposition is restored in the child before exec.
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "all", "--config", "preset=smoke"],
-                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "all", "--config", "preset=smoke"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def _client(work: Path):
@@ -124,8 +131,14 @@ def test_pipeline_survives_ctrl_c_and_kill_9_and_refuses_a_second_snakemake(tmp_
     _training_in_progress(work, third, exclude=(victim.info.run_id,))
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
-    refused = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "all", "--config", "preset=smoke"],
-                             cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "all", "--config", "preset=smoke"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode != 0
     assert "Directory cannot be locked" in refused.stdout + refused.stderr
     out, _ = third.communicate(timeout=1500)

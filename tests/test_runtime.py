@@ -26,11 +26,14 @@ E0000 00:00:1795415053.195584     972 cuda_platform.cc:52] failed call to cuInit
 PYTHON_WARNING = ["/x/y.py:3: UserWarning: a Python warning", '  warnings.warn("a Python warning")']
 
 
-@pytest.mark.parametrize(("level", "kept"), [
-    (1, ["W0000", *PYTHON_WARNING, "E0000"]),
-    (2, [*PYTHON_WARNING, "E0000"]),
-    (3, [*PYTHON_WARNING, "E0000"]),  # errors are always kept
-])
+@pytest.mark.parametrize(
+    ("level", "kept"),
+    [
+        (1, ["W0000", *PYTHON_WARNING, "E0000"]),
+        (2, [*PYTHON_WARNING, "E0000"]),
+        (3, [*PYTHON_WARNING, "E0000"]),  # errors are always kept
+    ],
+)
 def test_native_lines_below_the_level_go_and_errors_and_python_warnings_stay(level, kept):
     out = filter_native_lines(STARTUP, level)
     assert [line[:5] if line.startswith(("W0000", "E0000")) else line for line in out.splitlines()] == kept
@@ -43,8 +46,10 @@ def test_level_zero_keeps_everything():
 def test_a_tensorflow_job_starts_without_native_noise_and_records_its_device():
     """What every TensorFlow job does first (``ptycho.cli.main``): nothing on stderr on a
     machine without a GPU with the locked CPU TensorFlow, at the jobs' default level."""
-    code = ("from ptycho.runtime import device_info, import_tensorflow; import_tensorflow(); "
-            "info = device_info(); print(info['device'], info['gpu_count'], info['cuda_build'])")
+    code = (
+        "from ptycho.runtime import device_info, import_tensorflow; import_tensorflow(); "
+        "info = device_info(); print(info['device'], info['gpu_count'], info['cuda_build'])"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -14,23 +14,58 @@ pytest.importorskip("tensorflow")
 
 
 def ptycho(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ptycho", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "ptycho", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
-    r = ptycho("simulate", "--quiet", "--train", d / "train.h5", "--test", d / "test.h5", "--n", 16,
-               "--object-size", 40, "--stride-test", 6, "--nphotons", 1e6, "--probe-kind", "defocused")
+    r = ptycho(
+        "simulate",
+        "--quiet",
+        "--train",
+        d / "train.h5",
+        "--test",
+        d / "test.h5",
+        "--n",
+        16,
+        "--object-size",
+        40,
+        "--stride-test",
+        6,
+        "--nphotons",
+        1e6,
+        "--probe-kind",
+        "defocused",
+    )
     assert r.returncode == 0, r.stderr
     return d
 
 
 def test_train_infer_stitch_evaluate_chain(tiny):
     d = tiny
-    r = ptycho("--threads", 1, "train", "--quiet", "--dataset", d / "train.h5", "--out", d / "model", "--kind", "pinn",
-               "--filters", 2, "--epochs", 2, "--batch-size", 8, "--xla", "true")
+    r = ptycho(
+        "--threads",
+        1,
+        "train",
+        "--quiet",
+        "--dataset",
+        d / "train.h5",
+        "--out",
+        d / "model",
+        "--kind",
+        "pinn",
+        "--filters",
+        2,
+        "--epochs",
+        2,
+        "--batch-size",
+        8,
+        "--xla",
+        "true",
+    )
     assert r.returncode == 0, r.stderr
     meta = json.loads((d / "model" / "model.json").read_text())
     assert meta["traces"] == {"train": 1, "eval": 1, "physics": 0} and meta["initial_val_loss"] is not None
@@ -54,16 +89,28 @@ def test_train_infer_stitch_evaluate_chain(tiny):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("infer", "--model", "{d}/nomodel", "--dataset", "{d}/test.h5", "--out", "{d}/x.npz"), "no trained model here"),
-        (("stitch", "--reconstruction", "{d}/train.h5", "--dataset", "{d}/test.h5", "--out", "{d}/x.npz"),
-         "not a readable .npz artefact"),
-        (("evaluate", "--stitched", "{d}/missing.npz", "--dataset", "{d}/test.h5", "--out", "{d}/x.json"), "no such file"),
+        (
+            ("infer", "--model", "{d}/nomodel", "--dataset", "{d}/test.h5", "--out", "{d}/x.npz"),
+            "no trained model here",
+        ),
+        (
+            ("stitch", "--reconstruction", "{d}/train.h5", "--dataset", "{d}/test.h5", "--out", "{d}/x.npz"),
+            "not a readable .npz artefact",
+        ),
+        (
+            ("evaluate", "--stitched", "{d}/missing.npz", "--dataset", "{d}/test.h5", "--out", "{d}/x.json"),
+            "no such file",
+        ),
         (("train", "--dataset", "{d}/test.h5", "--out", "{d}/m", "--kind", "unet"), "config key 'model.kind'"),
         (("train", "--dataset", "{d}/test.h5", "--out", "{d}/m", "--epochs", "0"), "config key 'train.epochs'"),
-        (("infer", "--model", "{d}/m", "--dataset", "{d}/test.h5", "--out", "{d}/x.npz", "--xla", "maybe"),
-         "'maybe' is not an XLA mode; choose one of off, jit, auto, physics"),
-        (("train", "--dataset", "{d}/test.h5", "--out", "{d}/m", "--xla", "fast"),
-         "config key 'train.xla': 'fast' is not an XLA mode"),
+        (
+            ("infer", "--model", "{d}/m", "--dataset", "{d}/test.h5", "--out", "{d}/x.npz", "--xla", "maybe"),
+            "'maybe' is not an XLA mode; choose one of off, jit, auto, physics",
+        ),
+        (
+            ("train", "--dataset", "{d}/test.h5", "--out", "{d}/m", "--xla", "fast"),
+            "config key 'train.xla': 'fast' is not an XLA mode",
+        ),
         (("bench", "--modes", "off", "fast"), "'fast' is not an XLA mode"),
     ],
 )
@@ -76,11 +123,39 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(tiny, args, message):
 
 
 def test_infer_refuses_a_dataset_of_another_patch_size(tiny, tmp_path):
-    r = ptycho("simulate", "--quiet", "--train", tmp_path / "a.h5", "--test", tmp_path / "b.h5", "--n", 32,
-               "--object-size", 48, "--nphotons", 1e6)
+    r = ptycho(
+        "simulate",
+        "--quiet",
+        "--train",
+        tmp_path / "a.h5",
+        "--test",
+        tmp_path / "b.h5",
+        "--n",
+        32,
+        "--object-size",
+        48,
+        "--nphotons",
+        1e6,
+    )
     assert r.returncode == 0
-    r = ptycho("--threads", 1, "train", "--quiet", "--dataset", tiny / "train.h5", "--out", tmp_path / "m", "--filters", 2,
-               "--epochs", 1, "--batch-size", 8, "--xla", "false")
+    r = ptycho(
+        "--threads",
+        1,
+        "train",
+        "--quiet",
+        "--dataset",
+        tiny / "train.h5",
+        "--out",
+        tmp_path / "m",
+        "--filters",
+        2,
+        "--epochs",
+        1,
+        "--batch-size",
+        8,
+        "--xla",
+        "false",
+    )
     assert r.returncode == 0, r.stderr
     r = ptycho("infer", "--model", tmp_path / "m", "--dataset", tmp_path / "b.h5", "--out", tmp_path / "x.npz")
     assert r.returncode == 1 and "differs from the model's N=16" in r.stderr
@@ -91,20 +166,72 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
     d, t = tiny, tmp_path
     for arm in ("true", "off"):  # a legacy boolean still means jit
         name = f"pinn-{'jit' if arm == 'true' else 'off'}-s0"
-        r = ptycho("--threads", 1, "train", "--quiet", "--dataset", d / "train.h5", "--out", t / name, "--kind", "pinn",
-                   "--filters", 2, "--epochs", 2, "--batch-size", 8, "--xla", arm)
+        r = ptycho(
+            "--threads",
+            1,
+            "train",
+            "--quiet",
+            "--dataset",
+            d / "train.h5",
+            "--out",
+            t / name,
+            "--kind",
+            "pinn",
+            "--filters",
+            2,
+            "--epochs",
+            2,
+            "--batch-size",
+            8,
+            "--xla",
+            arm,
+        )
         assert r.returncode == 0, r.stderr
-        for args in (("infer", "--model", t / name, "--dataset", d / "test.h5", "--out", t / f"{name}.rec.npz"),
-                     ("stitch", "--reconstruction", t / f"{name}.rec.npz", "--dataset", d / "test.h5",
-                      "--out", t / "stitched" / f"{name}.npz"),
-                     ("evaluate", "--stitched", t / "stitched" / f"{name}.npz", "--dataset", d / "test.h5",
-                      "--out", t / "metrics" / f"{name}.json")):
+        for args in (
+            ("infer", "--model", t / name, "--dataset", d / "test.h5", "--out", t / f"{name}.rec.npz"),
+            (
+                "stitch",
+                "--reconstruction",
+                t / f"{name}.rec.npz",
+                "--dataset",
+                d / "test.h5",
+                "--out",
+                t / "stitched" / f"{name}.npz",
+            ),
+            (
+                "evaluate",
+                "--stitched",
+                t / "stitched" / f"{name}.npz",
+                "--dataset",
+                d / "test.h5",
+                "--out",
+                t / "metrics" / f"{name}.json",
+            ),
+        ):
             r = ptycho(*args)
             assert r.returncode == 0, r.stderr
     models = [t / n / "model.json" for n in ("pinn-jit-s0", "pinn-off-s0")]
     metrics = sorted((t / "metrics").glob("*.json"))
-    r = ptycho("bench", "--dataset", d / "train.h5", "--models", "pinn", "--like", *models, "--modes", "jit", "physics",
-               "--warmup", 1, "--repeats", 4, "--component-repeats", 2, "--out", t / "bench.json")
+    r = ptycho(
+        "bench",
+        "--dataset",
+        d / "train.h5",
+        "--models",
+        "pinn",
+        "--like",
+        *models,
+        "--modes",
+        "jit",
+        "physics",
+        "--warmup",
+        1,
+        "--repeats",
+        4,
+        "--component-repeats",
+        2,
+        "--out",
+        t / "bench.json",
+    )
     assert r.returncode == 0, r.stderr
     bench = json.loads((t / "bench.json").read_text())
     timed = bench["arms"]
@@ -118,9 +245,13 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
     assert "fastest PINN train step, alone" in r.stdout and "break-even" in r.stdout
     trained = json.loads(models[0].read_text())
     assert all(a["model_config"] == trained["model"] and a["batch_size"] == 8 for a in timed)  # what was trained
-    for item, extra in (("accuracy", ("--models", *models, "--dataset", d / "test.h5")),
-                        ("gradients", ("--loss", "mae")), ("convergence", ("--models", *models)),
-                        ("quality", ("--metrics", *metrics)), ("speedup", ("--bench", t / "bench.json", "--models", *models))):
+    for item, extra in (
+        ("accuracy", ("--models", *models, "--dataset", d / "test.h5")),
+        ("gradients", ("--loss", "mae")),
+        ("convergence", ("--models", *models)),
+        ("quality", ("--metrics", *metrics)),
+        ("speedup", ("--bench", t / "bench.json", "--models", *models)),
+    ):
         r = ptycho("check", item, "--threshold", 1.0, *extra, "--out", t / "checks" / f"{item}.json")
         assert r.returncode == 0, r.stderr
     accuracy = json.loads((t / "checks" / "accuracy.json").read_text())
@@ -128,11 +259,25 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
     assert set(inference) == {"pinn-jit-s0", "pinn-off-s0"}
     assert all(0 <= r["max_abs"] < 1e-4 and r["samples"] > 0 for r in inference.values())
     speed = json.loads((t / "checks" / "speedup.json").read_text())["evidence"]["intervals"]
-    assert set(speed) == {f"PINN {m}, {w}" for m in ("jit", "physics")
-                          for w in ("train step alone", "train step shared", "inference")}
+    assert set(speed) == {
+        f"PINN {m}, {w}" for m in ("jit", "physics") for w in ("train step alone", "train step shared", "inference")
+    }
 
-    r = ptycho("figures", "--dataset", d / "test.h5", "--stitched", *sorted((t / "stitched").glob("*.npz")),
-               "--metrics", *metrics, "--models", *models, "--bench", t / "bench.json", "--out-dir", t / "figures")
+    r = ptycho(
+        "figures",
+        "--dataset",
+        d / "test.h5",
+        "--stitched",
+        *sorted((t / "stitched").glob("*.npz")),
+        "--metrics",
+        *metrics,
+        "--models",
+        *models,
+        "--bench",
+        t / "bench.json",
+        "--out-dir",
+        t / "figures",
+    )
     assert r.returncode == 0, r.stderr
     pngs = sorted((t / "figures").glob("*.png"))
     from ptycho.study.report import FIGURES
@@ -141,23 +286,61 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
 
     (t / "config.json").write_text(json.dumps({"preset": "tiny"}))
-    r = ptycho("report", "--checks", *sorted((t / "checks").glob("*.json")), "--metrics", *metrics, "--models", *models,
-               "--figures", *pngs, "--config-json", t / "config.json", "--out-dir", t / "reports")
+    r = ptycho(
+        "report",
+        "--checks",
+        *sorted((t / "checks").glob("*.json")),
+        "--metrics",
+        *metrics,
+        "--models",
+        *models,
+        "--figures",
+        *pngs,
+        "--config-json",
+        t / "config.json",
+        "--out-dir",
+        t / "reports",
+    )
     assert r.returncode == 0, r.stderr
     html = (t / "reports" / "validation.html").read_text()
     assert html.count("data:image/png;base64,") == len(pngs)
     assert json.loads((t / "reports" / "validation.json").read_text())["figures"] == [p.stem for p in pngs]
 
     # Bad inputs: one line, non-zero, nothing written.
-    r = ptycho("figures", "--dataset", d / "test.h5", "--stitched", *sorted((t / "stitched").glob("*.npz")),
-               "--metrics", *metrics, "--models", *models, "--bench", t / "checks" / "accuracy.json",
-               "--out-dir", t / "nofigures")
+    r = ptycho(
+        "figures",
+        "--dataset",
+        d / "test.h5",
+        "--stitched",
+        *sorted((t / "stitched").glob("*.npz")),
+        "--metrics",
+        *metrics,
+        "--models",
+        *models,
+        "--bench",
+        t / "checks" / "accuracy.json",
+        "--out-dir",
+        t / "nofigures",
+    )
     assert r.returncode != 0 and "not a benchmark result" in r.stderr.strip().splitlines()[-1]
     assert not (t / "nofigures").exists()
     (t / "mystery.png").write_bytes(b"not a png")
     for bad, message in ((t / "mystery.png", "not a figure of the report"), (t / "figures" / "frc.txt", "cannot read")):
-        r = ptycho("report", "--checks", *sorted((t / "checks").glob("*.json")), "--metrics", *metrics,
-                   "--models", *models, "--figures", bad, "--config-json", t / "config.json", "--out-dir", t / "r2")
+        r = ptycho(
+            "report",
+            "--checks",
+            *sorted((t / "checks").glob("*.json")),
+            "--metrics",
+            *metrics,
+            "--models",
+            *models,
+            "--figures",
+            bad,
+            "--config-json",
+            t / "config.json",
+            "--out-dir",
+            t / "r2",
+        )
         lines = r.stderr.strip().splitlines()
         assert r.returncode != 0 and len(lines) == 1 and message in lines[0], r.stderr
         assert not (t / "r2").exists()

@@ -35,8 +35,14 @@ def fake_venv(tmp_path) -> Path:
 
 def _make(target: str, venv: Path, **env: str) -> list[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    proc = subprocess.run(["make", "-s", "-o", f"{venv}/.installed", target, f"VENV={venv}", f"STAMP={venv}/.installed"],
-                          cwd=ROOT, env=dict(clean, **env), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["make", "-s", "-o", f"{venv}/.installed", target, f"VENV={venv}", f"STAMP={venv}/.installed"],
+        cwd=ROOT,
+        env=dict(clean, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
@@ -66,7 +72,11 @@ def test_servers_started_by_tests_and_package_bind_loopback():
             found.append((path.name, match.group(2)))
     assert found, "the pattern no longer finds the servers"
     assert {host for _, host in found} == {"127.0.0.1"}, found
-    asked = [p.name for p in ROOT.glob("tests/*.py") if 'MLFLOW_HOST="0.0.0.0"' in p.read_text() and p.name != Path(__file__).name]
+    asked = [
+        p.name
+        for p in ROOT.glob("tests/*.py")
+        if 'MLFLOW_HOST="0.0.0.0"' in p.read_text() and p.name != Path(__file__).name
+    ]
     assert asked == ["test_cluster.py"]
 
 
@@ -136,8 +146,12 @@ def _sources() -> list[Path]:
 @pytest.mark.parametrize(("pattern", "what"), UNSAFE, ids=[w for _, w in UNSAFE])
 def test_no_unsafe_deserialisation_in_the_package_the_workflow_or_the_tests(pattern, what):
     tests = [p for p in ROOT.glob("tests/*.py") if p.name != Path(__file__).name]
-    hits = [f"{p.relative_to(ROOT)}:{i}" for p in [*_sources(), *tests] for i, line in enumerate(p.read_text().splitlines(), 1)
-            if re.search(pattern, line, re.MULTILINE)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in [*_sources(), *tests]
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(pattern, line, re.MULTILINE)
+    ]
     assert hits == [], f"{what} at {hits}"
 
 

@@ -94,8 +94,12 @@ def test_tf_forward_model_matches_numpy_for_a_group():
     expected = np_forward.diffraction_amplitude(probe[None, None] * patches)
     for xla in (True, False):
         amp = forward_tf.predicted_amplitude(
-            tf.constant(np.moveaxis(patches, 1, -1)), tf.constant(scan.offsets[:3]), probe, tf.constant(0.0),
-            xla=xla, canvas_pad=8,
+            tf.constant(np.moveaxis(patches, 1, -1)),
+            tf.constant(scan.offsets[:3]),
+            probe,
+            tf.constant(0.0),
+            xla=xla,
+            canvas_pad=8,
         ).numpy()
         assert np.abs(np.moveaxis(amp, -1, 1) - expected).max() <= 1e-5 * expected.max()
 
@@ -113,8 +117,9 @@ def _tiny_dataset(gridsize=2):
     from ptycho.config import SimulationConfig
     from ptycho.data.simulate import simulate_split
 
-    cfg = SimulationConfig(n=16, gridsize=gridsize, object_size=40, n_lines=40, stride_train=4, nphotons=1e6,
-                           probe_kind="defocused")
+    cfg = SimulationConfig(
+        n=16, gridsize=gridsize, object_size=40, n_lines=40, stride_train=4, nphotons=1e6, probe_kind="defocused"
+    )
     return simulate_split(cfg, "train")
 
 
@@ -124,8 +129,14 @@ def _trainer(kind="pinn", xla=True, ds=None, **model):
 
     ds = ds or _tiny_dataset()
     data = prepare(ds, kind)
-    trainer = Trainer(ModelConfig(kind=kind, filters=2, **model), TrainConfig(batch_size=4, xla=xla, seed=3), ds.n,
-                      data.inputs.shape[-1], ds.probe, data.physics)
+    trainer = Trainer(
+        ModelConfig(kind=kind, filters=2, **model),
+        TrainConfig(batch_size=4, xla=xla, seed=3),
+        ds.n,
+        data.inputs.shape[-1],
+        ds.probe,
+        data.physics,
+    )
     return trainer, data
 
 
@@ -137,8 +148,7 @@ def _batch(data, n=4):
 MODES = ["off", "jit", "auto", "physics"]
 
 
-@pytest.mark.parametrize("kind, model", [("pinn", {}), ("baseline", {}),
-                                         ("baseline", {"baseline_phase": "relative"})])
+@pytest.mark.parametrize("kind, model", [("pinn", {}), ("baseline", {}), ("baseline", {"baseline_phase": "relative"})])
 def test_every_xla_mode_gives_the_loss_gradients_of_off(kind, model):
     from ptycho.nets.xla import compile_step
 
@@ -170,8 +180,9 @@ def test_learning_rate_warms_up_linearly_then_stays_constant_or_decays_to_its_fl
     from ptycho.nets.train import TrainConfig
 
     def rates(schedule):
-        lr = TrainConfig(epochs=4, learning_rate=1e-3, lr_schedule=schedule, warmup_epochs=1,
-                         lr_floor=0.1).learning_rate_at(10)
+        lr = TrainConfig(
+            epochs=4, learning_rate=1e-3, lr_schedule=schedule, warmup_epochs=1, lr_floor=0.1
+        ).learning_rate_at(10)
         return [float(lr(step)) for step in (0, 5, 10, 25, 40)]
 
     np.testing.assert_allclose(rates("constant"), [0.0, 5e-4, 1e-3, 1e-3, 1e-3], rtol=1e-6)
@@ -233,8 +244,9 @@ def test_auto_mode_really_auto_clusters_and_the_others_do_not(mode, clustered, t
 
     env = dict(os.environ, TF_DUMP_GRAPH_PREFIX=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2")
     env["TF_XLA_FLAGS"] = xla_flags_environment({})["TF_XLA_FLAGS"] + " --tf_xla_clustering_debug"
-    done = subprocess.run([sys.executable, "-c", _CLUSTER_SCRIPT, mode], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _CLUSTER_SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (count_clusters(str(tmp_path)) > 0) is clustered
 
@@ -249,8 +261,9 @@ def test_pinn_loss_gradient_matches_finite_differences_on_a_tiny_case():
     counts = tf.constant(rng.poisson(5.0, (1, n, n, c)).astype(np.float64))
 
     def loss(o):
-        amp = forward_tf.predicted_amplitude(o, offsets, probe.astype(np.complex128), tf.constant(1.0, tf.float64),
-                                             xla=True, canvas_pad=4)
+        amp = forward_tf.predicted_amplitude(
+            o, offsets, probe.astype(np.complex128), tf.constant(1.0, tf.float64), xla=True, canvas_pad=4
+        )
         lam = amp**2
         return tf.reduce_mean(lam - counts * tf.math.log(lam + 1e-6))
 
@@ -303,8 +316,9 @@ def test_training_traces_the_step_once_and_writes_checkpoint_and_history(kind, t
     from ptycho.nets.train import TrainConfig, train
 
     ds = _tiny_dataset()
-    meta = train(ds, ModelConfig(kind=kind, filters=2), TrainConfig(epochs=2, batch_size=8, xla=True),
-                 tmp_path, progress=False)
+    meta = train(
+        ds, ModelConfig(kind=kind, filters=2), TrainConfig(epochs=2, batch_size=8, xla=True), tmp_path, progress=False
+    )
     assert meta["traces"]["train"] == 1
     assert len(meta["history"]) == 2
     saved = json.loads((tmp_path / "model.json").read_text())

@@ -193,19 +193,34 @@ def test_logged_model_system_metrics_and_the_child_table(uri, client, tmp_path):
     data = tmp_path / "train.h5"
     data.write_bytes(b"x")
     journal = tmp_path / "journal" / "train.jsonl"
-    with tracking.child_run(uri, parent, "train-pinn-off-s0", tags={"rule": "train", "model": "pinn", "xla": "off"},
-                            params={"model": "pinn"}, journal=journal) as run:
+    with tracking.child_run(
+        uri,
+        parent,
+        "train-pinn-off-s0",
+        tags={"rule": "train", "model": "pinn", "xla": "off"},
+        params={"model": "pinn"},
+        journal=journal,
+    ) as run:
         with tracking.system_metrics(run, interval=60):  # shorter than one interval: still sampled once
             run.log_dataset("train.h5", "d" * 64, data, "train")
-            run.log_model("pinn-off-s0", model_dir, params={"model.filters": 32}, tags={"xla": "off"}, step=3,
-                          metrics={"final_val_loss": 0.25}, dataset=("train.h5", "d" * 64))
+            run.log_model(
+                "pinn-off-s0",
+                model_dir,
+                params={"model.filters": 32},
+                tags={"xla": "off"},
+                step=3,
+                metrics={"final_val_loss": 0.25},
+                dataset=("train.h5", "d" * 64),
+            )
     with tracking.child_run(uri, parent, "evaluate-pinn-off-s0", tags={"rule": "evaluate", "model": "pinn"}) as ev:
         ev.log_metrics({"amp_ssim": 0.7})
 
     (model,) = client.search_logged_models([client.get_run(parent).info.experiment_id])
     assert model.name == "pinn-off-s0" and model.source_run_id == run.run_id
     assert model.status == LoggedModelStatus.READY and model.params == {"model.filters": "32"}
-    assert {m.key: (m.value, m.step, m.dataset_name) for m in model.metrics} == {"final_val_loss": (0.25, 3, "train.h5")}
+    assert {m.key: (m.value, m.step, m.dataset_name) for m in model.metrics} == {
+        "final_val_loss": (0.25, 3, "train.h5")
+    }
     assert sorted(a.path for a in client.list_logged_model_artifacts(model.model_id)) == ["model.json", "model.keras"]
     r = client.get_run(run.run_id)
     assert [o.model_id for o in r.outputs.model_outputs] == [model.model_id]
@@ -222,8 +237,10 @@ def test_logged_model_system_metrics_and_the_child_table(uri, client, tmp_path):
     local = client.download_artifacts(parent, "child_runs.json", str(tmp_path / "dl"))
     table = json.loads(Path(local).read_text())
     rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
-    assert [(x["run"], x["rule"], x["status"]) for x in rows] == [("train-pinn-off-s0", "train", "FINISHED"),
-                                                                  ("evaluate-pinn-off-s0", "evaluate", "FINISHED")]
+    assert [(x["run"], x["rule"], x["status"]) for x in rows] == [
+        ("train-pinn-off-s0", "train", "FINISHED"),
+        ("evaluate-pinn-off-s0", "evaluate", "FINISHED"),
+    ]
     assert rows[1]["amp_ssim"] == 0.7 and rows[0]["final_val_loss"] == 0.25
     assert not any(c.startswith("system/") for c in table["columns"])
 

@@ -25,8 +25,12 @@ def base():
 
 @pytest.mark.parametrize(
     ("section", "cls", "derived"),
-    [("simulation", SimulationConfig, set()), ("model", ModelConfig, {"kind"}), ("train", TrainConfig, {"xla", "seed"}),
-     ("cxi", CxiGeometry, set())],
+    [
+        ("simulation", SimulationConfig, set()),
+        ("model", ModelConfig, {"kind"}),
+        ("train", TrainConfig, {"xla", "seed"}),
+        ("cxi", CxiGeometry, set()),
+    ],
 )
 def test_schema_sections_mirror_the_config_dataclasses_and_their_defaults(section, cls, derived):
     props = load_schema()["properties"][section]["properties"]
@@ -55,7 +59,10 @@ def test_preset_overrides_config_yaml_and_command_line_overrides_preset(base):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"train": {"epoch": 3}}, "config key 'train': Additional properties are not allowed ('epoch' was unexpected); allowed keys:"),
+        (
+            {"train": {"epoch": 3}},
+            "config key 'train': Additional properties are not allowed ('epoch' was unexpected); allowed keys:",
+        ),
         ({"train": {"epochs": "ten"}}, "config key 'train.epochs': 'ten' is not of type 'integer'"),
         ({"train": {"epochs": 0}}, "config key 'train.epochs': 0 is less than the minimum of 1"),
         ({"models": ["pinn", "unet"]}, "config key 'models.1': 'unet' is not allowed; choose one of pinn, baseline"),
@@ -64,7 +71,10 @@ def test_preset_overrides_config_yaml_and_command_line_overrides_preset(base):
         ({"xla": ["off", "fast"]}, "config key 'xla.1': 'fast' is not allowed; choose one of off, jit, auto, physics"),
         ({"xla": [True, "jit"]}, "config key 'xla': [True, 'jit'] names a mode twice"),
         ({"xla": []}, "config key 'xla': [] is empty; list at least 1 value(s)"),
-        ({"bench": {"context": "busy"}}, "config key 'bench.context': 'busy' is not allowed; choose one of alone, shared"),
+        (
+            {"bench": {"context": "busy"}},
+            "config key 'bench.context': 'busy' is not allowed; choose one of alone, shared",
+        ),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(base, override, message):
@@ -107,7 +117,9 @@ def test_mode_pairs_match_each_mode_with_the_off_arm_of_its_model_and_seed_only(
 
     names = ["pinn-jit-s0", "pinn-off-s0", "pinn-physics-s0", "baseline-jit-s0", "pinn-jit-s1", "baseline-off-s1"]
     assert [(p.key, p.arm, p.reference) for p in mode_pairs(names)] == [
-        ("pinn-s0-jit", "pinn-jit-s0", "pinn-off-s0"), ("pinn-s0-physics", "pinn-physics-s0", "pinn-off-s0")]
+        ("pinn-s0-jit", "pinn-jit-s0", "pinn-off-s0"),
+        ("pinn-s0-physics", "pinn-physics-s0", "pinn-off-s0"),
+    ]
     assert arm_of({"model": {"kind": "baseline"}, "train": {"xla": False, "seed": 2}}) == "baseline-off-s2"
     assert arm_of({"model": {"kind": "pinn"}, "train": {"xla": "auto", "seed": 0}}) == "pinn-auto-s0"
 
@@ -202,9 +214,17 @@ def _probes(spec: dict) -> list[tuple[object, bool, str]]:
         if key not in spec:
             continue
         limit = spec[key]
-        beyond = (limit - step if key == "minimum" else limit + step) if integer else (
-            limit - 1e-9 * max(1.0, abs(limit)) if key == "minimum" else
-            limit + 1e-9 * max(1.0, abs(limit)) if key == "maximum" else limit)
+        beyond = (
+            (limit - step if key == "minimum" else limit + step)
+            if integer
+            else (
+                limit - 1e-9 * max(1.0, abs(limit))
+                if key == "minimum"
+                else limit + 1e-9 * max(1.0, abs(limit))
+                if key == "maximum"
+                else limit
+            )
+        )
         if key == "exclusiveMinimum":
             out.append((limit, False, key))
             out.append((limit + (1 if integer else 1e-12), True, key))
@@ -223,8 +243,9 @@ def _probes(spec: dict) -> list[tuple[object, bool, str]]:
 
 
 @pytest.mark.parametrize(
-    ("section", "cls"), [("simulation", SimulationConfig), ("model", ModelConfig), ("train", TrainConfig),
-                         ("cxi", CxiGeometry)])
+    ("section", "cls"),
+    [("simulation", SimulationConfig), ("model", ModelConfig), ("train", TrainConfig), ("cxi", CxiGeometry)],
+)
 def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(section, cls):
     # The CLI builds these dataclasses without the schema (`ptycho simulate --n ...`), the
     # workflow with it: at every minimum, maximum and choice both must give one verdict.
@@ -245,6 +266,8 @@ def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(s
             except ConfigError:
                 built = False
             if built != accepted:
-                disagree.append(f"{section}.{key}={value!r} ({limit}): schema {'accepts' if accepted else 'refuses'}, "
-                                f"{cls.__name__} {'builds' if built else 'refuses'}")
+                disagree.append(
+                    f"{section}.{key}={value!r} ({limit}): schema {'accepts' if accepted else 'refuses'}, "
+                    f"{cls.__name__} {'builds' if built else 'refuses'}"
+                )
     assert disagree == []

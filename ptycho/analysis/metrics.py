@@ -375,8 +375,13 @@ def _image_metrics(test: np.ndarray, ref: np.ndarray, prefix: str, *, offset: bo
 
 
 def score(
-    recon: np.ndarray, truth: np.ndarray, *, upsample: int = 20, border: int = 4, max_shift: int = 4,
-    register_images: bool = True
+    recon: np.ndarray,
+    truth: np.ndarray,
+    *,
+    upsample: int = 20,
+    border: int = 4,
+    max_shift: int = 4,
+    register_images: bool = True,
 ) -> dict[str, Any]:
     """Score a complex reconstruction against its ground truth (module docstring, 1-5).
 
@@ -436,8 +441,13 @@ def score(
 
 
 def compare(
-    recon: np.ndarray, truth: np.ndarray, *, upsample: int = 20, border: int = 4, max_shift: int = 4,
-    register_images: bool = True
+    recon: np.ndarray,
+    truth: np.ndarray,
+    *,
+    upsample: int = 20,
+    border: int = 4,
+    max_shift: int = 4,
+    register_images: bool = True,
 ) -> dict[str, Any]:
     """Steps 1-4 of the scoring pipeline: the images that are scored, and how they were made.
 

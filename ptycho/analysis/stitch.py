@@ -187,8 +187,9 @@ def illumination_weight(probe: np.ndarray, n_keep: int, floor: float = 1e-3) -> 
     return intensity / np.abs(probe).max() ** 2 + floor
 
 
-def synchronise_phase(patches: np.ndarray, positions: np.ndarray, n_keep: int | None = None,
-                      weight: np.ndarray | None = None) -> np.ndarray:
+def synchronise_phase(
+    patches: np.ndarray, positions: np.ndarray, n_keep: int | None = None, weight: np.ndarray | None = None
+) -> np.ndarray:
     """Patches times one unit phase factor each, chosen so that overlapping patches agree.
 
     Why: a constant phase of a patch (of a PINN's group of patches) leaves its
@@ -223,7 +224,9 @@ def synchronise_phase(patches: np.ndarray, positions: np.ndarray, n_keep: int | 
     wmap = np.ones((n_keep, n_keep)) if weight is None else np.asarray(weight, dtype=np.float64)
     kept_w = kept * wmap
     pos = np.rint(np.asarray(positions, dtype=np.float64)).astype(np.int64)
-    pairs = cKDTree(pos).query_pairs(n_keep - 1, p=np.inf, output_type="ndarray") if k_count > 1 else np.zeros((0, 2), int)
+    pairs = (
+        cKDTree(pos).query_pairs(n_keep - 1, p=np.inf, output_type="ndarray") if k_count > 1 else np.zeros((0, 2), int)
+    )
     if len(pairs) == 0:
         return patches.copy()
     d = pos[pairs[:, 1]] - pos[pairs[:, 0]]  # [dx, dy] of j relative to k
@@ -257,7 +260,12 @@ def synchronise_phase(patches: np.ndarray, positions: np.ndarray, n_keep: int | 
 
 
 def stitch_objects(
-    patches: np.ndarray, positions: np.ndarray, position_object: np.ndarray, ds: Dataset, *, weighted: bool = True,
+    patches: np.ndarray,
+    positions: np.ndarray,
+    position_object: np.ndarray,
+    ds: Dataset,
+    *,
+    weighted: bool = True,
     phase_sync: bool = True,
 ) -> list[np.ndarray]:
     """Stitch patches with explicit positions and object indices, one image per object.

@@ -239,17 +239,13 @@ def read_dataset(path: str | os.PathLike, *, check_digest: bool = True) -> Datas
             _check_header(path, attrs)
             missing = [name for name in ARRAYS if name not in f]
             if missing:
-                raise DatasetError(
-                    f"{path}: missing array '{missing[0]}'; the file is incomplete, re-create it"
-                )
+                raise DatasetError(f"{path}: missing array '{missing[0]}'; the file is incomplete, re-create it")
             arrays = {name: f[name][()] for name in ARRAYS}
     except DatasetError:
         raise
     except (OSError, KeyError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DatasetError(
-            f"{path}: not a readable HDF5 file ({reason}); it may be truncated, re-create it"
-        ) from None
+        raise DatasetError(f"{path}: not a readable HDF5 file ({reason}); it may be truncated, re-create it") from None
     _validate(path, arrays, attrs, check_digest=check_digest)
     return Dataset(
         **arrays,
@@ -269,7 +265,9 @@ def _py(value: Any) -> Any:
 
 def _check_header(path: str, attrs: dict[str, Any]) -> None:
     if attrs.get("format") != FORMAT:
-        raise DatasetError(f"{path}: not a ptycho dataset (attribute format != {FORMAT!r}); convert it with 'python -m ptycho import-npz'")
+        raise DatasetError(
+            f"{path}: not a ptycho dataset (attribute format != {FORMAT!r}); convert it with 'python -m ptycho import-npz'"
+        )
     version = attrs.get("schema_version")
     if not isinstance(version, int):
         raise DatasetError(f"{path}: attribute schema_version is missing or not an integer; re-create the file")
@@ -311,8 +309,12 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
     if d.dtype != expected_dtype:
         fail(f"diffraction has dtype {d.dtype}; expected {np.dtype(expected_dtype)} for units={units}")
     for name, want in (
-        ("probe", np.complex64), ("objects", np.complex64), ("positions", np.float64),
-        ("position_object", np.int64), ("groups", np.int64), ("group_offsets", np.float64),
+        ("probe", np.complex64),
+        ("objects", np.complex64),
+        ("positions", np.float64),
+        ("position_object", np.int64),
+        ("groups", np.int64),
+        ("group_offsets", np.float64),
         ("scan_region", np.int64),
     ):
         if a[name].dtype != want:
@@ -340,7 +342,12 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
     if a["scan_region"].shape != (m, 4):
         fail(f"scan_region has shape {a['scan_region'].shape}; expected ({m}, 4)")
     region = a["scan_region"]
-    if (region[:, :2] < 0).any() or (region[:, 2] > obj.shape[2]).any() or (region[:, 3] > obj.shape[1]).any() or (region[:, 2:] <= region[:, :2]).any():
+    if (
+        (region[:, :2] < 0).any()
+        or (region[:, 2] > obj.shape[2]).any()
+        or (region[:, 3] > obj.shape[1]).any()
+        or (region[:, 2:] <= region[:, :2]).any()
+    ):
         fail("scan_region lies (partly) outside the object; expected 0 <= x0 < x1 <= W and 0 <= y0 < y1 <= H")
     for name in ("diffraction", "probe", "objects", "positions", "group_offsets"):
         if not np.all(np.isfinite(a[name])):

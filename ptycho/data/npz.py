@@ -34,10 +34,14 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
         raise DatasetError(f"{path}: no such file") from None
     except ValueError as exc:
         if "pickle" in str(exc).lower():
-            raise DatasetError(f"{path}: contains pickled (object) arrays, which are refused; re-save with plain arrays") from None
+            raise DatasetError(
+                f"{path}: contains pickled (object) arrays, which are refused; re-save with plain arrays"
+            ) from None
         raise DatasetError(f"{path}: not a readable NPZ file ({str(exc).splitlines()[0]})") from None
     except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise DatasetError(f"{path}: not a readable NPZ file ({type(exc).__name__}); it may be truncated, copy or export it again") from None
+        raise DatasetError(
+            f"{path}: not a readable NPZ file ({type(exc).__name__}); it may be truncated, copy or export it again"
+        ) from None
     key = next((k for k in DIFFRACTION_KEYS if k in data), None)
     if key is None:
         raise DatasetError(f"{path}: no diffraction array; expected one of {', '.join(DIFFRACTION_KEYS)}")
@@ -45,12 +49,26 @@ def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
         if needed not in data:
             raise DatasetError(f"{path}: missing array '{needed}'; PtychoPINN NPZ files need it")
     pos = np.stack([np.asarray(data["xcoords"], float).ravel(), np.asarray(data["ycoords"], float).ravel()], axis=1)
-    return dataset_from_arrays(path, np.asarray(data[key], dtype=np.float32), np.asarray(data["probeGuess"]),
-                               np.asarray(data["objectGuess"]), pos, gridsize, split)
+    return dataset_from_arrays(
+        path,
+        np.asarray(data[key], dtype=np.float32),
+        np.asarray(data["probeGuess"]),
+        np.asarray(data["objectGuess"]),
+        pos,
+        gridsize,
+        split,
+    )
 
 
-def dataset_from_arrays(path: str, amp: np.ndarray, probe: np.ndarray, obj: np.ndarray, pos: np.ndarray,
-                        gridsize: int = 1, split: str = "train") -> Dataset:
+def dataset_from_arrays(
+    path: str,
+    amp: np.ndarray,
+    probe: np.ndarray,
+    obj: np.ndarray,
+    pos: np.ndarray,
+    gridsize: int = 1,
+    split: str = "train",
+) -> Dataset:
     """A :class:`Dataset` (units ``sqrt_counts``) from another format's arrays, validated:
     far-field amplitudes (P, N, N), probe (N, N), one object, positions [x, y] in object
     pixels. The photon scale is estimated as the module says. Used by NPZ and CXI import."""
@@ -63,21 +81,29 @@ def dataset_from_arrays(path: str, amp: np.ndarray, probe: np.ndarray, obj: np.n
         # forward model recomputed from the stored object still matches the amplitudes.
         obj = obj / np.float32(amax)
     if amp.ndim != 3 or amp.shape[1:] != probe.shape:
-        raise DatasetError(f"{path}: the diffraction data has shape {amp.shape}; expected (P, N, N) with N = probe "
-                           f"size {probe.shape}")
+        raise DatasetError(
+            f"{path}: the diffraction data has shape {amp.shape}; expected (P, N, N) with N = probe size {probe.shape}"
+        )
     if len(pos) != len(amp):
-        raise DatasetError(f"{path}: {len(pos)} scan positions for {len(amp)} diffraction patterns; "
-                           "there must be one position per pattern")
+        raise DatasetError(
+            f"{path}: {len(pos)} scan positions for {len(amp)} diffraction patterns; "
+            "there must be one position per pattern"
+        )
     if not (np.all(np.isfinite(amp)) and np.all(np.isfinite(pos))):
-        raise DatasetError(f"{path}: the diffraction data or positions contain NaN or infinite values; remove or "
-                           "repair those patterns")
+        raise DatasetError(
+            f"{path}: the diffraction data or positions contain NaN or infinite values; remove or repair those patterns"
+        )
     if amp.min() < 0:
-        raise DatasetError(f"{path}: the diffraction data has negative values; it must hold amplitudes (sqrt of intensity)")
+        raise DatasetError(
+            f"{path}: the diffraction data has negative values; it must hold amplitudes (sqrt of intensity)"
+        )
     n = probe.shape[0]
     try:
         patches = extract_patches(obj.astype(np.complex128), pos, n)
     except ValueError:
-        raise DatasetError(f"{path}: a scan position lies too close to the edge of the object for {n}-px patches") from None
+        raise DatasetError(
+            f"{path}: a scan position lies too close to the edge of the object for {n}-px patches"
+        ) from None
     model = np.sum(np.abs(probe[None].astype(np.complex128) * patches) ** 2)
     scale = float(np.sqrt(np.sum(amp.astype(np.float64) ** 2) / model)) if model > 0 else 1.0
     groups = nearest_neighbour_groups(pos, gridsize)

@@ -87,7 +87,9 @@ def load_network(model_dir: str | Path):
     return keras.models.load_model(path, safe_mode=True, compile=False)  # no Lambda layers: nothing to unpickle
 
 
-def reconstruct(model_dir: str | Path, ds: Dataset, *, xla: str | None = None, batch_size: int | None = None) -> Reconstruction:
+def reconstruct(
+    model_dir: str | Path, ds: Dataset, *, xla: str | None = None, batch_size: int | None = None
+) -> Reconstruction:
     """Reconstruct every sample of ``ds`` with the model in ``model_dir``.
 
     ``xla`` (a mode of :mod:`ptycho.nets.xla`) and ``batch_size`` default to the training arm's. Timing excludes the first
@@ -98,7 +100,9 @@ def reconstruct(model_dir: str | Path, ds: Dataset, *, xla: str | None = None, b
     meta = load_meta(model_dir)
     kind = meta["model"]["kind"]
     if ds.n != meta["n"]:
-        raise PtychoError(f"dataset patch size N={ds.n} differs from the model's N={meta['n']}; simulate with --n {meta['n']}")
+        raise PtychoError(
+            f"dataset patch size N={ds.n} differs from the model's N={meta['n']}; simulate with --n {meta['n']}"
+        )
     if kind == "pinn" and ds.gridsize != meta["gridsize"]:
         raise PtychoError(f"dataset gridsize {ds.gridsize} differs from the model's {meta['gridsize']}")
     from ptycho.nets.xla import parse_mode

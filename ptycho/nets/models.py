@@ -57,8 +57,9 @@ class ModelConfig:
         _check_range("model.poisson_eps", self.poisson_eps, 0.0, 1.0)
 
 
-def build_network(n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int, depth: int = 3,
-                  mixing: int = 0):
+def build_network(
+    n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int, depth: int = 3, mixing: int = 0
+):
     """Keras model ``x (B, N, N, Cin) -> (amplitude, phase)``, each ``(B, N/2, N/2, Cout)``.
 
     ``depth`` Conv-Conv-Pool blocks (filters f, 2f, 4f, ...) take the N-wide input to an

@@ -80,9 +80,12 @@ class TrainConfig:
         if self.lr_schedule == "constant" and warmup == 0:
             return self.learning_rate
         return keras.optimizers.schedules.CosineDecay(
-            0.0 if warmup else self.learning_rate, max(1, total - warmup),
+            0.0 if warmup else self.learning_rate,
+            max(1, total - warmup),
             alpha=1.0 if self.lr_schedule == "constant" else self.lr_floor,
-            warmup_target=self.learning_rate if warmup else None, warmup_steps=warmup)
+            warmup_target=self.learning_rate if warmup else None,
+            warmup_steps=warmup,
+        )
 
 
 @dataclass
@@ -125,10 +128,7 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
         counts = np.moveaxis(y[g], 1, -1)
         return TrainingData(inputs, ds.group_offsets.astype(np.float32), {"counts": counts}, physics)
     patches = np.concatenate(
-        [
-            extract_patches(ds.objects[m], ds.positions[ds.position_object == m], n)
-            for m in range(ds.objects.shape[0])
-        ]
+        [extract_patches(ds.objects[m], ds.positions[ds.position_object == m], n) for m in range(ds.objects.shape[0])]
     )
     order = np.concatenate([np.flatnonzero(ds.position_object == m) for m in range(ds.objects.shape[0])])
     inv = np.empty_like(order)
@@ -137,7 +137,10 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
     return TrainingData(
         x[..., None],
         np.zeros((len(x), 1, 2), np.float32),
-        {"amp": np.abs(patches)[..., None].astype(np.float32), "phase": np.angle(patches)[..., None].astype(np.float32)},
+        {
+            "amp": np.abs(patches)[..., None].astype(np.float32),
+            "phase": np.angle(patches)[..., None].astype(np.float32),
+        },
         physics,
     )
 
@@ -150,8 +153,16 @@ class Trainer:
     ``physics`` mode compiles only the latter; ``jit`` and ``auto`` the whole step.
     """
 
-    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, n: int, channels: int, probe: np.ndarray, physics: dict,
-                 steps_per_epoch: int = 0):
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        train_cfg: TrainConfig,
+        n: int,
+        channels: int,
+        probe: np.ndarray,
+        physics: dict,
+        steps_per_epoch: int = 0,
+    ):
         import keras
         import tensorflow as tf
 
@@ -161,12 +172,24 @@ class Trainer:
         keras.utils.set_random_seed(train_cfg.seed)
         self.model_cfg, self.train_cfg = model_cfg, train_cfg
         self.n, self.channels = n, channels
-        self.network = build_network(n, channels, channels, model_cfg.filters, model_cfg.pooling, train_cfg.seed,
-                                     model_cfg.depth, model_cfg.mixing)
+        self.network = build_network(
+            n,
+            channels,
+            channels,
+            model_cfg.filters,
+            model_cfg.pooling,
+            train_cfg.seed,
+            model_cfg.depth,
+            model_cfg.mixing,
+        )
         self.probe = tf.constant(probe.astype(np.complex64))
         self.canvas_pad = int(physics.get("canvas_pad", n // 4))
-        self.log_scale = tf.Variable(physics.get("log_scale", 0.0), dtype=tf.float32, name="log_scale",
-                                     trainable=model_cfg.kind == "pinn" and model_cfg.trainable_scale)
+        self.log_scale = tf.Variable(
+            physics.get("log_scale", 0.0),
+            dtype=tf.float32,
+            name="log_scale",
+            trainable=model_cfg.kind == "pinn" and model_cfg.trainable_scale,
+        )
         # The schedule (warm-up, decay) reads the optimiser's own step count, so a resumed
         # training continues it where it stopped.
         rate = train_cfg.learning_rate_at(steps_per_epoch) if steps_per_epoch else train_cfg.learning_rate
@@ -209,13 +232,16 @@ class Trainer:
                 # the network for it. Remove the amplitude-weighted circular mean of the
                 # error, then wrap (the offset may take the error across +-pi).
                 w = targets["amp"]
-                c = tf.math.atan2(tf.reduce_sum(w * tf.sin(d), axis=[1, 2, 3], keepdims=True),
-                                  tf.reduce_sum(w * tf.cos(d), axis=[1, 2, 3], keepdims=True))
+                c = tf.math.atan2(
+                    tf.reduce_sum(w * tf.sin(d), axis=[1, 2, 3], keepdims=True),
+                    tf.reduce_sum(w * tf.cos(d), axis=[1, 2, 3], keepdims=True),
+                )
                 d = tf.math.atan2(tf.sin(d - c), tf.cos(d - c))
             return tf.reduce_mean(tf.abs(amp - targets["amp"]) + tf.abs(d), axis=[1, 2, 3])
         obj = pad_centre(to_complex(amp, phase), self.n)
-        pred = predicted_amplitude(obj, offsets, self.probe, self.log_scale, xla=xla_translation(self.mode),
-                                   canvas_pad=self.canvas_pad)
+        pred = predicted_amplitude(
+            obj, offsets, self.probe, self.log_scale, xla=xla_translation(self.mode), canvas_pad=self.canvas_pad
+        )
         if self.model_cfg.loss == "mae":
             return tf.reduce_mean(tf.abs(pred - tf.sqrt(targets["counts"])), axis=[1, 2, 3])
         lam = tf.square(pred)
@@ -296,8 +322,9 @@ def _compat_key(model_cfg: ModelConfig, train_cfg: TrainConfig, digest: str) -> 
     return json.loads(json.dumps({"model": to_dict(model_cfg), "train": train, "dataset_digest": digest}))
 
 
-def save_train_state(trainer: Trainer, path: Path, meta: dict, epoch: int, rng: np.random.Generator,
-                     compat: dict) -> None:
+def save_train_state(
+    trainer: Trainer, path: Path, meta: dict, epoch: int, rng: np.random.Generator, compat: dict
+) -> None:
     """Everything needed to continue training exactly, in one atomically written ``.npz``.
 
     The network's weights, the optimiser's variables (Adam's step count and moments),
@@ -312,8 +339,14 @@ def save_train_state(trainer: Trainer, path: Path, meta: dict, epoch: int, rng: 
     for i, v in enumerate(trainer.optimizer.variables):
         arrays[f"optimizer_{i}"] = np.asarray(v.numpy())
     arrays["log_scale"] = np.float32(trainer.log_scale.numpy())
-    header = {"epoch": epoch, "rng": rng.bit_generator.state, "meta": meta, "compat": compat,
-              "n_weights": len(weights), "n_optimizer": len(trainer.optimizer.variables)}
+    header = {
+        "epoch": epoch,
+        "rng": rng.bit_generator.state,
+        "meta": meta,
+        "compat": compat,
+        "n_weights": len(weights),
+        "n_optimizer": len(trainer.optimizer.variables),
+    }
     arrays["header"] = np.array(json.dumps(header, default=_json_default, allow_nan=True))
 
     def write(tmp: str) -> None:
@@ -342,8 +375,10 @@ def load_train_state(path: Path) -> tuple[dict, dict[str, np.ndarray]] | None:
             arrays = {k: z[k] for k in z.files}
         header = json.loads(str(arrays.pop("header")))
     except Exception as exc:  # zip, format and JSON errors alike
-        raise PtychoError(f"{path}: not a readable training state ({type(exc).__name__}); delete it to start "
-                          "over, or train without --resume") from None
+        raise PtychoError(
+            f"{path}: not a readable training state ({type(exc).__name__}); delete it to start "
+            "over, or train without --resume"
+        ) from None
     return header, arrays
 
 
@@ -357,13 +392,25 @@ def _restore(trainer: Trainer, header: dict, arrays: dict[str, np.ndarray], path
         for i, v in enumerate(variables):
             v.assign(arrays[f"optimizer_{i}"])
     except ValueError as exc:
-        raise PtychoError(f"{path}: the saved state does not fit this network ({exc}); delete it to start over") from None
+        raise PtychoError(
+            f"{path}: the saved state does not fit this network ({exc}); delete it to start over"
+        ) from None
     trainer.log_scale.assign(float(arrays["log_scale"]))
 
 
-def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: str | os.PathLike,
-          *, progress: bool = True, on_epoch=None, resume: bool = False,
-          checkpoint_dir: str | os.PathLike | None = None, on_resume=None, on_diverge: str = "raise") -> dict:
+def train(
+    ds: Dataset,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    progress: bool = True,
+    on_epoch=None,
+    resume: bool = False,
+    checkpoint_dir: str | os.PathLike | None = None,
+    on_resume=None,
+    on_diverge: str = "raise",
+) -> dict:
     """Train one model on ``ds`` and write ``out_dir/model.keras`` + ``model.json``.
 
     ``on_epoch(epoch, record)`` is called after each epoch (used for MLflow logging).
@@ -400,15 +447,20 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
     bs = train_cfg.batch_size
     steps = len(train_idx) // bs
     if steps == 0:
-        raise PtychoError(f"only {len(train_idx)} training samples for batch size {bs}; lower train.batch_size or simulate more data")
+        raise PtychoError(
+            f"only {len(train_idx)} training samples for batch size {bs}; lower train.batch_size or simulate more data"
+        )
 
     trainer = Trainer(model_cfg, train_cfg, ds.n, data.inputs.shape[-1], ds.probe, data.physics, steps)
     compat = _compat_key(model_cfg, train_cfg, ds.attrs.get("digest", ""))
     saved = load_train_state(state_path) if resume else None
     if saved is not None and (saved[0]["compat"] != compat or saved[0]["epoch"] >= train_cfg.epochs):
         # A finished state is not resumed either: a forced re-run (snakemake -R) means train again.
-        why = ("another configuration or dataset" if saved[0]["compat"] != compat
-               else f"a finished training ({saved[0]['epoch']} epochs)")
+        why = (
+            "another configuration or dataset"
+            if saved[0]["compat"] != compat
+            else f"a finished training ({saved[0]['epoch']} epochs)"
+        )
         print(f"ptycho train: note: {state_path} holds the state of {why}; training starts over", flush=True)
         saved = None
     if saved is not None:
@@ -451,8 +503,12 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
     for epoch in range(start_epoch, train_cfg.epochs):
         perm = train_idx[rng.permutation(len(train_idx))][: steps * bs].reshape(steps, bs)
         losses = []
-        bar = tqdm(perm, desc=f"{model_cfg.kind} xla={train_cfg.xla} epoch {epoch + 1}/{train_cfg.epochs}",
-                   disable=not progress, leave=False)
+        bar = tqdm(
+            perm,
+            desc=f"{model_cfg.kind} xla={train_cfg.xla} epoch {epoch + 1}/{train_cfg.epochs}",
+            disable=not progress,
+            leave=False,
+        )
         for batch in bar:
             t0 = time.perf_counter()
             loss = float(trainer.train_step(*_batches(data, batch)))
@@ -503,9 +559,12 @@ def train(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig, out_dir: 
         done = epoch + 1 - start_epoch
         per_epoch = (record["elapsed_s"] - float(timing.get("train_wall_s", 0.0))) / max(done, 1)
         recent = step_times[-steps:] if step_times else [float("nan")]
-        print(f"epoch {epoch + 1}/{train_cfg.epochs}: train loss {record['train_loss']:.5g}, "
-              f"val loss {record['val_loss']:.5g}, {float(np.median(recent)):.3f} s/step, "
-              f"{per_epoch:.0f} s/epoch, ~{per_epoch * (train_cfg.epochs - epoch - 1) / 60:.1f} min left", flush=True)
+        print(
+            f"epoch {epoch + 1}/{train_cfg.epochs}: train loss {record['train_loss']:.5g}, "
+            f"val loss {record['val_loss']:.5g}, {float(np.median(recent)):.3f} s/step, "
+            f"{per_epoch:.0f} s/epoch, ~{per_epoch * (train_cfg.epochs - epoch - 1) / 60:.1f} min left",
+            flush=True,
+        )
     return meta
 
 

@@ -86,9 +86,11 @@ def compile_step(fn: Callable, mode: str) -> Callable:
     if mode != "auto":
         return step
     if "--tf_xla_cpu_global_jit" not in os.environ.get("TF_XLA_FLAGS", "").split():
-        raise ConfigError("the auto XLA mode needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit set before TensorFlow "
-                          "starts (without it nothing is clustered on CPU); run through 'python -m ptycho', or set "
-                          "os.environ.update(ptycho.nets.xla.xla_flags_environment()) before importing TensorFlow")
+        raise ConfigError(
+            "the auto XLA mode needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit set before TensorFlow "
+            "starts (without it nothing is clustered on CPU); run through 'python -m ptycho', or set "
+            "os.environ.update(ptycho.nets.xla.xla_flags_environment()) before importing TensorFlow"
+        )
     return _AutoClustered(step)
 
 

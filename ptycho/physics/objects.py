@@ -29,11 +29,7 @@ def lines_image(size: int, rng: np.random.Generator, n_lines: int = 400) -> np.n
     for r0, c0, r1, c1 in ends:
         rr, cc = line(int(r0), int(c0), int(r1), int(c1))
         canvas[rr, cc] = 1.0
-    blurred = (
-        gaussian_filter(canvas, 1.0)
-        + 2.0 * gaussian_filter(canvas, 5.0)
-        + 5.0 * gaussian_filter(canvas, 10.0)
-    )
+    blurred = gaussian_filter(canvas, 1.0) + 2.0 * gaussian_filter(canvas, 5.0) + 5.0 * gaussian_filter(canvas, 10.0)
     start = (big - size) // 2
     crop = blurred[start : start + size, start : start + size]
     return crop / crop.max()

@@ -19,7 +19,7 @@ def _radius_grid(n: int) -> np.ndarray:
 
 
 def disk_probe(n: int, radius: float | None = None, blur: float = 0.5) -> np.ndarray:
-    """"Ideal disk": a thresholded Gaussian window (a flat disk), lightly blurred.
+    """ "Ideal disk": a thresholded Gaussian window (a flat disk), lightly blurred.
 
     ``radius`` defaults to ``11 * n / 64`` px (the reference's 11 px at N = 64).
     Returns complex128 with zero phase, ``sum |P|^2 = 1``.
@@ -33,9 +33,7 @@ def disk_probe(n: int, radius: float | None = None, blur: float = 0.5) -> np.nda
     return normalise(amp.astype(np.complex128))
 
 
-def defocused_probe(
-    n: int, radius: float | None = None, edge_phase: float = np.pi, blur: float = 0.5
-) -> np.ndarray:
+def defocused_probe(n: int, radius: float | None = None, edge_phase: float = np.pi, blur: float = 0.5) -> np.ndarray:
     """Disk probe with a quadratic (defocus) phase, ``edge_phase`` radians at the rim.
 
     A curved wavefront spreads the diffraction over more detector pixels and breaks

@@ -55,9 +55,7 @@ def grid_scan(object_size: int, n: int, stride: int, gridsize: int = 1, spacing:
     lo = n // 2 + half_extent
     hi = object_size - (n - n // 2) - half_extent
     if hi < lo:
-        raise ValueError(
-            f"object_size {object_size} is too small for patches of {n} px at gridsize {gridsize}"
-        )
+        raise ValueError(f"object_size {object_size} is too small for patches of {n} px at gridsize {gridsize}")
     centres_1d = lo + stride * np.arange(int(np.floor((hi - lo) / stride)) + 1)
     cy, cx = np.meshgrid(centres_1d, centres_1d, indexing="ij")
     centres = np.stack([cx.ravel(), cy.ravel()], axis=1)  # [x, y], row-major groups

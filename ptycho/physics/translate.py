@@ -80,12 +80,7 @@ def extract_patches(obj: np.ndarray, positions: np.ndarray, n: int) -> np.ndarra
     y0 = ipos[:, 1] - m // 2
     subpixel = np.any(frac != 0, axis=1)
     margin = np.where(subpixel, 0, 1)  # integer positions may touch the object edge
-    if (
-        (x0 + margin < 0).any()
-        or (y0 + margin < 0).any()
-        or (x0 + m - margin > w).any()
-        or (y0 + m - margin > h).any()
-    ):
+    if (x0 + margin < 0).any() or (y0 + margin < 0).any() or (x0 + m - margin > w).any() or (y0 + m - margin > h).any():
         raise ValueError("a patch extends beyond the object")
     padded = np.pad(obj, 1)
     out = np.empty((len(pos), n, n), dtype=obj.dtype)

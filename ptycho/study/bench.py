@@ -95,8 +95,14 @@ def quartiles(values: Sequence[float]) -> dict:
     return {"median": float(med), "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "n": len(values)}
 
 
-def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *, resamples: int = 2000,
-                    level: float = 0.95, seed: int = 0) -> dict:
+def bootstrap_ratio(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    *,
+    resamples: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict:
     """Ratio of medians ``median(numerator) / median(denominator)`` with a bootstrap interval.
 
     Both samples are resampled with replacement, independently; the interval is the
@@ -181,23 +187,35 @@ class ForeignLoad:
     def __exit__(self, *exc) -> None:
         self.wall = time.perf_counter() - self.wall0
         busy1, own1 = _busy_cpu_seconds(), self._own()
-        self.foreign_cpu_s = (max(0.0, (busy1 - self.busy0) - (own1 - self.own0))
-                              if busy1 is not None and self.busy0 is not None else math.nan)
+        self.foreign_cpu_s = (
+            max(0.0, (busy1 - self.busy0) - (own1 - self.own0))
+            if busy1 is not None and self.busy0 is not None
+            else math.nan
+        )
         self.load_after = os.getloadavg()[0]
 
     def record(self, cores: int, limit: float = FOREIGN_LOAD_LIMIT) -> dict:
         cores_busy = self.foreign_cpu_s / self.wall if self.wall > 0 else math.nan
-        return {"foreign_cpu_s": self.foreign_cpu_s, "wall_s": self.wall, "foreign_cores": cores_busy,
-                "of_cores": cores, "load_average_before": self.load_before, "load_average_after": self.load_after,
-                "contaminated": bool(not cores_busy <= limit), "limit_cores": limit}
+        return {
+            "foreign_cpu_s": self.foreign_cpu_s,
+            "wall_s": self.wall,
+            "foreign_cores": cores_busy,
+            "of_cores": cores,
+            "load_average_before": self.load_before,
+            "load_average_after": self.load_after,
+            "contaminated": bool(not cores_busy <= limit),
+            "limit_cores": limit,
+        }
 
 
 # ---------------------------------------------------------------------- worker
 def _worker(conn, spec: dict) -> None:
     """Worker process main: builds one arm, then answers the coordinator's commands."""
-    env = {"TF_NUM_INTRAOP_THREADS": str(spec["threads"]),
-           "TF_NUM_INTEROP_THREADS": "1" if spec["threads"] <= 2 else "2",
-           "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    env = {
+        "TF_NUM_INTRAOP_THREADS": str(spec["threads"]),
+        "TF_NUM_INTEROP_THREADS": "1" if spec["threads"] <= 2 else "2",
+        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+    }
     from ptycho.nets.xla import xla_flags_environment
 
     env.update(xla_flags_environment())
@@ -259,16 +277,20 @@ class _WorkerArm:
         self.model_cfg = from_dict(ModelConfig, spec["model_cfg"])
         self.train_cfg = from_dict(TrainConfig, spec["train_cfg"])
         self.data = prepare(ds, self.model_cfg.kind)
-        self.trainer = Trainer(self.model_cfg, self.train_cfg, ds.n, self.data.inputs.shape[-1], ds.probe,
-                               self.data.physics)
+        self.trainer = Trainer(
+            self.model_cfg, self.train_cfg, ds.n, self.data.inputs.shape[-1], ds.probe, self.data.physics
+        )
         self.rng = np.random.default_rng(self.train_cfg.seed)  # same seed in every arm: the same batches
         self.baseline_rss_mb = _rss_mb()
 
     def describe(self) -> dict:
         import tensorflow as tf
 
-        return {"model": self.model_cfg.kind, "mode": self.train_cfg.xla,
-                "gpus": len(tf.config.list_physical_devices("GPU"))}
+        return {
+            "model": self.model_cfg.kind,
+            "mode": self.train_cfg.xla,
+            "gpus": len(tf.config.list_physical_devices("GPU")),
+        }
 
     def _batch(self):
         d, bs = self.data, self.train_cfg.batch_size
@@ -347,8 +369,12 @@ class _WorkerArm:
             self.predictor(self.inputs[:bs])
             self.single(self.inputs[:1])
         starts = list(range(0, len(self.inputs), bs))
-        return {"infer_compile_s": compile_s, "batches": len(starts),
-                "naive": min(cfg["naive_samples"], len(self.inputs)), "patterns_per_sample": self.inputs.shape[-1]}
+        return {
+            "infer_compile_s": compile_s,
+            "batches": len(starts),
+            "naive": min(cfg["naive_samples"], len(self.inputs)),
+            "patterns_per_sample": self.inputs.shape[-1],
+        }
 
     def infer_batch(self, i: int) -> tuple[float, int]:
         """Seconds of the ``i``-th padded batch, and how many real samples it held."""
@@ -367,8 +393,11 @@ class _WorkerArm:
     def memory(self) -> dict:
         import tensorflow as tf
 
-        out = {"peak_rss_mb": _rss_mb("VmHWM"), "baseline_rss_mb": self.baseline_rss_mb,
-               "traces": dict(self.trainer.traces)}
+        out = {
+            "peak_rss_mb": _rss_mb("VmHWM"),
+            "baseline_rss_mb": self.baseline_rss_mb,
+            "traces": dict(self.trainer.traces),
+        }
         out["peak_above_baseline_mb"] = out["peak_rss_mb"] - out["baseline_rss_mb"]
         if tf.config.list_physical_devices("GPU"):
             out["gpu_peak_mb"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
@@ -402,8 +431,9 @@ class _Worker:
         except EOFError:
             from ptycho.errors import PtychoError
 
-            raise PtychoError(f"bench: the {self.name} worker died (exit code {self.process.exitcode}); "
-                              "see its output above") from None
+            raise PtychoError(
+                f"bench: the {self.name} worker died (exit code {self.process.exitcode}); see its output above"
+            ) from None
         if status == "error":
             from ptycho.errors import PtychoError
 
@@ -432,9 +462,14 @@ def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_
     workers = []
     try:
         for model_cfg, mode in arms:
-            spec = {"dataset": ds, "model_cfg": dataclasses.asdict(model_cfg),
-                    "train_cfg": dict(dataclasses.asdict(train_cfg), xla=mode),
-                    "bench": dataclasses.asdict(bench), "threads": threads, "count_clusters": mode == "auto"}
+            spec = {
+                "dataset": ds,
+                "model_cfg": dataclasses.asdict(model_cfg),
+                "train_cfg": dict(dataclasses.asdict(train_cfg), xla=mode),
+                "bench": dataclasses.asdict(bench),
+                "threads": threads,
+                "count_clusters": mode == "auto",
+            }
             workers.append(_Worker(ctx, spec))
     except BaseException:
         for w in workers:
@@ -467,9 +502,13 @@ def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench:
     workers = _start(ctx, ds, arms, train_cfg, bench, alone_threads)
     try:
         for (model_cfg, mode), w in zip(arms, workers, strict=True):  # one at a time: compile alone
-            results[(model_cfg.kind, mode)] = {"model": model_cfg.kind, "mode": mode,
-                                               "model_config": dataclasses.asdict(model_cfg),
-                                               "batch_size": train_cfg.batch_size, "compile_s": w.call("step")}
+            results[(model_cfg.kind, mode)] = {
+                "model": model_cfg.kind,
+                "mode": mode,
+                "model_config": dataclasses.asdict(model_cfg),
+                "batch_size": train_cfg.batch_size,
+                "compile_s": w.call("step"),
+            }
         warm = {i: [w.call("step") for _ in range(bench.warmup)] for i, w in enumerate(workers)}
         alone: dict[int, list[float]] = {i: [] for i in range(len(workers))}
         order = list(range(len(workers)))
@@ -506,19 +545,33 @@ def run(ds, model_cfgs, train_cfg, modes: Sequence[str] = ("off", "jit"), bench:
     finally:
         for w in workers:
             w.stop()
-    contexts = {"alone": {"jobs": 1, "threads": alone_threads,
-                          "how": "one arm steps at a time, arms interleaved, each with all its threads",
-                          "foreign_load": alone_load.record(cores)}}
+    contexts = {
+        "alone": {
+            "jobs": 1,
+            "threads": alone_threads,
+            "how": "one arm steps at a time, arms interleaved, each with all its threads",
+            "foreign_load": alone_load.record(cores),
+        }
+    }
     if bench.shared and len(arms) > 1:
-        contexts["shared"] = {"jobs": len(arms), "threads": bench.shared_threads,
-                              "how": f"all {len(arms)} arms' step loops at once, {bench.shared_threads} threads each "
-                                     f"on {cores} cores (as the pipeline's training jobs run)",
-                              "foreign_load": shared_load.record(cores)}
+        contexts["shared"] = {
+            "jobs": len(arms),
+            "threads": bench.shared_threads,
+            "how": f"all {len(arms)} arms' step loops at once, {bench.shared_threads} threads each "
+            f"on {cores} cores (as the pipeline's training jobs run)",
+            "foreign_load": shared_load.record(cores),
+        }
     machine = machine_info(gpus=max((w.description["gpus"] for w in workers), default=None))
     machine["load_average_start"] = started["load_average"]
     arms_out = [results[(m.kind, mode)] for m, mode in arms]
-    return {"machine": machine, "modes": modes, "contexts": contexts, "arms": arms_out,
-            "ratios": ratios(arms_out), "wall_s": time.time() - started["time"]}
+    return {
+        "machine": machine,
+        "modes": modes,
+        "contexts": contexts,
+        "arms": arms_out,
+        "ratios": ratios(arms_out),
+        "wall_s": time.time() - started["time"],
+    }
 
 
 def _interleaved_inference(workers: list[_Worker]) -> list[dict]:
@@ -542,9 +595,15 @@ def _interleaved_inference(workers: list[_Worker]) -> list[dict]:
     out = []
     for i, s in enumerate(setups):
         c = s["patterns_per_sample"]
-        out.append({"infer_compile_s": s["infer_compile_s"], "infer_batch_samples_s": batch_times[i],
-                    "infer_patterns_per_s": samples[i] * c / sum(batch_times[i]),
-                    "naive_samples_s": single[i], "naive_patterns_per_s": len(single[i]) * c / sum(single[i])})
+        out.append(
+            {
+                "infer_compile_s": s["infer_compile_s"],
+                "infer_batch_samples_s": batch_times[i],
+                "infer_patterns_per_s": samples[i] * c / sum(batch_times[i]),
+                "naive_samples_s": single[i],
+                "naive_patterns_per_s": len(single[i]) * c / sum(single[i]),
+            }
+        )
     return out
 
 
@@ -594,18 +653,23 @@ def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
             if mode == "off":
                 continue
             ready, ready_off = _ready(a), _ready(off)
-            r = {"train_step_alone": bootstrap_ratio(off["step_samples_s"], a["step_samples_s"]),
-                 "compile_extra_s": ready - ready_off,
-                 "break_even_steps": break_even_steps(ready, ready_off, a["step_s"]["median"], off["step_s"]["median"])}
+            r = {
+                "train_step_alone": bootstrap_ratio(off["step_samples_s"], a["step_samples_s"]),
+                "compile_extra_s": ready - ready_off,
+                "break_even_steps": break_even_steps(ready, ready_off, a["step_s"]["median"], off["step_s"]["median"]),
+            }
             if "shared" in a and "shared" in off:
                 r["train_step_shared"] = bootstrap_ratio(off["shared"]["step_samples_s"], a["shared"]["step_samples_s"])
                 r["break_even_steps_shared"] = break_even_steps(
-                    ready, ready_off, a["shared"]["step_s"]["median"], off["shared"]["step_s"]["median"])
+                    ready, ready_off, a["shared"]["step_s"]["median"], off["shared"]["step_s"]["median"]
+                )
             if a.get("infer_batch_samples_s") and off.get("infer_batch_samples_s"):
                 r["inference"] = bootstrap_ratio(off["infer_batch_samples_s"], a["infer_batch_samples_s"])
             r["padded_vs_naive"] = a["infer_patterns_per_s"] / a["naive_patterns_per_s"]
             out.setdefault(model, {})[mode] = r
-        out.setdefault(model, {})["off"] = {"padded_vs_naive": off["infer_patterns_per_s"] / off["naive_patterns_per_s"]}
+        out.setdefault(model, {})["off"] = {
+            "padded_vs_naive": off["infer_patterns_per_s"] / off["naive_patterns_per_s"]
+        }
     return out
 
 
@@ -646,18 +710,24 @@ def format_table(result: dict) -> str:
     for name, c in result["contexts"].items():
         f = c.get("foreign_load")
         if f:
-            lines.append(f"{name}: other processes kept {f['foreign_cores']:.2f} of {f['of_cores']} cores busy"
-                         + (" -- CONTAMINATED, not a measurement alone" if f["contaminated"] else " (clean)"))
-    lines.append(f"{'model':9s} {'mode':8s} {'vs off alone':>20s} {'vs off shared':>20s} {'inference':>20s} "
-                 f"{'break-even steps':>17s} {'padded/1-by-1':>14s}")
+            lines.append(
+                f"{name}: other processes kept {f['foreign_cores']:.2f} of {f['of_cores']} cores busy"
+                + (" -- CONTAMINATED, not a measurement alone" if f["contaminated"] else " (clean)")
+            )
+    lines.append(
+        f"{'model':9s} {'mode':8s} {'vs off alone':>20s} {'vs off shared':>20s} {'inference':>20s} "
+        f"{'break-even steps':>17s} {'padded/1-by-1':>14s}"
+    )
     for model, per in result["ratios"].items():
         for mode, r in per.items():
             if mode == "off":
                 continue
             be = r["break_even_steps"]
-            lines.append(f"{model:9s} {mode:8s} {ci(r['train_step_alone']):>20s} {ci(r.get('train_step_shared')):>20s} "
-                         f"{ci(r.get('inference')):>20s} {'never' if math.isinf(be) else f'{be:.0f}':>17s} "
-                         f"{r['padded_vs_naive']:13.1f}x")
+            lines.append(
+                f"{model:9s} {mode:8s} {ci(r['train_step_alone']):>20s} {ci(r.get('train_step_shared')):>20s} "
+                f"{ci(r.get('inference')):>20s} {'never' if math.isinf(be) else f'{be:.0f}':>17s} "
+                f"{r['padded_vs_naive']:13.1f}x"
+            )
     for context in result["contexts"]:
         best = fastest(result, "pinn", context)
         if best:

@@ -71,10 +71,15 @@ def translation_suite(seed: int = 0) -> list[dict]:
                 err = np.abs(a - b)
                 if kind == "subpixel":
                     err = err[:, 4:-4, 4:-4]
-                cases.append({
-                    "dtype": np.dtype(dtype).name, "batch": batch, "shifts": kind,
-                    "max_abs": float(err.max()), "mean_abs": float(err.mean()),
-                })
+                cases.append(
+                    {
+                        "dtype": np.dtype(dtype).name,
+                        "batch": batch,
+                        "shifts": kind,
+                        "max_abs": float(err.max()),
+                        "mean_abs": float(err.mean()),
+                    }
+                )
     return cases
 
 
@@ -98,8 +103,12 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = ("jit", "auto"
     probe = make_probe("defocused", n).astype(np.complex64)
 
     def head(mode):
-        fn = compile_step(lambda o, f: predicted_amplitude(o, f, probe, tf.constant(0.0), xla=xla_translation(mode),
-                                                           canvas_pad=n // 4), "jit" if mode == "physics" else mode)
+        fn = compile_step(
+            lambda o, f: predicted_amplitude(
+                o, f, probe, tf.constant(0.0), xla=xla_translation(mode), canvas_pad=n // 4
+            ),
+            "jit" if mode == "physics" else mode,
+        )
         return fn(tf.constant(obj), tf.constant(offsets)).numpy()
 
     ref = head("off")
@@ -108,13 +117,17 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = ("jit", "auto"
     for mode in modes:
         d = np.abs(head(mode) - ref)
         per_mode[mode] = {"max_abs": float(d.max() / scale), "mean_abs": float(d.mean() / scale)}
-    return {"max_abs": max((m["max_abs"] for m in per_mode.values()), default=0.0),
-            "mean_abs": max((m["mean_abs"] for m in per_mode.values()), default=0.0),
-            "modes": per_mode, "note": "relative to the largest amplitude; worst mode"}
+    return {
+        "max_abs": max((m["max_abs"] for m in per_mode.values()), default=0.0),
+        "mean_abs": max((m["mean_abs"] for m in per_mode.values()), default=0.0),
+        "modes": per_mode,
+        "note": "relative to the largest amplitude; worst mode",
+    }
 
 
-def inference_agreement(model_dirs: Sequence[str], dataset, max_samples: int = 128,
-                        modes: Sequence[str] = ("jit", "auto")) -> dict:
+def inference_agreement(
+    model_dirs: Sequence[str], dataset, max_samples: int = 128, modes: Sequence[str] = ("jit", "auto")
+) -> dict:
     """Trained networks, each XLA mode's predict step vs ``off``, on the study's test patterns.
 
     Each trained model is run through the same fixed-batch :class:`~ptycho.nets.infer.Predictor`
@@ -141,15 +154,23 @@ def inference_agreement(model_dirs: Sequence[str], dataset, max_samples: int = 1
             patches[mode] = amp.astype(np.float64) * np.exp(1j * phase.astype(np.float64))
         scale = max(float(np.abs(patches["off"]).max()), 1e-30)
         per_mode = {m: np.abs(patches[m] - patches["off"]) for m in modes}
-        out[name] = {"max_abs": max((float(d.max() / scale) for d in per_mode.values()), default=0.0),
-                     "mean_abs": max((float(d.mean() / scale) for d in per_mode.values()), default=0.0),
-                     "modes": {m: float(d.max() / scale) for m, d in per_mode.items()},
-                     "samples": len(x), "note": "complex patches, relative to the largest amplitude; worst mode"}
+        out[name] = {
+            "max_abs": max((float(d.max() / scale) for d in per_mode.values()), default=0.0),
+            "mean_abs": max((float(d.mean() / scale) for d in per_mode.values()), default=0.0),
+            "modes": {m: float(d.max() / scale) for m, d in per_mode.items()},
+            "samples": len(x),
+            "note": "complex patches, relative to the largest amplitude; worst mode",
+        }
     return out
 
 
-def accuracy(threshold: float, seed: int = 0, model_dirs: Sequence[str] = (), dataset=None,
-             modes: Sequence[str] = ("jit", "auto", "physics")) -> dict:
+def accuracy(
+    threshold: float,
+    seed: int = 0,
+    model_dirs: Sequence[str] = (),
+    dataset=None,
+    modes: Sequence[str] = ("jit", "auto", "physics"),
+) -> dict:
     """Worst max error of: the translation suite, the forward model and trained-model
     inference under every XLA mode of ``modes``, each against ``off``."""
     modes = [m for m in modes if m != "off"] or ["jit"]
@@ -157,10 +178,16 @@ def accuracy(threshold: float, seed: int = 0, model_dirs: Sequence[str] = (), da
     forward = forward_model_agreement(seed, modes)
     inference = inference_agreement(model_dirs, dataset, modes=modes) if model_dirs else {}
     worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]] + [r["max_abs"] for r in inference.values()])
-    trained = (f", and {len(inference)} trained model(s) at inference (worst {max(r['max_abs'] for r in inference.values()):.1e})"
-               if inference else "")
+    trained = (
+        f", and {len(inference)} trained model(s) at inference (worst {max(r['max_abs'] for r in inference.values()):.1e})"
+        if inference
+        else ""
+    )
     return verdict(
-        "accuracy", worst, threshold, "<=",
+        "accuracy",
+        worst,
+        threshold,
+        "<=",
         f"XLA-safe translation vs ImageProjectiveTransformV3 over {len(cases)} cases, the whole forward model"
         f"{trained}, modes {', '.join(modes)} vs off: worst max |difference| {worst:.2e}",
         {"translation": cases, "forward_model": forward, "trained_inference": inference, "modes": list(modes)},
@@ -168,8 +195,9 @@ def accuracy(threshold: float, seed: int = 0, model_dirs: Sequence[str] = (), da
 
 
 # ----------------------------------------------------------------- gradients
-def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson",
-              modes: Sequence[str] = ("jit", "auto", "physics")) -> dict:
+def gradients(
+    threshold: float, seed: int = 0, pinn_loss: str = "poisson", modes: Sequence[str] = ("jit", "auto", "physics")
+) -> dict:
     """Loss gradients w.r.t. weights and inputs, each XLA mode vs ``off``, per variable; plus FD.
 
     ``pinn_loss`` is the PINN loss the study trains with. The gradient function is
@@ -186,8 +214,9 @@ def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson",
     from ptycho.nets.xla import compile_step
 
     modes = [m for m in modes if m != "off"] or ["jit"]
-    ds = simulate_split(SimulationConfig(n=32, object_size=56, n_lines=40, nphotons=1e6, probe_kind="defocused",
-                                         seed=seed), "train")
+    ds = simulate_split(
+        SimulationConfig(n=32, object_size=56, n_lines=40, nphotons=1e6, probe_kind="defocused", seed=seed), "train"
+    )
     per_model = {}
     worst = 0.0
     for kind in ("pinn", "baseline"):
@@ -196,9 +225,14 @@ def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson",
         x = tf.constant(data.inputs[idx])
         grads = {}
         for mode in ["off", *modes]:
-            trainer = Trainer(ModelConfig(kind=kind, filters=4, loss=pinn_loss, mixing=1),  # every layer type
-                              TrainConfig(batch_size=8, xla=mode, seed=seed),
-                              ds.n, data.inputs.shape[-1], ds.probe, data.physics)
+            trainer = Trainer(
+                ModelConfig(kind=kind, filters=4, loss=pinn_loss, mixing=1),  # every layer type
+                TrainConfig(batch_size=8, xla=mode, seed=seed),
+                ds.n,
+                data.inputs.shape[-1],
+                ds.probe,
+                data.physics,
+            )
 
             def fn(x, off, tgt, trainer=trainer):
                 with tf.GradientTape(persistent=True) as tape:
@@ -210,23 +244,35 @@ def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson",
             # Every mode builds the same network in the same order; Keras numbers the layer
             # names per build, so variables are matched by position, labelled by the first.
             names = [getattr(v, "path", v.name) for v in trainer.variables]
-            grads[mode] = {"loss": loss.numpy(), "weights": [g.numpy() for g in gw], "inputs": gx.numpy(),
-                           "names": names}
+            grads[mode] = {
+                "loss": loss.numpy(),
+                "weights": [g.numpy() for g in gw],
+                "inputs": gx.numpy(),
+                "names": names,
+            }
         ref = grads["off"]
         per_mode = {}
         for mode in modes:
             g = grads[mode]
-            rel = {name: float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-                   for name, a, b in zip(ref["names"], g["weights"], ref["weights"], strict=True)}
+            rel = {
+                name: float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+                for name, a, b in zip(ref["names"], g["weights"], ref["weights"], strict=True)
+            }
             rel_inputs = float(np.linalg.norm(g["inputs"] - ref["inputs"]) / max(np.linalg.norm(ref["inputs"]), 1e-30))
-            per_mode[mode] = {"loss": float(g["loss"]), "relative_error_per_variable": rel,
-                              "relative_error_inputs": rel_inputs}
+            per_mode[mode] = {
+                "loss": float(g["loss"]),
+                "relative_error_per_variable": rel,
+                "relative_error_inputs": rel_inputs,
+            }
             worst = max(worst, rel_inputs, *rel.values())
         per_model[kind] = {"loss_off": float(ref["loss"]), "modes": per_mode}
     fd = finite_difference_check(seed)
     worst = fd["max_rel"] if not fd["max_rel"] <= worst else worst
     return verdict(
-        "gradients", worst, threshold, "<=",
+        "gradients",
+        worst,
+        threshold,
+        "<=",
         f"loss gradients w.r.t. every weight and the inputs, modes {', '.join(modes)} vs off: worst relative "
         f"difference {worst:.2e}; finite differences agree to {fd['max_rel']:.1e}",
         {"models": per_model, "finite_differences": fd, "modes": list(modes)},
@@ -276,8 +322,10 @@ def loss_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[st
     for pair in mode_pairs(histories):
         group = out.setdefault(f"{pair.model}-s{pair.seed}", {})
         for name in (pair.reference, pair.arm):
-            group[parse_arm(name).mode] = {"train": [h["train_loss"] for h in histories[name]],
-                                           "val": [h["val_loss"] for h in histories[name]]}
+            group[parse_arm(name).mode] = {
+                "train": [h["train_loss"] for h in histories[name]],
+                "val": [h["val_loss"] for h in histories[name]],
+            }
     return out
 
 
@@ -285,8 +333,12 @@ def _failed_summary(failed: Mapping[str, str]) -> str:
     return "; ".join(f"arm {arm} FAILED in training: {reason}" for arm, reason in sorted(failed.items()))
 
 
-def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold: float,
-                initial: Mapping[str, float] | None = None, failed: Mapping[str, str] | None = None) -> dict:
+def convergence(
+    histories: Mapping[str, Sequence[Mapping[str, Any]]],
+    threshold: float,
+    initial: Mapping[str, float] | None = None,
+    failed: Mapping[str, str] | None = None,
+) -> dict:
     """Final validation losses of each mode's arm vs the ``off`` arm of the same model and
     seed; every arm's loss must decrease.
 
@@ -312,20 +364,30 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
     for pair in mode_pairs(histories):
         a, b = histories[pair.arm], histories[pair.reference]
         if not a or not b:  # a diverged arm may have no good epoch at all
-            pairs[pair.key] = {"mode": pair.mode, "arm": pair.arm, "reference": pair.reference,
-                               "final_val_loss": a[-1]["val_loss"] if a else None,
-                               "final_val_loss_off": b[-1]["val_loss"] if b else None,
-                               "relative_difference": float("nan"), "decreased": {}, "initial_val_loss": {}}
+            pairs[pair.key] = {
+                "mode": pair.mode,
+                "arm": pair.arm,
+                "reference": pair.reference,
+                "final_val_loss": a[-1]["val_loss"] if a else None,
+                "final_val_loss_off": b[-1]["val_loss"] if b else None,
+                "relative_difference": float("nan"),
+                "decreased": {},
+                "initial_val_loss": {},
+            }
             continue  # its NaN final loss makes the comparison below FAIL
         fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
         rel = abs(fa - fb) / max(abs(fb), 1e-12)
         went_down = {arm: decreased(arm, h) for arm, h in ((pair.arm, a), (pair.reference, b))}
         all_decreased &= all(went_down.values())
         pairs[pair.key] = {
-            "mode": pair.mode, "arm": pair.arm, "reference": pair.reference,
-            "final_val_loss": fa, "final_val_loss_off": fb, "relative_difference": rel,
-            "decreased": went_down, "initial_val_loss": {pair.arm: initial.get(pair.arm),
-                                                         pair.reference: initial.get(pair.reference)},
+            "mode": pair.mode,
+            "arm": pair.arm,
+            "reference": pair.reference,
+            "final_val_loss": fa,
+            "final_val_loss_off": fb,
+            "relative_difference": rel,
+            "decreased": went_down,
+            "initial_val_loss": {pair.arm: initial.get(pair.arm), pair.reference: initial.get(pair.reference)},
         }
     # The verdict, as for quality: each mode's mean final validation loss over seeds
     # against off's, relative to off's mean, judged against the seed-to-seed spread.
@@ -334,22 +396,39 @@ def convergence(histories: Mapping[str, Sequence[Mapping[str, Any]]], threshold:
     for (model, mode), (seeds_mode, seeds_off) in _seed_groups(histories).items():
         ref = float(np.mean([finals[n] for n in seeds_off.values()]))
         scale = abs(ref) if math.isfinite(ref) and ref != 0 else float("nan")
-        c = seed_comparison({s: finals[n] / scale for s, n in seeds_mode.items()},
-                            {s: finals[n] / scale for s, n in seeds_off.items()}, threshold)
+        c = seed_comparison(
+            {s: finals[n] / scale for s, n in seeds_mode.items()},
+            {s: finals[n] / scale for s, n in seeds_off.items()},
+            threshold,
+        )
         comparisons[f"{model}-{mode}"] = c
         words.append(_comparison_words(model, mode, "final validation loss (relative to off's mean)", c, percent=True))
     worst_c = _worst(comparisons.values())
     margin = worst_c["margin"] if worst_c is not None else threshold
     value = abs(worst_c["difference"]) if worst_c is not None and all_decreased else float("nan")
-    summary = ("; ".join(words) + "; every arm's loss decreased") if all_decreased else \
-        "an arm's training loss did not decrease"
+    summary = (
+        ("; ".join(words) + "; every arm's loss decreased")
+        if all_decreased
+        else "an arm's training loss did not decrease"
+    )
     if not pairs:
         summary = "no pair of an XLA mode and off to compare (off and another mode must be in the matrix)"
     if failed:
         value, summary = float("nan"), _failed_summary(failed)
-    return verdict("convergence", value, margin, "<=", summary,
-                   {"pairs": pairs, "comparisons": comparisons, "threshold": float(threshold),
-                    "curves": loss_curves(histories), "failed": failed})
+    return verdict(
+        "convergence",
+        value,
+        margin,
+        "<=",
+        summary,
+        {
+            "pairs": pairs,
+            "comparisons": comparisons,
+            "threshold": float(threshold),
+            "curves": loss_curves(histories),
+            "failed": failed,
+        },
+    )
 
 
 # ------------------------------------------------------------------- quality
@@ -386,15 +465,30 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
     diff = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
     dof = len(a) - 1 + len(b) - 1
     spread = max((float(np.ptp(v)) for v in (a, b) if len(v) > 1), default=float("nan"))
-    out = {"seeds_mode": sorted(mode_values), "seeds_off": sorted(off_values), "mean_mode": float(a.mean()),
-           "mean_off": float(b.mean()), "difference": diff, "sd": float("nan"), "low": float("nan"),
-           "high": float("nan"), "spread": spread, "margin": float(threshold), "within": False, "equivalent": False}
+    out = {
+        "seeds_mode": sorted(mode_values),
+        "seeds_off": sorted(off_values),
+        "mean_mode": float(a.mean()),
+        "mean_off": float(b.mean()),
+        "difference": diff,
+        "sd": float("nan"),
+        "low": float("nan"),
+        "high": float("nan"),
+        "spread": spread,
+        "margin": float(threshold),
+        "within": False,
+        "equivalent": False,
+    }
     if dof > 0:
         sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / dof)
         se = sd * math.sqrt(1 / len(a) + 1 / len(b))
         t95, t90 = stats.t.ppf(0.975, dof), stats.t.ppf(0.95, dof)
-        out.update(sd=sd, low=diff - t95 * se, high=diff + t95 * se,
-                   margin=max(float(threshold), spread if math.isfinite(spread) else 0.0))
+        out.update(
+            sd=sd,
+            low=diff - t95 * se,
+            high=diff + t95 * se,
+            margin=max(float(threshold), spread if math.isfinite(spread) else 0.0),
+        )
         out["equivalent"] = bool(abs(diff) + t90 * se <= out["margin"])
     out["within"] = bool(abs(diff) <= out["margin"])  # NaN compares False: no evidence, no pass
     return out
@@ -402,25 +496,35 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
 
 def _comparison_words(model: str, mode: str, label: str, c: Mapping[str, Any], percent: bool = False) -> str:
     """One clause: the mode - off difference, its interval, the seed spread and the verdict, in words."""
+
     def f(v: float, signed: bool = False) -> str:
         return (f"{v:+.1%}" if signed else f"{v:.1%}") if percent else (f"{v:+.4f}" if signed else f"{v:.4f}")
 
     n_a, n_b = len(c["seeds_mode"]), len(c["seeds_off"])
     head = f"{'PINN' if model == 'pinn' else model} {mode} - off {label}: {f(c['difference'], True)}"
     if not math.isfinite(c["sd"]):
-        return (f"{head} (one seed per arm, so no seed-to-seed spread to judge it by); "
-                f"{'within' if c['within'] else 'beyond'} the {f(c['margin'])} threshold")
-    spread = (f"seeds of the same arm differ by up to {f(c['spread'])}" if math.isfinite(c["spread"])
-              else "one arm has one seed")
+        return (
+            f"{head} (one seed per arm, so no seed-to-seed spread to judge it by); "
+            f"{'within' if c['within'] else 'beyond'} the {f(c['margin'])} threshold"
+        )
+    spread = (
+        f"seeds of the same arm differ by up to {f(c['spread'])}"
+        if math.isfinite(c["spread"])
+        else "one arm has one seed"
+    )
     if c["within"]:
         which = "the seed-to-seed spread" if c["margin"] == c["spread"] else "the threshold (above the seed spread)"
         judged = f"the difference is within {which}, {f(c['margin'])}"
-        judged += ("; its 90 % interval lies inside that too: equivalent at 5 %" if c["equivalent"]
-                   else "; more seeds would be needed to show equivalence (the 90 % interval reaches past it)")
+        judged += (
+            "; its 90 % interval lies inside that too: equivalent at 5 %"
+            if c["equivalent"]
+            else "; more seeds would be needed to show equivalence (the 90 % interval reaches past it)"
+        )
     else:
         judged = f"the difference EXCEEDS both the seed-to-seed spread and the threshold ({f(c['margin'])})"
-    return (f"{head} (95 % interval {f(c['low'], True)} to {f(c['high'], True)}, {n_a} vs {n_b} seeds); "
-            f"{spread}; {judged}")
+    return (
+        f"{head} (95 % interval {f(c['low'], True)} to {f(c['high'], True)}, {n_a} vs {n_b} seeds); {spread}; {judged}"
+    )
 
 
 def _seed_groups(names: Iterable[str]) -> dict[tuple[str, str], tuple[dict[int, str], dict[int, str]]]:
@@ -433,8 +537,10 @@ def _seed_groups(names: Iterable[str]) -> dict[tuple[str, str], tuple[dict[int, 
     for pair in mode_pairs(names):
         key = (pair.model, pair.mode)
         if key not in out:
-            out[key] = ({a.seed: a.name for a in arms if (a.model, a.mode) == key},
-                        {a.seed: a.name for a in arms if (a.model, a.mode) == (pair.model, "off")})
+            out[key] = (
+                {a.seed: a.name for a in arms if (a.model, a.mode) == key},
+                {a.seed: a.name for a in arms if (a.model, a.mode) == (pair.model, "off")},
+            )
     return out
 
 
@@ -448,7 +554,9 @@ def _worst(comparisons: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None
     return worst
 
 
-def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None) -> dict:
+def quality(
+    metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None
+) -> dict:
     """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` across seeds.
 
     For each model, mode and SSIM (amplitude, phase), :func:`seed_comparison` sets the
@@ -475,8 +583,11 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: 
     for (model, mode), (seeds_mode, seeds_off) in _seed_groups(per_arm).items():
         comparisons[f"{model}-{mode}"] = {}
         for key in SSIM_KEYS:
-            c = seed_comparison({s: per_arm[n][key] for s, n in seeds_mode.items()},
-                                {s: per_arm[n][key] for s, n in seeds_off.items()}, threshold)
+            c = seed_comparison(
+                {s: per_arm[n][key] for s, n in seeds_mode.items()},
+                {s: per_arm[n][key] for s, n in seeds_off.items()},
+                threshold,
+            )
             comparisons[f"{model}-{mode}"][key] = c
             words.append(_comparison_words(model, mode, SSIM_KEYS[key], c))
     worst = _worst(c for per in comparisons.values() for c in per.values())
@@ -496,9 +607,20 @@ def quality(metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: 
         value = float("nan")
         summary = f"{_failed_summary(failed)} (its reconstruction is from its last good state); {summary}"
     return verdict(
-        "quality", value, margin, "<=", summary,
-        {"per_arm": per_arm, "comparisons": comparisons, "threshold": float(threshold), "ssim_differences": diffs,
-         "arm_differences": arm_differences, "pinn_minus_baseline": pinn_vs_baseline, "failed": dict(failed or {})},
+        "quality",
+        value,
+        margin,
+        "<=",
+        summary,
+        {
+            "per_arm": per_arm,
+            "comparisons": comparisons,
+            "threshold": float(threshold),
+            "ssim_differences": diffs,
+            "arm_differences": arm_differences,
+            "pinn_minus_baseline": pinn_vs_baseline,
+            "failed": dict(failed or {}),
+        },
     )
 
 
@@ -524,13 +646,17 @@ def speedup_intervals(bench: Mapping[str, Any]) -> dict[str, dict]:
 
 
 def _steps(bench: Mapping[str, Any], model: str, context: str) -> int:
-    counts = [(a["step_s"] if context == "alone" else a.get("shared", {}).get("step_s", {})).get("n", 0)
-              for a in bench["arms"] if a["model"] == model]
+    counts = [
+        (a["step_s"] if context == "alone" else a.get("shared", {}).get("step_s", {})).get("n", 0)
+        for a in bench["arms"]
+        if a["model"] == model
+    ]
     return min(counts, default=0)
 
 
-def speedup(bench: Mapping[str, Any], threshold: float, train_timings: Mapping[str, Any] | None = None,
-            context: str = "alone") -> dict:
+def speedup(
+    bench: Mapping[str, Any], threshold: float, train_timings: Mapping[str, Any] | None = None, context: str = "alone"
+) -> dict:
     """The fastest XLA mode's PINN train step vs ``off``, in ``context`` (alone | shared).
 
     The value judged is the lower bound of that ratio's 95 % bootstrap interval (with
@@ -553,22 +679,35 @@ def speedup(bench: Mapping[str, Any], threshold: float, train_timings: Mapping[s
         if r["ratio"] >= 1.0 and reliable and r["low"] > 1.0:
             effect = f"the fastest XLA mode, {mode}, makes the PINN train step faster: {r['ratio']:.2f}x off"
         elif r["ratio"] >= 1.0 and reliable:
-            effect = (f"no XLA mode makes the PINN train step measurably faster (best: {mode}, {r['ratio']:.2f}x off, "
-                      "interval includes 1)")
+            effect = (
+                f"no XLA mode makes the PINN train step measurably faster (best: {mode}, {r['ratio']:.2f}x off, "
+                "interval includes 1)"
+            )
         elif r["ratio"] >= 1.0:
             effect = f"the fastest XLA mode is {mode}: {r['ratio']:.2f}x off"
         else:
             effect = f"every XLA mode makes the PINN train step SLOWER (best: {mode}, {r['ratio']:.2f}x off)"
-        spread = (f"95% CI {r['low']:.2f}-{r['high']:.2f}, median of {n} steps per arm" if reliable
-                  else f"median of {n} steps per arm, too few for a confidence interval: judged on the ratio itself")
+        spread = (
+            f"95% CI {r['low']:.2f}-{r['high']:.2f}, median of {n} steps per arm"
+            if reliable
+            else f"median of {n} steps per arm, too few for a confidence interval: judged on the ratio itself"
+        )
         judged = " (the verdict's context)" if ctx == context else ""
         foreign = bench["contexts"][ctx].get("foreign_load") or {}
         if foreign.get("contaminated"):
-            spread += (f"; CONTAMINATED: other processes kept {foreign['foreign_cores']:.2f} of "
-                       f"{foreign['of_cores']} cores busy during it")
-        words[ctx] = {"mode": mode, "ratio": r["ratio"], "low": r["low"], "high": r["high"], "reliable": reliable,
-                      "contaminated": bool(foreign.get("contaminated")),
-                      "text": f"{CONTEXT_WORDS.get(ctx, ctx).capitalize()}{judged}: {effect} ({spread})"}
+            spread += (
+                f"; CONTAMINATED: other processes kept {foreign['foreign_cores']:.2f} of "
+                f"{foreign['of_cores']} cores busy during it"
+            )
+        words[ctx] = {
+            "mode": mode,
+            "ratio": r["ratio"],
+            "low": r["low"],
+            "high": r["high"],
+            "reliable": reliable,
+            "contaminated": bool(foreign.get("contaminated")),
+            "text": f"{CONTEXT_WORDS.get(ctx, ctx).capitalize()}{judged}: {effect} ({spread})",
+        }
         if ctx == context:
             verdict_value = r["low"] if reliable else r["ratio"]
             verdict_text = words[ctx]["text"]
@@ -577,6 +716,18 @@ def speedup(bench: Mapping[str, Any], threshold: float, train_timings: Mapping[s
     else:
         others = [w["text"][0].lower() + w["text"][1:] for c, w in words.items() if c != context]
         summary = "; ".join(([verdict_text] if verdict_text else [f"No {context} measurement to judge"]) + others)
-    return verdict("speedup", verdict_value, threshold, ">=", summary,
-                   {"context": context, "per_context": words, "bench": bench, "intervals": speedup_intervals(bench),
-                    "machine": bench.get("machine", {}), "training_jobs": dict(train_timings or {})})
+    return verdict(
+        "speedup",
+        verdict_value,
+        threshold,
+        ">=",
+        summary,
+        {
+            "context": context,
+            "per_context": words,
+            "bench": bench,
+            "intervals": speedup_intervals(bench),
+            "machine": bench.get("machine", {}),
+            "training_jobs": dict(train_timings or {}),
+        },
+    )

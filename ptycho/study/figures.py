@@ -328,8 +328,18 @@ def _limits(rng: tuple[float, float] | None) -> tuple[float, float]:
     return lo, hi
 
 
-def _image_panel(fig: Figure, ax: Axes, img: np.ndarray, *, cmap: str, vmin: float, vmax: float,
-                 title: str, cbar_label: str, extend: str = "neither") -> None:
+def _image_panel(
+    fig: Figure,
+    ax: Axes,
+    img: np.ndarray,
+    *,
+    cmap: str,
+    vmin: float,
+    vmax: float,
+    title: str,
+    cbar_label: str,
+    extend: str = "neither",
+) -> None:
     im = ax.imshow(img, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
     cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03, extend=extend)
     cb.set_label(cbar_label)
@@ -354,8 +364,12 @@ def _row_height(shape: tuple[int, int]) -> float:
     return 2.75 * min(max(h / w, 0.4), 2.5) + 0.55
 
 
-def reconstruction_grid(truth: tuple[np.ndarray, np.ndarray], arms: Mapping[str, tuple[np.ndarray, np.ndarray]],
-                        *, phase_cmap: str | None = None) -> Figure:
+def reconstruction_grid(
+    truth: tuple[np.ndarray, np.ndarray],
+    arms: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    *,
+    phase_cmap: str | None = None,
+) -> Figure:
     """Ground truth and each arm's reconstruction: rows truth, arm 1, ...; columns amplitude | phase.
 
     Parameters
@@ -390,11 +404,28 @@ def reconstruction_grid(truth: tuple[np.ndarray, np.ndarray], arms: Mapping[str,
                     ax.set_title(f"{label}: {part}")
                     _na(ax, "n/a (no reconstruction)")
                 continue
-            _image_panel(fig, ax_a, pair[0], cmap=AMPLITUDE_CMAP, vmin=amp_lim[0], vmax=amp_lim[1],
-                         title=f"{label}: amplitude", cbar_label="|O| (unitless)",
-                         extend=_extend(pair[0], *amp_lim))
-            _image_panel(fig, ax_p, pair[1], cmap=cmap_ph, vmin=ph_lim[0], vmax=ph_lim[1],
-                         title=f"{label}: phase", cbar_label="phase (rad)", extend=_extend(pair[1], *ph_lim))
+            _image_panel(
+                fig,
+                ax_a,
+                pair[0],
+                cmap=AMPLITUDE_CMAP,
+                vmin=amp_lim[0],
+                vmax=amp_lim[1],
+                title=f"{label}: amplitude",
+                cbar_label="|O| (unitless)",
+                extend=_extend(pair[0], *amp_lim),
+            )
+            _image_panel(
+                fig,
+                ax_p,
+                pair[1],
+                cmap=cmap_ph,
+                vmin=ph_lim[0],
+                vmax=ph_lim[1],
+                title=f"{label}: phase",
+                cbar_label="phase (rad)",
+                extend=_extend(pair[1], *ph_lim),
+            )
         _label_image_axes(axes)
         fig.suptitle("Reconstructions (registered, common colour scale per column)", fontsize=11)
     return fig
@@ -409,8 +440,12 @@ def _extend(img: np.ndarray, vmin: float, vmax: float) -> str:
     return {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}[(low, high)]
 
 
-def error_maps(truth: tuple[np.ndarray, np.ndarray], arms: Mapping[str, tuple[np.ndarray, np.ndarray]],
-               *, clip_percentile: float = 99.5) -> Figure:
+def error_maps(
+    truth: tuple[np.ndarray, np.ndarray],
+    arms: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    *,
+    clip_percentile: float = 99.5,
+) -> Figure:
     """Signed error (arm - truth) of each arm: rows arms, columns amplitude | phase.
 
     The phase error is wrapped to (-pi, pi] (phase is defined modulo 2 pi). Each column
@@ -440,8 +475,9 @@ def error_maps(truth: tuple[np.ndarray, np.ndarray], arms: Mapping[str, tuple[np
         axes = fig.subplots(len(rows), 2, squeeze=False)
         for (name, err), row in zip(errs, axes, strict=True):
             label = _arm_label(name, several)
-            for i, (ax, part, unit) in enumerate(zip(row, ("amplitude", "phase"),
-                                                     ("Δ|O| (unitless)", "Δφ (rad)"), strict=True)):
+            for i, (ax, part, unit) in enumerate(
+                zip(row, ("amplitude", "phase"), ("Δ|O| (unitless)", "Δφ (rad)"), strict=True)
+            ):
                 if err is None:
                     ax.set_title(f"{label}: {part} error")
                     _na(ax, "n/a (no reconstruction)")
@@ -449,9 +485,17 @@ def error_maps(truth: tuple[np.ndarray, np.ndarray], arms: Mapping[str, tuple[np
                 e = err[i]
                 finite = e[np.isfinite(e)]
                 rmse = float(np.sqrt(np.mean(finite**2))) if finite.size else math.nan
-                _image_panel(fig, ax, e, cmap=ERROR_CMAP, vmin=-lims[i], vmax=lims[i],
-                             title=f"{label}: {part} error\nRMSE {_fmt(rmse, ' rad' if i else '')}",
-                             cbar_label=unit, extend=_extend(e, -lims[i], lims[i]))
+                _image_panel(
+                    fig,
+                    ax,
+                    e,
+                    cmap=ERROR_CMAP,
+                    vmin=-lims[i],
+                    vmax=lims[i],
+                    title=f"{label}: {part} error\nRMSE {_fmt(rmse, ' rad' if i else '')}",
+                    cbar_label=unit,
+                    extend=_extend(e, -lims[i], lims[i]),
+                )
         _label_image_axes(axes)
         fig.suptitle("Signed errors against the ground truth (symmetric scale per column)", fontsize=11)
     return fig
@@ -513,9 +557,16 @@ def loss_curves(curves: Mapping[str, Mapping[str, Any]]) -> Figure:
                     if not y.size:
                         continue
                     x = np.arange(1, y.size + 1)
-                    ax.plot(x, y, ls=ls, color=arm_colour(mode), marker="o" if y.size <= 25 else None,
-                            markersize=2.5 if mode == "off" else 3.5, lw=_line_width(mode, kind),
-                            zorder=3 if mode == "off" else 2)
+                    ax.plot(
+                        x,
+                        y,
+                        ls=ls,
+                        color=arm_colour(mode),
+                        marker="o" if y.size <= 25 else None,
+                        markersize=2.5 if mode == "off" else 3.5,
+                        lw=_line_width(mode, kind),
+                        zorder=3 if mode == "off" else 2,
+                    )
                     finite.append(y[np.isfinite(y)])
                     longest = max(longest, y.size)
                     drawn[(mode, kind)] = None
@@ -529,22 +580,32 @@ def loss_curves(curves: Mapping[str, Mapping[str, Any]]) -> Figure:
             vals = np.concatenate(finite) if finite else np.zeros(0)
             if vals.size and vals.min() > 0 and vals.max() / vals.min() > 10:
                 ax.set_yscale("log")
-            rels = [abs(v - finals["off"]) / max(abs(finals["off"]), 1e-12) for m, v in finals.items()
-                    if m != "off" and "off" in finals]
-            ax.set_title(f"{title}\nlargest final validation-loss difference from off: "
-                         + (f"{max(rels):.2%}" if rels else "n/a"))
+            rels = [
+                abs(v - finals["off"]) / max(abs(finals["off"]), 1e-12)
+                for m, v in finals.items()
+                if m != "off" and "off" in finals
+            ]
+            ax.set_title(
+                f"{title}\nlargest final validation-loss difference from off: "
+                + (f"{max(rels):.2%}" if rels else "n/a")
+            )
             ax.set_xlabel("epoch")
             ax.set_ylabel("loss")
-            ax.xaxis.set_major_locator(FixedLocator(range(1, longest + 1)) if longest <= 10
-                                       else MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(
+                FixedLocator(range(1, longest + 1)) if longest <= 10 else MaxNLocator(integer=True)
+            )
             ax.set_xlim(0.5, longest + 0.5)
             ax.grid(True, which="major")
-        for ax in list(axes.flat)[len(keys):]:
+        for ax in list(axes.flat)[len(keys) :]:
             ax.set_visible(False)
-        handles = [Line2D([], [], color=arm_colour(mode), ls=ls, lw=_line_width(mode, kind),
-                          label=f"{_arm_word(mode)}, {word}")
-                   for mode in MODE_COLOURS for kind, ls, word in (("train", "--", "training"), ("val", "-", "validation"))
-                   if (mode, kind) in drawn]
+        handles = [
+            Line2D(
+                [], [], color=arm_colour(mode), ls=ls, lw=_line_width(mode, kind), label=f"{_arm_word(mode)}, {word}"
+            )
+            for mode in MODE_COLOURS
+            for kind, ls, word in (("train", "--", "training"), ("val", "-", "validation"))
+            if (mode, kind) in drawn
+        ]
         if handles:
             fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
         fig.suptitle("Loss per epoch, every XLA mode vs off", fontsize=11)
@@ -560,8 +621,10 @@ def _bench_arms(arms: Any) -> dict[str, dict[str, Mapping]]:
         if not isinstance(a, Mapping):
             raise ValueError(f"arms[{i}]: expected a dict, got {type(a).__name__}")
         if not isinstance(a.get("model"), str) or a.get("mode") not in MODE_COLOURS:
-            raise ValueError(f"arms[{i}]: needs 'model' (str) and 'mode' (one of {', '.join(MODE_COLOURS)}), "
-                             f"got {a.get('model')!r}, {a.get('mode')!r}")
+            raise ValueError(
+                f"arms[{i}]: needs 'model' (str) and 'mode' (one of {', '.join(MODE_COLOURS)}), "
+                f"got {a.get('model')!r}, {a.get('mode')!r}"
+            )
         if a["mode"] in by_model.setdefault(a["model"], {}):
             raise ValueError(f"arms[{i}]: a second {a['model']} {a['mode']} arm; one per (model, mode) expected")
         by_model[a["model"]][a["mode"]] = a
@@ -584,7 +647,9 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
         if not by_model:
             return _message_figure("no benchmark arms")
         models = sorted(by_model, key=lambda m: (_model_rank(m), m))
-        contexts = ["alone"] + (["shared"] if any("shared" in a for per in by_model.values() for a in per.values()) else [])
+        contexts = ["alone"] + (
+            ["shared"] if any("shared" in a for per in by_model.values() for a in per.values()) else []
+        )
         modes = sorted({m for per in by_model.values() for m in per}, key=_mode_rank)
         fig = _figure((max(1.25 * len(modes) * len(models) + 1.2, 5.2), 3.9 * len(contexts) + 0.6))
         axes = fig.subplots(len(contexts), len(models), squeeze=False)
@@ -603,23 +668,44 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
                     samples = _floats(source.get("step_samples_s"), f"{model} {mode} step_samples_s") * 1e3
                     samples = samples[np.isfinite(samples)]
                     quart = source.get("step_s") if isinstance(source.get("step_s"), Mapping) else {}
-                    box_style = dict(positions=[pos], widths=0.5, patch_artist=True, showfliers=False,
-                                     medianprops={"color": INK, "lw": 1.6},
-                                     boxprops={"facecolor": _tint(colour), "edgecolor": colour, "lw": 1.4,
-                                               "hatch": MODEL_HATCHES.get(model, "")},
-                                     whiskerprops={"color": colour, "lw": 1.2}, capprops={"color": colour, "lw": 1.2})
+                    box_style = dict(
+                        positions=[pos],
+                        widths=0.5,
+                        patch_artist=True,
+                        showfliers=False,
+                        medianprops={"color": INK, "lw": 1.6},
+                        boxprops={
+                            "facecolor": _tint(colour),
+                            "edgecolor": colour,
+                            "lw": 1.4,
+                            "hatch": MODEL_HATCHES.get(model, ""),
+                        },
+                        whiskerprops={"color": colour, "lw": 1.2},
+                        capprops={"color": colour, "lw": 1.2},
+                    )
                     med = math.nan
                     if samples.size:
                         ax.boxplot([samples], **box_style)
                         x = pos + rng.uniform(-0.13, 0.13, samples.size)
-                        ax.scatter(x, samples, s=12, color=colour, alpha=0.85, edgecolors="white", linewidths=0.4,
-                                   marker=MODEL_MARKERS.get(model, "o"), zorder=3)
+                        ax.scatter(
+                            x,
+                            samples,
+                            s=12,
+                            color=colour,
+                            alpha=0.85,
+                            edgecolors="white",
+                            linewidths=0.4,
+                            marker=MODEL_MARKERS.get(model, "o"),
+                            zorder=3,
+                        )
                         med = float(np.median(samples))
                         counts.append(samples.size)
                     elif all(math.isfinite(_number(quart.get(k), k)) for k in ("median", "q1", "q3")):
                         q1, med, q3 = (1e3 * _number(quart[k], k) for k in ("q1", "median", "q3"))
-                        ax.bxp([{"med": med, "q1": q1, "q3": q3, "whislo": q1, "whishi": q3, "fliers": []}],
-                               **{k: v for k, v in box_style.items() if k != "showfliers"})
+                        ax.bxp(
+                            [{"med": med, "q1": q1, "q3": q3, "whislo": q1, "whishi": q3, "fliers": []}],
+                            **{k: v for k, v in box_style.items() if k != "showfliers"},
+                        )
                     else:
                         ax.text(pos, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", color="#777777")
                     medians[mode] = med
@@ -631,20 +717,30 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
                 ax.set_ylabel(f"train step, {context} (ms)")
                 ax.grid(True, axis="y")
                 off = medians.get("off", math.nan)
-                best = min((m for m in medians if m != "off" and math.isfinite(medians[m])),
-                           key=lambda m: medians[m], default=None)
+                best = min(
+                    (m for m in medians if m != "off" and math.isfinite(medians[m])),
+                    key=lambda m: medians[m],
+                    default=None,
+                )
                 n = f", {min(counts)}+ steps per arm" if counts else ""
                 ratio = off / medians[best] if best and medians[best] > 0 else math.nan
-                ax.set_title(f"{_model_name(model)}, {context}{n}\nfastest XLA mode: "
-                             + (f"{best}, {ratio:.2f}× off" if math.isfinite(ratio) else "n/a"))
-        fig.suptitle("Steady-state train-step time per XLA mode\n(compile = first call: trace + compile + one step)",
-                     fontsize=10.5)
+                ax.set_title(
+                    f"{_model_name(model)}, {context}{n}\nfastest XLA mode: "
+                    + (f"{best}, {ratio:.2f}× off" if math.isfinite(ratio) else "n/a")
+                )
+        fig.suptitle(
+            "Steady-state train-step time per XLA mode\n(compile = first call: trace + compile + one step)",
+            fontsize=10.5,
+        )
     return fig
 
 
 # ------------------------------------------------------------------ step components
-COMPONENTS = (("network", "network fwd+bwd", "///"), ("physics", "physics head + loss fwd+bwd", ""),
-              ("optimizer", "optimiser update", "..."))
+COMPONENTS = (
+    ("network", "network fwd+bwd", "///"),
+    ("physics", "physics head + loss fwd+bwd", ""),
+    ("optimizer", "optimiser update", "..."),
+)
 
 
 def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
@@ -655,9 +751,12 @@ def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
     """
     by_model = _bench_arms(arms)
     with _style():
-        rows = [(model, mode, a) for model in sorted(by_model, key=_model_rank)
-                for mode, a in sorted(by_model[model].items(), key=lambda kv: _mode_rank(kv[0]))
-                if isinstance(a.get("components"), Mapping)]
+        rows = [
+            (model, mode, a)
+            for model in sorted(by_model, key=_model_rank)
+            for mode, a in sorted(by_model[model].items(), key=lambda kv: _mode_rank(kv[0]))
+            if isinstance(a.get("components"), Mapping)
+        ]
         if not rows:
             return _message_figure("no step components measured")
         from matplotlib.patches import Patch
@@ -672,11 +771,21 @@ def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
                 value = 1e3 * _number((a["components"].get(key) or {}).get("median"), f"{model} {mode} {key}")
                 if not math.isfinite(value):
                     continue
-                ax.barh(y, value, left=left, height=0.62, color=_tint(arm_colour(mode), 0.45),
-                        edgecolor=arm_colour(mode), hatch=hatch, lw=1.0, zorder=2)
+                ax.barh(
+                    y,
+                    value,
+                    left=left,
+                    height=0.62,
+                    color=_tint(arm_colour(mode), 0.45),
+                    edgecolor=arm_colour(mode),
+                    hatch=hatch,
+                    lw=1.0,
+                    zorder=2,
+                )
                 if value > 4:
-                    ax.text(left + value / 2, y, f"{value:.0f}", ha="center", va="center", fontsize=7.5, color=INK,
-                            zorder=3)
+                    ax.text(
+                        left + value / 2, y, f"{value:.0f}", ha="center", va="center", fontsize=7.5, color=INK, zorder=3
+                    )
                 left += value
             step = 1e3 * _number((a.get("step_s") or {}).get("median"), f"{model} {mode} step_s")
             if math.isfinite(step):
@@ -707,15 +816,38 @@ def _fmt(value: float, unit: str) -> str:
 
 
 # ----------------------------------------------------------------------- speed-up bars
-_NICE_RATIOS = (0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0, 50.0)
+_NICE_RATIOS = (
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.25,
+    0.5,
+    0.8,
+    0.9,
+    0.95,
+    1.05,
+    1.1,
+    1.25,
+    1.5,
+    2.0,
+    3.0,
+    4.0,
+    5.0,
+    10.0,
+    20.0,
+    50.0,
+)
 
 
 def _ratio_ticks(half: float) -> list[float]:
     """Readable ticks on a log axis ``[e^-half, e^half]``: 1, then outwards, at least a ninth of the span apart."""
     gap = 2 * half / 9
     ticks = [1.0]
-    for side in (sorted((t for t in _NICE_RATIOS if t > 1), key=float), sorted((t for t in _NICE_RATIOS if t < 1),
-                                                                                  reverse=True)):
+    for side in (
+        sorted((t for t in _NICE_RATIOS if t > 1), key=float),
+        sorted((t for t in _NICE_RATIOS if t < 1), reverse=True),
+    ):
         last = 0.0
         for t in side:
             if abs(math.log(t)) > half:
@@ -778,23 +910,67 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Any]]) -> Figure:
                 ticklabels.append(f"{label}\nn/a")
                 continue
             colour = arm_colour(_label_mode(label) or ("jit" if ratio >= 1.0 else "off"))
-            ax.barh(y, ratio - 1.0, left=1.0, height=0.56, color=_tint(colour, 0.35), edgecolor=colour, lw=1.2,
-                    hatch=MODEL_HATCHES.get(model, ""), zorder=2)
+            ax.barh(
+                y,
+                ratio - 1.0,
+                left=1.0,
+                height=0.56,
+                color=_tint(colour, 0.35),
+                edgecolor=colour,
+                lw=1.2,
+                hatch=MODEL_HATCHES.get(model, ""),
+                zorder=2,
+            )
             ci = ""
             if math.isfinite(low) and math.isfinite(high):
-                ax.errorbar(ratio, y, xerr=[[max(ratio - low, 0.0)], [max(high - ratio, 0.0)]], fmt="none",
-                            ecolor=INK, elinewidth=1.3, capsize=4, zorder=3)
+                ax.errorbar(
+                    ratio,
+                    y,
+                    xerr=[[max(ratio - low, 0.0)], [max(high - ratio, 0.0)]],
+                    fmt="none",
+                    ecolor=INK,
+                    elinewidth=1.3,
+                    capsize=4,
+                    zorder=3,
+                )
                 ci = f" [{low:.2f}, {high:.2f}]"
             ticklabels.append(f"{label}\n{ratio:.2f}×{ci}")
         ax.axvline(1.0, color=INK, lw=1.2, zorder=4)
         # A strip under the bars for the labels of the line and of the two regions.
         label_y = -0.95
-        ax.text(1.0, label_y, " no change ", ha="center", va="center", fontsize=8.5, color=INK, zorder=5,
-                bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": INK, "lw": 0.8})
-        ax.text(0.015, label_y, "◀ slower than off", transform=ax.get_yaxis_transform(), ha="left", va="center",
-                color=NOXLA_COLOUR, fontsize=9.5, fontweight="bold")
-        ax.text(0.985, label_y, "faster than off ▶", transform=ax.get_yaxis_transform(), ha="right", va="center",
-                color=XLA_COLOUR, fontsize=9.5, fontweight="bold")
+        ax.text(
+            1.0,
+            label_y,
+            " no change ",
+            ha="center",
+            va="center",
+            fontsize=8.5,
+            color=INK,
+            zorder=5,
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": INK, "lw": 0.8},
+        )
+        ax.text(
+            0.015,
+            label_y,
+            "◀ slower than off",
+            transform=ax.get_yaxis_transform(),
+            ha="left",
+            va="center",
+            color=NOXLA_COLOUR,
+            fontsize=9.5,
+            fontweight="bold",
+        )
+        ax.text(
+            0.985,
+            label_y,
+            "faster than off ▶",
+            transform=ax.get_yaxis_transform(),
+            ha="right",
+            va="center",
+            color=XLA_COLOUR,
+            fontsize=9.5,
+            fontweight="bold",
+        )
         ax.set_xlim(lo, hi)
         ax.set_ylim(-1.35, len(rows) - 0.4)
         ax.set_yticks(ys, ticklabels)
@@ -846,9 +1022,15 @@ def frc_curves(arms: Mapping[str, Mapping[str, Any]]) -> Figure:
                 if part not in parts:
                     continue
                 model, mode, _ = _parse(name)
-                ax.plot(freq, parts[part], color=arm_colour(mode), ls=MODEL_LINESTYLES.get(model, ":"),
-                        lw=2.6 if mode != "off" else 1.4, zorder=3 if mode == "off" else 2,
-                        label=_arm_label(name, several))
+                ax.plot(
+                    freq,
+                    parts[part],
+                    color=arm_colour(mode),
+                    ls=MODEL_LINESTYLES.get(model, ":"),
+                    lw=2.6 if mode != "off" else 1.4,
+                    zorder=3 if mode == "off" else 2,
+                    label=_arm_label(name, several),
+                )
                 fin = parts[part][np.isfinite(parts[part])]
                 if fin.size:
                     lows.append(float(fin.min()))
@@ -872,8 +1054,10 @@ def frc_curves(arms: Mapping[str, Mapping[str, Any]]) -> Figure:
                 labels.append(lab)
         if handles:
             fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 4))
-        fig.suptitle("Resolution: Fourier ring correlation (higher is better; crossings of 0.5 and 1/7 = resolution)",
-                     fontsize=11)
+        fig.suptitle(
+            "Resolution: Fourier ring correlation (higher is better; crossings of 0.5 and 1/7 = resolution)",
+            fontsize=11,
+        )
     return fig
 
 
@@ -894,8 +1078,13 @@ def quality_vs_time(points: Sequence[Mapping[str, Any]], target: float | None = 
         pts = sorted(pts, key=lambda p: float(p["minutes"]))
         colour = OKABE_ITO[1:][i % (len(OKABE_ITO) - 1)]
         for ax, key in zip(axes, ("amp_ssim", "phase_ssim"), strict=True):
-            ax.plot([float(p["minutes"]) for p in pts], [float(p[key]) for p in pts], marker=MODEL_MARKERS["pinn"],
-                    color=colour, label=recipe)
+            ax.plot(
+                [float(p["minutes"]) for p in pts],
+                [float(p[key]) for p in pts],
+                marker=MODEL_MARKERS["pinn"],
+                color=colour,
+                label=recipe,
+            )
     for ax, what in zip(axes, ("amplitude", "phase"), strict=True):
         if target is not None:
             ax.axhline(target, color=INK, linestyle=":", linewidth=1.0)

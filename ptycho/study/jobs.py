@@ -47,10 +47,13 @@ def simulate(cfg, train_path: str, test_path: str, *, progress: bool = True) -> 
         written.append(path)
         ds = datasets[split]
         record.datasets.append(_input(f"{split}.h5", digest, path, split))
-        record.metrics.update({f"{split}_patterns": ds.diffraction.shape[0], f"{split}_groups": ds.groups.shape[0],
-                               "scale": ds.scale})
-        lines.append(f"{split}: {path}  patterns={ds.diffraction.shape[0]} groups={ds.groups.shape[0]} "
-                     f"scale={ds.scale:.6g} sha256={digest[:16]}")
+        record.metrics.update(
+            {f"{split}_patterns": ds.diffraction.shape[0], f"{split}_groups": ds.groups.shape[0], "scale": ds.scale}
+        )
+        lines.append(
+            f"{split}: {path}  patterns={ds.diffraction.shape[0]} groups={ds.groups.shape[0]} "
+            f"scale={ds.scale:.6g} sha256={digest[:16]}"
+        )
     record.summary = "\n".join(lines)
     return record
 
@@ -75,16 +78,29 @@ def export_cxi(file: str, out: str, geometry) -> JobRecord:
     ds = read_dataset(file)
     write(ds, out, geometry)
     pixel_nm = geometry.object_pixel_m(ds.probe.shape[0]) * 1e9
-    record = JobRecord(params=_prefixed("cxi", geometry), metrics={"object_pixel_nm": pixel_nm},
-                       summary=f"{out}: CXI 1.6, {ds.diffraction.shape[0]} patterns, object pixel {pixel_nm:.3g} nm "
-                               f"at {geometry.energy_ev:g} eV")
+    record = JobRecord(
+        params=_prefixed("cxi", geometry),
+        metrics={"object_pixel_nm": pixel_nm},
+        summary=f"{out}: CXI 1.6, {ds.diffraction.shape[0]} patterns, object pixel {pixel_nm:.3g} nm "
+        f"at {geometry.energy_ev:g} eV",
+    )
     record.datasets.append(_input(Path(file).name, ds.attrs["digest"], file, ds.attrs.get("split", "")))
     return record
 
 
-def train(dataset: str, model_cfg, train_cfg, out: str, *, arm: Mapping[str, str], progress: bool = True,
-          resume: bool = False, checkpoint_dir: str | None = None, on_diverge: str = "error",
-          live: Progress | None = None) -> JobRecord:
+def train(
+    dataset: str,
+    model_cfg,
+    train_cfg,
+    out: str,
+    *,
+    arm: Mapping[str, str],
+    progress: bool = True,
+    resume: bool = False,
+    checkpoint_dir: str | None = None,
+    on_diverge: str = "error",
+    live: Progress | None = None,
+) -> JobRecord:
     """Train one arm; ``live`` receives each epoch's curve (and a resumed run's earlier ones).
 
     A diverged training under ``on_diverge='record'`` is a result, not an error: its
@@ -98,6 +114,7 @@ def train(dataset: str, model_cfg, train_cfg, out: str, *, arm: Mapping[str, str
     on_epoch = on_resume = None
     resumed: dict[str, Any] = {}
     if live is not None:
+
         def on_epoch(epoch: int, rec: dict) -> None:
             live(epoch + 1, {k: rec[k] for k in CURVE_KEYS})
 
@@ -107,8 +124,18 @@ def train(dataset: str, model_cfg, train_cfg, out: str, *, arm: Mapping[str, str
             for rec in history:
                 live(rec["epoch"], {k: rec[k] for k in CURVE_KEYS})
 
-    meta = fit(ds, model_cfg, train_cfg, out, progress=progress, on_epoch=on_epoch, resume=resume,
-               checkpoint_dir=checkpoint_dir, on_resume=on_resume, on_diverge=on_diverge)
+    meta = fit(
+        ds,
+        model_cfg,
+        train_cfg,
+        out,
+        progress=progress,
+        on_epoch=on_epoch,
+        resume=resume,
+        checkpoint_dir=checkpoint_dir,
+        on_resume=on_resume,
+        on_diverge=on_diverge,
+    )
     record = _with_dataset(JobRecord(params=params, tags=resumed), "train.h5", ds, dataset, "train")
     record.artifacts.append((str(Path(out) / "model.json"), "model"))
     if meta.get("status") == "FAILED":
@@ -117,23 +144,35 @@ def train(dataset: str, model_cfg, train_cfg, out: str, *, arm: Mapping[str, str
         return record
     last, t = meta["history"][-1], meta["timing"]
     steps = np.asarray(t["step_times_s"])
-    record.metrics.update({
-        "compile_s": t["compile_s"], "step_median_s": t["step_median_s"],
-        "step_iqr_s": float(np.subtract(*np.percentile(steps, [75, 25]))) if steps.size else float("nan"),
-        "train_wall_s": t["train_wall_s"], "traces_train": meta["traces"]["train"],
-    })
+    record.metrics.update(
+        {
+            "compile_s": t["compile_s"],
+            "step_median_s": t["step_median_s"],
+            "step_iqr_s": float(np.subtract(*np.percentile(steps, [75, 25]))) if steps.size else float("nan"),
+            "train_wall_s": t["train_wall_s"],
+            "traces_train": meta["traces"]["train"],
+        }
+    )
     record.artifacts.append((str(Path(out) / "model.keras"), "model"))
     arm_tags = {k: v for k, v in arm.items() if k in ("model", "xla", "seed")}
     record.model = LoggedModel(
-        "-".join(arm_tags.values()) or model_cfg.kind, out, dataset=("train.h5", ds.attrs["digest"]),
+        "-".join(arm_tags.values()) or model_cfg.kind,
+        out,
+        dataset=("train.h5", ds.attrs["digest"]),
         params={**_prefixed("model", model_cfg), "train.xla": train_cfg.xla, "train.epochs": train_cfg.epochs},
-        tags=arm_tags, step=last["epoch"],
-        metrics={"final_train_loss": last["train_loss"], "final_val_loss": last["val_loss"],
-                 "step_median_s": t["step_median_s"] or float("nan")})
+        tags=arm_tags,
+        step=last["epoch"],
+        metrics={
+            "final_train_loss": last["train_loss"],
+            "final_val_loss": last["val_loss"],
+            "step_median_s": t["step_median_s"] or float("nan"),
+        },
+    )
     record.summary = (
         f"{out}: {model_cfg.kind} xla={train_cfg.xla} epochs={last['epoch']} train_loss={last['train_loss']:.6g} "
         f"val_loss={last['val_loss']:.6g} compile={t['compile_s']:.2f}s "
-        f"step_median={t['step_median_s'] or float('nan'):.4f}s")
+        f"step_median={t['step_median_s'] or float('nan'):.4f}s"
+    )
     return record
 
 
@@ -145,13 +184,25 @@ def infer(model: str, dataset: str, out: str, *, xla: str | None = None, batch_s
 
     ds = read_dataset(dataset)
     rec = reconstruct(model, ds, xla=xla, batch_size=batch_size)
-    write_arrays(out, patches=rec.patches, positions=rec.positions, position_object=rec.position_object,
-                 seconds=np.float64(rec.seconds), compile_seconds=np.float64(rec.compile_seconds),
-                 patterns=np.int64(rec.patterns))
-    record = JobRecord(metrics={"infer_patterns_per_s": rec.patterns_per_second, "infer_compile_s": rec.compile_seconds,
-                                "infer_seconds": rec.seconds, "infer_patterns": rec.patterns},
-                       summary=f"{out}: {len(rec.patches)} patches, {rec.patterns_per_second:.1f} patterns/s, "
-                               f"compile {rec.compile_seconds:.2f}s")
+    write_arrays(
+        out,
+        patches=rec.patches,
+        positions=rec.positions,
+        position_object=rec.position_object,
+        seconds=np.float64(rec.seconds),
+        compile_seconds=np.float64(rec.compile_seconds),
+        patterns=np.int64(rec.patterns),
+    )
+    record = JobRecord(
+        metrics={
+            "infer_patterns_per_s": rec.patterns_per_second,
+            "infer_compile_s": rec.compile_seconds,
+            "infer_seconds": rec.seconds,
+            "infer_patterns": rec.patterns,
+        },
+        summary=f"{out}: {len(rec.patches)} patches, {rec.patterns_per_second:.1f} patterns/s, "
+        f"compile {rec.compile_seconds:.2f}s",
+    )
     return _with_dataset(record, "test.h5", ds, dataset, "test")
 
 
@@ -164,8 +215,9 @@ def stitch(dataset: str, reconstruction: str, out: str, *, weighted: bool = True
     ds = read_dataset(dataset)
     rec = read_arrays(reconstruction, ("patches", "positions", "position_object"))
     try:
-        images = stitch_objects(rec["patches"], rec["positions"], rec["position_object"], ds,
-                                weighted=weighted, phase_sync=phase_sync)
+        images = stitch_objects(
+            rec["patches"], rec["positions"], rec["position_object"], ds, weighted=weighted, phase_sync=phase_sync
+        )
     except ValueError as err:
         raise PtychoError(f"{reconstruction}: {err}; re-run infer with this dataset") from None
     write_arrays(out, images=np.stack(images).astype(np.complex64))
@@ -182,8 +234,9 @@ def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
     images = read_arrays(stitched, ("images",))["images"]
     truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
     if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
-        raise PtychoError(f"{stitched}: stitched images do not match the objects of {dataset}; "
-                          "re-run stitch with this dataset")
+        raise PtychoError(
+            f"{stitched}: stitched images do not match the objects of {dataset}; re-run stitch with this dataset"
+        )
     try:
         result = score_all(list(images), truths)
     except ValueError as err:
@@ -193,16 +246,28 @@ def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
     mean = result["mean"]
     record = JobRecord(
         metrics={k: v for k, v in mean.items() if isinstance(v, int | float)},
-        stepped=[(i, {f"{k}_image": v for k, v in per.items() if k in ("amp_ssim", "phase_ssim")})
-                 for i, per in enumerate(result["per_image"])],
+        stepped=[
+            (i, {f"{k}_image": v for k, v in per.items() if k in ("amp_ssim", "phase_ssim")})
+            for i, per in enumerate(result["per_image"])
+        ],
         artifacts=[(out, "metrics")],
         summary=f"{out}: amp SSIM {mean['amp_ssim']:.4f} phase SSIM {mean['phase_ssim']:.4f} "
-                f"amp PSNR {mean['amp_psnr']:.2f} dB over {result['n_images']} image(s)")
+        f"amp PSNR {mean['amp_psnr']:.2f} dB over {result['n_images']} image(s)",
+    )
     return _with_dataset(record, "test.h5", ds, dataset, "test")
 
 
-def bench(dataset: str | None, model_jsons: Sequence[str], models: Sequence, train_cfg, modes: Sequence[str],
-          config, out: str | None, *, sim=None) -> JobRecord:
+def bench(
+    dataset: str | None,
+    model_jsons: Sequence[str],
+    models: Sequence,
+    train_cfg,
+    modes: Sequence[str],
+    config,
+    out: str | None,
+    *,
+    sim=None,
+) -> JobRecord:
     """Every (model, mode) arm timed in its own process (:func:`ptycho.study.bench.run`).
 
     With ``model_jsons`` the trained models' own architecture, loss and batch size are
@@ -234,9 +299,15 @@ def bench(dataset: str | None, model_jsons: Sequence[str], models: Sequence, tra
     if out:
         write_json(out, result)
     return JobRecord(
-        params={"bench.modes": " ".join(result["modes"]), "bench.repeats": config.repeats,
-                **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()}},
-        nested=arm_runs(result), artifacts=[(out, "bench")] if out else [], summary=timing.format_table(result))
+        params={
+            "bench.modes": " ".join(result["modes"]),
+            "bench.repeats": config.repeats,
+            **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()},
+        },
+        nested=arm_runs(result),
+        artifacts=[(out, "bench")] if out else [],
+        summary=timing.format_table(result),
+    )
 
 
 def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
@@ -245,9 +316,13 @@ def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
     runs = []
     for a in result["arms"]:
         model, mode = a["model"], a["mode"]
-        metrics = {"compile_s": a["compile_s"], "step_median_s": a["step_s"]["median"],
-                   "infer_patterns_per_s": a["infer_patterns_per_s"], "peak_rss_mb": a["peak_rss_mb"],
-                   **{f"{k}_s": c["median"] for k, c in a["components"].items()}}
+        metrics = {
+            "compile_s": a["compile_s"],
+            "step_median_s": a["step_s"]["median"],
+            "infer_patterns_per_s": a["infer_patterns_per_s"],
+            "peak_rss_mb": a["peak_rss_mb"],
+            **{f"{k}_s": c["median"] for k, c in a["components"].items()},
+        }
         if "shared" in a:
             metrics["shared_step_median_s"] = a["shared"]["step_s"]["median"]
         r = result["ratios"].get(model, {}).get(mode, {})
@@ -259,8 +334,14 @@ def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
         for key in ("break_even_steps", "compile_extra_s"):
             if key in r and math.isfinite(r[key]):
                 metrics[key] = r[key]
-        runs.append(NestedRun(f"benchmark-{model}-{mode}", {"model": model, "xla": mode},
-                              {"arm.model": model, "arm.xla": mode}, metrics))
+        runs.append(
+            NestedRun(
+                f"benchmark-{model}-{mode}",
+                {"model": model, "xla": mode},
+                {"arm.model": model, "arm.xla": mode},
+                metrics,
+            )
+        )
     return runs
 
 
@@ -270,8 +351,13 @@ def scaling(config: Mapping, preset: str, sizes: Sequence[int], out: str | None)
     from ptycho.study import scaling as growth
     from ptycho.study import workflow
 
-    result = growth.run(sizes, workflow.simulation_config(config), workflow.model_config(config, "pinn"),
-                        workflow.train_config(config, "off", 0, "pinn"), progress=True)
+    result = growth.run(
+        sizes,
+        workflow.simulation_config(config),
+        workflow.model_config(config, "pinn"),
+        workflow.train_config(config, "off", 0, "pinn"),
+        progress=True,
+    )
     result["preset"] = preset
     if out:
         write_json(out, result)
@@ -285,9 +371,19 @@ def failed_arms(metas: Sequence[Mapping]) -> dict[str, str]:
     return {arm_of(m): m.get("failure", "diverged") for m in metas if m.get("status") == "FAILED"}
 
 
-def check(item: str, threshold: float, out: str, *, model_jsons: Sequence[str] = (), dataset: str | None = None,
-          metrics: Sequence[str] = (), bench: str | None = None, modes: Sequence[str] | None = None,
-          loss: str = "poisson", context: str = "alone") -> JobRecord:
+def check(
+    item: str,
+    threshold: float,
+    out: str,
+    *,
+    model_jsons: Sequence[str] = (),
+    dataset: str | None = None,
+    metrics: Sequence[str] = (),
+    bench: str | None = None,
+    modes: Sequence[str] | None = None,
+    loss: str = "poisson",
+    context: str = "alone",
+) -> JobRecord:
     """One checklist item measured or collected, and judged against ``threshold``."""
     from ptycho.artifacts import read_json, write_json
     from ptycho.study import checks
@@ -302,13 +398,18 @@ def check(item: str, threshold: float, out: str, *, model_jsons: Sequence[str] =
             if not dataset:
                 raise PtychoError("check accuracy: --models needs --dataset (the test split to run them on)")
             ds = read_dataset(dataset)
-        result = checks.accuracy(threshold, model_dirs=[str(Path(m).parent) for m in model_jsons], dataset=ds,
-                                 modes=modes)
+        result = checks.accuracy(
+            threshold, model_dirs=[str(Path(m).parent) for m in model_jsons], dataset=ds, modes=modes
+        )
     elif item == "gradients":
         result = checks.gradients(threshold, pinn_loss=loss, modes=modes)
     elif item == "convergence":
-        result = checks.convergence({arm_of(m): m["history"] for m in metas}, threshold,
-                                    {arm_of(m): m.get("initial_val_loss") for m in metas}, failed_arms(metas))
+        result = checks.convergence(
+            {arm_of(m): m["history"] for m in metas},
+            threshold,
+            {arm_of(m): m.get("initial_val_loss") for m in metas},
+            failed_arms(metas),
+        )
     elif item == "quality":
         result = checks.quality({Path(p).stem: read_json(p) for p in metrics}, threshold, failed_arms(metas))
     elif item == "speedup":
@@ -319,13 +420,16 @@ def check(item: str, threshold: float, out: str, *, model_jsons: Sequence[str] =
     write_json(out, result)
     return JobRecord(
         metrics={f"{item}_value": result["value"], f"{item}_pass": float(result["status"] == "PASS")},
-        tags={"status": result["status"]}, artifacts=[(out, None)],
+        tags={"status": result["status"]},
+        artifacts=[(out, None)],
         summary=f"{item}: {result['status']} (value {result['value']:.4g}, threshold {result['comparison']} "
-                f"{result['threshold']:.4g}): {result['summary']}")
+        f"{result['threshold']:.4g}): {result['summary']}",
+    )
 
 
-def figures(dataset: str, stitched: Sequence[str], metrics: Sequence[str], model_jsons: Sequence[str], bench: str,
-            out_dir: str) -> JobRecord:
+def figures(
+    dataset: str, stitched: Sequence[str], metrics: Sequence[str], model_jsons: Sequence[str], bench: str, out_dir: str
+) -> JobRecord:
     """The report's figures (:data:`ptycho.study.report.FIGURES`), all rendered before any is written."""
     from ptycho.analysis.metrics import compare
     from ptycho.artifacts import atomic_write, read_arrays, read_json
@@ -346,9 +450,14 @@ def figures(dataset: str, stitched: Sequence[str], metrics: Sequence[str], model
     for path in metrics:
         first = read_json(path).get("per_image", [{}])[0]
         if "frc_freq" not in first:
-            raise PtychoError(f"{path}: no FRC curves in these metrics (written by an older version); "
-                              "re-run 'ptycho evaluate'")
-        frc[Path(path).stem] = {"freq": first["frc_freq"], "amp": first["amp_frc_curve"], "phase": first["phase_frc_curve"]}
+            raise PtychoError(
+                f"{path}: no FRC curves in these metrics (written by an older version); re-run 'ptycho evaluate'"
+            )
+        frc[Path(path).stem] = {
+            "freq": first["frc_freq"],
+            "amp": first["amp_frc_curve"],
+            "phase": first["phase_frc_curve"],
+        }
     histories = {arm_of(m): m["history"] for m in map(read_json, model_jsons)}
     timed = read_json(bench)
     if "arms" not in timed:
@@ -366,7 +475,9 @@ def figures(dataset: str, stitched: Sequence[str], metrics: Sequence[str], model
     try:  # render everything before writing anything: no partial set of figures
         made = {name: fig.to_png(drawn()) for name, drawn in drawers}
     except (ValueError, KeyError) as err:
-        raise PtychoError(f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them") from None
+        raise PtychoError(
+            f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them"
+        ) from None
     out = Path(out_dir)
     record = JobRecord(summary=f"{out}: {len(made)} figures ({', '.join(made)})")
     for name, png in made.items():
@@ -375,9 +486,17 @@ def figures(dataset: str, stitched: Sequence[str], metrics: Sequence[str], model
     return record
 
 
-def report(checks_json: Sequence[str], model_jsons: Sequence[str], metrics: Sequence[str],
-           reconstructions: Sequence[str], figure_pngs: Sequence[str], benchmarks: str | None, config: Mapping,
-           out_dir: str, parent: Mapping[str, str]) -> JobRecord:
+def report(
+    checks_json: Sequence[str],
+    model_jsons: Sequence[str],
+    metrics: Sequence[str],
+    reconstructions: Sequence[str],
+    figure_pngs: Sequence[str],
+    benchmarks: str | None,
+    config: Mapping,
+    out_dir: str,
+    parent: Mapping[str, str],
+) -> JobRecord:
     """The validation report (JSON, Markdown, HTML) from the checklist and every arm's results."""
     from ptycho.artifacts import read_arrays, read_json
     from ptycho.study import report as views
@@ -388,9 +507,12 @@ def report(checks_json: Sequence[str], model_jsons: Sequence[str], metrics: Sequ
     items = {r["item"]: r for r in map(read_json, checks_json)}
     arms: dict[str, dict] = {}
     for meta in map(read_json, model_jsons):
-        arms[arm_of(meta)] = {"timing": {k: v for k, v in meta["timing"].items() if k != "step_times_s"},
-                              "final": meta["history"][-1] if meta["history"] else None,
-                              "status": meta.get("status", "FINISHED"), "failure": meta.get("failure")}
+        arms[arm_of(meta)] = {
+            "timing": {k: v for k, v in meta["timing"].items() if k != "step_times_s"},
+            "final": meta["history"][-1] if meta["history"] else None,
+            "status": meta.get("status", "FINISHED"),
+            "failure": meta.get("failure"),
+        }
     for path in metrics:
         arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path)["mean"]
     for path in reconstructions:
@@ -401,8 +523,10 @@ def report(checks_json: Sequence[str], model_jsons: Sequence[str], metrics: Sequ
     for path in figure_pngs:
         stem = Path(path).stem
         if stem not in names:
-            raise PtychoError(f"{path}: not a figure of the report (expected one of {', '.join(names)}.png); "
-                              "pass the PNGs of 'ptycho figures'")
+            raise PtychoError(
+                f"{path}: not a figure of the report (expected one of {', '.join(names)}.png); "
+                "pass the PNGs of 'ptycho figures'"
+            )
         try:
             figures[stem] = Path(path).read_bytes()
         except OSError as err:
@@ -410,8 +534,11 @@ def report(checks_json: Sequence[str], model_jsons: Sequence[str], metrics: Sequ
         if not figures[stem].startswith(b"\x89PNG"):
             raise PtychoError(f"{path}: not a PNG file; re-run 'ptycho figures'")
     cost = views.pipeline_cost(benchmarks) if benchmarks else None
-    provenance = {"config_hash": config_hash(config), "git_commit": git_commit(Path.cwd()),
-                  "mlflow_run_id": parent.get("run_id", "")}
+    provenance = {
+        "config_hash": config_hash(config),
+        "git_commit": git_commit(Path.cwd()),
+        "mlflow_run_id": parent.get("run_id", ""),
+    }
     # The device the study ran on is what the benchmark's TensorFlow processes saw.
     gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
     result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance)
@@ -420,4 +547,5 @@ def report(checks_json: Sequence[str], model_jsons: Sequence[str], metrics: Sequ
         metrics={"verdict_pass": float(result["verdict"] == "PASS")},
         artifacts=[(str(p), "report") for p in paths.values()],
         summary=f"{paths['html']}: verdict {result['verdict']} "
-                + " ".join(f"{k}={v['status']}" for k, v in result["items"].items()))
+        + " ".join(f"{k}={v['status']}" for k, v in result["items"].items()),
+    )

@@ -21,8 +21,15 @@ from ptycho.study.checks import ITEMS
 REPORT_SCHEMA_VERSION = 2  # 2: XLA modes (off, jit, auto, physics) replace the boolean arms
 
 
-def build(items: Mapping[str, dict], arms: Mapping[str, dict], config: Mapping, machine: Mapping | None = None,
-          figures: tuple[str, ...] = (), cost: Mapping | None = None, provenance: Mapping | None = None) -> dict:
+def build(
+    items: Mapping[str, dict],
+    arms: Mapping[str, dict],
+    config: Mapping,
+    machine: Mapping | None = None,
+    figures: tuple[str, ...] = (),
+    cost: Mapping | None = None,
+    provenance: Mapping | None = None,
+) -> dict:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
     ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
     which run this is (config hash, git commit, MLflow parent run; the preset is added
@@ -82,8 +89,12 @@ def pipeline_cost(bench_dir: str | Path) -> dict:
     if not steps:
         return {}
     ordered = dict(sorted(steps.items(), key=lambda kv: -kv[1]["wall_s"]))
-    return {"steps": ordered, "span_s": max(ends) - min(starts), "job_wall_s": sum(v["wall_s"] for v in steps.values()),
-            "job_cpu_s": sum(v["cpu_s"] for v in steps.values())}
+    return {
+        "steps": ordered,
+        "span_s": max(ends) - min(starts),
+        "job_wall_s": sum(v["wall_s"] for v in steps.values()),
+        "job_cpu_s": sum(v["cpu_s"] for v in steps.values()),
+    }
 
 
 def _column(row: Mapping[str, str], key: str) -> float:
@@ -99,18 +110,26 @@ def cost_line(report: Mapping) -> str:
     cost = report.get("cost") or {}
     if not cost.get("steps"):
         return ""
-    parts = [f"{name} {v['wall_s'] / 60:.1f} min ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})"
-             for name, v in list(cost["steps"].items())[:3]]
-    return (f"This run took {cost['span_s'] / 60:.1f} min from its first job to the report "
-            f"(jobs' wall time {cost['job_wall_s'] / 60:.1f} min in all, CPU {cost['job_cpu_s'] / 60:.1f} min); "
-            f"largest: {', '.join(parts)}.")
+    parts = [
+        f"{name} {v['wall_s'] / 60:.1f} min ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})"
+        for name, v in list(cost["steps"].items())[:3]
+    ]
+    return (
+        f"This run took {cost['span_s'] / 60:.1f} min from its first job to the report "
+        f"(jobs' wall time {cost['job_wall_s'] / 60:.1f} min in all, CPU {cost['job_cpu_s'] / 60:.1f} min); "
+        f"largest: {', '.join(parts)}."
+    )
 
 
 def cost_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     steps = (report.get("cost") or {}).get("steps", {})
-    return (["step", "jobs", "wall min (sum)", "CPU min (sum)", "largest peak RSS MB"],
-            [[name, str(v["jobs"]), _fmt(v["wall_s"] / 60), _fmt(v["cpu_s"] / 60), _fmt(v["max_rss_mb"])]
-             for name, v in steps.items()])
+    return (
+        ["step", "jobs", "wall min (sum)", "CPU min (sum)", "largest peak RSS MB"],
+        [
+            [name, str(v["jobs"]), _fmt(v["wall_s"] / 60), _fmt(v["cpu_s"] / 60), _fmt(v["max_rss_mb"])]
+            for name, v in steps.items()
+        ],
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -145,9 +164,13 @@ def caption(stem: str) -> str:
 # ----------------------------------------------------------------- tables
 # Each returns (header, rows); the Markdown and HTML views render the same tables.
 def checklist_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
-    return (["item", "status", "value", "threshold", "summary"],
-            [[name, it["status"], _fmt(it["value"]), f"{it['comparison']} {_fmt(it['threshold'])}", it["summary"]]
-             for name, it in report["items"].items()])
+    return (
+        ["item", "status", "value", "threshold", "summary"],
+        [
+            [name, it["status"], _fmt(it["value"]), f"{it['comparison']} {_fmt(it['threshold'])}", it["summary"]]
+            for name, it in report["items"].items()
+        ],
+    )
 
 
 def accuracy_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
@@ -155,17 +178,33 @@ def accuracy_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     groups: dict[tuple[str, str], list[dict]] = {}
     for case in ev.get("translation", []):
         groups.setdefault((case["dtype"], case["shifts"]), []).append(case)
-    rows = [[f"translation, {dtype}, {shifts} shifts", "XLA-safe vs reference", ", ".join(str(c["batch"]) for c in cases),
-             _fmt(max(c["max_abs"] for c in cases)), _fmt(max(c["mean_abs"] for c in cases))]
-            for (dtype, shifts), cases in sorted(groups.items())]
+    rows = [
+        [
+            f"translation, {dtype}, {shifts} shifts",
+            "XLA-safe vs reference",
+            ", ".join(str(c["batch"]) for c in cases),
+            _fmt(max(c["max_abs"] for c in cases)),
+            _fmt(max(c["mean_abs"] for c in cases)),
+        ]
+        for (dtype, shifts), cases in sorted(groups.items())
+    ]
     fm = ev.get("forward_model")
     if fm:
         for mode, r in fm.get("modes", {"jit": fm}).items():
-            rows.append(["whole forward model (relative)", f"{mode} vs off", "16", _fmt(r["max_abs"]), _fmt(r["mean_abs"])])
+            rows.append(
+                ["whole forward model (relative)", f"{mode} vs off", "16", _fmt(r["max_abs"]), _fmt(r["mean_abs"])]
+            )
     for arm, r in sorted(ev.get("trained_inference", {}).items()):
         modes = ", ".join(r.get("modes", {})) or "jit"
-        rows.append([f"trained {arm} at inference (relative)", f"{modes} vs off (worst)", f"{r['samples']} patterns",
-                     _fmt(r["max_abs"]), _fmt(r["mean_abs"])])
+        rows.append(
+            [
+                f"trained {arm} at inference (relative)",
+                f"{modes} vs off (worst)",
+                f"{r['samples']} patterns",
+                _fmt(r["max_abs"]),
+                _fmt(r["mean_abs"]),
+            ]
+        )
     return ["what", "compared", "batch sizes", "max abs difference", "mean abs difference"], rows
 
 
@@ -185,7 +224,9 @@ def gradients_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
             rows.append([model, mode, "loss value (mode / off)", f"{_fmt(g['loss'])} / {_fmt(m['loss_off'])}"])
     fd = ev.get("finite_differences")
     if fd:
-        rows.append(["PINN physics (float64)", "jit", f"finite differences, {fd['points']} points", _fmt(fd["max_rel"])])
+        rows.append(
+            ["PINN physics (float64)", "jit", f"finite differences, {fd['points']} points", _fmt(fd["max_rel"])]
+        )
     return ["model", "mode vs off", "layer", "relative difference"], rows
 
 
@@ -194,17 +235,31 @@ def convergence_tables(report: Mapping) -> list[tuple[str, list[str], list[list[
     ev = report["items"]["convergence"]["evidence"]
     out = []
     if ev.get("comparisons"):
-        out.append(seed_comparison_table({(name, "final val loss / off's mean"): c
-                                          for name, c in ev["comparisons"].items()}))
+        out.append(
+            seed_comparison_table({(name, "final val loss / off's mean"): c for name, c in ev["comparisons"].items()})
+        )
     return [*out, ("Per seed", *convergence_table(report))]
 
 
 def convergence_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
     rows = []
     for name, p in sorted(report["items"]["convergence"]["evidence"].get("pairs", {}).items()):
-        rows.append([name, _fmt(p["final_val_loss"]), _fmt(p["final_val_loss_off"]), _fmt(p["relative_difference"]),
-                     ", ".join(f"{arm}: {_fmt(ok)}" for arm, ok in sorted(p["decreased"].items()))])
-    return ["model, seed, mode", "final val loss (mode)", "final val loss (off)", "relative difference", "decreased"], rows
+        rows.append(
+            [
+                name,
+                _fmt(p["final_val_loss"]),
+                _fmt(p["final_val_loss_off"]),
+                _fmt(p["relative_difference"]),
+                ", ".join(f"{arm}: {_fmt(ok)}" for arm, ok in sorted(p["decreased"].items())),
+            ]
+        )
+    return [
+        "model, seed, mode",
+        "final val loss (mode)",
+        "final val loss (off)",
+        "relative difference",
+        "decreased",
+    ], rows
 
 
 def seed_comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> tuple[str, list[str], list[list[str]]]:
@@ -212,35 +267,87 @@ def seed_comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> tup
     rows = []
     for (name, metric), c in sorted(comparisons.items()):
         judged = "within" if c["within"] else "EXCEEDS"
-        rows.append([name, metric, f"{len(c['seeds_mode'])} / {len(c['seeds_off'])}", _fmt(c["mean_mode"]),
-                     _fmt(c["mean_off"]), f"{_fmt(c['difference'])} ({_fmt(c['low'])} - {_fmt(c['high'])})",
-                     _fmt(c["spread"]), _fmt(c["margin"]), f"{judged}{', equivalent' if c['equivalent'] else ''}"])
-    return ("Each XLA mode vs off across seeds: the difference of the means against the seed-to-seed spread "
-            "(margin = the larger of the spread and the threshold)",
-            ["model-mode", "metric", "seeds (mode / off)", "mean (mode)", "mean (off)", "difference (95 % interval)",
-             "seed spread", "margin", "verdict"], rows)
+        rows.append(
+            [
+                name,
+                metric,
+                f"{len(c['seeds_mode'])} / {len(c['seeds_off'])}",
+                _fmt(c["mean_mode"]),
+                _fmt(c["mean_off"]),
+                f"{_fmt(c['difference'])} ({_fmt(c['low'])} - {_fmt(c['high'])})",
+                _fmt(c["spread"]),
+                _fmt(c["margin"]),
+                f"{judged}{', equivalent' if c['equivalent'] else ''}",
+            ]
+        )
+    return (
+        "Each XLA mode vs off across seeds: the difference of the means against the seed-to-seed spread "
+        "(margin = the larger of the spread and the threshold)",
+        [
+            "model-mode",
+            "metric",
+            "seeds (mode / off)",
+            "mean (mode)",
+            "mean (off)",
+            "difference (95 % interval)",
+            "seed spread",
+            "margin",
+            "verdict",
+        ],
+        rows,
+    )
 
 
-QUALITY_COLUMNS = (("amp_ssim", "amp SSIM"), ("phase_ssim", "phase SSIM"), ("amp_psnr", "amp PSNR dB"),
-                   ("phase_psnr", "phase PSNR dB"), ("amp_mae", "amp MAE"), ("phase_mae", "phase MAE rad"),
-                   ("amp_frc50", "amp FRC50 1/px"), ("phase_frc50", "phase FRC50 1/px"))
+QUALITY_COLUMNS = (
+    ("amp_ssim", "amp SSIM"),
+    ("phase_ssim", "phase SSIM"),
+    ("amp_psnr", "amp PSNR dB"),
+    ("phase_psnr", "phase PSNR dB"),
+    ("amp_mae", "amp MAE"),
+    ("phase_mae", "phase MAE rad"),
+    ("amp_frc50", "amp FRC50 1/px"),
+    ("phase_frc50", "phase FRC50 1/px"),
+)
 
 
 def quality_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
     ev = report["items"]["quality"]["evidence"]
     header = [label for _, label in QUALITY_COLUMNS]
-    out = [("Per arm (test split, stitched objects, mean over images)", ["arm", *header],
-            [[arm, *(_fmt(m.get(k)) for k, _ in QUALITY_COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())])]
+    out = [
+        (
+            "Per arm (test split, stitched objects, mean over images)",
+            ["arm", *header],
+            [[arm, *(_fmt(m.get(k)) for k, _ in QUALITY_COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())],
+        )
+    ]
     if ev.get("comparisons"):
-        out.append(seed_comparison_table(
-            {(name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()}))
+        out.append(
+            seed_comparison_table(
+                {(name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()}
+            )
+        )
     if ev.get("arm_differences"):
-        out.append(("Each XLA mode minus off, per seed", ["model, seed, mode", *header],
-                    [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)] for name, d in sorted(ev["arm_differences"].items())]))
+        out.append(
+            (
+                "Each XLA mode minus off, per seed",
+                ["model, seed, mode", *header],
+                [
+                    [name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)]
+                    for name, d in sorted(ev["arm_differences"].items())
+                ],
+            )
+        )
     if ev.get("pinn_minus_baseline"):
-        out.append(("PINN minus baseline (physics-informed vs supervised)", ["mode, seed", *header],
-                    [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)]
-                     for name, d in sorted(ev["pinn_minus_baseline"].items())]))
+        out.append(
+            (
+                "PINN minus baseline (physics-informed vs supervised)",
+                ["mode, seed", *header],
+                [
+                    [name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)]
+                    for name, d in sorted(ev["pinn_minus_baseline"].items())
+                ],
+            )
+        )
     return out
 
 
@@ -261,16 +368,36 @@ def speedup_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
     def ms(quart):
         return _fmt(1e3 * quart["median"]) if quart else "n/a"
 
-    timing = [[a["model"], a["mode"], _fmt(a["compile_s"]), ms(a["step_s"]), _fmt(1e3 * a["step_s"]["iqr"]),
-               ms(a.get("shared", {}).get("step_s")),
-               _fmt(1e3 * a.get("shared", {}).get("step_s", {}).get("iqr", float("nan"))),
-               *(_fmt(1e3 * a.get("components", {}).get(k, {}).get("median", float("nan")))
-                 for k in ("network", "physics", "optimizer")),
-               _fmt(a.get("peak_rss_mb")), _fmt(a.get("peak_above_baseline_mb")),
-               _fmt(a.get("xla_clusters")) if a.get("xla_clusters") is not None else "-"] for a in arms]
-    inference = [[a["model"], a["mode"], _fmt(a["infer_compile_s"]), _fmt(a["infer_patterns_per_s"]),
-                  _fmt(a["naive_patterns_per_s"]), _fmt(a["infer_patterns_per_s"] / a["naive_patterns_per_s"])]
-                 for a in arms]
+    timing = [
+        [
+            a["model"],
+            a["mode"],
+            _fmt(a["compile_s"]),
+            ms(a["step_s"]),
+            _fmt(1e3 * a["step_s"]["iqr"]),
+            ms(a.get("shared", {}).get("step_s")),
+            _fmt(1e3 * a.get("shared", {}).get("step_s", {}).get("iqr", float("nan"))),
+            *(
+                _fmt(1e3 * a.get("components", {}).get(k, {}).get("median", float("nan")))
+                for k in ("network", "physics", "optimizer")
+            ),
+            _fmt(a.get("peak_rss_mb")),
+            _fmt(a.get("peak_above_baseline_mb")),
+            _fmt(a.get("xla_clusters")) if a.get("xla_clusters") is not None else "-",
+        ]
+        for a in arms
+    ]
+    inference = [
+        [
+            a["model"],
+            a["mode"],
+            _fmt(a["infer_compile_s"]),
+            _fmt(a["infer_patterns_per_s"]),
+            _fmt(a["naive_patterns_per_s"]),
+            _fmt(a["infer_patterns_per_s"] / a["naive_patterns_per_s"]),
+        ]
+        for a in arms
+    ]
 
     def interval(r):
         return f"{_fmt(r['ratio'])} ({_fmt(r['low'])} - {_fmt(r['high'])})" if r else "n/a"
@@ -280,31 +407,85 @@ def speedup_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
         for mode, r in per.items():
             if mode == "off":
                 continue
-            ratios.append([model, mode, interval(r.get("train_step_alone")), interval(r.get("train_step_shared")),
-                           interval(r.get("inference")), _fmt(r.get("compile_extra_s")),
-                           _break_even(r, "break_even_steps"), _break_even(r, "break_even_steps_shared")])
+            ratios.append(
+                [
+                    model,
+                    mode,
+                    interval(r.get("train_step_alone")),
+                    interval(r.get("train_step_shared")),
+                    interval(r.get("inference")),
+                    _fmt(r.get("compile_extra_s")),
+                    _break_even(r, "break_even_steps"),
+                    _break_even(r, "break_even_steps_shared"),
+                ]
+            )
     how = "; ".join(f"{k}: {c['how']}" for k, c in contexts.items())
     conditions = []
     for name, c in contexts.items():
         f = c.get("foreign_load") or {}
-        conditions.append([name, str(c.get("jobs")), str(c.get("threads")), _fmt(f.get("foreign_cores")),
-                           str(f.get("of_cores", "n/a")),
-                           "n/a" if not f else ("CONTAMINATED" if f.get("contaminated") else "clean"),
-                           f"{_fmt(f.get('load_average_before'))} / {_fmt(f.get('load_average_after'))}"])
+        conditions.append(
+            [
+                name,
+                str(c.get("jobs")),
+                str(c.get("threads")),
+                _fmt(f.get("foreign_cores")),
+                str(f.get("of_cores", "n/a")),
+                "n/a" if not f else ("CONTAMINATED" if f.get("contaminated") else "clean"),
+                f"{_fmt(f.get('load_average_before'))} / {_fmt(f.get('load_average_after'))}",
+            ]
+        )
     return [
-        ("Benchmark conditions: other processes' CPU use while each context was timed (/proc/stat)",
-         ["context", "concurrent arms", "threads each", "foreign cores busy", "of cores", "verdict",
-          "load average before / after"], conditions),
-        (f"Train-step timings per mode ({how})",
-         ["model", "mode", "compile s", "alone median ms", "alone IQR ms", "shared median ms", "shared IQR ms",
-          "network ms", "physics head ms", "optimiser ms", "peak RSS MB", "above start MB", "XLA clusters (auto)"],
-         timing),
-        ("Each mode vs off (off's time / the mode's; > 1 means faster), 95 % bootstrap intervals",
-         ["model", "mode", "train step alone", "train step shared", "inference (padded batch)", "extra compile s",
-          "break-even steps alone", "break-even steps shared"], ratios),
-        ("Inference: padded fixed batch vs a per-pattern loop (batch 1)",
-         ["model", "mode", "compile s", "padded-batch patterns/s", "per-pattern patterns/s", "padded / per-pattern"],
-         inference),
+        (
+            "Benchmark conditions: other processes' CPU use while each context was timed (/proc/stat)",
+            [
+                "context",
+                "concurrent arms",
+                "threads each",
+                "foreign cores busy",
+                "of cores",
+                "verdict",
+                "load average before / after",
+            ],
+            conditions,
+        ),
+        (
+            f"Train-step timings per mode ({how})",
+            [
+                "model",
+                "mode",
+                "compile s",
+                "alone median ms",
+                "alone IQR ms",
+                "shared median ms",
+                "shared IQR ms",
+                "network ms",
+                "physics head ms",
+                "optimiser ms",
+                "peak RSS MB",
+                "above start MB",
+                "XLA clusters (auto)",
+            ],
+            timing,
+        ),
+        (
+            "Each mode vs off (off's time / the mode's; > 1 means faster), 95 % bootstrap intervals",
+            [
+                "model",
+                "mode",
+                "train step alone",
+                "train step shared",
+                "inference (padded batch)",
+                "extra compile s",
+                "break-even steps alone",
+                "break-even steps shared",
+            ],
+            ratios,
+        ),
+        (
+            "Inference: padded fixed batch vs a per-pattern loop (batch 1)",
+            ["model", "mode", "compile s", "padded-batch patterns/s", "per-pattern patterns/s", "padded / per-pattern"],
+            inference,
+        ),
     ]
 
 
@@ -315,8 +496,16 @@ def training_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
         status = arm.get("status", "FINISHED")
         if status == "FAILED":
             status = f"FAILED: {arm.get('failure') or 'diverged'}"
-        rows.append([name, status, _fmt(t.get("compile_s")), _fmt(t.get("step_median_s")), _fmt(t.get("train_wall_s")),
-                     _fmt(arm.get("infer_patterns_per_s"))])
+        rows.append(
+            [
+                name,
+                status,
+                _fmt(t.get("compile_s")),
+                _fmt(t.get("step_median_s")),
+                _fmt(t.get("train_wall_s")),
+                _fmt(arm.get("infer_patterns_per_s")),
+            ]
+        )
     return ["arm", "training", "compile s", "step median s", "train wall s", "infer patterns/s"], rows
 
 
@@ -326,16 +515,19 @@ def machine_line(report: Mapping) -> str:
     load = ", ".join(f"{v:.2f}" for v in load) if load else "n/a"
     gpus = m.get("gpus")
     device = "device n/a" if gpus is None else (f"device GPU ({gpus})" if gpus else "device CPU (no GPU)")
-    return (f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {device}, load average {load}; "
-            f"TensorFlow {m.get('tensorflow', 'n/a')}, Python {m.get('python', 'n/a')}")
+    return (
+        f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {device}, load average {load}; "
+        f"TensorFlow {m.get('tensorflow', 'n/a')}, Python {m.get('python', 'n/a')}"
+    )
 
 
 def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[str], list[list[str]]]]]]:
     """(id, title, text, [(table title, header, rows)]) in reading order; both views use it."""
     items = report["items"]
     text = {name: items[name]["summary"] for name in ITEMS}
-    text["speedup"] += (". Benchmark machine: " + machine_line({"machine": items["speedup"]["evidence"].get("machine", {})})
-                        + ".")
+    text["speedup"] += (
+        ". Benchmark machine: " + machine_line({"machine": items["speedup"]["evidence"].get("machine", {})}) + "."
+    )
     return [(name, name.capitalize(), text[name], _TABLES[name](report)) for name in ITEMS]
 
 
@@ -345,8 +537,10 @@ _TABLES = {
     "gradients": lambda r: [("", *gradients_table(r))],
     "convergence": convergence_tables,
     "quality": quality_tables,
-    "speedup": lambda r: [*speedup_tables(r),
-                          ("Training jobs (shared the CPU with other jobs: indicative only)", *training_table(r))],
+    "speedup": lambda r: [
+        *speedup_tables(r),
+        ("Training jobs (shared the CPU with other jobs: indicative only)", *training_table(r)),
+    ],
 }
 
 
@@ -372,18 +566,24 @@ def to_markdown(report: Mapping) -> str:
         lines += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
         return "\n".join(lines)
 
-    parts = [f"# XLA validation report: preset `{report['config'].get('preset')}`", provenance_line(report),
-             f"**{report['question']}**", f"## Verdict: {report['verdict']}",
-             f"{report['items']['speedup']['summary']}. {report['items']['quality']['summary']}. "
-             f"{failed_sentence(report)}".strip(),
-             table(*checklist_table(report))]
+    parts = [
+        f"# XLA validation report: preset `{report['config'].get('preset')}`",
+        provenance_line(report),
+        f"**{report['question']}**",
+        f"## Verdict: {report['verdict']}",
+        f"{report['items']['speedup']['summary']}. {report['items']['quality']['summary']}. "
+        f"{failed_sentence(report)}".strip(),
+        table(*checklist_table(report)),
+    ]
     for _, title, text, tables in sections(report):
         parts += [f"## {title}", text]
         for sub, header, rows in tables:
             parts += ([f"### {sub}"] if sub else []) + [table(header, rows)]
-    parts += ["## Machine and run",
-              f"{machine_line(report)}. Generated {report['generated_utc']}; preset `{report['config'].get('preset')}`. "
-              f"Figures are in `validation.html`. {cost_line(report)}".strip()]
+    parts += [
+        "## Machine and run",
+        f"{machine_line(report)}. Generated {report['generated_utc']}; preset `{report['config'].get('preset')}`. "
+        f"Figures are in `validation.html`. {cost_line(report)}".strip(),
+    ]
     if report.get("cost"):
         parts += ["### Where this run's time went (Snakemake benchmark files)", table(*cost_table(report))]
     return "\n\n".join(parts) + "\n"
@@ -412,27 +612,34 @@ def to_html(report: Mapping, figures: Mapping[str, bytes] | None = None) -> str:
             if where != section_id or stem not in figures:
                 continue
             data = base64.b64encode(figures[stem]).decode()
-            out.append(f'<figure id="fig-{stem}"><img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
-                       f"<figcaption>{esc(caption(stem))}</figcaption></figure>")
+            out.append(
+                f'<figure id="fig-{stem}"><img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{esc(caption(stem))}</figcaption></figure>"
+            )
         return "".join(out)
 
     body = []
     for sid, title, text, tables in sections(report):
         item = report["items"][sid]
-        parts = [f'<section id="{sid}"><h2>{esc(title)} <span class="{item["status"].lower()}">{item["status"]}</span></h2>',
-                 f"<p>{esc(text)}</p>"]
+        parts = [
+            f'<section id="{sid}"><h2>{esc(title)} <span class="{item["status"].lower()}">{item["status"]}</span></h2>',
+            f"<p>{esc(text)}</p>",
+        ]
         for sub, header, rows in tables:
             parts.append((f"<h3>{esc(sub)}</h3>" if sub else "") + table(header, rows))
         parts.append(figure_html(sid) + "</section>")
         body.append("".join(parts))
 
-    cost_html = (f"<h3>Where this run's time went (Snakemake benchmark files)</h3>{table(*cost_table(report))}"
-                 if report.get("cost") else "")
+    cost_html = (
+        f"<h3>Where this run's time went (Snakemake benchmark files)</h3>{table(*cost_table(report))}"
+        if report.get("cost")
+        else ""
+    )
     verdict = report["verdict"]
     speed = report["items"]["speedup"]["summary"]
     quality = report["items"]["quality"]["summary"]
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>XLA validation report ({esc(str(report['config'].get('preset')))}): {verdict}</title>
+<html lang="en"><head><meta charset="utf-8"><title>XLA validation report ({esc(str(report["config"].get("preset")))}): {verdict}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 76rem; color: #222; padding: 0 1rem; }}
 table {{ border-collapse: collapse; margin: .6rem 0 1rem; font-size: .92rem; }}
@@ -443,15 +650,15 @@ h2 span {{ font-size: .9rem; padding: .1rem .5rem; vertical-align: middle; }}
 figure {{ margin: 1rem 0; }} figure img {{ max-width: 100%; height: auto; border: 1px solid #ddd; }}
 figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 </style></head><body>
-<h1>XLA validation report: preset <code>{esc(str(report['config'].get('preset')))}</code></h1>
+<h1>XLA validation report: preset <code>{esc(str(report["config"].get("preset")))}</code></h1>
 <p id="provenance">{esc(provenance_line(report))}</p>
-<p><strong>{esc(report['question'])}</strong></p>
+<p><strong>{esc(report["question"])}</strong></p>
 <section id="verdict"><h2>Verdict</h2><p class="verdict {verdict.lower()}">{verdict}</p>
 <p>{esc(speed)}. {esc(quality)}. {esc(failed_sentence(report))}</p></section>
 <section id="checklist"><h2>Checklist</h2>{table(*checklist_table(report), status_col=1)}</section>
-{''.join(body)}
+{"".join(body)}
 <section id="machine"><h2>Machine and run</h2><p>{esc(machine_line(report))}; preset
-<code>{esc(str(report['config'].get('preset')))}</code>; generated {report['generated_utc']}. {esc(cost_line(report))}</p>
+<code>{esc(str(report["config"].get("preset")))}</code>; generated {report["generated_utc"]}. {esc(cost_line(report))}</p>
 {cost_html}</section>
 </body></html>
 """

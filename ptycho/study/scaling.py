@@ -46,8 +46,9 @@ def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = Fa
         objects = test.position_object[test.groups].reshape(-1)
         order = np.argsort(objects, kind="stable")  # object by object, as the patches are cut
         positions, objects = test.positions[test.groups].reshape(-1, 2)[order], objects[order]
-        patches = np.concatenate([extract_patches(test.objects[m], positions[objects == m], test.n)
-                                  for m in range(test.objects.shape[0])])
+        patches = np.concatenate(
+            [extract_patches(test.objects[m], positions[objects == m], test.n) for m in range(test.objects.shape[0])]
+        )
         t0 = time.perf_counter()
         stitch_objects(patches, positions, objects, test)
         steps["stitch"].append(time.perf_counter() - t0)
@@ -56,8 +57,15 @@ def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = Fa
             print(f"{k} object(s): " + ", ".join(f"{s} {v[-1]:.2f} s" for s, v in steps.items()), flush=True)
     return {
         "sizes": list(sizes),
-        "steps": {s: {"seconds": v, "work": units[s], "per_object_s": [t / k for t, k in zip(v, sizes, strict=True)],
-                      "slope": slope(sizes, v)} for s, v in steps.items()},
+        "steps": {
+            s: {
+                "seconds": v,
+                "work": units[s],
+                "per_object_s": [t / k for t, k in zip(v, sizes, strict=True)],
+                "slope": slope(sizes, v),
+            }
+            for s, v in steps.items()
+        },
     }
 
 

@@ -143,7 +143,9 @@ def _modes(values: list) -> list[str]:
 
     modes = [parse_mode(v, "xla") for v in values]
     if len(set(modes)) != len(modes):
-        raise ConfigError(f"config key 'xla': {values!r} names a mode twice (true is jit, false is off); list each once")
+        raise ConfigError(
+            f"config key 'xla': {values!r} names a mode twice (true is jit, false is off); list each once"
+        )
     return modes
 
 
@@ -215,12 +217,14 @@ def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) ->
         with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as exc:
-        raise ConfigError(f"results folder {root} cannot be written ({exc.strerror or type(exc).__name__}"
-                          f" in {probe}); {fix}") from None
+        raise ConfigError(
+            f"results folder {root} cannot be written ({exc.strerror or type(exc).__name__} in {probe}); {fix}"
+        ) from None
 
 
-def parse_time_checks(config: Mapping, overrides: Mapping | None = None,
-                      workdir: str | os.PathLike | None = None) -> dict:
+def parse_time_checks(
+    config: Mapping, overrides: Mapping | None = None, workdir: str | os.PathLike | None = None
+) -> dict:
     """Everything the workflow checks while it is parsed, before any job: the resolved
     config (:func:`resolve`), its results folder (:func:`preflight_results`) and the
     tracking server named by ``MLFLOW_TRACKING_URI``. Raises a one-line
@@ -278,8 +282,9 @@ def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn"):
     from ptycho.config import from_dict
     from ptycho.nets.train import TrainConfig
 
-    return from_dict(TrainConfig, dict(section_for(cfg, "train", kind), xla=xla, seed=seed),
-                     _key_prefix(cfg, "train", kind))
+    return from_dict(
+        TrainConfig, dict(section_for(cfg, "train", kind), xla=xla, seed=seed), _key_prefix(cfg, "train", kind)
+    )
 
 
 def arms(cfg: Mapping) -> list[str]:

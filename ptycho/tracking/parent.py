@@ -144,13 +144,23 @@ def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
     client = open_client(uri)
-    experiment_id = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri).info.experiment_id
-    runs = retry(lambda: client.search_runs([experiment_id], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'",
-                                             max_results=5000, order_by=["attributes.start_time ASC"]),
-                  what="listing the child runs", uri=uri)
+    experiment_id = retry(
+        lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri
+    ).info.experiment_id
+    runs = retry(
+        lambda: client.search_runs(
+            [experiment_id],
+            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'",
+            max_results=5000,
+            order_by=["attributes.start_time ASC"],
+        ),
+        what="listing the child runs",
+        uri=uri,
+    )
     keys = sorted({k for r in runs for k in r.data.metrics if not k.startswith("system/") and not k.endswith("_image")})
-    columns: dict[str, list] = {c: [] for c in ("run", "run_id", "rule", "model", "xla", "seed", "status", "duration_s",
-                                                *keys)}
+    columns: dict[str, list] = {
+        c: [] for c in ("run", "run_id", "rule", "model", "xla", "seed", "status", "duration_s", *keys)
+    }
     for r in runs:
         tags, info = r.data.tags, r.info
         columns["run"].append(tags.get(MLFLOW_RUN_NAME, info.run_name))
@@ -212,8 +222,10 @@ def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[st
         if process_alive(pid, tags.get(PID_START_TAG, "")):
             continue
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        reason = (f"stale: process {pid} on {host} ended without closing this run (killed, e.g. kill -9 or "
-                  f"out of memory); marked KILLED at {when}{' by ' + by if by else ''}")
+        reason = (
+            f"stale: process {pid} on {host} ended without closing this run (killed, e.g. kill -9 or "
+            f"out of memory); marked KILLED at {when}{' by ' + by if by else ''}"
+        )
         run_id = run.info.run_id
         retry(lambda r=run_id, t=reason: client.set_tag(r, END_REASON_TAG, t), what="tagging a stale run", uri=uri)
         retry(lambda r=run_id: client.set_terminated(r, "KILLED"), what="marking a stale run KILLED", uri=uri)
@@ -222,8 +234,15 @@ def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[st
     return ended
 
 
-def start_pipeline(config: Mapping[str, Any], results_dir: str, experiment: str, run_name: str,
-                   tags: Mapping[str, Any], out: str, log: str | None = None) -> dict:
+def start_pipeline(
+    config: Mapping[str, Any],
+    results_dir: str,
+    experiment: str,
+    run_name: str,
+    tags: Mapping[str, Any],
+    out: str,
+    log: str | None = None,
+) -> dict:
     """Create a pipeline's parent run and write ``out`` (JSON: run id, tracking URI).
 
     Every job of the pipeline reads ``out`` to log as a child of this run. Called once

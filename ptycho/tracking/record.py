@@ -92,12 +92,14 @@ def log_record(run: Run, record: JobRecord, job_tags: Mapping[str, Any]) -> None
         run.log_artifact(path, folder)
     if record.model is not None:
         m = record.model
-        run.log_model(m.name, m.local_dir, params=m.params, tags=m.tags, metrics=m.metrics, step=m.step,
-                      dataset=m.dataset)
+        run.log_model(
+            m.name, m.local_dir, params=m.params, tags=m.tags, metrics=m.metrics, step=m.step, dataset=m.dataset
+        )
     for nested in record.nested:
         journal = run.journal.path.with_name(f"{nested.name}.jsonl") if run.journal is not None else None
-        with child_run(run.uri, run.run_id, nested.name, {**job_tags, **nested.tags}, nested.params,
-                       journal=journal) as child:
+        with child_run(
+            run.uri, run.run_id, nested.name, {**job_tags, **nested.tags}, nested.params, journal=journal
+        ) as child:
             child.log_metrics(nested.metrics)
     if record.failure:
         run.fail_on_exit(record.failure)

@@ -49,7 +49,9 @@ def journal_files(paths: list[str]) -> list[Path]:
         elif p.is_file():
             out.append(p)
         else:
-            raise PtychoError(f"{p}: no such journal file or folder; journals are in <results>/<preset>/mlflow/journal/")
+            raise PtychoError(
+                f"{p}: no such journal file or folder; journals are in <results>/<preset>/mlflow/journal/"
+            )
     return out
 
 
@@ -83,19 +85,25 @@ def _replay_record(client: Any, target: str, run_id: str, rec: dict, counts: dic
         send("replaying an artifact", lambda: client.log_artifact(run_id, rec["path"], rec.get("artifact_path")))
         counts["artifacts"] += 1
     elif op == "dataset":
-        send("logging dataset", lambda: _log_dataset(client, run_id, rec["name"], rec["digest"], rec["source"],
-                                                     rec["split"]))
+        send(
+            "logging dataset",
+            lambda: _log_dataset(client, run_id, rec["name"], rec["digest"], rec["source"], rec["split"]),
+        )
     elif op == "model":
-        send("replaying a logged model", lambda: _log_model(client, run_id, **{k: v for k, v in rec.items()
-                                                                               if k not in ("op", "run_id", "uri")}))
+        send(
+            "replaying a logged model",
+            lambda: _log_model(client, run_id, **{k: v for k, v in rec.items() if k not in ("op", "run_id", "uri")}),
+        )
         counts["models"] += 1
     elif op == "end":
         if rec["status"] == "FINISHED":
             # A job that finished offline may have been marked KILLED as stale meanwhile.
             with contextlib.suppress(MlflowException):
                 client.delete_tag(run_id, END_REASON_TAG)
-        send("replaying the run's status",
-             lambda: client.set_terminated(run_id, rec["status"], end_time=rec.get("end_time")))
+        send(
+            "replaying the run's status",
+            lambda: client.set_terminated(run_id, rec["status"], end_time=rec.get("end_time")),
+        )
         counts["ends"] += 1
 
 
@@ -114,7 +122,16 @@ def replay_journal(path: str | os.PathLike, uri: str | None = None) -> dict[str,
     from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
 
     path = Path(path)
-    counts = {"runs": 0, "params": 0, "metrics": 0, "tags": 0, "artifacts": 0, "models": 0, "ends": 0, "missing_files": 0}
+    counts = {
+        "runs": 0,
+        "params": 0,
+        "metrics": 0,
+        "tags": 0,
+        "artifacts": 0,
+        "models": 0,
+        "ends": 0,
+        "missing_files": 0,
+    }
     checked: set[tuple[str, str]] = set()
     for rec in _read_journal(path):
         target = uri or rec.get("uri", "")

@@ -75,7 +75,9 @@ class Journal:
                 fh.write(line + "\n")
         except OSError as exc:
             self._broken = True
-            _log.warning("cannot write the MLflow journal %s (%s); MLflow alone records this job", self.path, exc.strerror)
+            _log.warning(
+                "cannot write the MLflow journal %s (%s); MLflow alone records this job", self.path, exc.strerror
+            )
 
 
 class Run:
@@ -173,8 +175,11 @@ class Run:
         tags = (
             [RunTag(NONFINITE_TAG, fit(",".join(sorted(self._nonfinite)), _MAX_TAG_VALUE))] if self._nonfinite else []
         )
-        self._record("metrics", metrics=[[m.key, m.value, m.timestamp, m.step] for m in entities],
-                     tags={t.key: t.value for t in tags})
+        self._record(
+            "metrics",
+            metrics=[[m.key, m.value, m.timestamp, m.step] for m in entities],
+            tags={t.key: t.value for t in tags},
+        )
         # MlflowClient.log_batch splits a batch at MLflow's limits itself.
         self._call("logging metrics", lambda: self._client.log_batch(self._run_id, metrics=entities, tags=tags))
 
@@ -229,9 +234,17 @@ class Run:
             conflicts=True,
         )
 
-    def log_model(self, name: str, local_dir: str | os.PathLike, *, params: Mapping[str, Any],
-                  tags: Mapping[str, Any], metrics: Mapping[str, float], step: int,
-                  dataset: tuple[str, str] | None = None) -> None:
+    def log_model(
+        self,
+        name: str,
+        local_dir: str | os.PathLike,
+        *,
+        params: Mapping[str, Any],
+        tags: Mapping[str, Any],
+        metrics: Mapping[str, float],
+        step: int,
+        dataset: tuple[str, str] | None = None,
+    ) -> None:
         """Register ``local_dir`` as an MLflow 3 logged model of this run, with ``metrics`` linked to it.
 
         The UI's Models tab (and the run's) then lists the trained network with its
@@ -240,9 +253,16 @@ class Run:
         does not fit a custom training loop, hence ``create_logged_model`` +
         ``log_model_artifacts``. Idempotent (see :func:`_log_model`), so journaled and replayed.
         """
-        record = {"name": name, "local_dir": os.path.abspath(os.fspath(local_dir)), "params": flatten_params(params),
-                  "tags": fit_tags(tags), "metrics": {k: float(v) for k, v in metrics.items()}, "step": int(step),
-                  "timestamp": int(time.time() * 1000), "dataset": list(dataset) if dataset else None}
+        record = {
+            "name": name,
+            "local_dir": os.path.abspath(os.fspath(local_dir)),
+            "params": flatten_params(params),
+            "tags": fit_tags(tags),
+            "metrics": {k: float(v) for k, v in metrics.items()},
+            "step": int(step),
+            "timestamp": int(time.time() * 1000),
+            "dataset": list(dataset) if dataset else None,
+        }
         self._record("model", **record)
         self._call(f"logging model {name!r}", lambda: _log_model(self._client, self._run_id, **record))
 
@@ -258,8 +278,9 @@ class Run:
     def _terminate(self, status: str) -> None:
         end_time = int(time.time() * 1000)
         self._record("end", status=status, end_time=end_time)
-        self._call(f"marking the run {status}",
-                   lambda: self._client.set_terminated(self._run_id, status, end_time=end_time))
+        self._call(
+            f"marking the run {status}", lambda: self._client.set_terminated(self._run_id, status, end_time=end_time)
+        )
 
 
 def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
@@ -278,9 +299,18 @@ def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: 
     client.log_inputs(run_id, datasets=inputs)
 
 
-def _log_model(client: Any, run_id: str, name: str, local_dir: str, params: Mapping[str, str],
-               tags: Mapping[str, str], metrics: Mapping[str, float], step: int, timestamp: int,
-               dataset: list[str] | None) -> str:
+def _log_model(
+    client: Any,
+    run_id: str,
+    name: str,
+    local_dir: str,
+    params: Mapping[str, str],
+    tags: Mapping[str, str],
+    metrics: Mapping[str, float],
+    step: int,
+    timestamp: int,
+    dataset: list[str] | None,
+) -> str:
     """Create (or find) the logged model ``name`` of ``run_id``, upload ``local_dir`` once,
     link ``metrics`` to it, and list it as the run's output; returns its model id.
 
@@ -292,17 +322,31 @@ def _log_model(client: Any, run_id: str, name: str, local_dir: str, params: Mapp
 
     run = client.get_run(run_id)
     experiment_id = run.info.experiment_id
-    found = client.search_logged_models([experiment_id], max_results=1,
-                                        filter_string=f"name = '{name}' AND source_run_id = '{run_id}'")
-    model = found[0] if found else client.create_logged_model(experiment_id, name=name, source_run_id=run_id,
-                                                             params=dict(params), tags=dict(tags), model_type="keras")
+    found = client.search_logged_models(
+        [experiment_id], max_results=1, filter_string=f"name = '{name}' AND source_run_id = '{run_id}'"
+    )
+    model = (
+        found[0]
+        if found
+        else client.create_logged_model(
+            experiment_id, name=name, source_run_id=run_id, params=dict(params), tags=dict(tags), model_type="keras"
+        )
+    )
     if model.status != LoggedModelStatus.READY:
         client.log_model_artifacts(model.model_id, local_dir)
         client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     dataset_name, dataset_digest = (dataset[0], dataset[1][:_MAX_DATASET_DIGEST]) if dataset else (None, None)
     for key, value in metrics.items():
-        client.log_metric(run_id, safe_key(key), value, timestamp=timestamp, step=step, model_id=model.model_id,
-                          dataset_name=dataset_name, dataset_digest=dataset_digest)
+        client.log_metric(
+            run_id,
+            safe_key(key),
+            value,
+            timestamp=timestamp,
+            step=step,
+            model_id=model.model_id,
+            dataset_name=dataset_name,
+            dataset_digest=dataset_digest,
+        )
     if model.model_id not in {o.model_id for o in (run.outputs.model_outputs if run.outputs else [])}:
         client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step)])
     return model.model_id
@@ -397,8 +441,7 @@ def child_run(
     ).info
     book = Journal(journal) if journal is not None else None
     run = Run(client, info.run_id, uri, book)
-    run._record("run", experiment_id=parent.info.experiment_id, name=name, tags=run_tags,
-                start_time=info.start_time)
+    run._record("run", experiment_id=parent.info.experiment_id, name=name, tags=run_tags, start_time=info.start_time)
     try:
         if params:
             run.log_params(params)

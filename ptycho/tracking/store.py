@@ -307,9 +307,18 @@ def unreachable(exc: BaseException) -> str:
     """
     seen: set[int] = set()
     err: BaseException | None = exc
-    markers = ("connection refused", "max retries exceeded", "failed to establish a new connection",
-               "connection aborted", "connection reset", "remotedisconnected", "read timed out",
-               "connect timeout", "name or service not known", "temporary failure in name resolution")
+    markers = (
+        "connection refused",
+        "max retries exceeded",
+        "failed to establish a new connection",
+        "connection aborted",
+        "connection reset",
+        "remotedisconnected",
+        "read timed out",
+        "connect timeout",
+        "name or service not known",
+        "temporary failure in name resolution",
+    )
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         if isinstance(err, ConnectionError | TimeoutError):
