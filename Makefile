@@ -41,8 +41,9 @@ test-slow: setup  ## end-to-end and training tests
 test-all: setup
 	$(PY) -m pytest -q
 
-lint: setup
-	$(VENV)/bin/ruff check ptycho tests
+lint: setup  ## ruff lint and format check, Snakemake's linter (CI runs it before the tests)
+	$(VENV)/bin/ruff check ptycho tests docs
+	$(VENV)/bin/ruff format --check ptycho tests docs
 	$(SNAKEMAKE) --lint
 
 bench: setup  ## XLA modes vs off (compile, step alone and shared, components, inference), then cost growth with the data
