@@ -1,0 +1,2 @@
+"""Datasets: the HDF5 file (``dataset``), made by simulation (``simulate``) or imported
+from NPZ and CXI 1.6 (``npz``, ``cxi``). Imports the physics and the foundation only."""
