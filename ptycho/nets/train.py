@@ -221,7 +221,7 @@ class Trainer:
 
         from ptycho.nets.models import to_complex
         from ptycho.nets.xla import xla_translation
-        from ptycho.physics.forward_tf import pad_centre, predicted_amplitude
+        from ptycho.physics.forward_tf import pad_centre, poisson_nll, predicted_amplitude
 
         if self.mode == "physics":
             self.traces["physics"] += 1  # runs only while tracing its own XLA function
@@ -244,8 +244,7 @@ class Trainer:
         )
         if self.model_cfg.loss == "mae":
             return tf.reduce_mean(tf.abs(pred - tf.sqrt(targets["counts"])), axis=[1, 2, 3])
-        lam = tf.square(pred)
-        nll = lam - targets["counts"] * tf.math.log(lam + self.model_cfg.poisson_eps)
+        nll = poisson_nll(pred, targets["counts"], self.model_cfg.poisson_eps)
         return tf.reduce_mean(nll, axis=[1, 2, 3])
 
     def _train_step(self, x, offsets, targets):

@@ -116,3 +116,15 @@ def predicted_amplitude(object_patches, offsets, probe, log_scale, *, xla: bool,
         object_patches = extract(canvas, offsets, n, xla=xla)
     wave = object_patches * tf.cast(probe, object_patches.dtype)[None, :, :, None]
     return diffraction_amplitude(wave) * tf.cast(tf.exp(log_scale), object_patches.dtype.real_dtype)
+
+
+def poisson_nll(amplitude, counts, eps: float):
+    """Poisson negative log-likelihood per pixel of ``counts`` given a predicted
+    ``amplitude`` (rate ``lam = amplitude**2``), without the ``log(counts!)`` constant.
+
+    ``eps`` keeps the logarithm finite where the rate is zero (ModelConfig.poisson_eps).
+    """
+    import tensorflow as tf
+
+    lam = tf.square(amplitude)
+    return lam - counts * tf.math.log(lam + eps)

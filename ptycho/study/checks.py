@@ -283,7 +283,8 @@ def finite_difference_check(seed: int = 0) -> dict:
     """Analytic vs central finite-difference gradient of the PINN loss (float64 physics)."""
     import tensorflow as tf
 
-    from ptycho.physics.forward_tf import predicted_amplitude
+    from ptycho.nets.models import ModelConfig
+    from ptycho.physics.forward_tf import poisson_nll, predicted_amplitude
 
     rng = np.random.default_rng(seed)
     n, c = 16, 4
@@ -294,8 +295,8 @@ def finite_difference_check(seed: int = 0) -> dict:
     counts = tf.constant(rng.poisson(5.0, (1, n, n, c)).astype(np.float64))
 
     def loss(o):
-        lam = predicted_amplitude(o, offsets, probe, tf.constant(1.0, tf.float64), xla=True, canvas_pad=4) ** 2
-        return tf.reduce_mean(lam - counts * tf.math.log(lam + 1e-6))
+        amp = predicted_amplitude(o, offsets, probe, tf.constant(1.0, tf.float64), xla=True, canvas_pad=4)
+        return tf.reduce_mean(poisson_nll(amp, counts, ModelConfig().poisson_eps))
 
     with tf.GradientTape() as tape:
         value = loss(obj)
