@@ -18,6 +18,8 @@ from typing import Any
 
 from ptycho import __version__
 from ptycho.errors import ConfigError, PtychoError
+from ptycho.nets.models import MODEL_KINDS
+from ptycho.nets.xla import COMPARED, MODES
 from ptycho.study import checks, jobs
 from ptycho.tracking.record import JobRecord
 
@@ -459,15 +461,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="metrics (.json)")
     p.set_defaults(func=cmd_evaluate)
 
-    from ptycho.nets.xla import MODES
-
     p = sub.add_parser(
         "bench", help="time every XLA mode vs off: compile, step alone and shared, components, memory, inference"
     )
     p.add_argument("--dataset", help="dataset to time on (default: simulate the default train split)")
     p.add_argument("--object-size", type=int, default=128, help="object side when simulating (default 128)")
     p.add_argument("--n", type=int, default=64, help="patch side when simulating (default 64)")
-    p.add_argument("--models", nargs="+", choices=("pinn", "baseline"), default=["pinn", "baseline"])
+    p.add_argument("--models", nargs="+", choices=MODEL_KINDS, default=list(MODEL_KINDS))
     p.add_argument("--filters", type=int, default=32, help="encoder filters (default: the pipeline's)")
     p.add_argument("--pooling", choices=("max", "avg", "strided"), default="avg")
     p.add_argument("--depth", type=int, default=2, help="encoder pooling levels (default: the pipeline's)")
@@ -485,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--modes",
         nargs="+",
         type=_mode,
-        default=["off", "jit", "auto", "physics"],
+        default=list(MODES),
         help=f"XLA modes to time ({', '.join(MODES)}); off is always added (default: all)",
     )
     p.add_argument("--warmup", type=int, default=3)
@@ -554,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--modes",
         nargs="+",
         type=_mode,
-        default=["jit", "auto", "physics"],
+        default=list(COMPARED),
         help="XLA modes compared with off (accuracy, gradients; default: all)",
     )
     p.add_argument(

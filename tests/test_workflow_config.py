@@ -271,3 +271,8 @@ def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(s
                     f"{cls.__name__} {'builds' if built else 'refuses'}"
                 )
     assert disagree == []
+
+
+def test_the_schemas_preset_choices_are_config_yamls_presets_and_default(base):
+    # `preset=<name>` is checked by the schema's enum before the presets are read.
+    assert sorted(load_schema()["properties"]["preset"]["enum"]) == sorted({"default", *base["presets"]})

@@ -39,6 +39,8 @@ MODES: dict[str, str] = {
     "physics": "network in graph mode (oneDNN), only the physics head and loss jit-compiled",
 }
 REFERENCE = "off"
+#: The modes each compared with the reference.
+COMPARED = tuple(m for m in MODES if m != REFERENCE)
 #: Pre-mode configs and model.json files said ``xla: true/false``.
 _LEGACY = {True: "jit", False: "off", "true": "jit", "false": "off"}
 

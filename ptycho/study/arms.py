@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.xla import MODES, REFERENCE, parse_mode
 
-MODELS = ("pinn", "baseline")
 #: What an arm name looks like (also the Snakemake wildcard constraint).
 PATTERN = rf"({'|'.join(MODELS)})-({'|'.join(MODES)})-s\d+"
 

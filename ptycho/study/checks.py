@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from ptycho.nets.models import MODEL_KINDS
+from ptycho.nets.xla import COMPARED
+
 #: The checklist, in report order: the one list the CLI, the rules and the report use.
 ITEMS = ("accuracy", "gradients", "convergence", "quality", "speedup")
 #: The items measured with TensorFlow (the others collect the pipeline's outputs).
@@ -83,7 +86,7 @@ def translation_suite(seed: int = 0) -> list[dict]:
     return cases
 
 
-def forward_model_agreement(seed: int = 0, modes: Sequence[str] = ("jit", "auto", "physics")) -> dict:
+def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED) -> dict:
     """Whole physics head (reassemble, extract, probe, FFT), each XLA mode vs ``off``.
 
     The head is compiled as each mode compiles it: ``jit`` and ``physics`` as one XLA
@@ -169,7 +172,7 @@ def accuracy(
     seed: int = 0,
     model_dirs: Sequence[str] = (),
     dataset=None,
-    modes: Sequence[str] = ("jit", "auto", "physics"),
+    modes: Sequence[str] = COMPARED,
 ) -> dict:
     """Worst max error of: the translation suite, the forward model and trained-model
     inference under every XLA mode of ``modes``, each against ``off``."""
@@ -195,9 +198,7 @@ def accuracy(
 
 
 # ----------------------------------------------------------------- gradients
-def gradients(
-    threshold: float, seed: int = 0, pinn_loss: str = "poisson", modes: Sequence[str] = ("jit", "auto", "physics")
-) -> dict:
+def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson", modes: Sequence[str] = COMPARED) -> dict:
     """Loss gradients w.r.t. weights and inputs, each XLA mode vs ``off``, per variable; plus FD.
 
     ``pinn_loss`` is the PINN loss the study trains with. The gradient function is
@@ -219,7 +220,7 @@ def gradients(
     )
     per_model = {}
     worst = 0.0
-    for kind in ("pinn", "baseline"):
+    for kind in MODEL_KINDS:
         data = prepare(ds, kind)
         idx = np.arange(8)
         x = tf.constant(data.inputs[idx])

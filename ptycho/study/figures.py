@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ptycho.nets.models import MODEL_KINDS
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -83,7 +85,7 @@ MODEL_LINESTYLES = {"pinn": "-", "baseline": "--"}
 MODEL_MARKERS = {"pinn": "o", "baseline": "s"}
 MODEL_HATCHES = {"pinn": "", "baseline": "///"}
 MODEL_NAMES = {"pinn": "PINN", "baseline": "Baseline"}
-_MODEL_ORDER = ("pinn", "baseline")
+_MODEL_ORDER = MODEL_KINDS
 
 #: Amplitude maps: perceptually uniform, designed to read the same for deuteranopes.
 AMPLITUDE_CMAP = "cividis"
