@@ -272,3 +272,19 @@ def test_export_then_import_npz_via_cli(files, tmp_path, capsys):
     assert back.units == "sqrt_counts" and back.gridsize == 2
     assert back.diffraction.shape == orig.diffraction.shape
     assert "imported 81 patterns" in capsys.readouterr().out
+
+
+def test_a_job_returns_what_it_logs_as_a_record(tmp_path):
+    # What `ptycho simulate --mlflow-parent` sends to MLflow, read without any run.
+    from ptycho.study import jobs
+
+    cfg = SimulationConfig(n=16, object_size=40, gridsize=1, nphotons=1e6)
+    record = jobs.simulate(cfg, str(tmp_path / "train.h5"), str(tmp_path / "test.h5"), progress=False)
+    assert [(d.name, d.split, len(d.digest)) for d in record.datasets] == [
+        ("train.h5", "train", 64),
+        ("test.h5", "test", 64),
+    ]
+    assert record.params["simulation.n"] == 16 and record.params["simulation.nphotons"] == 1e6
+    assert record.metrics["train_patterns"] > 0 and record.metrics["test_groups"] > 0 and record.metrics["scale"] > 0
+    assert record.summary.splitlines()[0].startswith(f"train: {tmp_path / 'train.h5'}")
+    assert not record.failure and record.model is None and not record.nested

@@ -107,6 +107,42 @@ def test_preflight_unwritable_folder(tmp_path):
         folder.chmod(0o700)
 
 
+# ------------------------------------------------------------- a job's record
+def test_log_record_sends_everything_a_job_reports_and_nests_its_arm_runs(uri, client, tmp_path):
+    # The CLI's one tracking hook: what a job returns (ptycho.study.jobs) reaches its run.
+    from ptycho.tracking.record import DatasetInput, JobRecord, NestedRun, log_record
+
+    parent = tracking.start_parent(uri, "study", "p", params={}, tags={})
+    report = tmp_path / "report.json"
+    report.write_text("{}")
+    data = tmp_path / "test.h5"
+    data.write_bytes(b"x")
+    record = JobRecord(
+        params={"model.depth": 3},
+        tags={"status": "PASS"},
+        datasets=[DatasetInput("test.h5", "a" * 64, str(data), "test")],
+        metrics={"amp_ssim": 0.9},
+        stepped=[(0, {"amp_ssim_image": 0.8}), (1, {"amp_ssim_image": 1.0})],
+        artifacts=[(str(report), "report")],
+        nested=[NestedRun("benchmark-pinn-jit", {"xla": "jit"}, {"arm.xla": "jit"}, {"step_median_s": 0.1})],
+        failure="diverged at epoch 3",
+    )
+    job_tags = {"rule": "benchmark", "xla": "off"}
+    with tracking.child_run(uri, parent, "benchmark", job_tags) as run:
+        log_record(run, record, job_tags)
+    r = client.get_run(run.run_id)
+    assert r.info.status == "FAILED" and r.data.tags[tracking.END_REASON_TAG] == "diverged at epoch 3"
+    assert r.data.params == {"model.depth": "3"} and r.data.tags["status"] == "PASS"
+    assert r.data.metrics["amp_ssim"] == 0.9
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "amp_ssim_image")] == [(0, 0.8), (1, 1.0)]
+    assert [a.path for a in client.list_artifacts(run.run_id, "report")] == ["report/report.json"]
+    assert r.inputs.dataset_inputs[0].dataset.name == "test.h5"
+    (arm,) = [x for x in client.search_runs([r.info.experiment_id]) if x.info.run_name == "benchmark-pinn-jit"]
+    assert arm.data.tags["mlflow.parentRunId"] == run.run_id
+    assert arm.data.tags["rule"] == "benchmark" and arm.data.tags["xla"] == "jit"  # the job's tags, its own win
+    assert arm.data.params == {"arm.xla": "jit"} and arm.data.metrics == {"step_median_s": 0.1}
+
+
 # ------------------------------------------------------------- parent and children
 def test_parent_with_children(uri, client, tmp_path):
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.tracking.record import JobRecord, LoggedModel, NestedRun, Progress
+from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, NestedRun, Progress
 
 #: The keys of a training's curve, logged per epoch.
 CURVE_KEYS = ("train_loss", "val_loss", "log_scale")
@@ -26,6 +26,16 @@ CURVE_KEYS = ("train_loss", "val_loss", "log_scale")
 
 def _prefixed(prefix: str, cfg: Any) -> dict[str, Any]:
     return {f"{prefix}.{k}": v for k, v in dataclasses.asdict(cfg).items()}
+
+
+def _input(name: str, digest: str, path: str, split: str) -> DatasetInput:
+    return DatasetInput(name, digest, str(Path(path).resolve()), split)
+
+
+def _with_dataset(record: JobRecord, name: str, ds, path: str, split: str) -> JobRecord:
+    record.tags["dataset_digest"] = ds.attrs["digest"]
+    record.datasets.append(_input(name, ds.attrs["digest"], path, split))
+    return record
 
 
 def simulate(cfg, train_path: str, test_path: str, *, progress: bool = True) -> JobRecord:
@@ -55,18 +65,6 @@ def simulate(cfg, train_path: str, test_path: str, *, progress: bool = True) -> 
             f"scale={ds.scale:.6g} sha256={digest[:16]}"
         )
     record.summary = "\n".join(lines)
-    return record
-
-
-def _input(name: str, digest: str, path: str, split: str):
-    from ptycho.tracking.record import DatasetInput
-
-    return DatasetInput(name, digest, str(Path(path).resolve()), split)
-
-
-def _with_dataset(record: JobRecord, name: str, ds, path: str, split: str) -> JobRecord:
-    record.tags["dataset_digest"] = ds.attrs["digest"]
-    record.datasets.append(_input(name, ds.attrs["digest"], path, split))
     return record
 
 
