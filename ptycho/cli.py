@@ -21,6 +21,7 @@ from ptycho.errors import ConfigError, PtychoError
 from ptycho.nets.models import MODEL_KINDS
 from ptycho.nets.xla import COMPARED, MODES
 from ptycho.study import checks, jobs
+from ptycho.study.arms import ARM_TAGS
 from ptycho.tracking.record import JobRecord
 
 
@@ -58,12 +59,9 @@ def _config_from_args(args: argparse.Namespace, cls: type, dest_prefix: str, bas
     return from_dict(cls, values)
 
 
-def _load_yaml_section(path: str | None, section: str) -> dict[str, Any]:
-    if not path:
-        return {}
+def _load_yaml(path: str) -> dict[str, Any]:
+    """A YAML config file's top-level mapping, or a one-line :class:`ConfigError`."""
     import yaml
-
-    from ptycho.errors import ConfigError
 
     try:
         with open(path) as fh:
@@ -74,6 +72,13 @@ def _load_yaml_section(path: str | None, section: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return doc
+
+
+def _load_yaml_section(path: str | None, section: str) -> dict[str, Any]:
+    if not path:
+        return {}
+    doc = _load_yaml(path)
     data = doc.get(section, doc)
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: section '{section}' must be a mapping")
@@ -199,15 +204,10 @@ def cmd_evaluate(args: argparse.Namespace, live) -> JobRecord:
 
 
 def cmd_scaling(args: argparse.Namespace, live) -> JobRecord:
-    import yaml
-
     from ptycho.study import workflow
 
-    try:
-        raw = yaml.safe_load(Path(args.config).read_text())
-    except OSError as err:
-        raise PtychoError(f"{args.config}: cannot read ({err.strerror}); pass the study's config.yaml") from None
-    return jobs.scaling(workflow.resolve(raw, {"preset": args.preset}), args.preset, args.sizes, args.out)
+    cfg = workflow.resolve(_load_yaml(args.config), {"preset": args.preset})
+    return jobs.scaling(cfg, args.preset, args.sizes, args.out)
 
 
 def cmd_bench(args: argparse.Namespace, live) -> JobRecord:
@@ -243,15 +243,21 @@ def cmd_bench(args: argparse.Namespace, live) -> JobRecord:
     )
 
 
+def _json_object(text: str, what: str, fix: str) -> dict[str, Any]:
+    """``text`` parsed as a JSON object, or a one-line :class:`ConfigError` naming ``what`` and the ``fix``."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{what} is not valid JSON ({err.msg} at character {err.pos}); {fix}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be a JSON object, not {type(value).__name__}; {fix}")
+    return value
+
+
 def cmd_config(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.artifacts import write_json
 
-    try:
-        config = json.loads(args.json)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"--json is not valid JSON ({err.msg} at character {err.pos}); pass a JSON object") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"--json must be a JSON object, not {type(config).__name__}")
+    config = _json_object(args.json, "--json", "pass a JSON object")
     write_json(args.out, config)
     return JobRecord(summary=f"{args.out}: resolved configuration (preset {config.get('preset', '?')})")
 
@@ -296,12 +302,9 @@ def cmd_track(args: argparse.Namespace, live) -> JobRecord:
         if args.config_json:
             config = read_json(args.config_json)
         else:  # the workflow's way: not a file input, so that a config change re-runs no job (rules/simulate.smk)
-            try:
-                config = json.loads(os.environ["PTYCHO_CONFIG_JSON"])
-            except json.JSONDecodeError as err:
-                raise ConfigError(
-                    f"PTYCHO_CONFIG_JSON is not valid JSON ({err.msg}); unset it or pass --config-json"
-                ) from None
+            config = _json_object(
+                os.environ["PTYCHO_CONFIG_JSON"], "PTYCHO_CONFIG_JSON", "unset it or pass --config-json"
+            )
         # The workflow's config names the experiment, the run and the store's folder.
         experiment = args.experiment or config.get("study") or "xla-ptycho"
         run_name = args.run_name or (f"{experiment}-{config['preset']}" if config.get("preset") else "pipeline")
@@ -365,8 +368,6 @@ def _pairs(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            from ptycho.errors import ConfigError
-
             raise ConfigError(f"tag {item!r} is not KEY=VALUE")
         out[key] = value
     return out
@@ -500,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-shared", action="store_true", help="time the arms alone only")
     p.add_argument("--out", help="also write the full result as JSON")
-    p.set_defaults(func=cmd_bench, system_metrics=True, tensorflow=True)
+    p.set_defaults(func=cmd_bench, system_metrics=True)  # TensorFlow runs in its workers
 
     p = sub.add_parser("scaling", help="time simulation, one training epoch and stitching at several data sizes")
     p.add_argument("--config", default="config.yaml", help="the study's config (default: config.yaml)")
@@ -702,13 +703,13 @@ def _run(args: argparse.Namespace) -> int:
     tags.setdefault("config_hash", os.environ.get("PTYCHO_CONFIG_HASH") or parent.get("config_hash", ""))
     if "SLURM_JOB_ID" in os.environ:
         tags["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
-    name = "-".join(v for k, v in tags.items() if k in ("rule", "model", "xla", "seed") and v) or args.command
+    name = "-".join(v for k, v in tags.items() if k in ("rule", *ARM_TAGS) and v) or args.command
     # Everything the job logs also goes to a journal beside the pipeline's outputs, so
     # that nothing is lost if the tracking server goes away ('ptycho track replay').
     journal = Path(args.mlflow_parent).resolve().parent / "journal" / f"{name.replace('/', '_')}.jsonl"
     # The arm as params too (not only tags): the runs table filters and the compare view
     # lines runs up by params, and every run of an arm then carries the same ones.
-    params = {f"arm.{k}": tags[k] for k in ("model", "xla", "seed") if k in tags}
+    params = {f"arm.{k}": tags[k] for k in ARM_TAGS if k in tags}
     if _uses_tensorflow(args):
         from ptycho.runtime import device_info
 
@@ -725,18 +726,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _done(args: argparse.Namespace, record: JobRecord) -> None:
-    """Print the record's summary (a failure recorded as a result goes to stderr); the
-    report's job also closes the study's parent run with the report attached."""
-    if getattr(args, "finish_parent", None):
+    """Close the study's parent run if the record says so (the report's job), then print
+    the record's summary (a failure recorded as a result goes to stderr)."""
+    if record.close_parent:
         from ptycho import tracking
-        from ptycho.artifacts import read_json
 
-        parent = read_json(args.finish_parent)
-        artifacts = [
-            *(path for path in record.artifacts if path[1] == "report"),
-            *((p, "figures") for p in args.figures or []),
-        ]
-        tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], artifacts)
+        parent = record.close_parent
+        tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], record.parent_artifacts)
     if record.summary:
         print(record.summary, file=sys.stderr if record.failure else sys.stdout)
 

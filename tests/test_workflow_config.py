@@ -209,28 +209,17 @@ def _probes(spec: dict) -> list[tuple[object, bool, str]]:
     """(value, schema accepts it, which limit) at and just beyond each limit of a property."""
     out = []
     integer = spec.get("type") == "integer"
-    step = 1 if integer else None
-    for key, inside in (("minimum", True), ("maximum", True), ("exclusiveMinimum", False)):
-        if key not in spec:
-            continue
-        limit = spec[key]
-        beyond = (
-            (limit - step if key == "minimum" else limit + step)
-            if integer
-            else (
-                limit - 1e-9 * max(1.0, abs(limit))
-                if key == "minimum"
-                else limit + 1e-9 * max(1.0, abs(limit))
-                if key == "maximum"
-                else limit
-            )
-        )
-        if key == "exclusiveMinimum":
-            out.append((limit, False, key))
-            out.append((limit + (1 if integer else 1e-12), True, key))
-        else:
-            out.append((limit, inside, key))
-            out.append((beyond, False, key))
+
+    def nudge(limit):  # the smallest step that crosses a limit
+        return 1 if integer else 1e-9 * max(1.0, abs(limit))
+
+    if "minimum" in spec:
+        out += [(spec["minimum"], True, "minimum"), (spec["minimum"] - nudge(spec["minimum"]), False, "minimum")]
+    if "maximum" in spec:
+        out += [(spec["maximum"], True, "maximum"), (spec["maximum"] + nudge(spec["maximum"]), False, "maximum")]
+    if "exclusiveMinimum" in spec:
+        limit = spec["exclusiveMinimum"]
+        out += [(limit, False, "exclusiveMinimum"), (limit + nudge(limit), True, "exclusiveMinimum")]
     if "multipleOf" in spec:
         m = spec["multipleOf"]
         base = spec.get("minimum", m)

@@ -276,12 +276,16 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
         ) from None
     from ptycho.data.npz import dataset_from_arrays
 
-    # Object pixel per axis (x: columns, y: rows) from the file's own geometry, computed
-    # as CxiGeometry does. Positions within 1e-6 px of an integer are snapped to it: the
-    # metres of a file hold pixel positions only to rounding, and an exact integer spares
-    # the sub-pixel interpolation (and the extra margin) of extract_patches.
-    wavelength = HC_EV_M / (energy_j / EV_J)
-    dx = wavelength * distance / (np.array(probe.shape[::-1]) * pixel)
+    # Object pixel per axis (x: columns, y: rows) from the file's own geometry. Positions
+    # within 1e-6 px of an integer are snapped to it: the metres of a file hold pixel
+    # positions only to rounding, and an exact integer spares the sub-pixel interpolation
+    # (and the extra margin) of extract_patches.
+    dx = np.array(
+        [
+            CxiGeometry(energy_j / EV_J, distance, p).object_pixel_m(n)
+            for n, p in zip(probe.shape[::-1], pixel, strict=True)
+        ]
+    )
     positions = translation[:, :2] / dx
     nearest = np.rint(positions)
     positions = np.where(np.abs(positions - nearest) < 1e-6, nearest, positions)

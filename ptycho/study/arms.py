@@ -15,6 +15,8 @@ from typing import NamedTuple
 from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.xla import MODES, REFERENCE, parse_mode
 
+#: The MLflow tags (and ``arm.*`` params) naming a job's arm, in name order.
+ARM_TAGS = ("model", "xla", "seed")
 #: What an arm name looks like (also the Snakemake wildcard constraint).
 PATTERN = rf"({'|'.join(MODELS)})-({'|'.join(MODES)})-s\d+"
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
+from ptycho.study.arms import ARM_TAGS
 from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, NestedRun, Progress
 
 #: The keys of a training's curve, logged per epoch.
@@ -30,6 +31,11 @@ def _prefixed(prefix: str, cfg: Any) -> dict[str, Any]:
 
 def _input(name: str, digest: str, path: str, split: str) -> DatasetInput:
     return DatasetInput(name, digest, str(Path(path).resolve()), split)
+
+
+def _timing(meta: Mapping) -> dict[str, Any]:
+    """A trained model's timing without its per-step list (the checks and the report use the summary)."""
+    return {k: v for k, v in meta["timing"].items() if k != "step_times_s"}
 
 
 def _with_dataset(record: JobRecord, name: str, ds, path: str, split: str) -> JobRecord:
@@ -96,7 +102,7 @@ def train(
     progress: bool = True,
     resume: bool = False,
     checkpoint_dir: str | None = None,
-    on_diverge: str = "error",
+    on_diverge: str = "raise",
     live: Progress | None = None,
 ) -> JobRecord:
     """Train one arm; ``live`` receives each epoch's curve (and a resumed run's earlier ones).
@@ -108,7 +114,8 @@ def train(
     from ptycho.nets.train import train as fit
 
     ds = read_dataset(dataset)
-    params = {**_prefixed("model", model_cfg), **_prefixed("train", train_cfg)}
+    model_params = _prefixed("model", model_cfg)
+    params = {**model_params, **_prefixed("train", train_cfg)}
     on_epoch = on_resume = None
     resumed: dict[str, Any] = {}
     if live is not None:
@@ -152,12 +159,12 @@ def train(
         }
     )
     record.artifacts.append((str(Path(out) / "model.keras"), "model"))
-    arm_tags = {k: v for k, v in arm.items() if k in ("model", "xla", "seed")}
+    arm_tags = {k: arm[k] for k in ARM_TAGS if k in arm}
     record.model = LoggedModel(
         "-".join(arm_tags.values()) or model_cfg.kind,
         out,
         dataset=("train.h5", ds.attrs["digest"]),
-        params={**_prefixed("model", model_cfg), "train.xla": train_cfg.xla, "train.epochs": train_cfg.epochs},
+        params={**model_params, "train.xla": train_cfg.xla, "train.epochs": train_cfg.epochs},
         tags=arm_tags,
         step=last["epoch"],
         metrics={
@@ -296,7 +303,9 @@ def bench(
     result = timing.run(source, models, train_cfg, modes, config)
     if out:
         write_json(out, result)
+    gpus = result["machine"]["gpus"]  # what the workers' TensorFlow saw; this process loads none
     return JobRecord(
+        tags={"device": "GPU" if gpus else "CPU", "gpus": str(gpus) if gpus else "none"},
         params={
             "bench.modes": " ".join(result["modes"]),
             "bench.repeats": config.repeats,
@@ -411,7 +420,7 @@ def check(
     elif item == "quality":
         result = checks.quality({Path(p).stem: read_json(p) for p in metrics}, threshold, failed_arms(metas))
     elif item == "speedup":
-        timings = {arm_of(m): {k: v for k, v in m["timing"].items() if k != "step_times_s"} for m in metas}
+        timings = {arm_of(m): _timing(m) for m in metas}
         result = checks.speedup(read_json(bench), threshold, timings, context=context)
     else:
         raise PtychoError(f"check: unknown item {item!r}; choose one of {', '.join(checks.ITEMS)}")
@@ -506,7 +515,7 @@ def report(
     arms: dict[str, dict] = {}
     for meta in map(read_json, model_jsons):
         arms[arm_of(meta)] = {
-            "timing": {k: v for k, v in meta["timing"].items() if k != "step_times_s"},
+            "timing": _timing(meta),
             "final": meta["history"][-1] if meta["history"] else None,
             "status": meta.get("status", "FINISHED"),
             "failure": meta.get("failure"),
@@ -541,9 +550,12 @@ def report(
     gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
     result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance)
     paths = views.write(result, out_dir, figures)
+    artifacts = [(str(p), "report") for p in paths.values()]
     return JobRecord(
         metrics={"verdict_pass": float(result["verdict"] == "PASS")},
-        artifacts=[(str(p), "report") for p in paths.values()],
+        artifacts=artifacts,
+        close_parent=parent or None,
+        parent_artifacts=[*artifacts, *((p, "figures") for p in figure_pngs)],
         summary=f"{paths['html']}: verdict {result['verdict']} "
         + " ".join(f"{k}={v['status']}" for k, v in result["items"].items()),
     )

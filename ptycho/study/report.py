@@ -326,28 +326,13 @@ def quality_tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]
                 {(name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()}
             )
         )
-    if ev.get("arm_differences"):
-        out.append(
-            (
-                "Each XLA mode minus off, per seed",
-                ["model, seed, mode", *header],
-                [
-                    [name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)]
-                    for name, d in sorted(ev["arm_differences"].items())
-                ],
-            )
-        )
-    if ev.get("pinn_minus_baseline"):
-        out.append(
-            (
-                "PINN minus baseline (physics-informed vs supervised)",
-                ["mode, seed", *header],
-                [
-                    [name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)]
-                    for name, d in sorted(ev["pinn_minus_baseline"].items())
-                ],
-            )
-        )
+    for key, title, first in (
+        ("arm_differences", "Each XLA mode minus off, per seed", "model, seed, mode"),
+        ("pinn_minus_baseline", "PINN minus baseline (physics-informed vs supervised)", "mode, seed"),
+    ):
+        if ev.get(key):
+            rows = [[name, *(_fmt(d.get(k)) for k, _ in QUALITY_COLUMNS)] for name, d in sorted(ev[key].items())]
+            out.append((title, [first, *header], rows))
     return out
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ptycho.tracking.runs import Run
+from ptycho.tracking.runs import Run, child_run
 
 
 @dataclass(frozen=True)
@@ -67,6 +66,10 @@ class JobRecord:
     #: A failure recorded as a result (a diverged training): the run ends FAILED with this
     #: reason while the job itself succeeds, so that the report can say so.
     failure: str = ""
+    #: The study's parent run this job closes (``track start``'s record: ``run_id``,
+    #: ``tracking_uri``), with the artifacts it attaches there first: the report's job.
+    close_parent: Mapping[str, str] | None = None
+    parent_artifacts: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 #: A job's live progress (a training's epochs): ``(step, {key: value})``.
@@ -76,8 +79,6 @@ Progress = Callable[[int, Mapping[str, float]], None]
 def log_record(run: Run, record: JobRecord, job_tags: Mapping[str, Any]) -> None:
     """Send ``record`` to ``run``: params, tags, datasets, metrics, artifacts, the model,
     the nested runs (each with the job's tags, overridden by its own), and a failure."""
-    from ptycho.tracking.runs import child_run
-
     if record.params:
         run.log_params(record.params)
     if record.tags:
