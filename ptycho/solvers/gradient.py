@@ -1,0 +1,369 @@
+"""Accelerated preconditioned gradient descent on the Poisson likelihood over the object.
+
+The conventional reconstruction the networks are judged against (DOMAIN section 10 in
+docs/architecture.md, "The conventional solver"): the probe and positions are known,
+the object ``O`` (complex, the dataset's full ``S x S``) is the unknown, and the update
+is nothing but the physics head and its adjoint:
+
+    patch_k = window(O, position_k)           (translate(-frac) for sub-pixel positions)
+    A_k     = fftshift(|FFT2(s P patch_k)|) / N
+    L(O)    = sum_k sum_q  A^2 - n log(A^2 + eps)          (ptycho.physics.forward_tf)
+
+One iteration is a Nesterov step on ``L``, preconditioned like the PIE family by the
+illumination ``I(r) = sum_k |s P(r - r_k)|^2``::
+
+    look  = O + m v
+    delta = -step / (4 I + floor) * grad L(look)
+    v     = m v + delta ;  O = O + v
+
+The ``4 I`` is the curvature of ``L`` along the object at the solution (``d^2/da^2`` of
+``a^2 - n log a^2`` is 4 at ``a^2 = n``, times ``s^2 |P|^2`` summed over the patterns
+that see a pixel), so ``step = 1`` is accelerated gradient descent's textbook ``1/L``
+(twice that diverged on the default data). The momentum restarts (``v = 0``) whenever
+``L`` rises (O'Donoghue and Candes 2015), which keeps a bad start from oscillating.
+The solver stops when a step would change the object by less than ``tolerance``
+(relative, in the L2 norm), without applying it, or after ``iterations`` steps: a start
+that is already the solution takes zero iterations.
+
+The whole iteration runs under one XLA mode (:mod:`ptycho.nets.xla`): ``off`` as a
+TensorFlow graph with the reference translation, ``jit`` as one compiled function,
+``auto`` auto-clustered, ``physics`` with the likelihood and its gradient compiled (in
+a solver that is all of the work but the momentum arithmetic).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ptycho.config import _check_range
+from ptycho.errors import ConfigError
+
+#: The engine's name in records and reports.
+ENGINE = "apg"
+
+
+@dataclass(frozen=True)
+class SolverConfig:
+    """Settings of the iterative solver (``solver:`` in config.yaml)."""
+
+    iterations: int = 200  #: iteration budget per object
+    tolerance: float = 1e-6  #: stop when a step changes the object by less than this (relative L2)
+    step: float = 1.0  #: fraction of the textbook step 1/(4 I); 2 diverged on the default data
+    momentum: float = 0.9  #: Nesterov momentum (0: plain preconditioned gradient descent)
+    floor: float = 1e-3  #: preconditioner floor, relative to the peak illumination
+
+    def __post_init__(self) -> None:
+        _check_range("solver.iterations", self.iterations, 0, 100_000)
+        _check_range("solver.tolerance", self.tolerance, 0.0, 1.0)
+        _check_range("solver.step", self.step, 1e-6, 4.0)
+        _check_range("solver.momentum", self.momentum, 0.0, 0.999)
+        _check_range("solver.floor", self.floor, 1e-9, 1.0)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One object's reconstruction problem.
+
+    ``counts`` (P, N, N) photons, DC-centred; ``probe`` (N, N) already multiplied by the
+    dataset's scale ``s``; ``positions`` (P, 2) patch centres ``[x, y]`` in object pixels
+    (the patch centre index is ``N // 2``); ``shape`` the object's ``(S, S)``; ``region``
+    ``[x0, y0, x1, y1)`` the scanned region a reconstruction is cropped to.
+    """
+
+    counts: np.ndarray
+    probe: np.ndarray
+    positions: np.ndarray
+    shape: tuple[int, int]
+    region: tuple[int, int, int, int]
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        counts, probe, pos = self.counts, self.probe, self.positions
+        if probe is None or np.ndim(probe) != 2 or probe.shape[0] != probe.shape[1]:
+            raise ValueError("the solver needs the probe as an (N, N) array; this data has none")
+        n = probe.shape[0]
+        if counts.ndim != 3 or counts.shape[1:] != (n, n):
+            raise ValueError(f"diffraction patterns of shape {counts.shape[1:]} do not match the {n}x{n} probe")
+        if not np.isfinite(counts).all() or (counts < 0).any():
+            raise ValueError("the diffraction counts contain NaN, infinite or negative values")
+        if not np.isfinite(probe).all() or not np.abs(probe).max() > 0:
+            raise ValueError("the probe is zero or not finite")
+        if pos.shape != (len(counts), 2) or not np.isfinite(pos).all():
+            raise ValueError(f"positions must be {len(counts)} finite [x, y] pairs, got shape {pos.shape}")
+        windows(pos, n, self.shape)  # positions inside the object
+
+    @property
+    def n(self) -> int:
+        return self.probe.shape[0]
+
+    @property
+    def subpixel(self) -> bool:
+        return bool(np.any(self.positions != np.rint(self.positions)))
+
+
+def problems(ds) -> list[Problem]:
+    """One :class:`Problem` per object of a dataset (ValueError on data a solver cannot use)."""
+    probe = (ds.scale * ds.probe).astype(np.complex64)
+    counts = ds.counts
+    shape = tuple(int(v) for v in ds.objects.shape[1:])
+    out = []
+    for m in range(ds.objects.shape[0]):
+        sel = ds.position_object == m
+        region = tuple(int(v) for v in ds.scan_region[m])
+        out.append(Problem(counts[sel], probe, ds.positions[sel].astype(np.float64), shape, region))
+    return out
+
+
+def windows(positions: np.ndarray, n: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Top-left corners ``[x0, y0]`` of each pattern's ``n x n`` patch (at the rounded
+    position) and the sub-pixel remainders ``position - round(position)``.
+
+    ValueError naming the first pattern whose patch leaves the object.
+    """
+    ipos = np.rint(positions).astype(np.int64)
+    corner = ipos - n // 2
+    h, w = shape
+    bad = (corner[:, 0] < 0) | (corner[:, 1] < 0) | (corner[:, 0] + n > w) | (corner[:, 1] + n > h)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"pattern {k} at position {positions[k].tolist()} reaches outside the {w}x{h} object "
+            f"({int(bad.sum())} such patterns); positions are [x, y] patch centres in object pixels"
+        )
+    return corner, (positions - ipos).astype(np.float32)
+
+
+def illumination(problem: Problem) -> np.ndarray:
+    """``I(r) = sum_k |s P(r - r_k)|^2`` on the object grid (at the rounded positions)."""
+    corner, _ = windows(problem.positions, problem.n, problem.shape)
+    out = np.zeros(problem.shape, np.float64)
+    power = np.abs(problem.probe.astype(np.complex128)) ** 2
+    n = problem.n
+    for x0, y0 in corner:
+        out[y0 : y0 + n, x0 : x0 + n] += power
+    return out
+
+
+def flat_start(problem: Problem) -> np.ndarray:
+    """A unit object: no prior at all."""
+    return np.ones(problem.shape, np.complex64)
+
+
+def warm_start(problem: Problem, image: np.ndarray) -> np.ndarray:
+    """A start from a reconstruction of the scanned region (e.g. a network's stitched
+    object): placed into the region, the rest set to its median amplitude.
+
+    Its global scale is not trusted (networks learn amplitude up to a factor): the
+    solver rescales any start so that it predicts the measured total count
+    (:meth:`Solver.rescaled`).
+    """
+    x0, y0, x1, y1 = problem.region
+    if image.shape != (y1 - y0, x1 - x0):
+        raise ValueError(
+            f"a start of shape {image.shape} does not fit the scanned region {y1 - y0}x{x1 - x0} of this data; "
+            "use a reconstruction stitched from the same dataset"
+        )
+    if not np.isfinite(image).all():
+        raise ValueError("the start contains NaN or infinite values")
+    out = np.full(problem.shape, np.median(np.abs(image)), np.complex64)
+    out[y0:y1, x0:x1] = image
+    return out
+
+
+@dataclass
+class Iteration:
+    """What one iteration did: its number (1-based), the misfit before the step (NLL
+    per measured pixel above the saturated model's, ~0.5 at the noise level), the
+    step's relative size, its wall time, and whether it restarted the momentum (the
+    object is then unchanged)."""
+
+    number: int
+    misfit: float
+    relative_step: float
+    seconds: float
+    restart: bool = False
+
+
+@dataclass
+class Result:
+    obj: np.ndarray
+    iterations: list[Iteration] = field(default_factory=list)
+    compile_seconds: float = 0.0
+    stopped: str = "budget"  #: "budget" or "tolerance"
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the iterations (compilation excluded)."""
+        return float(sum(it.seconds for it in self.iterations))
+
+
+class Solver:
+    """The solver for one :class:`Problem` under one XLA mode.
+
+    ``iterate`` is a generator (one iteration per ``next``), so that a caller can
+    advance several modes in lockstep and time them under the same conditions.
+    """
+
+    def __init__(self, problem: Problem, mode: str, cfg: SolverConfig | None = None):
+        from ptycho.nets.xla import compile_physics, compile_step, parse_mode
+        from ptycho.runtime import import_tensorflow
+
+        tf = import_tensorflow()
+        self.problem, self.mode, self.cfg = problem, parse_mode(mode, key=None), cfg or SolverConfig()
+        self._tf = tf
+        n = problem.n
+        corner, frac = windows(problem.positions, n, problem.shape)
+        width = problem.shape[1] + 2  # the object is padded by one pixel for sub-pixel windows
+        win = n + 2 if problem.subpixel else n
+        start = corner + 1 - (win - n) // 2  # window corner in padded coordinates
+        r = np.arange(win)
+        index = (start[:, 1, None, None] + r[None, :, None]) * width + (start[:, 0, None, None] + r[None, None, :])
+        self._index = tf.constant(index.astype(np.int32))
+        self._frac = tf.constant(-frac) if problem.subpixel else None
+        self._counts = tf.constant(problem.counts.astype(np.float64)[..., None])
+        self._probe = tf.constant(problem.probe.astype(np.complex64))
+        illum = illumination(problem)
+        pre = self.cfg.step / (4.0 * illum + self.cfg.floor * 4.0 * illum.max())
+        self._pre = tf.constant(pre.astype(np.float32))
+        counts = problem.counts.astype(np.float64)
+        positive = counts[counts > 0]
+        # The NLL of the saturated model (rate = counts): subtracted so that the misfit
+        # reads ~0.5 per pixel at the noise level instead of a large negative number.
+        self._saturated = float(np.sum(positive - positive * np.log(positive + problem.eps)))
+        self._pixels = counts.size
+        self._value_and_grad = compile_physics(self._nll_and_gradient, mode)
+        self._step = compile_step(self._update, mode)
+
+    # -- the physics: the same forward model and likelihood the PINN trains with ----
+    def _patches(self, obj):
+        from ptycho.nets.xla import xla_translation
+        from ptycho.physics.forward_tf import crop_centre
+        from ptycho.physics.translate_tf import translate
+
+        tf = self._tf
+        flat = tf.reshape(tf.pad(obj, [[1, 1], [1, 1]]), [-1])
+        patches = tf.gather(flat, self._index)[..., None]  # (P, w, w, 1)
+        if self._frac is not None:
+            patches = crop_centre(translate(patches, self._frac, xla=xla_translation(self.mode)), self.problem.n)
+        return patches
+
+    def _nll(self, obj):
+        from ptycho.physics.forward_tf import diffraction_amplitude, poisson_nll
+
+        tf = self._tf
+        wave = self._patches(obj) * self._probe[None, :, :, None]
+        amp = tf.cast(diffraction_amplitude(wave), tf.float64)  # float64: the sum spans 1e13
+        return tf.reduce_sum(poisson_nll(amp, self._counts, self.problem.eps))
+
+    def _nll_and_gradient(self, obj):
+        tf = self._tf
+        with tf.GradientTape() as tape:
+            tape.watch(obj)
+            nll = self._nll(obj)
+        return nll, tape.gradient(nll, obj)
+
+    def _update(self, obj, velocity, previous):
+        tf = self._tf
+        m = tf.constant(self.cfg.momentum, tf.complex64)
+        nll, grad = self._value_and_grad(obj + m * velocity)
+        candidate = m * velocity - tf.cast(self._pre, tf.complex64) * grad
+        step_norm = tf.norm(tf.abs(candidate)) / tf.maximum(tf.norm(tf.abs(obj)), 1e-30)
+        # Restart: when the likelihood rose, the momentum is dropped and the object kept;
+        # the next step is then a plain gradient step from it, accepted unconditionally.
+        restart = nll > previous
+        velocity = tf.where(restart, tf.zeros_like(candidate), candidate)
+        previous = tf.where(restart, tf.constant(np.inf, tf.float64), nll)
+        return obj + velocity, velocity, nll, previous, tf.cast(step_norm, tf.float64), restart
+
+    # -- driving ---------------------------------------------------------------------
+    def misfit(self, obj) -> float:
+        """NLL per measured pixel above the saturated model's (~0.5 at the noise level)."""
+        tf = self._tf
+        return (float(self._nll(tf.constant(obj, tf.complex64))) - self._saturated) / self._pixels
+
+    def rescaled(self, obj: np.ndarray) -> np.ndarray:
+        """``obj`` times the real factor that makes it predict the measured total count."""
+        tf = self._tf
+        wave = self._patches(tf.constant(obj, tf.complex64)) * self._probe[None, :, :, None]
+        predicted = float(tf.reduce_sum(tf.square(tf.abs(wave))))
+        measured = float(np.sum(self.problem.counts, dtype=np.float64))
+        if not predicted > 0:
+            raise ValueError("the start predicts no photons at all (zero where the probe illuminates)")
+        return (obj * np.sqrt(measured / predicted)).astype(np.complex64)
+
+    def compile(self) -> float:
+        """Trace and compile the iteration (seconds); the iterate is not changed."""
+        tf = self._tf
+        obj = tf.ones(self.problem.shape, tf.complex64)
+        t0 = time.perf_counter()
+        out = self._step(obj, tf.zeros_like(obj), tf.constant(np.inf, tf.float64))
+        float(out[4])
+        return time.perf_counter() - t0
+
+    def iterate(self, start: np.ndarray | None = None, iterations: int | None = None) -> Iterator[Iteration]:
+        """Run from ``start`` (default :func:`flat_start`), yielding each iteration.
+
+        The current object is :attr:`obj` (numpy on demand); the generator ends on the
+        tolerance (:attr:`stopped` = ``"tolerance"``) or the budget (``"budget"``).
+        """
+        tf = self._tf
+        budget = self.cfg.iterations if iterations is None else iterations
+        obj = tf.constant(flat_start(self.problem) if start is None else start, tf.complex64)
+        velocity = tf.zeros_like(obj)
+        previous = tf.constant(np.inf, tf.float64)
+        self._obj, self.stopped = obj, "budget"
+        for number in range(1, budget + 1):
+            t0 = time.perf_counter()
+            new, new_velocity, nll, new_previous, step_norm, restart = self._step(obj, velocity, previous)
+            relative = float(step_norm)  # fetching it waits for the step
+            seconds = time.perf_counter() - t0
+            misfit = (float(nll) - self._saturated) / self._pixels
+            if relative < self.cfg.tolerance and not bool(restart):
+                self.stopped = "tolerance"
+                return
+            obj, velocity, previous = new, new_velocity, new_previous
+            self._obj = obj
+            yield Iteration(number, misfit, relative, seconds, bool(restart))
+
+    @property
+    def obj(self) -> np.ndarray:
+        return self._obj.numpy()
+
+    def trace_count(self) -> int:
+        """How many times the iteration was traced (one per input signature)."""
+        return int(self._step.experimental_get_tracing_count())
+
+    def solve(self, start: np.ndarray | None = None, iterations: int | None = None) -> Result:
+        """Compile, then iterate to the tolerance or the budget."""
+        compile_s = self.compile()
+        done = list(self.iterate(start, iterations))
+        return Result(self.obj, done, compile_s, self.stopped)
+
+
+def crop(problem: Problem, obj: np.ndarray) -> np.ndarray:
+    """The scanned region of a full object: what is stitched and scored."""
+    x0, y0, x1, y1 = problem.region
+    return obj[y0:y1, x0:x1]
+
+
+def solver_config(section: dict | None) -> SolverConfig:
+    """:class:`SolverConfig` from the config's ``solver:`` section (one-line ConfigError)."""
+    from ptycho.config import from_dict
+
+    try:
+        return from_dict(SolverConfig, section, "solver")
+    except TypeError as err:  # pragma: no cover - from_dict reports unknown keys itself
+        raise ConfigError(f"config section 'solver': {err}") from None
+
+
+def first_reaching(trace: Sequence[tuple[int, float, float]], amp: float, phase: float) -> int | None:
+    """The first iteration of ``trace`` ((iteration, amp SSIM, phase SSIM), ascending)
+    whose amplitude and phase SSIM both reach ``amp`` and ``phase``; None if none does."""
+    for iteration, a, p in trace:
+        if a >= amp and p >= phase:
+            return int(iteration)
+    return None
