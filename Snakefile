@@ -4,6 +4,7 @@
 #   snakemake --cores 8 all --config preset=smoke  # the whole pipeline in minutes
 #
 # simulate -> train (model x xla x seed) -> infer -> stitch -> evaluate
+#          -> solve (the iterative solver, every XLA mode; warm-started from the networks)
 #          -> checklist (accuracy, gradients, convergence, quality, speedup) -> report
 
 
@@ -16,6 +17,7 @@ include: "rules/train.smk"
 include: "rules/infer.smk"
 include: "rules/evaluate.smk"
 include: "rules/checks.smk"
+include: "rules/solve.smk"
 include: "rules/report.smk"
 
 

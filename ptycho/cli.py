@@ -203,6 +203,26 @@ def cmd_evaluate(args: argparse.Namespace, live) -> JobRecord:
     return jobs.evaluate(args.dataset, args.stitched, args.out)
 
 
+def cmd_solve(args: argparse.Namespace, live) -> JobRecord:
+    from ptycho.solvers.gradient import SolverConfig
+    from ptycho.study.solve import CHECKPOINTS, solve
+
+    cfg = _config_from_args(args, SolverConfig, "solver_", _load_yaml_section(args.config, "solver"))
+    starts = _pairs(args.start, "--start")
+    for name, path in starts.items():
+        if not Path(path).is_file():
+            raise ConfigError(f"--start {name}={path}: no such file; give the stitched .npz of a reconstruction")
+    return solve(
+        args.dataset,
+        args.out,
+        modes=tuple(dict.fromkeys(args.modes)),
+        cfg=cfg,
+        starts=starts,
+        stitched_dir=args.stitched_dir,
+        checkpoints=args.checkpoints or CHECKPOINTS,
+    )
+
+
 def cmd_scaling(args: argparse.Namespace, live) -> JobRecord:
     from ptycho.study import workflow
 
@@ -356,25 +376,39 @@ def cmd_report(args: argparse.Namespace, live) -> JobRecord:
         read_json(args.config_json),
         args.out_dir,
         parent,
+        solver=args.solver or (),
     )
 
 
 def cmd_figures(args: argparse.Namespace, live) -> JobRecord:
-    return jobs.figures(args.dataset, args.stitched, args.metrics, args.models, args.bench, args.out_dir)
+    return jobs.figures(
+        args.dataset,
+        args.stitched,
+        args.metrics,
+        args.models,
+        args.bench,
+        args.out_dir,
+        solver=args.solver or (),
+        reconstructions=args.reconstructions or (),
+    )
 
 
-def _pairs(items: list[str] | None) -> dict[str, str]:
+def _pairs(items: list[str] | None, what: str = "tag") -> dict[str, str]:
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"tag {item!r} is not KEY=VALUE")
+            raise ConfigError(f"{what} {item!r} is not KEY=VALUE")
         out[key] = value
     return out
 
 
+_SOLVER_HELP = "'ptycho solve' records: every mode from a flat start, then (optional) the warm starts"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ptycho.config import SimulationConfig
+    from ptycho.solvers.gradient import SolverConfig
 
     parser = _Parser(
         prog="ptycho", description="Simulate, train, reconstruct and score ptychography with and without XLA."
@@ -461,6 +495,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--out", required=True, help="metrics (.json)")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "solve",
+        help="reconstruct with the iterative solver (known probe) under XLA modes, timed interleaved; "
+        "optionally warm-started from stitched network reconstructions",
+    )
+    p.add_argument("--dataset", required=True, help="dataset with probe and positions (the test split)")
+    p.add_argument("--out", required=True, help="record (.json): timing, misfit, quality against iterations")
+    p.add_argument("--stitched-dir", help="folder for solver-<mode>.npz (the flat start's objects, stitched format)")
+    p.add_argument("--modes", type=_mode, nargs="+", default=["off", "jit"], help="XLA modes (default: off jit)")
+    p.add_argument(
+        "--start",
+        action="append",
+        default=[],
+        metavar="NAME=NPZ",
+        help="also start from this stitched reconstruction (repeatable), besides the flat start",
+    )
+    p.add_argument("--checkpoints", type=int, nargs="+", help="iterations at which to score (default: 0 1 2 3 5 ...)")
+    p.add_argument("--config", help="YAML file whose 'solver' section gives the settings (flags override it)")
+    _add_config_flags(p, SolverConfig, "solver_")
+    p.set_defaults(func=cmd_solve, tensorflow=True)
 
     p = sub.add_parser(
         "bench", help="time every XLA mode vs off: compile, step alone and shared, components, memory, inference"
@@ -574,6 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", required=True, help="model.json files of the arms (loss curves)")
     p.add_argument("--bench", required=True, help="the benchmark's JSON (step times, speedup intervals)")
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--solver", nargs="*", help=_SOLVER_HELP)
+    p.add_argument("--reconstructions", nargs="*", help="'ptycho infer' outputs: the networks' seconds per object")
     p.set_defaults(func=cmd_figures)
 
     p = sub.add_parser("report", help="assemble reports/<preset>/validation.{json,md,html}")
@@ -588,6 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--benchmarks", help="folder of the jobs' Snakemake benchmark TSVs: the report says where the time went"
     )
+    p.add_argument("--solver", nargs="*", help=_SOLVER_HELP)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export-npz", help="write a dataset file as a PtychoPINN-style NPZ")
@@ -627,6 +685,7 @@ _OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "infer": (("out", "--out", False),),
     "stitch": (("out", "--out", False),),
     "evaluate": (("out", "--out", False),),
+    "solve": (("out", "--out", False), ("stitched_dir", "--stitched-dir", True)),
     "bench": (("out", "--out", False),),
     "scaling": (("out", "--out", False),),
     "track": (("out", "--out", False),),

@@ -7,7 +7,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
 from ptycho.errors import PtychoError
-from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
+from ptycho.nets.xla import REFERENCE
+from ptycho.study.arms import PATTERN as ARM_PATTERN, arm_name, parse_arm
 from ptycho.study.checks import ITEMS as CHECKLIST
 from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, section_for,
                                    usable_cores)
@@ -41,6 +42,11 @@ ARMS = arms(CFG)
 # The XLA modes the checks compare with off (every mode of the study but off itself).
 XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
 CHECK_ITEMS = list(CHECKLIST)
+# The solver's warm starts: each model's reference-mode arm of the first seed, run in the
+# first compared mode of the study (XLA's mode where the solver's work is all physics).
+WARM_ARMS = {m: arm_name(m, REFERENCE, CFG["seeds"][0]) for m in CFG["models"] if REFERENCE in CFG["xla"]}
+WARM_MODE = next((m for m in CFG["xla"] if m != REFERENCE), REFERENCE)
+SOLVER = [f"{R}/solver/solve.json", f"{R}/solver/warm_start.json"]
 
 DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["h5", "cxi"])
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)

@@ -11,6 +11,8 @@ rule figures:
         metrics=METRICS,
         models=MODELS,
         bench=f"{R}/bench/bench.json",
+        recon=expand(f"{R}/reconstructions/{{arm}}.npz", arm=ARMS),
+        solver=SOLVER,
         parent=PARENT,
     output:
         [report(f"{R}/figures/{name}.png", caption=f"../ptycho/captions/{name}.rst", category="Figures")
@@ -32,7 +34,7 @@ rule figures:
     shell:
         "{params.ptycho} {params.track} figures --dataset {input.data} --stitched {input.stitched} "
         "--metrics {input.metrics} --models {input.models} --bench {input.bench} "
-        "--out-dir {params.out} > {log} 2>&1"
+        "--reconstructions {input.recon} --solver {input.solver} --out-dir {params.out} > {log} 2>&1"
 
 
 rule validation_report:
@@ -43,6 +45,7 @@ rule validation_report:
         recon=expand(f"{R}/reconstructions/{{arm}}.npz", arm=ARMS),
         figures=expand(f"{R}/figures/{{name}}.png", name=FIGURES),
         config=CONFIG_JSON,
+        solver=SOLVER,
         parent=PARENT,
     output:
         report(f"{REPORT_DIR}/validation.html", caption="../ptycho/captions/validation.rst", category="Validation"),
@@ -61,4 +64,4 @@ rule validation_report:
     shell:
         "{params.ptycho} {params.track} report --checks {input.checks} --metrics {input.metrics} --models {input.models} "
         "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir {params.out} "
-        "--finish-parent {input.parent} --benchmarks {params.benchmarks} > {log} 2>&1"
+        "--finish-parent {input.parent} --benchmarks {params.benchmarks} --solver {input.solver} > {log} 2>&1"

@@ -24,9 +24,10 @@ ALLOWED = {
     "data": {"core", "physics"},
     "nets": {"core", "physics", "data"},
     "analysis": {"core", "physics", "data"},
+    "solvers": {"core", "physics", "data", "nets"},  # nets for the XLA modes (nets/xla.py) only
     "tracking": {"core"},
-    "study": {"core", "physics", "data", "nets", "analysis", "tracking"},
-    "entry": {"core", "physics", "data", "nets", "analysis", "tracking", "study"},
+    "study": {"core", "physics", "data", "nets", "analysis", "solvers", "tracking"},
+    "entry": {"core", "physics", "data", "nets", "analysis", "solvers", "tracking", "study"},
 }
 
 

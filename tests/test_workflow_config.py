@@ -12,6 +12,7 @@ from ptycho.data.cxi import CxiGeometry
 from ptycho.errors import ConfigError
 from ptycho.nets.models import ModelConfig
 from ptycho.nets.train import TrainConfig
+from ptycho.solvers.gradient import SolverConfig
 from ptycho.study.arms import arm_name, parse_arm
 from ptycho.study.workflow import SCHEMA, arms, load_schema, resolve
 
@@ -30,6 +31,7 @@ def base():
         ("model", ModelConfig, {"kind"}),
         ("train", TrainConfig, {"xla", "seed"}),
         ("cxi", CxiGeometry, set()),
+        ("solver", SolverConfig, set()),
     ],
 )
 def test_schema_sections_mirror_the_config_dataclasses_and_their_defaults(section, cls, derived):
@@ -233,7 +235,13 @@ def _probes(spec: dict) -> list[tuple[object, bool, str]]:
 
 @pytest.mark.parametrize(
     ("section", "cls"),
-    [("simulation", SimulationConfig), ("model", ModelConfig), ("train", TrainConfig), ("cxi", CxiGeometry)],
+    [
+        ("simulation", SimulationConfig),
+        ("model", ModelConfig),
+        ("train", TrainConfig),
+        ("cxi", CxiGeometry),
+        ("solver", SolverConfig),
+    ],
 )
 def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(section, cls):
     # The CLI builds these dataclasses without the schema (`ptycho simulate --n ...`), the

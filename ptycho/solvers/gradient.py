@@ -34,8 +34,9 @@ a solver that is all of the work but the momentum arithmetic).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -178,14 +179,15 @@ def warm_start(problem: Problem, image: np.ndarray) -> np.ndarray:
 class Iteration:
     """What one iteration did: its number (1-based), the misfit before the step (NLL
     per measured pixel above the saturated model's, ~0.5 at the noise level), the
-    step's relative size, its wall time, and whether it restarted the momentum (the
-    object is then unchanged)."""
+    step's relative size, its wall time, whether it restarted the momentum (the
+    object is then unchanged), and the object after it."""
 
     number: int
     misfit: float
     relative_step: float
     seconds: float
     restart: bool = False
+    obj: Any = field(default=None, repr=False)  #: the object after the step (a tensor)
 
 
 @dataclass
@@ -304,34 +306,27 @@ class Solver:
         float(out[4])
         return time.perf_counter() - t0
 
-    def iterate(self, start: np.ndarray | None = None, iterations: int | None = None) -> Iterator[Iteration]:
-        """Run from ``start`` (default :func:`flat_start`), yielding each iteration.
-
-        The current object is :attr:`obj` (numpy on demand); the generator ends on the
-        tolerance (:attr:`stopped` = ``"tolerance"``) or the budget (``"budget"``).
-        """
+    def iterate(self, start: np.ndarray | None = None, iterations: int | None = None):
+        """Run from ``start`` (default :func:`flat_start`), yielding each applied
+        :class:`Iteration`; the generator's return value says why it ended:
+        ``"tolerance"`` or ``"budget"``. Several generators of one solver may run
+        interleaved (each holds its own iterate)."""
         tf = self._tf
         budget = self.cfg.iterations if iterations is None else iterations
         obj = tf.constant(flat_start(self.problem) if start is None else start, tf.complex64)
         velocity = tf.zeros_like(obj)
         previous = tf.constant(np.inf, tf.float64)
-        self._obj, self.stopped = obj, "budget"
         for number in range(1, budget + 1):
             t0 = time.perf_counter()
-            new, new_velocity, nll, new_previous, step_norm, restart = self._step(obj, velocity, previous)
+            new, velocity_new, nll, previous_new, step_norm, restart = self._step(obj, velocity, previous)
             relative = float(step_norm)  # fetching it waits for the step
             seconds = time.perf_counter() - t0
-            misfit = (float(nll) - self._saturated) / self._pixels
             if relative < self.cfg.tolerance and not bool(restart):
-                self.stopped = "tolerance"
-                return
-            obj, velocity, previous = new, new_velocity, new_previous
-            self._obj = obj
-            yield Iteration(number, misfit, relative, seconds, bool(restart))
-
-    @property
-    def obj(self) -> np.ndarray:
-        return self._obj.numpy()
+                return "tolerance"
+            obj, velocity, previous = new, velocity_new, previous_new
+            misfit = (float(nll) - self._saturated) / self._pixels
+            yield Iteration(number, misfit, relative, seconds, bool(restart), obj)
+        return "budget"
 
     def trace_count(self) -> int:
         """How many times the iteration was traced (one per input signature)."""
@@ -340,8 +335,16 @@ class Solver:
     def solve(self, start: np.ndarray | None = None, iterations: int | None = None) -> Result:
         """Compile, then iterate to the tolerance or the budget."""
         compile_s = self.compile()
-        done = list(self.iterate(start, iterations))
-        return Result(self.obj, done, compile_s, self.stopped)
+        gen = self.iterate(start, iterations)
+        done: list[Iteration] = []
+        while True:
+            try:
+                done.append(next(gen))
+            except StopIteration as stop:
+                stopped = stop.value
+                break
+        obj = done[-1].obj.numpy() if done else np.asarray(flat_start(self.problem) if start is None else start)
+        return Result(obj.astype(np.complex64), done, compile_s, stopped)
 
 
 def crop(problem: Problem, obj: np.ndarray) -> np.ndarray:

@@ -435,7 +435,15 @@ def check(
 
 
 def figures(
-    dataset: str, stitched: Sequence[str], metrics: Sequence[str], model_jsons: Sequence[str], bench: str, out_dir: str
+    dataset: str,
+    stitched: Sequence[str],
+    metrics: Sequence[str],
+    model_jsons: Sequence[str],
+    bench: str,
+    out_dir: str,
+    *,
+    solver: Sequence[str] = (),
+    reconstructions: Sequence[str] = (),
 ) -> JobRecord:
     """The report's figures (:data:`ptycho.study.report.FIGURES`), all rendered before any is written."""
     from ptycho.analysis.metrics import compare
@@ -443,6 +451,7 @@ def figures(
     from ptycho.data.dataset import read_dataset
     from ptycho.study import checks
     from ptycho.study import figures as fig
+    from ptycho.study import solver_view
     from ptycho.study.arms import arm_of
     from ptycho.study.report import FIGURES
 
@@ -466,6 +475,11 @@ def figures(
             "phase": first["phase_frc_curve"],
         }
     histories = {arm_of(m): m["history"] for m in map(read_json, model_jsons)}
+    networks = {Path(p).stem: {"metrics": read_json(p)["mean"]} for p in metrics}
+    for path in reconstructions:
+        rec = read_arrays(path, ("seconds", "patterns"))
+        networks.setdefault(Path(path).stem, {})["infer_patterns_per_s"] = float(rec["patterns"] / rec["seconds"])
+    solved = solver_view.load(solver, networks)
     timed = read_json(bench)
     if "arms" not in timed:
         raise PtychoError(f"{bench}: not a benchmark result; pass the JSON written by 'ptycho bench --out'")
@@ -477,6 +491,7 @@ def figures(
         "step_times": lambda: fig.step_time_distributions(timed["arms"]),
         "components": lambda: fig.component_bars(timed["arms"]),
         "speedup": lambda: fig.speedup_bars(checks.speedup_intervals(timed)),
+        "solver": lambda: solver_view.quality_time_figure(solved) if solved else fig._message_figure("no solver run"),
     }
     drawers = [(name, draw[name]) for name, _, _ in FIGURES]  # every figure of the report has its drawing
     try:  # render everything before writing anything: no partial set of figures
@@ -503,10 +518,12 @@ def report(
     config: Mapping,
     out_dir: str,
     parent: Mapping[str, str],
+    solver: Sequence[str] = (),
 ) -> JobRecord:
     """The validation report (JSON, Markdown, HTML) from the checklist and every arm's results."""
     from ptycho.artifacts import read_arrays, read_json
     from ptycho.study import report as views
+    from ptycho.study import solver_view
     from ptycho.study.arms import arm_of
     from ptycho.study.bench import machine_info
     from ptycho.tracking import config_hash, git_commit
@@ -548,7 +565,8 @@ def report(
     }
     # The device the study ran on is what the benchmark's TensorFlow processes saw.
     gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
-    result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance)
+    solved = solver_view.load(solver, arms)
+    result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance, solved)
     paths = views.write(result, out_dir, figures)
     artifacts = [(str(p), "report") for p in paths.values()]
     return JobRecord(

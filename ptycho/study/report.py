@@ -29,11 +29,13 @@ def build(
     figures: tuple[str, ...] = (),
     cost: Mapping | None = None,
     provenance: Mapping | None = None,
+    solver: Mapping | None = None,
 ) -> dict:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
     ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
     which run this is (config hash, git commit, MLflow parent run; the preset is added
-    from ``config``), shown in the views' first lines."""
+    from ``config``), shown in the views' first lines; ``solver`` is
+    :func:`ptycho.study.solver_view.summarise` of the conventional solver's records."""
     missing = [name for name in ITEMS if name not in items]
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
@@ -51,6 +53,7 @@ def build(
         "cost": dict(cost or {}),
         "config": {k: v for k, v in config.items() if k != "presets"},
         "provenance": {"preset": config.get("preset", ""), **dict(provenance or {})},
+        **({"solver": dict(solver)} if solver else {}),
         "generated_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -152,6 +155,7 @@ FIGURES = (
     ("step_times", "speedup", "step-time distributions"),
     ("components", "speedup", "where the step time goes, per mode"),
     ("speedup", "speedup", "speedup with bootstrap intervals"),
+    ("solver", "solver", "quality against seconds per object: networks and the iterative solver"),
 )
 
 
@@ -513,7 +517,27 @@ def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[
     text["speedup"] += (
         ". Benchmark machine: " + machine_line({"machine": items["speedup"]["evidence"].get("machine", {})}) + "."
     )
-    return [(name, name.capitalize(), text[name], _TABLES[name](report)) for name in ITEMS]
+    out = [(name, name.capitalize(), text[name], _TABLES[name](report)) for name in ITEMS]
+    if report.get("solver"):
+        from ptycho.study import solver_view
+
+        out.append(
+            ("solver", "Conventional solver", solver_view.headline(report["solver"]) + ".", solver_view.tables(report))
+        )
+    return out
+
+
+def first_lines(report: Mapping) -> str:
+    """The answer under the verdict: the speedup and quality items' summaries, the
+    solver's sentence (where XLA helps and how far the networks are from the data's
+    ceiling) and any failed training."""
+    parts = [f"{report['items']['speedup']['summary']}.", f"{report['items']['quality']['summary']}."]
+    if report.get("solver"):
+        from ptycho.study import solver_view
+
+        parts.append(solver_view.headline(report["solver"]) + ".")
+    parts.append(failed_sentence(report))
+    return " ".join(p for p in parts if p)
 
 
 #: Each checklist item's tables, keyed by item (:data:`ptycho.study.checks.ITEMS` gives the order).
@@ -556,8 +580,7 @@ def to_markdown(report: Mapping) -> str:
         provenance_line(report),
         f"**{report['question']}**",
         f"## Verdict: {report['verdict']}",
-        f"{report['items']['speedup']['summary']}. {report['items']['quality']['summary']}. "
-        f"{failed_sentence(report)}".strip(),
+        first_lines(report),
         table(*checklist_table(report)),
     ]
     for _, title, text, tables in sections(report):
@@ -605,11 +628,9 @@ def to_html(report: Mapping, figures: Mapping[str, bytes] | None = None) -> str:
 
     body = []
     for sid, title, text, tables in sections(report):
-        item = report["items"][sid]
-        parts = [
-            f'<section id="{sid}"><h2>{esc(title)} <span class="{item["status"].lower()}">{item["status"]}</span></h2>',
-            f"<p>{esc(text)}</p>",
-        ]
+        item = report["items"].get(sid)
+        badge = f' <span class="{item["status"].lower()}">{item["status"]}</span>' if item else ""
+        parts = [f'<section id="{sid}"><h2>{esc(title)}{badge}</h2>', f"<p>{esc(text)}</p>"]
         for sub, header, rows in tables:
             parts.append((f"<h3>{esc(sub)}</h3>" if sub else "") + table(header, rows))
         parts.append(figure_html(sid) + "</section>")
@@ -621,8 +642,6 @@ def to_html(report: Mapping, figures: Mapping[str, bytes] | None = None) -> str:
         else ""
     )
     verdict = report["verdict"]
-    speed = report["items"]["speedup"]["summary"]
-    quality = report["items"]["quality"]["summary"]
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>XLA validation report ({esc(str(report["config"].get("preset")))}): {verdict}</title>
 <style>
@@ -639,7 +658,7 @@ figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 <p id="provenance">{esc(provenance_line(report))}</p>
 <p><strong>{esc(report["question"])}</strong></p>
 <section id="verdict"><h2>Verdict</h2><p class="verdict {verdict.lower()}">{verdict}</p>
-<p>{esc(speed)}. {esc(quality)}. {esc(failed_sentence(report))}</p></section>
+<p>{esc(first_lines(report))}</p></section>
 <section id="checklist"><h2>Checklist</h2>{table(*checklist_table(report), status_col=1)}</section>
 {"".join(body)}
 <section id="machine"><h2>Machine and run</h2><p>{esc(machine_line(report))}; preset

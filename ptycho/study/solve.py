@@ -1,0 +1,257 @@
+"""The conventional solver's job: every XLA mode timed in lockstep, and warm starts.
+
+One process runs every (mode, start) of the request on every object. The runs advance
+one iteration each in turn (round robin), so that the modes' iteration times are
+measured under the same conditions, interleaved, and their ratio to ``off`` comes with
+a bootstrap interval like the benchmark's. At fixed iterations (:data:`CHECKPOINTS`)
+each run's object is scored with the same function ``ptycho evaluate`` uses
+(:func:`ptycho.analysis.metrics.score_all`), which gives quality against iterations:
+how many iterations the solver needs to match a network, and how many a warm start
+from a network saves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptycho.errors import PtychoError
+from ptycho.tracking.record import DatasetInput, JobRecord
+
+#: Iterations at which every run's object is scored (plus its last one).
+CHECKPOINTS = (0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200)
+#: Iterations of the flat start whose quality the warm starts must reach.
+WARM_TARGETS = (10, 50, 200)
+#: Iterations left out of the timing after each compile (caches, allocator warm-up).
+WARMUP = 2
+FLAT = "flat"
+_SCORED = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")
+
+
+def _start(name: str, path: str | None, problem, m: int) -> np.ndarray:
+    from ptycho.artifacts import read_arrays
+    from ptycho.solvers.gradient import flat_start, warm_start
+
+    if path is None:
+        return flat_start(problem)
+    images = read_arrays(path, ("images",))["images"]
+    if m >= len(images):
+        raise PtychoError(f"start {name} ({path}) holds {len(images)} object(s); the dataset has more")
+    try:
+        return warm_start(problem, images[m])
+    except ValueError as err:
+        raise PtychoError(f"start {name} ({path}): {err}") from None
+
+
+def solve(
+    dataset: str,
+    out: str,
+    *,
+    modes: Sequence[str],
+    cfg,
+    starts: Mapping[str, str] | None = None,
+    stitched_dir: str | None = None,
+    checkpoints: Sequence[int] = CHECKPOINTS,
+) -> JobRecord:
+    """Reconstruct every object of ``dataset`` under each mode from a flat start and, for
+    each named ``starts`` (name -> stitched .npz of a network), from that start too.
+
+    Writes ``out`` (JSON: per run the per-iteration seconds and misfit, quality at the
+    checkpoints, the final scores; per mode the iteration time relative to ``off``), and
+    for each mode's flat start ``<stitched_dir>/solver-<mode>.npz`` in the stitched
+    format ``ptycho evaluate`` reads.
+    """
+    from ptycho.analysis.metrics import score_all
+    from ptycho.artifacts import write_arrays, write_json
+    from ptycho.data.dataset import read_dataset
+    from ptycho.nets.xla import REFERENCE
+    from ptycho.solvers.gradient import ENGINE, Solver, crop, problems
+    from ptycho.study.bench import bootstrap_ratio
+
+    ds = read_dataset(dataset)
+    try:
+        probs = problems(ds)
+    except ValueError as err:
+        raise PtychoError(f"{dataset}: {err}") from None
+    truths = [ds.ground_truth(m) for m in range(len(probs))]
+    starts = {FLAT: None, **dict(starts or {})}
+    runs = [(mode, name) for name in starts for mode in modes]
+    marks = sorted({int(c) for c in checkpoints if 0 <= c <= cfg.iterations} | {0})
+    # Per run, per object: the applied iterations, the objects at the checkpoints, why it stopped.
+    done: dict[tuple, list[list]] = {r: [] for r in runs}
+    snaps: dict[tuple, list[dict[int, np.ndarray]]] = {r: [] for r in runs}
+    stopped: dict[tuple, list[str]] = {r: [] for r in runs}
+    compile_s = dict.fromkeys(modes, 0.0)
+    for m, problem in enumerate(probs):
+        solvers = {mode: Solver(problem, mode, cfg) for mode in modes}
+        for mode, solver in solvers.items():
+            compile_s[mode] += solver.compile()
+        reference = solvers[modes[0]]
+        first = {
+            name: reference.rescaled(_start(name, path, problem, m)) if path else _start(name, path, problem, m)
+            for name, path in starts.items()
+        }
+        active = {}
+        for run in runs:
+            mode, name = run
+            active[run] = solvers[mode].iterate(first[name])
+            done[run].append([])
+            snaps[run].append({0: first[name]})
+        while active:  # one iteration of every run in turn: the modes timed interleaved
+            for run, gen in list(active.items()):
+                try:
+                    it = next(gen)
+                except StopIteration as stop:
+                    stopped[run].append(stop.value)
+                    del active[run]
+                    continue
+                done[run][m].append(it)
+                if it.number in marks:
+                    snaps[run][m][it.number] = it.obj.numpy()
+        for run in runs:
+            if done[run][m]:
+                snaps[run][m]["final"] = done[run][m][-1].obj.numpy()
+            else:
+                snaps[run][m]["final"] = snaps[run][m][0]
+
+    def quality(run) -> tuple[list[dict], dict]:
+        """(mean scores at each checkpoint every object reached, final scores)."""
+        reached = min(len(d) for d in done[run])
+        curve = []
+        for mark in marks:
+            if mark > reached:
+                break
+            if mark == 0 and run[1] == FLAT:
+                continue  # a constant object: nothing to register or score
+            images = [crop(p, snaps[run][m][mark]) for m, p in enumerate(probs)]
+            mean = score_all(images, truths)["mean"]
+            curve.append({"iteration": mark, **{k: float(mean[k]) for k in _SCORED}})
+        return curve, score_all([crop(p, snaps[run][m]["final"]) for m, p in enumerate(probs)], truths)
+
+    def timed(run) -> list[float]:
+        return [it.seconds for d in done[run] for it in d if it.number > WARMUP]
+
+    record: dict[str, Any] = {
+        "engine": ENGINE,
+        "config": dataclasses.asdict(cfg),
+        "dataset_digest": ds.attrs["digest"],
+        "objects": len(probs),
+        "patterns": int(sum(len(p.counts) for p in probs)),
+        "modes": list(modes),
+        "starts": dict(starts),
+        "runs": [],
+    }
+    for run in runs:
+        mode, name = run
+        curve, final = quality(run)
+        its = [it for d in done[run] for it in d]
+        record["runs"].append(
+            {
+                "mode": mode,
+                "start": name,
+                "compile_s": compile_s[mode] / len(probs),
+                "iterations": len(its) / len(probs),
+                "stopped": sorted(set(stopped[run])),
+                "seconds_per_iteration": float(np.median(timed(run))) if timed(run) else float("nan"),
+                "seconds_per_object": float(sum(it.seconds for it in its)) / len(probs),
+                "iteration_seconds": [it.seconds for it in its],
+                "misfit": [it.misfit for it in its],
+                "curve": curve,
+                "final": final["mean"],
+            }
+        )
+    if REFERENCE in modes:
+        record["ratios"] = {
+            mode: bootstrap_ratio(timed((REFERENCE, FLAT)), timed((mode, FLAT))) for mode in modes if mode != REFERENCE
+        }
+    record["warm_start"] = warm_table(record)
+    write_json(out, record)
+    if stitched_dir:
+        for mode in modes:
+            images = np.stack([crop(p, snaps[(mode, FLAT)][m]["final"]) for m, p in enumerate(probs)])
+            write_arrays(Path(stitched_dir) / f"solver-{mode}.npz", images=images.astype(np.complex64))
+    return _job_record(record, out, ds, dataset)
+
+
+def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """For each warm start and each of :data:`WARM_TARGETS`: the iterations (and
+    seconds) it needs to reach the flat start's quality at that many iterations."""
+    from ptycho.solvers.gradient import first_reaching
+
+    rows = []
+    by = {(r["mode"], r["start"]): r for r in record["runs"]}
+    for (mode, name), run in by.items():
+        flat = by.get((mode, FLAT))
+        if name == FLAT or flat is None:
+            continue
+        warm_trace = [(p["iteration"], p["amp_ssim"], p["phase_ssim"]) for p in run["curve"]]
+        converged = "tolerance" in flat["stopped"]
+        for target in WARM_TARGETS:
+            # The flat start's quality at ``target`` iterations: its checkpoint there, or
+            # its last one if it converged sooner; a target beyond its budget is skipped.
+            if not (converged or flat["iterations"] >= target):
+                continue
+            goal = [p for p in flat["curve"] if p["iteration"] <= target][-1]
+            needed = first_reaching(warm_trace, goal["amp_ssim"], goal["phase_ssim"])
+            saved = None if needed is None else goal["iteration"] - needed
+            rows.append(
+                {
+                    "mode": mode,
+                    "start": name,
+                    "flat_iterations": goal["iteration"],
+                    "target_amp_ssim": goal["amp_ssim"],
+                    "target_phase_ssim": goal["phase_ssim"],
+                    "iterations": needed,
+                    "iterations_saved": saved,
+                    "seconds_saved": None if saved is None else saved * run["seconds_per_iteration"],
+                }
+            )
+    return rows
+
+
+def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRecord:
+    metrics: dict[str, float] = {}
+    stepped: dict[int, dict[str, float]] = {}
+    lines = []
+    for run in record["runs"]:
+        key = f"{run['mode']}_{run['start']}".replace("-", "_")
+        metrics.update(
+            {
+                f"{key}_s_per_iteration": run["seconds_per_iteration"],
+                f"{key}_s_per_object": run["seconds_per_object"],
+                f"{key}_iterations": run["iterations"],
+                f"{key}_compile_s": run["compile_s"],
+                f"{key}_amp_ssim": run["final"]["amp_ssim"],
+                f"{key}_phase_ssim": run["final"]["phase_ssim"],
+            }
+        )
+        for i, value in enumerate(run["misfit"][: int(run["iterations"])]):
+            stepped.setdefault(i + 1, {})[f"{key}_misfit"] = value
+        lines.append(
+            f"  {run['mode']:8s} {run['start']:20s} {run['iterations']:6.0f} it  "
+            f"{1e3 * run['seconds_per_iteration']:7.1f} ms/it  {run['seconds_per_object']:6.2f} s/object  "
+            f"amp SSIM {run['final']['amp_ssim']:.4f}  phase SSIM {run['final']['phase_ssim']:.4f}"
+        )
+    for mode, r in record.get("ratios", {}).items():
+        metrics[f"{mode}_iteration_speedup"] = r["ratio"]
+        lines.append(f"  {mode} vs off, iteration: {r['ratio']:.2f}x (95 % {r['low']:.2f}-{r['high']:.2f})")
+    for row in record.get("warm_start", []):
+        saved = "never reached" if row["iterations"] is None else f"{row['iterations_saved']} saved"
+        lines.append(
+            f"  warm start {row['start']}: flat start's quality at {row['flat_iterations']} it reached in "
+            f"{row['iterations'] if row['iterations'] is not None else '-'} it ({saved})"
+        )
+    job = JobRecord(
+        metrics=metrics,
+        stepped=sorted(stepped.items()),
+        artifacts=[(out, "solver")],
+        summary=f"{out}: {record['engine']} solver, {record['objects']} object(s), "
+        f"{record['patterns']} patterns\n" + "\n".join(lines),
+    )
+    job.tags["dataset_digest"] = ds.attrs["digest"]
+    job.datasets.append(DatasetInput("test.h5", ds.attrs["digest"], str(Path(dataset).resolve()), "test"))
+    return job

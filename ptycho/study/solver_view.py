@@ -1,0 +1,266 @@
+"""The report's solver section: the networks beside the conventional solver.
+
+:func:`summarise` turns the solver's two records (``ptycho solve``: every mode from a
+flat start; and the warm starts) and the networks' arms into the report's ``solver``
+entry; :func:`tables` and :func:`headline` render it for both views and
+:func:`quality_time_figure` draws quality against seconds per object (networks as
+points, the solver as a curve).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ptycho.nets.xla import REFERENCE
+
+#: The quality the issue asks of the solver: amplitude and phase SSIM.
+TARGET = (0.995, 0.98)
+
+
+def _flat(record: Mapping) -> dict[str, Mapping]:
+    return {r["mode"]: r for r in record["runs"] if r["start"] == "flat"}
+
+
+def _seconds(run: Mapping, iteration: int) -> float:
+    """Seconds per object to run ``iteration`` iterations, at the run's median iteration time."""
+    return float(iteration * run["seconds_per_iteration"])
+
+
+def _reach(run: Mapping, amp: float, phase: float) -> dict[str, Any] | None:
+    """The first checkpoint of ``run`` whose amplitude and phase SSIM reach both values."""
+    for point in run["curve"]:
+        if point["iteration"] > 0 and point["amp_ssim"] >= amp and point["phase_ssim"] >= phase:
+            return {"iterations": point["iteration"], "seconds": _seconds(run, point["iteration"])}
+    return None
+
+
+def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping]) -> dict[str, Any]:
+    """The report's ``solver`` entry.
+
+    ``arms`` are the report's network arms (metrics, timing, inference rate); a
+    network's seconds per object are its inference time for one object's patterns.
+    """
+    flat = _flat(solve)
+    per_object = solve["patterns"] / max(solve["objects"], 1)
+    networks = []
+    for name, arm in sorted(arms.items()):
+        metrics = arm.get("metrics")
+        if not metrics:
+            continue
+        rate = arm.get("infer_patterns_per_s")
+        wall = (arm.get("timing") or {}).get("train_wall_s")
+        networks.append(
+            {
+                "arm": name,
+                "amp_ssim": metrics["amp_ssim"],
+                "phase_ssim": metrics["phase_ssim"],
+                "phase_psnr": metrics.get("phase_psnr"),
+                "seconds_per_object": per_object / rate if rate else None,
+                "training_minutes": wall / 60 if wall else None,
+            }
+        )
+    fastest = min(flat, key=lambda m: flat[m]["seconds_per_iteration"])
+    match = {n["arm"]: _reach(flat[fastest], n["amp_ssim"], n["phase_ssim"]) for n in networks}
+    return {
+        "engine": solve["engine"],
+        "config": solve["config"],
+        "objects": solve["objects"],
+        "patterns": solve["patterns"],
+        "modes": {
+            mode: {
+                "compile_s": r["compile_s"],
+                "seconds_per_iteration": r["seconds_per_iteration"],
+                "iterations": r["iterations"],
+                "stopped": r["stopped"],
+                "seconds_per_object": r["seconds_per_object"],
+                "final": {k: r["final"][k] for k in ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")},
+                "target": _reach(r, *TARGET),
+                "curve": [{**p, "seconds": _seconds(r, p["iteration"])} for p in r["curve"]],
+            }
+            for mode, r in flat.items()
+        },
+        "ratios": dict(solve.get("ratios", {})),
+        "fastest": fastest,
+        "networks": networks,
+        "match": match,
+        "warm_start": list((warm or {}).get("warm_start", [])),
+        "warm_mode": (warm or {}).get("modes", [None])[0],
+    }
+
+
+def load(paths: Sequence[str], arms: Mapping[str, Mapping]) -> dict[str, Any] | None:
+    """:func:`summarise` of the records at ``paths`` (``ptycho solve`` JSON: the first
+    from a flat start in every mode, an optional second with the warm starts); None
+    without any."""
+    from ptycho.artifacts import read_json
+    from ptycho.errors import PtychoError
+
+    if not paths:
+        return None
+    records = [read_json(p) for p in paths]
+    for path, record in zip(paths, records, strict=True):
+        if "runs" not in record or "engine" not in record:
+            raise PtychoError(f"{path}: not a solver record; pass the JSON written by 'ptycho solve --out'")
+    return summarise(records[0], records[1] if len(records) > 1 else None, arms)
+
+
+def _f(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "n/a"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _interval(r: Mapping | None) -> str:
+    if not r:
+        return "n/a"
+    return f"{r['ratio']:.2f}x (95 % {r['low']:.2f}-{r['high']:.2f})"
+
+
+def headline(solver: Mapping) -> str:
+    """The first lines' sentence: the data's ceiling and XLA's effect on the solver."""
+    best = solver["modes"][solver["fastest"]]
+    target = best["target"]
+    reach = (
+        f"reaches amplitude/phase SSIM {TARGET[0]}/{TARGET[1]} after {target['iterations']} iterations "
+        f"({target['seconds']:.1f} s per object)"
+        if target
+        else f"does not reach amplitude/phase SSIM {TARGET[0]}/{TARGET[1]}"
+    )
+    ratios = solver["ratios"]
+    if ratios:
+        mode = max(ratios, key=lambda m: ratios[m]["ratio"])
+        r = ratios[mode]
+        word = "faster" if r["low"] > 1 else ("slower" if r["high"] < 1 else "no different")
+        xla = (
+            f"; XLA {mode} makes its iteration {_interval(r)} of {REFERENCE}'s speed ({word}; all cores, "
+            "modes interleaved in one process), where the work is all physics"
+        )
+    else:
+        xla = ""
+    return (
+        f"The iterative solver ({solver['engine']}, probe known, flat start) {reach} and ends at "
+        f"{best['final']['amp_ssim']:.4f}/{best['final']['phase_ssim']:.4f}{xla}"
+    )
+
+
+def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of the solver section."""
+    solver = report["solver"]
+    methods = [
+        [
+            n["arm"],
+            _f(n["amp_ssim"]),
+            _f(n["phase_ssim"]),
+            _f(n["phase_psnr"], 1),
+            _f(n["training_minutes"], 1),
+            _f(n["seconds_per_object"], 2),
+            _f((solver["match"].get(n["arm"]) or {}).get("iterations")),
+        ]
+        for n in solver["networks"]
+    ]
+    for mode, r in solver["modes"].items():
+        methods.append(
+            [
+                f"solver {mode}",
+                _f(r["final"]["amp_ssim"]),
+                _f(r["final"]["phase_ssim"]),
+                _f(r["final"]["phase_psnr"], 1),
+                "-",
+                _f(r["seconds_per_object"], 2),
+                f"{r['iterations']:.0f} ({', '.join(r['stopped'])})",
+            ]
+        )
+    modes = [
+        [
+            mode,
+            _f(r["compile_s"], 2),
+            _f(1e3 * r["seconds_per_iteration"], 1),
+            _interval(solver["ratios"].get(mode)) if mode != REFERENCE else "1 (reference)",
+            _f((r["target"] or {}).get("iterations")),
+            _f((r["target"] or {}).get("seconds"), 2),
+        ]
+        for mode, r in solver["modes"].items()
+    ]
+    warm = [
+        [
+            row["start"],
+            str(row["flat_iterations"]),
+            f"{row['target_amp_ssim']:.4f}/{row['target_phase_ssim']:.4f}",
+            _f(row["iterations"]),
+            _f(row["iterations_saved"]),
+            _f(row["seconds_saved"], 2),
+        ]
+        for row in solver["warm_start"]
+    ]
+    out = [
+        (
+            "Quality and time per method (networks: test split reconstructed by the trained network; "
+            "solver: iterations run to its tolerance or budget)",
+            [
+                "method",
+                "amp SSIM",
+                "phase SSIM",
+                "phase PSNR dB",
+                "training min",
+                "s per object",
+                "solver iterations to match",
+            ],
+            methods,
+        ),
+        (
+            "The solver's iteration per XLA mode (all cores, one iteration of each mode in turn)",
+            [
+                "mode",
+                "compile s",
+                "ms per iteration",
+                f"speed vs {REFERENCE} (95 % interval)",
+                f"iterations to SSIM {TARGET[0]}/{TARGET[1]}",
+                "seconds",
+            ],
+            modes,
+        ),
+    ]
+    if warm:
+        out.append(
+            (
+                f"Warm start from a network's reconstruction ({solver['warm_mode']}): iterations to reach the "
+                "flat start's quality",
+                ["start", "flat start's iterations", "its amp/phase SSIM", "iterations", "saved", "seconds saved"],
+                warm,
+            )
+        )
+    return out
+
+
+def quality_time_figure(solver: Mapping):
+    """Amplitude and phase SSIM against seconds per object: the solver's modes as
+    curves over its iterations, each network arm as a point."""
+    from ptycho.study.figures import _figure, arm_colour
+
+    fig = _figure((10.0, 4.0))
+    axes = fig.subplots(1, 2)
+    for ax, key, title in zip(axes, ("amp_ssim", "phase_ssim"), ("amplitude SSIM", "phase SSIM"), strict=True):
+        for mode, r in solver["modes"].items():
+            pts = [p for p in r["curve"] if p["iteration"] > 0]
+            ax.plot(
+                [p["seconds"] for p in pts],
+                [p[key] for p in pts],
+                marker=".",
+                color=arm_colour(mode),
+                label=f"solver {mode}",
+            )
+        for n in solver["networks"]:
+            if n["seconds_per_object"]:
+                ax.scatter(n["seconds_per_object"], n[key], marker="s" if n["arm"].startswith("pinn") else "^", s=30)
+                ax.annotate(
+                    n["arm"], (n["seconds_per_object"], n[key]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+                )
+        ax.set_xscale("log")
+        ax.set_xlabel("seconds per object (log)")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8, loc="lower right")
+    return fig

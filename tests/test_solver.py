@@ -1,0 +1,217 @@
+"""The conventional solver: it descends the likelihood, recovers the object, agrees
+across XLA modes, stops at once at the solution, and refuses data it cannot use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from ptycho.analysis.metrics import score_all  # noqa: E402
+from ptycho.config import SimulationConfig  # noqa: E402
+from ptycho.data.simulate import simulate_split  # noqa: E402
+from ptycho.nets.xla import MODES  # noqa: E402
+from ptycho.physics.forward import expected_counts  # noqa: E402
+from ptycho.physics.translate import extract_patches  # noqa: E402
+from ptycho.solvers.gradient import Problem, Solver, SolverConfig, crop, problems, warm_start  # noqa: E402
+
+#: The accuracy item's threshold (config.yaml thresholds.accuracy_max_abs).
+ACCURACY = 1e-5
+#: A small, well-posed scan: a defocused probe and a stride of a quarter patch.
+SCAN = SimulationConfig(
+    n=16, gridsize=1, object_size=40, n_lines=40, probe_kind="defocused", stride_test=4, nphotons=1e6, seed=3
+)
+
+
+@pytest.fixture(scope="module")
+def scan():
+    return simulate_split(SCAN, "test")
+
+
+def noise_free(ds, shift=(0.0, 0.0)) -> Problem:
+    """The first object of ``ds`` measured without noise, positions moved by ``shift``
+    (those whose interpolation window would leave the object are dropped)."""
+    obj = ds.objects[0]
+    positions = ds.positions[ds.position_object == 0] + np.asarray(shift)
+    if np.any(shift):
+        reach = ds.n // 2 + 1
+        inside = np.all((positions - reach >= 0) & (positions + reach < obj.shape[0]), axis=1)
+        positions = positions[inside]
+    patches = extract_patches(obj.astype(np.complex128), positions, ds.n)
+    counts = expected_counts(ds.probe.astype(np.complex128), patches, ds.scale).astype(np.float32)
+    region = tuple(int(v) for v in ds.scan_region[0])
+    return Problem(counts, (ds.scale * ds.probe).astype(np.complex64), positions, obj.shape, region)
+
+
+def test_the_solver_decreases_the_poisson_negative_log_likelihood(scan):
+    problem = problems(scan)[0]
+    result = Solver(problem, "off", SolverConfig(iterations=15)).solve()
+    misfits = [it.misfit for it in result.iterations]
+    assert len(misfits) == 15
+    assert misfits[-1] < 0.05 * misfits[0]
+    # Momentum may overshoot, but a restart follows at once: never two rises in a row.
+    rises = np.diff(misfits) > 0
+    assert not np.any(rises[1:] & rises[:-1])
+
+
+def test_the_solver_recovers_a_small_noise_free_object(scan):
+    ds = scan
+    problem = noise_free(ds)
+    result = Solver(problem, "jit", SolverConfig(iterations=150)).solve()
+    mean = score_all([crop(problem, result.obj)], [ds.ground_truth(0)])["mean"]
+    assert mean["amp_ssim"] >= 0.99
+    assert mean["phase_ssim"] >= 0.98
+
+
+def test_a_warm_start_from_the_truth_converges_in_zero_iterations(scan):
+    ds = scan
+    problem = noise_free(ds)
+    solver = Solver(problem, "off", SolverConfig(iterations=50, tolerance=1e-4))
+    result = solver.solve(start=ds.objects[0])
+    assert result.stopped == "tolerance"
+    assert result.iterations == []
+    np.testing.assert_array_equal(result.obj, ds.objects[0])
+    assert solver.misfit(ds.objects[0]) == pytest.approx(0.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "off"])
+def test_every_xla_mode_gives_the_iterate_of_off_with_subpixel_positions(scan, mode):
+    # Sub-pixel positions: off translates with ImageProjectiveTransformV3, the XLA modes
+    # with the gather warp, so the two arms run genuinely different code. One update:
+    # later ones compound the arms' rounding through the nonlinear likelihood.
+    problem = noise_free(scan, shift=(0.3, -0.4))
+    assert problem.subpixel
+    cfg = SolverConfig(iterations=1)
+    ref = Solver(problem, "off", cfg).solve()
+    solver = Solver(problem, mode, cfg)
+    got = solver.solve()
+    assert len(got.iterations) == len(ref.iterations) == 1
+    assert np.max(np.abs(got.obj - ref.obj)) <= ACCURACY
+    assert solver.trace_count() == 1  # compiled once, never retraced by the iterations
+
+
+def test_warm_start_rescales_a_start_to_the_measured_counts(scan):
+    ds = scan
+    problem = noise_free(ds)
+    x0, y0, x1, y1 = problem.region
+    solver = Solver(problem, "off", SolverConfig(iterations=1))
+    start = warm_start(problem, 0.5 * ds.objects[0][y0:y1, x0:x1])
+    scaled = solver.rescaled(start)
+    np.testing.assert_allclose(scaled[y0:y1, x0:x1], ds.objects[0][y0:y1, x0:x1], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: dict(probe=None), "needs the probe"),
+        (lambda p: dict(probe=np.ones((8, 8), np.complex64)), "do not match the 8x8 probe"),
+        (
+            lambda p: dict(counts=np.where(np.arange(p.counts.size).reshape(p.counts.shape) == 5, np.nan, p.counts)),
+            "NaN",
+        ),
+        (lambda p: dict(positions=p.positions + 100.0), "reaches outside the 40x40 object"),
+    ],
+    ids=["no-probe", "mismatched-n", "nan-counts", "outside"],
+)
+def test_bad_inputs_are_one_line_errors(scan, change, message):
+    p = noise_free(scan)
+    fields = dict(counts=p.counts, probe=p.probe, positions=p.positions, shape=p.shape, region=p.region)
+    with pytest.raises(ValueError, match=message) as err:
+        Problem(**{**fields, **change(p)})
+    assert "\n" not in str(err.value)
+
+
+def test_solve_cli_writes_what_evaluate_scores_the_same_and_warm_starts(files, tmp_path):
+    out, stitched = tmp_path / "solve.json", tmp_path / "stitched"
+    base = [sys.executable, "-m", "ptycho", "--threads", "1", "solve", "--dataset", str(files["test"])]
+    run = subprocess.run(
+        [*base, "--modes", "off", "jit", "--iterations", "12", "--out", str(out), "--stitched-dir", str(stitched)],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    record = json.loads(out.read_text())
+    assert {(r["mode"], r["start"]) for r in record["runs"]} == {("off", "flat"), ("jit", "flat")}
+    assert set(record["ratios"]) == {"jit"}
+    flat = record["runs"][0]
+    assert [p["iteration"] for p in flat["curve"]] == [1, 2, 3, 5, 7, 10]
+    scored = tmp_path / "metrics.json"
+    ev = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ptycho",
+            "evaluate",
+            "--stitched",
+            str(stitched / "solver-off.npz"),
+            "--dataset",
+            str(files["test"]),
+            "--out",
+            str(scored),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert ev.returncode == 0, ev.stderr
+    mean = json.loads(scored.read_text())["mean"]
+    assert mean["amp_ssim"] == pytest.approx(flat["final"]["amp_ssim"], abs=1e-9)
+    assert mean["phase_ssim"] == pytest.approx(flat["final"]["phase_ssim"], abs=1e-9)
+
+    warm = tmp_path / "warm.json"
+    run = subprocess.run(
+        [
+            *base,
+            "--modes",
+            "off",
+            "--iterations",
+            "12",
+            "--start",
+            f"net={stitched / 'solver-off.npz'}",
+            "--out",
+            str(warm),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(warm.read_text())["warm_start"]
+    # Started from the flat start's own result, it has the flat start's quality at once.
+    assert [r["flat_iterations"] for r in rows] == [10]
+    assert rows[0]["iterations"] == 0 and rows[0]["iterations_saved"] == 10
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--modes", "fast"], "'fast' is not an XLA mode"),
+        (["--start", "nothing"], "--start 'nothing' is not KEY=VALUE"),
+        (["--start", "net=/no/such.npz"], "--start net=/no/such.npz: no such file"),
+        (["--iterations", "-1"], "solver.iterations"),
+    ],
+    ids=["mode", "start-syntax", "start-missing", "iterations"],
+)
+def test_solve_cli_refuses_bad_arguments_in_one_line(files, tmp_path, args, message):
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ptycho",
+            "solve",
+            "--dataset",
+            str(files["test"]),
+            "--out",
+            str(tmp_path / "s.json"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode != 0
+    assert message in run.stderr
+    assert len(run.stderr.strip().splitlines()) <= 2  # argparse adds its usage line
+    assert not (tmp_path / "s.json").exists()
