@@ -16,7 +16,7 @@ OTHER := $(if $(filter 1,$(GPU)),cpu,gpu)
 LOCK := $(if $(filter 1,$(GPU)),requirements-gpu.lock,requirements.lock)
 STAMP := $(VENV)/.installed-$(FLAVOUR)
 
-.PHONY: all setup test test-slow test-all lint bench ui mlflow-server clean
+.PHONY: all setup test test-slow test-all lint bench ui mlflow-server clean compare-ptychi
 
 $(STAMP): $(LOCK) pyproject.toml
 	@if [ -e $(VENV)/.installed-$(OTHER) ] || [ -e $(VENV)/.installed ]; then \
@@ -71,3 +71,7 @@ mlflow-server: setup  ## a tracking server for cluster runs (export MLFLOW_TRACK
 
 clean:
 	rm -rf results .snakemake
+
+# Not in the lock or CI: pty-chi (PyTorch) goes into a scratch venv (.cache/ptychi-venv, ~1.5 GB, built once).
+compare-ptychi: setup  ## pty-chi (LSQML, ePIE) on the default test split, scored like ours: docs/ptychi-comparison.{md,json}
+	$(PY) scripts/compare_ptychi.py

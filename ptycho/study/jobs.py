@@ -449,9 +449,8 @@ def figures(
     from ptycho.analysis.metrics import compare
     from ptycho.artifacts import atomic_write, read_arrays, read_json
     from ptycho.data.dataset import read_dataset
-    from ptycho.study import checks
+    from ptycho.study import checks, solver_view
     from ptycho.study import figures as fig
-    from ptycho.study import solver_view
     from ptycho.study.arms import arm_of
     from ptycho.study.report import FIGURES
 
