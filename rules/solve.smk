@@ -25,7 +25,7 @@ rule solve:
         track=tracking("solve"),
         modes=" ".join(CFG["xla"]),
         flags=flags("solver"),
-        stitched=f"{R}/stitched",
+        stitched=lambda w, output: os.path.dirname(output.stitched[0]),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -56,7 +56,7 @@ rule warm_start:
         track=tracking("warm_start"),
         mode=WARM_MODE,
         flags=flags("solver"),
-        starts=" ".join(f"--start {model}={R}/stitched/{arm}.npz" for model, arm in WARM_ARMS.items()),
+        starts=lambda w, input: " ".join(f"--start {m}={p}" for m, p in zip(WARM_ARMS, input.starts, strict=True)),
     conda:
         "../envs/ptycho.yaml"
     shell:
