@@ -1,7 +1,7 @@
 """Accelerated preconditioned gradient descent on the Poisson likelihood over the object.
 
-The conventional reconstruction the networks are judged against (DOMAIN section 10 in
-docs/architecture.md, "The conventional solver"): the probe and positions are known,
+The conventional reconstruction the networks are judged against (docs/architecture.md,
+"The conventional solver"): the probe and positions are known,
 the object ``O`` (complex, the dataset's full ``S x S``) is the unknown, and the update
 is nothing but the physics head and its adjoint:
 
