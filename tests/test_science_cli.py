@@ -188,11 +188,11 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         )
         assert r.returncode == 0, r.stderr
         for args in (
-            ("infer", "--model", t / name, "--dataset", d / "test.h5", "--out", t / f"{name}.rec.npz"),
+            ("infer", "--model", t / name, "--dataset", d / "test.h5", "--out", t / "reconstructions" / f"{name}.npz"),
             (
                 "stitch",
                 "--reconstruction",
-                t / f"{name}.rec.npz",
+                t / "reconstructions" / f"{name}.npz",
                 "--dataset",
                 d / "test.h5",
                 "--out",
@@ -263,6 +263,26 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         f"PINN {m}, {w}" for m in ("jit", "physics") for w in ("train step alone", "train step shared", "inference")
     }
 
+    # The conventional solver beside them: both modes from a flat start, and warm-started
+    # from the off arm's stitched object.
+    r = ptycho(
+        "--threads",
+        1,
+        "solve",
+        "--dataset",
+        d / "test.h5",
+        "--modes",
+        "off",
+        "jit",
+        "--iterations",
+        6,
+        "--start",
+        f"pinn={t / 'stitched' / 'pinn-off-s0.npz'}",
+        "--out",
+        t / "solve.json",
+    )
+    assert r.returncode == 0, r.stderr
+    recs = sorted((t / "reconstructions").glob("*.npz"))
     r = ptycho(
         "figures",
         "--dataset",
@@ -275,6 +295,10 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         *models,
         "--bench",
         t / "bench.json",
+        "--reconstructions",
+        *recs,
+        "--solver",
+        t / "solve.json",
         "--out-dir",
         t / "figures",
     )
@@ -298,13 +322,27 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         *pngs,
         "--config-json",
         t / "config.json",
+        "--reconstructions",
+        *recs,
+        "--solver",
+        t / "solve.json",
         "--out-dir",
         t / "reports",
     )
     assert r.returncode == 0, r.stderr
     html = (t / "reports" / "validation.html").read_text()
     assert html.count("data:image/png;base64,") == len(pngs)
-    assert json.loads((t / "reports" / "validation.json").read_text())["figures"] == [p.stem for p in pngs]
+    record = json.loads((t / "reports" / "validation.json").read_text())
+    assert record["figures"] == [p.stem for p in pngs]
+    # The solver's section: both modes, the networks beside it with their inference time,
+    # its sentence under the verdict, and the warm start's table.
+    solver = record["solver"]
+    assert set(solver["modes"]) == {"off", "jit"} and set(solver["ratios"]) == {"jit"}
+    assert {n["arm"] for n in solver["networks"]} == {"pinn-off-s0", "pinn-jit-s0"}
+    assert all(n["seconds_per_object"] > 0 for n in solver["networks"])
+    assert {(w["mode"], w["start"]) for w in solver["warm_start"]} == {("off", "pinn"), ("jit", "pinn")}
+    assert '<section id="solver"><h2>Conventional solver</h2>' in html
+    assert html.count("The iterative solver (apg") == 2  # the first lines and its section
 
     # Bad inputs: one line, non-zero, nothing written.
     r = ptycho(

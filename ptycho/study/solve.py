@@ -130,7 +130,10 @@ def solve(
             images = [crop(p, snaps[run][m][mark]) for m, p in enumerate(probs)]
             mean = score_all(images, truths)["mean"]
             curve.append({"iteration": mark, **{k: float(mean[k]) for k in _SCORED}})
-        return curve, score_all([crop(p, snaps[run][m]["final"]) for m, p in enumerate(probs)], truths)
+        final = score_all([crop(p, snaps[run][m]["final"]) for m, p in enumerate(probs)], truths)
+        if reached and (not curve or curve[-1]["iteration"] < reached):  # the last iteration too
+            curve.append({"iteration": reached, **{k: float(final["mean"][k]) for k in _SCORED}})
+        return curve, final
 
     def timed(run) -> list[float]:
         return [it.seconds for d in done[run] for it in d if it.number > WARMUP]
@@ -189,13 +192,14 @@ def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
         if name == FLAT or flat is None:
             continue
         warm_trace = [(p["iteration"], p["amp_ssim"], p["phase_ssim"]) for p in run["curve"]]
-        converged = "tolerance" in flat["stopped"]
+        seen = set()
         for target in WARM_TARGETS:
-            # The flat start's quality at ``target`` iterations: its checkpoint there, or
-            # its last one if it converged sooner; a target beyond its budget is skipped.
-            if not (converged or flat["iterations"] >= target):
-                continue
+            # The flat start's quality at ``target`` iterations, or at its last iteration
+            # if it stopped sooner (converged, or its budget is smaller).
             goal = [p for p in flat["curve"] if p["iteration"] <= target][-1]
+            if goal["iteration"] in seen:
+                continue
+            seen.add(goal["iteration"])
             needed = first_reaching(warm_trace, goal["amp_ssim"], goal["phase_ssim"])
             saved = None if needed is None else goal["iteration"] - needed
             rows.append(

@@ -86,8 +86,8 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
         "fastest": fastest,
         "networks": networks,
         "match": match,
-        "warm_start": list((warm or {}).get("warm_start", [])),
-        "warm_mode": (warm or {}).get("modes", [None])[0],
+        "warm_start": list((warm or solve).get("warm_start", [])),
+        "warm_mode": ", ".join((warm or solve)["modes"]),
     }
 
 
