@@ -57,6 +57,8 @@ def test_dry_run_of_the_default_config_lists_the_whole_matrix(tmp_path):
         "check_quality",
         "check_speedup",
         "benchmark_arms",
+        "solve",
+        "warm_start",
         "figures",
         "validation_report",
     ):
@@ -139,6 +141,12 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert set(bench["contexts"]) == {"alone", "shared"}
     assert next(a for a in bench["arms"] if a["mode"] == "auto")["xla_clusters"] > 0  # auto really clustered
     assert len(report["figures"]) == len(FIGURES)
+    # The solver beside the networks: every mode timed against off, the eight network arms
+    # as methods, warm starts from both models' off arms.
+    solver = report["solver"]
+    assert set(solver["modes"]) == set(modes) and set(solver["ratios"]) == set(modes[1:])
+    assert {n["arm"] for n in solver["networks"]} == set(report["arms"])
+    assert {w["start"] for w in solver["warm_start"]} == {"pinn", "baseline"}
     html = (work / "reports" / "smoke" / "validation.html").read_text()
     assert html.count("data:image/png;base64,") == len(FIGURES)
 
@@ -184,6 +192,8 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
             "check_convergence": 1,
             "check_quality": 1,
             "check_speedup": 1,
+            "solve": 1,
+            "warm_start": 1,
             "figures": 1,
             "report": 1,
         }
