@@ -11,7 +11,7 @@ from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import PATTERN as ARM_PATTERN, arm_name, parse_arm
 from ptycho.study.checks import ITEMS as CHECKLIST
 from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, section_for,
-                                   usable_cores)
+                                   solver_mode, usable_cores)
 from ptycho.tracking import config_hash
 
 
@@ -45,7 +45,7 @@ CHECK_ITEMS = list(CHECKLIST)
 # The solver's warm starts: each model's reference-mode arm of the first seed, run in the
 # first compared mode of the study (XLA's mode where the solver's work is all physics).
 WARM_ARMS = {m: arm_name(m, REFERENCE, CFG["seeds"][0]) for m in CFG["models"] if REFERENCE in CFG["xla"]}
-WARM_MODE = next((m for m in CFG["xla"] if m != REFERENCE), REFERENCE)
+WARM_MODE = solver_mode(CFG)
 SOLVER = [f"{R}/solver/solve.json", f"{R}/solver/warm_start.json"]
 
 DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["h5", "cxi"])

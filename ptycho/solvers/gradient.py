@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from ptycho.config import _check_range
-from ptycho.errors import ConfigError
 
 #: The engine's name in records and reports.
 ENGINE = "apg"
@@ -351,16 +350,6 @@ def crop(problem: Problem, obj: np.ndarray) -> np.ndarray:
     """The scanned region of a full object: what is stitched and scored."""
     x0, y0, x1, y1 = problem.region
     return obj[y0:y1, x0:x1]
-
-
-def solver_config(section: dict | None) -> SolverConfig:
-    """:class:`SolverConfig` from the config's ``solver:`` section (one-line ConfigError)."""
-    from ptycho.config import from_dict
-
-    try:
-        return from_dict(SolverConfig, section, "solver")
-    except TypeError as err:  # pragma: no cover - from_dict reports unknown keys itself
-        raise ConfigError(f"config section 'solver': {err}") from None
 
 
 def first_reaching(trace: Sequence[tuple[int, float, float]], amp: float, phase: float) -> int | None:

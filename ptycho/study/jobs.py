@@ -365,10 +365,15 @@ def scaling(config: Mapping, preset: str, sizes: Sequence[int], out: str | None)
         workflow.train_config(config, "off", 0, "pinn"),
         progress=True,
     )
+    sim = workflow.simulation_config(config)
+    side = sim.object_size
+    result["solver"] = growth.solver_run(
+        (side, int(side * 1.5), 2 * side), sim, workflow.solver_config(config), workflow.solver_mode(config)
+    )
     result["preset"] = preset
     if out:
         write_json(out, result)
-    return JobRecord(summary=growth.format_table(result))
+    return JobRecord(summary=growth.format_table(result) + "\n\n" + growth.format_solver_table(result["solver"]))
 
 
 def failed_arms(metas: Sequence[Mapping]) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""How the pipeline's cost grows with the data: simulation, one training epoch, stitching.
+"""How the pipeline's cost grows with the data: simulation, one training epoch, stitching,
+and the iterative solver's iteration with the number of patterns.
 
 Each step is timed at several data sizes (objects per split) in one process, one size
 after another, and the growth is summarised by the slope of log(time) against
@@ -67,6 +68,53 @@ def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = Fa
             for s, v in steps.items()
         },
     }
+
+
+def solver_run(sides: Sequence[int], sim_cfg, solver_cfg, mode: str, iterations: int = 20) -> dict:
+    """The solver's iteration against the patterns of one object: test splits of object
+    side ``sides`` (the study's stride, so the patterns grow with the area), each solved
+    for ``iterations`` iterations under ``mode``.
+
+    Per side: patterns, median seconds per iteration (after two warm-up iterations),
+    compile seconds, and the process's peak RSS so far (the sides run in increasing
+    order, so each peak is that side's), with the growth exponent against patterns.
+    """
+    import resource
+
+    from ptycho.data.simulate import simulate_split
+    from ptycho.solvers.gradient import Solver, problems
+
+    out: dict[str, list] = {
+        "sides": [],
+        "patterns": [],
+        "seconds_per_iteration": [],
+        "compile_s": [],
+        "peak_rss_mb": [],
+    }
+    for side in sorted(sides):
+        cfg = dataclasses.replace(sim_cfg, object_size=side, n_objects_test=1)
+        problem = problems(simulate_split(cfg, "test", scale=None))[0]
+        solver = Solver(problem, mode, dataclasses.replace(solver_cfg, iterations=iterations, tolerance=0.0))
+        compile_s = solver.compile()
+        times = [it.seconds for it in solver.iterate()][2:]
+        out["sides"].append(side)
+        out["patterns"].append(len(problem.counts))
+        out["seconds_per_iteration"].append(float(np.median(times)))
+        out["compile_s"].append(compile_s)
+        out["peak_rss_mb"].append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    out["mode"] = mode
+    out["slope"] = slope(out["patterns"], out["seconds_per_iteration"])
+    return out
+
+
+def format_solver_table(result: dict) -> str:
+    lines = [f"solver iteration ({result['mode']}): patterns   ms per iteration   compile s   peak RSS MB"]
+    for row in zip(
+        result["patterns"], result["seconds_per_iteration"], result["compile_s"], result["peak_rss_mb"], strict=True
+    ):
+        lines.append(f"{row[0]:32d} {1e3 * row[1]:18.1f} {row[2]:11.2f} {row[3]:13.0f}")
+    lines.append(f"growth exponent against patterns: {result['slope']:.2f}")
+    return "\n".join(lines)
 
 
 def format_table(result: dict) -> str:

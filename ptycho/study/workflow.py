@@ -271,6 +271,21 @@ def _key_prefix(cfg: Mapping, section: str, kind: str) -> str:
     return f"per_model.{kind}.{section}" if _own(cfg, section, kind) else section
 
 
+def solver_config(cfg: Mapping):
+    from ptycho.config import from_dict
+    from ptycho.solvers.gradient import SolverConfig
+
+    return from_dict(SolverConfig, cfg["solver"], "solver")
+
+
+def solver_mode(cfg: Mapping) -> str:
+    """The XLA mode the solver's single-mode jobs use (warm starts, scaling): the study's
+    first mode compared with the reference, else the reference itself."""
+    from ptycho.nets.xla import REFERENCE
+
+    return next((m for m in cfg["xla"] if m != REFERENCE), REFERENCE)
+
+
 def model_config(cfg: Mapping, kind: str):
     from ptycho.config import from_dict
     from ptycho.nets.models import ModelConfig
