@@ -197,7 +197,7 @@ def test_per_model_sections_override_the_shared_ones_for_that_model_only(base):
 
 #: Roomy values for the fields other fields' limits depend on, so that a probe of one
 #: field meets only that field's own check (object_size >= n + spacing, spacing <= n, ...).
-ROOMY = {"simulation": {"object_size": 8192}, "model": {}, "train": {"epochs": 100_000}, "cxi": {}}
+ROOMY = {"simulation": {"object_size": 8192}, "model": {}, "train": {"epochs": 100_000}, "cxi": {}, "solver": {}}
 #: ... and for probing object_size itself, a patch that fits in the smallest object.
 SMALL = {"object_size": {"n": 16, "spacing": 1}}
 #: Where the pipeline is stricter than the dataclass, and why.
