@@ -238,6 +238,7 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
 def quality_time_figure(solver: Mapping):
     """Amplitude and phase SSIM against seconds per object: the solver's modes as
     curves over its iterations, each network arm as a point."""
+    from ptycho.study.arms import parse_arm
     from ptycho.study.figures import _figure, arm_colour
 
     fig = _figure((10.0, 4.0))
@@ -254,7 +255,16 @@ def quality_time_figure(solver: Mapping):
             )
         for n in solver["networks"]:
             if n["seconds_per_object"]:
-                ax.scatter(n["seconds_per_object"], n[key], marker="s" if n["arm"].startswith("pinn") else "^", s=30)
+                arm = parse_arm(n["arm"])
+                ax.scatter(
+                    n["seconds_per_object"],
+                    n[key],
+                    marker="s" if arm.model == "pinn" else "^",
+                    s=30,
+                    color=arm_colour(arm.mode),
+                    edgecolor="black",
+                    linewidth=0.5,
+                )
                 ax.annotate(
                     n["arm"], (n["seconds_per_object"], n[key]), fontsize=7, xytext=(3, 3), textcoords="offset points"
                 )
@@ -262,5 +272,5 @@ def quality_time_figure(solver: Mapping):
         ax.set_xlabel("seconds per object (log)")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8, loc="lower right")
+    axes[0].legend(fontsize=8, loc="center right")
     return fig
