@@ -443,6 +443,37 @@ CATALOGUE: list[Row] = [
         setup=_copy("train.h5"),
         message="config key 'cxi.energy_ev' = -8000.0 must be a positive finite number",
     ),
+    Row(
+        "solver-start-wrong-shape",
+        "dataset",
+        "`ptycho solve --start net=s.npz` with a reconstruction of another dataset",
+        "cli",
+        args=("solve", "--dataset", "test.h5", "--out", "s.json", "--start", "net=s.npz", "--iterations", "2"),
+        setup=lambda d, clean: (
+            shutil.copyfile(clean / "test.h5", d / "test.h5"),
+            np.savez(d / "s.npz", images=np.ones((1, 5, 5), np.complex64)),
+        ),
+        exit_code=1,
+        message="start net (s.npz): a start of shape (5, 5) does not fit the scanned region",
+    ),
+    Row(
+        "solver-start-missing",
+        "cli",
+        "`ptycho solve --start net=absent.npz`",
+        "cli",
+        args=("solve", "--dataset", "test.h5", "--out", "s.json", "--start", "net=absent.npz"),
+        setup=_copy("test.h5"),
+        message="--start net=absent.npz: no such file; give the stitched .npz of a reconstruction",
+    ),
+    Row(
+        "solver-bad-step",
+        "config",
+        "`ptycho solve --step 10` (beyond the solver's stable range)",
+        "cli",
+        args=("solve", "--dataset", "test.h5", "--out", "s.json", "--step", "10"),
+        setup=_copy("test.h5"),
+        message="config key 'solver.step' = 10.0 is out of range; allowed: [1e-06, 4.0]",
+    ),
     # ---- command line
     Row(
         "cli-missing-argument",
