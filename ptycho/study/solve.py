@@ -109,14 +109,13 @@ def solve(
                     stopped[run].append(stop.value)
                     del active[run]
                     continue
-                done[run][m].append(it)
                 if it.number in marks:
                     snaps[run][m][it.number] = it.obj.numpy()
+                snaps[run][m]["final"] = it.obj
+                done[run][m].append(dataclasses.replace(it, obj=None))  # keep the numbers, not every iterate
         for run in runs:
-            if done[run][m]:
-                snaps[run][m]["final"] = done[run][m][-1].obj.numpy()
-            else:
-                snaps[run][m]["final"] = snaps[run][m][0]
+            final = snaps[run][m].get("final", snaps[run][m][0])
+            snaps[run][m]["final"] = final if isinstance(final, np.ndarray) else final.numpy()
 
     def quality(run) -> tuple[list[dict], dict]:
         """(mean scores at each checkpoint every object reached, final scores)."""
