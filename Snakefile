@@ -1,6 +1,6 @@
 # Does XLA make physics-informed ptychographic reconstruction faster without making it worse?
 #
-#   snakemake --cores 8 all                        # the default study (~18 min on 2 cores)
+#   snakemake --cores 8 all                        # the default study (18-24 min on 2 cores)
 #   snakemake --cores 8 all --config preset=smoke  # the whole pipeline in minutes
 #
 # simulate -> train (model x xla x seed) -> infer -> stitch -> evaluate

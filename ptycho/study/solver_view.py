@@ -189,9 +189,11 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
             row["start"],
             str(row["flat_iterations"]),
             f"{row['target_amp_ssim']:.4f}/{row['target_phase_ssim']:.4f}",
-            _f(row["iterations"]),
-            _f(row["iterations_saved"]),
-            _f(row["seconds_saved"], 2),
+            *(
+                (_f(row["iterations"]), _f(row["iterations_saved"]), _f(row["seconds_saved"], 2))
+                if row["iterations"] is not None
+                else ("not reached", "-", "-")
+            ),
         ]
         for row in solver["warm_start"]
     ]
