@@ -237,10 +237,21 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
     return out
 
 
+def _by_model_and_mode(networks: Sequence[Mapping]) -> dict[tuple[str, str], list[Mapping]]:
+    """The network arms with an inference time, grouped over seeds by (model, mode)."""
+    from ptycho.study.arms import parse_arm
+
+    groups: dict[tuple[str, str], list[Mapping]] = {}
+    for n in networks:
+        if n["seconds_per_object"]:
+            arm = parse_arm(n["arm"])
+            groups.setdefault((arm.model, arm.mode), []).append(n)
+    return groups
+
+
 def quality_time_figure(solver: Mapping):
     """Amplitude and phase SSIM against seconds per object: the solver's modes as
-    curves over its iterations, each network arm as a point."""
-    from ptycho.study.arms import parse_arm
+    curves over its iterations, each network (model and mode, mean over seeds) as a point."""
     from ptycho.study.figures import _figure, arm_colour
 
     fig = _figure((10.0, 4.0))
@@ -255,24 +266,17 @@ def quality_time_figure(solver: Mapping):
                 color=arm_colour(mode),
                 label=f"solver {mode}",
             )
-        for n in solver["networks"]:
-            if n["seconds_per_object"]:
-                arm = parse_arm(n["arm"])
-                ax.scatter(
-                    n["seconds_per_object"],
-                    n[key],
-                    marker="s" if arm.model == "pinn" else "^",
-                    s=30,
-                    color=arm_colour(arm.mode),
-                    edgecolor="black",
-                    linewidth=0.5,
-                )
-                ax.annotate(
-                    n["arm"], (n["seconds_per_object"], n[key]), fontsize=7, xytext=(3, 3), textcoords="offset points"
-                )
+        for (model, mode), group in _by_model_and_mode(solver["networks"]).items():
+            x = float(np.mean([n["seconds_per_object"] for n in group]))
+            y = float(np.mean([n[key] for n in group]))
+            label = f"{'PINN' if model == 'pinn' else model} {mode}" + (
+                f" ({len(group)} seeds)" if len(group) > 1 else ""
+            )
+            ax.scatter(x, y, marker="s" if model == "pinn" else "^", s=36, color=arm_colour(mode),
+                       edgecolor="black", linewidth=0.5, label=label)  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel("seconds per object (log)")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8, loc="center right")
+    axes[1].legend(fontsize=7, loc="lower right", title="solver: curve; networks: points", title_fontsize=7)
     return fig
