@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.tracking.record import DatasetInput, JobRecord
+from ptycho.tracking.record import DatasetInput, JobRecord, NestedRun
 
 #: Iterations at which every run's object is scored (plus its last one).
 CHECKPOINTS = (0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200)
@@ -217,6 +217,9 @@ def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRecord:
+    """What the job logs: per run its key figures (also as one nested run each, with the
+    same metric keys, like the benchmark's arms), the misfit per iteration, the record."""
+    job = JobRecord()
     metrics: dict[str, float] = {}
     stepped: dict[int, dict[str, float]] = {}
     lines = []
@@ -234,6 +237,23 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
         )
         for i, value in enumerate(run["misfit"][: int(run["iterations"])]):
             stepped.setdefault(i + 1, {})[f"{key}_misfit"] = value
+        speed = record.get("ratios", {}).get(run["mode"]) if run["start"] == FLAT else None
+        job.nested.append(
+            NestedRun(
+                f"solve-{run['mode']}-{run['start']}",
+                {"model": "solver", "xla": run["mode"], "start": run["start"]},
+                {"arm.model": "solver", "arm.xla": run["mode"], "start": run["start"]},
+                {
+                    "s_per_iteration": run["seconds_per_iteration"],
+                    "s_per_object": run["seconds_per_object"],
+                    "iterations": run["iterations"],
+                    "compile_s": run["compile_s"],
+                    "amp_ssim": run["final"]["amp_ssim"],
+                    "phase_ssim": run["final"]["phase_ssim"],
+                    **({"iteration_speedup": speed["ratio"]} if speed else {}),
+                },
+            )
+        )
         lines.append(
             f"  {run['mode']:8s} {run['start']:20s} {run['iterations']:6.0f} it  "
             f"{1e3 * run['seconds_per_iteration']:7.1f} ms/it  {run['seconds_per_object']:6.2f} s/object  "
@@ -248,12 +268,12 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
             f"  warm start {row['start']}: flat start's quality at {row['flat_iterations']} it reached in "
             f"{row['iterations'] if row['iterations'] is not None else '-'} it ({saved})"
         )
-    job = JobRecord(
-        metrics=metrics,
-        stepped=sorted(stepped.items()),
-        artifacts=[(out, "solver")],
-        summary=f"{out}: {record['engine']} solver, {record['objects']} object(s), "
-        f"{record['patterns']} patterns\n" + "\n".join(lines),
+    job.metrics = metrics
+    job.stepped = sorted(stepped.items())
+    job.artifacts = [(out, "solver")]
+    job.summary = (
+        f"{out}: {record['engine']} solver, {record['objects']} object(s), {record['patterns']} patterns\n"
+        + "\n".join(lines)
     )
     job.tags["dataset_digest"] = ds.attrs["digest"]
     job.datasets.append(DatasetInput("test.h5", ds.attrs["digest"], str(Path(dataset).resolve()), "test"))
