@@ -345,14 +345,17 @@ def test_mlflow_experiment_page_lists_every_run_of_the_smoke_pipeline(mlflow_ui,
     page.wait_for(
         f"{_unlisted([parent, *direct])}.length === 0", timeout=60, message="a row for every job's run (by id and name)"
     )
-    # The benchmark's run nests one run per benchmarked arm: expand it too.
-    bench = next(r for r in direct if r.data.tags.get("rule") == "benchmark")
-    page.evaluate(f"""[...document.querySelectorAll('a')].find(a => a.innerText.trim() === {json.dumps(bench.info.run_name)})
-                      .closest('[role=gridcell]').querySelector('button').click()""")
+    # The benchmark's run nests one run per benchmarked arm, the solver's jobs one per mode
+    # and start: expand each of them too.
+    nesting = {r.data.tags["mlflow.parentRunId"] for r in children} - {parent.info.run_id}
+    for job in (r for r in direct if r.info.run_id in nesting):
+        page.evaluate(f"""[...document.querySelectorAll('a')].find(a => a.innerText.trim() === {json.dumps(job.info.run_name)})
+                          .closest('[role=gridcell]').querySelector('button').click()""")
+    assert {r.data.tags.get("rule") for r in direct if r.info.run_id in nesting} == {"benchmark", "solve", "warm_start"}
     page.wait_for(
         f"{_unlisted([parent, *children])}.length === 0",
         timeout=60,
-        message="a row for every run, the benchmark's arms too",
+        message="a row for every run, the benchmark's arms and the solver's runs too",
     )
     time.sleep(1)  # let the row colours and durations paint before the picture
     shot = page.screenshot(shots / "mlflow-experiment.png")
