@@ -19,7 +19,7 @@ from typing import Any
 from ptycho import __version__
 from ptycho.errors import ConfigError, PtychoError
 from ptycho.nets.models import MODEL_KINDS
-from ptycho.nets.xla import COMPARED, MODES
+from ptycho.nets.xla import COMPARED, MODES, REFERENCE
 from ptycho.study import checks, jobs
 from ptycho.study.arms import ARM_TAGS
 from ptycho.tracking.record import JobRecord
@@ -504,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="dataset with probe and positions (the test split)")
     p.add_argument("--out", required=True, help="record (.json): timing, misfit, quality against iterations")
     p.add_argument("--stitched-dir", help="folder for solver-<mode>.npz (the flat start's objects, stitched format)")
-    p.add_argument("--modes", type=_mode, nargs="+", default=["off", "jit"], help="XLA modes (default: off jit)")
+    modes = [REFERENCE, COMPARED[0]]
+    p.add_argument("--modes", type=_mode, nargs="+", default=modes, help=f"XLA modes (default: {' '.join(modes)})")
     p.add_argument(
         "--start",
         action="append",

@@ -15,13 +15,14 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ptycho.study.solver_view import TARGET  # the quality the comparison asks for
 
 ROOT = Path(__file__).resolve().parents[1]
 # torch pinned: 2.13.0 is a CPU wheel on local disk; anything newer pulls a multi-GB CUDA build. pty-chi's run-time
@@ -140,8 +141,6 @@ def score_checkpoint(name: str, engine: str, iterations: int, seconds: float, np
     }
 
 
-#: The quality the comparison asks for: amplitude and phase SSIM (issue #23's acceptance).
-TARGET = (0.995, 0.98)
 #: This project's solver: the iterations it is scored at (beside pty-chi's checkpoints).
 OURS_CHECKPOINTS = (10, 20, 30, 50, 200)
 
@@ -194,16 +193,17 @@ def ours_rows(record: dict, iterations: tuple[int, ...]) -> list[dict]:
 
 def to_target(rows: list[dict], runs: dict, ours: dict) -> list[dict]:
     """Per solver and engine: the first checkpoint reaching :data:`TARGET`, and its seconds per object."""
+    from ptycho.study.solve import first_reaching
+
     out = []
     for label, engine in (("LSQML", "lsqml"), ("ePIE", "epie")):
-        hit = next((r for r in rows if r["solver"] == "pty-chi" and r["engine"] == label
-                    and r["amp_ssim"] >= TARGET[0] and r["phase_ssim"] >= TARGET[1]), None)  # fmt: skip
+        curve = [r for r in rows if r["solver"] == "pty-chi" and r["engine"] == label]
+        hit = first_reaching(curve, *TARGET)
         its = [c["iterations"] for c in runs[engine]["checkpoints"]]
         out.append({"solver": "pty-chi", "engine": label, "checkpoints": its,
                     "iterations": hit and hit["iterations"], "seconds": hit and hit["seconds_per_object"]})  # fmt: skip
     for r in ours["runs"]:
-        hit = next((p for p in r["curve"] if p["iteration"] > 0
-                    and p["amp_ssim"] >= TARGET[0] and p["phase_ssim"] >= TARGET[1]), None)  # fmt: skip
+        hit = first_reaching(r["curve"], *TARGET)  # a flat start's curve begins at iteration 1
         out.append({"solver": "ptycho (this project)", "engine": f"{ours['engine'].upper()} {r['mode']}",
                     "checkpoints": [p["iteration"] for p in r["curve"]],
                     "iterations": hit and hit["iteration"],
@@ -212,23 +212,24 @@ def to_target(rows: list[dict], runs: dict, ours: dict) -> list[dict]:
 
 
 def machine(threads: int) -> dict:
-    """What the timings depend on: CPU model and its flags of note, threads, load, date."""
-    model, flags = platform.processor() or "unknown", set()
+    """What the timings depend on: the project's machine record (CPU model, cores, load), the CPU flags of
+    note (bf16 and AMX support), the threads and the date."""
+    from ptycho.study.bench import machine_info
+
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
+        flags = next(
+            set(line.split(":", 1)[1].split())
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("flags")
+        )
+    except (OSError, StopIteration):
+        flags = set()
+    info = machine_info()
     return {
-        "cpu": model,
-        "cores": os.cpu_count(),
+        **info,
+        "load_average": [round(v, 2) for v in info["load_average"]],
         "cpu_flags_of_note": [f for f in FLAGS_OF_NOTE if f in flags],
         "threads": threads,
-        "load_1_5_15": [round(v, 2) for v in os.getloadavg()],
         "date": now(),
     }
 
@@ -289,7 +290,7 @@ def markdown(result: dict) -> str:
         "## Conditions",
         "",
         f"- CPU: {m['cpu']} ({m['cores']} cores), flags of note: {', '.join(m['cpu_flags_of_note']) or 'none'}",
-        f"- torch threads: {m['threads']}; load average (1, 5, 15 min) at start: {m['load_1_5_15']},"
+        f"- torch threads: {m['threads']}; load average (1, 5, 15 min) at start: {m['load_average']},"
         f" at end: {result['load_at_end']}",
         "- threads busy during reconstruction (CPU s / wall s): " + ", ".join(f"{e} {b:.2f}" for e, b in busy.items()),
         f"- date: {m['date']}; pty-chi {result['ptychi']}, torch {result['torch']}; batch size {result['batch_size']}",

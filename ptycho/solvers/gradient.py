@@ -34,8 +34,8 @@ a solver that is all of the work but the momentum arithmetic).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -94,11 +94,16 @@ class Problem:
             raise ValueError("the probe is zero or not finite")
         if pos.shape != (len(counts), 2) or not np.isfinite(pos).all():
             raise ValueError(f"positions must be {len(counts)} finite [x, y] pairs, got shape {pos.shape}")
-        windows(pos, n, self.shape)  # positions inside the object
+        self.windows  # noqa: B018 - positions inside the object, checked (and kept) once
 
     @property
     def n(self) -> int:
         return self.probe.shape[0]
+
+    @cached_property
+    def windows(self) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`windows` of this problem's positions (computed once)."""
+        return windows(self.positions, self.n, self.shape)
 
     @property
     def subpixel(self) -> bool:
@@ -139,7 +144,7 @@ def windows(positions: np.ndarray, n: int, shape: tuple[int, int]) -> tuple[np.n
 
 def illumination(problem: Problem) -> np.ndarray:
     """``I(r) = sum_k |s P(r - r_k)|^2`` on the object grid (at the rounded positions)."""
-    corner, _ = windows(problem.positions, problem.n, problem.shape)
+    corner, _ = problem.windows
     out = np.zeros(problem.shape, np.float64)
     power = np.abs(problem.probe.astype(np.complex128)) ** 2
     n = problem.n
@@ -196,11 +201,6 @@ class Result:
     compile_seconds: float = 0.0
     stopped: str = "budget"  #: "budget" or "tolerance"
 
-    @property
-    def seconds(self) -> float:
-        """Wall time of the iterations (compilation excluded)."""
-        return float(sum(it.seconds for it in self.iterations))
-
 
 class Solver:
     """The solver for one :class:`Problem` under one XLA mode.
@@ -217,7 +217,7 @@ class Solver:
         self.problem, self.mode, self.cfg = problem, parse_mode(mode, key=None), cfg or SolverConfig()
         self._tf = tf
         n = problem.n
-        corner, frac = windows(problem.positions, n, problem.shape)
+        corner, frac = problem.windows
         width = problem.shape[1] + 2  # the object is padded by one pixel for sub-pixel windows
         win = n + 2 if problem.subpixel else n
         start = corner + 1 - (win - n) // 2  # window corner in padded coordinates
@@ -225,12 +225,12 @@ class Solver:
         index = (start[:, 1, None, None] + r[None, :, None]) * width + (start[:, 0, None, None] + r[None, None, :])
         self._index = tf.constant(index.astype(np.int32))
         self._frac = tf.constant(-frac) if problem.subpixel else None
-        self._counts = tf.constant(problem.counts.astype(np.float64)[..., None])
+        counts = problem.counts.astype(np.float64)
+        self._counts = tf.constant(counts[..., None])
         self._probe = tf.constant(problem.probe.astype(np.complex64))
         illum = illumination(problem)
         pre = self.cfg.step / (4.0 * illum + self.cfg.floor * 4.0 * illum.max())
         self._pre = tf.constant(pre.astype(np.float32))
-        counts = problem.counts.astype(np.float64)
         positive = counts[counts > 0]
         # The NLL of the saturated model (rate = counts): subtracted so that the misfit
         # reads ~0.5 per pixel at the noise level instead of a large negative number.
@@ -252,12 +252,14 @@ class Solver:
             patches = crop_centre(translate(patches, self._frac, xla=xla_translation(self.mode)), self.problem.n)
         return patches
 
+    def _exit_waves(self, obj):
+        return self._patches(obj) * self._probe[None, :, :, None]
+
     def _nll(self, obj):
         from ptycho.physics.forward_tf import diffraction_amplitude, poisson_nll
 
         tf = self._tf
-        wave = self._patches(obj) * self._probe[None, :, :, None]
-        amp = tf.cast(diffraction_amplitude(wave), tf.float64)  # float64: the sum spans 1e13
+        amp = tf.cast(diffraction_amplitude(self._exit_waves(obj)), tf.float64)  # float64: the sum spans 1e13
         return tf.reduce_sum(poisson_nll(amp, self._counts, self.problem.eps))
 
     def _nll_and_gradient(self, obj):
@@ -289,8 +291,8 @@ class Solver:
     def rescaled(self, obj: np.ndarray) -> np.ndarray:
         """``obj`` times the real factor that makes it predict the measured total count."""
         tf = self._tf
-        wave = self._patches(tf.constant(obj, tf.complex64)) * self._probe[None, :, :, None]
-        predicted = float(tf.reduce_sum(tf.square(tf.abs(wave))))
+        # Parseval: the far field's total intensity is the exit waves' (the FFT is unitary).
+        predicted = float(tf.reduce_sum(tf.square(tf.abs(self._exit_waves(tf.constant(obj, tf.complex64))))))
         measured = float(np.sum(self.problem.counts, dtype=np.float64))
         if not predicted > 0:
             raise ValueError("the start predicts no photons at all (zero where the probe illuminates)")
@@ -350,12 +352,3 @@ def crop(problem: Problem, obj: np.ndarray) -> np.ndarray:
     """The scanned region of a full object: what is stitched and scored."""
     x0, y0, x1, y1 = problem.region
     return obj[y0:y1, x0:x1]
-
-
-def first_reaching(trace: Sequence[tuple[int, float, float]], amp: float, phase: float) -> int | None:
-    """The first iteration of ``trace`` ((iteration, amp SSIM, phase SSIM), ascending)
-    whose amplitude and phase SSIM both reach ``amp`` and ``phase``; None if none does."""
-    for iteration, a, p in trace:
-        if a >= amp and p >= phase:
-            return int(iteration)
-    return None

@@ -439,6 +439,17 @@ def check(
     )
 
 
+def inference_rates(reconstructions: Sequence[str]) -> dict[str, float]:
+    """Arm (file stem) -> patterns per second of its ``ptycho infer`` output."""
+    from ptycho.artifacts import read_arrays
+
+    rates = {}
+    for path in reconstructions:
+        rec = read_arrays(path, ("seconds", "patterns"))
+        rates[Path(path).stem] = float(rec["patterns"] / rec["seconds"])
+    return rates
+
+
 def figures(
     dataset: str,
     stitched: Sequence[str],
@@ -467,8 +478,11 @@ def figures(
         if len(images) == 0 or images[0].shape != truth_image.shape:
             raise PtychoError(f"{path}: stitched images do not match the objects of {dataset}; re-run stitch")
         compared[Path(path).stem] = compare(images[0], truth_image)  # what the metrics scored, as they scored it
+    means = {}
     for path in metrics:
-        first = read_json(path).get("per_image", [{}])[0]
+        scored = read_json(path)
+        means[Path(path).stem] = scored.get("mean", {})
+        first = scored.get("per_image", [{}])[0]
         if "frc_freq" not in first:
             raise PtychoError(
                 f"{path}: no FRC curves in these metrics (written by an older version); re-run 'ptycho evaluate'"
@@ -479,10 +493,9 @@ def figures(
             "phase": first["phase_frc_curve"],
         }
     histories = {arm_of(m): m["history"] for m in map(read_json, model_jsons)}
-    networks = {Path(p).stem: {"metrics": read_json(p)["mean"]} for p in metrics}
-    for path in reconstructions:
-        rec = read_arrays(path, ("seconds", "patterns"))
-        networks.setdefault(Path(path).stem, {})["infer_patterns_per_s"] = float(rec["patterns"] / rec["seconds"])
+    networks = {arm: {"metrics": mean} for arm, mean in means.items()}
+    for arm, rate in inference_rates(reconstructions).items():
+        networks.setdefault(arm, {})["infer_patterns_per_s"] = rate
     solved = solver_view.load(solver, networks)
     timed = read_json(bench)
     if "arms" not in timed:
@@ -525,7 +538,7 @@ def report(
     solver: Sequence[str] = (),
 ) -> JobRecord:
     """The validation report (JSON, Markdown, HTML) from the checklist and every arm's results."""
-    from ptycho.artifacts import read_arrays, read_json
+    from ptycho.artifacts import read_json
     from ptycho.study import report as views
     from ptycho.study import solver_view
     from ptycho.study.arms import arm_of
@@ -543,9 +556,8 @@ def report(
         }
     for path in metrics:
         arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path)["mean"]
-    for path in reconstructions:
-        rec = read_arrays(path, ("seconds", "patterns"))
-        arms.setdefault(Path(path).stem, {})["infer_patterns_per_s"] = float(rec["patterns"] / rec["seconds"])
+    for arm, rate in inference_rates(reconstructions).items():
+        arms.setdefault(arm, {})["infer_patterns_per_s"] = rate
     figures = {}
     names = [name for name, _, _ in views.FIGURES]
     for path in figure_pngs:

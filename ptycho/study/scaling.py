@@ -75,7 +75,7 @@ def solver_run(sides: Sequence[int], sim_cfg, solver_cfg, mode: str, iterations:
     side ``sides`` (the study's stride, so the patterns grow with the area), each solved
     for ``iterations`` iterations under ``mode``.
 
-    Per side: patterns, median seconds per iteration (after two warm-up iterations),
+    Per side: patterns, median seconds per iteration (after the solve job's warm-up),
     compile seconds, and the process's peak RSS so far (the sides run in increasing
     order, so each peak is that side's), with the growth exponent against patterns.
     """
@@ -83,6 +83,7 @@ def solver_run(sides: Sequence[int], sim_cfg, solver_cfg, mode: str, iterations:
 
     from ptycho.data.simulate import simulate_split
     from ptycho.solvers.gradient import Solver, problems
+    from ptycho.study.solve import WARMUP
 
     out: dict[str, list] = {
         "sides": [],
@@ -96,7 +97,7 @@ def solver_run(sides: Sequence[int], sim_cfg, solver_cfg, mode: str, iterations:
         problem = problems(simulate_split(cfg, "test", scale=None))[0]
         solver = Solver(problem, mode, dataclasses.replace(solver_cfg, iterations=iterations, tolerance=0.0))
         compile_s = solver.compile()
-        times = [it.seconds for it in solver.iterate()][2:]
+        times = [it.seconds for it in solver.iterate()][WARMUP:]
         out["sides"].append(side)
         out["patterns"].append(len(problem.counts))
         out["seconds_per_iteration"].append(float(np.median(times)))

@@ -32,19 +32,20 @@ FLAT = "flat"
 _SCORED = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")
 
 
-def _start(name: str, path: str | None, problem, m: int) -> np.ndarray:
+def _start_images(name: str, path: str, objects: int) -> np.ndarray:
+    """A warm start's stitched objects, one per object of the dataset (read once)."""
     from ptycho.artifacts import read_arrays
-    from ptycho.solvers.gradient import flat_start, warm_start
 
-    if path is None:
-        return flat_start(problem)
     images = read_arrays(path, ("images",))["images"]
-    if m >= len(images):
-        raise PtychoError(f"start {name} ({path}) holds {len(images)} object(s); the dataset has more")
-    try:
-        return warm_start(problem, images[m])
-    except ValueError as err:
-        raise PtychoError(f"start {name} ({path}): {err}") from None
+    if len(images) < objects:
+        raise PtychoError(f"start {name} ({path}) holds {len(images)} object(s); the dataset has {objects}")
+    return images
+
+
+def first_reaching(curve: Sequence[Mapping[str, Any]], amp: float, phase: float) -> Mapping[str, Any] | None:
+    """The first point of a quality ``curve`` (ascending iterations) whose amplitude and
+    phase SSIM both reach ``amp`` and ``phase``; None if none does."""
+    return next((p for p in curve if p["amp_ssim"] >= amp and p["phase_ssim"] >= phase), None)
 
 
 def solve(
@@ -69,7 +70,7 @@ def solve(
     from ptycho.artifacts import write_arrays, write_json
     from ptycho.data.dataset import read_dataset
     from ptycho.nets.xla import REFERENCE
-    from ptycho.solvers.gradient import ENGINE, Solver, crop, problems
+    from ptycho.solvers.gradient import ENGINE, Solver, crop, flat_start, problems, warm_start
     from ptycho.study.bench import bootstrap_ratio
 
     ds = read_dataset(dataset)
@@ -79,59 +80,59 @@ def solve(
         raise PtychoError(f"{dataset}: {err}") from None
     truths = [ds.ground_truth(m) for m in range(len(probs))]
     starts = {FLAT: None, **dict(starts or {})}
+    start_images = {name: _start_images(name, path, len(probs)) for name, path in starts.items() if path}
     runs = [(mode, name) for name in starts for mode in modes]
     marks = sorted({int(c) for c in checkpoints if 0 <= c <= cfg.iterations} | {0})
-    # Per run, per object: the applied iterations, the objects at the checkpoints, why it stopped.
+    # Per run, per object: the applied iterations (numbers only), the objects at the
+    # checkpoints, the last object, why it stopped.
     done: dict[tuple, list[list]] = {r: [] for r in runs}
     snaps: dict[tuple, list[dict[int, np.ndarray]]] = {r: [] for r in runs}
+    last: dict[tuple, list[np.ndarray]] = {r: [] for r in runs}
     stopped: dict[tuple, list[str]] = {r: [] for r in runs}
     compile_s = dict.fromkeys(modes, 0.0)
     for m, problem in enumerate(probs):
         solvers = {mode: Solver(problem, mode, cfg) for mode in modes}
         for mode, solver in solvers.items():
             compile_s[mode] += solver.compile()
-        reference = solvers[modes[0]]
-        first = {
-            name: reference.rescaled(_start(name, path, problem, m)) if path else _start(name, path, problem, m)
-            for name, path in starts.items()
-        }
+        first = {FLAT: flat_start(problem)}
+        for name, images in start_images.items():
+            try:
+                first[name] = solvers[modes[0]].rescaled(warm_start(problem, images[m]))
+            except ValueError as err:
+                raise PtychoError(f"start {name} ({starts[name]}): {err}") from None
         active = {}
         for run in runs:
             mode, name = run
             active[run] = solvers[mode].iterate(first[name])
             done[run].append([])
             snaps[run].append({0: first[name]})
+            last[run].append(first[name])
         while active:  # one iteration of every run in turn: the modes timed interleaved
             for run, gen in list(active.items()):
                 try:
                     it = next(gen)
                 except StopIteration as stop:
                     stopped[run].append(stop.value)
+                    last[run][m] = np.asarray(last[run][m])
                     del active[run]
                     continue
                 if it.number in marks:
                     snaps[run][m][it.number] = it.obj.numpy()
-                snaps[run][m]["final"] = it.obj
+                last[run][m] = it.obj
                 done[run][m].append(dataclasses.replace(it, obj=None))  # keep the numbers, not every iterate
-        for run in runs:
-            final = snaps[run][m].get("final", snaps[run][m][0])
-            snaps[run][m]["final"] = final if isinstance(final, np.ndarray) else final.numpy()
 
     def quality(run) -> tuple[list[dict], dict]:
-        """(mean scores at each checkpoint every object reached, final scores)."""
+        """(mean scores at each checkpoint every object reached, and at the last
+        iteration; final scores). Each object set is scored once."""
         reached = min(len(d) for d in done[run])
+        final = score_all([crop(p, last[run][m]) for m, p in enumerate(probs)], truths)
         curve = []
-        for mark in marks:
-            if mark > reached:
-                break
+        for mark in [k for k in marks if k < reached] + [reached]:
             if mark == 0 and run[1] == FLAT:
                 continue  # a constant object: nothing to register or score
-            images = [crop(p, snaps[run][m][mark]) for m, p in enumerate(probs)]
-            mean = score_all(images, truths)["mean"]
+            images = [crop(p, snaps[run][m][mark]) for m, p in enumerate(probs)] if mark < reached else None
+            mean = score_all(images, truths)["mean"] if images else final["mean"]
             curve.append({"iteration": mark, **{k: float(mean[k]) for k in _SCORED}})
-        final = score_all([crop(p, snaps[run][m]["final"]) for m, p in enumerate(probs)], truths)
-        if reached and (not curve or curve[-1]["iteration"] < reached):  # the last iteration too
-            curve.append({"iteration": reached, **{k: float(final["mean"][k]) for k in _SCORED}})
         return curve, final
 
     def timed(run) -> list[float]:
@@ -174,7 +175,7 @@ def solve(
     write_json(out, record)
     if stitched_dir:
         for mode in modes:
-            images = np.stack([crop(p, snaps[(mode, FLAT)][m]["final"]) for m, p in enumerate(probs)])
+            images = np.stack([crop(p, last[(mode, FLAT)][m]) for m, p in enumerate(probs)])
             write_arrays(Path(stitched_dir) / f"solver-{mode}.npz", images=images.astype(np.complex64))
     return _job_record(record, out, ds, dataset)
 
@@ -182,15 +183,12 @@ def solve(
 def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """For each warm start and each of :data:`WARM_TARGETS`: the iterations (and
     seconds) it needs to reach the flat start's quality at that many iterations."""
-    from ptycho.solvers.gradient import first_reaching
-
     rows = []
     by = {(r["mode"], r["start"]): r for r in record["runs"]}
     for (mode, name), run in by.items():
         flat = by.get((mode, FLAT))
         if name == FLAT or flat is None:
             continue
-        warm_trace = [(p["iteration"], p["amp_ssim"], p["phase_ssim"]) for p in run["curve"]]
         seen = set()
         for target in WARM_TARGETS:
             # The flat start's quality at ``target`` iterations, or at its last iteration
@@ -199,7 +197,8 @@ def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
             if goal["iteration"] in seen:
                 continue
             seen.add(goal["iteration"])
-            needed = first_reaching(warm_trace, goal["amp_ssim"], goal["phase_ssim"])
+            hit = first_reaching(run["curve"], goal["amp_ssim"], goal["phase_ssim"])
+            needed = None if hit is None else hit["iteration"]
             saved = None if needed is None else goal["iteration"] - needed
             rows.append(
                 {

@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from ptycho.nets.xla import REFERENCE
+from ptycho.study.solve import FLAT, first_reaching
 
 #: The quality the issue asks of the solver: amplitude and phase SSIM.
 TARGET = (0.995, 0.98)
 
 
 def _flat(record: Mapping) -> dict[str, Mapping]:
-    return {r["mode"]: r for r in record["runs"] if r["start"] == "flat"}
+    return {r["mode"]: r for r in record["runs"] if r["start"] == FLAT}
 
 
 def _seconds(run: Mapping, iteration: int) -> float:
@@ -30,11 +31,10 @@ def _seconds(run: Mapping, iteration: int) -> float:
 
 
 def _reach(run: Mapping, amp: float, phase: float) -> dict[str, Any] | None:
-    """The first checkpoint of ``run`` whose amplitude and phase SSIM reach both values."""
-    for point in run["curve"]:
-        if point["iteration"] > 0 and point["amp_ssim"] >= amp and point["phase_ssim"] >= phase:
-            return {"iterations": point["iteration"], "seconds": _seconds(run, point["iteration"])}
-    return None
+    """The first checkpoint of a flat-start ``run`` (its curve starts at iteration 1)
+    whose amplitude and phase SSIM reach both values, with its seconds."""
+    hit = first_reaching(run["curve"], amp, phase)
+    return None if hit is None else {"iterations": hit["iteration"], "seconds": _seconds(run, hit["iteration"])}
 
 
 def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping]) -> dict[str, Any]:
