@@ -33,19 +33,14 @@ rule datasets:
         DATASETS,
 
 
-rule train:
+rule models:  # every arm trained
     input:
         MODELS,
 
 
-rule evaluate:
+rule metrics:  # every arm reconstructed, stitched and scored
     input:
         METRICS,
-
-
-rule report:
-    input:
-        REPORTS,
 
 
 onerror:

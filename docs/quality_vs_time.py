@@ -11,7 +11,8 @@ default preset's simulation keys), evaluated on the test split after that many e
 import json
 from pathlib import Path
 
-from ptycho.study.figures import quality_vs_time, save_png
+from ptycho.study.figures.quality import quality_vs_time
+from ptycho.study.figures.style import save_png
 
 here = Path(__file__).resolve().parent
 record = json.loads((here / "quality-vs-time.json").read_text())

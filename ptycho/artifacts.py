@@ -51,6 +51,36 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         raise
 
 
+def writable_problem(path: str | os.PathLike, folder: bool = False) -> str | None:
+    """Why ``path`` (a file, or a ``folder``) could not be written, ``strerror``-like, or
+    None; creates nothing. The package's one writability probe: the CLI asks it of every
+    output before a command does any work, the tracking preflight of the store's folder.
+
+    The deepest existing ancestor must be a folder in which a file can be created (tried
+    for real with a temporary file, removed at once: permission bits do not tell the
+    whole story for root, read-only mounts or /proc).
+    """
+    path = Path(path)
+    if path.exists():
+        if folder and not path.is_dir():
+            return "it is a file, not a folder"
+        if not folder and path.is_dir():
+            return "Is a directory"
+    probe = path if folder and path.is_dir() else path.parent
+    while not probe.exists():
+        if probe.is_symlink():  # a dangling link: the target's folder decides, let the write say it
+            return None
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
 def _cannot_write(path: Path, exc: OSError) -> PtychoError:
     """One line for a write the filesystem refused (permissions, read-only, full disk)."""
     # h5py puts a multi-line report in strerror; the errno says it in a few words.

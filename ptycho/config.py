@@ -1,39 +1,126 @@
-"""Immutable, validated configuration objects.
+"""Immutable, validated configuration objects, and the one source of their settings.
 
-One frozen dataclass per concern, validated once when built (``from_dict``), passed
-explicitly, and saved beside every artefact (``to_dict`` -> JSON). Nothing reads global
-state. Unknown keys and out-of-range values raise :class:`ConfigError` with one line
-naming the key, what was given and what is allowed.
+Every setting's default, range and choices live in the schema shipped with the package
+(``ptycho/config.schema.yaml``, read once by :func:`schema`); its defaults are the
+study's. One frozen dataclass per concern takes its defaults from there
+(:func:`defaults`) and checks its values against it when built (:func:`check_settings`);
+a dataclass adds only the checks that relate two fields. Configs are validated once when
+built (``from_dict``), passed explicitly, and saved beside every artefact (``to_dict`` ->
+JSON). Nothing reads global state. Unknown keys and out-of-range values raise
+:class:`ConfigError` with one line naming the key, what was given and what is allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ptycho.errors import ConfigError
 
 T = TypeVar("T")
 
-#: Names the simulation accepts (defined here so that validating a config imports no
-#: numerical library; the physics modules use the same tuples).
-OBJECT_KINDS = ("lines", "natural", "gaussian")
-PHASE_KINDS = ("lines", "amplitude", "zero")
-PROBE_KINDS = ("disk", "defocused")
+#: The packaged schema: every key of the study's configuration, its type, range and default.
+SCHEMA_FILE = Path(__file__).with_name("config.schema.yaml")
 
 
-def _check_range(name: str, value: float, lo: float | None = None, hi: float | None = None) -> None:
+@functools.cache
+def _schema() -> dict:
+    import yaml
+
+    with open(SCHEMA_FILE) as fh:
+        return yaml.safe_load(fh)
+
+
+def schema() -> dict:
+    """The packaged schema as a dict (a copy: the caller may change it)."""
+    import copy
+
+    return copy.deepcopy(_schema())
+
+
+def spec(path: str) -> dict:
+    """The sub-schema of a dotted key path, e.g. ``model.depth`` or ``seeds.items`` (read only)."""
+    node = _schema()
+    for part in path.split("."):
+        node = node["items"] if part == "items" else node["properties"][part]
+    return node
+
+
+def defaults(section: str) -> dict[str, Any]:
+    """The schema's default of every key of ``section``, typed: a ``number`` is a float."""
+    return {
+        key: float(sub["default"]) if sub.get("type") == "number" else sub["default"]
+        for key, sub in spec(section)["properties"].items()
+    }
+
+
+def choices(path: str) -> tuple:
+    """The allowed values of a key with an ``enum``, in the schema's order."""
+    return tuple(spec(path)["enum"])
+
+
+def _shown(value: Any, sub: Mapping) -> Any:
+    """A limit as the messages show it: a float for a ``number`` key, else as written."""
+    return float(value) if sub.get("type") == "number" else value
+
+
+def _out_of_range(name: str, value: Any, sub: Mapping, lo: Any, hi: Any, left: str = "[", right: str = "]") -> None:
+    allowed = (
+        f"{left}{_shown(lo, sub) if lo is not None else '-inf'}, {_shown(hi, sub) if hi is not None else 'inf'}{right}"
+    )
+    raise ConfigError(f"config key '{name}' = {value!r} is out of range; allowed: {allowed}")
+
+
+def check_value(name: str, value: Any, sub: Mapping) -> None:
+    """``value`` against its sub-schema ``sub`` (``enum``, ``minimum``, ``maximum``,
+    ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``): a one-line ConfigError
+    naming the key ``name`` otherwise. Types are :func:`from_dict`'s to check."""
+    if "enum" in sub and value not in sub["enum"]:
+        raise ConfigError(
+            f"config key '{name}' = {value!r} is not allowed; choose one of {', '.join(map(str, sub['enum']))}"
+        )
+    lo, hi = sub.get("minimum"), sub.get("maximum")
     if lo is not None and value < lo or hi is not None and value > hi:
-        allowed = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
-        raise ConfigError(f"config key '{name}' = {value!r} is out of range; allowed: {allowed}")
+        _out_of_range(name, value, sub, lo, hi)
+    xlo, xhi = sub.get("exclusiveMinimum"), sub.get("exclusiveMaximum")
+    if xlo is not None and value <= xlo or xhi is not None and value >= xhi:
+        _out_of_range(
+            name,
+            value,
+            sub,
+            xlo if xlo is not None else lo,
+            xhi if xhi is not None else hi,
+            "(" if xlo is not None else "[",
+            ")" if xhi is not None else "]",
+        )
+    step = sub.get("multipleOf")
+    if step is not None and value % step:
+        what = "even" if step == 2 else f"a multiple of {step}"
+        raise ConfigError(f"config key '{name}' = {value!r} must be {what}; use {value - value % step + step}")
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"config key '{name}' = {value!r} is not allowed; choose one of {', '.join(choices)}")
+def check_settings(cfg: Any, section: str, prefix: str = "", extra: Mapping[str, str] | None = None) -> None:
+    """Every field of the settings object ``cfg`` that schema section ``section`` lists,
+    checked against it (:func:`check_value`); ``extra`` maps further fields to the
+    dotted path of their sub-schema (e.g. a model's ``kind`` to ``models.items``).
+    Errors name the key as ``prefix + field``."""
+    for key, sub in spec(section)["properties"].items():
+        check_value(prefix + key, getattr(cfg, key), sub)
+    for key, path in (extra or {}).items():
+        check_value(prefix + key, getattr(cfg, key), spec(path))
+
+
+def check_at_most(name: str, value: Any, hi: Any, path: str) -> None:
+    """A limit set by another field (``stride_test <= object_size``): ``value`` must not
+    exceed ``hi``; the message gives the key's own lower limit from the schema (``path``)."""
+    if value > hi:
+        sub = spec(path)
+        _out_of_range(name, value, sub, sub.get("minimum"), hi)
 
 
 def from_dict(cls: type[T], data: dict[str, Any] | None, section: str = "") -> T:
@@ -68,53 +155,49 @@ def to_json(cfg: Any) -> str:
     return json.dumps(to_dict(cfg), sort_keys=True)
 
 
+#: Names the simulation accepts (the schema's; the physics modules use the same tuples).
+OBJECT_KINDS = choices("simulation.object_kind")
+PHASE_KINDS = choices("simulation.phase_kind")
+PROBE_KINDS = choices("simulation.probe_kind")
+
+_SIMULATION = defaults("simulation")
+
+
 @dataclass(frozen=True)
 class SimulationConfig:
-    """How to simulate one train/test pair of datasets (see DOMAIN.md section 3).
+    """How to simulate one train/test pair of datasets (docs/physics.md section 3).
 
     Train and test objects are independent draws from the same generator; the test
-    split reuses the train split's photon scale ``s``.
+    split reuses the train split's photon scale ``s``. Each key's meaning, range and
+    default: the schema's ``simulation`` section.
     """
 
-    n: int = 64  #: patch / detector side in pixels
-    gridsize: int = 2  #: patterns per group side (1 or 2)
-    object_kind: str = "lines"  #: lines | natural | gaussian
-    phase_kind: str = "lines"  #: lines (independent image) | amplitude | zero
-    phase_range: float = math.pi  #: peak-to-peak object phase, radians
-    amplitude_floor: float = 0.0  #: minimum object amplitude (0 = opaque allowed)
-    object_size: int = 196  #: object side in pixels (reference: 392)
-    n_lines: int = 0  #: random lines of the lines object; 0 = the reference density, 400 * (object_size / 392)^2
-    n_objects_train: int = 1
-    n_objects_test: int = 1
-    probe_kind: str = "disk"  #: disk | defocused
-    probe_radius: float = 0.0  #: disk radius in px; 0 means 11 * n / 64
-    probe_edge_phase: float = math.pi  #: defocus phase at the rim, radians
-    stride_train: int = 4  #: pitch of group centres, train split
-    stride_test: int = 10  #: pitch of group centres, test split
-    spacing: int = 4  #: pitch of patches inside a group (offsets +-spacing/2)
-    nphotons: float = 1e9  #: mean total expected photons per pattern
-    seed: int = 0
+    n: int = _SIMULATION["n"]  #: patch / detector side in pixels
+    gridsize: int = _SIMULATION["gridsize"]  #: patterns per group side (1 or 2)
+    object_kind: str = _SIMULATION["object_kind"]
+    phase_kind: str = _SIMULATION["phase_kind"]
+    phase_range: float = _SIMULATION["phase_range"]  #: peak-to-peak object phase, radians
+    amplitude_floor: float = _SIMULATION["amplitude_floor"]
+    object_size: int = _SIMULATION["object_size"]  #: object side in pixels
+    n_lines: int = _SIMULATION["n_lines"]  #: 0 = the reference density, 400 * (object_size / 392)^2
+    n_objects_train: int = _SIMULATION["n_objects_train"]
+    n_objects_test: int = _SIMULATION["n_objects_test"]
+    probe_kind: str = _SIMULATION["probe_kind"]
+    probe_radius: float = _SIMULATION["probe_radius"]  #: disk radius in px; 0 means 11 * n / 64
+    probe_edge_phase: float = _SIMULATION["probe_edge_phase"]  #: defocus phase at the rim, radians
+    stride_train: int = _SIMULATION["stride_train"]  #: pitch of group centres, train split
+    stride_test: int = _SIMULATION["stride_test"]  #: pitch of group centres, test split
+    spacing: int = _SIMULATION["spacing"]  #: pitch of patches inside a group (offsets +-spacing/2)
+    nphotons: float = _SIMULATION["nphotons"]  #: mean total expected photons per pattern
+    seed: int = _SIMULATION["seed"]
 
     def __post_init__(self) -> None:
-        _check_range("n", self.n, 8, 1024)
-        if self.n % 2:
-            raise ConfigError(f"config key 'n' = {self.n} must be even (centre convention); use {self.n + 1}")
-        _check_choice("gridsize", str(self.gridsize), ("1", "2"))
-        _check_choice("object_kind", self.object_kind, OBJECT_KINDS)
-        _check_choice("phase_kind", self.phase_kind, PHASE_KINDS)
-        _check_choice("probe_kind", self.probe_kind, PROBE_KINDS)
-        _check_range("phase_range", self.phase_range, 0.0, 2 * math.pi)
-        _check_range("amplitude_floor", self.amplitude_floor, 0.0, 0.99)
-        _check_range("object_size", self.object_size, 32, 8192)
-        _check_range("n_lines", self.n_lines, 0, 100_000)
-        _check_range("n_objects_train", self.n_objects_train, 1, 1000)
-        _check_range("n_objects_test", self.n_objects_test, 1, 1000)
-        _check_range("probe_radius", self.probe_radius, 0.0, self.n / 2)
-        _check_range("stride_train", self.stride_train, 1, self.object_size)
-        _check_range("stride_test", self.stride_test, 1, self.object_size)
-        _check_range("spacing", self.spacing, 1, self.n)
-        _check_range("nphotons", self.nphotons, 1.0, 2e9)
-        _check_range("seed", self.seed, 0, 2**63 - 1)
+        check_settings(self, "simulation")
+        # Limits set by other fields:
+        check_at_most("probe_radius", self.probe_radius, self.n / 2, "simulation.probe_radius")
+        check_at_most("stride_train", self.stride_train, self.object_size, "simulation.stride_train")
+        check_at_most("stride_test", self.stride_test, self.object_size, "simulation.stride_test")
+        check_at_most("spacing", self.spacing, self.n, "simulation.spacing")
         needed = self.n + (self.gridsize - 1) * self.spacing
         if self.object_size < needed:
             raise ConfigError(

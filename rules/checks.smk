@@ -1,4 +1,5 @@
-# The validation checklist: one job, one JSON record per item (ptycho.study.checks).
+# The validation checklist: one job, one JSON record per item (ptycho/study/checklist/<item>.py).
+# Rule names are the commands they run (check <item>) and the runs' MLflow "rule" tags.
 
 
 rule check_accuracy:
@@ -99,11 +100,12 @@ rule check_quality:
         "--models {input.models} --out {output} > {log} 2>&1"
 
 
-rule benchmark_arms:
+rule bench:
     # Runs alone (all cores); it times the arms alone AND with their step loops sharing
     # the cores the way the training jobs do (ptycho.study.bench), so both contexts are measured.
     input:
         data=f"{R}/data/train.h5",
+        config=CONFIG_JSON,
         models=MODELS,
         parent=PARENT,
     output:
@@ -119,18 +121,14 @@ rule benchmark_arms:
         runtime=60,
     params:
         ptycho=PTYCHO,
-        track=tracking("benchmark"),
-        models=" ".join(CFG["models"]),
-        modes=" ".join(CFG["xla"]),
-        repeats=CFG["bench"]["repeats"],
-        warmup=CFG["bench"]["warmup"],
-        shared_threads=CFG["train_threads"],
+        track=tracking("bench"),
+        preset=CFG["preset"],
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} bench --models {params.models} --modes {params.modes} --repeats {params.repeats} "
-        "--warmup {params.warmup} --threads-alone {resources.tf_threads} --shared-threads {params.shared_threads} "
-        "--dataset {input.data} --like {input.models} --out {output} > {log} 2>&1"
+        # models, modes, repeats, warmup and the shared context's threads: the study's config
+        "{params.ptycho} {params.track} bench --config {input.config} --preset {params.preset} "
+        "--threads-alone {resources.tf_threads} --dataset {input.data} --like {input.models} --out {output} > {log} 2>&1"
 
 
 rule check_speedup:

@@ -9,7 +9,7 @@ from snakemake.settings.types import DeploymentMethod
 from ptycho.errors import PtychoError
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import PATTERN as ARM_PATTERN, arm_name, parse_arm
-from ptycho.study.checks import ITEMS as CHECKLIST
+from ptycho.study import checklist
 from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, section_for,
                                    solver_mode, usable_cores)
 from ptycho.tracking import config_hash
@@ -41,7 +41,7 @@ os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, so
 ARMS = arms(CFG)
 # The XLA modes the checks compare with off (every mode of the study but off itself).
 XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
-CHECK_ITEMS = list(CHECKLIST)
+CHECK_ITEMS = checklist.names()
 # The solver's warm starts: each model's reference-mode arm of the first seed, run in the
 # first compared mode of the study (XLA's mode where the solver's work is all physics).
 WARM_ARMS = {m: arm_name(m, REFERENCE, CFG["seeds"][0]) for m in CFG["models"] if REFERENCE in CFG["xla"]}

@@ -1,4 +1,4 @@
-rule score:
+rule evaluate:
     input:
         stitched=f"{R}/stitched/{{arm}}.npz",
         data=f"{R}/data/test.h5",

@@ -1,7 +1,7 @@
 # Figures (one job, PNGs with captions for `snakemake --report`) and the validation report.
-from ptycho.study.report import FIGURES as REPORT_FIGURES
+from ptycho.study.report import figures as report_figures
 
-FIGURES = [name for name, _, _ in REPORT_FIGURES]
+FIGURES = [name for name, _, _ in report_figures()]
 
 
 rule figures:
@@ -37,7 +37,7 @@ rule figures:
         "--reconstructions {input.recon} --solver {input.solver} --out-dir {params.out} > {log} 2>&1"
 
 
-rule validation_report:
+rule report:
     input:
         checks=CHECKS,
         metrics=METRICS,

@@ -1,4 +1,4 @@
-rule train_model:
+rule train:
     input:
         data=f"{R}/data/train.h5",
         parent=PARENT,

@@ -31,7 +31,16 @@ from ptycho.data.simulate import simulate  # noqa: E402
 #: Small but complete: gridsize 2, 81 train positions (64 groups), 64 test positions.
 #: 50 lines on the 96 px canvas give about the line density of 400 on the reference's 784.
 SMALL = SimulationConfig(
-    n=16, gridsize=2, object_size=48, n_lines=50, stride_train=4, stride_test=8, nphotons=1e6, seed=1
+    n=16,
+    gridsize=2,
+    object_size=48,
+    n_lines=50,
+    stride_train=4,
+    stride_test=8,
+    nphotons=1e6,
+    seed=1,
+    n_objects_train=1,
+    probe_kind="disk",
 )
 
 

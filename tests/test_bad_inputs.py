@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import CORRUPTIONS, SMALL  # noqa: E402
 
 DOC = ROOT / "docs" / "bad-inputs.md"
-WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "schemas", "envs", "ptycho")
+WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "envs", "ptycho")
 
 
 @dataclass(frozen=True)

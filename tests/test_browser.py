@@ -351,7 +351,7 @@ def test_mlflow_experiment_page_lists_every_run_of_the_smoke_pipeline(mlflow_ui,
     for job in (r for r in direct if r.info.run_id in nesting):
         page.evaluate(f"""[...document.querySelectorAll('a')].find(a => a.innerText.trim() === {json.dumps(job.info.run_name)})
                           .closest('[role=gridcell]').querySelector('button').click()""")
-    assert {r.data.tags.get("rule") for r in direct if r.info.run_id in nesting} == {"benchmark", "solve", "warm_start"}
+    assert {r.data.tags.get("rule") for r in direct if r.info.run_id in nesting} == {"bench", "solve", "warm_start"}
     page.wait_for(
         f"{_unlisted([parent, *children])}.length === 0",
         timeout=60,

@@ -8,7 +8,11 @@ from html import escape
 import numpy as np
 import pytest
 
-from ptycho.study import checks, report
+from ptycho.study import checklist, report
+from ptycho.study.checklist.convergence import convergence
+from ptycho.study.checklist.item import verdict
+from ptycho.study.checklist.quality import quality
+from ptycho.study.checklist.speedup import speedup
 
 
 def _history(losses):
@@ -16,22 +20,22 @@ def _history(losses):
 
 
 def test_verdict_compares_in_the_stated_direction_and_nan_fails():
-    assert checks.verdict("x", 0.5, 1.0, "<=", "", {})["status"] == "PASS"
-    assert checks.verdict("x", 1.5, 1.0, "<=", "", {})["status"] == "FAIL"
-    assert checks.verdict("x", 1.5, 1.0, ">=", "", {})["status"] == "PASS"
-    assert checks.verdict("x", math.nan, 1.0, "<=", "", {})["status"] == "FAIL"
+    assert verdict("x", 0.5, 1.0, "<=", "", {})["status"] == "PASS"
+    assert verdict("x", 1.5, 1.0, "<=", "", {})["status"] == "FAIL"
+    assert verdict("x", 1.5, 1.0, ">=", "", {})["status"] == "PASS"
+    assert verdict("x", math.nan, 1.0, "<=", "", {})["status"] == "FAIL"
 
 
 def test_convergence_passes_for_close_decreasing_arms_and_fails_otherwise():
     hist = {"pinn-jit-s0": _history([3.0, 2.0, 1.00]), "pinn-off-s0": _history([3.0, 2.0, 1.01])}
     init = {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0}
-    ok = checks.convergence(hist, 0.05, init)
+    ok = convergence(hist, 0.05, init)
     assert ok["status"] == "PASS" and ok["value"] == pytest.approx(0.01 / 1.01)
-    far = checks.convergence(hist, 0.001, init)
+    far = convergence(hist, 0.001, init)
     assert far["status"] == "FAIL"
-    rising = checks.convergence(hist, 0.05, {"pinn-jit-s0": 0.5, "pinn-off-s0": 4.0})
+    rising = convergence(hist, 0.05, {"pinn-jit-s0": 0.5, "pinn-off-s0": 4.0})
     assert rising["status"] == "FAIL" and "did not decrease" in rising["summary"]
-    alone = checks.convergence({"pinn-jit-s0": _history([2.0, 1.0])}, 0.05)
+    alone = convergence({"pinn-jit-s0": _history([2.0, 1.0])}, 0.05)
     assert alone["status"] == "FAIL" and "no pair" in alone["summary"]
 
 
@@ -39,7 +43,7 @@ def test_quality_uses_the_largest_ssim_difference_between_arms():
     def m(a, p):
         return {"mean": {"amp_ssim": a, "phase_ssim": p, "amp_psnr": 20.0}}
 
-    rec = checks.quality({"pinn-jit-s0": m(0.80, 0.70), "pinn-off-s0": m(0.79, 0.73)}, 0.02)
+    rec = quality({"pinn-jit-s0": m(0.80, 0.70), "pinn-off-s0": m(0.79, 0.73)}, 0.02)
     assert rec["value"] == pytest.approx(0.03) and rec["status"] == "FAIL"
 
 
@@ -55,7 +59,7 @@ def test_quality_across_seeds_judges_the_difference_against_the_seed_to_seed_spr
     # what another seed also gives, so it PASSes although it is above the 0.02 threshold.
     off = _seeds("pinn", "off", [0.85, 0.86, 0.85], [0.80, 0.83, 0.86])
     jit = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.86, 0.86, 0.86])
-    rec = checks.quality({**off, **jit}, 0.02)
+    rec = quality({**off, **jit}, 0.02)
     c = rec["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
     assert c["difference"] == pytest.approx(0.03) and c["spread"] == pytest.approx(0.06)
     assert c["margin"] == pytest.approx(0.06) and c["within"] and c["low"] < 0.03 < c["high"]
@@ -63,7 +67,7 @@ def test_quality_across_seeds_judges_the_difference_against_the_seed_to_seed_spr
     assert "within the seed-to-seed spread" in rec["summary"] and "3 vs 3 seeds" in rec["summary"]
     # The same spread, the XLA arm 0.10 better everywhere: beyond what seeds do.
     far = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.91, 0.93, 0.95])
-    rec = checks.quality({**off, **far}, 0.02)
+    rec = quality({**off, **far}, 0.02)
     assert rec["status"] == "FAIL" and rec["value"] == pytest.approx(0.10)
     assert "EXCEEDS both the seed-to-seed spread" in rec["summary"]
 
@@ -71,12 +75,12 @@ def test_quality_across_seeds_judges_the_difference_against_the_seed_to_seed_spr
 def test_quality_across_tight_seeds_falls_back_to_the_threshold_and_can_show_equivalence():
     off = _seeds("pinn", "off", [0.850, 0.851, 0.852, 0.850], [0.860, 0.861, 0.860, 0.862])
     jit = _seeds("pinn", "jit", [0.851, 0.852, 0.850, 0.851], [0.861, 0.860, 0.862, 0.861])
-    rec = checks.quality({**off, **jit}, 0.02)
+    rec = quality({**off, **jit}, 0.02)
     c = rec["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"]
     assert c["margin"] == 0.02 and c["within"] and c["equivalent"]
     assert rec["status"] == "PASS" and "equivalent at 5 %" in rec["summary"]
     # One seed per arm: no spread, the threshold alone, and the summary says so.
-    one = checks.quality({"pinn-off-s0": off["pinn-off-s0"], "pinn-jit-s0": jit["pinn-jit-s0"]}, 0.02)
+    one = quality({"pinn-off-s0": off["pinn-off-s0"], "pinn-jit-s0": jit["pinn-jit-s0"]}, 0.02)
     assert one["status"] == "PASS" and "one seed per arm" in one["summary"]
     assert not one["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"]["equivalent"]
 
@@ -84,7 +88,8 @@ def test_quality_across_tight_seeds_falls_back_to_the_threshold_and_can_show_equ
 def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0, shared=None):
     """A benchmark record as ``ptycho.study.bench.run`` writes it, from synthetic step times;
     ``shared`` = (jit ms, off ms) adds the shared context."""
-    from ptycho.study.bench import quartiles, ratios
+    from ptycho.study.bench import ratios
+    from ptycho.study.stats import quartiles
 
     rng = np.random.default_rng(seed)
 
@@ -133,7 +138,7 @@ def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0, shared=None):
 
 
 def test_speedup_reports_slower_xla_in_words_with_its_interval():
-    rec = checks.speedup(_bench(125, 100), 1.0)
+    rec = speedup(_bench(125, 100), 1.0)
     assert rec["status"] == "FAIL" and "SLOWER" in rec["summary"] and "95% CI" in rec["summary"]
     ci = rec["evidence"]["intervals"]["PINN jit, train step alone"]
     assert rec["value"] == ci["low"] and ci["low"] < ci["ratio"] < ci["high"] < 1.0
@@ -143,22 +148,22 @@ def test_speedup_reports_slower_xla_in_words_with_its_interval():
         "Baseline jit, train step alone",
         "Baseline jit, inference",
     }
-    faster = checks.speedup(_bench(80, 100), 1.0)
+    faster = speedup(_bench(80, 100), 1.0)
     assert faster["status"] == "PASS" and "faster" in faster["summary"] and "jit" in faster["summary"]
-    same = checks.speedup(_bench(100, 100), 1.0)
+    same = speedup(_bench(100, 100), 1.0)
     assert "interval includes 1" in same["summary"] and same["status"] == "FAIL"  # not faster with confidence
     few = _bench(125, 100)
     for arm in few["arms"]:
         arm["step_samples_s"], arm["step_s"]["n"] = arm["step_samples_s"][:5], 5
-    few_rec = checks.speedup(few, 1.0)
+    few_rec = speedup(few, 1.0)
     assert "too few for a confidence interval" in few_rec["summary"]
     assert few_rec["value"] == few_rec["evidence"]["per_context"]["alone"]["ratio"]
 
 
 def test_speedup_verdict_is_for_its_stated_context_and_names_both():
     bench = _bench(125, 100, shared=(700, 1000))  # slower alone, faster when the cores are shared
-    alone = checks.speedup(bench, 1.0, context="alone")
-    shared = checks.speedup(bench, 1.0, context="shared")
+    alone = speedup(bench, 1.0, context="alone")
+    shared = speedup(bench, 1.0, context="shared")
     assert alone["status"] == "FAIL" and shared["status"] == "PASS"
     for rec, first in (
         (alone, "Alone on the machine (the verdict's context): "),
@@ -175,44 +180,46 @@ def test_a_measurement_beside_a_busy_process_is_marked_contaminated():
     import sys
     import time
 
-    from ptycho.study.bench import ForeignLoad, _process_cpu_seconds
+    from ptycho.study.bench import ForeignLoad
+    from ptycho.study.bench.machine import process_cpu_seconds
 
     busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 30: pass"])
     try:
         time.sleep(0.3)
         with ForeignLoad() as loaded:
             time.sleep(1.5)
-        used = _process_cpu_seconds(busy.pid)  # what ForeignLoad subtracts for a process of its own
+        used = process_cpu_seconds(busy.pid)  # what ForeignLoad subtracts for a process of its own
     finally:
         busy.kill()
         busy.wait()
     noisy = loaded.record(2)
     assert noisy["contaminated"] and noisy["foreign_cores"] > 0.5  # the busy loop took most of a core
-    assert used > 0.5 and _process_cpu_seconds(busy.pid) == 0.0  # reaped: nothing to count
+    assert used > 0.5 and process_cpu_seconds(busy.pid) == 0.0  # reaped: nothing to count
 
 
 def test_speedup_summary_says_when_its_evidence_is_contaminated():
     bench = _bench(125, 100)
     bench["contexts"]["alone"]["foreign_load"] = {"contaminated": True, "foreign_cores": 1.3, "of_cores": 2}
-    rec = checks.speedup(bench, 1.0)
+    rec = speedup(bench, 1.0)
     assert "CONTAMINATED: other processes kept 1.30 of 2 cores busy" in rec["summary"]
     assert rec["evidence"]["per_context"]["alone"]["contaminated"]
 
 
 def test_speedup_picks_the_fastest_mode_against_off():
-    from ptycho.study.bench import quartiles, ratios
+    from ptycho.study.bench import ratios
+    from ptycho.study.stats import quartiles
 
     bench = _bench(125, 100)
     physics = dict(bench["arms"][0], mode="physics", step_samples_s=[0.08] * 10 + [0.081] * 10)
     physics["step_s"] = quartiles(physics["step_samples_s"])
     bench["arms"].append(physics)
     bench["ratios"] = ratios(bench["arms"])
-    rec = checks.speedup(bench, 1.0)
+    rec = speedup(bench, 1.0)
     assert rec["status"] == "PASS" and "the fastest XLA mode, physics" in rec["summary"]
 
 
 def test_bootstrap_interval_covers_the_true_ratio_and_narrows_with_more_samples():
-    from ptycho.study.bench import bootstrap_ratio
+    from ptycho.study.stats import bootstrap_ratio
 
     rng = np.random.default_rng(3)
     small = bootstrap_ratio(2.0 + 0.1 * rng.standard_normal(10), 1.0 + 0.05 * rng.standard_normal(10))
@@ -224,7 +231,7 @@ def test_bootstrap_interval_covers_the_true_ratio_and_narrows_with_more_samples(
 
 
 def test_break_even_steps_repay_the_extra_compile_time():
-    from ptycho.study.bench import break_even_steps
+    from ptycho.study.stats import break_even_steps
 
     assert break_even_steps(10.0, 2.0, 0.08, 0.10) == pytest.approx(400)  # 8 s extra / 20 ms per step
     assert break_even_steps(1.0, 2.0, 0.08, 0.10) == 0.0  # compiles faster and steps faster
@@ -235,7 +242,7 @@ def test_quality_evidence_has_arm_differences_and_pinn_vs_baseline():
     def m(a, p):
         return {"mean": {"amp_ssim": a, "phase_ssim": p, "amp_psnr": 20.0}}
 
-    rec = checks.quality(
+    rec = quality(
         {
             "pinn-jit-s0": m(0.80, 0.70),
             "pinn-off-s0": m(0.79, 0.71),
@@ -252,7 +259,7 @@ def test_quality_evidence_has_arm_differences_and_pinn_vs_baseline():
 
 def _items(status="PASS"):
     return {
-        name: checks.verdict(
+        name: verdict(
             name,
             0.0 if status == "PASS" else 2.0,
             1.0,
@@ -260,14 +267,14 @@ def _items(status="PASS"):
             f"{name} summary",
             {"pairs": {}} if name == "convergence" else {},
         )
-        for name in checks.ITEMS
+        for name in checklist.names()
     }
 
 
 def test_report_verdict_is_pass_only_if_every_item_passes():
     assert report.build(_items(), {}, {"preset": "smoke"})["verdict"] == "PASS"
     items = _items()
-    items["speedup"] = checks.verdict("speedup", 0.5, 1.0, ">=", "slower", {})
+    items["speedup"] = verdict("speedup", 0.5, 1.0, ">=", "slower", {})
     assert report.build(items, {}, {"preset": "smoke"})["verdict"] == "FAIL"
     with pytest.raises(ValueError, match="gradients"):
         report.build({k: v for k, v in _items().items() if k != "gradients"}, {}, {})
@@ -314,7 +321,7 @@ def test_convergence_without_validation_losses_fails_instead_of_passing():
             {"epoch": 2, "train_loss": 5.0, "val_loss": nan},
         ],
     }
-    assert checks.convergence(hist, 0.05)["status"] == "FAIL"
+    assert convergence(hist, 0.05)["status"] == "FAIL"
 
 
 def test_quality_with_an_undefined_ssim_fails_without_crashing():
@@ -322,7 +329,7 @@ def test_quality_with_an_undefined_ssim_fails_without_crashing():
         "pinn-jit-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
         "pinn-off-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
     }
-    record = checks.quality(metrics, 0.02)
+    record = quality(metrics, 0.02)
     assert record["status"] == "FAIL" and math.isnan(record["value"])
 
 
@@ -368,25 +375,26 @@ def _full_items():
             }
         }
     }
-    items["quality"] = checks.quality(
+    items["quality"] = quality(
         {
             "pinn-jit-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": 0.7}},
             "pinn-off-s0": {"mean": {"amp_ssim": 0.79, "phase_ssim": 0.7}},
         },
         0.02,
     )
-    items["speedup"] = checks.speedup(_bench(125, 100), 1.0)
+    items["speedup"] = speedup(_bench(125, 100), 1.0)
     return items
 
 
 def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_path):
-    from ptycho.study.figures import speedup_bars, to_png
+    from ptycho.study.figures.style import to_png
+    from ptycho.study.figures.timing import speedup_bars
 
-    png = to_png(speedup_bars(checks.speedup(_bench(125, 100), 1.0)["evidence"]["intervals"]))
+    png = to_png(speedup_bars(_bench(125, 100)["ratios"]))
     rec = report.build(_full_items(), {}, {"preset": "smoke"}, {"cpu": "test cpu", "cores": 2}, ("speedup",))
     paths = report.write(rec, tmp_path, {"speedup": png})
     html = paths["html"].read_text()
-    for sid in ("verdict", "checklist", *checks.ITEMS, "machine"):
+    for sid in ("verdict", "checklist", *checklist.names(), "machine"):
         assert f'<section id="{sid}">' in html
     assert html.count("data:image/png;base64,") == 1 and escape(report.caption("speedup")) in html
     assert "conv2d" in html and "trained pinn-jit-s0 at inference" in html
@@ -400,10 +408,10 @@ def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_p
 def test_every_figure_of_the_report_has_a_caption_for_snakemake_report():
     from pathlib import Path
 
-    for stem, _, _ in report.FIGURES:
+    for stem, _, _ in report.figures():
         assert len(report.caption(stem)) > 40
     rules = (Path(__file__).resolve().parent.parent / "rules" / "report.smk").read_text()
-    assert "from ptycho.study.report import FIGURES" in rules  # the rule's outputs are the report's figures
+    assert "from ptycho.study.report import figures" in rules  # the rule's outputs are the report's figures
 
 
 def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reason(tmp_path):
@@ -411,9 +419,9 @@ def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reaso
     shows the failed arm and why, instead of crashing or leaving it out."""
     reason = "loss became nan at epoch 3; the last good checkpoint (after epoch 2) is kept"
     hist = {"pinn-jit-s0": _history([3.0, 2.0]), "pinn-off-s0": _history([3.0, 2.0, 1.0])}
-    conv = checks.convergence(hist, 0.05, {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0}, {"pinn-jit-s0": reason})
+    conv = convergence(hist, 0.05, {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0}, {"pinn-jit-s0": reason})
     assert conv["status"] == "FAIL" and f"arm pinn-jit-s0 FAILED in training: {reason}" in conv["summary"]
-    empty = checks.convergence(
+    empty = convergence(
         {"pinn-jit-s0": [], "pinn-off-s0": _history([2.0, 1.0])}, 0.05, failed={"pinn-jit-s0": reason}
     )  # diverged before its first epoch ended
     assert empty["status"] == "FAIL" and math.isnan(empty["value"])
@@ -421,7 +429,7 @@ def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reaso
     def m(a, p):
         return {"mean": {"amp_ssim": a, "phase_ssim": p}}
 
-    qual = checks.quality({"pinn-jit-s0": m(0.8, 0.7), "pinn-off-s0": m(0.8, 0.7)}, 0.02, {"pinn-jit-s0": reason})
+    qual = quality({"pinn-jit-s0": m(0.8, 0.7), "pinn-off-s0": m(0.8, 0.7)}, 0.02, {"pinn-jit-s0": reason})
     assert qual["status"] == "FAIL" and "last good state" in qual["summary"]
     items = _full_items()
     items["convergence"], items["quality"] = conv, qual
@@ -475,11 +483,11 @@ def test_convergence_across_seeds_compares_mean_final_losses_against_the_seed_sp
         "pinn-jit-s1": _history([0.09, 0.04706]),
         "pinn-off-s1": _history([0.09, 0.04735]),
     }
-    rec = checks.convergence(hist, 0.05)
+    rec = convergence(hist, 0.05)
     c = rec["evidence"]["comparisons"]["pinn-jit"]
     assert c["difference"] == pytest.approx((0.04987 + 0.04706) / (0.04562 + 0.04735) - 1)
     assert rec["status"] == "PASS" and rec["evidence"]["pairs"]["pinn-s0-jit"]["relative_difference"] > 0.09
     assert "final validation loss" in rec["summary"] and "2 vs 2 seeds" in rec["summary"]
     # Both seeds of the XLA arm 20 % higher: beyond any spread the seeds show.
     worse = dict(hist, **{"pinn-jit-s0": _history([0.09, 0.0555]), "pinn-jit-s1": _history([0.09, 0.0560])})
-    assert checks.convergence(worse, 0.05)["status"] == "FAIL"
+    assert convergence(worse, 0.05)["status"] == "FAIL"

@@ -8,12 +8,16 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ptycho.cli import main
 from ptycho.config import SimulationConfig, from_dict, to_dict, to_json
 from ptycho.errors import ConfigError, DatasetError, PtychoError
+from ptycho.nets.xla import REFERENCE
+
+STUDY_CONFIG = str(Path(__file__).resolve().parent.parent / "config.yaml")
 
 SMALL_FLAGS = (
     "--n", "16", "--object-size", "48", "--n-lines", "50", "--stride-test", "8",
@@ -209,7 +213,7 @@ def test_simulate_end_to_end_writes_both_files_which_inspect_validates(cli, tmp_
 
 def test_simulate_in_process_matches_library(tmp_path, small_cfg, pair, capsys):
     flags = ["--n", "16", "--object-size", "48", "--n-lines", "50", "--stride-test", "8", "--nphotons", "1e6",
-             "--seed", "1", "--quiet"]  # fmt: skip
+             "--seed", "1", "--n-objects-train", "1", "--probe-kind", "disk", "--quiet"]  # fmt: skip
     code = main(["simulate", "--train", str(tmp_path / "tr.h5"), "--test", str(tmp_path / "te.h5"), *flags])
     assert code == 0
     from ptycho.data.dataset import content_digest, read_dataset
@@ -288,3 +292,165 @@ def test_a_job_returns_what_it_logs_as_a_record(tmp_path):
     assert record.metrics["train_patterns"] > 0 and record.metrics["test_groups"] > 0 and record.metrics["scale"] > 0
     assert record.summary.splitlines()[0].startswith(f"train: {tmp_path / 'train.h5'}")
     assert not record.failure and record.model is None and not record.nested
+
+
+# ------------------------------------------------------------------ declarations
+def _argv_for(spec, output: str, unwritable: str) -> list[str]:
+    """The shortest command line of ``spec`` that parses, with ``unwritable`` as output
+    ``output`` and every other required argument a placeholder (never read: the outputs
+    are probed before a command does any work)."""
+    from ptycho.cli.declare import Arg
+
+    argv = [spec.name]
+    for a in spec.arguments:
+        if not isinstance(a, Arg):
+            continue
+        positional = not a.flags[0].startswith("-")
+        if a.flags[0] == output:
+            argv += [a.flags[0], unwritable]
+        elif positional or a.options.get("required"):
+            choices = a.options.get("choices")
+            value = str(next(iter(choices))) if choices else "1"
+            argv += [value] if positional else [a.flags[0], value]
+    return argv
+
+
+def _declared_outputs() -> list[tuple[str, str]]:
+    from ptycho.cli import COMMANDS
+
+    return [(name, flag) for name, spec in COMMANDS.items() for _, flag, _ in spec.outputs()]
+
+
+def test_the_outputs_are_declared_where_the_commands_are():
+    # What the old _OUTPUTS table listed, now read from the declarations.
+    from ptycho.cli import COMMANDS
+
+    outputs = {name: [(attr, flag, folder) for attr, flag, folder in spec.outputs()] for name, spec in COMMANDS.items()}
+    assert outputs["simulate"] == [("train", "--train", False), ("test", "--test", False)]
+    assert outputs["train"] == [("out", "--out", True)]
+    assert outputs["solve"] == [("out", "--out", False), ("stitched_dir", "--stitched-dir", True)]
+    assert outputs["figures"] == outputs["report"] == [("out_dir", "--out-dir", True)]
+    assert outputs["inspect"] == []
+    # every --out / --out-dir a command has is declared as an output
+    for name, spec in COMMANDS.items():
+        flags = {f for a in spec.arguments for f in getattr(a, "flags", ())}
+        assert {f for f in flags if f in ("--out", "--out-dir")} <= {flag for _, flag, _ in spec.outputs()}, name
+
+
+@pytest.mark.parametrize("command, flag", _declared_outputs(), ids=lambda x: x)
+def test_every_declared_output_is_probed_before_any_work(command, flag, tmp_path, capsys, monkeypatch):
+    from ptycho.cli import COMMANDS
+
+    monkeypatch.chdir(tmp_path)
+    unwritable = "/proc/forbidden/out"
+    code = main(_argv_for(COMMANDS[command], flag, unwritable))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err == f"ptycho {command}: error: cannot write {flag} {unwritable} (No such file or directory); " \
+        "choose a writable path\n"  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_writable_problem_says_why_and_creates_nothing(tmp_path):
+    from ptycho.artifacts import writable_problem
+
+    (tmp_path / "f.txt").write_text("x")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone" / "x")
+    before = sorted(tmp_path.iterdir())
+    assert writable_problem(tmp_path / "new" / "deeper" / "a.json") is None
+    assert writable_problem(tmp_path / "new", folder=True) is None
+    assert writable_problem(tmp_path / "d", folder=True) is None
+    assert writable_problem(tmp_path / "d") == "Is a directory"
+    assert writable_problem(tmp_path / "f.txt", folder=True) == "it is a file, not a folder"
+    assert writable_problem(tmp_path / "f.txt" / "a.json") == f"{tmp_path / 'f.txt'} is not a folder"
+    assert writable_problem(tmp_path / "dangling" / "a.json") is None  # the write will say it
+    assert writable_problem("/proc/forbidden.h5") == "No such file or directory"
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_every_command_is_declared_once_with_its_function():
+    from ptycho.cli import COMMANDS, build_parser
+    from ptycho.cli.declare import arg, command
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert list(sub.choices) == list(COMMANDS)
+    with pytest.raises(ValueError, match="declared twice"):
+        command("inspect", "again")(lambda args, live: None)
+    with pytest.raises(ValueError, match="output must be"):
+        arg("--out", output="file")
+
+
+def test_check_offers_the_checklist_and_knows_which_items_run_tensorflow():
+    from ptycho.cli import COMMANDS, build_parser
+    from ptycho.study import checklist
+
+    parser = build_parser()
+    spec = COMMANDS["check"]
+    for name in checklist.names():
+        args = parser.parse_args(["check", name, "--threshold", "1", "--out", "x.json"])
+        assert spec.uses_tensorflow(args) == checklist.get(name).measures
+        assert args.context == checklist.Inputs.context and args.loss == checklist.Inputs.loss
+
+
+# ---------------------------------------------------------------------- bench
+@pytest.fixture
+def bench_calls(monkeypatch):
+    """``jobs.bench``'s arguments, instead of timing anything."""
+    from ptycho.study import jobs
+    from ptycho.tracking.record import JobRecord
+
+    calls = []
+
+    def fake(dataset, model_jsons, models, train_cfg, modes, config, out, *, sim=None):
+        calls.append(dict(dataset=dataset, like=model_jsons, models=models, train=train_cfg, modes=modes,
+                          config=config, out=out, sim=sim))  # fmt: skip
+        return JobRecord()
+
+    monkeypatch.setattr(jobs, "bench", fake)
+    return calls
+
+
+def test_bench_reads_the_studys_config_like_scaling(bench_calls):
+    from ptycho.cli.values import study_config
+    from ptycho.study import workflow
+    from ptycho.study.bench import BenchConfig
+
+    assert main(["bench", "--config", STUDY_CONFIG, "--preset", "smoke"]) == 0
+    (call,) = bench_calls
+    cfg = study_config(STUDY_CONFIG, "smoke")
+    assert call["models"] == [workflow.model_config(cfg, k) for k in cfg["models"]]
+    assert call["train"] == workflow.train_config(cfg, REFERENCE, 0, cfg["models"][0])
+    assert list(call["modes"]) == cfg["xla"]
+    assert call["sim"] == workflow.simulation_config(cfg) and call["dataset"] is None
+    bench = call["config"]
+    assert (bench.repeats, bench.warmup) == (cfg["bench"]["repeats"], cfg["bench"]["warmup"])
+    assert bench.shared_threads == cfg["train_threads"] and bench.shared
+    assert (bench.threads, bench.component_repeats) == (BenchConfig.threads, BenchConfig.component_repeats)
+
+
+def test_bench_flags_override_the_studys_config(bench_calls, tmp_path):
+    # What rules/checks.smk (benchmark_arms) passes, plus the model flags.
+    argv = ["bench", "--config", STUDY_CONFIG, "--preset", "smoke", "--models", "pinn", "--modes", "jit", "--repeats", "7", "--warmup", "2",
+            "--threads-alone", "2", "--shared-threads", "3", "--component-repeats", "4", "--no-shared",
+            "--filters", "8", "--loss", "poisson", "--batch-size", "4", "--n", "32", "--object-size", "80",
+            "--like", "m.json", "--out", str(tmp_path / "b.json")]  # fmt: skip
+    assert main(argv) == 0
+    (call,) = bench_calls
+    (model,) = call["models"]
+    assert (model.kind, model.filters, model.loss) == ("pinn", 8, "poisson")
+    assert call["train"].batch_size == 4 and list(call["modes"]) == ["jit"] and call["like"] == ["m.json"]
+    b = call["config"]
+    assert (b.repeats, b.warmup, b.threads, b.shared_threads, b.component_repeats, b.shared) == (7, 2, 2, 3, 4, False)
+    assert (call["sim"].n, call["sim"].object_size) == (32, 80)
+
+
+def test_bench_without_the_studys_config_is_one_line(bench_calls, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--models", "pinn"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "ptycho bench: error: cannot read config file config.yaml: No such file or directory\n"
+    )
+    assert bench_calls == []

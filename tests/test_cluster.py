@@ -47,7 +47,7 @@ PROFILE_ARGS = ("--profile", str(SLURM_PROFILE.parent), "--profile", str(TEST_PR
 def _entries_without_comment(path: Path) -> list[str]:
     """Lines setting a value with no comment on the line or right above it.
 
-    A nested block header (``  train_model:``) needs none: its entries carry theirs.
+    A nested block header (``  train:``) needs none: its entries carry theirs.
     """
     lines = path.read_text().splitlines()
     bare = []
@@ -71,13 +71,13 @@ def test_slurm_profile_requests_what_the_plugin_understands():
     assert prof["executor"] == "slurm"
     # Real clusters have accounting: the plugin's default (sacct) polling is kept.
     assert "slurm-status-command" not in prof and "slurm-init-seconds-before-status-checks" not in prof
-    train = prof["set-resources"]["train_model"]
+    train = prof["set-resources"]["train"]
     # snakemake-executor-plugin-slurm 2.8 turns 'gpu' into --gpus=N (gpu_model/gres are the alternatives).
     assert train["gpu"] >= 1 and {"mem_mb", "runtime", "cpus_per_task"} <= set(train)
     assert {"mem_mb", "runtime"} <= set(prof["default-resources"])
     assert prof["retries"] >= 1 and prof["latency-wait"] >= 5 and prof["jobs"] >= 1
-    # benchmark_arms asks for workflow.cores, which a cluster executor leaves undefined.
-    assert prof["cores"] >= 1 and "benchmark_arms" in prof["set-threads"]
+    # bench asks for workflow.cores, which a cluster executor leaves undefined.
+    assert prof["cores"] >= 1 and "bench" in prof["set-threads"]
 
 
 def test_default_profile_holds_no_cluster_keys():
@@ -364,10 +364,10 @@ def test_smoke_pipeline_through_slurm_tracks_every_job_and_reports_a_failure(clu
     stitched = work / "results" / "smoke" / "stitched" / "pinn-jit-s0.npz"
     stitched.write_bytes(b"not an npz file")
     target = "results/smoke/metrics/pinn-jit-s0.json"
-    failed = _snakemake(cluster, work, target, "--forcerun", "score", "--config", "preset=smoke", timeout=900)
+    failed = _snakemake(cluster, work, target, "--forcerun", "evaluate", "--config", "preset=smoke", timeout=900)
     timings["failing job"] = time.monotonic() - t0
     assert failed.returncode != 0
-    assert "Error in rule score" in failed.stdout + failed.stderr
+    assert "Error in rule evaluate" in failed.stdout + failed.stderr
     parents, children_after = _runs(work)
     new = [r for r in children_after if r.info.run_id not in {c.info.run_id for c in children}]
     attempts = 1 + yaml.safe_load(SLURM_PROFILE.read_text())["retries"]

@@ -58,7 +58,7 @@ def test_the_layout_is_cxi_1_6_in_metres_and_joules(files, tmp_path):
         translation = f["entry_1/sample_1/geometry_1/translation"]
         assert translation.shape == (len(ds.positions), 3) and translation.attrs["units"] == "m"
         assert not translation[:, 2].any()
-        # x is the column, y the row, of each probe centre on the object (DOMAIN.md), times dx.
+        # x is the column, y the row, of each probe centre on the object (docs/physics.md section 2), times dx.
         np.testing.assert_allclose(translation[:, 0], ds.positions[:, 0] * dx, rtol=1e-15)
         np.testing.assert_allclose(translation[:, 1], ds.positions[:, 1] * dx, rtol=1e-15)
         for name, target in (

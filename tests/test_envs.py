@@ -68,7 +68,7 @@ def test_under_sdm_conda_every_job_runs_the_package_with_the_envs_interpreter():
     from snakemake.settings.types import DeploymentMethod
 
     jobs = {name: rule for name, rule in _rules(DeploymentMethod.CONDA).items() if rule[1] is not None}
-    targets = {"all", "datasets", "train", "evaluate", "report"}
+    targets = {"all", "datasets", "models", "metrics"}
     assert set(_rules(DeploymentMethod.CONDA)) - set(jobs) == targets  # only the target rules run nothing
     for name, (env, command, ptycho) in jobs.items():
         assert env == "../envs/ptycho.yaml", name

@@ -9,9 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from ptycho.study import figures
+from ptycho.study.arms import Arm
+from ptycho.study.figures import curves, images, quality, style, timing
 
-ARMS = ("pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0")
+ARMS = tuple(map(Arm.parse, ("pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0")))
+PJ, PO = Arm("pinn", "jit", 0), Arm("pinn", "off", 0)
 JIT, OFF, PHYSICS = "#0072B2", "#D55E00", "#CC79A7"
 
 
@@ -34,14 +36,10 @@ def _arms(truth, names=ARMS, noise=0.05):
 def _curves():
     ep = np.arange(1, 9)
     return {
-        "pinn-s0": {
-            "jit": {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.9 + 3 * np.exp(-ep / 3))},
-            "off": {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.88 + 3 * np.exp(-ep / 3))},
-        },
-        "baseline-s0": {
-            "jit": {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))},
-            "off": {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))},
-        },
+        PJ: {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.9 + 3 * np.exp(-ep / 3))},
+        PO: {"train": list(-2 + 3 * np.exp(-ep / 3)), "val": list(-1.88 + 3 * np.exp(-ep / 3))},
+        Arm("baseline", "jit", 0): {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))},
+        Arm("baseline", "off", 0): {"train": list(np.exp(-ep)), "val": list(1.1 * np.exp(-ep))},
     }
 
 
@@ -77,11 +75,18 @@ def _bench_arms():
 
 
 def _ratios():
+    """``bench.json["ratios"]`` as the benchmark writes it (entries that are not measurements included)."""
     nan = math.nan
     return {
-        "PINN jit, train step alone": {"ratio": 1.4, "low": 1.2, "high": 1.6},
-        "Baseline jit, train step alone": {"ratio": 0.9, "low": nan, "high": nan},
-        "PINN jit, inference": {"ratio": nan, "low": nan, "high": nan},
+        "pinn": {
+            "jit": {
+                "train_step_alone": {"ratio": 1.4, "low": 1.2, "high": 1.6},
+                "compile_extra_s": 3.0,
+                "inference": {"ratio": nan, "low": nan, "high": nan},
+            },
+            "off": {"padded_vs_naive": 1.1},
+        },
+        "baseline": {"jit": {"train_step_alone": {"ratio": 0.9, "low": nan, "high": nan}, "padded_vs_naive": 1.0}},
     }
 
 
@@ -110,19 +115,19 @@ def no_leaked_pyplot_figures():
 def test_palette_gives_every_xla_mode_one_okabe_ito_colour():
     from ptycho.nets.xla import MODES
 
-    assert list(figures.MODE_COLOURS) == list(MODES)  # a new mode needs its colour
-    assert set(figures.MODE_COLOURS.values()) <= set(figures.OKABE_ITO)
-    assert len(set(figures.MODE_COLOURS.values())) == len(MODES)
-    assert (
-        figures.arm_colour("jit") == figures.XLA_COLOUR == JIT
-        and figures.arm_colour("off") == figures.NOXLA_COLOUR == OFF
+    assert list(style.MODE_COLOURS) == list(MODES)  # a new mode needs its colour
+    assert set(style.MODE_COLOURS.values()) <= set(style.OKABE_ITO)
+    assert len(set(style.MODE_COLOURS.values())) == len(MODES)
+    assert style.arm_colour("jit") == style.XLA_COLOUR == JIT and style.arm_colour("off") == style.NOXLA_COLOUR == OFF
+    assert style.arm_colour(None) == style.UNKNOWN_ARM_COLOUR
+    assert (style.AMPLITUDE_CMAP, style.PHASE_CMAP, style.ERROR_CMAP) == ("cividis", "cividis", "PuOr")
+
+
+def test_importing_the_figure_modules_does_not_import_matplotlib():
+    modules = ", ".join(
+        f"ptycho.study.figures.{m}" for m in ("style", "inputs", "images", "curves", "timing", "quality")
     )
-    assert figures.arm_colour(None) == figures.UNKNOWN_ARM_COLOUR
-    assert (figures.AMPLITUDE_CMAP, figures.PHASE_CMAP, figures.ERROR_CMAP) == ("cividis", "cividis", "PuOr")
-
-
-def test_importing_the_module_does_not_import_matplotlib():
-    code = "import sys, ptycho.study.figures; print('matplotlib' in sys.modules)"
+    code = f"import sys, {modules}; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -131,21 +136,27 @@ def test_building_and_rendering_changes_no_global_matplotlib_state():
     import matplotlib
 
     before = dict(matplotlib.rcParams)
-    figures.to_png(figures.speedup_bars(_ratios()))
+    style.to_png(timing.speedup_bars(_ratios()))
     assert dict(matplotlib.rcParams) == before
+
+
+def test_message_figure_says_its_text():
+    fig = style.message_figure("no solver run")
+    assert _texts(fig) == ["no solver run"]
+    assert style.to_png(fig).startswith(b"\x89PNG")
 
 
 # ------------------------------------------------------------------ image figures
 def test_reconstruction_grid_has_truth_then_each_arm_with_colour_bars_and_truth_limits():
     truth = _truth()
-    fig = figures.reconstruction_grid(truth, _arms(truth))
-    images = _images(fig)
-    assert len(images) == 2 * (1 + len(ARMS))
-    assert all(im.colorbar is not None for im in images)
-    amp, phase = images[0::2], images[1::2]
+    fig = images.reconstruction_grid(truth, _arms(truth))
+    shown = _images(fig)
+    assert len(shown) == 2 * (1 + len(ARMS))
+    assert all(im.colorbar is not None for im in shown)
+    amp, phase = shown[0::2], shown[1::2]
     assert {im.get_clim() for im in amp} == {(truth[0].min(), truth[0].max())}
     assert {im.get_clim() for im in phase} == {(truth[1].min(), truth[1].max())}
-    assert [im.get_cmap().name for im in images[:2]] == ["cividis", "cividis"]
+    assert [im.get_cmap().name for im in shown[:2]] == ["cividis", "cividis"]
     titles = [im.axes.get_title() for im in amp]
     assert titles == [
         "Ground truth: amplitude",
@@ -157,10 +168,32 @@ def test_reconstruction_grid_has_truth_then_each_arm_with_colour_bars_and_truth_
     assert phase[0].colorbar.ax.get_ylabel() == "phase (rad)"
 
 
+def test_image_rows_follow_the_arm_order_and_name_the_seed_when_there_are_several():
+    truth = _truth((8, 8))
+    names = ("baseline-off-s1", "pinn-jit-s1", "pinn-off-s0", "pinn-jit-s0", "pinn-off-s1")
+    fig = images.reconstruction_grid(truth, _arms(truth, tuple(map(Arm.parse, names))))
+    titles = [im.axes.get_title() for im in _images(fig)[0::2]]
+    assert titles == [
+        "Ground truth: amplitude",
+        "PINN, no XLA (off), seed 0: amplitude",
+        "PINN, no XLA (off), seed 1: amplitude",
+        "PINN, XLA jit, seed 0: amplitude",
+        "PINN, XLA jit, seed 1: amplitude",
+        "Baseline, no XLA (off), seed 1: amplitude",
+    ]
+
+
+@pytest.mark.parametrize("key", ["pinn-jit-s0", ("pinn", "jit", 0), Arm("pinn", "fast", 0)])
+def test_image_figures_take_arms_not_names(key):
+    truth = _truth((8, 8))
+    with pytest.raises(ValueError, match="arms: "):
+        images.reconstruction_grid(truth, {key: truth})
+
+
 def test_reconstruction_grid_uses_a_cyclic_map_only_for_a_phase_spanning_a_full_turn():
     amp = np.ones((8, 8))
     wrapped = np.linspace(-np.pi, np.pi, 64).reshape(8, 8)
-    fig = figures.reconstruction_grid((amp, wrapped), {})
+    fig = images.reconstruction_grid((amp, wrapped), {})
     assert _images(fig)[1].get_cmap().name == "twilight"
     assert _images(fig)[1].get_clim() == (-np.pi, np.pi)
 
@@ -168,29 +201,29 @@ def test_reconstruction_grid_uses_a_cyclic_map_only_for_a_phase_spanning_a_full_
 def test_error_maps_share_symmetric_limits_per_column_and_wrap_the_phase_error():
     truth = (np.ones((8, 8)), np.full((8, 8), 3.1))
     arms = {
-        "pinn-jit-s0": (np.full((8, 8), 1.1), np.full((8, 8), -3.1)),
-        "pinn-off-s0": (np.full((8, 8), 0.8), np.full((8, 8), 3.0)),
+        PJ: (np.full((8, 8), 1.1), np.full((8, 8), -3.1)),
+        PO: (np.full((8, 8), 0.8), np.full((8, 8), 3.0)),
     }
-    fig = figures.error_maps(truth, arms)
-    images = _images(fig)
-    assert len(images) == 4 and all(im.colorbar is not None for im in images)
-    assert all(im.get_cmap().name == "PuOr" for im in images)
-    amp_lims = {im.get_clim() for im in images[0::2]}
+    fig = images.error_maps(truth, arms)
+    shown = _images(fig)
+    assert len(shown) == 4 and all(im.colorbar is not None for im in shown)
+    assert all(im.get_cmap().name == "PuOr" for im in shown)
+    amp_lims = {im.get_clim() for im in shown[0::2]}
     assert len(amp_lims) == 1 and next(iter(amp_lims)) == pytest.approx((-0.2, 0.2))
-    xla_phase_error = images[3].get_array()  # rows: off, then jit
+    xla_phase_error = shown[3].get_array()  # rows: off, then jit
     assert np.allclose(xla_phase_error, 2 * np.pi - 6.2)  # -3.1 - 3.1 wrapped into (-pi, pi]
-    assert images[1].get_clim() == pytest.approx((-0.1, 0.1))  # the larger |error| of the two arms
+    assert shown[1].get_clim() == pytest.approx((-0.1, 0.1))  # the larger |error| of the two arms
 
 
-@pytest.mark.parametrize("builder", [figures.reconstruction_grid, figures.error_maps])
+@pytest.mark.parametrize("builder", [images.reconstruction_grid, images.error_maps])
 @pytest.mark.parametrize(
     "bad, match",
     [
-        ({"pinn-jit-s0": (np.ones((8, 9)), np.ones((8, 9)))}, "differs from the truth"),
-        ({"pinn-jit-s0": (np.ones((8, 8)), np.ones((8, 9)))}, "differ in shape"),
-        ({"pinn-jit-s0": (np.ones(8), np.ones(8))}, "must be 2-D"),
-        ({"pinn-jit-s0": (np.ones((8, 8), complex), np.ones((8, 8)))}, "complex"),
-        ({"pinn-jit-s0": np.ones((8, 8))}, "expected a pair"),
+        ({PJ: (np.ones((8, 9)), np.ones((8, 9)))}, "differs from the truth"),
+        ({PJ: (np.ones((8, 8)), np.ones((8, 9)))}, "differ in shape"),
+        ({PJ: (np.ones(8), np.ones(8))}, "must be 2-D"),
+        ({PJ: (np.ones((8, 8), complex), np.ones((8, 8)))}, "complex"),
+        ({PJ: np.ones((8, 8))}, "expected a pair"),
     ],
 )
 def test_image_figures_reject_structurally_wrong_arrays(builder, bad, match):
@@ -200,23 +233,23 @@ def test_image_figures_reject_structurally_wrong_arrays(builder, bad, match):
 
 def test_image_figures_require_the_truth():
     with pytest.raises(ValueError, match="truth"):
-        figures.reconstruction_grid(None, {})
+        images.reconstruction_grid(None, {})
 
 
 def test_a_missing_arm_is_drawn_as_na_and_nan_pixels_do_not_crash():
     truth = _truth((8, 8))
     arm = (np.full((8, 8), np.nan), truth[1])
-    fig = figures.error_maps(truth, {"pinn-jit-s0": None, "pinn-off-s0": arm})
+    fig = images.error_maps(truth, {PJ: None, PO: arm})
     assert len(_images(fig)) == 2
     assert "n/a (no reconstruction)" in _texts(fig)
     amp_error = next(ax for ax in fig.axes if ax.get_title().startswith("PINN, no XLA (off): amplitude"))
     assert amp_error.get_title().endswith("RMSE n/a")
-    assert figures.to_png(fig).startswith(b"\x89PNG")
+    assert style.to_png(fig).startswith(b"\x89PNG")
 
 
 # -------------------------------------------------------------------- loss curves
 def test_loss_curves_one_panel_per_model_and_seed_mode_colours_and_train_dashed():
-    fig = figures.loss_curves(_curves())
+    fig = curves.loss_curves(_curves())
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert len(panels) == 2
     pinn = panels[0]
@@ -229,28 +262,36 @@ def test_loss_curves_one_panel_per_model_and_seed_mode_colours_and_train_dashed(
     assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 4
 
 
+def test_loss_curves_panels_go_by_seed_then_model():
+    ep = [3.0, 2.0, 1.0]
+    arms = ("baseline-off-s1", "pinn-off-s1", "baseline-off-s0", "pinn-off-s0")
+    fig = curves.loss_curves({Arm.parse(n): {"val": ep} for n in arms})
+    titles = [ax.get_title().split("\n")[0] for ax in fig.axes if ax.get_visible()]
+    assert titles == ["PINN, seed 0", "Baseline, seed 0", "PINN, seed 1", "Baseline, seed 1"]
+
+
 def test_loss_curves_log_scale_only_for_positive_losses_spanning_a_decade():
-    fig = figures.loss_curves(_curves())
+    fig = curves.loss_curves(_curves())
     by_title = {ax.get_title().split("\n")[0]: ax.get_yscale() for ax in fig.axes if ax.get_visible()}
     assert by_title == {"PINN, seed 0": "linear", "Baseline, seed 0": "log"}
-    narrow = {"pinn-s0": {"jit": {"val": [2.0, 1.5]}, "off": {"val": [2.0, 1.4]}}}
-    assert figures.loss_curves(narrow).axes[0].get_yscale() == "linear"
+    narrow = {PJ: {"val": [2.0, 1.5]}, PO: {"val": [2.0, 1.4]}}
+    assert curves.loss_curves(narrow).axes[0].get_yscale() == "linear"
 
 
 def test_loss_curves_tolerate_missing_series_nulls_and_empty_evidence():
-    fig = figures.loss_curves({"pinn-s0": {"jit": {"val": [1.0, None, 0.5]}}, "pinn-s1": {"jit": {"train": []}}})
+    fig = curves.loss_curves({PJ: {"val": [1.0, None, 0.5]}, Arm("pinn", "jit", 1): {"train": []}})
     assert len(fig.axes[0].lines) == 1
     assert "n/a (no loss history)" in _texts(fig)
     assert "n/a" in fig.axes[0].get_title()  # no off arm: no relative difference
-    assert figures.loss_curves({}).axes[0].texts[0].get_text().startswith("no ")
-    with pytest.raises(ValueError, match="curves\\['pinn-s0'\\]"):
-        figures.loss_curves({"pinn-s0": [1.0, 2.0]})
+    assert curves.loss_curves({}).axes[0].texts[0].get_text().startswith("no ")
+    with pytest.raises(ValueError, match="curves\\['pinn-jit-s0'\\]"):
+        curves.loss_curves({PJ: [1.0, 2.0]})
 
 
 # --------------------------------------------------------------- step-time figure
 def test_step_time_distributions_one_column_per_model_one_row_per_context_with_compile_time():
     arms = _bench_arms()
-    fig = figures.step_time_distributions(arms)
+    fig = timing.step_time_distributions(arms)
     assert len(fig.axes) == 4  # 2 models x (alone, shared)
     pinn, pinn_shared = fig.axes[0], fig.axes[2]
     assert pinn.get_title().startswith("PINN, alone") and pinn_shared.get_title().startswith("PINN, shared")
@@ -275,7 +316,7 @@ def test_step_time_distributions_draw_quartiles_alone_and_missing_arms_as_na():
         {"model": "pinn", "mode": "jit", "step_s": {"median": 0.04, "q1": 0.038, "q3": 0.043}, "compile_s": None},
         {"model": "baseline", "mode": "off", "step_samples_s": [0.01, 0.011]},
     ]
-    fig = figures.step_time_distributions(arms)
+    fig = timing.step_time_distributions(arms)
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert "not measured" in labels[0] and "40 ms" in labels[1] and "compile n/a" in labels[1]
     assert "n/a" in fig.axes[0].get_title()
@@ -292,12 +333,12 @@ def test_step_time_distributions_draw_quartiles_alone_and_missing_arms_as_na():
 )
 def test_step_time_distributions_reject_structurally_wrong_arms(bad, match):
     with pytest.raises(ValueError, match=match):
-        figures.step_time_distributions(bad)
+        timing.step_time_distributions(bad)
 
 
 def test_component_bars_stack_the_three_parts_per_mode_and_mark_the_whole_step():
     arms = _bench_arms()
-    fig = figures.component_bars(arms)
+    fig = timing.component_bars(arms)
     ax = fig.axes[0]
     bars = [p for p in ax.patches if p.get_height() == pytest.approx(0.62)]
     assert len(bars) == 3 * len(arms)
@@ -308,12 +349,12 @@ def test_component_bars_stack_the_three_parts_per_mode_and_mark_the_whole_step()
     assert widths == pytest.approx(
         sorted(1e3 * jit["components"][k]["median"] for k in ("network", "physics", "optimizer"))
     )
-    assert figures.component_bars([{"model": "pinn", "mode": "off"}]).axes[0].texts[0].get_text().startswith("no ")
+    assert timing.component_bars([{"model": "pinn", "mode": "off"}]).axes[0].texts[0].get_text().startswith("no ")
 
 
 # ----------------------------------------------------------------- speed-up bars
 def test_speedup_bars_nan_ratio_draws_no_bar_and_nan_interval_no_error_bar():
-    fig = figures.speedup_bars(_ratios())
+    fig = timing.speedup_bars(_ratios())
     ax = fig.axes[0]
     bars = [p for p in ax.patches if p.get_height() == pytest.approx(0.56)]
     assert len(bars) == 2  # the NaN ratio has none
@@ -323,19 +364,26 @@ def test_speedup_bars_nan_ratio_draws_no_bar_and_nan_interval_no_error_bar():
     texts = [t.strip() for t in _texts(fig)]
     assert {"no change", "◀ slower than off", "faster than off ▶", "n/a"} <= set(texts)
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels == [
+    assert labels == [  # the record's order: model, mode, measurement; entries that are not measurements left out
         "PINN jit, train step alone\n1.40× [1.20, 1.60]",
-        "Baseline jit, train step alone\n0.90×",
         "PINN jit, inference\nn/a",
+        "Baseline jit, train step alone\n0.90×",
     ]
     assert [t.get_position()[1] for t in ax.get_yticklabels()] == [2, 1, 0]  # first label on top
 
 
+def test_speedup_bars_label_every_measurement_in_words_from_the_records_fields():
+    entry = {"ratio": 1.2, "low": 1.1, "high": 1.3}
+    fig = timing.speedup_bars({"pinn": {"auto": dict.fromkeys(timing.MEASUREMENTS, entry)}})
+    labels = [t.get_text().split("\n")[0] for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["PINN auto, train step alone", "PINN auto, train step shared", "PINN auto, inference"]
+
+
 def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
-    fig = figures.speedup_bars(
+    fig = timing.speedup_bars(
         {
-            "PINN physics, train step alone": {"ratio": 2.0, "low": 1.5, "high": 2.5},
-            "Baseline jit, train step alone": {"ratio": 0.5, "low": 0.4, "high": 0.6},
+            "pinn": {"physics": {"train_step_alone": {"ratio": 2.0, "low": 1.5, "high": 2.5}}},
+            "baseline": {"jit": {"train_step_alone": {"ratio": 0.5, "low": 0.4, "high": 0.6}}},
         }
     )
     from matplotlib.colors import to_hex
@@ -347,42 +395,46 @@ def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
 
 def test_speedup_bars_all_nan_or_empty_still_render_and_wrong_entries_raise():
     nan = math.nan
-    assert figures.to_png(figures.speedup_bars({"x": {"ratio": nan}})).startswith(b"\x89PNG")
-    assert figures.to_png(figures.speedup_bars({})).startswith(b"\x89PNG")
+    assert style.to_png(timing.speedup_bars({"pinn": {"jit": {"inference": {"ratio": nan}}}})).startswith(b"\x89PNG")
+    assert style.to_png(timing.speedup_bars({})).startswith(b"\x89PNG")
     with pytest.raises(ValueError, match="'ratio'"):
-        figures.speedup_bars({"PINN train step": 1.3})
+        timing.speedup_bars({"pinn": {"jit": {"train_step_alone": 1.3}}})
+    with pytest.raises(ValueError, match="ratios\\['pinn'\\]"):
+        timing.speedup_bars({"pinn": [1.3]})
+    with pytest.raises(ValueError, match="'ratios' dict"):
+        timing.speedup_bars([1.3])
 
 
 # -------------------------------------------------------------------- FRC curves
 def test_frc_curves_two_panels_colour_by_arm_style_by_model_and_thresholds():
-    fig = figures.frc_curves(_frcs())
+    fig = curves.frc_curves(_frcs())
     amp, phase = fig.axes
     names = {"PINN, XLA jit", "PINN, no XLA (off)", "Baseline, XLA jit", "Baseline, no XLA (off)"}
-    curves = [line for line in amp.lines if line.get_label() in names]
-    assert [(c.get_label(), c.get_color(), c.get_linestyle()) for c in curves] == [
+    lines = [line for line in amp.lines if line.get_label() in names]
+    assert [(c.get_label(), c.get_color(), c.get_linestyle()) for c in lines] == [
         ("PINN, no XLA (off)", OFF, "-"),
         ("PINN, XLA jit", JIT, "-"),
         ("Baseline, no XLA (off)", OFF, "--"),
         ("Baseline, XLA jit", JIT, "--"),
     ]
-    levels = sorted(line.get_ydata()[0] for line in amp.lines if line not in curves)
+    levels = sorted(line.get_ydata()[0] for line in amp.lines if line not in lines)
     assert levels == pytest.approx([1 / 7, 0.5])
     assert {"0.5", "1/7 ≈ 0.143"} <= {t.get_text() for t in phase.texts}
     assert amp.get_xlim() == (0.0, 0.5)
 
 
 def test_frc_curves_skip_missing_pieces_and_reject_mismatched_lengths():
-    fig = figures.frc_curves({"pinn-jit-s0": {"freq": [0, 0.25, 0.5], "amp": [1, 0.5, 0.1]}, "pinn-off-s0": None})
+    fig = curves.frc_curves({PJ: {"freq": [0, 0.25, 0.5], "amp": [1, 0.5, 0.1]}, PO: None})
     assert "n/a (no FRC curve)" in [t.get_text() for t in fig.axes[1].texts]
     with pytest.raises(ValueError, match="'amp' has 2 values but 'freq' has 3"):
-        figures.frc_curves({"pinn-jit-s0": {"freq": [0, 0.25, 0.5], "amp": [1, 0.5], "phase": [1, 0.5, 0.1]}})
+        curves.frc_curves({PJ: {"freq": [0, 0.25, 0.5], "amp": [1, 0.5], "phase": [1, 0.5, 0.1]}})
 
 
 # --------------------------------------------------------------------- rendering
 def test_to_png_returns_png_bytes_of_the_figure_size_at_the_requested_dpi():
-    fig = figures.frc_curves(_frcs())
+    fig = curves.frc_curves(_frcs())
     width_in, height_in = fig.get_size_inches()
-    data = figures.to_png(fig, dpi=100)
+    data = style.to_png(fig, dpi=100)
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (round(width_in * 100), round(height_in * 100))
@@ -395,7 +447,7 @@ def test_save_png_writes_the_file_atomically_and_closes_pyplot_figures(tmp_path)
     fig = plt.figure()  # a pyplot-registered figure is closed too
     fig.add_subplot().plot([0, 1])
     target = tmp_path / "sub" / "fig.png"
-    figures.save_png(fig, target)
+    style.save_png(fig, target)
     assert target.read_bytes().startswith(b"\x89PNG")
     assert [p.name for p in target.parent.iterdir()] == ["fig.png"]
     assert plt.get_fignums() == []
@@ -404,15 +456,26 @@ def test_save_png_writes_the_file_atomically_and_closes_pyplot_figures(tmp_path)
 def test_every_figure_renders():
     truth = _truth()
     for fig in (
-        figures.reconstruction_grid(truth, _arms(truth)),
-        figures.error_maps(truth, _arms(truth)),
-        figures.loss_curves(_curves()),
-        figures.step_time_distributions(_bench_arms()),
-        figures.component_bars(_bench_arms()),
-        figures.speedup_bars(_ratios()),
-        figures.frc_curves(_frcs()),
+        images.reconstruction_grid(truth, _arms(truth)),
+        images.error_maps(truth, _arms(truth)),
+        curves.loss_curves(_curves()),
+        timing.step_time_distributions(_bench_arms()),
+        timing.component_bars(_bench_arms()),
+        timing.speedup_bars(_ratios()),
+        curves.frc_curves(_frcs()),
     ):
-        assert figures.to_png(fig).startswith(b"\x89PNG")
+        assert style.to_png(fig).startswith(b"\x89PNG")
+
+
+def _compared(truth_amp, truth_phase, crop):
+    r0, r1, c0, c1 = crop
+    return {
+        "amp": truth_amp[r0:r1, c0:c1] * 2,
+        "phase": truth_phase[r0:r1, c0:c1] - 1,
+        "truth_amp": truth_amp[r0:r1, c0:c1],
+        "truth_phase": truth_phase[r0:r1, c0:c1],
+        "crop": list(crop),
+    }
 
 
 def test_common_window_cuts_every_arm_to_the_pixels_all_of_them_scored():
@@ -420,28 +483,23 @@ def test_common_window_cuts_every_arm_to_the_pixels_all_of_them_scored():
     figures show the shared window, aligned in truth coordinates."""
     rng = np.random.default_rng(0)
     truth_amp, truth_phase = rng.random((40, 40)), rng.random((40, 40))
-
-    def compared(crop):
-        r0, r1, c0, c1 = crop
-        return {
-            "amp": truth_amp[r0:r1, c0:c1] * 2,
-            "phase": truth_phase[r0:r1, c0:c1] - 1,
-            "truth_amp": truth_amp[r0:r1, c0:c1],
-            "truth_phase": truth_phase[r0:r1, c0:c1],
-            "crop": list(crop),
-        }
-
-    truth, shown = figures.common_window(
-        {"pinn-jit-s0": compared((8, 32, 8, 32)), "pinn-off-s0": compared((10, 32, 8, 31))}
+    truth, shown = images.common_window(
+        {PJ: _compared(truth_amp, truth_phase, (8, 32, 8, 32)), PO: _compared(truth_amp, truth_phase, (10, 32, 8, 31))}
     )
     np.testing.assert_array_equal(truth[0], truth_amp[10:32, 8:31])
     np.testing.assert_array_equal(truth[1], truth_phase[10:32, 8:31])
+    assert set(shown) == {PJ, PO}
     for amp, phase in shown.values():
         np.testing.assert_array_equal(amp, truth_amp[10:32, 8:31] * 2)
         np.testing.assert_array_equal(phase, truth_phase[10:32, 8:31] - 1)
-    figures.reconstruction_grid(truth, shown)  # one shape throughout: draws
+    images.reconstruction_grid(truth, shown)  # one shape throughout: draws
     with pytest.raises(ValueError, match="do not overlap"):
-        figures.common_window({"a": compared((0, 10, 0, 10)), "b": compared((20, 30, 0, 10))})
+        images.common_window(
+            {
+                PJ: _compared(truth_amp, truth_phase, (0, 10, 0, 10)),
+                PO: _compared(truth_amp, truth_phase, (20, 30, 0, 10)),
+            }
+        )
 
 
 def test_quality_vs_time_draws_one_line_per_recipe_in_minute_order_with_the_target():
@@ -450,14 +508,14 @@ def test_quality_vs_time_draws_one_line_per_recipe_in_minute_order_with_the_targ
         {"recipe": "a", "minutes": 1.0, "amp_ssim": 0.6, "phase_ssim": 0.7},
         {"recipe": "b", "minutes": 2.0, "amp_ssim": 0.65, "phase_ssim": 0.75},
     ]
-    fig = figures.quality_vs_time(points, target=0.85)
+    fig = quality.quality_vs_time(points, target=0.85)
     amp, phase = fig.axes
     lines = [ln for ln in amp.get_lines() if ln.get_label() in ("a", "b")]
     assert [ln.get_label() for ln in lines] == ["a", "b"]
     np.testing.assert_allclose(lines[0].get_xdata(), [1.0, 3.0])  # sorted by minutes
     np.testing.assert_allclose([ln.get_ydata() for ln in phase.get_lines() if ln.get_label() == "a"][0], [0.7, 0.8])
     assert any(np.allclose(ln.get_ydata(), 0.85) for ln in amp.get_lines())  # the target line
-    assert figures.to_png(fig).startswith(b"\x89PNG")
+    assert style.to_png(fig).startswith(b"\x89PNG")
 
 
 def test_the_docs_quality_vs_time_record_has_the_commands_and_the_default_recipe():
@@ -469,3 +527,111 @@ def test_the_docs_quality_vs_time_record_has_the_commands_and_the_default_recipe
         {"recipe", "minutes", "amp_ssim", "phase_ssim"} <= set(p) for p in record["points"]
     )
     assert any("default recipe" in p["recipe"] for p in record["points"])
+
+
+# ------------------------------------------------------------- the job's inputs
+def _meta(name, losses):
+    arm = Arm.parse(name)
+    return {
+        "model": {"kind": arm.model},
+        "train": {"xla": arm.mode, "seed": arm.seed},
+        "history": [{"train_loss": t, "val_loss": v} for t, v in losses],
+    }
+
+
+def _inputs(tmp_path, *, stitched=(), metrics=(), model_jsons=(), bench="bench.json", **kw):
+    from ptycho.study.figures.inputs import FigureInputs
+
+    return FigureInputs(
+        str(tmp_path / "test.h5"),
+        [str(tmp_path / p) for p in stitched],
+        [str(tmp_path / p) for p in metrics],
+        [str(tmp_path / p) for p in model_jsons],
+        str(tmp_path / bench),
+        **kw,
+    )
+
+
+def test_inputs_read_nothing_until_asked(tmp_path):
+    inputs = _inputs(tmp_path, stitched=["pinn-jit-s0.npz"], metrics=["pinn-jit-s0.json"])  # none of them exists
+    assert inputs.stitched == (str(tmp_path / "pinn-jit-s0.npz"),) and inputs.solved is None
+
+
+def test_inputs_key_the_frc_curves_and_the_loss_curves_by_arm(tmp_path):
+    from ptycho.artifacts import write_json
+
+    f = [0.0, 0.25, 0.5]
+    for name in ("pinn-jit-s0", "pinn-off-s0"):
+        write_json(
+            tmp_path / f"{name}.json",
+            {
+                "mean": {},
+                "per_image": [{"frc_freq": f, "amp_frc_curve": [1, 0.5, 0.2], "phase_frc_curve": [1, 0.4, 0.1]}],
+            },
+        )
+    metas = {"pinn-jit-s0": [(3, 4), (1, 2)], "pinn-off-s0": [(3, 4), (2, 3)], "baseline-jit-s0": [(1, 1)]}
+    for name, losses in metas.items():
+        write_json(tmp_path / f"{name}.model.json", _meta(name, losses))
+    inputs = _inputs(
+        tmp_path, metrics=["pinn-jit-s0.json", "pinn-off-s0.json"], model_jsons=[f"{n}.model.json" for n in metas]
+    )
+    assert inputs.frc[PJ] == {"freq": f, "amp": [1, 0.5, 0.2], "phase": [1, 0.4, 0.1]} and set(inputs.frc) == {PJ, PO}
+    assert set(inputs.histories) == set(map(Arm.parse, metas))
+    # only arms of a (mode, off) pair: the baseline has no off arm
+    assert inputs.loss_curves == {PO: {"train": [3, 2], "val": [4, 3]}, PJ: {"train": [3, 1], "val": [4, 2]}}
+    assert style.to_png(curves.loss_curves(inputs.loss_curves)).startswith(b"\x89PNG")
+
+
+def test_inputs_compare_each_stitched_arm_with_the_truth(tmp_path, pair):
+    from ptycho.artifacts import write_arrays
+    from ptycho.data.dataset import write_dataset
+    from ptycho.errors import PtychoError
+
+    write_dataset(tmp_path / "test.h5", pair["test"])
+    truth = pair["test"].ground_truth(0)
+    write_arrays(tmp_path / "pinn-jit-s0.npz", images=truth[None])
+    compared = _inputs(tmp_path, stitched=["pinn-jit-s0.npz"]).compared
+    assert set(compared) == {PJ} and compared[PJ]["amp"].shape == compared[PJ]["truth_amp"].shape
+    write_arrays(tmp_path / "pinn-off-s0.npz", images=truth[None, 1:])
+    with pytest.raises(PtychoError, match="stitched images do not match the objects of .*; re-run stitch"):
+        _ = _inputs(tmp_path, stitched=["pinn-off-s0.npz"]).compared
+    write_arrays(tmp_path / "mystery.npz", images=truth[None])
+    with pytest.raises(PtychoError, match="mystery.npz: the file is not named after an arm"):
+        _ = _inputs(tmp_path, stitched=["mystery.npz"]).compared
+
+
+def test_inputs_say_which_job_to_rerun(tmp_path):
+    from ptycho.artifacts import write_json
+    from ptycho.errors import PtychoError
+
+    write_json(tmp_path / "pinn-jit-s0.json", {"mean": {}, "per_image": [{}]})
+    write_json(tmp_path / "bench.json", {"contexts": {}})
+    inputs = _inputs(tmp_path, metrics=["pinn-jit-s0.json"])
+    with pytest.raises(PtychoError, match="no FRC curves in these metrics .*; re-run 'ptycho evaluate'"):
+        _ = inputs.frc
+    with pytest.raises(PtychoError, match="bench.json: not a benchmark result; pass the JSON written by 'ptycho bench"):
+        _ = inputs.bench
+    write_json(tmp_path / "bench.json", {"arms": [], "ratios": {}})
+    assert _inputs(tmp_path).bench == {"arms": [], "ratios": {}}
+
+
+def test_inputs_give_the_solver_view_each_networks_metrics_and_inference_rate(tmp_path, monkeypatch):
+    from ptycho.artifacts import write_arrays, write_json
+    from ptycho.errors import PtychoError
+    from ptycho.study import solver_view
+
+    write_json(tmp_path / "pinn-jit-s0.json", {"mean": {"amp_ssim": 0.9}, "per_image": [{}]})
+    write_arrays(tmp_path / "pinn-jit-s0.npz", seconds=np.float64(2.0), patterns=np.int64(64))
+    write_json(tmp_path / "solve.json", {"runs": [], "engine": "numpy"})
+    seen = {}
+    monkeypatch.setattr(solver_view, "summarise", lambda solve, warm, arms: seen.setdefault("arms", arms))
+    inputs = _inputs(
+        tmp_path,
+        metrics=["pinn-jit-s0.json"],
+        solver=[str(tmp_path / "solve.json")],
+        reconstructions=[str(tmp_path / "pinn-jit-s0.npz")],
+    )
+    assert inputs.solved == {"pinn-jit-s0": {"metrics": {"amp_ssim": 0.9}, "infer_patterns_per_s": 32.0}}
+    write_json(tmp_path / "solve.json", {"runs": []})
+    with pytest.raises(PtychoError, match="not a solver record"):
+        _ = _inputs(tmp_path, solver=[str(tmp_path / "solve.json")]).solved

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from scipy.ndimage import fourier_shift, gaussian_filter
 
+from ptycho.analysis.frc import frc, frc_resolution
 from ptycho.analysis.metrics import (
     amplitude_scale,
-    frc,
-    frc_resolution,
     register,
     remove_phase_plane,
     score,

@@ -1,5 +1,5 @@
 """NumPy physics: translation convention, patch extraction, scan geometry, forward model,
-probes and objects (DOMAIN.md sections 2 and 3)."""
+probes and objects (docs/physics.md sections 2 and 3)."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ptycho.study.checks import ITEMS
+from ptycho.study.checklist import names as checklist_names
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "schemas", "envs", "ptycho")
+WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "envs", "ptycho")
 
 
 def _workdir(tmp: Path) -> Path:
@@ -47,20 +47,20 @@ def test_dry_run_of_the_default_config_lists_the_whole_matrix(tmp_path):
     out = result.stdout
     for rule in (
         "simulate",
-        "train_model",
+        "train",
         "infer",
         "stitch",
-        "score",
+        "evaluate",
         "check_accuracy",
         "check_gradients",
         "check_convergence",
         "check_quality",
         "check_speedup",
-        "benchmark_arms",
+        "bench",
         "solve",
         "warm_start",
         "figures",
-        "validation_report",
+        "report",
     ):
         assert rule in out
 
@@ -125,7 +125,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert head[0] == "# XLA validation report: preset `smoke`"
     assert prov["preset"] == "smoke" and len(prov["config_hash"]) == 16 and prov["mlflow_run_id"]
     assert f"config {prov['config_hash']}" in head[2] and prov["mlflow_run_id"] in head[2]
-    assert set(report["items"]) == set(ITEMS)  # JSON keys are written sorted
+    assert set(report["items"]) == set(checklist_names())  # JSON keys are written sorted
     for item in report["items"].values():
         assert item["status"] in ("PASS", "FAIL") and "threshold" in item and "value" in item
     assert report["verdict"] in ("PASS", "FAIL")
@@ -186,7 +186,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
             "infer": 8,
             "stitch": 8,
             "evaluate": 8,
-            "benchmark": 1,
+            "bench": 1,
             "check_accuracy": 1,
             "check_gradients": 1,
             "check_convergence": 1,
@@ -239,7 +239,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         assert {"amp_ssim", "phase_ssim", "amp_psnr", "amp_frc50"} <= set(run.data.metrics)
         assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["test.h5"]
     assert len(models) == 8
-    bench_run = next(r for r in children if r.data.tags["rule"] == "benchmark")
+    bench_run = next(r for r in children if r.data.tags["rule"] == "bench")
     # One nested run per benchmarked arm, every one with the same metric keys.
     arm_runs = {
         (r.data.params["arm.model"], r.data.params["arm.xla"]): r
@@ -294,3 +294,22 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         if "mlflow.parentRunId" not in r.data.tags
     ]
     assert len(parents_after) == 1  # still one parent per results folder
+
+
+def test_every_rule_is_named_after_the_command_it_runs_and_its_mlflow_rule_tag():
+    """One name per job: the rule, its ``ptycho`` command (``check <item>`` as ``check_<item>``)
+    and the ``rule`` tag of its MLflow run, so a run found in the UI names the rule to re-run."""
+    import re
+
+    for path in sorted((ROOT / "rules").glob("*.smk")):
+        text = path.read_text()
+        for rule, body in re.findall(r"(?ms)^rule (\w+):\n(.*?)(?=^rule |\Z)", text):
+            tag = re.search(r'tracking\("(\w+)"', body)
+            if tag:
+                assert tag.group(1) == rule, f"{path.name}: rule {rule} tags its runs rule={tag.group(1)}"
+            command = re.search(r"\{params\.track\}(?: --threads \S+)? ([\w-]+)(?: (\w+))?", body)
+            if command:
+                name = command.group(1).replace("-", "_")
+                if name == "check":
+                    name += "_" + command.group(2)
+                assert rule in (name, "warm_start"), f"{path.name}: rule {rule} runs 'ptycho {command.group(1)}'"

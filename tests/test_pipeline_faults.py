@@ -31,7 +31,7 @@ from ptycho import tracking
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What a user's checkout holds, the workflow profile (rerun-incomplete) included.
-WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "schemas", "envs", "ptycho", "profiles")
+WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "envs", "ptycho", "profiles")
 ARMS = ("pinn-off-s0", "pinn-jit-s0", "baseline-off-s0", "baseline-jit-s0")
 
 

@@ -304,9 +304,9 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
     )
     assert r.returncode == 0, r.stderr
     pngs = sorted((t / "figures").glob("*.png"))
-    from ptycho.study.report import FIGURES
+    from ptycho.study.report import figures
 
-    assert [p.stem for p in pngs] == sorted(name for name, _, _ in FIGURES)
+    assert [p.stem for p in pngs] == sorted(name for name, _, _ in figures())
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
 
     (t / "config.json").write_text(json.dumps({"preset": "tiny"}))

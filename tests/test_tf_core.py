@@ -118,7 +118,14 @@ def _tiny_dataset(gridsize=2):
     from ptycho.data.simulate import simulate_split
 
     cfg = SimulationConfig(
-        n=16, gridsize=gridsize, object_size=40, n_lines=40, stride_train=4, nphotons=1e6, probe_kind="defocused"
+        n=16,
+        gridsize=gridsize,
+        object_size=40,
+        n_lines=40,
+        n_objects_train=1,
+        stride_train=4,
+        nphotons=1e6,
+        probe_kind="defocused",
     )
     return simulate_split(cfg, "train")
 
@@ -148,7 +155,15 @@ def _batch(data, n=4):
 MODES = ["off", "jit", "auto", "physics"]
 
 
-@pytest.mark.parametrize("kind, model", [("pinn", {}), ("baseline", {}), ("baseline", {"baseline_phase": "relative"})])
+@pytest.mark.parametrize(
+    "kind, model",
+    [
+        ("pinn", {}),  # the study's: MAE on amplitudes
+        ("pinn", {"loss": "poisson"}),
+        ("baseline", {}),  # the study's: relative phase
+        ("baseline", {"baseline_phase": "absolute"}),
+    ],
+)
 def test_every_xla_mode_gives_the_loss_gradients_of_off(kind, model):
     from ptycho.nets.xla import compile_step
 
@@ -217,6 +232,38 @@ def test_every_mode_traces_its_train_step_once_and_gives_offs_loss(mode):
     np.testing.assert_allclose(losses[mode], losses["off"], rtol=1e-4)
 
 
+def test_a_compiled_step_traced_past_its_limit_raises_retraced():
+    """One guard for every compiled function (ptycho.nets.xla.compile_step): the call that
+    traces it once too often raises, also for a head compiled inside another step."""
+    from ptycho.nets.xla import Retraced, compile_physics, compile_step
+
+    step = compile_step(lambda x: x * 2.0, "jit", name="doubling step")
+    step(tf.ones(3))
+    step(tf.ones(3))
+    assert step.experimental_get_tracing_count() == 1
+    with pytest.raises(Retraced, match=r"the doubling step was traced 2 times \(at most 1\)"):
+        step(tf.ones(4))
+    free = compile_step(lambda x: x + 1.0, "off", max_traces=None)
+    for k in (1, 2, 3):
+        free(tf.ones(k))
+    assert free.experimental_get_tracing_count() == 3
+    head = compile_physics(lambda x: x * 3.0, "physics", name="head")
+    outer = compile_step(lambda x: head(x), "off", max_traces=None)
+    outer(tf.ones(2))
+    with pytest.raises(Retraced, match="the head was traced 2 times"):
+        outer(tf.ones(5))  # raised by the outer call, not wrapped by TensorFlow's tracing
+    outer(tf.ones(2))  # nothing pending afterwards
+
+
+def test_a_train_step_fed_another_batch_shape_raises_retraced():
+    from ptycho.nets.xla import Retraced
+
+    trainer, data = _trainer("pinn", "off")
+    trainer.train_step(*_batch(data, 4))
+    with pytest.raises(Retraced, match="the train step was traced 2 times"):
+        trainer.train_step(*_batch(data, 3))
+
+
 _CLUSTER_SCRIPT = """
 import sys
 import numpy as np
@@ -254,7 +301,7 @@ def test_auto_mode_really_auto_clusters_and_the_others_do_not(mode, clustered, t
 def test_pinn_loss_gradient_matches_finite_differences_on_a_tiny_case():
     """d(Poisson NLL)/d(object) through reassembly, extraction, probe and FFT, float64:
     the gradients item's own finite-difference check, at two seeds."""
-    from ptycho.study.checks import finite_difference_check
+    from ptycho.study.checklist.gradients import finite_difference_check
 
     for seed in (0, 5):
         result = finite_difference_check(seed)
@@ -346,7 +393,7 @@ def test_group_canvas_without_padding_is_exact_for_offsets_below_a_quarter_patch
 
 @pytest.mark.parametrize("pinn_loss", ["mae", "poisson"])
 def test_gradients_checklist_item_runs_for_either_pinn_loss(pinn_loss):
-    from ptycho.study.checks import gradients
+    from ptycho.study.checklist.gradients import gradients
 
     record = gradients(1e-4, pinn_loss=pinn_loss)
     assert record["status"] == "PASS" and record["value"] <= 1e-4
@@ -358,13 +405,13 @@ def test_gradients_checklist_item_runs_for_either_pinn_loss(pinn_loss):
 def test_network_depth_sets_the_code_width_and_keeps_the_output_shape(depth):
     from ptycho.nets.models import ModelConfig, build_network
 
-    net = build_network(32, 4, 4, filters=2, pooling="avg", seed=0, depth=depth)
+    net = build_network(32, 4, 4, filters=2, pooling="avg", seed=0, depth=depth, mixing=0)
     amp, phase = net(np.zeros((1, 32, 32, 4), np.float32))
     assert amp.shape == phase.shape == (1, 16, 16, 4)
     pools = [layer for layer in net.layers if "pooling" in layer.name]
     assert len(pools) == depth and pools[-1].output.shape[1] == 32 // 2**depth
     with pytest.raises(ValueError, match="multiple of 16"):
-        build_network(40, 1, 1, filters=2, pooling="avg", seed=0, depth=4)
+        build_network(40, 1, 1, filters=2, pooling="avg", seed=0, depth=4, mixing=0)
     with pytest.raises(ConfigError, match="model.depth"):
         ModelConfig(depth=5)
 

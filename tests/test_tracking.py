@@ -143,6 +143,52 @@ def test_log_record_sends_everything_a_job_reports_and_nests_its_arm_runs(uri, c
     assert arm.data.params == {"arm.xla": "jit"} and arm.data.metrics == {"step_median_s": 0.1}
 
 
+def test_job_run_names_tags_and_journals_a_commands_run(uri, client, tmp_path, monkeypatch, capsys):
+    # What `ptycho --mlflow-parent P --mlflow-tag rule=train --mlflow-tag model=pinn ... train` opens.
+    from ptycho.tracking.job import journal_path, run_name
+    from ptycho.tracking.record import JobRecord
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("PTYCHO_CONFIG_HASH", "feedface")
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    parent_json = tmp_path / "results" / "smoke" / "mlflow" / "parent.json"
+    parent = tracking.start_pipeline({"preset": "smoke"}, str(tmp_path / "results"), "study", "p", {}, str(parent_json))
+    with tracking.child_run(uri, parent["run_id"], "killed-before", {"rule": "train"}) as stale:
+        pass  # a finished run: not stale
+    done = []
+
+    def job(live):
+        live(0, {"loss": 2.0})
+        live(1, {"loss": 1.0})
+        return JobRecord(metrics={"final": 1.0}, summary="trained")
+
+    tags = {"rule": "train", "model": "pinn", "xla": "jit", "seed": "0", "other": "x"}
+    record = tracking.job_run(
+        parent_json, "train", job, tags=tags, arm_tags=("model", "xla", "seed"), system_metrics=False, done=done.append
+    )
+    assert done == [record] and record.summary == "trained"
+    (r,) = [x for x in client.search_runs([client.get_run(parent["run_id"]).info.experiment_id])
+            if x.info.run_name == "train-pinn-jit-0"]  # fmt: skip
+    assert r.info.status == "FINISHED" and r.data.tags["mlflow.parentRunId"] == parent["run_id"]
+    assert r.data.params == {"arm.model": "pinn", "arm.xla": "jit", "arm.seed": "0"}
+    assert {k: r.data.tags[k] for k in ("command", "config_hash", "slurm_job_id", "other", "mlflow.source.name")} == {
+        "command": "train",
+        "config_hash": "feedface",
+        "slurm_job_id": "42",
+        "other": "x",
+        "mlflow.source.name": "ptycho",
+    }
+    assert [m.value for m in client.get_metric_history(r.info.run_id, "loss")] == [2.0, 1.0]
+    assert r.data.metrics["final"] == 1.0
+    assert journal_path(parent_json, "train-pinn-jit-0").is_file()
+    assert journal_path(parent_json, "a/b") == parent_json.parent / "journal" / "a_b.jsonl"
+    assert stale.run_id != r.info.run_id and "stale" not in capsys.readouterr().err
+    # no rule or arm tags: the command names the run
+    assert run_name({"command": "inspect", "model": ""}, ("model",)) == ""
+    tracking.job_run(parent_json, "inspect", lambda live: JobRecord())
+    assert journal_path(parent_json, "inspect").is_file()
+
+
 # ------------------------------------------------------------- parent and children
 def test_parent_with_children(uri, client, tmp_path):
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID

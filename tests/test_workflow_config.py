@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,9 +15,9 @@ from ptycho.nets.models import ModelConfig
 from ptycho.nets.train import TrainConfig
 from ptycho.solvers.gradient import SolverConfig
 from ptycho.study.arms import arm_name, parse_arm
-from ptycho.study.workflow import SCHEMA, arms, load_schema, resolve
+from ptycho.study.workflow import arms, load_schema, resolve
 
-ROOT = SCHEMA.parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +35,89 @@ def base():
         ("solver", SolverConfig, set()),
     ],
 )
-def test_schema_sections_mirror_the_config_dataclasses_and_their_defaults(section, cls, derived):
+def test_each_dataclass_has_exactly_the_schemas_keys_and_defaults(section, cls, derived):
     props = load_schema()["properties"][section]["properties"]
     fields = {f.name: f.default for f in dataclasses.fields(cls)}
     assert set(props) == set(fields) - derived
     for key, spec in props.items():
-        assert spec["default"] == pytest.approx(fields[key]), key
+        assert spec["default"] == fields[key], key
+        assert type(fields[key]) is (float if spec.get("type") == "number" else type(spec["default"])), key
+
+
+def test_the_commands_defaults_are_the_studys_network_and_training(base):
+    """``python -m ptycho train`` with no flags trains what the report is about."""
+    from ptycho.study.workflow import model_config, simulation_config, solver_config, train_config
+
+    cfg = resolve(base)
+    assert SimulationConfig() == simulation_config(cfg) and SolverConfig() == solver_config(cfg)
+    assert ModelConfig() == model_config(cfg, "pinn")
+    assert ModelConfig(kind="baseline") == model_config(cfg, "baseline")
+    assert TrainConfig() == train_config(cfg, "jit", 0, "pinn")
+    assert (ModelConfig().filters, ModelConfig().depth, ModelConfig().loss, TrainConfig().epochs) == (32, 2, "mae", 8)
+
+
+def test_config_yaml_holds_only_choices_the_schema_does_not_make(base):
+    """Settings live in the schema; config.yaml keeps the study's deliberate choices."""
+    assert set(base) <= {"preset", "study", "results", "models", "xla", "seeds", "train_threads", "per_model"} | {
+        "thresholds",
+        "presets",
+    }
+    assert not {"simulation", "model", "train", "solver", "cxi", "bench"} & set(base)
+
+
+def test_the_schema_ships_with_the_package():
+    import tomllib
+
+    from ptycho.config import SCHEMA_FILE
+
+    assert SCHEMA_FILE.parent == Path(__import__("ptycho").__file__).parent and SCHEMA_FILE.is_file()
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert SCHEMA_FILE.name in package_data["ptycho"]
+    assert not (ROOT / "schemas").exists()
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: ModelConfig(filters=0), "config key 'model.filters' = 0 is out of range; allowed: [1, 512]"),
+        (
+            lambda: ModelConfig(kind="unet"),
+            "config key 'model.kind' = 'unet' is not allowed; choose one of pinn, baseline",
+        ),
+        (
+            lambda: TrainConfig(learning_rate=5.0),
+            "config key 'train.learning_rate' = 5.0 is out of range; allowed: [1e-08, 1.0]",
+        ),
+        (
+            lambda: TrainConfig(seed=-1),
+            "config key 'train.seed' = -1 is out of range; allowed: [0, 9223372036854775807]",
+        ),
+        (
+            lambda: TrainConfig(epochs=2, warmup_epochs=3.0),
+            "config key 'train.warmup_epochs' = 3.0 is out of range; allowed: [0.0, 2.0]",
+        ),
+        (lambda: SolverConfig(step=10.0), "config key 'solver.step' = 10.0 is out of range; allowed: [1e-06, 4.0]"),
+        (lambda: SimulationConfig(n=63), "config key 'n' = 63 must be even; use 64"),
+        (lambda: SimulationConfig(spacing=65), "config key 'spacing' = 65 is out of range; allowed: [1, 64]"),
+    ],
+)
+def test_a_dataclass_checks_its_values_against_the_schema_in_one_line(build, message):
+    with pytest.raises(ConfigError) as err:
+        build()
+    assert str(err.value) == message
+
+
+def test_the_dataclass_checks_read_every_keyword_the_schema_sections_use():
+    # ptycho.config.check_value knows these keywords; a new one must be taught to it first.
+    known = {"type", "default", "description", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+    known |= {"multipleOf"}
+    schema = load_schema()
+    for section in ("simulation", "model", "train", "solver"):
+        for key, spec in schema["properties"][section]["properties"].items():
+            assert set(spec) <= known, (section, key, set(spec) - known)
+    assert (
+        set(schema["properties"]["seeds"]["items"]) <= known and set(schema["properties"]["models"]["items"]) <= known
+    )
 
 
 def test_default_config_resolves_and_builds_every_arm(base):
@@ -69,7 +147,16 @@ def test_preset_overrides_config_yaml_and_command_line_overrides_preset(base):
         ({"train": {"epochs": 0}}, "config key 'train.epochs': 0 is less than the minimum of 1"),
         ({"models": ["pinn", "unet"]}, "config key 'models.1': 'unet' is not allowed; choose one of pinn, baseline"),
         ({"preset": "huge"}, "config key 'preset': 'huge' is not allowed; choose one of smoke, default, paper"),
-        ({"simulation": {"n": 40}}, "config key 'simulation.n': 40 is not a multiple of 16"),
+        ({"simulation": {"n": 51}}, "config key 'simulation.n': 51 is not a multiple of 2"),
+        (
+            {"simulation": {"n": 36}, "model": {"depth": 3}},
+            "config key 'simulation.n' = 36 is not a multiple of 8, which the pinn needs (model.depth = 3",
+        ),
+        (
+            {"simulation": {"n": 40}, "per_model": {"baseline": {"model": {"depth": 4}}}},
+            "config key 'simulation.n' = 40 is not a multiple of 16, which the baseline needs "
+            "(per_model.baseline.model.depth = 4",
+        ),
         ({"xla": ["off", "fast"]}, "config key 'xla.1': 'fast' is not allowed; choose one of off, jit, auto, physics"),
         ({"xla": [True, "jit"]}, "config key 'xla': [True, 'jit'] names a mode twice"),
         ({"xla": []}, "config key 'xla': [] is empty; list at least 1 value(s)"),
@@ -118,7 +205,7 @@ def test_mode_pairs_match_each_mode_with_the_off_arm_of_its_model_and_seed_only(
     from ptycho.study.arms import arm_of, mode_pairs
 
     names = ["pinn-jit-s0", "pinn-off-s0", "pinn-physics-s0", "baseline-jit-s0", "pinn-jit-s1", "baseline-off-s1"]
-    assert [(p.key, p.arm, p.reference) for p in mode_pairs(names)] == [
+    assert [(p.key, p.arm.name, p.reference.name) for p in mode_pairs(names)] == [
         ("pinn-s0-jit", "pinn-jit-s0", "pinn-off-s0"),
         ("pinn-s0-physics", "pinn-physics-s0", "pinn-off-s0"),
     ]
@@ -151,16 +238,15 @@ def test_arm_names_and_pairs_follow_the_modes_of_ptycho_xla(monkeypatch):
         importlib.reload(ptycho.study.arms)
 
 
-def test_bench_command_defaults_are_the_pipelines_model(base):
-    """``ptycho bench`` without ``--like`` times the study's default network."""
+def test_bench_command_copies_no_default_of_the_study():
+    """``ptycho bench`` without flags times the study's network: its shape and batch flags
+    default to nothing, and the study's config (the schema's defaults) fills them in."""
     from ptycho.cli import build_parser
 
     args = build_parser().parse_args(["bench"])
-    model = resolve(base)["model"]
-    assert {k: getattr(args, k) for k in ("filters", "pooling", "depth", "mixing", "loss")} == {
-        k: model[k] for k in ("filters", "pooling", "depth", "mixing", "loss")
-    }
-    assert args.batch_size == resolve(base)["train"]["batch_size"]
+    assert {
+        k: getattr(args, k) for k in ("filters", "pooling", "depth", "mixing", "loss", "batch_size")
+    } == dict.fromkeys(("filters", "pooling", "depth", "mixing", "loss", "batch_size"))
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3, 8, 64])
@@ -200,11 +286,6 @@ def test_per_model_sections_override_the_shared_ones_for_that_model_only(base):
 ROOMY = {"simulation": {"object_size": 8192}, "model": {}, "train": {"epochs": 100_000}, "cxi": {}, "solver": {}}
 #: ... and for probing object_size itself, a patch that fits in the smallest object.
 SMALL = {"object_size": {"n": 16, "spacing": 1}}
-#: Where the pipeline is stricter than the dataclass, and why.
-PIPELINE_ONLY = {
-    # The networks pool up to 4 times: the workflow needs n % 16; simulating alone needs only an even n.
-    ("simulation", "n", "multipleOf"),
-}
 
 
 def _probes(spec: dict) -> list[tuple[object, bool, str]]:
@@ -244,8 +325,9 @@ def _probes(spec: dict) -> list[tuple[object, bool, str]]:
     ],
 )
 def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(section, cls):
-    # The CLI builds these dataclasses without the schema (`ptycho simulate --n ...`), the
-    # workflow with it: at every minimum, maximum and choice both must give one verdict.
+    # The dataclasses check their values against the schema with ptycho.config's own
+    # reader (the CLI builds them without jsonschema), the workflow with jsonschema: at
+    # every minimum, maximum, step and choice both must give one verdict.
     from jsonschema import Draft202012Validator
 
     from ptycho.config import from_dict
@@ -254,8 +336,6 @@ def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(s
     disagree = []
     for key, spec in props.items():
         for value, accepted, limit in _probes(spec):
-            if (section, key, limit) in PIPELINE_ONLY:
-                continue
             assert Draft202012Validator(spec).is_valid(value) == accepted, (key, value, limit)
             try:
                 from_dict(cls, {**ROOMY[section], **SMALL.get(key, {}), key: value})

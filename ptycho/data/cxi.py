@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from ptycho import __version__
+from ptycho.config import defaults
 from ptycho.data.dataset import Dataset
 from ptycho.errors import ConfigError, DatasetError
 
@@ -104,6 +105,9 @@ PROBE_PATHS = (
 OBJECT_PATHS = ("entry_1/image_2/data",)
 
 
+_CXI = defaults("cxi")  # the schema holds every default (ptycho/config.schema.yaml)
+
+
 @dataclass(frozen=True)
 class CxiGeometry:
     """The physical set-up the simulated pixels stand for (config section ``cxi``).
@@ -116,9 +120,9 @@ class CxiGeometry:
     65 nm for the defaults at N = 64.
     """
 
-    energy_ev: float = 8000.0
-    detector_distance_m: float = 2.0
-    detector_pixel_m: float = 75e-6
+    energy_ev: float = _CXI["energy_ev"]
+    detector_distance_m: float = _CXI["detector_distance_m"]
+    detector_pixel_m: float = _CXI["detector_pixel_m"]
 
     def __post_init__(self) -> None:
         for f in fields(self):

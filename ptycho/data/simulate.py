@@ -30,7 +30,7 @@ def simulate_split(
     """Simulate one split. ``scale=None`` derives ``s`` from ``cfg.nphotons`` on this split.
 
     The test split must be given the train split's ``scale`` so that both are measured
-    with the same beam (DOMAIN.md: train and test use the same s).
+    with the same beam (docs/physics.md section 3: train and test use the same s).
     """
     from tqdm import tqdm
 

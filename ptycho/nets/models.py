@@ -7,9 +7,9 @@ default config two, see docs/architecture.md) and two decoder arms, amplitude
 every patch. They differ only in what they see and how they learn:
 
 * PINN: sees a group of ``C = gridsize^2`` diffraction amplitudes as channels and is
-  trained through the physics head (``ptycho.physics.forward_tf``) with a Poisson
-  negative log-likelihood on the measured counts (or MAE on amplitudes). It never sees
-  the ground truth.
+  trained through the physics head (``ptycho.physics.forward_tf``) with MAE on the
+  amplitudes (the study's loss) or a Poisson negative log-likelihood on the measured
+  counts. It never sees the ground truth.
 * baseline: sees one pattern and is trained with MAE against ground-truth patches.
 
 Pooling is configurable because XLA:CPU spends minutes constant-folding the
@@ -22,43 +22,39 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ptycho.config import _check_choice, _check_range
+from ptycho.config import check_settings, choices, defaults
 
-MODEL_KINDS = ("pinn", "baseline")
-POOLINGS = ("max", "avg", "strided")
-LOSSES = ("poisson", "mae")
-BASELINE_PHASES = ("absolute", "relative")
+MODEL_KINDS = choices("models.items")
+POOLINGS = choices("model.pooling")
+LOSSES = choices("model.loss")
+BASELINE_PHASES = choices("model.baseline_phase")
+
+_MODEL = defaults("model")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Architecture and loss; saved with every checkpoint."""
+    """Architecture and loss; saved with every checkpoint. Each key's meaning, range and
+    default: the schema's ``model`` section (``kind`` is one of its ``models``)."""
 
-    kind: str = "pinn"  #: pinn | baseline
-    filters: int = 16  #: encoder filters of the first block (reference: 64)
-    pooling: str = "avg"  #: max | avg | strided
-    depth: int = 3  #: pooling levels of the encoder (the code is N / 2**depth wide)
-    mixing: int = 0  #: global mixing layers on the code (each code pixel sees the whole pattern)
-    loss: str = "poisson"  #: PINN loss: poisson (NLL on counts) | mae (on amplitudes)
-    poisson_eps: float = 1e-6  #: the eps in lambda - n log(lambda + eps), normalised units
-    trainable_scale: bool = True  #: learn the log intensity scale (initialised from the file)
+    kind: str = MODEL_KINDS[0]  #: pinn | baseline
+    filters: int = _MODEL["filters"]  #: encoder filters of the first block (reference: 64)
+    pooling: str = _MODEL["pooling"]  #: max | avg | strided
+    depth: int = _MODEL["depth"]  #: pooling levels of the encoder (the code is N / 2**depth wide)
+    mixing: int = _MODEL["mixing"]  #: global mixing layers on the code (each code pixel sees the whole pattern)
+    loss: str = _MODEL["loss"]  #: PINN loss: poisson (NLL on counts) | mae (on amplitudes)
+    poisson_eps: float = _MODEL["poisson_eps"]  #: the eps in lambda - n log(lambda + eps), normalised units
+    trainable_scale: bool = _MODEL["trainable_scale"]  #: learn the log intensity scale (initialised from the file)
     #: baseline phase target: absolute (the true patch phase) | relative (up to a constant
     #: per patch, which one diffraction pattern cannot show; stitching aligns the patches)
-    baseline_phase: str = "absolute"
+    baseline_phase: str = _MODEL["baseline_phase"]
 
     def __post_init__(self) -> None:
-        _check_choice("model.kind", self.kind, MODEL_KINDS)
-        _check_choice("model.pooling", self.pooling, POOLINGS)
-        _check_choice("model.loss", self.loss, LOSSES)
-        _check_choice("model.baseline_phase", self.baseline_phase, BASELINE_PHASES)
-        _check_range("model.filters", self.filters, 1, 512)
-        _check_range("model.depth", self.depth, 1, 4)
-        _check_range("model.mixing", self.mixing, 0, 4)
-        _check_range("model.poisson_eps", self.poisson_eps, 0.0, 1.0)
+        check_settings(self, "model", "model.", extra={"kind": "models.items"})
 
 
 def build_network(
-    n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int, depth: int = 3, mixing: int = 0
+    n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int, *, depth: int, mixing: int
 ):
     """Keras model ``x (B, N, N, Cin) -> (amplitude, phase)``, each ``(B, N/2, N/2, Cout)``.
 

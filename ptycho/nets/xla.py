@@ -1,7 +1,7 @@
 """The XLA modes: the one definition of how each arm of the study invokes XLA.
 
 TensorFlow can hand a computation to XLA in three ways; with the no-XLA reference
-they are the study's four modes (DOMAIN.md section 5):
+they are the study's four modes (docs/physics.md section 5):
 
 * ``off``: the train and predict steps are ``tf.function`` graphs run by TensorFlow's
   executor (oneDNN kernels), with the reference translation
@@ -22,6 +22,9 @@ they are the study's four modes (DOMAIN.md section 5):
 
 Every mode other than ``off`` uses the XLA-safe translation, so the translation the
 accuracy item validates is the one every XLA mode runs.
+
+Every compiled function is guarded against retracing (:func:`compile_step`): a step
+traced again would silently compile again, so it raises :class:`Retraced` instead.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from ptycho.errors import ConfigError
+from ptycho.errors import ConfigError, PtychoError
 
 #: The modes, in display order, with one line each (report, --help, docs).
 MODES: dict[str, str] = {
@@ -75,35 +78,93 @@ def xla_flags_environment(environ: Mapping[str, str] | None = None) -> dict[str,
     return {"TF_XLA_FLAGS": " ".join(flags)}
 
 
-def compile_step(fn: Callable, mode: str) -> Callable:
+class Retraced(PtychoError):
+    """A compiled step was traced more often than allowed (it would recompile)."""
+
+
+def compile_step(fn: Callable, mode: str, *, max_traces: int | None = 1, name: str | None = None) -> Callable:
     """``fn`` as the step of ``mode``: a ``tf.function``, jit-compiled for ``jit``,
     auto-clustered for ``auto``, a plain graph for ``off`` and ``physics`` (whose
     physics head is compiled separately, :func:`compile_physics`).
 
-    Traced once per input signature (``reduce_retracing=False``); callers count traces.
+    Traced once per input signature (``reduce_retracing=False``), and guarded: the call
+    that traces it for the ``max_traces + 1``-th time raises :class:`Retraced` (None: no
+    limit), the way equinox's ``assert_max_traces`` does. The count is the function's
+    ``experimental_get_tracing_count()``.
     """
     import tensorflow as tf
 
     step = tf.function(fn, jit_compile=mode == "jit", reduce_retracing=False)
-    if mode != "auto":
-        return step
-    if "--tf_xla_cpu_global_jit" not in os.environ.get("TF_XLA_FLAGS", "").split():
-        raise ConfigError(
-            "the auto XLA mode needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit set before TensorFlow "
-            "starts (without it nothing is clustered on CPU); run through 'python -m ptycho', or set "
-            "os.environ.update(ptycho.nets.xla.xla_flags_environment()) before importing TensorFlow"
-        )
-    return _AutoClustered(step)
+    if mode == "auto":
+        if "--tf_xla_cpu_global_jit" not in os.environ.get("TF_XLA_FLAGS", "").split():
+            raise ConfigError(
+                "the auto XLA mode needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit set before TensorFlow "
+                "starts (without it nothing is clustered on CPU); run through 'python -m ptycho', or set "
+                "os.environ.update(ptycho.nets.xla.xla_flags_environment()) before importing TensorFlow"
+            )
+        return _Guarded(_AutoClustered(step), step, name or _name(fn), max_traces)
+    return _Guarded(step, step, name or _name(fn), max_traces)
 
 
-def compile_physics(fn: Callable, mode: str) -> Callable:
-    """The physics head of ``mode``: its own jit-compiled function for ``physics``;
-    inlined into the step (a plain Python call) for every other mode."""
+def compile_physics(fn: Callable, mode: str, *, max_traces: int | None = 1, name: str | None = None) -> Callable:
+    """The physics head of ``mode``: its own jit-compiled (and guarded) function for
+    ``physics``; inlined into the step (a plain Python call) for every other mode."""
     if mode != "physics":
         return fn
     import tensorflow as tf
 
-    return tf.function(fn, jit_compile=True, reduce_retracing=False)
+    step = tf.function(fn, jit_compile=True, reduce_retracing=False)
+    return _Guarded(step, step, name or _name(fn), max_traces)
+
+
+def tracing_count(fn: Callable) -> int:
+    """How often a function of :func:`compile_step` or :func:`compile_physics` was traced
+    (0 for a plain Python function: the physics head inlined into its step)."""
+    count = getattr(fn, "experimental_get_tracing_count", None)
+    return int(count()) if count is not None else 0
+
+
+def _inside_trace() -> bool:
+    import tensorflow as tf
+
+    return tf.inside_function()
+
+
+def _name(fn: Callable) -> str:
+    return getattr(fn, "__name__", "step").strip("_").replace("_", " ")
+
+
+#: Functions traced past their limit inside another function's trace, where raising
+#: would only be wrapped by TensorFlow: the outermost guarded call raises for them.
+_PENDING: list[str] = []
+
+
+class _Guarded:
+    """The one retrace guard: calls ``call``, then compares the traces of ``function``
+    (its ``tf.function``) with ``max_traces`` and raises :class:`Retraced` past it."""
+
+    def __init__(self, call: Callable, function, name: str, max_traces: int | None):
+        self._call, self._function = call, function
+        self.name, self.max_traces = name, max_traces
+
+    def __call__(self, *args, **kwargs):
+        out = self._call(*args, **kwargs)
+        count = self._function.experimental_get_tracing_count()
+        if self.max_traces is not None and count > self.max_traces:
+            _PENDING.append(f"the {self.name} was traced {count} times (at most {self.max_traces})")
+        if _PENDING and not _inside_trace():
+            message = _PENDING[0]
+            _PENDING.clear()
+            raise Retraced(
+                f"{message}: its input shapes or types changed, which would compile it again; keep them fixed"
+            )
+        return out
+
+    def experimental_get_tracing_count(self) -> int:
+        return int(self._function.experimental_get_tracing_count())
+
+    def __getattr__(self, name):
+        return getattr(self._call, name)
 
 
 class _AutoClustered:

@@ -40,28 +40,27 @@ from typing import Any
 
 import numpy as np
 
-from ptycho.config import _check_range
+from ptycho.config import check_settings, defaults
 
 #: The engine's name in records and reports.
 ENGINE = "apg"
 
 
+_SOLVER = defaults("solver")
+
+
 @dataclass(frozen=True)
 class SolverConfig:
-    """Settings of the iterative solver (``solver:`` in config.yaml)."""
+    """Settings of the iterative solver: the schema's ``solver`` section (meaning, range, default)."""
 
-    iterations: int = 200  #: iteration budget per object
-    tolerance: float = 1e-6  #: stop when a step changes the object by less than this (relative L2)
-    step: float = 1.0  #: fraction of the textbook step 1/(4 I); 2 diverged on the default data
-    momentum: float = 0.9  #: Nesterov momentum (0: plain preconditioned gradient descent)
-    floor: float = 1e-3  #: preconditioner floor, relative to the peak illumination
+    iterations: int = _SOLVER["iterations"]  #: iteration budget per object
+    tolerance: float = _SOLVER["tolerance"]  #: stop when a step changes the object by less than this (relative L2)
+    step: float = _SOLVER["step"]  #: fraction of the textbook step 1/(4 I)
+    momentum: float = _SOLVER["momentum"]  #: Nesterov momentum (0: plain preconditioned gradient descent)
+    floor: float = _SOLVER["floor"]  #: preconditioner floor, relative to the peak illumination
 
     def __post_init__(self) -> None:
-        _check_range("solver.iterations", self.iterations, 0, 100_000)
-        _check_range("solver.tolerance", self.tolerance, 0.0, 1.0)
-        _check_range("solver.step", self.step, 1e-6, 4.0)
-        _check_range("solver.momentum", self.momentum, 0.0, 0.999)
-        _check_range("solver.floor", self.floor, 1e-9, 1.0)
+        check_settings(self, "solver", "solver.")
 
 
 @dataclass(frozen=True)
@@ -236,8 +235,8 @@ class Solver:
         # reads ~0.5 per pixel at the noise level instead of a large negative number.
         self._saturated = float(np.sum(positive - positive * np.log(positive + problem.eps)))
         self._pixels = counts.size
-        self._value_and_grad = compile_physics(self._nll_and_gradient, mode)
-        self._step = compile_step(self._update, mode)
+        self._value_and_grad = compile_physics(self._nll_and_gradient, mode, name="solver's likelihood")
+        self._step = compile_step(self._update, mode, name="solver iteration")  # traced once, or Retraced
 
     # -- the physics: the same forward model and likelihood the PINN trains with ----
     def _patches(self, obj):
@@ -330,8 +329,8 @@ class Solver:
         return "budget"
 
     def trace_count(self) -> int:
-        """How many times the iteration was traced (one per input signature)."""
-        return int(self._step.experimental_get_tracing_count())
+        """How many times the iteration was traced (once: a second trace raises Retraced)."""
+        return self._step.experimental_get_tracing_count()
 
     def solve(self, start: np.ndarray | None = None, iterations: int | None = None) -> Result:
         """Compile, then iterate to the tolerance or the budget."""

@@ -10,7 +10,6 @@ call a job and read its record. Heavy libraries are imported inside, as everywhe
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 
 from ptycho.errors import PtychoError
 from ptycho.study.arms import ARM_TAGS
-from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, NestedRun, Progress
+from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, Progress
 
 #: The keys of a training's curve, logged per epoch.
 CURVE_KEYS = ("train_loss", "val_loss", "log_scale")
@@ -33,7 +32,7 @@ def _input(name: str, digest: str, path: str, split: str) -> DatasetInput:
     return DatasetInput(name, digest, str(Path(path).resolve()), split)
 
 
-def _timing(meta: Mapping) -> dict[str, Any]:
+def timing(meta: Mapping) -> dict[str, Any]:
     """A trained model's timing without its per-step list (the checks and the report use the summary)."""
     return {k: v for k, v in meta["timing"].items() if k != "step_times_s"}
 
@@ -147,13 +146,15 @@ def train(
         record.failure = meta["failure"]
         record.summary = f"ptycho train: warning: {meta['failure']}; recorded as a FAILED model in {out}"
         return record
+    from ptycho.study.stats import iqr
+
     last, t = meta["history"][-1], meta["timing"]
     steps = np.asarray(t["step_times_s"])
     record.metrics.update(
         {
             "compile_s": t["compile_s"],
             "step_median_s": t["step_median_s"],
-            "step_iqr_s": float(np.subtract(*np.percentile(steps, [75, 25]))) if steps.size else float("nan"),
+            "step_iqr_s": iqr(steps),
             "train_wall_s": t["train_wall_s"],
             "traces_train": meta["traces"]["train"],
         }
@@ -311,50 +312,16 @@ def bench(
             "bench.repeats": config.repeats,
             **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()},
         },
-        nested=arm_runs(result),
+        nested=timing.arm_runs(result),
         artifacts=[(out, "bench")] if out else [],
         summary=timing.format_table(result),
     )
 
 
-def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
-    """One run per benchmarked arm, all with the same metric keys and the arm in params
-    and tags: MLflow's compare view lines the arms up."""
-    runs = []
-    for a in result["arms"]:
-        model, mode = a["model"], a["mode"]
-        metrics = {
-            "compile_s": a["compile_s"],
-            "step_median_s": a["step_s"]["median"],
-            "infer_patterns_per_s": a["infer_patterns_per_s"],
-            "peak_rss_mb": a["peak_rss_mb"],
-            **{f"{k}_s": c["median"] for k, c in a["components"].items()},
-        }
-        if "shared" in a:
-            metrics["shared_step_median_s"] = a["shared"]["step_s"]["median"]
-        r = result["ratios"].get(model, {}).get(mode, {})
-        if "padded_vs_naive" in r:
-            metrics["padded_vs_naive"] = r["padded_vs_naive"]
-        for key in ("train_step_alone", "train_step_shared", "inference"):
-            if key in r:
-                metrics[f"{key}_speedup"] = r[key]["ratio"]
-        for key in ("break_even_steps", "compile_extra_s"):
-            if key in r and math.isfinite(r[key]):
-                metrics[key] = r[key]
-        runs.append(
-            NestedRun(
-                f"benchmark-{model}-{mode}",
-                {"model": model, "xla": mode},
-                {"arm.model": model, "arm.xla": mode},
-                metrics,
-            )
-        )
-    return runs
-
-
 def scaling(config: Mapping, preset: str, sizes: Sequence[int], out: str | None) -> JobRecord:
     """Cost growth with the data size, at the study's settings (``config`` resolved)."""
     from ptycho.artifacts import write_json
+    from ptycho.nets.xla import REFERENCE
     from ptycho.study import scaling as growth
     from ptycho.study import workflow
 
@@ -362,7 +329,7 @@ def scaling(config: Mapping, preset: str, sizes: Sequence[int], out: str | None)
         sizes,
         workflow.simulation_config(config),
         workflow.model_config(config, "pinn"),
-        workflow.train_config(config, "off", 0, "pinn"),
+        workflow.train_config(config, REFERENCE, 0, "pinn"),
         progress=True,
     )
     sim = workflow.simulation_config(config)
@@ -376,59 +343,17 @@ def scaling(config: Mapping, preset: str, sizes: Sequence[int], out: str | None)
     return JobRecord(summary=growth.format_table(result) + "\n\n" + growth.format_solver_table(result["solver"]))
 
 
-def failed_arms(metas: Sequence[Mapping]) -> dict[str, str]:
-    """Arm -> reason, for every trained model whose ``model.json`` says it diverged."""
-    from ptycho.study.arms import arm_of
+def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
+    """One checklist item (:mod:`ptycho.study.checklist`) measured or collected, and judged
+    against ``threshold``; ``inputs`` are :class:`~ptycho.study.checklist.Inputs`' fields."""
+    from ptycho.artifacts import write_json
+    from ptycho.study import checklist
 
-    return {arm_of(m): m.get("failure", "diverged") for m in metas if m.get("status") == "FAILED"}
-
-
-def check(
-    item: str,
-    threshold: float,
-    out: str,
-    *,
-    model_jsons: Sequence[str] = (),
-    dataset: str | None = None,
-    metrics: Sequence[str] = (),
-    bench: str | None = None,
-    modes: Sequence[str] | None = None,
-    loss: str = "poisson",
-    context: str = "alone",
-) -> JobRecord:
-    """One checklist item measured or collected, and judged against ``threshold``."""
-    from ptycho.artifacts import read_json, write_json
-    from ptycho.study import checks
-    from ptycho.study.arms import arm_of
-
-    metas = [] if item in checks.MEASURED else [read_json(p) for p in model_jsons]  # accuracy loads the models
-    if item == "accuracy":
-        ds = None
-        if model_jsons:
-            from ptycho.data.dataset import read_dataset
-
-            if not dataset:
-                raise PtychoError("check accuracy: --models needs --dataset (the test split to run them on)")
-            ds = read_dataset(dataset)
-        result = checks.accuracy(
-            threshold, model_dirs=[str(Path(m).parent) for m in model_jsons], dataset=ds, modes=modes
-        )
-    elif item == "gradients":
-        result = checks.gradients(threshold, pinn_loss=loss, modes=modes)
-    elif item == "convergence":
-        result = checks.convergence(
-            {arm_of(m): m["history"] for m in metas},
-            threshold,
-            {arm_of(m): m.get("initial_val_loss") for m in metas},
-            failed_arms(metas),
-        )
-    elif item == "quality":
-        result = checks.quality({Path(p).stem: read_json(p) for p in metrics}, threshold, failed_arms(metas))
-    elif item == "speedup":
-        timings = {arm_of(m): _timing(m) for m in metas}
-        result = checks.speedup(read_json(bench), threshold, timings, context=context)
-    else:
-        raise PtychoError(f"check: unknown item {item!r}; choose one of {', '.join(checks.ITEMS)}")
+    try:
+        spec = checklist.get(item)
+    except KeyError:
+        raise PtychoError(f"check: unknown item {item!r}; choose one of {', '.join(checklist.names())}") from None
+    result = spec.collect(checklist.Inputs(**inputs), threshold)
     write_json(out, result)
     return JobRecord(
         metrics={f"{item}_value": result["value"], f"{item}_pass": float(result["status"] == "PASS")},
@@ -461,58 +386,18 @@ def figures(
     solver: Sequence[str] = (),
     reconstructions: Sequence[str] = (),
 ) -> JobRecord:
-    """The report's figures (:data:`ptycho.study.report.FIGURES`), all rendered before any is written."""
-    from ptycho.analysis.metrics import compare
-    from ptycho.artifacts import atomic_write, read_arrays, read_json
-    from ptycho.data.dataset import read_dataset
-    from ptycho.study import checks, solver_view
-    from ptycho.study import figures as fig
-    from ptycho.study.arms import arm_of
-    from ptycho.study.report import FIGURES
+    """The report's figures (each section's own, :func:`ptycho.study.checklist.figures`),
+    all rendered before any is written."""
+    from ptycho.artifacts import atomic_write
+    from ptycho.study import checklist
+    from ptycho.study.figures.inputs import FigureInputs
+    from ptycho.study.figures.style import to_png
 
-    ds = read_dataset(dataset)
-    truth_image = ds.ground_truth(0)
-    compared, frc = {}, {}
-    for path in stitched:
-        images = read_arrays(path, ("images",))["images"]
-        if len(images) == 0 or images[0].shape != truth_image.shape:
-            raise PtychoError(f"{path}: stitched images do not match the objects of {dataset}; re-run stitch")
-        compared[Path(path).stem] = compare(images[0], truth_image)  # what the metrics scored, as they scored it
-    means = {}
-    for path in metrics:
-        scored = read_json(path)
-        means[Path(path).stem] = scored.get("mean", {})
-        first = scored.get("per_image", [{}])[0]
-        if "frc_freq" not in first:
-            raise PtychoError(
-                f"{path}: no FRC curves in these metrics (written by an older version); re-run 'ptycho evaluate'"
-            )
-        frc[Path(path).stem] = {
-            "freq": first["frc_freq"],
-            "amp": first["amp_frc_curve"],
-            "phase": first["phase_frc_curve"],
-        }
-    histories = {arm_of(m): m["history"] for m in map(read_json, model_jsons)}
-    networks = {arm: {"metrics": mean} for arm, mean in means.items()}
-    for arm, rate in inference_rates(reconstructions).items():
-        networks.setdefault(arm, {})["infer_patterns_per_s"] = rate
-    solved = solver_view.load(solver, networks)
-    timed = read_json(bench)
-    if "arms" not in timed:
-        raise PtychoError(f"{bench}: not a benchmark result; pass the JSON written by 'ptycho bench --out'")
-    draw = {
-        "reconstructions": lambda: fig.reconstruction_grid(*fig.common_window(compared)),
-        "errors": lambda: fig.error_maps(*fig.common_window(compared)),
-        "frc": lambda: fig.frc_curves(frc),
-        "losses": lambda: fig.loss_curves(checks.loss_curves(histories)),
-        "step_times": lambda: fig.step_time_distributions(timed["arms"]),
-        "components": lambda: fig.component_bars(timed["arms"]),
-        "speedup": lambda: fig.speedup_bars(checks.speedup_intervals(timed)),
-        "solver": lambda: solver_view.quality_time_figure(solved) if solved else fig._message_figure("no solver run"),
-    }
-    drawers = [(name, draw[name]) for name, _, _ in FIGURES]  # every figure of the report has its drawing
+    inputs = FigureInputs(
+        dataset, stitched, metrics, model_jsons, bench, solver=solver, reconstructions=reconstructions
+    )
     try:  # render everything before writing anything: no partial set of figures
-        made = {name: fig.to_png(drawn()) for name, drawn in drawers}
+        made = {figure.stem: to_png(figure.draw(inputs)) for _, figure in checklist.figures()}
     except (ValueError, KeyError) as err:
         raise PtychoError(
             f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them"
@@ -541,15 +426,15 @@ def report(
     from ptycho.artifacts import read_json
     from ptycho.study import report as views
     from ptycho.study import solver_view
-    from ptycho.study.arms import arm_of
+    from ptycho.study.arms import Arm
     from ptycho.study.bench import machine_info
     from ptycho.tracking import config_hash, git_commit
 
     items = {r["item"]: r for r in map(read_json, checks_json)}
     arms: dict[str, dict] = {}
     for meta in map(read_json, model_jsons):
-        arms[arm_of(meta)] = {
-            "timing": _timing(meta),
+        arms[Arm.of_meta(meta).name] = {
+            "timing": timing(meta),
             "final": meta["history"][-1] if meta["history"] else None,
             "status": meta.get("status", "FINISHED"),
             "failure": meta.get("failure"),
@@ -559,7 +444,7 @@ def report(
     for arm, rate in inference_rates(reconstructions).items():
         arms.setdefault(arm, {})["infer_patterns_per_s"] = rate
     figures = {}
-    names = [name for name, _, _ in views.FIGURES]
+    names = [name for name, _, _ in views.figures()]
     for path in figure_pngs:
         stem = Path(path).stem
         if stem not in names:

@@ -71,7 +71,7 @@ def solve(
     from ptycho.data.dataset import read_dataset
     from ptycho.nets.xla import REFERENCE
     from ptycho.solvers.gradient import ENGINE, Solver, crop, flat_start, problems, warm_start
-    from ptycho.study.bench import bootstrap_ratio
+    from ptycho.study.stats import bootstrap_ratio
 
     ds = read_dataset(dataset)
     try:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.nets.xla import REFERENCE
+from ptycho.study.checklist.item import Figure, Section
 from ptycho.study.solve import FLAT, first_reaching
 
 #: The quality the issue asks of the solver: amplitude and phase SSIM.
@@ -239,12 +240,12 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
 
 def _by_model_and_mode(networks: Sequence[Mapping]) -> dict[tuple[str, str], list[Mapping]]:
     """The network arms with an inference time, grouped over seeds by (model, mode)."""
-    from ptycho.study.arms import parse_arm
+    from ptycho.study.arms import Arm
 
     groups: dict[tuple[str, str], list[Mapping]] = {}
     for n in networks:
         if n["seconds_per_object"]:
-            arm = parse_arm(n["arm"])
+            arm = Arm.parse(n["arm"])
             groups.setdefault((arm.model, arm.mode), []).append(n)
     return groups
 
@@ -252,9 +253,9 @@ def _by_model_and_mode(networks: Sequence[Mapping]) -> dict[tuple[str, str], lis
 def quality_time_figure(solver: Mapping):
     """Amplitude and phase SSIM against seconds per object: the solver's modes as
     curves over its iterations, each network (model and mode, mean over seeds) as a point."""
-    from ptycho.study.figures import _figure, arm_colour
+    from ptycho.study.figures.style import arm_colour, new_figure
 
-    fig = _figure((10.0, 4.0))
+    fig = new_figure((10.0, 4.0))
     axes = fig.subplots(1, 2)
     for ax, key, title in zip(axes, ("amp_ssim", "phase_ssim"), ("amplitude SSIM", "phase SSIM"), strict=True):
         for mode, r in solver["modes"].items():
@@ -280,3 +281,19 @@ def quality_time_figure(solver: Mapping):
         ax.grid(True, alpha=0.3)
     axes[1].legend(fontsize=7, loc="lower right", title="solver: curve; networks: points", title_fontsize=7)
     return fig
+
+
+def _draw(inputs):
+    from ptycho.study.figures.style import message_figure
+
+    return quality_time_figure(inputs.solved) if inputs.solved else message_figure("no solver run")
+
+
+#: The report's section after the checklist (no verdict: the solver is a yardstick).
+SECTION = Section(
+    name="solver",
+    title="Conventional solver",
+    text=lambda report: headline(report["solver"]) + ".",
+    tables=tables,
+    figures=(Figure("solver", "quality against seconds per object: networks and the iterative solver", _draw),),
+)

@@ -1,10 +1,11 @@
 """The pipeline's configuration: presets, schema validation, defaults, derived configs.
 
 Used by the Snakefile (``rules/common.smk``) and testable without Snakemake.
-Precedence, lowest first: schema defaults, ``config.yaml``, the selected preset,
-command-line overrides (``--config`` / ``--configfile``). The result is validated
-against ``schemas/config.schema.yaml`` and every section is also built into its
-frozen dataclass, so the package's own checks run at the edge too.
+Precedence, lowest first: the schema's defaults (the study's), ``config.yaml`` (its
+deliberate choices), the selected preset, command-line overrides (``--config`` /
+``--configfile``). The result is validated against the schema shipped with the package
+(``ptycho/config.schema.yaml``, :data:`SCHEMA`) and every section is also built into its
+frozen dataclass, so the checks that relate two keys run at the edge too.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ptycho.config import SCHEMA_FILE as SCHEMA
 from ptycho.errors import ConfigError
-
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:
@@ -59,6 +59,11 @@ def typed_overrides(value: Any) -> Any:
 
 
 def load_schema(path: str | Path = SCHEMA) -> dict:
+    """The packaged schema (read once, :func:`ptycho.config.schema`), or the one at ``path``."""
+    if Path(path) == SCHEMA:
+        from ptycho.config import schema
+
+        return schema()
     import yaml
 
     with open(path) as fh:
@@ -66,13 +71,18 @@ def load_schema(path: str | Path = SCHEMA) -> dict:
 
 
 def _fill_defaults(instance: Any, schema: dict) -> Any:
-    """Fill ``default`` values of object properties, recursively (before validation)."""
+    """Fill ``default`` values of object properties, recursively (before validation), and
+    put the keys in the schema's order (the rules' flags follow it, whichever layer
+    gave a key: schema, config.yaml, preset or command line)."""
     if schema.get("type") == "object" and isinstance(instance, dict):
-        for key, sub in schema.get("properties", {}).items():
+        properties = schema.get("properties", {})
+        for key, sub in properties.items():
             if key not in instance and "default" in sub:
                 instance[key] = copy.deepcopy(sub["default"])
             if key in instance:
                 instance[key] = _fill_defaults(instance[key], sub)
+        ordered = {key: instance[key] for key in properties if key in instance}
+        instance = ordered | {key: value for key, value in instance.items() if key not in ordered}
     return instance
 
 
@@ -130,11 +140,21 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
     resolved = validate(merged, schema)
     resolved["xla"] = _modes(resolved["xla"])
     check_shell_safe(resolved)
+    sim = simulation_config(resolved)
     for kind in resolved["models"]:
-        model_config(resolved, kind)
+        _check_pooling(sim.n, model_config(resolved, kind), _key_prefix(resolved, "model", kind))
         train_config(resolved, resolved["xla"][0], 0, kind)
-    simulation_config(resolved)
     return resolved
+
+
+def _check_pooling(n: int, model, where: str) -> None:
+    """The networks halve the patch ``depth`` times: ``n`` must be a multiple of ``2**depth``."""
+    factor = 2**model.depth
+    if n % factor:
+        raise ConfigError(
+            f"config key 'simulation.n' = {n} is not a multiple of {factor}, which the {model.kind} needs "
+            f"({where}.depth = {model.depth} pooling levels); use {n - n % factor + factor} or a smaller depth"
+        )
 
 
 def _modes(values: list) -> list[str]:

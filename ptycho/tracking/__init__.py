@@ -10,13 +10,16 @@ with explicit run ids (never ``mlflow.start_run``'s process-global stack).
 * :mod:`~ptycho.tracking.runs`: a job's child run (journaled, offline-capable), datasets,
   logged models, system metrics;
 * :mod:`~ptycho.tracking.parent`: the study's parent run, its children's table, stale runs;
-* :mod:`~ptycho.tracking.replay`: a journal sent again.
+* :mod:`~ptycho.tracking.replay`: a journal sent again;
+* :mod:`~ptycho.tracking.job`: a command's child run, opened around it (``--mlflow-parent``).
 
 MLflow is imported inside the functions, so importing this package is cheap.
 """
 
 from ptycho.tracking.access import preflight, preflight_environment
+from ptycho.tracking.job import job_run
 from ptycho.tracking.parent import (
+    END_STATUSES,
     close_pipeline,
     end_stale_children,
     finish_run,
@@ -40,6 +43,7 @@ from ptycho.tracking.store import default_tracking_uri, ensure_store, flatten_pa
 
 __all__ = [
     "END_REASON_TAG",
+    "END_STATUSES",
     "HOST_TAG",
     "NONFINITE_TAG",
     "PID_START_TAG",
@@ -54,6 +58,7 @@ __all__ = [
     "finish_run",
     "flatten_params",
     "git_commit",
+    "job_run",
     "journal_files",
     "log_artifact_to",
     "log_children_table",

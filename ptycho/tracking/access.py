@@ -28,8 +28,8 @@ def preflight(uri: str, timeout: float = 5.0) -> None:
     passes (authentication: the real calls carry the credentials); a 404 means the URI
     does not lead to MLflow's API and fails.
 
-    SQLite: the database folder must be creatable and writable (and the file, if it
-    exists).
+    SQLite: the database folder must be creatable and take a new file (tried for real:
+    :func:`ptycho.artifacts.writable_problem`), and the file, if it exists, writable.
     """
     if uri.startswith(("http://", "https://")):
         _preflight_server(uri, timeout)
@@ -44,12 +44,14 @@ def preflight(uri: str, timeout: float = 5.0) -> None:
     path = sqlite_path(uri)
     if path is None:
         return
+    from ptycho.artifacts import writable_problem
+
     fix = "choose a writable results folder or set MLFLOW_TRACKING_URI"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PtychoError(f"cannot create MLflow store folder {path.parent} ({exc.strerror}); {fix}") from None
-    if not os.access(path.parent, os.W_OK | os.X_OK):
+    if writable_problem(path.parent, folder=True):
         raise PtychoError(f"MLflow store folder {path.parent} is not writable; {fix}")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
         raise PtychoError(f"MLflow store {path} is not writable; fix its permissions or {fix}")

@@ -38,6 +38,8 @@ from ptycho.tracking.store import (
 
 _log = logging.getLogger(__name__)
 _RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
+#: How a run can end (:func:`finish_run`), the normal end first.
+END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
 def _artifact_location(uri: str, experiment: str) -> str | None:
@@ -112,7 +114,7 @@ def start_parent(uri: str, experiment: str, run_name: str, params: Mapping[str, 
     return run_id
 
 
-def finish_run(uri: str, run_id: str, status: str = "FINISHED") -> None:
+def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
     """Mark ``run_id`` terminated with ``status`` (FINISHED, FAILED or KILLED).
 
     A separate call because the parent outlives the process that created it: the

@@ -1,0 +1,156 @@
+"""Network and reconstruction commands: train, infer, stitch, evaluate, solve."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ptycho.cli.declare import Live, arg, command, config_flags, config_from_args, config_section
+from ptycho.cli.values import load_yaml_section, mode, pairs
+from ptycho.errors import ConfigError
+from ptycho.nets.models import ModelConfig
+from ptycho.nets.train import TrainConfig
+from ptycho.nets.xla import COMPARED, MODES, REFERENCE
+from ptycho.solvers.gradient import SolverConfig
+from ptycho.study import jobs
+from ptycho.study.solve import CHECKPOINTS
+from ptycho.tracking.record import JobRecord
+
+#: What ``train --on-diverge`` may do (ptycho.nets.train.train's ``on_diverge``), the first by default.
+ON_DIVERGE = ("raise", "record")
+
+
+@command(
+    "train",
+    "train a PINN or baseline model on a dataset",
+    arg("--dataset", required=True, help="training split (.h5)"),
+    arg("--out", required=True, output="folder", help="output folder (model.keras, model.json)"),
+    arg("--config", help="YAML file with 'model' and 'train' sections"),
+    arg("--quiet", action="store_true", help="no progress bars"),
+    arg(
+        "--resume",
+        action="store_true",
+        help="continue from the saved state in the checkpoint folder if it has the same configuration and dataset",
+    ),
+    arg("--checkpoint-dir", help="folder of the resumable state (default: OUT/checkpoint)"),
+    arg(
+        "--on-diverge",
+        choices=ON_DIVERGE,
+        default=ON_DIVERGE[0],
+        help="on a NaN/inf loss: fail (raise, the default) or write the last good state as the model, "
+        "marked status FAILED in model.json, and exit 0 (record)",
+    ),
+    config_flags(ModelConfig, "model_"),
+    config_flags(TrainConfig, "train_"),
+    tensorflow=True,
+    system_metrics=True,
+)
+def cmd_train(args: argparse.Namespace, live: Live) -> JobRecord:
+    sections = {name: load_yaml_section(args.config, name) for name in ("model", "train")}
+    return jobs.train(
+        args.dataset,
+        config_from_args(args, ModelConfig, "model_", sections["model"]),
+        config_from_args(args, TrainConfig, "train_", sections["train"]),
+        args.out,
+        arm=pairs(args.mlflow_tag),
+        progress=not args.quiet,
+        resume=args.resume,
+        checkpoint_dir=args.checkpoint_dir,
+        on_diverge=args.on_diverge,
+        live=live,
+    )
+
+
+@command(
+    "infer",
+    "reconstruct every pattern of a dataset with a trained model",
+    arg("--model", required=True, help="folder written by 'ptycho train'"),
+    arg("--dataset", required=True),
+    arg("--out", required=True, output=True, help="reconstruction (.npz)"),
+    arg("--xla", type=mode, default=None, help=f"override the training arm's XLA mode ({', '.join(MODES)})"),
+    arg("--batch-size", type=int, default=None, help="fixed predict batch (default: training batch)"),
+    tensorflow=True,
+)
+def cmd_infer(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.infer(args.model, args.dataset, args.out, xla=args.xla, batch_size=args.batch_size)
+
+
+@command(
+    "stitch",
+    "stitch reconstructed patches into full objects",
+    arg("--reconstruction", required=True, help=".npz written by 'ptycho infer'"),
+    arg("--dataset", required=True, help="the dataset that was reconstructed"),
+    arg("--out", required=True, output=True, help="stitched objects (.npz)"),
+    arg("--unweighted", action="store_true", help="plain average instead of illumination weighting"),
+    arg(
+        "--no-phase-sync",
+        action="store_true",
+        help="keep each patch's own constant phase (default: align overlapping patches first)",
+    ),
+)
+def cmd_stitch(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.stitch(
+        args.dataset, args.reconstruction, args.out, weighted=not args.unweighted, phase_sync=not args.no_phase_sync
+    )
+
+
+@command(
+    "evaluate",
+    "score stitched objects against the ground truth",
+    arg("--stitched", required=True, help=".npz written by 'ptycho stitch'"),
+    arg("--dataset", required=True),
+    arg("--out", required=True, output=True, help="metrics (.json)"),
+)
+def cmd_evaluate(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.evaluate(args.dataset, args.stitched, args.out)
+
+
+_SOLVE_MODES = [REFERENCE, COMPARED[0]]
+
+
+@command(
+    "solve",
+    "reconstruct with the iterative solver (known probe) under XLA modes, timed interleaved; "
+    "optionally warm-started from stitched network reconstructions",
+    arg("--dataset", required=True, help="dataset with probe and positions (the test split)"),
+    arg("--out", required=True, output=True, help="record (.json): timing, misfit, quality against iterations"),
+    arg(
+        "--stitched-dir",
+        output="folder",
+        help="folder for solver-<mode>.npz (the flat start's objects, stitched format)",
+    ),
+    arg("--modes", type=mode, nargs="+", default=_SOLVE_MODES, help=f"XLA modes (default: {' '.join(_SOLVE_MODES)})"),
+    arg(
+        "--start",
+        action="append",
+        default=[],
+        metavar="NAME=NPZ",
+        help="also start from this stitched reconstruction (repeatable), besides the flat start",
+    ),
+    arg(
+        "--checkpoints",
+        type=int,
+        nargs="+",
+        help=f"iterations at which to score (default: {' '.join(map(str, CHECKPOINTS[:5]))} ...)",
+    ),
+    arg("--config", help="YAML file whose 'solver' section gives the settings (flags override it)"),
+    config_flags(SolverConfig, "solver_"),
+    tensorflow=True,
+)
+def cmd_solve(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.study.solve import solve
+
+    cfg = config_section(args, SolverConfig, "solver_", "solver")
+    starts = pairs(args.start, "--start")
+    for name, path in starts.items():
+        if not Path(path).is_file():
+            raise ConfigError(f"--start {name}={path}: no such file; give the stitched .npz of a reconstruction")
+    return solve(
+        args.dataset,
+        args.out,
+        modes=tuple(dict.fromkeys(args.modes)),
+        cfg=cfg,
+        starts=starts,
+        stitched_dir=args.stitched_dir,
+        checkpoints=args.checkpoints or CHECKPOINTS,
+    )

@@ -1,0 +1,220 @@
+"""Study commands: bench, scaling, check, figures, report, config."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ptycho.cli.declare import Live, arg, command
+from ptycho.cli.values import json_object, mode, study_config
+from ptycho.config import choices, spec
+from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS
+from ptycho.nets.xla import COMPARED, MODES, REFERENCE
+from ptycho.study import checklist, jobs
+from ptycho.tracking.record import JobRecord
+
+_PRESET = spec("preset")["default"]
+#: The study's configuration, as ``scaling`` and ``bench`` read it (flags override it).
+STUDY = (
+    arg("--config", default="config.yaml", help="the study's config (default: config.yaml)"),
+    arg("--preset", default=_PRESET, help=f"its preset to time (default: {_PRESET})"),
+)
+
+#: ``bench`` flags that override the study's ``model`` section (every model's).
+_SHAPE = ("filters", "pooling", "depth", "mixing", "loss")
+_STUDY_DEFAULT = "(default: the study's)"
+
+
+@command(
+    "bench",
+    "time every XLA mode vs off: compile, step alone and shared, components, memory, inference",
+    *STUDY,
+    arg("--dataset", help="dataset to time on (default: simulate the study's train split)"),
+    arg("--object-size", type=int, help=f"object side when simulating {_STUDY_DEFAULT}"),
+    arg("--n", type=int, help=f"patch side when simulating {_STUDY_DEFAULT}"),
+    arg("--models", nargs="+", choices=MODEL_KINDS, help=f"models to time {_STUDY_DEFAULT}"),
+    arg("--filters", type=int, help=f"encoder filters {_STUDY_DEFAULT}"),
+    arg("--pooling", choices=POOLINGS, help=f"encoder pooling {_STUDY_DEFAULT}"),
+    arg("--depth", type=int, help=f"encoder pooling levels {_STUDY_DEFAULT}"),
+    arg("--mixing", type=int, help=f"code mixing layers {_STUDY_DEFAULT}"),
+    arg("--loss", choices=LOSSES, help=f"PINN loss {_STUDY_DEFAULT}"),
+    arg(
+        "--like",
+        nargs="+",
+        metavar="MODEL_JSON",
+        help="time the architecture, loss and batch size of these trained models (model.json), "
+        "instead of --filters/--pooling/--depth/--mixing/--loss/--batch-size",
+    ),
+    arg("--batch-size", type=int, help=f"training batch {_STUDY_DEFAULT}"),
+    arg(
+        "--modes",
+        nargs="+",
+        type=mode,
+        help=f"XLA modes to time ({', '.join(MODES)}); {REFERENCE} is always added (default: the study's xla)",
+    ),
+    arg("--warmup", type=int, help="untimed steps first (default: the study's bench.warmup)"),
+    arg("--repeats", type=int, help="timed steps per arm and context (default: the study's bench.repeats)"),
+    arg("--component-repeats", type=int, help="timed calls of each step component (default: the benchmark's)"),
+    arg("--threads-alone", type=int, help="intra-op threads per arm alone (default: all cores)"),
+    arg(
+        "--shared-threads",
+        type=int,
+        help="intra-op threads per arm when all arms share the cores (default: the study's train_threads)",
+    ),
+    arg("--no-shared", action="store_true", help="time the arms alone only"),
+    arg("--out", output=True, help="also write the full result as JSON"),
+    system_metrics=True,  # TensorFlow runs in its workers
+)
+def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.config import SimulationConfig, from_dict
+    from ptycho.study import workflow
+    from ptycho.study.bench import BenchConfig
+
+    study = study_config(args.config, args.preset)
+    kinds = args.models or study["models"]
+    shape = {k: getattr(args, k) for k in _SHAPE if getattr(args, k) is not None}
+    models = [dataclasses.replace(workflow.model_config(study, k), **shape) for k in kinds]
+    train_cfg = workflow.train_config(study, REFERENCE, 0, kinds[0])
+    if args.batch_size is not None:
+        train_cfg = dataclasses.replace(train_cfg, batch_size=args.batch_size)
+    given = {
+        "warmup": study["bench"]["warmup"] if args.warmup is None else args.warmup,
+        "repeats": study["bench"]["repeats"] if args.repeats is None else args.repeats,
+        "component_repeats": args.component_repeats,
+        "threads": args.threads_alone,
+        "shared_threads": study["train_threads"] if args.shared_threads is None else args.shared_threads,
+    }
+    config = BenchConfig(shared=not args.no_shared, **{k: v for k, v in given.items() if v is not None})
+    sim = None
+    if not args.dataset:
+        size = {k: getattr(args, k) for k in ("n", "object_size") if getattr(args, k) is not None}
+        sim = from_dict(SimulationConfig, {**study["simulation"], **size}, "simulation")
+    modes = args.modes or study["xla"]
+    return jobs.bench(args.dataset, args.like or (), models, train_cfg, modes, config, args.out, sim=sim)
+
+
+@command(
+    "scaling",
+    "time simulation, one training epoch and stitching at several data sizes",
+    *STUDY,
+    arg("--sizes", nargs="+", type=int, default=[1, 2, 4], help="objects per split (default: 1 2 4)"),
+    arg("--out", output=True, help="also write the result as JSON"),
+    tensorflow=True,
+)
+def cmd_scaling(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.scaling(study_config(args.config, args.preset), args.preset, args.sizes, args.out)
+
+
+@command(
+    "config",
+    "write a resolved configuration (JSON text) to a file, atomically",
+    arg("--json", required=True, help="the configuration, a JSON object"),
+    arg("--out", required=True, output=True),
+)
+def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.artifacts import write_json
+
+    config = json_object(args.json, "--json", "pass a JSON object")
+    write_json(args.out, config)
+    return JobRecord(summary=f"{args.out}: resolved configuration (preset {config.get('preset', '?')})")
+
+
+@command(
+    "check",
+    "measure and judge one validation checklist item",
+    arg("item", choices=checklist.names()),
+    arg("--threshold", type=float, required=True),
+    arg("--models", nargs="*", default=[], help="model.json files (accuracy, convergence, quality, speedup)"),
+    arg("--dataset", help="test split the trained models are run on (accuracy)"),
+    arg("--metrics", nargs="*", default=[], help="metrics JSON files (quality)"),
+    arg("--bench", help="bench JSON (speedup)"),
+    arg("--loss", choices=LOSSES, default=checklist.Inputs.loss, help="PINN loss (gradients)"),
+    arg(
+        "--modes",
+        nargs="+",
+        type=mode,
+        default=list(COMPARED),
+        help=f"XLA modes compared with {REFERENCE} (accuracy, gradients; default: all)",
+    ),
+    arg(
+        "--context",
+        choices=choices("bench.context"),
+        default=spec("bench.context")["default"],
+        help="the benchmark context the speedup verdict is for (speedup)",
+    ),
+    arg("--out", required=True, output=True),
+    tensorflow=lambda args: checklist.get(args.item).measures,
+)
+def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.check(
+        args.item,
+        args.threshold,
+        args.out,
+        model_jsons=args.models or (),
+        dataset=args.dataset,
+        metrics=args.metrics or (),
+        bench=args.bench,
+        modes=args.modes,
+        loss=args.loss,
+        context=args.context,
+    )
+
+
+_SOLVER_HELP = "'ptycho solve' records: every mode from a flat start, then (optional) the warm starts"
+
+
+@command(
+    "figures",
+    "draw the report's figures (PNG) from the pipeline's outputs",
+    arg("--dataset", required=True, help="the test split (ground truth)"),
+    arg("--stitched", nargs="+", required=True, help=".npz files written by 'ptycho stitch'"),
+    arg("--metrics", nargs="+", required=True, help="metrics JSON files (FRC curves)"),
+    arg("--models", nargs="+", required=True, help="model.json files of the arms (loss curves)"),
+    arg("--bench", required=True, help="the benchmark's JSON (step times, speedup intervals)"),
+    arg("--out-dir", required=True, output="folder"),
+    arg("--solver", nargs="*", help=_SOLVER_HELP),
+    arg("--reconstructions", nargs="*", help="'ptycho infer' outputs: the networks' seconds per object"),
+)
+def cmd_figures(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.figures(
+        args.dataset,
+        args.stitched,
+        args.metrics,
+        args.models,
+        args.bench,
+        args.out_dir,
+        solver=args.solver or (),
+        reconstructions=args.reconstructions or (),
+    )
+
+
+@command(
+    "report",
+    "assemble reports/<preset>/validation.{json,md,html}",
+    arg("--checks", nargs="+", required=True),
+    arg("--metrics", nargs="+", required=True),
+    arg("--models", nargs="+", required=True),
+    arg("--reconstructions", nargs="*"),
+    arg("--figures", nargs="*", help="PNG files written by 'ptycho figures' (embedded in the HTML)"),
+    arg("--config-json", required=True),
+    arg("--out-dir", default="reports", output="folder"),
+    arg("--finish-parent", help="parent JSON: attach the report and mark the parent run FINISHED"),
+    arg("--benchmarks", help="folder of the jobs' Snakemake benchmark TSVs: the report says where the time went"),
+    arg("--solver", nargs="*", help=_SOLVER_HELP),
+)
+def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.artifacts import read_json
+
+    parent = read_json(args.finish_parent) if args.finish_parent else {}
+    return jobs.report(
+        args.checks,
+        args.models,
+        args.metrics,
+        args.reconstructions or (),
+        args.figures or (),
+        args.benchmarks,
+        read_json(args.config_json),
+        args.out_dir,
+        parent,
+        solver=args.solver or (),
+    )

@@ -1,0 +1,129 @@
+"""The ``track`` command: the pipeline's MLflow parent run, journals replayed, stale runs ended."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ptycho import tracking
+from ptycho.cli.declare import Live, arg, command
+from ptycho.cli.values import json_object, pairs
+from ptycho.config import spec
+from ptycho.errors import ConfigError, PtychoError
+from ptycho.tracking.record import JobRecord
+
+#: Where ``track start`` falls back to when the config names no study or results folder.
+_EXPERIMENT = spec("study")["default"]
+_RESULTS = spec("results")["default"]
+
+
+def _replay(args: argparse.Namespace) -> JobRecord:
+    if not args.journal:
+        raise PtychoError("track replay: name the journal files or folders (<results>/<preset>/mlflow/journal/)")
+    files = tracking.journal_files(args.journal)
+    if not files:
+        raise PtychoError(f"track replay: no .jsonl journal in {' '.join(args.journal)}")
+    lines = []
+    for path in files:
+        counts = tracking.replay_journal(path, args.tracking_uri)
+        lines.append(f"{path}: replayed " + " ".join(f"{k}={v}" for k, v in counts.items()))
+    return JobRecord(summary="\n".join(lines))
+
+
+def _sweep(args: argparse.Namespace) -> JobRecord:
+    from ptycho.artifacts import read_json
+
+    if not args.parent:
+        raise PtychoError("track sweep: --parent is required (the JSON written by 'track start')")
+    parent = read_json(args.parent)
+    ended = tracking.end_stale_children(parent["tracking_uri"], parent["run_id"], by="'ptycho track sweep'")
+    return JobRecord(
+        summary=f"MLflow parent run {parent['run_id']}: {len(ended)} stale child run(s) marked KILLED"
+        + (f" ({', '.join(ended)})" if ended else "")
+    )
+
+
+def _start(args: argparse.Namespace) -> JobRecord:
+    from ptycho.artifacts import read_json
+
+    needed = {
+        "--config-json": (
+            args.config_json or os.environ.get("PTYCHO_CONFIG_JSON"),
+            "the resolved config JSON to log, or PTYCHO_CONFIG_JSON set to it",
+        ),
+        "--out": (args.out, "where to write the parent run's id"),
+    }
+    missing = [f"{flag} ({what})" for flag, (value, what) in needed.items() if not value]
+    if missing:
+        raise ConfigError(f"'track start' needs {' and '.join(missing)}; see 'ptycho track --help'")
+    if args.parent:
+        raise ConfigError("'track start' takes no --parent (that is for 'track finish'); drop it")
+    if args.config_json:
+        config = read_json(args.config_json)
+    else:  # the workflow's way: not a file input, so that a config change re-runs no job (rules/simulate.smk)
+        config = json_object(os.environ["PTYCHO_CONFIG_JSON"], "PTYCHO_CONFIG_JSON", "unset it or pass --config-json")
+    # The workflow's config names the experiment, the run and the store's folder.
+    experiment = args.experiment or config.get("study") or _EXPERIMENT
+    run_name = args.run_name or (f"{experiment}-{config['preset']}" if config.get("preset") else "pipeline")
+    tags = {**({"preset": config["preset"]} if config.get("preset") else {}), **pairs(args.tag)}
+    record = tracking.start_pipeline(
+        config,
+        args.results or config.get("results") or _RESULTS,
+        experiment,
+        run_name,
+        tags,
+        args.out,
+    )
+    return JobRecord(summary=f"{args.out}: MLflow parent run {record['run_id']} at {record['tracking_uri']}")
+
+
+def _finish(args: argparse.Namespace) -> JobRecord:
+    from ptycho.artifacts import read_json
+
+    if not args.parent:
+        raise ConfigError(
+            "'track finish' needs --parent (the JSON written by 'track start'); see 'ptycho track --help'"
+        )
+    if not Path(args.parent).exists():  # e.g. the workflow's error hook, when the pipeline stopped before 'track start'
+        raise PtychoError(
+            f"{args.parent}: no such file, so there is no MLflow parent run to mark {args.status} "
+            "(it is written by 'track start')"
+        )
+    parent = read_json(args.parent)
+    tracking.finish_run(parent["tracking_uri"], parent["run_id"], args.status)
+    return JobRecord(summary=f"MLflow parent run {parent['run_id']}: {args.status}")
+
+
+_ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "sweep": _sweep}
+
+
+@command(
+    "track",
+    "start or finish the pipeline's MLflow parent run; replay journals; end stale runs",
+    arg(
+        "action",
+        choices=tuple(_ACTIONS),
+        help="replay: send journals (JSONL kept beside the outputs) to MLflow again, idempotently; "
+        "sweep: mark KILLED the RUNNING child runs whose process is gone",
+    ),
+    arg("journal", nargs="*", help="(replay) journal files or folders, e.g. results/smoke/mlflow/journal"),
+    arg("--tracking-uri", help="(replay) send to this store instead of the one recorded in the journal"),
+    arg(
+        "--config-json",
+        help="(start) resolved config file, logged as the parent's params "
+        "(default: the JSON in $PTYCHO_CONFIG_JSON, as the workflow sets it)",
+    ),
+    arg("--experiment", help=f"(start) default: the config's study, else {_EXPERIMENT}"),
+    arg("--run-name", help="(start) default: <study>-<preset> from the config, else pipeline"),
+    arg("--tag", action="append", metavar="KEY=VALUE"),
+    arg("--out", output=True, help="(start) where to write the parent run's id and tracking URI"),
+    arg(
+        "--results",
+        help=f"(start) folder of the embedded store <results>/mlflow.db (default: the config's results, else {_RESULTS})",
+    ),
+    arg("--parent", help="(finish, sweep) the JSON written by 'track start'"),
+    arg("--status", choices=tracking.END_STATUSES, default=tracking.END_STATUSES[0]),
+)
+def cmd_track(args: argparse.Namespace, live: Live) -> JobRecord:
+    return _ACTIONS[args.action](args)

@@ -1,0 +1,89 @@
+"""Values the command line reads: booleans, XLA modes, KEY=VALUE pairs, JSON, YAML files.
+
+Each bad value is a one-line error: :class:`argparse.ArgumentTypeError` for a flag's
+value (argparse names the flag), :class:`~ptycho.errors.ConfigError` otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ptycho.errors import ConfigError
+
+
+def boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def mode(text: str) -> str:
+    """An XLA mode (:func:`ptycho.nets.xla.parse_mode`)."""
+    from ptycho.nets.xla import parse_mode
+
+    try:
+        return parse_mode(text, key=None)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def pairs(items: list[str] | None, what: str = "tag") -> dict[str, str]:
+    """``KEY=VALUE`` items as a mapping."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{what} {item!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def json_object(text: str, what: str, fix: str) -> dict[str, Any]:
+    """``text`` parsed as a JSON object, or a one-line :class:`ConfigError` naming ``what`` and the ``fix``."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{what} is not valid JSON ({err.msg} at character {err.pos}); {fix}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be a JSON object, not {type(value).__name__}; {fix}")
+    return value
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    """A YAML config file's top-level mapping, or a one-line :class:`ConfigError`."""
+    import yaml
+
+    try:
+        with open(path) as fh:
+            doc = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return doc
+
+
+def load_yaml_section(path: str | None, section: str) -> dict[str, Any]:
+    """Section ``section`` of a YAML file (the whole file if it has no such key); {} without a file."""
+    if not path:
+        return {}
+    doc = load_yaml(path)
+    data = doc.get(section, doc)
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: section '{section}' must be a mapping")
+    return data
+
+
+def study_config(path: str, preset: str) -> dict[str, Any]:
+    """The study's config file resolved for ``preset`` (schema defaults, preset, checks),
+    as the workflow resolves it (:func:`ptycho.study.workflow.resolve`)."""
+    from ptycho.study import workflow
+
+    return workflow.resolve(load_yaml(path), {"preset": preset})

@@ -1,0 +1,70 @@
+"""Network-ready arrays from a dataset: the inputs, offsets and targets of each model kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ptycho.data.dataset import Dataset
+
+
+@dataclass
+class TrainingData:
+    """Network-ready arrays for one model kind (see :func:`prepare`)."""
+
+    inputs: np.ndarray  #: (S, N, N, Cin) float32 normalised amplitudes
+    offsets: np.ndarray  #: (S, C, 2) float32 (zeros for the baseline)
+    targets: dict[str, np.ndarray]  #: counts (PINN) or amp/phase patches (baseline)
+    physics: dict[str, Any] = field(default_factory=dict)
+
+    def batch(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """``(inputs, offsets, targets)`` of the samples ``idx``: a step's arguments."""
+        return self.inputs[idx], self.offsets[idx], {k: v[idx] for k, v in self.targets.items()}
+
+
+def intensity_norm(ds: Dataset) -> float:
+    """Per-pixel mean count of the dataset: the unit of the normalised intensities."""
+    n = ds.n
+    return float(ds.counts.sum(axis=(1, 2), dtype=np.float64).mean() / (n * n))
+
+
+def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
+    """Arrays for ``kind`` from a dataset; ``norm`` defaults to this dataset's own.
+
+    Inference passes the training set's ``norm`` so both splits share one unit.
+    """
+    from ptycho.physics.forward_tf import canvas_pad_for
+    from ptycho.physics.translate import centre_crop, extract_patches
+
+    norm = intensity_norm(ds) if norm is None else norm
+    y = (ds.counts / np.float32(norm)).astype(np.float32)  # (P, N, N)
+    x = np.sqrt(y)
+    n = ds.n
+    physics = {
+        "intensity_norm": norm,
+        "log_scale": float(np.log(ds.scale / np.sqrt(norm))),
+        "canvas_pad": canvas_pad_for(ds.group_offsets, n),
+    }
+    if kind == "pinn":
+        g = ds.groups
+        inputs = np.moveaxis(x[g], 1, -1)  # (G, N, N, C)
+        counts = np.moveaxis(y[g], 1, -1)
+        return TrainingData(inputs, ds.group_offsets.astype(np.float32), {"counts": counts}, physics)
+    patches = np.concatenate(
+        [extract_patches(ds.objects[m], ds.positions[ds.position_object == m], n) for m in range(ds.objects.shape[0])]
+    )
+    order = np.concatenate([np.flatnonzero(ds.position_object == m) for m in range(ds.objects.shape[0])])
+    inv = np.empty_like(order)
+    inv[order] = np.arange(len(order))
+    patches = centre_crop(patches[inv], n // 2)  # back in position order
+    return TrainingData(
+        x[..., None],
+        np.zeros((len(x), 1, 2), np.float32),
+        {
+            "amp": np.abs(patches)[..., None].astype(np.float32),
+            "phase": np.angle(patches)[..., None].astype(np.float32),
+        },
+        physics,
+    )

@@ -1,0 +1,323 @@
+"""Where XLA helps: every XLA mode timed against ``off``, alone and with the cores shared.
+
+Each (model, mode) arm runs in its own worker process (:mod:`.worker`: a fresh
+interpreter, so its TensorFlow has its own thread pools and XLA flags, and its peak
+memory is its own), on the same data, the same initial weights and the same batch
+sequence. Measured:
+
+* compile: wall time of the first train step (trace + XLA compile + one step), and
+  the start-up overhead: what the first ``1 + warmup`` steps took beyond as many
+  steady steps (auto-clustering compiles lazily, on a cluster's second run, so its
+  first call alone understates it); break-even counts use the overhead;
+* alone: ``repeats`` train steps per arm after ``warmup``, the arms' steps INTERLEAVED
+  (one arm steps while the others wait, in alternating order), each worker using
+  ``threads`` intra-op threads: load drift hits every arm alike;
+* shared: every arm's step loop running at once, each with ``shared_threads``
+  threads, the way the pipeline's training jobs share the machine; samples are kept
+  only while all loops run (the loops stop together when the slowest has ``repeats``);
+* components (alone): the step cut into the network's forward + backward, the physics
+  head (with the loss) forward + backward, and the optimiser update, each a timed
+  sub-function compiled under the arm's mode;
+* memory: peak RSS of the worker, and above its RSS before the first step (the GPU's
+  peak when there is one);
+* inference: patterns/s of the fixed-batch predictor (padding included) and of a
+  per-pattern loop (batch 1), under the arm's mode, batches interleaved across arms;
+* ratios vs ``off`` with 95 % bootstrap intervals, and the break-even number of steps
+  after which a mode's extra compile time is paid back by its faster steps
+  (:mod:`ptycho.study.stats`).
+
+Ratios above 1 mean the mode is faster than ``off``; below 1, slower, and said so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ptycho.config import defaults
+from ptycho.nets.xla import REFERENCE
+from ptycho.study.bench.machine import ForeignLoad, cores, load_average, machine_info
+from ptycho.study.bench.worker import _Worker
+from ptycho.study.stats import bootstrap_ratio, break_even_steps, quartiles
+from ptycho.tracking.record import NestedRun
+
+_BENCH = defaults("bench")  # warmup and repeats: the schema's (ptycho/config.schema.yaml)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    warmup: int = _BENCH["warmup"]
+    repeats: int = _BENCH["repeats"]  #: timed train steps per arm and context
+    component_repeats: int = 20  #: timed calls of each component per arm
+    infer_samples: int = 256
+    naive_samples: int = 32
+    threads: int = 0  #: intra-op threads per worker alone; 0 = all cores
+    shared: bool = True  #: also time every arm's loop at once
+    shared_threads: int = 1  #: intra-op threads per worker when shared (the pipeline's train_threads)
+
+
+def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_Worker]:
+    workers = []
+    try:
+        for model_cfg, mode in arms:
+            spec = {
+                "dataset": ds,
+                "model_cfg": dataclasses.asdict(model_cfg),
+                "train_cfg": dict(dataclasses.asdict(train_cfg), xla=mode),
+                "bench": dataclasses.asdict(bench),
+                "threads": threads,
+                "count_clusters": mode == "auto",
+            }
+            workers.append(_Worker(ctx, spec))
+    except BaseException:
+        for w in workers:
+            w.stop()
+        raise
+    return workers
+
+
+def run(
+    ds, model_cfgs, train_cfg, modes: Sequence[str] = (REFERENCE, "jit"), bench: BenchConfig = BenchConfig()
+) -> dict:
+    """Time every (model, mode) arm; return per-arm results and per-mode ratios vs ``off``.
+
+    ``ds`` is a :class:`~ptycho.data.dataset.Dataset` or the path of a dataset file (passed to
+    the workers, which read it themselves).
+    """
+    import multiprocessing
+
+    from ptycho.nets.xla import MODES, parse_mode
+
+    modes = [parse_mode(m) for m in modes]
+    if REFERENCE not in modes:
+        modes = [REFERENCE, *modes]  # every mode is judged against off
+    modes = sorted(set(modes), key=list(MODES).index)
+    ctx = multiprocessing.get_context("spawn")
+    arms = [(m, mode) for m in model_cfgs for mode in modes]
+    n_cores = cores()
+    alone_threads = bench.threads or n_cores
+    started = {"load_average": load_average(), "time": time.time()}
+
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    workers = _start(ctx, ds, arms, train_cfg, bench, alone_threads)
+    try:
+        for (model_cfg, mode), w in zip(arms, workers, strict=True):  # one at a time: compile alone
+            results[(model_cfg.kind, mode)] = {
+                "model": model_cfg.kind,
+                "mode": mode,
+                "model_config": dataclasses.asdict(model_cfg),
+                "batch_size": train_cfg.batch_size,
+                "compile_s": w.call("step"),
+            }
+        warm = {i: [w.call("step") for _ in range(bench.warmup)] for i, w in enumerate(workers)}
+        alone: dict[int, list[float]] = {i: [] for i in range(len(workers))}
+        order = list(range(len(workers)))
+        with ForeignLoad([w.process.pid for w in workers]) as alone_load:
+            for r in range(bench.repeats):
+                for i in order if r % 2 == 0 else order[::-1]:
+                    alone[i].append(workers[i].call("step"))
+        inference = _interleaved_inference(workers)
+        for i, ((model_cfg, mode), w) in enumerate(zip(arms, workers, strict=True)):
+            res = results[(model_cfg.kind, mode)]
+            res.update(inference[i])
+            res["step_s"] = quartiles(alone[i])
+            res["step_samples_s"] = alone[i]
+            # Auto-clustering compiles lazily (on a cluster's second run), after the first
+            # call: the time the first 1 + warmup calls took beyond as many steady steps
+            # is the honest cost of getting ready, for every mode alike.
+            ready = [res["compile_s"], *warm[i]]
+            res["startup_overhead_s"] = max(0.0, sum(ready) - len(ready) * res["step_s"]["median"])
+            res["components"] = w.call("components", bench.component_repeats)
+            res.update(w.call("memory"))
+            res["xla_clusters"] = w.call("clusters")
+        if bench.shared and len(workers) > 1:
+            if bench.shared_threads != alone_threads:
+                for w in workers:
+                    w.stop()
+                workers = _start(ctx, ds, arms, train_cfg, bench, bench.shared_threads)
+            for w in workers:  # untimed, one arm at a time: compile (new workers) or settle after inference
+                for _ in range(1 + bench.warmup):
+                    w.call("step")
+            with ForeignLoad([w.process.pid for w in workers]) as shared_load:
+                samples = _run_shared(workers, bench.repeats)
+            for (model_cfg, mode), s in zip(arms, samples, strict=True):
+                results[(model_cfg.kind, mode)]["shared"] = {"step_s": quartiles(s), "step_samples_s": s}
+    finally:
+        for w in workers:
+            w.stop()
+    contexts = {
+        "alone": {
+            "jobs": 1,
+            "threads": alone_threads,
+            "how": "one arm steps at a time, arms interleaved, each with all its threads",
+            "foreign_load": alone_load.record(n_cores),
+        }
+    }
+    if bench.shared and len(arms) > 1:
+        contexts["shared"] = {
+            "jobs": len(arms),
+            "threads": bench.shared_threads,
+            "how": f"all {len(arms)} arms' step loops at once, {bench.shared_threads} threads each "
+            f"on {n_cores} cores (as the pipeline's training jobs run)",
+            "foreign_load": shared_load.record(n_cores),
+        }
+    machine = machine_info(gpus=max((w.description["gpus"] for w in workers), default=None))
+    machine["load_average_start"] = started["load_average"]
+    arms_out = [results[(m.kind, mode)] for m, mode in arms]
+    return {
+        "machine": machine,
+        "modes": modes,
+        "contexts": contexts,
+        "arms": arms_out,
+        "ratios": ratios(arms_out),
+        "wall_s": time.time() - started["time"],
+    }
+
+
+def _interleaved_inference(workers: list[_Worker]) -> list[dict]:
+    """Padded-batch and per-pattern inference of every arm, batches interleaved across
+    arms (alternating order) as the train steps are: load drift hits all arms alike."""
+    setups = [w.call("inference_setup") for w in workers]
+    batch_times: list[list[float]] = [[] for _ in workers]
+    samples = [0] * len(workers)
+    single: list[list[float]] = [[] for _ in workers]
+    order = list(range(len(workers)))
+    for b in range(max(s["batches"] for s in setups)):
+        for i in order if b % 2 == 0 else order[::-1]:
+            if b < setups[i]["batches"]:
+                seconds, real = workers[i].call("infer_batch", b)
+                batch_times[i].append(seconds)
+                samples[i] += real
+    for k in range(max(s["naive"] for s in setups)):
+        for i in order if k % 2 == 0 else order[::-1]:
+            if k < setups[i]["naive"]:
+                single[i].append(workers[i].call("infer_single", k))
+    out = []
+    for i, s in enumerate(setups):
+        c = s["patterns_per_sample"]
+        out.append(
+            {
+                "infer_compile_s": s["infer_compile_s"],
+                "infer_batch_samples_s": batch_times[i],
+                "infer_patterns_per_s": samples[i] * c / sum(batch_times[i]),
+                "naive_samples_s": single[i],
+                "naive_patterns_per_s": len(single[i]) * c / sum(single[i]),
+            }
+        )
+    return out
+
+
+def _run_shared(workers: list[_Worker], repeats: int) -> list[list[float]]:
+    """Every worker's step loop at once; all stop when the slowest has ``repeats`` steps.
+
+    Each worker always has one ``step`` outstanding: it gets the next as soon as it
+    answers, so all loops run concurrently until the slowest has its samples, and every
+    kept sample was taken while all the other loops were stepping too (the answers to
+    the last outstanding steps are dropped).
+    """
+    import multiprocessing.connection as mpc
+
+    out: list[list[float]] = [[] for _ in workers]
+    conns = {w.conn: i for i, w in enumerate(workers)}
+    for w in workers:
+        w.send("step")
+    while min(len(s) for s in out) < repeats:
+        for conn in mpc.wait(list(conns)):
+            i = conns[conn]
+            status, value = conn.recv()
+            if status == "error":
+                from ptycho.errors import PtychoError
+
+                raise PtychoError(f"bench: the {workers[i].name} worker failed: {value}")
+            out[i].append(value)
+            workers[i].send("step")  # keep loading the machine until the slowest is done
+    for w in workers:  # drain the last answers (taken while others may have stopped: dropped)
+        w._receive()
+    return out
+
+
+def _ready(arm: dict) -> float:
+    """Seconds an arm spends getting ready beyond steady steps (compile included)."""
+    return arm.get("startup_overhead_s", arm["compile_s"])
+
+
+def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
+    """Per model and mode: speed relative to ``off`` (above 1 = faster), with intervals."""
+    out: dict[str, dict[str, dict]] = {}
+    for model in dict.fromkeys(a["model"] for a in arms):
+        by_mode = {a["mode"]: a for a in arms if a["model"] == model}
+        off = by_mode.get(REFERENCE)
+        if off is None:
+            continue
+        for mode, a in by_mode.items():
+            if mode == REFERENCE:
+                continue
+            ready, ready_off = _ready(a), _ready(off)
+            r = {
+                "train_step_alone": bootstrap_ratio(off["step_samples_s"], a["step_samples_s"]),
+                "compile_extra_s": ready - ready_off,
+                "break_even_steps": break_even_steps(ready, ready_off, a["step_s"]["median"], off["step_s"]["median"]),
+            }
+            if "shared" in a and "shared" in off:
+                r["train_step_shared"] = bootstrap_ratio(off["shared"]["step_samples_s"], a["shared"]["step_samples_s"])
+                r["break_even_steps_shared"] = break_even_steps(
+                    ready, ready_off, a["shared"]["step_s"]["median"], off["shared"]["step_s"]["median"]
+                )
+            if a.get("infer_batch_samples_s") and off.get("infer_batch_samples_s"):
+                r["inference"] = bootstrap_ratio(off["infer_batch_samples_s"], a["infer_batch_samples_s"])
+            r["padded_vs_naive"] = a["infer_patterns_per_s"] / a["naive_patterns_per_s"]
+            out.setdefault(model, {})[mode] = r
+        out.setdefault(model, {})[REFERENCE] = {
+            "padded_vs_naive": off["infer_patterns_per_s"] / off["naive_patterns_per_s"]
+        }
+    return out
+
+
+def fastest(result: dict, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
+    """The mode with the highest train-step ratio vs ``off`` in ``context`` (``off`` itself
+    if no mode beats it with confidence), with its interval."""
+    key = f"train_step_{context}"
+    modes = {m: r[key] for m, r in result.get("ratios", {}).get(model, {}).items() if key in r}
+    if not modes:
+        return None
+    best = max(modes, key=lambda m: modes[m]["ratio"])
+    return best, modes[best]
+
+
+def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
+    """One run per benchmarked arm, all with the same metric keys and the arm in params
+    and tags: MLflow's compare view lines the arms up."""
+    runs = []
+    for a in result["arms"]:
+        model, mode = a["model"], a["mode"]
+        metrics = {
+            "compile_s": a["compile_s"],
+            "step_median_s": a["step_s"]["median"],
+            "infer_patterns_per_s": a["infer_patterns_per_s"],
+            "peak_rss_mb": a["peak_rss_mb"],
+            **{f"{k}_s": c["median"] for k, c in a["components"].items()},
+        }
+        if "shared" in a:
+            metrics["shared_step_median_s"] = a["shared"]["step_s"]["median"]
+        r = result["ratios"].get(model, {}).get(mode, {})
+        if "padded_vs_naive" in r:
+            metrics["padded_vs_naive"] = r["padded_vs_naive"]
+        for key in ("train_step_alone", "train_step_shared", "inference"):
+            if key in r:
+                metrics[f"{key}_speedup"] = r[key]["ratio"]
+        for key in ("break_even_steps", "compile_extra_s"):
+            if key in r and math.isfinite(r[key]):
+                metrics[key] = r[key]
+        runs.append(
+            NestedRun(
+                f"bench-{model}-{mode}",
+                {"model": model, "xla": mode},
+                {"arm.model": model, "arm.xla": mode},
+                metrics,
+            )
+        )
+    return runs

@@ -1,0 +1,155 @@
+"""The machine a benchmark ran on, and what else ran on it meanwhile (psutil).
+
+:func:`machine_info` is recorded beside every set of timings; :class:`ForeignLoad`
+says whether other processes took CPU while a block was timed; :func:`rss_mb` and
+:func:`peak_rss_mb` are a worker's memory. Imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import time
+from collections.abc import Sequence
+
+import psutil
+
+#: Other processes' CPU use, in cores, above which a measurement is marked contaminated.
+FOREIGN_LOAD_LIMIT = 0.25
+
+
+def cores() -> int:
+    """Logical CPUs of the machine (1 if unknown)."""
+    return psutil.cpu_count() or 1
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages."""
+    return list(psutil.getloadavg())
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, where psutil has none), else the platform's word."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return cpu
+
+
+def machine_info(gpus: int | None = None) -> dict:
+    """CPU model, cores, load average and library versions, recorded beside timings.
+
+    Imports no TensorFlow (its version comes from the package metadata): the report and
+    the benchmark's coordinator do not need it. ``gpus`` is what a process that did
+    start TensorFlow counted (the benchmark's workers); ``None`` when nobody asked.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    tensorflow = "not installed"
+    for dist in ("tensorflow", "tensorflow-cpu"):  # the GPU lock's and the CPU lock's
+        with contextlib.suppress(PackageNotFoundError):
+            tensorflow = version(dist)
+            break
+    return {
+        "cpu": _cpu_model(),
+        "cores": psutil.cpu_count(),
+        "load_average": load_average(),
+        "tensorflow": tensorflow,
+        "python": platform.python_version(),
+        "gpus": gpus,
+    }
+
+
+# ------------------------------------------------------------- foreign load
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot: user, nice, system, irq,
+    softirq and steal time (iowait and idle are not busy; guest time is inside user).
+    ``None`` if the system does not say."""
+    try:
+        t = psutil.cpu_times()
+    except (psutil.Error, OSError):
+        return None
+    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used; 0 if it is gone (or unreadable)."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except (psutil.Error, OSError):
+        return 0.0
+    return t.user + t.system
+
+
+class ForeignLoad:
+    """How busy OTHER processes kept the CPU while a block ran.
+
+    The machine's busy CPU time minus that of this process and the ``pids`` it measures
+    with, over the block's wall time: the average number of cores that foreign work
+    took. A benchmark cannot promise it ran alone; this says whether it did.
+    """
+
+    def __init__(self, pids: Sequence[int] = ()):
+        self.pids = [os.getpid(), *pids]
+
+    def _own(self) -> float:
+        return sum(process_cpu_seconds(p) for p in self.pids)
+
+    def __enter__(self):
+        self.load_before = load_average()[0]
+        self.wall0, self.busy0, self.own0 = time.perf_counter(), busy_cpu_seconds(), self._own()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self.wall0
+        busy1, own1 = busy_cpu_seconds(), self._own()
+        self.foreign_cpu_s = (
+            max(0.0, (busy1 - self.busy0) - (own1 - self.own0))
+            if busy1 is not None and self.busy0 is not None
+            else math.nan
+        )
+        self.load_after = load_average()[0]
+
+    def record(self, cores: int, limit: float = FOREIGN_LOAD_LIMIT) -> dict:
+        cores_busy = self.foreign_cpu_s / self.wall if self.wall > 0 else math.nan
+        return {
+            "foreign_cpu_s": self.foreign_cpu_s,
+            "wall_s": self.wall,
+            "foreign_cores": cores_busy,
+            "of_cores": cores,
+            "load_average_before": self.load_before,
+            "load_average_after": self.load_after,
+            "contaminated": bool(not cores_busy <= limit),
+            "limit_cores": limit,
+        }
+
+
+# --------------------------------------------------------------------- memory
+def rss_mb() -> float:
+    """This process's resident set size now, in MiB (Linux's VmRSS)."""
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size, in MiB.
+
+    psutil has no high-water mark, so Linux's ``VmHWM`` (``/proc/self/status``) is read;
+    elsewhere ``getrusage``'s ``ru_maxrss`` (kB on Linux).
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

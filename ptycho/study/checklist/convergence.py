@@ -1,0 +1,183 @@
+"""Checklist item *convergence*: every arm's loss decreased, and each XLA mode ends where
+``off`` ends (final validation loss relative to off's mean, across seeds).
+
+Collected from the trained models' ``model.json`` histories; no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ptycho.artifacts import read_json
+from ptycho.study.arms import Arm, mode_pairs
+from ptycho.study.checklist import seeds
+from ptycho.study.checklist.item import Figure, Inputs, Item, verdict
+from ptycho.study.stats import seed_comparison, worst
+from ptycho.study.tables import Table, fmt
+
+
+def loss_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict]:
+    """Per-epoch losses of every mode of each (model, seed), side by side:
+    ``{"pinn-s0": {"off": {"train": [...], "val": [...]}, "jit": {...}}}`` (only models and
+    seeds with an ``off`` arm)."""
+    out: dict[str, dict] = {}
+    for pair in mode_pairs(histories):
+        group = out.setdefault(pair.arm.key("model", "seed"), {})
+        for arm in (pair.reference, pair.arm):
+            group[arm.mode] = {
+                "train": [h["train_loss"] for h in histories[arm.name]],
+                "val": [h["val_loss"] for h in histories[arm.name]],
+            }
+    return out
+
+
+def convergence(
+    histories: Mapping[str, Sequence[Mapping[str, Any]]],
+    threshold: float,
+    initial: Mapping[str, float] | None = None,
+    failed: Mapping[str, str] | None = None,
+) -> dict:
+    """Final validation losses of each mode's arm vs the ``off`` arm of the same model and
+    seed; every arm's loss must decrease.
+
+    ``histories`` maps an arm name (``pinn-jit-s0``) to its per-epoch records and
+    ``initial`` to its validation loss before training. "Decreased" means the final
+    validation loss is below the initial one (or, without a validation split, the last
+    epoch's mean training loss below the first's). ``failed`` maps an arm whose training
+    diverged (its ``model.json`` says ``status: FAILED``) to the reason: the item FAILs
+    and says so, whatever the other arms did.
+    """
+    initial = dict(initial or {})
+    failed = dict(failed or {})
+
+    def decreased(arm: str, h: Sequence[Mapping[str, Any]]) -> bool:
+        start = initial.get(arm)
+        if start is not None and math.isfinite(start) and math.isfinite(h[-1]["val_loss"]):
+            return h[-1]["val_loss"] < start
+        return h[-1]["train_loss"] < h[0]["train_loss"]
+
+    pairs, all_decreased = {}, True
+    for pair in mode_pairs(histories):
+        arm, ref = pair.arm.name, pair.reference.name
+        a, b = histories[arm], histories[ref]
+        record = {"mode": pair.arm.mode, "arm": arm, "reference": ref}
+        if not a or not b:  # a diverged arm may have no good epoch at all
+            pairs[pair.key] = {
+                **record,
+                "final_val_loss": a[-1]["val_loss"] if a else None,
+                "final_val_loss_off": b[-1]["val_loss"] if b else None,
+                "relative_difference": float("nan"),
+                "decreased": {},
+                "initial_val_loss": {},
+            }
+            continue  # its NaN final loss makes the comparison below FAIL
+        fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
+        went_down = {name: decreased(name, h) for name, h in ((arm, a), (ref, b))}
+        all_decreased &= all(went_down.values())
+        pairs[pair.key] = {
+            **record,
+            "final_val_loss": fa,
+            "final_val_loss_off": fb,
+            "relative_difference": abs(fa - fb) / max(abs(fb), 1e-12),
+            "decreased": went_down,
+            "initial_val_loss": {arm: initial.get(arm), ref: initial.get(ref)},
+        }
+    # The verdict, as for quality: each mode's mean final validation loss over seeds
+    # against off's, relative to off's mean, judged against the seed-to-seed spread.
+    finals = {n: h[-1]["val_loss"] if h else float("nan") for n, h in histories.items()}
+    comparisons, words = {}, []
+    for g in seeds.seed_groups(histories):
+        ref = float(np.mean([finals[n] for n in g.seeds_off.values()]))
+        scale = abs(ref) if math.isfinite(ref) and ref != 0 else float("nan")
+        c = seed_comparison(
+            {s: finals[n] / scale for s, n in g.seeds_mode.items()},
+            {s: finals[n] / scale for s, n in g.seeds_off.items()},
+            threshold,
+        )
+        comparisons[g.key] = c
+        words.append(
+            seeds.comparison_words(g.model, g.mode, "final validation loss (relative to off's mean)", c, percent=True)
+        )
+    worst_c = worst(comparisons.values())
+    margin = worst_c["margin"] if worst_c is not None else threshold
+    value = abs(worst_c["difference"]) if worst_c is not None and all_decreased else float("nan")
+    summary = (
+        ("; ".join(words) + "; every arm's loss decreased")
+        if all_decreased
+        else "an arm's training loss did not decrease"
+    )
+    if not pairs:
+        summary = "no pair of an XLA mode and off to compare (off and another mode must be in the matrix)"
+    if failed:
+        value, summary = float("nan"), seeds.failed_summary(failed)
+    return verdict(
+        ITEM.name,
+        value,
+        margin,
+        "<=",
+        summary,
+        {
+            "pairs": pairs,
+            "comparisons": comparisons,
+            "threshold": float(threshold),
+            "curves": loss_curves(histories),
+            "failed": failed,
+        },
+    )
+
+
+def failed_arms(metas: Sequence[Mapping]) -> dict[str, str]:
+    """Arm -> reason, for every trained model whose ``model.json`` says it diverged."""
+    return {Arm.of_meta(m).name: m.get("failure", "diverged") for m in metas if m.get("status") == "FAILED"}
+
+
+def collect(inputs: Inputs, threshold: float) -> dict:
+    metas = [read_json(p) for p in inputs.model_jsons]
+    return convergence(
+        {Arm.of_meta(m).name: m["history"] for m in metas},
+        threshold,
+        {Arm.of_meta(m).name: m.get("initial_val_loss") for m in metas},
+        failed_arms(metas),
+    )
+
+
+def tables(report: Mapping) -> list[Table]:
+    """The across-seed comparison (when there is one), then the per-seed final losses."""
+    ev = report["items"]["convergence"]["evidence"]
+    out = []
+    if ev.get("comparisons"):
+        out.append(
+            seeds.comparison_table({(name, "final val loss / off's mean"): c for name, c in ev["comparisons"].items()})
+        )
+    rows = [
+        [
+            name,
+            fmt(p["final_val_loss"]),
+            fmt(p["final_val_loss_off"]),
+            fmt(p["relative_difference"]),
+            ", ".join(f"{arm}: {fmt(ok)}" for arm, ok in sorted(p["decreased"].items())),
+        ]
+        for name, p in sorted(ev.get("pairs", {}).items())
+    ]
+    header = ["model, seed, mode", "final val loss (mode)", "final val loss (off)", "relative difference", "decreased"]
+    return [*out, ("Per seed", header, rows)]
+
+
+def _draw_losses(inputs):
+    from ptycho.study.figures import curves
+
+    return curves.loss_curves(inputs.loss_curves)
+
+
+ITEM = Item(
+    name="convergence",
+    title="Convergence",
+    tables=tables,
+    figures=(Figure("losses", "loss curves of every mode and off", _draw_losses),),
+    collect=collect,
+    threshold="convergence_max_rel",
+)

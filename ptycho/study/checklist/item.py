@@ -1,0 +1,81 @@
+"""What a checklist item is: one record type the job, the rules, the report and the
+figures read, so that an item is one module (its measurement or collection, its
+verdict, its tables and its figures) and nothing else names it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ptycho.study.tables import Table
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a ``ptycho check`` job may be given; each item reads what it needs."""
+
+    model_jsons: Sequence[str] = ()
+    dataset: str | None = None
+    metrics: Sequence[str] = ()
+    bench: str | None = None
+    modes: Sequence[str] | None = None
+    loss: str = "poisson"
+    context: str = "alone"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the report: ``draw`` takes the figures job's
+    :class:`~ptycho.study.figures.inputs.FigureInputs` and returns a Matplotlib figure;
+    the caption is the package's ``captions/<stem>.rst``."""
+
+    stem: str
+    alt: str
+    draw: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Section:
+    """A part of the report: its text and tables from the report record, its figures.
+    A checklist item is a section with a verdict; other sections (the solver) have none."""
+
+    name: str
+    title: str
+    tables: Callable[[Mapping], list[Table]]
+    figures: tuple[Figure, ...] = ()
+    #: the section's text from the report record; an item's default is its verdict's summary
+    text: Callable[[Mapping], str] | None = None
+
+    def describe(self, report: Mapping) -> str:
+        return self.text(report) if self.text else report["items"][self.name]["summary"]
+
+
+@dataclass(frozen=True)
+class Item(Section):
+    """A checklist item: ``collect(inputs, threshold)`` returns its :func:`verdict` record.
+    ``measures``: it runs TensorFlow itself (the others judge the pipeline's outputs and
+    import no TensorFlow). ``threshold``: its key under ``thresholds:`` in the config."""
+
+    collect: Callable[[Inputs, float], dict] = field(default=lambda inputs, threshold: {})
+    threshold: str = ""
+    measures: bool = False
+
+
+def verdict(item: str, value: float, threshold: float, comparison: str, summary: str, evidence: dict) -> dict:
+    """An item's record; a NaN value always FAILs (no evidence is no pass)::
+
+    {"item", "status": "PASS" | "FAIL", "value", "threshold", "comparison": "<=" | ">=",
+     "summary": one sentence, "evidence": {...}}
+    """
+    ok = math.isfinite(value) and (value <= threshold if comparison == "<=" else value >= threshold)
+    return {
+        "item": item,
+        "status": "PASS" if ok else "FAIL",
+        "value": float(value),
+        "threshold": float(threshold),
+        "comparison": comparison,
+        "summary": summary,
+        "evidence": evidence,
+    }

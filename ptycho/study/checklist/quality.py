@@ -1,0 +1,167 @@
+"""Checklist item *quality*: each XLA mode's reconstructions are as good as ``off``'s.
+
+Collected from ``ptycho evaluate``'s metrics of every arm (stitched test objects against
+the ground truth); no TensorFlow. The verdict compares each mode with ``off`` across
+seeds, against the seed-to-seed spread (:func:`ptycho.study.stats.seed_comparison`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ptycho.artifacts import read_json
+from ptycho.study.arms import Arm, mode_pairs
+from ptycho.study.checklist import seeds
+from ptycho.study.checklist.convergence import failed_arms
+from ptycho.study.checklist.item import Figure, Inputs, Item, verdict
+from ptycho.study.stats import seed_comparison, worst
+from ptycho.study.tables import Table, fmt
+
+#: The metrics of an arm, with their words in the report's tables.
+COLUMNS = {
+    "amp_ssim": "amp SSIM",
+    "phase_ssim": "phase SSIM",
+    "amp_psnr": "amp PSNR dB",
+    "phase_psnr": "phase PSNR dB",
+    "amp_mae": "amp MAE",
+    "phase_mae": "phase MAE rad",
+    "amp_frc50": "amp FRC50 1/px",
+    "phase_frc50": "phase FRC50 1/px",
+}
+QUALITY_KEYS = tuple(COLUMNS)
+SSIM_KEYS = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}  #: the verdict's metrics, in words
+
+
+def quality(
+    metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None
+) -> dict:
+    """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` across seeds.
+
+    For each model, mode and SSIM (amplitude, phase), :func:`seed_comparison` sets the
+    mode - off difference of the means over seeds, with its interval, against the
+    seed-to-seed spread of the same arm (or ``threshold`` if larger): the item PASSes
+    when no difference exceeds it. The value is the difference closest to (or furthest
+    past) its margin, and the threshold that margin. Evidence also holds every metric's
+    per-seed mode - off difference and, per mode and seed, PINN - baseline (the
+    physics-informed model's margin over the supervised one). An arm in ``failed``
+    (diverged in training; its reconstruction is from its last good state) makes the
+    item FAIL with the reason.
+    """
+
+    def number(v: Any) -> float:
+        return float("nan") if v is None else float(v)  # JSON stores NaN as null
+
+    per_arm = {name: {k: number(m["mean"].get(k)) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
+    diffs, arm_differences = {}, {}
+    for pair in mode_pairs(per_arm):
+        a, b = per_arm[pair.arm.name], per_arm[pair.reference.name]
+        diffs[pair.key] = {k: abs(a[k] - b[k]) for k in SSIM_KEYS}
+        arm_differences[pair.key] = {k: a[k] - b[k] for k in QUALITY_KEYS}
+    comparisons, words = {}, []
+    for g in seeds.seed_groups(per_arm):
+        comparisons[g.key] = {}
+        for key in SSIM_KEYS:
+            c = seed_comparison(
+                {s: per_arm[n][key] for s, n in g.seeds_mode.items()},
+                {s: per_arm[n][key] for s, n in g.seeds_off.items()},
+                threshold,
+            )
+            comparisons[g.key][key] = c
+            words.append(seeds.comparison_words(g.model, g.mode, SSIM_KEYS[key], c))
+    worst_c = worst(c for per in comparisons.values() for c in per.values())
+    if worst_c is None:
+        value, margin = float("nan"), threshold
+        summary = "no pair of an XLA mode and off to compare"
+    else:  # the largest |difference| / margin decides: PASS iff every difference is within its margin
+        value, margin = abs(worst_c["difference"]), worst_c["margin"]
+        summary = "; ".join(words)
+    pinn_vs_baseline = {}
+    for name in per_arm:
+        arm = Arm.parse(name)
+        base = arm._replace(model="baseline").name
+        if arm.model == "pinn" and base in per_arm:
+            pinn_vs_baseline[arm.key("mode", "seed")] = {k: per_arm[name][k] - per_arm[base][k] for k in QUALITY_KEYS}
+    if failed:
+        value = float("nan")
+        summary = f"{seeds.failed_summary(failed)} (its reconstruction is from its last good state); {summary}"
+    return verdict(
+        ITEM.name,
+        value,
+        margin,
+        "<=",
+        summary,
+        {
+            "per_arm": per_arm,
+            "comparisons": comparisons,
+            "threshold": float(threshold),
+            "ssim_differences": diffs,
+            "arm_differences": arm_differences,
+            "pinn_minus_baseline": pinn_vs_baseline,
+            "failed": dict(failed or {}),
+        },
+    )
+
+
+def collect(inputs: Inputs, threshold: float) -> dict:
+    failed = failed_arms([read_json(p) for p in inputs.model_jsons])
+    return quality({Path(p).stem: read_json(p) for p in inputs.metrics}, threshold, failed)
+
+
+def tables(report: Mapping) -> list[Table]:
+    ev = report["items"]["quality"]["evidence"]
+    header = list(COLUMNS.values())
+    out = [
+        (
+            "Per arm (test split, stitched objects, mean over images)",
+            ["arm", *header],
+            [[arm, *(fmt(m.get(k)) for k in COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())],
+        )
+    ]
+    if ev.get("comparisons"):
+        out.append(
+            seeds.comparison_table(
+                {(name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()}
+            )
+        )
+    for key, title, first in (
+        ("arm_differences", "Each XLA mode minus off, per seed", "model, seed, mode"),
+        ("pinn_minus_baseline", "PINN minus baseline (physics-informed vs supervised)", "mode, seed"),
+    ):
+        if ev.get(key):
+            rows = [[name, *(fmt(d.get(k)) for k in COLUMNS)] for name, d in sorted(ev[key].items())]
+            out.append((title, [first, *header], rows))
+    return out
+
+
+def _grid(inputs):
+    from ptycho.study.figures import images
+
+    return images.reconstruction_grid(*images.common_window(inputs.compared))
+
+
+def _errors(inputs):
+    from ptycho.study.figures import images
+
+    return images.error_maps(*images.common_window(inputs.compared))
+
+
+def _frc(inputs):
+    from ptycho.study.figures import curves
+
+    return curves.frc_curves(inputs.frc)
+
+
+ITEM = Item(
+    name="quality",
+    title="Quality",
+    tables=tables,
+    figures=(
+        Figure("reconstructions", "reconstruction grid", _grid),
+        Figure("errors", "error maps", _errors),
+        Figure("frc", "Fourier ring correlation curves", _frc),
+    ),
+    collect=collect,
+    threshold="quality_max_ssim_diff",
+)

@@ -1,0 +1,113 @@
+"""A pipeline job's child run: what ``ptycho --mlflow-parent JSON`` opens around a command.
+
+:func:`job_run` is the command line's one tracking hook. It reads the parent run's JSON
+(written by ``ptycho track start``), names and tags the job's run, opens it as a child
+of the parent with a journal beside the pipeline's outputs, closes the runs of earlier
+attempts whose process was killed, runs the job (under system metrics when asked) and
+sends the job's :class:`~ptycho.tracking.record.JobRecord` to the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
+from pathlib import Path
+
+from ptycho.tracking.record import JobRecord, Progress, log_record
+
+_log = logging.getLogger(__name__)
+#: The job tag that leads a run's name (the workflow's rule), before the arm's tags.
+RULE_TAG = "rule"
+
+
+def run_name(tags: Mapping[str, str], arm_tags: Iterable[str]) -> str:
+    """The job's run name: the values of its ``rule`` and arm tags, in the tags' order,
+    joined by ``-`` (e.g. ``train-pinn-jit-0``); '' when it has none of them."""
+    keys = (RULE_TAG, *arm_tags)
+    return "-".join(v for k, v in tags.items() if k in keys and v)
+
+
+def journal_path(parent_json: str | os.PathLike, name: str) -> Path:
+    """Where a job's run is journaled: ``journal/<name>.jsonl`` beside the parent's JSON
+    (``<results>/<preset>/mlflow/``), so that nothing is lost if the tracking server goes
+    away (``ptycho track replay``)."""
+    return Path(parent_json).resolve().parent / "journal" / f"{name.replace('/', '_')}.jsonl"
+
+
+def job_tags(command: str, tags: Mapping[str, str], commit: str, parent: Mapping) -> dict[str, str]:
+    """The job's own tags: the ones given, the command, the commit, the configuration in
+    force (the workflow exports its hash; it may differ from the parent's after a config
+    change re-ran some jobs) and the SLURM job, if any."""
+    out = dict(tags, command=command, git_commit=commit)
+    out.setdefault("config_hash", os.environ.get("PTYCHO_CONFIG_HASH") or parent.get("config_hash", ""))
+    if "SLURM_JOB_ID" in os.environ:
+        out["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    return out
+
+
+def job_run(
+    parent_json: str | os.PathLike,
+    command: str,
+    job: Callable[[Progress], JobRecord],
+    *,
+    tags: Mapping[str, str] | None = None,
+    arm_tags: Iterable[str] = (),
+    device: bool = False,
+    system_metrics: bool = False,
+    done: Callable[[JobRecord], None] | None = None,
+) -> JobRecord:
+    """Run ``job(live)`` inside a child run of the parent in ``parent_json`` and log its record.
+
+    ``tags``: the job's (``--mlflow-tag``); ``arm_tags``: which of them name the arm
+    (they become ``arm.<tag>`` params too, so that MLflow's compare view lines the runs
+    of an arm up, and with ``rule`` they name the run, else ``command`` does).
+    ``device``: tag the TensorFlow device (the job runs TensorFlow in this process).
+    ``system_metrics``: sample CPU, memory and GPU while the job runs. ``live(step,
+    metrics)`` logs a long job's progress as it goes. ``done(record)`` runs inside the
+    run, after the record is logged. Returns the record.
+    """
+    from ptycho.artifacts import read_json
+    from ptycho.tracking.provenance import git_commit, source_tags
+    from ptycho.tracking.runs import child_run
+    from ptycho.tracking.runs import system_metrics as sampling
+
+    arm_tags = tuple(arm_tags)
+    parent = read_json(parent_json)
+    commit = git_commit(Path.cwd())
+    all_tags = job_tags(command, dict(tags or {}), commit, parent)
+    name = run_name(all_tags, arm_tags) or command
+    journal = journal_path(parent_json, name)
+    params = {f"arm.{k}": all_tags[k] for k in arm_tags if k in all_tags}
+    if device:
+        from ptycho.runtime import device_info
+
+        info = device_info()
+        all_tags.update(device=info["device"], gpus=", ".join(info["gpus"]) or "none")
+    all_tags.update(source_tags(commit))
+    with child_run(parent["tracking_uri"], parent["run_id"], name, all_tags, params, journal=journal) as run:
+        end_stale_runs(parent, name)
+        with sampling(run) if system_metrics else nullcontext():
+            record = job(lambda step, metrics: run.log_metrics(metrics, step=step))
+        log_record(run, record, all_tags)
+        if done is not None:
+            done(record)
+    return record
+
+
+def end_stale_runs(parent: Mapping, name: str) -> None:
+    """Close the runs of earlier attempts whose process was killed; never fails the job."""
+    from ptycho.tracking.parent import end_stale_children
+
+    try:
+        ended = end_stale_children(parent["tracking_uri"], parent["run_id"], by=f"job {name} (pid {os.getpid()})")
+    except Exception as exc:  # bookkeeping of other runs must not stop this one
+        _log.warning("could not look for stale MLflow runs: %s", exc)
+        return
+    if ended:
+        print(
+            f"ptycho: marked {len(ended)} stale MLflow run(s) of killed jobs KILLED: {', '.join(ended)}",
+            file=sys.stderr,
+        )

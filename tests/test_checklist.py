@@ -1,0 +1,113 @@
+"""The checklist's shape: an item is one module, the rest of the study reads the list.
+
+An item defined here, in a test module, is registered and then appears in ``ptycho
+check``'s job, the verdict, the report's checklist table, its own section with its
+tables, and the figures job's list, without any other module knowing its name.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ptycho.study import checklist, report
+from ptycho.study.checklist import Figure, Inputs, Item, verdict
+
+
+def _collect(inputs: Inputs, threshold: float) -> dict:
+    """A toy item: the number of metrics files given, at most ``threshold``."""
+    n = len(inputs.metrics)
+    return verdict("tidiness", float(n), threshold, "<=", f"{n} metrics files", {"files": list(inputs.metrics)})
+
+
+def _tables(rep):
+    files = rep["items"]["tidiness"]["evidence"]["files"]
+    return [("Files seen", ["file"], [[f] for f in files])]
+
+
+def _draw(inputs):
+    from ptycho.study.figures.style import message_figure
+
+    return message_figure("tidy")
+
+
+TIDINESS = Item(
+    name="tidiness",
+    title="Tidiness",
+    tables=_tables,
+    figures=(Figure("tidiness", "a tidy figure", _draw),),
+    collect=_collect,
+    threshold="tidiness_max",
+)
+
+
+@pytest.fixture
+def tidiness():
+    checklist.register(TIDINESS)
+    yield TIDINESS
+    checklist.unregister(TIDINESS.name)
+
+
+def _passing_items():
+    return {
+        name: verdict(name, 0.0, 1.0, "<=", f"{name} ok", {"pairs": {}} if name == "convergence" else {})
+        for name in checklist.names()
+    }
+
+
+def test_the_package_lists_its_items_once_in_report_order():
+    assert checklist.names() == ["accuracy", "gradients", "convergence", "quality", "speedup"]
+    assert [it.name for it in checklist.items() if it.measures] == ["accuracy", "gradients"]
+    assert [f.stem for _, f in checklist.figures()] == [
+        "losses",
+        "reconstructions",
+        "errors",
+        "frc",
+        "step_times",
+        "components",
+        "speedup",
+        "solver",
+    ]
+
+
+def test_an_item_registered_from_a_test_module_is_checked_judged_and_reported(tidiness, tmp_path):
+    from ptycho.study import jobs
+
+    assert checklist.names()[-1] == "tidiness" and checklist.get("tidiness") is tidiness
+    out = tmp_path / "tidiness.json"
+    record = jobs.check("tidiness", 1.0, str(out), metrics=["a.json", "b.json"])
+    assert json.loads(out.read_text())["status"] == "FAIL" and "tidiness: FAIL" in record.summary
+
+    items = _passing_items()
+    with pytest.raises(ValueError, match="tidiness"):  # the verdict needs every item, the new one too
+        report.build({k: v for k, v in items.items() if k != "tidiness"}, {}, {"preset": "smoke"})
+    items["tidiness"] = json.loads(out.read_text())
+    rec = report.build(items, {}, {"preset": "smoke"})
+    assert rec["verdict"] == "FAIL" and list(rec["items"])[-1] == "tidiness"
+    paths = report.write(rec, tmp_path / "report")
+    html, md = paths["html"].read_text(), paths["md"].read_text()
+    assert '<section id="tidiness"><h2>Tidiness <span class="fail">FAIL</span>' in html
+    assert "| tidiness | FAIL | 2 | <= 1 | 2 metrics files |" in md and "### Files seen" in md
+    assert ("tidiness", "tidiness", "a tidy figure") in report.figures()
+
+
+def test_the_items_that_only_judge_import_no_tensorflow():
+    code = (
+        "import sys; from ptycho.study import checklist, report; "
+        "[it.tables for it in checklist.items()]; "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_unknown_item_is_one_line_naming_the_choices(tmp_path):
+    from ptycho.errors import PtychoError
+    from ptycho.study import jobs
+
+    with pytest.raises(PtychoError, match="unknown item 'tidyness'; choose one of accuracy, gradients"):
+        jobs.check("tidyness", 1.0, str(tmp_path / "x.json"))
+    assert not (tmp_path / "x.json").exists()
