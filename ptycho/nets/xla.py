@@ -44,6 +44,14 @@ MODES: dict[str, str] = {
 REFERENCE = "off"
 #: The modes each compared with the reference.
 COMPARED = tuple(m for m in MODES if m != REFERENCE)
+
+
+def compared(modes) -> list[str]:
+    """The modes of ``modes`` compared with the reference, in order; ``jit`` when there is
+    none (a check of XLA against the reference always compares some XLA mode)."""
+    return [m for m in modes if m != REFERENCE] or [COMPARED[0]]
+
+
 #: Pre-mode configs and model.json files said ``xla: true/false``.
 _LEGACY = {True: "jit", False: "off", "true": "jit", "false": "off"}
 

@@ -5,7 +5,7 @@
     counts ~ Poisson(A^2)
 
 ``s`` is chosen so that the mean total expected count per pattern equals ``nphotons``
-(:func:`scale_for_photons`). The TensorFlow model (``ptycho.tf.physics``) implements the
+(:func:`scale_for_photons`). The TensorFlow model (``ptycho.physics.forward_tf``) implements the
 same equations and is tested against :func:`diffraction_amplitude`.
 """
 

@@ -6,7 +6,7 @@ pixel translated by (+2, +1) lands 2 columns right and 1 row down.
 
 Extraction of patch k from a group canvas is ``centre_crop(translate(canvas, +offset_k))``
 and reassembly is ``translate(pad(patch_k), -offset_k)``: exact inverses for integer
-offsets. The TensorFlow implementations in ``ptycho.tf.translate`` follow this module
+offsets. The TensorFlow implementations in ``ptycho.physics.translate_tf`` follow this module
 and are tested against it.
 """
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.nets.xla import COMPARED, REFERENCE
+from ptycho.nets.xla import COMPARED, REFERENCE, compared
 from ptycho.study.checklist.item import Inputs, Item, verdict
 from ptycho.study.tables import Table, fmt
 
@@ -154,7 +154,7 @@ def accuracy(
 ) -> dict:
     """Worst max error of: the translation suite, the forward model and trained-model
     inference under every XLA mode of ``modes``, each against ``off``."""
-    modes = [m for m in modes if m != REFERENCE] or ["jit"]
+    modes = compared(modes)
     cases = translation_suite(seed)
     forward = forward_model_agreement(seed, modes)
     inference = inference_agreement(model_dirs, dataset, modes=modes) if model_dirs else {}

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ptycho.nets.models import MODEL_KINDS
-from ptycho.nets.xla import COMPARED, REFERENCE
+from ptycho.nets.xla import COMPARED, REFERENCE, compared
 from ptycho.study.checklist.item import Inputs, Item, verdict
 from ptycho.study.tables import Table, fmt
 
@@ -34,7 +34,7 @@ def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson", modes
     from ptycho.nets.train import TrainConfig, Trainer, prepare
     from ptycho.nets.xla import compile_step
 
-    modes = [m for m in modes if m != REFERENCE] or ["jit"]
+    modes = compared(modes)
     ds = simulate_split(
         SimulationConfig(
             n=32, object_size=56, n_lines=40, nphotons=1e6, probe_kind="defocused", n_objects_train=1, seed=seed
