@@ -64,33 +64,41 @@ def test_break_even_steps_without_a_time_is_nan():
     assert math.isnan(stats.break_even_steps(1.0, 2.0, math.inf, 0.1))
 
 
-def test_seed_comparison_pools_the_seeds_and_judges_against_their_spread():
+def test_seed_comparison_pools_the_seeds_and_gives_one_of_three_outcomes():
     c = stats.seed_comparison({1: 1.2, 0: 1.0}, {0: 1.1, 1: 1.3}, threshold=0.05)
     assert c["seeds_mode"] == [0, 1] and c["seeds_off"] == [0, 1]
     assert c["mean_mode"] == pytest.approx(1.1) and c["mean_off"] == pytest.approx(1.2)
     assert c["difference"] == pytest.approx(-0.1)
-    assert c["spread"] == pytest.approx(0.2)  # two seeds of one arm differ by 0.2
-    assert c["margin"] == pytest.approx(0.2)  # the spread, above the threshold
+    assert c["spread"] == pytest.approx(0.2) and c["margin"] == 0.05  # the margin is the threshold, never the spread
     sd = math.sqrt((0.01 + 0.01 + 0.01 + 0.01) / 2)  # pooled, 2 degrees of freedom
     assert c["sd"] == pytest.approx(sd)
     assert c["low"] == pytest.approx(-0.1 - T95_2 * sd) and c["high"] == pytest.approx(-0.1 + T95_2 * sd)
-    assert c["within"] and not c["equivalent"]  # within the spread; two seeds cannot show equivalence
+    # the 95 % interval reaches inside the margin and the 90 % one past it: neither shown
+    assert c["outcome"] == "INCONCLUSIVE" and not c["within"] and not c["equivalent"]
+    # beyond the margin, more seeds could show a difference: the smallest number that would
+    n = c["seeds_needed"]
+    assert n == stats.seeds_needed(-0.1, sd, 0.05) and 2 < n < stats.MAX_SEEDS
+    h95 = stats._half_widths(sd, int(n), int(n))[1]
+    assert 0.1 - h95 > 0.05 and 0.1 - stats._half_widths(sd, int(n) - 1, int(n) - 1)[1] <= 0.05
 
 
-def test_seed_comparison_with_one_seed_uses_the_threshold():
+def test_seed_comparison_is_equivalent_only_when_the_90_percent_interval_is_inside_the_margin():
+    tight = stats.seed_comparison({0: 0.851, 1: 0.852, 2: 0.850}, {0: 0.850, 1: 0.851, 2: 0.852}, 0.02)
+    assert tight["outcome"] == "EQUIVALENT" and -0.02 <= tight["low90"] and tight["high90"] <= 0.02
+    assert math.isnan(tight["seeds_needed"])  # settled: nothing more needed
+    apart = stats.seed_comparison({0: 0.95, 1: 0.951, 2: 0.952}, {0: 0.85, 1: 0.851, 2: 0.852}, 0.02)
+    assert apart["outcome"] == "DIFFERENT" and apart["low"] > 0.02
+    assert stats.reach(tight) == pytest.approx(max(abs(tight["low90"]), abs(tight["high90"])))
+    assert stats.overall(["EQUIVALENT", "EQUIVALENT"]) == "EQUIVALENT"
+    assert stats.overall(["EQUIVALENT", "INCONCLUSIVE"]) == "INCONCLUSIVE"
+    assert stats.overall(["INCONCLUSIVE", "DIFFERENT"]) == "DIFFERENT" and stats.overall([]) == "INCONCLUSIVE"
+
+
+def test_seed_comparison_with_one_seed_is_inconclusive():
     c = stats.seed_comparison({0: 0.90}, {0: 0.93}, threshold=0.05)
     assert math.isnan(c["sd"]) and math.isnan(c["spread"]) and c["margin"] == 0.05
-    assert c["within"] and not c["equivalent"]
-    assert not stats.seed_comparison({0: 0.80}, {0: 0.93}, threshold=0.05)["within"]
-
-
-def test_worst_comparison_is_the_largest_difference_for_its_margin_and_nan_wins():
-    small = {"difference": 0.01, "margin": 0.1}
-    large = {"difference": -0.05, "margin": 0.1}
-    nan = {"difference": math.nan, "margin": 0.1}
-    assert stats.worst([small, large]) is large
-    assert stats.worst([small, nan, large]) is nan
-    assert stats.worst([]) is None
+    assert c["outcome"] == "INCONCLUSIVE" and c["within"] and math.isnan(c["seeds_needed"])
+    assert stats.seed_comparison({0: 0.80}, {0: 0.93}, threshold=0.05)["outcome"] == "INCONCLUSIVE"
 
 
 # --------------------------------------------------------------------- machine

@@ -431,7 +431,7 @@ def test_bench_reads_the_studys_config_like_scaling(bench_calls):
 
 
 def test_bench_flags_override_the_studys_config(bench_calls, tmp_path):
-    # What rules/checks.smk (benchmark_arms) passes, plus the model flags.
+    # Every flag overrides the study's config (the pipeline passes only --config, --preset and the paths).
     argv = ["bench", "--config", STUDY_CONFIG, "--preset", "smoke", "--models", "pinn", "--modes", "jit", "--repeats", "7", "--warmup", "2",
             "--threads-alone", "2", "--shared-threads", "3", "--component-repeats", "4", "--no-shared",
             "--filters", "8", "--loss", "poisson", "--batch-size", "4", "--n", "32", "--object-size", "80",

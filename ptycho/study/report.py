@@ -41,7 +41,11 @@ def build(
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
     failed = {name: arm.get("failure") or "diverged" for name, arm in arms.items() if arm.get("status") == "FAILED"}
-    verdict = "PASS" if all(items[name]["status"] == "PASS" for name in names) and not failed else "FAIL"
+    statuses = {items[name]["status"] for name in names}
+    # PASS only when every item passes; INCONCLUSIVE (too few seeds to say) is not a PASS.
+    verdict = (
+        "FAIL" if failed or statuses - {"PASS", "INCONCLUSIVE"} else max(statuses, key=("PASS", "INCONCLUSIVE").index)
+    )
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "question": "Does XLA make physics-informed ptychographic reconstruction faster without making it worse?",
@@ -171,10 +175,17 @@ def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[
 
 
 def first_lines(report: Mapping) -> str:
-    """The answer under the verdict: the speedup and quality items' summaries, the
+    """The answer under the verdict: the items whose evidence is INCONCLUSIVE, the speedup
+    and quality items' summaries, the
     solver's sentence (where XLA helps and how far the networks are from the data's
     ceiling) and any failed training."""
-    parts = [f"{report['items']['speedup']['summary']}.", f"{report['items']['quality']['summary']}."]
+    unsettled = [name for name, item in report["items"].items() if item["status"] == "INCONCLUSIVE"]
+    parts = [
+        f"INCONCLUSIVE: {', '.join(unsettled)} (the seeds do not show the XLA modes equivalent to off, nor "
+        "different; each says how many seeds would)." * bool(unsettled),
+        f"{report['items']['speedup']['summary']}.",
+        f"{report['items']['quality']['summary']}.",
+    ]
     if report.get("solver"):
         from ptycho.study import solver_view
 
@@ -265,6 +276,7 @@ body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 76rem;
 table {{ border-collapse: collapse; margin: .6rem 0 1rem; font-size: .92rem; }}
 th, td {{ border: 1px solid #bbb; padding: .25rem .55rem; text-align: left; }}
 th {{ background: #eee; }} .pass {{ background: #cfe8d5; font-weight: bold; }} .fail {{ background: #f6c9c4; font-weight: bold; }}
+.inconclusive {{ background: #f6e7b4; font-weight: bold; }}
 h2 span {{ font-size: .9rem; padding: .1rem .5rem; vertical-align: middle; }}
 .verdict {{ font-size: 1.6rem; padding: .5rem 1rem; display: inline-block; }}
 figure {{ margin: 1rem 0; }} figure img {{ max-width: 100%; height: auto; border: 1px solid #ddd; }}

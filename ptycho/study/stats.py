@@ -75,67 +75,102 @@ def break_even_steps(compile_s: float, compile_off_s: float, step_s: float, step
     return max(0.0, extra / gain)
 
 
-def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, float], threshold: float) -> dict:
-    """One metric of one mode against ``off`` across seeds, judged against the seed-to-seed spread.
+#: The three outcomes of a comparison with a margin (equivalence testing, two one-sided tests).
+EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
+#: The most seeds per arm :func:`seeds_needed` looks for.
+MAX_SEEDS = 1000
 
-    Two trainings of the same arm with different seeds already differ (initial weights,
-    batch order); with one seed per arm, float rounding alone can move an SSIM by a few
-    hundredths. So the mode - off difference of the means over seeds is compared with
-    how far seeds of the same arm fall apart:
 
-    * ``difference``: mean(mode) - mean(off) over the seeds of each; ``low``/``high``: its
-      95 % t interval from the pooled seed-to-seed standard deviation ``sd`` (both arms,
-      ``n_mode - 1 + n_off - 1`` degrees of freedom);
-    * ``spread``: the largest difference between two seeds of the same arm (either arm);
-    * ``margin`` = max(``threshold``, ``spread``): a difference within it is one that
-      changing the seed also produces (or one below the threshold that matters);
-    * ``within``: |difference| <= margin (the verdict); ``equivalent``: the two one-sided
-      tests at 5 % (the 90 % interval lies inside +-margin), which more seeds make
-      possible and one seed cannot.
-
-    With one seed per arm there is no spread: the margin is the threshold.
-    """
+def _half_widths(sd: float, n_a: int, n_b: int) -> tuple[float, float]:
+    """Half-widths of the 90 % and 95 % t intervals of a difference of two means."""
     from scipy import stats
 
+    dof = n_a - 1 + n_b - 1
+    se = sd * math.sqrt(1 / n_a + 1 / n_b)
+    return float(stats.t.ppf(0.95, dof) * se), float(stats.t.ppf(0.975, dof) * se)
+
+
+def seeds_needed(difference: float, sd: float, margin: float) -> float:
+    """Seeds per arm that would make the comparison conclusive if the observed difference
+    and seed-to-seed standard deviation held: EQUIVALENT when ``|difference| < margin``
+    (90 % interval inside), DIFFERENT when it is beyond (95 % interval outside). Infinite
+    when no number would (a difference exactly at the margin, or more than
+    :data:`MAX_SEEDS`), NaN without a standard deviation."""
+    if not (math.isfinite(difference) and math.isfinite(sd)):
+        return float("nan")
+    for n in range(2, MAX_SEEDS + 1):
+        h90, h95 = _half_widths(sd, n, n)
+        if abs(difference) + h90 <= margin or abs(difference) - h95 > margin:
+            return float(n)
+    return float("inf")
+
+
+def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, float], threshold: float) -> dict:
+    """One metric of one mode against ``off`` across seeds, with one of three outcomes.
+
+    Two trainings of the same arm with different seeds already differ (initial weights,
+    batch order), so the mode - off difference of the means over seeds is judged with its
+    interval from the seed-to-seed spread, against a margin set before looking at the
+    data (``threshold``, the difference that matters):
+
+    * ``difference``: mean(mode) - mean(off); ``low``/``high`` its 95 % t interval and
+      ``low90``/``high90`` its 90 % one, from the pooled standard deviation ``sd`` of the
+      seeds of both arms (``n_mode - 1 + n_off - 1`` degrees of freedom);
+    * ``outcome``: EQUIVALENT when the 90 % interval lies inside +-margin (the two
+      one-sided tests at 5 %), DIFFERENT when the 95 % interval lies outside it,
+      INCONCLUSIVE otherwise, and always with one seed per arm (no spread to judge by);
+    * ``seeds_needed``: per arm, what the observed difference and spread say would make
+      it conclusive (:func:`seeds_needed`);
+    * ``spread``: the largest difference between two seeds of the same arm;
+      ``within``: |difference| <= margin; ``equivalent``: the outcome is EQUIVALENT.
+    """
     a = np.array([mode_values[s] for s in sorted(mode_values)], float)
     b = np.array([off_values[s] for s in sorted(off_values)], float)
     diff = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
     dof = len(a) - 1 + len(b) - 1
-    spread = max((float(np.ptp(v)) for v in (a, b) if len(v) > 1), default=float("nan"))
+    margin = float(threshold)
+    nan = float("nan")
     out = {
         "seeds_mode": sorted(mode_values),
         "seeds_off": sorted(off_values),
         "mean_mode": float(a.mean()),
         "mean_off": float(b.mean()),
         "difference": diff,
-        "sd": float("nan"),
-        "low": float("nan"),
-        "high": float("nan"),
-        "spread": spread,
-        "margin": float(threshold),
-        "within": False,
-        "equivalent": False,
+        "sd": nan,
+        "low": nan,
+        "high": nan,
+        "low90": nan,
+        "high90": nan,
+        "spread": max((float(np.ptp(v)) for v in (a, b) if len(v) > 1), default=nan),
+        "margin": margin,
+        "outcome": INCONCLUSIVE,
+        "seeds_needed": nan,
     }
     if dof > 0:
         sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / dof)
-        se = sd * math.sqrt(1 / len(a) + 1 / len(b))
-        t95, t90 = stats.t.ppf(0.975, dof), stats.t.ppf(0.95, dof)
-        out.update(
-            sd=sd,
-            low=diff - t95 * se,
-            high=diff + t95 * se,
-            margin=max(float(threshold), spread if math.isfinite(spread) else 0.0),
-        )
-        out["equivalent"] = bool(abs(diff) + t90 * se <= out["margin"])
-    out["within"] = bool(abs(diff) <= out["margin"])  # NaN compares False: no evidence, no pass
+        h90, h95 = _half_widths(sd, len(a), len(b))
+        out.update(sd=sd, low=diff - h95, high=diff + h95, low90=diff - h90, high90=diff + h90)
+        if -margin <= out["low90"] and out["high90"] <= margin:
+            out["outcome"] = EQUIVALENT
+        elif out["low"] > margin or out["high"] < -margin:
+            out["outcome"] = DIFFERENT
+        else:
+            out["seeds_needed"] = seeds_needed(diff, sd, margin)
+    out["within"] = bool(abs(diff) <= margin)  # NaN compares False: no evidence, no pass
+    out["equivalent"] = out["outcome"] == EQUIVALENT
     return out
 
 
-def worst(comparisons: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The comparison with the largest |difference| / margin (a NaN one wins: it FAILs)."""
-    found, ratio_w = None, 0.0
-    for c in comparisons:
-        ratio = abs(c["difference"]) / c["margin"] if c["margin"] > 0 else float("inf")
-        if found is None or not math.isnan(ratio_w) and not ratio <= ratio_w:
-            found, ratio_w = c, ratio
-    return found
+def overall(outcomes: Iterable[str]) -> str:
+    """The outcome of several comparisons: DIFFERENT if any is, EQUIVALENT if all are,
+    else INCONCLUSIVE (also for none)."""
+    outcomes = list(outcomes)
+    if DIFFERENT in outcomes:
+        return DIFFERENT
+    return EQUIVALENT if outcomes and all(o == EQUIVALENT for o in outcomes) else INCONCLUSIVE
+
+
+def reach(c: Mapping[str, Any]) -> float:
+    """How far from no difference the comparison's 90 % interval reaches (the value an
+    EQUIVALENT outcome keeps within the margin); NaN without an interval."""
+    return max(abs(c["low90"]), abs(c["high90"]))

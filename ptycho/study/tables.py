@@ -39,14 +39,14 @@ def to_markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def to_html(header: Sequence[str], rows: Sequence[Sequence[str]], status_col: int | None = None) -> str:
-    """A table; cells of ``status_col`` reading PASS or FAIL get that class (coloured by the page's CSS)."""
+    """A table; cells of ``status_col`` reading PASS, FAIL or INCONCLUSIVE get that class (coloured by the page's CSS)."""
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = []
     for r in rows:
         cells = []
         for i, c in enumerate(r):
-            cls = f' class="{c.lower()}"' if i == status_col and c in ("PASS", "FAIL") else ""
+            cls = f' class="{c.lower()}"' if i == status_col and c in ("PASS", "FAIL", "INCONCLUSIVE") else ""
             cells.append(f"<td{cls}>{esc(c)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

@@ -15,8 +15,8 @@ import numpy as np
 from ptycho.artifacts import read_json
 from ptycho.study.arms import Arm, mode_pairs
 from ptycho.study.checklist import seeds
-from ptycho.study.checklist.item import Figure, Inputs, Item, verdict
-from ptycho.study.stats import seed_comparison, worst
+from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
+from ptycho.study.stats import seed_comparison
 from ptycho.study.tables import Table, fmt
 
 
@@ -87,7 +87,7 @@ def convergence(
             "initial_val_loss": {arm: initial.get(arm), ref: initial.get(ref)},
         }
     # The verdict, as for quality: each mode's mean final validation loss over seeds
-    # against off's, relative to off's mean, judged against the seed-to-seed spread.
+    # against off's, relative to off's mean, with its interval from the seed-to-seed spread.
     finals = {n: h[-1]["val_loss"] if h else float("nan") for n, h in histories.items()}
     comparisons, words = {}, []
     for g in seeds.seed_groups(histories):
@@ -102,22 +102,18 @@ def convergence(
         words.append(
             seeds.comparison_words(g.model, g.mode, "final validation loss (relative to off's mean)", c, percent=True)
         )
-    worst_c = worst(comparisons.values())
-    margin = worst_c["margin"] if worst_c is not None else threshold
-    value = abs(worst_c["difference"]) if worst_c is not None and all_decreased else float("nan")
-    summary = (
-        ("; ".join(words) + "; every arm's loss decreased")
-        if all_decreased
-        else "an arm's training loss did not decrease"
-    )
+    value, status = seeds.judge(comparisons.values())
+    summary = "; ".join(words) + "; every arm's loss decreased"
+    if not all_decreased:
+        value, status, summary = float("nan"), FAIL, "an arm's training loss did not decrease"
     if not pairs:
         summary = "no pair of an XLA mode and off to compare (off and another mode must be in the matrix)"
     if failed:
-        value, summary = float("nan"), seeds.failed_summary(failed)
+        value, status, summary = float("nan"), FAIL, seeds.failed_summary(failed)
     return verdict(
         ITEM.name,
         value,
-        margin,
+        threshold,
         "<=",
         summary,
         {
@@ -127,6 +123,7 @@ def convergence(
             "curves": loss_curves(histories),
             "failed": failed,
         },
+        status,
     )
 
 

@@ -63,16 +63,30 @@ class Item(Section):
     measures: bool = False
 
 
-def verdict(item: str, value: float, threshold: float, comparison: str, summary: str, evidence: dict) -> dict:
-    """An item's record; a NaN value always FAILs (no evidence is no pass)::
+#: An item's statuses: INCONCLUSIVE is for the seed-based items whose evidence is too thin
+#: to say either way (:func:`ptycho.study.stats.seed_comparison`); it is not a PASS.
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 
-    {"item", "status": "PASS" | "FAIL", "value", "threshold", "comparison": "<=" | ">=",
-     "summary": one sentence, "evidence": {...}}
+
+def verdict(
+    item: str,
+    value: float,
+    threshold: float,
+    comparison: str,
+    summary: str,
+    evidence: dict,
+    status: str | None = None,
+) -> dict:
+    """An item's record; without ``status``, PASS when the value is on the right side of the
+    threshold, and a NaN value always FAILs (no evidence is no pass)::
+
+    {"item", "status": "PASS" | "FAIL" | "INCONCLUSIVE", "value", "threshold",
+     "comparison": "<=" | ">=", "summary": one sentence, "evidence": {...}}
     """
     ok = math.isfinite(value) and (value <= threshold if comparison == "<=" else value >= threshold)
     return {
         "item": item,
-        "status": "PASS" if ok else "FAIL",
+        "status": status or (PASS if ok else FAIL),
         "value": float(value),
         "threshold": float(threshold),
         "comparison": comparison,

@@ -15,8 +15,8 @@ from ptycho.artifacts import read_json
 from ptycho.study.arms import Arm, mode_pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.convergence import failed_arms
-from ptycho.study.checklist.item import Figure, Inputs, Item, verdict
-from ptycho.study.stats import seed_comparison, worst
+from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
+from ptycho.study.stats import seed_comparison
 from ptycho.study.tables import Table, fmt
 
 #: The metrics of an arm, with their words in the report's tables.
@@ -39,11 +39,12 @@ def quality(
 ) -> dict:
     """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` across seeds.
 
-    For each model, mode and SSIM (amplitude, phase), :func:`seed_comparison` sets the
-    mode - off difference of the means over seeds, with its interval, against the
-    seed-to-seed spread of the same arm (or ``threshold`` if larger): the item PASSes
-    when no difference exceeds it. The value is the difference closest to (or furthest
-    past) its margin, and the threshold that margin. Evidence also holds every metric's
+    For each model, mode and SSIM (amplitude, phase), :func:`seed_comparison` judges the
+    mode - off difference of the means over seeds, with its intervals from the
+    seed-to-seed spread, against the margin ``threshold``: the item PASSes only when every
+    comparison is EQUIVALENT, FAILs when one is DIFFERENT, and is INCONCLUSIVE otherwise
+    (one seed per arm always is). The value is how far the 90 % intervals reach from no
+    difference (at most the threshold when all are EQUIVALENT). Evidence also holds every metric's
     per-seed mode - off difference and, per mode and seed, PINN - baseline (the
     physics-informed model's margin over the supervised one). An arm in ``failed``
     (diverged in training; its reconstruction is from its last good state) makes the
@@ -70,13 +71,8 @@ def quality(
             )
             comparisons[g.key][key] = c
             words.append(seeds.comparison_words(g.model, g.mode, SSIM_KEYS[key], c))
-    worst_c = worst(c for per in comparisons.values() for c in per.values())
-    if worst_c is None:
-        value, margin = float("nan"), threshold
-        summary = "no pair of an XLA mode and off to compare"
-    else:  # the largest |difference| / margin decides: PASS iff every difference is within its margin
-        value, margin = abs(worst_c["difference"]), worst_c["margin"]
-        summary = "; ".join(words)
+    value, status = seeds.judge(c for per in comparisons.values() for c in per.values())
+    summary = "; ".join(words) if words else "no pair of an XLA mode and off to compare"
     pinn_vs_baseline = {}
     for name in per_arm:
         arm = Arm.parse(name)
@@ -84,12 +80,12 @@ def quality(
         if arm.model == "pinn" and base in per_arm:
             pinn_vs_baseline[arm.key("mode", "seed")] = {k: per_arm[name][k] - per_arm[base][k] for k in QUALITY_KEYS}
     if failed:
-        value = float("nan")
+        value, status = float("nan"), FAIL
         summary = f"{seeds.failed_summary(failed)} (its reconstruction is from its last good state); {summary}"
     return verdict(
         ITEM.name,
         value,
-        margin,
+        threshold,
         "<=",
         summary,
         {
@@ -101,6 +97,7 @@ def quality(
             "pinn_minus_baseline": pinn_vs_baseline,
             "failed": dict(failed or {}),
         },
+        status,
     )
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import Arm, mode_pairs
+from ptycho.study.checklist.item import FAIL, INCONCLUSIVE, PASS
+from ptycho.study.stats import DIFFERENT, EQUIVALENT, overall, reach
 from ptycho.study.tables import Table, fmt
 
 
@@ -37,44 +39,56 @@ def failed_summary(failed: Mapping[str, str]) -> str:
     return "; ".join(f"arm {arm} FAILED in training: {reason}" for arm, reason in sorted(failed.items()))
 
 
+def judge(comparisons: Iterable[Mapping[str, Any]]) -> tuple[float, str]:
+    """(value, status) of a seed-based item: the value is how far the 90 % intervals reach
+    (:func:`ptycho.study.stats.reach`, largest; NaN if one has none), the status PASS only
+    when every comparison is EQUIVALENT, FAIL when one is DIFFERENT (or there is none, or
+    a difference is undefined), INCONCLUSIVE otherwise."""
+    comparisons = list(comparisons)
+    if not comparisons or any(math.isnan(c["difference"]) for c in comparisons):
+        return float("nan"), FAIL  # nothing compared, or an undefined metric: no evidence is no pass
+    reaches = [reach(c) for c in comparisons]
+    value = max(reaches) if all(math.isfinite(r) for r in reaches) else float("nan")
+    outcome = overall(c["outcome"] for c in comparisons)
+    return value, {EQUIVALENT: PASS, DIFFERENT: FAIL}.get(outcome, INCONCLUSIVE)
+
+
+def needed_words(c: Mapping[str, Any]) -> str:
+    """How many seeds would settle an INCONCLUSIVE comparison, in words."""
+    n = c.get("seeds_needed", float("nan"))
+    if math.isnan(n):
+        return "at least 2 seeds per arm are needed to judge it"
+    if math.isinf(n):
+        return "the observed difference sits at the margin: no number of seeds would settle it"
+    return f"the observed spread says {n:.0f} seeds per arm would settle it"
+
+
 def comparison_words(model: str, mode: str, label: str, c: Mapping[str, Any], percent: bool = False) -> str:
-    """One clause: the mode - off difference, its interval, the seed spread and the verdict, in words."""
+    """One clause: the mode - off difference, its intervals, the seed spread and the outcome, in words."""
 
     def f(v: float, signed: bool = False) -> str:
         return (f"{v:+.1%}" if signed else f"{v:.1%}") if percent else (f"{v:+.4f}" if signed else f"{v:.4f}")
 
-    n_a, n_b = len(c["seeds_mode"]), len(c["seeds_off"])
     head = f"{'PINN' if model == 'pinn' else model} {mode} - off {label}: {f(c['difference'], True)}"
     if not math.isfinite(c["sd"]):
-        return (
-            f"{head} (one seed per arm, so no seed-to-seed spread to judge it by); "
-            f"{'within' if c['within'] else 'beyond'} the {f(c['margin'])} threshold"
-        )
-    spread = (
-        f"seeds of the same arm differ by up to {f(c['spread'])}"
-        if math.isfinite(c["spread"])
-        else "one arm has one seed"
+        return f"{head} (one seed per arm: no seed-to-seed spread to judge it by); INCONCLUSIVE, {needed_words(c)}"
+    spread = f"seeds of the same arm differ by up to {f(c['spread'])}" if math.isfinite(c["spread"]) else ""
+    intervals = (
+        f"90 % interval {f(c['low90'], True)} to {f(c['high90'], True)}, 95 % {f(c['low'], True)} to "
+        f"{f(c['high'], True)}, {len(c['seeds_mode'])} vs {len(c['seeds_off'])} seeds"
     )
-    if c["within"]:
-        which = "the seed-to-seed spread" if c["margin"] == c["spread"] else "the threshold (above the seed spread)"
-        judged = f"the difference is within {which}, {f(c['margin'])}"
-        judged += (
-            "; its 90 % interval lies inside that too: equivalent at 5 %"
-            if c["equivalent"]
-            else "; more seeds would be needed to show equivalence (the 90 % interval reaches past it)"
-        )
-    else:
-        judged = f"the difference EXCEEDS both the seed-to-seed spread and the threshold ({f(c['margin'])})"
-    return (
-        f"{head} (95 % interval {f(c['low'], True)} to {f(c['high'], True)}, {n_a} vs {n_b} seeds); {spread}; {judged}"
-    )
+    judged = {
+        EQUIVALENT: f"EQUIVALENT within the {f(c['margin'])} margin (its 90 % interval lies inside)",
+        DIFFERENT: f"DIFFERENT: its 95 % interval lies beyond the {f(c['margin'])} margin",
+    }.get(c["outcome"], f"INCONCLUSIVE against the {f(c['margin'])} margin; {needed_words(c)}")
+    return f"{head} ({intervals}{'; ' + spread if spread else ''}); {judged}"
 
 
 def comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table:
     """The :func:`ptycho.study.stats.seed_comparison` records keyed by (model-mode, metric)."""
     rows = []
     for (name, metric), c in sorted(comparisons.items()):
-        judged = "within" if c["within"] else "EXCEEDS"
+        judged = c["outcome"] + (f", {c['seeds_needed']:.0f} seeds needed" if c["seeds_needed"] < float("inf") else "")
         rows.append(
             [
                 name,
@@ -82,25 +96,27 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table:
                 f"{len(c['seeds_mode'])} / {len(c['seeds_off'])}",
                 fmt(c["mean_mode"]),
                 fmt(c["mean_off"]),
-                f"{fmt(c['difference'])} ({fmt(c['low'])} - {fmt(c['high'])})",
+                f"{fmt(c['difference'])} ({fmt(c['low90'])} - {fmt(c['high90'])})",
+                f"{fmt(c['low'])} - {fmt(c['high'])}",
                 fmt(c["spread"]),
                 fmt(c["margin"]),
-                f"{judged}{', equivalent' if c['equivalent'] else ''}",
+                judged,
             ]
         )
     return (
-        "Each XLA mode vs off across seeds: the difference of the means against the seed-to-seed spread "
-        "(margin = the larger of the spread and the threshold)",
+        "Each XLA mode vs off across seeds: EQUIVALENT when the 90 % interval of the difference of the means "
+        "lies inside +-margin (the threshold), DIFFERENT when the 95 % interval lies outside it, else INCONCLUSIVE",
         [
             "model-mode",
             "metric",
             "seeds (mode / off)",
             "mean (mode)",
             "mean (off)",
-            "difference (95 % interval)",
+            "difference (90 % interval)",
+            "95 % interval",
             "seed spread",
             "margin",
-            "verdict",
+            "outcome",
         ],
         rows,
     )
