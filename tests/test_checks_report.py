@@ -496,3 +496,23 @@ def test_convergence_across_seeds_compares_mean_final_losses_against_the_seed_sp
     # Both seeds of the XLA arm 20 % higher: the 95 % interval lies beyond the margin.
     worse = dict(hist, **{"pinn-jit-s0": _history([0.09, 0.0555]), "pinn-jit-s1": _history([0.09, 0.0560])})
     assert convergence(worse, 0.05)["status"] == "FAIL"
+
+
+def test_the_report_renders_seed_comparisons_read_back_from_json(tmp_path):
+    """The report job reads the items' JSON, where NaN and infinity are null."""
+    from ptycho.artifacts import read_json, write_json
+
+    off = _seeds("pinn", "off", [0.85, 0.86, 0.85], [0.80, 0.83, 0.86])
+    jit = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.86, 0.86, 0.86])
+    hist = {"pinn-jit-s0": _history([3.0, 2.0, 1.00]), "pinn-off-s0": _history([3.0, 2.0, 1.01])}
+    one = convergence(hist, 0.05, {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0})  # one seed: no seeds_needed (NaN)
+    items = _full_items()
+    for name, rec in (("quality", quality({**off, **jit}, 0.02)), ("convergence", one)):
+        write_json(tmp_path / f"{name}.json", rec)
+        items[name] = read_json(tmp_path / f"{name}.json")
+    items["speedup"] = dict(items["speedup"], status="PASS")  # no item fails: the verdict cannot say either way
+    rec = report.build(items, {}, {"preset": "smoke"})
+    assert rec["verdict"] == "INCONCLUSIVE"
+    md = report.write(rec, tmp_path / "out")["md"].read_text()
+    assert "INCONCLUSIVE" in md.split("## Accuracy")[0]  # named in the first lines
+    assert "seeds needed" in md

@@ -54,7 +54,16 @@ class ModelConfig:
 
 
 def build_network(
-    n: int, in_channels: int, out_channels: int, filters: int, pooling: str, seed: int, *, depth: int, mixing: int
+    n: int,
+    in_channels: int,
+    out_channels: int,
+    filters: int,
+    pooling: str,
+    seed: int,
+    *,
+    depth: int,
+    mixing: int,
+    precision: str = "float32",
 ):
     """Keras model ``x (B, N, N, Cin) -> (amplitude, phase)``, each ``(B, N/2, N/2, Cout)``.
 
@@ -69,21 +78,30 @@ def build_network(
     depends on the whole diffraction pattern, but a shallow convolutional encoder sees
     only a window of it (about 18 px of 64 at depth 2). One such layer costs
     (N / 2**depth)^4 weights, 65k at depth 2, N = 64 (see docs/architecture.md).
+
+    ``precision`` is every layer's Keras dtype policy (``mixed_bfloat16``: compute in
+    bfloat16 over float32 variables) except the output activations, which are float32
+    (the outputs feed the physics head, whose ``tf.complex`` and FFT take no bfloat16,
+    so the network hands over float32 whatever it computes in), and the bilinear
+    upsampling, whose TensorFlow kernel answers bfloat16 with float32.
     """
     import keras
     from keras import layers
 
     init = lambda k: keras.initializers.GlorotUniform(seed=seed + k)  # noqa: E731
     counter = iter(range(10_000))
+    p = {"dtype": precision}
 
     def conv(x, f, **kw):
-        return layers.Conv2D(f, 3, padding="same", activation="relu", kernel_initializer=init(next(counter)), **kw)(x)
+        return layers.Conv2D(
+            f, 3, padding="same", activation="relu", kernel_initializer=init(next(counter)), **p, **kw
+        )(x)
 
     def down(x, f):
         if pooling == "max":
-            return layers.MaxPooling2D(2)(x)
+            return layers.MaxPooling2D(2, **p)(x)
         if pooling == "avg":
-            return layers.AveragePooling2D(2)(x)
+            return layers.AveragePooling2D(2, **p)(x)
         return conv(x, f, strides=2)
 
     if n % 2**depth:
@@ -96,24 +114,26 @@ def build_network(
         x = down(x, f)
     for _ in range(mixing):
         side, channels = x.shape[1], x.shape[3]
-        t = layers.Permute((2, 1))(layers.Reshape((side * side, channels))(x))  # (B, C, positions)
-        t = layers.Dense(side * side, activation="relu", kernel_initializer=init(next(counter)))(t)
-        t = layers.Reshape((side, side, channels))(layers.Permute((2, 1))(t))
-        x = layers.Add()([x, t])
+        t = layers.Permute((2, 1), **p)(layers.Reshape((side * side, channels), **p)(x))  # (B, C, positions)
+        t = layers.Dense(side * side, activation="relu", kernel_initializer=init(next(counter)), **p)(t)
+        t = layers.Reshape((side, side, channels), **p)(layers.Permute((2, 1), **p)(t))
+        x = layers.Add(**p)([x, t])
     code = x  # N / 2**depth
 
     def decoder(activation, name):
         y = code
         for f in reversed(widths[1:]):  # N / 2**depth -> N/2
             y = conv(conv(y, f), f)
-            y = layers.UpSampling2D(2, interpolation="bilinear")(y)
+            # float32 at every precision: TensorFlow's bilinear resize returns float32 for
+            # bfloat16 input, and XLA refuses the mixed-type gradient that leaves (jit mode).
+            y = layers.UpSampling2D(2, interpolation="bilinear", dtype="float32")(y)
         y = conv(y, filters)
-        y = layers.Conv2D(out_channels, 3, padding="same", kernel_initializer=init(next(counter)))(y)
-        return layers.Activation(activation, name=name)(y)
+        y = layers.Conv2D(out_channels, 3, padding="same", kernel_initializer=init(next(counter)), **p)(y)
+        return layers.Activation(activation, name=name, dtype="float32")(y)  # float32 out, always
 
     amp = decoder("sigmoid", "amplitude")
     # pi * tanh from standard layers, so a saved model loads without custom code.
-    phase = layers.Rescaling(math.pi, name="phase")(decoder("tanh", "phase_tanh"))
+    phase = layers.Rescaling(math.pi, name="phase", dtype="float32")(decoder("tanh", "phase_tanh"))
     return keras.Model(x_in, [amp, phase], name="encoder_decoder")
 
 

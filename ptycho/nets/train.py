@@ -85,6 +85,9 @@ class TrainConfig:
     lr_schedule: str = _TRAIN["lr_schedule"]  #: constant | cosine (decay to lr_floor over the whole training)
     warmup_epochs: float = _TRAIN["warmup_epochs"]  #: linear warm-up from 0 to learning_rate over this many epochs
     lr_floor: float = _TRAIN["lr_floor"]  #: cosine: final learning rate as a fraction of learning_rate
+    #: the network's dtype policy: float32 | mixed_bfloat16 | mixed_float16 (loss-scaled);
+    #: the physics head and loss stay float32 (ptycho.nets.models.build_network)
+    precision: str = _TRAIN["precision"]
 
     def __post_init__(self) -> None:
         from ptycho.nets.xla import parse_mode

@@ -50,6 +50,7 @@ class Trainer:
             train_cfg.seed,
             depth=model_cfg.depth,
             mixing=model_cfg.mixing,
+            precision=train_cfg.precision,
         )
         self.probe = tf.constant(probe.astype(np.complex64))
         self.canvas_pad = int(physics.get("canvas_pad", n // 4))
@@ -63,6 +64,8 @@ class Trainer:
         # training continues it where it stopped.
         rate = train_cfg.learning_rate_at(steps_per_epoch) if steps_per_epoch else train_cfg.learning_rate
         self.optimizer = keras.optimizers.Adam(rate)
+        if train_cfg.precision == "mixed_float16":  # float16 gradients underflow without it
+            self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         # Create the optimizer's slots now: variables created inside the first trace
         # make tf.function trace a second time.
         self.optimizer.build(self.variables)
@@ -130,8 +133,9 @@ class Trainer:
 
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(self.loss_terms(x, offsets, targets, training=True))
-        grads = tape.gradient(loss, self.variables)
-        self.optimizer.apply(grads, self.variables)
+            scaled = self.optimizer.scale_loss(loss)  # the loss itself unless loss-scaled (float16)
+        grads = tape.gradient(scaled, self.variables)
+        self.optimizer.apply(grads, self.variables)  # unscales, and skips a step with non-finite gradients
         return loss
 
     def _eval_step(self, x, offsets, targets, mask):

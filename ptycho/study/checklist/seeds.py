@@ -53,9 +53,15 @@ def judge(comparisons: Iterable[Mapping[str, Any]]) -> tuple[float, str]:
     return value, {EQUIVALENT: PASS, DIFFERENT: FAIL}.get(outcome, INCONCLUSIVE)
 
 
+def _seeds_needed(c: Mapping[str, Any]) -> float:
+    """The record's ``seeds_needed``; JSON stores NaN as null."""
+    n = c.get("seeds_needed")
+    return float("nan") if n is None else float(n)
+
+
 def needed_words(c: Mapping[str, Any]) -> str:
     """How many seeds would settle an INCONCLUSIVE comparison, in words."""
-    n = c.get("seeds_needed", float("nan"))
+    n = _seeds_needed(c)
     if math.isnan(n):
         return "at least 2 seeds per arm are needed to judge it"
     if math.isinf(n):
@@ -88,7 +94,8 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table:
     """The :func:`ptycho.study.stats.seed_comparison` records keyed by (model-mode, metric)."""
     rows = []
     for (name, metric), c in sorted(comparisons.items()):
-        judged = c["outcome"] + (f", {c['seeds_needed']:.0f} seeds needed" if c["seeds_needed"] < float("inf") else "")
+        n = _seeds_needed(c)
+        judged = c["outcome"] + (f", {n:.0f} seeds needed" if n < float("inf") else "")
         rows.append(
             [
                 name,
