@@ -64,7 +64,9 @@ def main() -> None:
     median = {key: float(np.median(times)) for key, (_, times) in arms.items()}
     ref = median[(args.modes[0], args.precisions[0])]
     for (mode, precision), value in median.items():
-        print(f"{mode:8s} {precision:15s} {1e3 * value:7.1f} ms  {ref / value:.2f}x {args.modes[0]} {args.precisions[0]}")
+        print(
+            f"{mode:8s} {precision:15s} {1e3 * value:7.1f} ms  {ref / value:.2f}x {args.modes[0]} {args.precisions[0]}"
+        )
 
 
 if __name__ == "__main__":
