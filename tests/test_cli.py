@@ -430,6 +430,20 @@ def test_bench_reads_the_studys_config_like_scaling(bench_calls):
     assert (bench.threads, bench.component_repeats) == (BenchConfig.threads, BenchConfig.component_repeats)
 
 
+def test_bench_reads_the_pipelines_resolved_config_json_as_the_rule_passes_it(bench_calls, tmp_path):
+    """rules/checks.smk passes results/<preset>/config.json: JSON numbers such as 1e-06
+    (YAML 1.1 would read that as a string) stay numbers."""
+    from ptycho.cli.values import study_config
+
+    resolved = tmp_path / "config.json"  # written the way the resolved_config rule writes it
+    assert main(["config", "--json", json.dumps(study_config(STUDY_CONFIG, "smoke")), "--out", str(resolved)]) == 0
+    assert '"poisson_eps": 1e-06' in resolved.read_text()
+    assert main(["bench", "--config", str(resolved), "--preset", "smoke"]) == 0
+    (call,) = bench_calls
+    assert call["models"][0].poisson_eps == 1e-06
+    assert study_config(str(resolved), "smoke") == study_config(STUDY_CONFIG, "smoke")
+
+
 def test_bench_flags_override_the_studys_config(bench_calls, tmp_path):
     # Every flag overrides the study's config (the pipeline passes only --config, --preset and the paths).
     argv = ["bench", "--config", STUDY_CONFIG, "--preset", "smoke", "--models", "pinn", "--modes", "jit", "--repeats", "7", "--warmup", "2",

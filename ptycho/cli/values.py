@@ -55,14 +55,18 @@ def json_object(text: str, what: str, fix: str) -> dict[str, Any]:
 
 
 def load_yaml(path: str) -> dict[str, Any]:
-    """A YAML config file's top-level mapping, or a one-line :class:`ConfigError`."""
+    """A YAML (or, by its ``.json`` suffix, JSON) config file's top-level mapping, or a
+    one-line :class:`ConfigError`. JSON is read as JSON: YAML 1.1 reads ``1e-06`` (no
+    dot) as a string, and the workflow's resolved ``config.json`` writes numbers so."""
     import yaml
 
     try:
         with open(path) as fh:
-            doc = yaml.safe_load(fh) or {}
+            doc = (json.load(fh) if str(path).endswith(".json") else yaml.safe_load(fh)) or {}
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
