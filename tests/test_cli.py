@@ -430,9 +430,9 @@ def test_bench_reads_the_studys_config_like_scaling(bench_calls):
     assert (bench.threads, bench.component_repeats) == (BenchConfig.threads, BenchConfig.component_repeats)
 
 
-def test_bench_reads_the_pipelines_resolved_config_json_as_the_rule_passes_it(bench_calls, tmp_path):
-    """rules/checks.smk passes results/<preset>/config.json: JSON numbers such as 1e-06
-    (YAML 1.1 would read that as a string) stay numbers."""
+def test_bench_reads_a_resolved_config_json_with_its_numbers_as_numbers(bench_calls, tmp_path):
+    """``--config results/<preset>/config.json`` (the pipeline's resolved config): JSON
+    numbers such as 1e-06, which YAML 1.1 reads as a string, stay numbers."""
     from ptycho.cli.values import study_config
 
     resolved = tmp_path / "config.json"  # written the way the resolved_config rule writes it
@@ -445,7 +445,7 @@ def test_bench_reads_the_pipelines_resolved_config_json_as_the_rule_passes_it(be
 
 
 def test_bench_flags_override_the_studys_config(bench_calls, tmp_path):
-    # Every flag overrides the study's config (the pipeline passes only --config, --preset and the paths).
+    # Every flag overrides the study's config; rules/checks.smk passes the pipeline's settings so.
     argv = ["bench", "--config", STUDY_CONFIG, "--preset", "smoke", "--models", "pinn", "--modes", "jit", "--repeats", "7", "--warmup", "2",
             "--threads-alone", "2", "--shared-threads", "3", "--component-repeats", "4", "--no-shared",
             "--filters", "8", "--loss", "poisson", "--batch-size", "4", "--n", "32", "--object-size", "80",

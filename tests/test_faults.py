@@ -523,6 +523,10 @@ def test_a_full_disk_is_one_line_leaves_no_half_file_and_the_rerun_completes(sma
         "4",
         "--stride-test",
         "4",
+        "--n-objects-train",
+        "1",
+        "--probe-kind",
+        "disk",
     )
     proc = _ptycho(*sim)
     _, err = proc.communicate(timeout=300)

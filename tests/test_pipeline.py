@@ -106,7 +106,7 @@ EVERY_MODE = "xla=[off,jit,auto,physics]"
 def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from ptycho.study.report import FIGURES
+    from ptycho.study.report import figures
 
     work = _workdir(tmp_path)
     # Another preset's report (the default study's) is left untouched by a smoke run.
@@ -140,7 +140,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert {(a["model"], a["mode"]) for a in bench["arms"]} == {(m, x) for m in ("pinn", "baseline") for x in modes}
     assert set(bench["contexts"]) == {"alone", "shared"}
     assert next(a for a in bench["arms"] if a["mode"] == "auto")["xla_clusters"] > 0  # auto really clustered
-    assert len(report["figures"]) == len(FIGURES)
+    assert len(report["figures"]) == len(figures())
     # The solver beside the networks: every mode timed against off, the eight network arms
     # as methods, warm starts from both models' off arms.
     solver = report["solver"]
@@ -148,7 +148,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert {n["arm"] for n in solver["networks"]} == set(report["arms"])
     assert {w["start"] for w in solver["warm_start"]} == {"pinn", "baseline"}
     html = (work / "reports" / "smoke" / "validation.html").read_text()
-    assert html.count("data:image/png;base64,") == len(FIGURES)
+    assert html.count("data:image/png;base64,") == len(figures())
 
     # `snakemake --report` works (no --cores needed) and shows every figure with its caption.
     sm_report = subprocess.run(
