@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ptycho.study import checklist
-from ptycho.study.checklist.speedup import machine_line
+from ptycho.study.bench.machine import machine_line
 from ptycho.study.tables import fmt, to_html, to_markdown
 
 REPORT_SCHEMA_VERSION = 2  # 2: XLA modes (off, jit, auto, physics) replace the boolean arms

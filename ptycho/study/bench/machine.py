@@ -12,7 +12,7 @@ import math
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import psutil
 
@@ -153,3 +153,15 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def machine_line(m: Mapping) -> str:
+    """The machine in one line: CPU, cores, device, load, TensorFlow and Python."""
+    load = m.get("load_average")
+    load = ", ".join(f"{v:.2f}" for v in load) if load else "n/a"
+    gpus = m.get("gpus")
+    device = "device n/a" if gpus is None else (f"device GPU ({gpus})" if gpus else "device CPU (no GPU)")
+    return (
+        f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {device}, load average {load}; "
+        f"TensorFlow {m.get('tensorflow', 'n/a')}, Python {m.get('python', 'n/a')}"
+    )

@@ -157,8 +157,9 @@ def tables(bench: Mapping) -> list[Table]:
     ]
 
 
-def machine_line(bench: Mapping) -> str:
-    """The machine and its load at the start and end of the run, in one line."""
+def _machine_and_load(bench: Mapping) -> str:
+    """The console's machine line: as :func:`~ptycho.study.bench.machine.machine_line`, with the
+    load at the start and the end of the run (a contaminated run shows here first)."""
     m = bench.get("machine", {})
     start, end = m.get("load_average_start"), m.get("load_average")
     return (
@@ -171,7 +172,7 @@ def machine_line(bench: Mapping) -> str:
 def format_table(result: Mapping) -> str:
     """The text ``ptycho bench`` prints: the machine, every table of :func:`tables` under
     its title, and the fastest PINN mode in each context."""
-    parts = [machine_line(result)]
+    parts = [_machine_and_load(result)]
     parts += [f"{title}\n{to_text(header, rows)}" for title, header, rows in tables(result)]
     best = []
     for context in result.get("contexts", {}):

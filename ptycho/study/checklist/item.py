@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ptycho.study.tables import Table
@@ -58,9 +58,13 @@ class Item(Section):
     ``measures``: it runs TensorFlow itself (the others judge the pipeline's outputs and
     import no TensorFlow). ``threshold``: its key under ``thresholds:`` in the config."""
 
-    collect: Callable[[Inputs, float], dict] = field(default=lambda inputs, threshold: {})
+    collect: Callable[[Inputs, float], dict] | None = None  #: required; a default only for field order
     threshold: str = ""
     measures: bool = False
+
+    def __post_init__(self) -> None:
+        if self.collect is None:
+            raise TypeError(f"checklist item {self.name!r} has no collect function")
 
 
 #: An item's statuses: INCONCLUSIVE is for the seed-based items whose evidence is too thin

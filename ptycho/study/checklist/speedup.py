@@ -136,20 +136,10 @@ def collect(inputs: Inputs, threshold: float) -> dict:
     return speedup(read_json(inputs.bench), threshold, timings, context=inputs.context)
 
 
-def machine_line(m: Mapping) -> str:
-    """The machine in one line: CPU, cores, device, load, TensorFlow and Python."""
-    load = m.get("load_average")
-    load = ", ".join(f"{v:.2f}" for v in load) if load else "n/a"
-    gpus = m.get("gpus")
-    device = "device n/a" if gpus is None else (f"device GPU ({gpus})" if gpus else "device CPU (no GPU)")
-    return (
-        f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {device}, load average {load}; "
-        f"TensorFlow {m.get('tensorflow', 'n/a')}, Python {m.get('python', 'n/a')}"
-    )
-
-
 def text(report: Mapping) -> str:
     item = report["items"]["speedup"]
+    from ptycho.study.bench.machine import machine_line
+
     return f"{item['summary']}. Benchmark machine: {machine_line(item['evidence'].get('machine', {}))}."
 
 
