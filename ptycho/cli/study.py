@@ -6,9 +6,10 @@ import argparse
 import dataclasses
 
 from ptycho.cli.declare import Live, arg, command
-from ptycho.cli.values import json_object, mode, study_config
+from ptycho.cli.values import json_object, mode, precision, study_config
 from ptycho.config import choices, spec
 from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS
+from ptycho.nets.precision import PRECISIONS
 from ptycho.nets.xla import COMPARED, MODES, REFERENCE
 from ptycho.study import checklist, jobs
 from ptycho.tracking.record import JobRecord
@@ -51,6 +52,13 @@ _STUDY_DEFAULT = "(default: the study's)"
         nargs="+",
         type=mode,
         help=f"XLA modes to time ({', '.join(MODES)}); {REFERENCE} is always added (default: the study's xla)",
+    ),
+    arg(
+        "--precisions",
+        nargs="+",
+        type=precision,
+        help=f"network precisions to time ({', '.join(PRECISIONS)}); float32 is always added "
+        "(default: the study's precision)",
     ),
     arg("--warmup", type=int, help="untimed steps first (default: the study's bench.warmup)"),
     arg("--repeats", type=int, help="timed steps per arm and context (default: the study's bench.repeats)"),
@@ -137,6 +145,18 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
         help=f"XLA modes compared with {REFERENCE} (accuracy, gradients; default: all)",
     ),
     arg(
+        "--precisions",
+        nargs="+",
+        type=precision,
+        default=["float32"],
+        help="network precisions (accuracy, gradients: modes compared at each; each reduced one vs float32)",
+    ),
+    arg(
+        "--precision-threshold",
+        type=float,
+        help="limit of a reduced precision vs float32 (accuracy, gradients; default: the item's threshold)",
+    ),
+    arg(
         "--context",
         choices=choices("bench.context"),
         default=spec("bench.context")["default"],
@@ -155,6 +175,8 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
         metrics=args.metrics or (),
         bench=args.bench,
         modes=args.modes,
+        precisions=args.precisions,
+        precision_threshold=args.precision_threshold,
         loss=args.loss,
         context=args.context,
     )

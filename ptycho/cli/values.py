@@ -32,6 +32,16 @@ def mode(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def precision(text: str) -> str:
+    """A network precision, full or short name (:func:`ptycho.nets.precision.parse_precision`)."""
+    from ptycho.nets.precision import parse_precision
+
+    try:
+        return parse_precision(text, key=None)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def pairs(items: list[str] | None, what: str = "tag") -> dict[str, str]:
     """``KEY=VALUE`` items as a mapping."""
     out = {}

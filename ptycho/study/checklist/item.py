@@ -21,6 +21,10 @@ class Inputs:
     metrics: Sequence[str] = ()
     bench: str | None = None
     modes: Sequence[str] | None = None
+    #: the precisions of the study (accuracy, gradients: each XLA mode vs off at each of
+    #: them, each reduced precision vs float32 against ``precision_threshold``)
+    precisions: Sequence[str] = ("float32",)
+    precision_threshold: float | None = None
     loss: str = "poisson"
     context: str = "alone"
 
