@@ -22,11 +22,12 @@ rule check_accuracy:
         track=tracking("check_accuracy"),
         threshold=CFG["thresholds"]["accuracy_max_abs"],
         modes=XLA_MODES,
+        precisions=PRECISIONS,
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check accuracy --threshold {params.threshold} --models {input.models} "
-        "--modes {params.modes} --dataset {input.data} --out {output} > {log} 2>&1"
+        "--modes {params.modes} --precisions {params.precisions} --dataset {input.data} --out {output} > {log} 2>&1"
 
 
 rule check_gradients:
@@ -47,12 +48,13 @@ rule check_gradients:
         track=tracking("check_gradients"),
         threshold=CFG["thresholds"]["gradients_max_rel"],
         modes=XLA_MODES,
+        precisions=PRECISIONS,
         loss=section_for(CFG, "model", "pinn")["loss"],
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check gradients --threshold {params.threshold} --loss {params.loss} "
-        "--modes {params.modes} --out {output} > {log} 2>&1"
+        "--modes {params.modes} --precisions {params.precisions} --out {output} > {log} 2>&1"
 
 
 rule check_convergence:
@@ -123,6 +125,7 @@ rule bench:
         track=tracking("bench"),
         models=" ".join(CFG["models"]),
         modes=" ".join(CFG["xla"]),
+        precisions=PRECISIONS,
         repeats=CFG["bench"]["repeats"],
         warmup=CFG["bench"]["warmup"],
         shared_threads=CFG["train_threads"],
@@ -132,7 +135,7 @@ rule bench:
         # Every setting as a flag from the resolved config, not the config file as an input:
         # a job downstream of results/<preset>/config.json would re-run on any config change
         # (a threshold), and the benchmark is the pipeline's longest job.
-        "{params.ptycho} {params.track} bench --models {params.models} --modes {params.modes} --repeats {params.repeats} "
+        "{params.ptycho} {params.track} bench --models {params.models} --modes {params.modes} --precisions {params.precisions} --repeats {params.repeats} "
         "--warmup {params.warmup} --threads-alone {resources.tf_threads} --shared-threads {params.shared_threads} "
         "--dataset {input.data} --like {input.models} --out {output} > {log} 2>&1"
 

@@ -41,6 +41,8 @@ os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, so
 ARMS = arms(CFG)
 # The XLA modes the checks compare with off (every mode of the study but off itself).
 XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
+# The precisions accuracy and gradients measure at (each reduced one also against float32).
+PRECISIONS = " ".join(CFG["precision"])
 CHECK_ITEMS = checklist.names()
 # The solver's warm starts: each model's reference-mode arm of the first seed, run in the
 # first compared mode of the study (XLA's mode where the solver's work is all physics).
@@ -107,10 +109,11 @@ def train_priority(wildcards):
     """Longest trainings first: with two at a time, the last one otherwise runs alone
     while the other slot idles (a PINN jit arm took its last 4.5 min alone at b5dd022).
     Expected cost = epochs x relative step time measured with two 1-thread jobs at once:
-    PINN 1.0, baseline 0.65; jit and auto 1.3x off (physics as off)."""
+    PINN 1.0, baseline 0.65; jit and auto 1.3x off (physics as off); bfloat16 0.7x float32."""
     arm = parse_arm(wildcards.arm)
     epochs = section_for(CFG, "train", arm.model)["epochs"]
     cost = epochs * (1.0 if arm.model == "pinn" else 0.65) * (1.3 if arm.mode in ("jit", "auto") else 1.0)
+    cost *= 0.7 if arm.precision == "mixed_bfloat16" else 1.0
     return int(round(10 * cost))
 
 
@@ -125,6 +128,5 @@ def tracking(rule_name, **tags):
 
 
 def arm_tags(wildcards):
-    """MLflow tags of one arm of the matrix, from the {arm} wildcard."""
-    model, mode, seed = parse_arm(wildcards.arm)
-    return {"model": model, "xla": mode, "seed": seed}
+    """MLflow tags of one arm of the matrix (model, xla, precision, seed), from the {arm} wildcard."""
+    return parse_arm(wildcards.arm).tags

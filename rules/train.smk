@@ -31,4 +31,5 @@ rule train:
         "{params.ptycho} {params.track} --threads {resources.tf_threads} train --quiet --resume --on-diverge record "
         "--dataset {input.data} "
         "--out $(dirname {output.meta}) --kind {params.arm[model]} --xla {params.arm[xla]} --seed {params.arm[seed]} "
+        "--precision {params.arm[precision]} "
         "{params.model_flags} {params.train_flags} > {log} 2>&1"

@@ -26,7 +26,7 @@ from ptycho.cli import data, nets, study, track  # noqa: F401 - each declares it
 from ptycho.cli.declare import COMMANDS, Command
 from ptycho.cli.values import pairs
 from ptycho.errors import ConfigError, PtychoError
-from ptycho.study.arms import ARM_TAGS
+from ptycho.study.arms import ARM_TAGS, tag_word
 from ptycho.tracking.record import JobRecord
 
 __all__ = ["COMMANDS", "build_parser", "check_outputs", "main"]
@@ -97,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
         lambda live: args.func(args, live),
         tags=pairs(args.mlflow_tag),
         arm_tags=ARM_TAGS,
+        arm_word=tag_word,
         device=spec.uses_tensorflow(args),
         system_metrics=spec.system_metrics,
         done=_done,

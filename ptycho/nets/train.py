@@ -73,7 +73,7 @@ class TrainingDiverged(PtychoError):
 class TrainConfig:
     """Optimisation settings; saved with every checkpoint. Each key's meaning, range and
     default: the schema's ``train`` section (``seed`` is one of its ``seeds``, ``xla`` one
-    of its ``xla`` modes)."""
+    of its ``xla`` modes, ``precision`` one of its ``precision`` list)."""
 
     epochs: int = _TRAIN["epochs"]
     batch_size: int = _TRAIN["batch_size"]
@@ -85,14 +85,17 @@ class TrainConfig:
     lr_schedule: str = _TRAIN["lr_schedule"]  #: constant | cosine (decay to lr_floor over the whole training)
     warmup_epochs: float = _TRAIN["warmup_epochs"]  #: linear warm-up from 0 to learning_rate over this many epochs
     lr_floor: float = _TRAIN["lr_floor"]  #: cosine: final learning rate as a fraction of learning_rate
-    #: the network's dtype policy: float32 | mixed_bfloat16 | mixed_float16 (loss-scaled);
+    #: the network's dtype policy, one of the study's ``precision`` list
+    #: (ptycho.nets.precision: float32 | mixed_bfloat16 | mixed_float16, loss-scaled);
     #: the physics head and loss stay float32 (ptycho.nets.models.build_network)
-    precision: str = _TRAIN["precision"]
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
+        from ptycho.nets.precision import parse_precision
         from ptycho.nets.xla import parse_mode
 
         object.__setattr__(self, "xla", parse_mode(self.xla, "train.xla"))
+        object.__setattr__(self, "precision", parse_precision(self.precision, "train.precision"))
         check_settings(self, "train", "train.", extra={"seed": "seeds.items"})
         check_at_most("train.warmup_epochs", self.warmup_epochs, self.epochs, "train.warmup_epochs")
 

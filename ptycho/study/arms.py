@@ -1,4 +1,4 @@
-"""The arms of the study: one record per (model, XLA mode, seed) job, and how they pair.
+"""The arms of the study: one record per (model, XLA mode, precision, seed) job, and how they pair.
 
 :class:`Arm` is the one identity of a job of the matrix. Its folder name, its words in
 figures and tables, its MLflow tags and params, and every key the evidence groups arms
@@ -15,37 +15,59 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from ptycho.nets.models import MODEL_KINDS as MODELS
+from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION, SHORT, parse_precision
 from ptycho.nets.xla import MODES, REFERENCE, parse_mode
 
 #: The MLflow tags (and ``arm.*`` params) naming a job's arm, in name order.
-ARM_TAGS = ("model", "xla", "seed")
-#: What an arm name looks like (also the Snakemake wildcard constraint).
-PATTERN = rf"({'|'.join(MODELS)})-({'|'.join(MODES)})-s\d+"
-#: How figures and tables call a model and a mode.
+ARM_TAGS = ("model", "xla", "precision", "seed")
+_REDUCED = [SHORT[p] for p in PRECISIONS if p != REFERENCE_PRECISION]
+#: What an arm name looks like (also the Snakemake wildcard constraint): the precision's
+#: short word only when it is not float32, so that float32 names read as before the axis.
+PATTERN = rf"({'|'.join(MODELS)})-({'|'.join(MODES)})(-({'|'.join(_REDUCED)}))?-s\d+"
+#: How figures and tables call a model, a mode and a precision.
 MODEL_WORDS = {"pinn": "PINN", "baseline": "Baseline"}
 MODE_WORDS = {"off": "no XLA (off)", "jit": "XLA jit", "auto": "XLA auto", "physics": "XLA physics"}
+PRECISION_WORDS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+
+
+def tag_word(tag: str, value: str) -> str:
+    """An arm tag's value as names write it: a precision as its short word, float32 as ''
+    (run and logged-model names read as before the axis: ``train-pinn-jit-0``)."""
+    if tag == "precision":
+        return "" if value == REFERENCE_PRECISION else SHORT.get(value, value)
+    return value
 
 
 class Arm(NamedTuple):
-    """One job of the matrix. Field order is name order."""
+    """One job of the matrix. Names read model, mode, precision (unless float32), seed."""
 
     model: str
     mode: str
     seed: int
+    precision: str = REFERENCE_PRECISION
 
     @property
     def name(self) -> str:
-        """Folder and file name, e.g. ``pinn-jit-s0`` / ``baseline-off-s1``."""
-        return self.key("model", "mode", "seed")
+        """Folder and file name, e.g. ``pinn-jit-s0`` / ``baseline-off-bf16-s1``."""
+        return self.key("model", "mode", "precision", "seed")
 
     def key(self, *fields: str) -> str:
-        """The arm's fields joined by ``-`` (the seed as ``s<seed>``): the keys evidence
-        groups arms by, e.g. ``key("model", "seed", "mode")`` = ``pinn-s0-jit``."""
-        return "-".join(f"s{self.seed}" if f == "seed" else str(getattr(self, f)) for f in fields)
+        """The arm's fields joined by ``-``: the keys evidence groups arms by, e.g.
+        ``key("model", "seed", "mode")`` = ``pinn-s0-jit``. The seed reads ``s<seed>``,
+        the precision its short word, and float32 (the reference) is left out."""
+
+        def word(field: str) -> str:
+            if field == "seed":
+                return f"s{self.seed}"
+            if field == "precision":
+                return "" if self.precision == REFERENCE_PRECISION else SHORT[self.precision]
+            return str(getattr(self, field))
+
+        return "-".join(w for w in map(word, fields) if w)
 
     @property
     def reference(self) -> Arm:
-        """The arm this one is compared with: ``off``, same model and seed."""
+        """The arm a mode is compared with: ``off``, same model, precision and seed."""
         return self._replace(mode=REFERENCE)
 
     @property
@@ -55,51 +77,93 @@ class Arm(NamedTuple):
     @property
     def tags(self) -> dict[str, str]:
         """MLflow tags naming the arm (:data:`ARM_TAGS`); the seed as text, as MLflow stores tags."""
-        return {"model": self.model, "xla": self.mode, "seed": str(self.seed)}
+        return {"model": self.model, "xla": self.mode, "precision": self.precision, "seed": str(self.seed)}
 
     def label(self, with_seed: bool = True) -> str:
-        """``"PINN, XLA jit"``, with ``", seed 1"`` appended when asked."""
-        text = f"{MODEL_WORDS.get(self.model, self.model)}, {MODE_WORDS.get(self.mode, self.mode)}"
-        return f"{text}, seed {self.seed}" if with_seed else text
+        """``"PINN, XLA jit"`` (``", bfloat16"`` added below float32), with ``", seed 1"`` when asked."""
+        parts = [MODEL_WORDS.get(self.model, self.model), MODE_WORDS.get(self.mode, self.mode)]
+        if self.precision != REFERENCE_PRECISION:
+            parts.append(PRECISION_WORDS[self.precision])
+        if with_seed:
+            parts.append(f"seed {self.seed}")
+        return ", ".join(parts)
 
     @property
-    def order(self) -> tuple[int, int, int]:
-        """Sort key: model, then seed, then mode, in the package's declared orders."""
-        return (MODELS.index(self.model), self.seed, list(MODES).index(self.mode))
+    def order(self) -> tuple[int, int, int, int]:
+        """Sort key: model, seed, precision, then mode, in the package's declared orders."""
+        return (
+            MODELS.index(self.model),
+            self.seed,
+            list(PRECISIONS).index(self.precision),
+            list(MODES).index(self.mode),
+        )
 
     @classmethod
     def parse(cls, name: str) -> Arm:
         """The arm of a name; ValueError if it is not one."""
         if not re.fullmatch(PATTERN, name):
-            raise ValueError(f"{name!r} is not an arm name (<model>-<mode>-s<seed>, modes: {', '.join(MODES)})")
-        model, mode, seed = name.split("-")
-        return cls(model, mode, int(seed[1:]))
+            raise ValueError(
+                f"{name!r} is not an arm name (<model>-<mode>[-<precision>]-s<seed>, modes: {', '.join(MODES)}, "
+                f"precisions: {', '.join(_REDUCED)}; float32 is written without one)"
+            )
+        model, mode, *precision, seed = name.split("-")
+        return cls(model, mode, int(seed[1:]), parse_precision(precision[0]) if precision else REFERENCE_PRECISION)
 
     @classmethod
     def of_meta(cls, meta: Mapping) -> Arm:
-        """The arm of a trained model, from its ``model.json`` (pre-mode files say xla true/false)."""
-        return cls(meta["model"]["kind"], parse_mode(meta["train"]["xla"]), int(meta["train"]["seed"]))
+        """The arm of a trained model, from its ``model.json`` (pre-mode files say xla
+        true/false; pre-precision files have no precision: float32)."""
+        train = meta["train"]
+        precision = parse_precision(train.get("precision", REFERENCE_PRECISION))
+        return cls(meta["model"]["kind"], parse_mode(train["xla"]), int(train["seed"]), precision)
 
 
 class Pair(NamedTuple):
-    """A mode's arm and the ``off`` arm of the same model and seed."""
+    """Two arms that differ in one axis: an XLA mode's arm and ``off`` (same model,
+    precision and seed), or a reduced precision's arm and float32 (same model, mode and
+    seed). ``arm`` is judged against ``reference``."""
 
     arm: Arm
     reference: Arm
 
     @property
+    def axis(self) -> str:
+        """``"mode"`` or ``"precision"``: the field the two arms differ in."""
+        return "mode" if self.arm.mode != self.reference.mode else "precision"
+
+    @property
     def key(self) -> str:
-        """``<model>-s<seed>-<mode>``, e.g. ``pinn-s0-jit``: the evidence's key of a pair."""
-        return self.arm.key("model", "seed", "mode")
+        """The evidence's key of a pair: ``pinn-s0-jit`` (jit vs off, float32),
+        ``pinn-s0-jit-bf16`` (jit vs off, both bfloat16), ``pinn-s0-off-bf16-vs-fp32``
+        (bfloat16 vs float32, both off)."""
+        key = self.arm.key("model", "seed", "mode", "precision")
+        return key if self.axis == "mode" else f"{key}-vs-{SHORT[self.reference.precision]}"
+
+    @property
+    def group(self) -> str:
+        """:attr:`key` without the seed: the key of the comparison across seeds."""
+        return self.key.replace(f"-s{self.arm.seed}-", "-", 1)
+
+    def words(self) -> str:
+        """The comparison in words: ``"PINN jit - off"``, ``"PINN jit - off (bfloat16)"``,
+        ``"PINN bfloat16 - float32 (off)"``."""
+        model = MODEL_WORDS.get(self.arm.model, self.arm.model)
+        if self.axis == "mode":
+            at = "" if self.arm.precision == REFERENCE_PRECISION else f" ({PRECISION_WORDS[self.arm.precision]})"
+            return f"{model} {self.arm.mode} - {self.reference.mode}{at}"
+        return (
+            f"{model} {PRECISION_WORDS[self.arm.precision]} - {PRECISION_WORDS[self.reference.precision]} "
+            f"({self.arm.mode})"
+        )
 
 
-def arm_name(model: str, mode: str, seed: int) -> str:
-    """Folder name of one job of the matrix, e.g. ``pinn-jit-s0`` / ``baseline-off-s1``."""
-    return Arm(model, parse_mode(mode), int(seed)).name
+def arm_name(model: str, mode: str, seed: int, precision: str = REFERENCE_PRECISION) -> str:
+    """Folder name of one job of the matrix, e.g. ``pinn-jit-s0`` / ``baseline-off-bf16-s1``."""
+    return Arm(model, parse_mode(mode), int(seed), parse_precision(precision)).name
 
 
 def parse_arm(name: str) -> Arm:
-    """``Arm(model, mode, seed)`` of an arm name; ValueError if it is not one."""
+    """``Arm(model, mode, seed, precision)`` of an arm name; ValueError if it is not one."""
     return Arm.parse(name)
 
 
@@ -108,15 +172,37 @@ def arm_of(meta: Mapping) -> str:
     return Arm.of_meta(meta).name
 
 
+def _arms(names: Iterable[str | Arm]) -> list[Arm]:
+    return sorted({a if isinstance(a, Arm) else Arm.parse(a) for a in names}, key=lambda a: a.order)
+
+
 def mode_pairs(names: Iterable[str | Arm]) -> list[Pair]:
-    """Every (mode, ``off``) pair of the same model and seed among ``names``: the one
-    pairing the checks and figures compare by, in model, seed, mode order."""
-    arms = {a if isinstance(a, Arm) else Arm.parse(a) for a in names}
-    return [
-        Pair(a, a.reference) for a in sorted(arms, key=lambda a: a.order) if not a.is_reference and a.reference in arms
-    ]
+    """Every (mode, ``off``) pair of the same model, precision and seed among ``names``,
+    in model, seed, precision, mode order."""
+    arms = _arms(names)
+    return [Pair(a, a.reference) for a in arms if not a.is_reference and a.reference in arms]
 
 
-def matrix(models: Iterable[str], modes: Iterable, seeds: Iterable[int]) -> list[str]:
-    """Every (model, mode, seed) arm name of a study."""
-    return [arm_name(m, x, s) for m in models for x in modes for s in seeds]
+def precision_pairs(names: Iterable[str | Arm]) -> list[Pair]:
+    """Every (reduced precision, float32) pair of the same model, mode and seed among ``names``."""
+    arms = _arms(names)
+    out = []
+    for a in arms:
+        ref = a._replace(precision=REFERENCE_PRECISION)
+        if a != ref and ref in arms:
+            out.append(Pair(a, ref))
+    return out
+
+
+def pairs(names: Iterable[str | Arm]) -> list[Pair]:
+    """Every pair the checks and figures compare by: the modes' (:func:`mode_pairs`), then
+    the precisions' (:func:`precision_pairs`)."""
+    names = list(names)
+    return mode_pairs(names) + precision_pairs(names)
+
+
+def matrix(
+    models: Iterable[str], modes: Iterable, seeds: Iterable[int], precisions: Iterable[str] = (REFERENCE_PRECISION,)
+) -> list[str]:
+    """Every (model, mode, precision, seed) arm name of a study."""
+    return [arm_name(m, x, s, p) for m in models for p in precisions for x in modes for s in seeds]

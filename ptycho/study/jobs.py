@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.study.arms import ARM_TAGS
+from ptycho.study.arms import ARM_TAGS, tag_word
 from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, Progress
 
 #: The keys of a training's curve, logged per epoch.
@@ -162,10 +162,15 @@ def train(
     record.artifacts.append((str(Path(out) / "model.keras"), "model"))
     arm_tags = {k: arm[k] for k in ARM_TAGS if k in arm}
     record.model = LoggedModel(
-        "-".join(arm_tags.values()) or model_cfg.kind,
+        "-".join(w for k, v in arm_tags.items() if (w := tag_word(k, v))) or model_cfg.kind,
         out,
         dataset=("train.h5", ds.attrs["digest"]),
-        params={**model_params, "train.xla": train_cfg.xla, "train.epochs": train_cfg.epochs},
+        params={
+            **model_params,
+            "train.xla": train_cfg.xla,
+            "train.precision": train_cfg.precision,
+            "train.epochs": train_cfg.epochs,
+        },
         tags=arm_tags,
         step=last["epoch"],
         metrics={

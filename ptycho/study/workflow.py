@@ -143,7 +143,8 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
     sim = simulation_config(resolved)
     for kind in resolved["models"]:
         _check_pooling(sim.n, model_config(resolved, kind), _key_prefix(resolved, "model", kind))
-        train_config(resolved, resolved["xla"][0], 0, kind)
+        for precision in resolved["precision"]:
+            train_config(resolved, resolved["xla"][0], 0, kind, precision)
     return resolved
 
 
@@ -313,20 +314,19 @@ def model_config(cfg: Mapping, kind: str):
     return from_dict(ModelConfig, dict(section_for(cfg, "model", kind), kind=kind), _key_prefix(cfg, "model", kind))
 
 
-def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn"):
+def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn", precision: str = "float32"):
     from ptycho.config import from_dict
     from ptycho.nets.train import TrainConfig
 
-    return from_dict(
-        TrainConfig, dict(section_for(cfg, "train", kind), xla=xla, seed=seed), _key_prefix(cfg, "train", kind)
-    )
+    values = dict(section_for(cfg, "train", kind), xla=xla, seed=seed, precision=precision)
+    return from_dict(TrainConfig, values, _key_prefix(cfg, "train", kind))
 
 
 def arms(cfg: Mapping) -> list[str]:
-    """Every (model, mode, seed) job name of the matrix."""
+    """Every (model, mode, precision, seed) job name of the matrix."""
     from ptycho.study.arms import matrix
 
-    return matrix(cfg["models"], cfg["xla"], cfg["seeds"])
+    return matrix(cfg["models"], cfg["xla"], cfg["seeds"], cfg["precision"])
 
 
 def usable_cores() -> int:

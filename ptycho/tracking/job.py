@@ -23,11 +23,12 @@ _log = logging.getLogger(__name__)
 RULE_TAG = "rule"
 
 
-def run_name(tags: Mapping[str, str], arm_tags: Iterable[str]) -> str:
+def run_name(tags: Mapping[str, str], arm_tags: Iterable[str], word: Callable[[str, str], str] = lambda k, v: v) -> str:
     """The job's run name: the values of its ``rule`` and arm tags, in the tags' order,
-    joined by ``-`` (e.g. ``train-pinn-jit-0``); '' when it has none of them."""
+    each as ``word(tag, value)`` says (a tag's default may read as ''), joined by ``-``
+    (e.g. ``train-pinn-jit-0``); '' when it has none of them."""
     keys = (RULE_TAG, *arm_tags)
-    return "-".join(v for k, v in tags.items() if k in keys and v)
+    return "-".join(w for k, v in tags.items() if k in keys and v for w in [word(k, v)] if w)
 
 
 def journal_path(parent_json: str | os.PathLike, name: str) -> Path:
@@ -55,6 +56,7 @@ def job_run(
     *,
     tags: Mapping[str, str] | None = None,
     arm_tags: Iterable[str] = (),
+    arm_word: Callable[[str, str], str] = lambda k, v: v,
     device: bool = False,
     system_metrics: bool = False,
     done: Callable[[JobRecord], None] | None = None,
@@ -63,7 +65,8 @@ def job_run(
 
     ``tags``: the job's (``--mlflow-tag``); ``arm_tags``: which of them name the arm
     (they become ``arm.<tag>`` params too, so that MLflow's compare view lines the runs
-    of an arm up, and with ``rule`` they name the run, else ``command`` does).
+    of an arm up, and with ``rule`` they name the run, each value as ``arm_word(tag,
+    value)`` words it, else ``command`` does).
     ``device``: tag the TensorFlow device (the job runs TensorFlow in this process).
     ``system_metrics``: sample CPU, memory and GPU while the job runs. ``live(step,
     metrics)`` logs a long job's progress as it goes. ``done(record)`` runs inside the
@@ -78,7 +81,7 @@ def job_run(
     parent = read_json(parent_json)
     commit = git_commit(Path.cwd())
     all_tags = job_tags(command, dict(tags or {}), commit, parent)
-    name = run_name(all_tags, arm_tags) or command
+    name = run_name(all_tags, arm_tags, arm_word) or command
     journal = journal_path(parent_json, name)
     params = {f"arm.{k}": all_tags[k] for k in arm_tags if k in all_tags}
     if device:

@@ -18,6 +18,9 @@ import psutil
 
 #: Other processes' CPU use, in cores, above which a measurement is marked contaminated.
 FOREIGN_LOAD_LIMIT = 0.25
+#: The ``/proc/cpuinfo`` flags that say which dtypes the cores accelerate: AVX-512 (float32
+#: at 16 lanes), its bfloat16 and float16 dot products, and the AMX tiles (bfloat16, float16).
+DTYPE_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
 
 
 def cores() -> int:
@@ -43,8 +46,18 @@ def _cpu_model() -> str:
     return cpu
 
 
+def cpu_flags() -> list[str]:
+    """Which of :data:`DTYPE_FLAGS` the CPU has (``/proc/cpuinfo``; empty where it is not Linux's)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            present = next((set(line.split(":", 1)[1].split()) for line in fh if line.startswith("flags")), set())
+    except OSError:
+        return []
+    return [f for f in DTYPE_FLAGS if f in present]
+
+
 def machine_info(gpus: int | None = None) -> dict:
-    """CPU model, cores, load average and library versions, recorded beside timings.
+    """CPU model and dtype flags, cores, load average and library versions, recorded beside timings.
 
     Imports no TensorFlow (its version comes from the package metadata): the report and
     the benchmark's coordinator do not need it. ``gpus`` is what a process that did
@@ -59,6 +72,7 @@ def machine_info(gpus: int | None = None) -> dict:
             break
     return {
         "cpu": _cpu_model(),
+        "cpu_flags": cpu_flags(),
         "cores": psutil.cpu_count(),
         "load_average": load_average(),
         "tensorflow": tensorflow,
@@ -156,12 +170,21 @@ def peak_rss_mb() -> float:
 
 
 def machine_line(m: Mapping) -> str:
-    """The machine in one line: CPU, cores, device, load, TensorFlow and Python."""
+    """The machine in one line: CPU (with its dtype flags, where recorded), cores, device,
+    load, TensorFlow and Python."""
     load = m.get("load_average")
     load = ", ".join(f"{v:.2f}" for v in load) if load else "n/a"
     gpus = m.get("gpus")
     device = "device n/a" if gpus is None else (f"device GPU ({gpus})" if gpus else "device CPU (no GPU)")
     return (
-        f"{m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {device}, load average {load}; "
+        f"{m.get('cpu', 'n/a')}{flags_words(m)}, {m.get('cores', 'n/a')} cores, {device}, load average {load}; "
         f"TensorFlow {m.get('tensorflow', 'n/a')}, Python {m.get('python', 'n/a')}"
     )
+
+
+def flags_words(m: Mapping) -> str:
+    """`` (avx512f, avx512_bf16)``: the machine record's dtype flags, "none of ..." if it has none
+    of them, nothing if the record predates them."""
+    if "cpu_flags" not in m:
+        return ""
+    return f" ({', '.join(m['cpu_flags'])})" if m["cpu_flags"] else f" (none of {', '.join(DTYPE_FLAGS)})"

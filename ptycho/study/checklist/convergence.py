@@ -1,5 +1,6 @@
 """Checklist item *convergence*: every arm's loss decreased, and each XLA mode ends where
-``off`` ends (final validation loss relative to off's mean, across seeds).
+``off`` ends, each reduced precision where float32 ends (final validation loss relative
+to the reference's mean, across seeds).
 
 Collected from the trained models' ``model.json`` histories; no TensorFlow.
 """
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.artifacts import read_json
-from ptycho.study.arms import Arm, mode_pairs
+from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
 from ptycho.study.stats import seed_comparison
@@ -21,14 +22,14 @@ from ptycho.study.tables import Table, fmt
 
 
 def loss_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict]:
-    """Per-epoch losses of every mode of each (model, seed), side by side:
-    ``{"pinn-s0": {"off": {"train": [...], "val": [...]}, "jit": {...}}}`` (only models and
-    seeds with an ``off`` arm)."""
+    """Per-epoch losses of every compared arm of each (model, seed), side by side, keyed by
+    mode and precision: ``{"pinn-s0": {"off": {"train": [...], "val": [...]}, "jit": {...},
+    "off-bf16": {...}}}`` (only arms of a pair, :func:`ptycho.study.arms.pairs`)."""
     out: dict[str, dict] = {}
-    for pair in mode_pairs(histories):
+    for pair in pairs(histories):
         group = out.setdefault(pair.arm.key("model", "seed"), {})
         for arm in (pair.reference, pair.arm):
-            group[arm.mode] = {
+            group[arm.key("mode", "precision")] = {
                 "train": [h["train_loss"] for h in histories[arm.name]],
                 "val": [h["val_loss"] for h in histories[arm.name]],
             }
@@ -41,8 +42,9 @@ def convergence(
     initial: Mapping[str, float] | None = None,
     failed: Mapping[str, str] | None = None,
 ) -> dict:
-    """Final validation losses of each mode's arm vs the ``off`` arm of the same model and
-    seed; every arm's loss must decrease.
+    """Final validation losses of each mode's arm vs the ``off`` arm of the same model,
+    precision and seed, and of each reduced precision's arm vs float32 (same model, mode and
+    seed); every arm's loss must decrease.
 
     ``histories`` maps an arm name (``pinn-jit-s0``) to its per-epoch records and
     ``initial`` to its validation loss before training. "Decreased" means the final
@@ -60,13 +62,13 @@ def convergence(
             return h[-1]["val_loss"] < start
         return h[-1]["train_loss"] < h[0]["train_loss"]
 
-    pairs, all_decreased = {}, True
-    for pair in mode_pairs(histories):
+    compared, all_decreased = {}, True
+    for pair in pairs(histories):
         arm, ref = pair.arm.name, pair.reference.name
         a, b = histories[arm], histories[ref]
-        record = {"mode": pair.arm.mode, "arm": arm, "reference": ref}
+        record = {"mode": pair.arm.mode, "precision": pair.arm.precision, "arm": arm, "reference": ref}
         if not a or not b:  # a diverged arm may have no good epoch at all
-            pairs[pair.key] = {
+            compared[pair.key] = {
                 **record,
                 "final_val_loss": a[-1]["val_loss"] if a else None,
                 "final_val_loss_off": b[-1]["val_loss"] if b else None,
@@ -78,7 +80,7 @@ def convergence(
         fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
         went_down = {name: decreased(name, h) for name, h in ((arm, a), (ref, b))}
         all_decreased &= all(went_down.values())
-        pairs[pair.key] = {
+        compared[pair.key] = {
             **record,
             "final_val_loss": fa,
             "final_val_loss_off": fb,
@@ -86,8 +88,8 @@ def convergence(
             "decreased": went_down,
             "initial_val_loss": {arm: initial.get(arm), ref: initial.get(ref)},
         }
-    # The verdict, as for quality: each mode's mean final validation loss over seeds
-    # against off's, relative to off's mean, with its interval from the seed-to-seed spread.
+    # The verdict, as for quality: each arm's mean final validation loss over seeds
+    # against its reference's, relative to the reference's mean, with its interval from the seed-to-seed spread.
     finals = {n: h[-1]["val_loss"] if h else float("nan") for n, h in histories.items()}
     comparisons, words = {}, []
     for g in seeds.seed_groups(histories):
@@ -100,14 +102,14 @@ def convergence(
         )
         comparisons[g.key] = c
         words.append(
-            seeds.comparison_words(g.model, g.mode, "final validation loss (relative to off's mean)", c, percent=True)
+            seeds.comparison_words(g, "final validation loss (relative to the reference's mean)", c, percent=True)
         )
     value, status = seeds.judge(comparisons.values())
     summary = "; ".join(words) + "; every arm's loss decreased"
     if not all_decreased:
         value, status, summary = float("nan"), FAIL, "an arm's training loss did not decrease"
-    if not pairs:
-        summary = "no pair of an XLA mode and off to compare (off and another mode must be in the matrix)"
+    if not compared:
+        summary = "no pair to compare (off and another mode, or float32 and another precision, must be in the matrix)"
     if failed:
         value, status, summary = float("nan"), FAIL, seeds.failed_summary(failed)
     return verdict(
@@ -117,7 +119,7 @@ def convergence(
         "<=",
         summary,
         {
-            "pairs": pairs,
+            "pairs": compared,
             "comparisons": comparisons,
             "threshold": float(threshold),
             "curves": loss_curves(histories),

@@ -1,4 +1,5 @@
-"""Checklist item *quality*: each XLA mode's reconstructions are as good as ``off``'s.
+"""Checklist item *quality*: each XLA mode's reconstructions are as good as ``off``'s, and
+each reduced precision's as float32's.
 
 Collected from ``ptycho evaluate``'s metrics of every arm (stitched test objects against
 the ground truth); no TensorFlow. The verdict compares each mode with ``off`` across
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ptycho.artifacts import read_json
-from ptycho.study.arms import Arm, mode_pairs
+from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.convergence import failed_arms
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
@@ -37,15 +38,16 @@ SSIM_KEYS = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}  #: the v
 def quality(
     metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None
 ) -> dict:
-    """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` across seeds.
+    """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` (at the same
+    precision) and each reduced precision with float32 (in the same mode) across seeds.
 
-    For each model, mode and SSIM (amplitude, phase), :func:`seed_comparison` judges the
-    mode - off difference of the means over seeds, with its intervals from the
+    For each such comparison (:func:`ptycho.study.arms.pairs`) and SSIM (amplitude, phase),
+    :func:`seed_comparison` judges the arm - reference difference of the means over seeds, with its intervals from the
     seed-to-seed spread, against the margin ``threshold``: the item PASSes only when every
     comparison is EQUIVALENT, FAILs when one is DIFFERENT, and is INCONCLUSIVE otherwise
     (one seed per arm always is). The value is how far the 90 % intervals reach from no
     difference (at most the threshold when all are EQUIVALENT). Evidence also holds every metric's
-    per-seed mode - off difference and, per mode and seed, PINN - baseline (the
+    per-seed arm - reference difference and, per mode and seed, PINN - baseline (the
     physics-informed model's margin over the supervised one). An arm in ``failed``
     (diverged in training; its reconstruction is from its last good state) makes the
     item FAIL with the reason.
@@ -56,7 +58,7 @@ def quality(
 
     per_arm = {name: {k: number(m["mean"].get(k)) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
     diffs, arm_differences = {}, {}
-    for pair in mode_pairs(per_arm):
+    for pair in pairs(per_arm):
         a, b = per_arm[pair.arm.name], per_arm[pair.reference.name]
         diffs[pair.key] = {k: abs(a[k] - b[k]) for k in SSIM_KEYS}
         arm_differences[pair.key] = {k: a[k] - b[k] for k in QUALITY_KEYS}
@@ -70,15 +72,19 @@ def quality(
                 threshold,
             )
             comparisons[g.key][key] = c
-            words.append(seeds.comparison_words(g.model, g.mode, SSIM_KEYS[key], c))
+            words.append(seeds.comparison_words(g, SSIM_KEYS[key], c))
     value, status = seeds.judge(c for per in comparisons.values() for c in per.values())
-    summary = "; ".join(words) if words else "no pair of an XLA mode and off to compare"
+    summary = (
+        "; ".join(words) if words else "no pair to compare (an XLA mode and off, or a reduced precision and float32)"
+    )
     pinn_vs_baseline = {}
     for name in per_arm:
         arm = Arm.parse(name)
         base = arm._replace(model="baseline").name
         if arm.model == "pinn" and base in per_arm:
-            pinn_vs_baseline[arm.key("mode", "seed")] = {k: per_arm[name][k] - per_arm[base][k] for k in QUALITY_KEYS}
+            pinn_vs_baseline[arm.key("mode", "precision", "seed")] = {
+                k: per_arm[name][k] - per_arm[base][k] for k in QUALITY_KEYS
+            }
     if failed:
         value, status = float("nan"), FAIL
         summary = f"{seeds.failed_summary(failed)} (its reconstruction is from its last good state); {summary}"
@@ -123,7 +129,7 @@ def tables(report: Mapping) -> list[Table]:
             )
         )
     for key, title, first in (
-        ("arm_differences", "Each XLA mode minus off, per seed", "model, seed, mode"),
+        ("arm_differences", "Each arm minus its reference (off, or float32), per seed", "comparison"),
         ("pinn_minus_baseline", "PINN minus baseline (physics-informed vs supervised)", "mode, seed"),
     ):
         if ev.get(key):

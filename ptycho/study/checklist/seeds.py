@@ -7,30 +7,37 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ptycho.nets.xla import REFERENCE
-from ptycho.study.arms import Arm, mode_pairs
+from ptycho.study.arms import Arm, Pair, pairs
 from ptycho.study.checklist.item import FAIL, INCONCLUSIVE, PASS
 from ptycho.study.stats import DIFFERENT, EQUIVALENT, overall, reach
 from ptycho.study.tables import Table, fmt
 
 
 class SeedGroup:
-    """One (model, mode) paired with ``off``: the arm name per seed of each."""
+    """One comparison across seeds (a :class:`~ptycho.study.arms.Pair` but for the seed:
+    a mode vs ``off``, or a reduced precision vs float32): the arm name per seed of each
+    side. ``seeds_mode`` is the judged side, ``seeds_off`` its reference."""
 
-    def __init__(self, arm: Arm, names: Iterable[Arm]):
+    def __init__(self, pair: Pair, names: Iterable[Arm]):
         names = list(names)
-        self.model, self.mode = arm.model, arm.mode
-        self.key = arm.key("model", "mode")  #: the evidence's key, e.g. ``pinn-jit``
-        self.seeds_mode = {a.seed: a.name for a in names if (a.model, a.mode) == (arm.model, arm.mode)}
-        self.seeds_off = {a.seed: a.name for a in names if (a.model, a.mode) == (arm.model, REFERENCE)}
+        self.pair = pair
+        self.key = pair.group  #: the evidence's key, e.g. ``pinn-jit`` or ``pinn-off-bf16-vs-fp32``
+        self.words = pair.words()  #: e.g. ``PINN jit - off``
+
+        def seeds_of(arm: Arm) -> dict[int, str]:
+            return {a.seed: a.name for a in names if a._replace(seed=0) == arm._replace(seed=0)}
+
+        self.seeds_mode = seeds_of(pair.arm)
+        self.seeds_off = seeds_of(pair.reference)
 
 
 def seed_groups(names: Iterable[str]) -> list[SeedGroup]:
-    """Every (model, mode) paired with ``off`` among the arm names, in pairing order."""
+    """Every comparison across seeds among the arm names (:func:`ptycho.study.arms.pairs`),
+    in pairing order: the modes' first, then the precisions'."""
     arms = [Arm.parse(n) for n in names]
     out: dict[str, SeedGroup] = {}
-    for pair in mode_pairs(arms):
-        group = SeedGroup(pair.arm, arms)
+    for pair in pairs(arms):
+        group = SeedGroup(pair, arms)
         out.setdefault(group.key, group)
     return list(out.values())
 
@@ -69,13 +76,14 @@ def needed_words(c: Mapping[str, Any]) -> str:
     return f"the observed spread says {n:.0f} seeds per arm would settle it"
 
 
-def comparison_words(model: str, mode: str, label: str, c: Mapping[str, Any], percent: bool = False) -> str:
-    """One clause: the mode - off difference, its intervals, the seed spread and the outcome, in words."""
+def comparison_words(group: SeedGroup, label: str, c: Mapping[str, Any], percent: bool = False) -> str:
+    """One clause: the group's difference (mode - off, or reduced precision - float32),
+    its intervals, the seed spread and the outcome, in words."""
 
     def f(v: float, signed: bool = False) -> str:
         return (f"{v:+.1%}" if signed else f"{v:.1%}") if percent else (f"{v:+.4f}" if signed else f"{v:.4f}")
 
-    head = f"{'PINN' if model == 'pinn' else model} {mode} - off {label}: {f(c['difference'], True)}"
+    head = f"{group.words} {label}: {f(c['difference'], True)}"
     if not math.isfinite(c["sd"]):
         return f"{head} (one seed per arm: no seed-to-seed spread to judge it by); INCONCLUSIVE, {needed_words(c)}"
     spread = f"seeds of the same arm differ by up to {f(c['spread'])}" if math.isfinite(c["spread"]) else ""
@@ -91,7 +99,7 @@ def comparison_words(model: str, mode: str, label: str, c: Mapping[str, Any], pe
 
 
 def comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table:
-    """The :func:`ptycho.study.stats.seed_comparison` records keyed by (model-mode, metric)."""
+    """The :func:`ptycho.study.stats.seed_comparison` records keyed by (comparison, metric)."""
     rows = []
     for (name, metric), c in sorted(comparisons.items()):
         n = _seeds_needed(c)
@@ -111,14 +119,15 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table:
             ]
         )
     return (
-        "Each XLA mode vs off across seeds: EQUIVALENT when the 90 % interval of the difference of the means "
+        "Each XLA mode vs off (at each precision) and each reduced precision vs float32 (in each mode) across "
+        "seeds: EQUIVALENT when the 90 % interval of the difference of the means "
         "lies inside +-margin (the threshold), DIFFERENT when the 95 % interval lies outside it, else INCONCLUSIVE",
         [
-            "model-mode",
+            "comparison",
             "metric",
-            "seeds (mode / off)",
-            "mean (mode)",
-            "mean (off)",
+            "seeds (arm / reference)",
+            "mean (arm)",
+            "mean (reference)",
             "difference (90 % interval)",
             "95 % interval",
             "seed spread",
