@@ -30,7 +30,7 @@ def base():
     [
         ("simulation", SimulationConfig, set()),
         ("model", ModelConfig, {"kind"}),
-        ("train", TrainConfig, {"xla", "seed"}),
+        ("train", TrainConfig, {"xla", "seed", "precision"}),  # the arm's axes
         ("cxi", CxiGeometry, set()),
         ("solver", SolverConfig, set()),
     ],
@@ -58,7 +58,17 @@ def test_the_commands_defaults_are_the_studys_network_and_training(base):
 
 def test_config_yaml_holds_only_choices_the_schema_does_not_make(base):
     """Settings live in the schema; config.yaml keeps the study's deliberate choices."""
-    assert set(base) <= {"preset", "study", "results", "models", "xla", "seeds", "train_threads", "per_model"} | {
+    assert set(base) <= {
+        "preset",
+        "study",
+        "results",
+        "models",
+        "xla",
+        "precision",
+        "seeds",
+        "train_threads",
+        "per_model",
+    } | {
         "thresholds",
         "presets",
     }
@@ -181,7 +191,7 @@ def test_dataclass_checks_also_run_at_the_edge(base):
 
 
 def test_arm_names_round_trip_and_refuse_what_is_not_an_arm():
-    assert parse_arm(arm_name("baseline", "physics", 3)) == ("baseline", "physics", 3)
+    assert parse_arm(arm_name("baseline", "physics", 3)) == ("baseline", "physics", 3, "float32")
     assert arm_name("pinn", False, 0) == "pinn-off-s0" and arm_name("pinn", True, 0) == "pinn-jit-s0"  # legacy booleans
     with pytest.raises(ValueError, match="not an arm name"):
         parse_arm("pinn-xla-s0")
@@ -353,3 +363,75 @@ def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(s
 def test_the_schemas_preset_choices_are_config_yamls_presets_and_default(base):
     # `preset=<name>` is checked by the schema's enum before the presets are read.
     assert sorted(load_schema()["properties"]["preset"]["enum"]) == sorted({"default", *base["presets"]})
+
+
+def test_precision_arms_name_parse_and_tag_with_float32_reading_as_before(base):
+    from ptycho.study.arms import Arm, tag_word
+
+    cfg = resolve(base, {"precision": ["float32", "mixed_bfloat16"], "models": ["pinn"], "seeds": [0]})
+    assert arms(cfg) == ["pinn-off-s0", "pinn-jit-s0", "pinn-off-bf16-s0", "pinn-jit-bf16-s0"]
+    arm = parse_arm("baseline-physics-fp16-s2")
+    assert arm == Arm("baseline", "physics", 2, "mixed_float16") and arm.name == "baseline-physics-fp16-s2"
+    assert parse_arm("pinn-jit-s0").precision == "float32"
+    assert arm.tags == {"model": "baseline", "xla": "physics", "precision": "mixed_float16", "seed": "2"}
+    assert arm.label() == "Baseline, XLA physics, float16, seed 2"
+    assert [tag_word(k, v) for k, v in parse_arm("pinn-jit-s0").tags.items()] == ["pinn", "jit", "", "0"]
+    with pytest.raises(ValueError, match="not an arm name"):
+        parse_arm("pinn-jit-fp32-s0")  # float32 is written without a word: one name per arm
+    meta = {"model": {"kind": "pinn"}, "train": {"xla": "jit", "seed": 1, "precision": "mixed_bfloat16"}}
+    assert Arm.of_meta(meta).name == "pinn-jit-bf16-s1"
+    assert Arm.of_meta({"model": {"kind": "pinn"}, "train": {"xla": "off", "seed": 0}}).name == "pinn-off-s0"
+
+
+def test_pairs_compare_modes_at_one_precision_and_precisions_in_one_mode():
+    from ptycho.study.arms import pairs
+
+    names = ["pinn-off-s0", "pinn-jit-s0", "pinn-off-bf16-s0", "pinn-jit-bf16-s0", "pinn-physics-bf16-s0"]
+    got = [(p.axis, p.key, p.group, p.arm.name, p.reference.name, p.words()) for p in pairs(names)]
+    assert got == [
+        ("mode", "pinn-s0-jit", "pinn-jit", "pinn-jit-s0", "pinn-off-s0", "PINN jit - off"),
+        (
+            "mode",
+            "pinn-s0-jit-bf16",
+            "pinn-jit-bf16",
+            "pinn-jit-bf16-s0",
+            "pinn-off-bf16-s0",
+            "PINN jit - off (bfloat16)",
+        ),
+        (
+            "mode",
+            "pinn-s0-physics-bf16",
+            "pinn-physics-bf16",
+            "pinn-physics-bf16-s0",
+            "pinn-off-bf16-s0",
+            "PINN physics - off (bfloat16)",
+        ),
+        (
+            "precision",
+            "pinn-s0-off-bf16-vs-fp32",
+            "pinn-off-bf16-vs-fp32",
+            "pinn-off-bf16-s0",
+            "pinn-off-s0",
+            "PINN bfloat16 - float32 (off)",
+        ),
+        (
+            "precision",
+            "pinn-s0-jit-bf16-vs-fp32",
+            "pinn-jit-bf16-vs-fp32",
+            "pinn-jit-bf16-s0",
+            "pinn-jit-s0",
+            "PINN bfloat16 - float32 (jit)",
+        ),
+    ]  # physics-bf16 has no float32 physics arm: no precision pair for it
+
+
+@pytest.mark.parametrize("value", ["bfloat16", "float64", "fp8"])
+def test_an_unknown_precision_is_one_line_in_config_and_cli(base, value, capsys):
+    from ptycho.cli import main
+
+    with pytest.raises(ConfigError) as err:
+        resolve(base, {"precision": [value]})
+    assert "precision" in str(err.value) and "\n" not in str(err.value)
+    assert main(["train", "--precision", value, "--dataset", "x.h5", "--out", "m"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "precision" in lines[0] and "float32" in lines[0], lines
