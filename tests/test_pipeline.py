@@ -100,6 +100,8 @@ def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, messa
 
 #: The smoke study with every XLA mode: each mode is an arm, compared with off.
 EVERY_MODE = "xla=[off,jit,auto,physics]"
+#: ... and two precisions: each mode compared with off at each, bfloat16 with float32 in each mode.
+TWO_PRECISIONS = "precision=[float32,mixed_bfloat16]"
 
 
 @pytest.mark.slow
@@ -113,7 +115,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     other = work / "reports" / "default" / "validation.json"
     other.parent.mkdir(parents=True)
     other.write_text('{"verdict": "PASS"}')
-    first = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE)
+    first = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE, TWO_PRECISIONS)
     assert other.read_text() == '{"verdict": "PASS"}'
     assert sorted(p.name for p in other.parent.iterdir()) == ["validation.json"]
     assert first.returncode == 0, first.stderr[-3000:]
@@ -131,13 +133,16 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert report["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE")
     assert (work / "reports" / "smoke" / "validation.html").read_text().count("<section") >= 4
     modes = ("off", "jit", "auto", "physics")
-    assert set(report["arms"]) == {f"{m}-{x}-s0" for m in ("pinn", "baseline") for x in modes}
-    pairs = {f"{m}-s0-{x}" for m in ("pinn", "baseline") for x in modes[1:]}  # every mode against off
+    models = ("pinn", "baseline")
+    assert set(report["arms"]) == {f"{m}-{x}{p}-s0" for m in models for x in modes for p in ("", "-bf16")}
+    pairs = {f"{m}-s0-{x}{p}" for m in models for x in modes[1:] for p in ("", "-bf16")}  # each mode vs off
+    pairs |= {f"{m}-s0-{x}-bf16-vs-fp32" for m in models for x in modes}  # bfloat16 vs float32 in each mode
     assert set(report["items"]["convergence"]["evidence"]["pairs"]) == pairs
     assert set(report["items"]["quality"]["evidence"]["ssim_differences"]) == pairs
     assert set(report["items"]["gradients"]["evidence"]["models"]["pinn"]["modes"]) == set(modes[1:])
     bench = report["items"]["speedup"]["evidence"]["bench"]
-    assert {(a["model"], a["mode"]) for a in bench["arms"]} == {(m, x) for m in ("pinn", "baseline") for x in modes}
+    timed = {(a["model"], a["mode"], a["precision"]) for a in bench["arms"]}
+    assert timed == {(m, x, p) for m in models for x in modes for p in ("float32", "mixed_bfloat16")}
     assert set(bench["contexts"]) == {"alone", "shared"}
     assert next(a for a in bench["arms"] if a["mode"] == "auto")["xla_clusters"] > 0  # auto really clustered
     assert len(report["figures"]) == len(figures())
@@ -161,6 +166,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
             "--config",
             "preset=smoke",
             EVERY_MODE,
+            TWO_PRECISIONS,
         ],
         cwd=work,
         capture_output=True,
@@ -182,10 +188,10 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         {
             "simulate": 1,
             "export_cxi": 2,
-            "train": 8,
-            "infer": 8,
-            "stitch": 8,
-            "evaluate": 8,
+            "train": 16,
+            "infer": 16,
+            "stitch": 16,
+            "evaluate": 16,
             "bench": 1,
             "check_accuracy": 1,
             "check_gradients": 1,
@@ -208,10 +214,13 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     models = {m.source_run_id: m for m in client.search_logged_models([experiment_id])}
     for run in (r for r in children if r.data.tags["rule"] in ("train", "infer", "stitch", "evaluate")):
         tags = run.data.tags  # the arm in tags and params: the compare view lines the arms up
-        assert {"model", "xla", "seed", "config_hash", "git_commit"} <= set(tags)
-        assert {k: run.data.params[f"arm.{k}"] for k in ("model", "xla", "seed")} == {
-            k: tags[k] for k in ("model", "xla", "seed")
+        assert {"model", "xla", "precision", "seed", "config_hash", "git_commit"} <= set(tags)
+        assert {k: run.data.params[f"arm.{k}"] for k in ("model", "xla", "precision", "seed")} == {
+            k: tags[k] for k in ("model", "xla", "precision", "seed")
         }
+        # float32 runs are named as before the precision axis, bfloat16 ones say so
+        word = "-bf16" if tags["precision"] == "mixed_bfloat16" else ""
+        assert run.info.run_name == f"{tags['rule']}-{tags['model']}-{tags['xla']}{word}-{tags['seed']}"
     for log in sorted((work / "results" / "smoke" / "logs" / "train").glob("*.log")):
         # A person can follow it: one line per epoch, a final summary, no start-up noise.
         lines = log.read_text().splitlines()
@@ -238,16 +247,16 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     for run in (r for r in children if r.data.tags["rule"] == "evaluate"):
         assert {"amp_ssim", "phase_ssim", "amp_psnr", "amp_frc50"} <= set(run.data.metrics)
         assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["test.h5"]
-    assert len(models) == 8
+    assert len(models) == 16
     bench_run = next(r for r in children if r.data.tags["rule"] == "bench")
     # One nested run per benchmarked arm, every one with the same metric keys.
     arm_runs = {
-        (r.data.params["arm.model"], r.data.params["arm.xla"]): r
+        (r.data.params["arm.model"], r.data.params["arm.xla"], r.data.params["arm.precision"]): r
         for r in runs
         if r.data.tags.get("mlflow.parentRunId") == bench_run.info.run_id
     }
-    assert set(arm_runs) == {(m, x) for m in ("pinn", "baseline") for x in modes}
-    for (model, mode), run in arm_runs.items():
+    assert set(arm_runs) == timed
+    for (model, mode, _), run in arm_runs.items():
         assert {"step_median_s", "shared_step_median_s", "network_s", "physics_s", "peak_rss_mb", "compile_s"} <= set(
             run.data.metrics
         )
@@ -263,20 +272,24 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert parent_params["train.epochs"] == str(epochs)
 
     # Nothing to do the second time.
-    again = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE)
+    again = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE, TWO_PRECISIONS)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
 
     # A changed training setting re-trains (Snakemake skips the params checks downstream
     # of any job that must re-run, so no job may sit downstream of a config-derived file).
-    retrain = snakemake(work, "all", "--dry-run", "--config", "preset=smoke", EVERY_MODE, "train={epochs: 3}")
+    retrain = snakemake(
+        work, "all", "--dry-run", "--config", "preset=smoke", EVERY_MODE, TWO_PRECISIONS, "train={epochs: 3}"
+    )
     assert retrain.returncode == 0
     assert "rule train:" in retrain.stdout and "Params have changed" in retrain.stdout
 
     # Flipping a threshold re-runs only that check and the report, and flips the verdict.
     model_json = work / "results" / "smoke" / "models" / "pinn-jit-s0" / "model.json"
     trained_at = model_json.stat().st_mtime_ns
-    strict = snakemake(work, "all", "--config", "preset=smoke", EVERY_MODE, "thresholds={speedup_min: 1000.0}")
+    strict = snakemake(
+        work, "all", "--config", "preset=smoke", EVERY_MODE, TWO_PRECISIONS, "thresholds={speedup_min: 1000.0}"
+    )
     assert strict.returncode == 0, strict.stderr[-3000:]
     flipped = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
     assert flipped["items"]["speedup"]["status"] == "FAIL"
