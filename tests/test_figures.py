@@ -15,6 +15,21 @@ from ptycho.study.figures import curves, images, quality, style, timing
 ARMS = tuple(map(Arm.parse, ("pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0")))
 PJ, PO = Arm("pinn", "jit", 0), Arm("pinn", "off", 0)
 JIT, OFF, PHYSICS = "#0072B2", "#D55E00", "#CC79A7"
+BF16 = "mixed_bfloat16"
+#: float32 and bfloat16 arms of both models: every mode pair and every precision pair.
+MIXED = tuple(
+    map(
+        Arm.parse,
+        (
+            "pinn-off-s0",
+            "pinn-jit-s0",
+            "pinn-off-bf16-s0",
+            "pinn-jit-bf16-s0",
+            "baseline-off-s0",
+            "baseline-off-bf16-s0",
+        ),
+    )
+)
 
 
 def _truth(shape=(16, 20)):
@@ -74,6 +89,16 @@ def _bench_arms():
     ]
 
 
+def _mixed_bench_arms():
+    """:func:`_bench_arms` with a bfloat16 arm beside each float32 one (faster by a fifth)."""
+    out = []
+    for a in _bench_arms():
+        steps = [0.8 * t for t in a["step_samples_s"]]
+        bf16 = dict(a, precision=BF16, step_samples_s=steps, step_s={"median": float(np.median(steps))})
+        out += [dict(a, precision="float32"), bf16]
+    return out
+
+
 def _ratios():
     """``bench.json["ratios"]`` as the benchmark writes it (entries that are not measurements included)."""
     nan = math.nan
@@ -87,6 +112,24 @@ def _ratios():
             "off": {"padded_vs_naive": 1.1},
         },
         "baseline": {"jit": {"train_step_alone": {"ratio": 0.9, "low": nan, "high": nan}, "padded_vs_naive": 1.0}},
+    }
+
+
+def _mixed_ratios():
+    """``bench.json["ratios"]`` of a record with precisions: keyed by arm, each entry with its mode and precision."""
+    entry = {"ratio": 1.5, "low": 1.4, "high": 1.6}
+    return {
+        "pinn": {
+            "off": {"mode": "off", "precision": "float32", "padded_vs_naive": 1.1},
+            "jit": {"mode": "jit", "precision": "float32", "train_step_alone": {"ratio": 1.2, "low": 1.1, "high": 1.3}},
+            "off-bf16": {"mode": "off", "precision": BF16, "train_step_alone": {"ratio": 1.3, "low": 1.2, "high": 1.4}},
+            "jit-bf16": {
+                "mode": "jit",
+                "precision": BF16,
+                "train_step_alone": entry,
+                "same_precision": {"train_step_alone": {"ratio": 1.15, "low": 1.05, "high": 1.25}},
+            },
+        }
     }
 
 
@@ -121,6 +164,23 @@ def test_palette_gives_every_xla_mode_one_okabe_ito_colour():
     assert style.arm_colour("jit") == style.XLA_COLOUR == JIT and style.arm_colour("off") == style.NOXLA_COLOUR == OFF
     assert style.arm_colour(None) == style.UNKNOWN_ARM_COLOUR
     assert (style.AMPLITUDE_CMAP, style.PHASE_CMAP, style.ERROR_CMAP) == ("cividis", "cividis", "PuOr")
+
+
+def test_every_precision_has_one_style_float32_plain_the_others_told_apart_without_colour():
+    from matplotlib.colors import to_rgb
+
+    from ptycho.nets.precision import PRECISIONS
+
+    assert list(style.PRECISION_STYLES) == list(PRECISIONS)  # a new precision needs its style
+    assert style.PRECISION_STYLES["float32"] == (0.0, "full", "")  # drawn as before the axis
+    reduced = [s for p, s in style.PRECISION_STYLES.items() if p != "float32"]
+    assert len({s.fillstyle for s in reduced} | {"full"}) == len(PRECISIONS)  # greyscale: the marker's fill
+    assert len({s.hatch for s in reduced} | {""}) == len(PRECISIONS)  # greyscale: the hatching
+    assert style.arm_colour("jit", "float32") == JIT and style.precision_marks("float32", "o", 10) == {}
+    lighter = style.arm_colour("jit", BF16)
+    assert lighter != JIT and all(b >= a for a, b in zip(to_rgb(JIT), to_rgb(lighter), strict=True))
+    hatches = {style.arm_hatch(m, p) for m in style.MODEL_HATCHES for p in PRECISIONS}
+    assert len(hatches) == len(style.MODEL_HATCHES) * len(PRECISIONS)  # model and precision never collide
 
 
 def test_importing_the_figure_modules_does_not_import_matplotlib():
@@ -183,7 +243,25 @@ def test_image_rows_follow_the_arm_order_and_name_the_seed_when_there_are_severa
     ]
 
 
-@pytest.mark.parametrize("key", ["pinn-jit-s0", ("pinn", "jit", 0), Arm("pinn", "fast", 0)])
+def test_image_rows_of_several_precisions_go_by_model_precision_mode_and_name_the_precision():
+    truth = _truth((8, 8))
+    for builder in (images.reconstruction_grid, images.error_maps):
+        fig = builder(truth, _arms(truth, tuple(reversed(MIXED))))
+        titles = [im.axes.get_title().split(":")[0] for im in _images(fig)[0::2]]
+        assert titles[-len(MIXED) :] == [
+            "PINN, no XLA (off)",
+            "PINN, XLA jit",
+            "PINN, no XLA (off), bfloat16",
+            "PINN, XLA jit, bfloat16",
+            "Baseline, no XLA (off)",
+            "Baseline, no XLA (off), bfloat16",
+        ]
+        assert style.to_png(fig).startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    "key", ["pinn-jit-s0", ("pinn", "jit", 0), Arm("pinn", "fast", 0), Arm("pinn", "jit", 0, "float64")]
+)
 def test_image_figures_take_arms_not_names(key):
     truth = _truth((8, 8))
     with pytest.raises(ValueError, match="arms: "):
@@ -288,6 +366,35 @@ def test_loss_curves_tolerate_missing_series_nulls_and_empty_evidence():
         curves.loss_curves({PJ: [1.0, 2.0]})
 
 
+def _line_style(line):
+    """What tells a line apart: colour, line style, marker and its fill."""
+    return line.get_color(), line.get_linestyle(), line.get_marker(), line.get_fillstyle(), line.get_markerfacecolor()
+
+
+def test_loss_curves_draw_each_precision_of_a_mode_apart_and_compare_it_with_float32():
+    ep = np.arange(1, 9)
+    fig = curves.loss_curves(
+        {
+            a: {"train": list((1 + 0.1 * i) * np.exp(-ep)), "val": list((1.1 + 0.1 * i) * np.exp(-ep))}
+            for i, a in enumerate(MIXED)
+        }
+    )
+    pinn, baseline = (ax for ax in fig.axes if ax.get_visible())
+    assert len(pinn.lines) == 2 * 4 and len({_line_style(line) for line in pinn.lines}) == 2 * 4
+    bf16 = [line for line in pinn.lines if line.get_color() == style.arm_colour("jit", BF16)]
+    assert len(bf16) == 2 and {line.get_markerfacecolor() for line in bf16} == {"white"}  # hollow markers
+    # final val losses 1.1 (off), 1.2 (jit), 1.3 (off bf16), 1.4 (jit bf16), times e^-8:
+    # mode pairs jit vs off at each precision, precision pairs bf16 vs float32 in each mode
+    largest_mode, largest_precision = max(1.2 / 1.1, 1.4 / 1.3) - 1, max(1.3 / 1.1, 1.4 / 1.2) - 1
+    assert pinn.get_title().endswith(f"from off: {largest_mode:.2%}, from float32: {largest_precision:.2%}")
+    assert baseline.get_title().endswith(f"from off: n/a, from float32: {1.6 / 1.5 - 1:.2%}")
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(labels) == len(set(labels)) == 8  # (off, jit) x (float32, bfloat16) x (training, validation)
+    assert "XLA jit, bfloat16, validation" in labels and "no XLA (off), float32, training" in labels
+    assert "every precision vs float32" in fig.texts[0].get_text()
+    assert style.to_png(fig).startswith(b"\x89PNG")
+
+
 # --------------------------------------------------------------- step-time figure
 def test_step_time_distributions_one_column_per_model_one_row_per_context_with_compile_time():
     arms = _bench_arms()
@@ -329,11 +436,46 @@ def test_step_time_distributions_draw_quartiles_alone_and_missing_arms_as_na():
         ([{"model": "pinn"}], "needs 'model'"),
         ([{"model": "pinn", "mode": "fast"}], "needs 'model'"),
         ([{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit"}], "a second pinn jit arm"),
+        ([{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit", "precision": "float32"}], "a second"),
+        ([{"model": "pinn", "mode": "jit", "precision": "bf16"}], "'precision' must be one of"),
     ],
 )
 def test_step_time_distributions_reject_structurally_wrong_arms(bad, match):
     with pytest.raises(ValueError, match=match):
         timing.step_time_distributions(bad)
+
+
+def test_step_time_distributions_draw_every_precision_of_a_mode_apart_and_name_it():
+    from matplotlib.colors import to_hex
+
+    fig = timing.step_time_distributions(_mixed_bench_arms())
+    pinn = fig.axes[0]
+    labels = [t.get_text().split("\n")[0] for t in pinn.get_xticklabels()]
+    assert labels == [
+        "off at float32",
+        "jit at float32",
+        "physics at float32",
+        "off at bfloat16",
+        "jit at bfloat16",
+        "physics at bfloat16",
+    ]
+    looks = {(to_hex(b.get_edgecolor()), b.get_hatch() or "") for b in pinn.patches}  # the boxes
+    assert len(looks) == len(labels)  # every arm's box differs in colour or hatching
+    assert ("#0072b2", "") in looks and (style.arm_colour("jit", BF16), "....") in looks
+    points = [c for c in pinn.collections if len(c.get_offsets()) == 12]
+    assert len(points) == len(labels)
+    assert "fastest arm: jit at bfloat16" in pinn.get_title() and "× off at float32" in pinn.get_title()
+    assert "and precision" in fig.texts[0].get_text()
+    assert style.to_png(fig).startswith(b"\x89PNG")
+
+
+def test_bench_figures_read_a_record_without_precisions_as_float32_and_draw_it_as_before():
+    old = _bench_arms()
+    new = [dict(a, precision="float32") for a in old]
+    for draw in (timing.step_time_distributions, timing.component_bars):
+        assert style.to_png(draw(old)) == style.to_png(draw(new))
+    ratios = {m: {k: dict(r, mode=k, precision="float32") for k, r in per.items()} for m, per in _ratios().items()}
+    assert style.to_png(timing.speedup_bars(_ratios())) == style.to_png(timing.speedup_bars(ratios))
 
 
 def test_component_bars_stack_the_three_parts_per_mode_and_mark_the_whole_step():
@@ -350,6 +492,14 @@ def test_component_bars_stack_the_three_parts_per_mode_and_mark_the_whole_step()
         sorted(1e3 * jit["components"][k]["median"] for k in ("network", "physics", "optimizer"))
     )
     assert timing.component_bars([{"model": "pinn", "mode": "off"}]).axes[0].texts[0].get_text().startswith("no ")
+
+
+def test_component_bars_name_the_precision_of_each_row():
+    fig = timing.component_bars(_mixed_bench_arms())
+    labels = [t.get_text().split("\n")[0] for t in fig.axes[0].get_yticklabels()]
+    assert labels[:2] == ["PINN, off at float32", "PINN, jit at float32"] and "PINN, jit at bfloat16" in labels
+    assert len(set(labels)) == len(labels) == 10
+    assert "and precision" in fig.axes[0].get_title()
 
 
 # ----------------------------------------------------------------- speed-up bars
@@ -393,6 +543,32 @@ def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
     assert to_hex(bars[0.5].get_edgecolor()) == JIT.lower() and bars[0.5].get_hatch() == "///"
 
 
+def test_speedup_bars_draw_each_arm_against_off_at_float32_and_xla_at_its_own_precision():
+    from matplotlib.colors import to_hex
+
+    fig = timing.speedup_bars(_mixed_ratios())
+    ax = fig.axes[0]
+    labels = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()]
+    assert labels == [
+        "PINN jit at float32, train step alone",
+        "PINN off at bfloat16, train step alone",
+        "PINN jit at bfloat16, train step alone",
+        "PINN jit at bfloat16 vs off at bfloat16, train step alone",
+    ]
+    bars = [p for p in ax.patches if p.get_height() == pytest.approx(0.56)]
+    looks = [(to_hex(b.get_edgecolor()), b.get_hatch() or "") for b in bars]
+    assert looks[:3] == [
+        (JIT.lower(), ""),
+        (style.arm_colour("off", BF16), "...."),
+        (style.arm_colour("jit", BF16), "...."),
+    ]
+    assert [b.get_width() + 1.0 for b in bars] == pytest.approx([1.2, 1.3, 1.5, 1.15])
+    assert ax.get_xlabel().startswith("speed relative to off at float32")
+    assert {"◀ slower than off at float32", "faster than off at float32 ▶"} <= {t.strip() for t in _texts(fig)}
+    with pytest.raises(ValueError, match="'precision' must be one of"):
+        timing.speedup_bars({"pinn": {"jit": {"precision": "half", "train_step_alone": {"ratio": 1.0}}}})
+
+
 def test_speedup_bars_all_nan_or_empty_still_render_and_wrong_entries_raise():
     nan = math.nan
     assert style.to_png(timing.speedup_bars({"pinn": {"jit": {"inference": {"ratio": nan}}}})).startswith(b"\x89PNG")
@@ -428,6 +604,18 @@ def test_frc_curves_skip_missing_pieces_and_reject_mismatched_lengths():
     assert "n/a (no FRC curve)" in [t.get_text() for t in fig.axes[1].texts]
     with pytest.raises(ValueError, match="'amp' has 2 values but 'freq' has 3"):
         curves.frc_curves({PJ: {"freq": [0, 0.25, 0.5], "amp": [1, 0.5], "phase": [1, 0.5, 0.1]}})
+
+
+def test_frc_curves_mark_a_reduced_precision_and_keep_float32_lines_plain():
+    f = np.linspace(0, 0.5, 11)
+    fig = curves.frc_curves({a: {"freq": f, "amp": np.exp(-8 * f), "phase": np.exp(-6 * f)} for a in MIXED})
+    amp = fig.axes[0]
+    lines = {line.get_label(): line for line in amp.lines if not line.get_label().startswith("_")}
+    assert list(lines) == [a.label(False) for a in style.in_order(MIXED, "arms")]
+    assert len({_line_style(line) for line in lines.values()}) == len(MIXED)
+    assert {lines[a.label(False)].get_marker() for a in MIXED if a.precision == "float32"} == {"None"}
+    assert lines["Baseline, no XLA (off), bfloat16"].get_marker() == style.MODEL_MARKERS["baseline"]
+    assert len(fig.legends[0].get_texts()) == len(MIXED)
 
 
 # --------------------------------------------------------------------- rendering
@@ -534,7 +722,7 @@ def _meta(name, losses):
     arm = Arm.parse(name)
     return {
         "model": {"kind": arm.model},
-        "train": {"xla": arm.mode, "seed": arm.seed},
+        "train": {"xla": arm.mode, "seed": arm.seed, "precision": arm.precision},
         "history": [{"train_loss": t, "val_loss": v} for t, v in losses],
     }
 
@@ -579,6 +767,18 @@ def test_inputs_key_the_frc_curves_and_the_loss_curves_by_arm(tmp_path):
     assert set(inputs.histories) == set(map(Arm.parse, metas))
     # only arms of a (mode, off) pair: the baseline has no off arm
     assert inputs.loss_curves == {PO: {"train": [3, 2], "val": [4, 3]}, PJ: {"train": [3, 1], "val": [4, 2]}}
+    assert style.to_png(curves.loss_curves(inputs.loss_curves)).startswith(b"\x89PNG")
+
+
+def test_inputs_give_the_loss_curves_of_every_arm_of_a_mode_or_a_precision_pair(tmp_path):
+    from ptycho.artifacts import write_json
+
+    names = ("pinn-off-s0", "pinn-off-bf16-s0", "baseline-jit-bf16-s0", "baseline-jit-s0", "baseline-auto-s0")
+    for name in names:
+        write_json(tmp_path / f"{name}.model.json", _meta(name, [(2, 3), (1, 2)]))
+    inputs = _inputs(tmp_path, model_jsons=[f"{n}.model.json" for n in names])
+    # no off arm for the baseline: its precision pair is drawn, its auto arm (no pair) is not
+    assert set(inputs.loss_curves) == set(map(Arm.parse, names[:4]))
     assert style.to_png(curves.loss_curves(inputs.loss_curves)).startswith(b"\x89PNG")
 
 

@@ -1,6 +1,8 @@
-"""The curve figures: loss per epoch of every mode beside ``off``, and the Fourier ring
-correlation of every arm with the truth. Both take ``{Arm: {...}}``; lines are coloured
-by mode (:data:`~ptycho.study.figures.style.MODE_COLOURS`), XLA modes drawn wider and
+"""The curve figures: loss per epoch of every arm beside its reference (a mode beside
+``off``, a reduced precision beside float32), and the Fourier ring correlation of every
+arm with the truth. Both take ``{Arm: {...}}``; lines are coloured by mode
+(:data:`~ptycho.study.figures.style.MODE_COLOURS`), marked by precision
+(:data:`~ptycho.study.figures.style.PRECISION_STYLES`), XLA modes drawn wider and
 underneath ``off`` so that arms that agree (the hoped-for result) all stay visible.
 """
 
@@ -13,17 +15,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ptycho.nets.models import MODEL_KINDS as MODELS
+from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
-from ptycho.study.arms import MODE_WORDS, MODEL_WORDS, Arm
+from ptycho.study.arms import MODE_WORDS, MODEL_WORDS, PRECISION_WORDS, Arm, pairs
 from ptycho.study.figures.inputs import floats
 from ptycho.study.figures.style import (
     MODEL_LINESTYLES,
+    MODEL_MARKERS,
     MUTED,
     arm_colour,
     in_order,
     message_figure,
     na,
     new_figure,
+    precision_marks,
+    several_precisions,
     several_seeds,
     style,
 )
@@ -38,15 +44,17 @@ def _line_width(mode: str, kind: str = "val") -> float:
 
 
 def loss_curves(curves: Mapping[Arm, Mapping[str, Any]]) -> Figure:
-    """Training (dashed) and validation (solid) loss per epoch of every mode, one panel per
-    model and seed.
+    """Training (dashed) and validation (solid) loss per epoch of every mode and precision,
+    one panel per model and seed.
 
     ``curves[arm] = {"train": [...], "val": [...]}`` (the figures job's
     :attr:`~ptycho.study.figures.inputs.FigureInputs.loss_curves`). Epochs count from 1.
     The y axis is logarithmic when every finite loss of the panel is positive and they
     span more than a decade; otherwise linear (a Poisson negative log-likelihood can be
-    negative). A panel's title gives the largest relative difference of a mode's final
-    validation loss from ``off``'s. Panels go by seed, then model.
+    negative). A panel's title gives the largest relative difference of an arm's final
+    validation loss from its reference's (:func:`~ptycho.study.arms.pairs`): from ``off``,
+    and with several precisions also from float32. Panels go by seed, then model; the
+    legend names the precision when there are several.
     """
     if not isinstance(curves, Mapping):
         raise ValueError(
@@ -68,31 +76,35 @@ def loss_curves(curves: Mapping[Arm, Mapping[str, Any]]) -> Figure:
         nrows = math.ceil(len(keys) / ncols)
         fig = new_figure((4.3 * ncols + 0.3, 3.1 * nrows + 0.8))
         axes = fig.subplots(nrows, ncols, squeeze=False)
-        drawn: dict[tuple[str, str], None] = {}
+        several = several_precisions(arm.precision for arm in curves)
+        drawn: dict[tuple[str, str, str], None] = {}
         for ax, (model, seed) in zip(axes.flat, keys, strict=False):
             finite: list[np.ndarray] = []
             longest = 0
-            finals = {}
+            finals: dict[Arm, float] = {}
             for arm in groups[model, seed]:
                 for kind, ls in (("train", "--"), ("val", "-")):
                     y = floats(curves[arm].get(kind), f"curves[{arm.name!r}][{kind!r}]")
                     if not y.size:
                         continue
+                    marks = precision_marks(arm.precision, "o", y.size) or {
+                        "marker": "o" if y.size <= 25 else None,
+                        "markersize": 2.5 if arm.is_reference else 3.5,
+                    }
                     ax.plot(
                         np.arange(1, y.size + 1),
                         y,
                         ls=ls,
-                        color=arm_colour(arm.mode),
-                        marker="o" if y.size <= 25 else None,
-                        markersize=2.5 if arm.is_reference else 3.5,
+                        color=arm_colour(arm.mode, arm.precision),
                         lw=_line_width(arm.mode, kind),
                         zorder=3 if arm.is_reference else 2,
+                        **marks,
                     )
                     finite.append(y[np.isfinite(y)])
                     longest = max(longest, y.size)
-                    drawn[(arm.mode, kind)] = None
+                    drawn[(arm.precision, arm.mode, kind)] = None
                     if kind == "val" and math.isfinite(y[-1]):
-                        finals[arm.mode] = float(y[-1])
+                        finals[arm] = float(y[-1])
             title = f"{MODEL_WORDS.get(model, model)}, seed {seed}"
             if not longest:
                 ax.set_title(title)
@@ -101,14 +113,20 @@ def loss_curves(curves: Mapping[Arm, Mapping[str, Any]]) -> Figure:
             vals = np.concatenate(finite) if finite else np.zeros(0)
             if vals.size and vals.min() > 0 and vals.max() / vals.min() > 10:
                 ax.set_yscale("log")
-            off = finals.get(REFERENCE)
-            rels = [
-                abs(v - off) / max(abs(off), 1e-12) for m, v in finals.items() if m != REFERENCE and off is not None
-            ]
-            ax.set_title(
-                f"{title}\nlargest final validation-loss difference from off: "
-                + (f"{max(rels):.2%}" if rels else "n/a")
-            )
+            rels: dict[str, list[float]] = {"mode": [], "precision": []}
+            for pair in pairs(finals):
+                ref = finals[pair.reference]
+                rels[pair.axis].append(abs(finals[pair.arm] - ref) / max(abs(ref), 1e-12))
+            largest = {axis: f"{max(r):.2%}" if r else "n/a" for axis, r in rels.items()}
+            if several:
+                reference = PRECISION_WORDS[REFERENCE_PRECISION]
+                title += (
+                    "\nlargest final validation-loss difference\n"
+                    f"from {REFERENCE}: {largest['mode']}, from {reference}: {largest['precision']}"
+                )
+            else:
+                title += f"\nlargest final validation-loss difference from {REFERENCE}: {largest['mode']}"
+            ax.set_title(title)
             ax.set_xlabel("epoch")
             ax.set_ylabel("loss")
             ax.xaxis.set_major_locator(
@@ -120,15 +138,26 @@ def loss_curves(curves: Mapping[Arm, Mapping[str, Any]]) -> Figure:
             ax.set_visible(False)
         handles = [
             Line2D(
-                [], [], color=arm_colour(mode), ls=ls, lw=_line_width(mode, kind), label=f"{MODE_WORDS[mode]}, {word}"
+                [],
+                [],
+                color=arm_colour(mode, precision),
+                ls=ls,
+                lw=_line_width(mode, kind),
+                label=", ".join([MODE_WORDS[mode], *([PRECISION_WORDS[precision]] if several else []), word]),
+                **precision_marks(precision, "o", 1),
             )
+            for precision in PRECISIONS
             for mode in MODES
             for kind, ls, word in (("train", "--", "training"), ("val", "-", "validation"))
-            if (mode, kind) in drawn
+            if (precision, mode, kind) in drawn
         ]
-        if handles:
-            fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
-        fig.suptitle("Loss per epoch, every XLA mode vs off", fontsize=11)
+        if handles:  # with several precisions, one column per precision
+            ncols = len({precision for precision, _, _ in drawn}) if several else min(len(handles), 4)
+            fig.legend(handles=handles, loc="outside lower center", ncols=ncols)
+        fig.suptitle(
+            "Loss per epoch, every XLA mode vs off" + (" and every precision vs float32" if several else ""),
+            fontsize=11,
+        )
     return fig
 
 
@@ -136,9 +165,11 @@ def frc_curves(arms: Mapping[Arm, Mapping[str, Any] | None]) -> Figure:
     """Fourier ring correlation with the ground truth vs spatial frequency: amplitude | phase.
 
     ``arms[arm] = {"freq": [...], "amp": [...], "phase": [...]}`` with ``freq`` in
-    cycles/pixel (0 .. 0.5). One line per arm, coloured by XLA mode and styled by model
-    (PINN solid, baseline dashed); the usual 0.5 and 1/7 thresholds are drawn and
-    labelled. A ``None`` arm or a missing curve is left out of its panel.
+    cycles/pixel (0 .. 0.5). One line per arm, coloured by XLA mode, styled by model
+    (PINN solid, baseline dashed) and marked by precision (a reduced precision's line is
+    paler and carries the model's marker hollow or half filled, float32's is plain); the
+    usual 0.5 and 1/7 thresholds are drawn and labelled. A ``None`` arm or a missing curve
+    is left out of its panel.
     """
     if not isinstance(arms, Mapping):
         raise ValueError(f"arms: expected a dict arm -> {{'freq', 'amp', 'phase'}}, got {type(arms).__name__}")
@@ -172,11 +203,12 @@ def frc_curves(arms: Mapping[Arm, Mapping[str, Any] | None]) -> Figure:
                 ax.plot(
                     freq,
                     parts[part],
-                    color=arm_colour(arm.mode),
+                    color=arm_colour(arm.mode, arm.precision),
                     ls=MODEL_LINESTYLES.get(arm.model, ":"),
                     lw=1.4 if arm.is_reference else 2.6,
                     zorder=3 if arm.is_reference else 2,
                     label=arm.label(several),
+                    **precision_marks(arm.precision, MODEL_MARKERS.get(arm.model, "o"), freq.size),
                 )
                 fin = parts[part][np.isfinite(parts[part])]
                 if fin.size:

@@ -3,17 +3,20 @@
 Both take the truth and ``{Arm: (amplitude, phase)}`` as 2-D real arrays of one shape
 (:func:`common_window` cuts :func:`ptycho.analysis.metrics.compare` results to them);
 an arm whose value is ``None`` is drawn as an "n/a" row; structurally wrong arrays
-raise :class:`ValueError` naming the arm. Rows follow :attr:`Arm.order`.
+raise :class:`ValueError` naming the arm. Rows follow
+:func:`~ptycho.study.figures.style.in_order` (model, precision, mode, seed) and are named
+by :meth:`Arm.label`, which names a precision below float32.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.study.arms import Arm
 from ptycho.study.figures.style import (
     AMPLITUDE_CMAP,
@@ -139,10 +142,17 @@ def _image_panel(
         ax.text(0.5, 0.5, "n/a (no finite pixel)", transform=ax.transAxes, ha="center", va="center", color=MUTED)
 
 
-def _grid(rows: int, shape: tuple[int, int]) -> tuple[Figure, np.ndarray]:
-    """A figure of ``rows`` x (amplitude, phase) image panels of ``shape``."""
+def _wrap_titles(arms: Iterable[Arm]) -> bool:
+    """Whether panel titles put the part (``amplitude``) on a line below the arm: an arm
+    label naming a precision, and a seed, is too long for one line over a panel."""
+    return any(a.precision != REFERENCE_PRECISION for a in arms)
+
+
+def _grid(rows: int, shape: tuple[int, int], wrap: bool) -> tuple[Figure, np.ndarray]:
+    """A figure of ``rows`` x (amplitude, phase) image panels of ``shape``, each row taller
+    by a title line when titles ``wrap``."""
     h, w = shape
-    row_height = 2.75 * min(max(h / w, 0.4), 2.5) + 0.55
+    row_height = 2.75 * min(max(h / w, 0.4), 2.5) + 0.55 + (0.18 if wrap else 0.0)
     fig = new_figure((7.6, 0.3 + row_height * rows), layout="compressed")
     return fig, fig.subplots(rows, 2, squeeze=False)
 
@@ -173,19 +183,21 @@ def reconstruction_grid(truth: Pair, arms: Mapping[Arm, Pair | None], *, phase_c
         cmap_ph = phase_cmap or (WRAPPED_PHASE_CMAP if wrapped else PHASE_CMAP)
         ph_lim = (-np.pi, np.pi) if wrapped else _limits(ph_range)
         several = several_seeds(a for a, _ in rows)
+        wrap = _wrap_titles(a for a, _ in rows)
+        sep = ":\n" if wrap else ": "
         panels = [("Ground truth", (t_amp, t_ph))] + [(a.label(several), p) for a, p in rows]
-        fig, axes = _grid(len(panels), t_amp.shape)
+        fig, axes = _grid(len(panels), t_amp.shape, wrap)
         for (label, pair), (ax_a, ax_p) in zip(panels, axes, strict=True):
             if pair is None:
                 for ax, part in ((ax_a, "amplitude"), (ax_p, "phase")):
-                    ax.set_title(f"{label}: {part}")
+                    ax.set_title(f"{label}{sep}{part}")
                     na(ax, "n/a (no reconstruction)")
                 continue
             for ax, img, cmap, (lo, hi), part, unit in (
                 (ax_a, pair[0], AMPLITUDE_CMAP, amp_lim, "amplitude", "|O| (unitless)"),
                 (ax_p, pair[1], cmap_ph, ph_lim, "phase", "phase (rad)"),
             ):
-                _image_panel(fig, ax, img, cmap=cmap, vmin=lo, vmax=hi, title=f"{label}: {part}", cbar_label=unit)
+                _image_panel(fig, ax, img, cmap=cmap, vmin=lo, vmax=hi, title=f"{label}{sep}{part}", cbar_label=unit)
         _label_image_axes(axes)
         fig.suptitle("Reconstructions (registered, common colour scale per column)", fontsize=11)
     return fig
@@ -228,20 +240,22 @@ def error_maps(truth: Pair, arms: Mapping[Arm, Pair | None], *, clip_percentile:
             errs.append((arm, (d_amp, d_ph)))
         lims = [_symmetric_limit([e[i] for _, e in errs if e is not None], clip_percentile) for i in (0, 1)]
         several = several_seeds(a for a, _ in rows)
-        fig, axes = _grid(len(rows), t_amp.shape)
+        wrap = _wrap_titles(a for a, _ in rows)
+        sep = ":\n" if wrap else ": "
+        fig, axes = _grid(len(rows), t_amp.shape, wrap)
         for (arm, err), row in zip(errs, axes, strict=True):
             label = arm.label(several)
             for i, (ax, part, unit) in enumerate(
                 zip(row, ("amplitude", "phase"), ("Δ|O| (unitless)", "Δφ (rad)"), strict=True)
             ):
                 if err is None:
-                    ax.set_title(f"{label}: {part} error")
+                    ax.set_title(f"{label}{sep}{part} error")
                     na(ax, "n/a (no reconstruction)")
                     continue
                 e = err[i]
                 finite = e[np.isfinite(e)]
                 rmse = float(np.sqrt(np.mean(finite**2))) if finite.size else math.nan
-                title = f"{label}: {part} error\nRMSE {fmt(rmse, ' rad' if i else '')}"
+                title = f"{label}{sep}{part} error\nRMSE {fmt(rmse, ' rad' if i else '')}"
                 _image_panel(fig, ax, e, cmap=ERROR_CMAP, vmin=-lims[i], vmax=lims[i], title=title, cbar_label=unit)
         _label_image_axes(axes)
         fig.suptitle("Signed errors against the ground truth (symmetric scale per column)", fontsize=11)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.study.arms import Arm, mode_pairs
+from ptycho.study.arms import Arm, pairs
 
 
 def floats(values: Any, what: str) -> np.ndarray:
@@ -134,11 +134,12 @@ class FigureInputs:
 
     @cached_property
     def loss_curves(self) -> dict[Arm, dict[str, list]]:
-        """Arm -> ``{"train": [...], "val": [...]}`` per epoch, for every arm of a (mode,
-        ``off``) pair (:func:`ptycho.study.arms.mode_pairs`): the mode's arm and its reference."""
+        """Arm -> ``{"train": [...], "val": [...]}`` per epoch, for every arm of a pair
+        (:func:`ptycho.study.arms.pairs`: a mode and ``off``, or a reduced precision and
+        float32): the compared arm and its reference."""
         histories = self.histories
         out: dict[Arm, dict[str, list]] = {}
-        for pair in mode_pairs(histories):
+        for pair in pairs(histories):
             for arm in (pair.reference, pair.arm):
                 out[arm] = {
                     "train": [h["train_loss"] for h in histories[arm]],

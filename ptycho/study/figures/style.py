@@ -5,6 +5,9 @@ figure life cycle (a new figure, a message figure, rendering to PNG, closing).
   ``off`` (no XLA) vermillion, ``jit`` blue, ``auto`` bluish green, ``physics``
   reddish purple; the model is told apart by line style, marker and hatching
   (:data:`MODEL_LINESTYLES`, :data:`MODEL_MARKERS`, :data:`MODEL_HATCHES`), never by colour;
+* the precision is a third channel, :data:`PRECISION_STYLES`: float32 is drawn exactly as
+  before the axis; a reduced precision lightens its mode's colour, hollows (bfloat16) or
+  half-fills (float16) the model's marker, and adds its own hatching to the model's;
 * images use perceptually uniform, colour-blind-safe colour maps: ``cividis`` for
   amplitude and (unwrapped) phase, ``PuOr`` with symmetric limits for signed errors;
 * every image panel has a colour bar with its unit, every panel a title and axis
@@ -13,8 +16,9 @@ figure life cycle (a new figure, a message figure, rendering to PNG, closing).
 Figures are built with ``Figure()`` directly, never registered with pyplot, and every
 setting is applied inside :func:`style` (``matplotlib.rc_context(STYLE)``): drawing
 changes no global matplotlib state and leaks no figure. :func:`to_png` and
-:func:`save_png` render a figure under the same style and close it. The words for models
-and modes are :data:`ptycho.study.arms.MODEL_WORDS` and :data:`~ptycho.study.arms.MODE_WORDS`.
+:func:`save_png` render a figure under the same style and close it. The words for models,
+modes and precisions are :data:`ptycho.study.arms.MODEL_WORDS`,
+:data:`~ptycho.study.arms.MODE_WORDS` and :data:`~ptycho.study.arms.PRECISION_WORDS`.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ptycho.nets.models import MODEL_KINDS as MODELS
+from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
 from ptycho.study.arms import Arm
 
@@ -51,6 +56,31 @@ MUTED = "#777777"
 MODEL_LINESTYLES = {"pinn": "-", "baseline": "--"}
 MODEL_MARKERS = {"pinn": "o", "baseline": "s"}
 MODEL_HATCHES = {"pinn": "", "baseline": "///"}
+
+
+class PrecisionStyle(NamedTuple):
+    """How arms of one precision are drawn, over their mode's colour and model's style."""
+
+    lighten: float  #: how much white is mixed into the mode's colour (0: the colour itself)
+    fillstyle: str  #: Matplotlib fill style of the model's marker on lines and points ("none": hollow)
+    hatch: str  #: hatching added to the model's on bars and boxes
+
+
+#: How each precision is drawn. Colour is taken by the mode and line style, marker shape
+#: and diagonal hatching by the model, so the precision gets what is left of each glyph:
+#: a lighter tint of the mode's colour (in colour, a reduced precision reads as "the same
+#: mode, paler"), and a cue that needs no colour at all, so it survives greyscale print
+#: and every colour-vision deficiency: the model's marker hollow (bfloat16) or half
+#: filled (float16), drawn along the line, and dotted (bfloat16) or horizontal (float16)
+#: hatching added to the model's diagonal one. float32, the reference, is plain: it is
+#: drawn exactly as before the precision axis, with no marker added to its lines. Where a
+#: glyph's hatching already means something else (the parts of a train step), the
+#: precision is in the row's words and the tint.
+PRECISION_STYLES = {
+    "float32": PrecisionStyle(0.0, "full", ""),
+    "mixed_bfloat16": PrecisionStyle(0.4, "none", "...."),
+    "mixed_float16": PrecisionStyle(0.4, "bottom", "---"),
+}
 
 #: Amplitude maps: perceptually uniform, designed to read the same for deuteranopes.
 AMPLITUDE_CMAP = "cividis"
@@ -128,9 +158,34 @@ def message_figure(text: str, figsize: tuple[float, float] = (5.0, 2.0)) -> Figu
     return fig
 
 
-def arm_colour(mode: str | None) -> str:
-    """The mode's colour (:data:`MODE_COLOURS`), or grey when the mode is unknown."""
-    return MODE_COLOURS.get(mode, UNKNOWN_ARM_COLOUR) if mode else UNKNOWN_ARM_COLOUR
+def arm_colour(mode: str | None, precision: str = REFERENCE_PRECISION) -> str:
+    """The mode's colour (:data:`MODE_COLOURS`), or grey when the mode is unknown, lightened
+    for a reduced precision (:data:`PRECISION_STYLES`)."""
+    colour = MODE_COLOURS.get(mode, UNKNOWN_ARM_COLOUR) if mode else UNKNOWN_ARM_COLOUR
+    lighten = PRECISION_STYLES[precision].lighten
+    if not lighten:
+        return colour
+    from matplotlib.colors import to_hex
+
+    return to_hex(tint(colour, lighten))
+
+
+def arm_hatch(model: str, precision: str = REFERENCE_PRECISION) -> str:
+    """A bar's or box's hatching: the model's, then the precision's (:data:`PRECISION_STYLES`)."""
+    return MODEL_HATCHES.get(model, "") + PRECISION_STYLES[precision].hatch
+
+
+def precision_marks(precision: str, marker: str, points: int) -> dict[str, Any]:
+    """``plot`` keywords marking a line of ``points`` points with its precision: nothing for
+    float32 (its lines stay plain), else ``marker`` in the precision's fill style on about
+    a dozen of its points (every point of a shorter line)."""
+    if precision == REFERENCE_PRECISION:
+        return {}
+    fill = PRECISION_STYLES[precision].fillstyle
+    marks = {"marker": marker, "markersize": 5.5, "markevery": max(1, points // 12), "markerfacecoloralt": "white"}
+    # The unfilled part is white, not transparent: the line does not show through and fill it.
+    marks.update({"markerfacecolor": "white"} if fill == "none" else {"fillstyle": fill})
+    return marks
 
 
 def tint(colour: str, amount: float = 0.78) -> tuple[float, float, float]:
@@ -148,21 +203,27 @@ def fmt(value: float, unit: str) -> str:
 
 
 def in_order(arms: Iterable[Any], what: str) -> list[Arm]:
-    """``arms`` in drawing order: model, mode, seed (the rows of one mode stay together);
-    ValueError naming ``what`` for a key
-    that is not an :class:`~ptycho.study.arms.Arm` of the package's models and modes."""
+    """``arms`` in drawing order: :attr:`~ptycho.study.arms.Arm.order` with the seed last
+    (model, precision, mode, seed: the rows of one mode stay together); ValueError naming
+    ``what`` for a key that is not an :class:`~ptycho.study.arms.Arm` of the package's
+    models, modes and precisions."""
     arms = list(arms)
     for a in arms:
         if not isinstance(a, Arm):
             raise ValueError(f"{what}: keys must be arms (ptycho.study.arms.Arm), got {a!r}")
-        if a.model not in MODELS or a.mode not in MODES:
-            raise ValueError(f"{what}: {a.name!r} is not an arm of the package's models and modes")
-    return sorted(arms, key=lambda a: (a.order[0], a.order[2], a.seed))
+        if a.model not in MODELS or a.mode not in MODES or a.precision not in PRECISION_STYLES:
+            raise ValueError(f"{what}: {a!r} is not an arm of the package's models, modes and precisions")
+    return sorted(arms, key=lambda a: (a._replace(seed=0).order, a.seed))
 
 
 def several_seeds(arms: Iterable[Arm]) -> bool:
     """Whether ``arms`` hold more than one seed (labels then name the seed)."""
     return len({a.seed for a in arms}) > 1
+
+
+def several_precisions(precisions: Iterable[str]) -> bool:
+    """Whether a figure's arms, of ``precisions``, hold more than one (words then name every arm's)."""
+    return len(set(precisions)) > 1
 
 
 def close(fig: Figure) -> None:

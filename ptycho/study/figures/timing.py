@@ -1,36 +1,43 @@
 """The benchmark's figures: train-step time distributions, where a step's time goes,
-and each mode's speed-up over ``off`` with its interval.
+and each arm's speed-up over ``off`` with its interval.
 
 They read the benchmark record (``ptycho bench --out``) as written: its ``arms`` list
-(each with ``model`` and ``mode``) and its ``ratios`` dict (model -> mode ->
-measurement -> ``{"ratio", "low", "high"}``). Missing pieces are drawn as "n/a";
-structurally wrong records raise :class:`ValueError` naming the entry.
+(each with ``model``, ``mode`` and ``precision``) and its ``ratios`` dict (model -> arm
+-> measurement -> ``{"ratio", "low", "high"}``, an arm's entry saying its ``mode`` and
+``precision``, and for an XLA mode at a reduced precision its ratios against ``off`` at
+that precision under ``same_precision``). A record from before the precision axis has
+no ``precision`` (float32) and keys ``ratios`` by mode. An arm is drawn per (model, mode,
+precision), its words naming the precision when the record has several. Missing pieces
+are drawn as "n/a"; structurally wrong records raise :class:`ValueError` naming the entry.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ptycho.nets.models import MODEL_KINDS as MODELS
+from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
-from ptycho.study.arms import MODEL_WORDS
+from ptycho.study.arms import MODEL_WORDS, PRECISION_WORDS
 from ptycho.study.figures.inputs import floats, number
 from ptycho.study.figures.style import (
     INK,
     MODE_COLOURS,
-    MODEL_HATCHES,
     MODEL_MARKERS,
     MUTED,
     NOXLA_COLOUR,
+    PRECISION_STYLES,
     XLA_COLOUR,
     arm_colour,
+    arm_hatch,
     fmt,
     message_figure,
     new_figure,
+    several_precisions,
     style,
     tint,
 )
@@ -60,11 +67,32 @@ def _model_words(model: str) -> str:
     return MODEL_WORDS.get(model, model)
 
 
-def _bench_arms(arms: Any) -> dict[str, dict[str, Mapping]]:
-    """``{model: {mode: arm record}}``, models and modes in the package's orders."""
+def _precision(record: Mapping, what: str) -> str:
+    """A record's precision (an arm's, a ratios entry's); one without is from before the
+    precision axis: float32."""
+    precision = record.get("precision", REFERENCE_PRECISION)
+    if precision not in PRECISIONS:
+        raise ValueError(f"{what}: 'precision' must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+def _arm_order(key: tuple[str, str]) -> tuple[int, int]:
+    """Drawing order of a model's ``(mode, precision)`` arms: precision, then mode, as :attr:`Arm.order`."""
+    mode, precision = key
+    return list(PRECISIONS).index(precision), list(MODES).index(mode)
+
+
+def _arm_words(mode: str, precision: str, several: bool) -> str:
+    """A benchmarked arm in words: its mode (``jit``), and ``at <precision>`` below
+    float32 or wherever the figure has several precisions (``jit at bfloat16``)."""
+    return f"{mode} at {PRECISION_WORDS[precision]}" if several or precision != REFERENCE_PRECISION else mode
+
+
+def _bench_arms(arms: Any) -> dict[str, dict[tuple[str, str], Mapping]]:
+    """``{model: {(mode, precision): arm record}}``, models, precisions and modes in the package's orders."""
     if isinstance(arms, Mapping) or not isinstance(arms, Sequence):
         raise ValueError(f"arms: expected bench.json's 'arms' list, got {type(arms).__name__}")
-    by_model: dict[str, dict[str, Mapping]] = {}
+    by_model: dict[str, dict[tuple[str, str], Mapping]] = {}
     for i, a in enumerate(arms):
         if not isinstance(a, Mapping):
             raise ValueError(f"arms[{i}]: expected a dict, got {type(a).__name__}")
@@ -73,20 +101,29 @@ def _bench_arms(arms: Any) -> dict[str, dict[str, Mapping]]:
                 f"arms[{i}]: needs 'model' (str) and 'mode' (one of {', '.join(MODES)}), "
                 f"got {a.get('model')!r}, {a.get('mode')!r}"
             )
-        if a["mode"] in by_model.setdefault(a["model"], {}):
-            raise ValueError(f"arms[{i}]: a second {a['model']} {a['mode']} arm; one per (model, mode) expected")
-        by_model[a["model"]][a["mode"]] = a
+        key = (a["mode"], _precision(a, f"arms[{i}]"))
+        if key in by_model.setdefault(a["model"], {}):
+            raise ValueError(
+                f"arms[{i}]: a second {a['model']} {_arm_words(*key, False)} arm; one per (model, mode, precision) "
+                "expected"
+            )
+        by_model[a["model"]][key] = a
     return {
-        model: dict(sorted(by_model[model].items(), key=lambda kv: list(MODES).index(kv[0])))
+        model: dict(sorted(by_model[model].items(), key=lambda kv: _arm_order(kv[0])))
         for model in sorted(by_model, key=lambda m: (_model_rank(m), m))
     }
 
 
-def _box(ax, pos: int, source: Mapping, model: str, mode: str, rng: np.random.Generator) -> tuple[float, int]:
+def _box(
+    ax, pos: int, source: Mapping, model: str, key: tuple[str, str], rng: np.random.Generator
+) -> tuple[float, int]:
     """One arm's steps at ``pos``: a box of quartiles and every step jittered over it (or
     the record's quartiles alone); its median in ms and how many steps were drawn."""
-    colour = arm_colour(mode)
-    samples = floats(source.get("step_samples_s"), f"{model} {mode} step_samples_s") * 1e3
+    from matplotlib.markers import MarkerStyle
+
+    mode, precision = key
+    colour = arm_colour(mode, precision)
+    samples = floats(source.get("step_samples_s"), f"{model} {_arm_words(*key, False)} step_samples_s") * 1e3
     samples = samples[np.isfinite(samples)]
     quart = source.get("step_s") if isinstance(source.get("step_s"), Mapping) else {}
     box_style = dict(
@@ -94,17 +131,17 @@ def _box(ax, pos: int, source: Mapping, model: str, mode: str, rng: np.random.Ge
         widths=0.5,
         patch_artist=True,
         medianprops={"color": INK, "lw": 1.6},
-        boxprops={"facecolor": tint(colour), "edgecolor": colour, "lw": 1.4, "hatch": MODEL_HATCHES.get(model, "")},
+        boxprops={"facecolor": tint(colour), "edgecolor": colour, "lw": 1.4, "hatch": arm_hatch(model, precision)},
         whiskerprops={"color": colour, "lw": 1.2},
         capprops={"color": colour, "lw": 1.2},
     )
     if samples.size:
         ax.boxplot([samples], showfliers=False, **box_style)
         x = pos + rng.uniform(-0.13, 0.13, samples.size)
-        marker = MODEL_MARKERS.get(model, "o")
-        ax.scatter(
-            x, samples, s=12, color=colour, alpha=0.85, edgecolors="white", linewidths=0.4, marker=marker, zorder=3
-        )
+        marker = MarkerStyle(MODEL_MARKERS.get(model, "o"), PRECISION_STYLES[precision].fillstyle)
+        # A hollow marker is its outline: drawn in the colour, wider, with no white rim.
+        outline = {"edgecolors": "white", "linewidths": 0.4} if marker.is_filled() else {"linewidths": 0.9}
+        ax.scatter(x, samples, s=12, color=colour, alpha=0.85, marker=marker, zorder=3, **outline)
         return float(np.median(samples)), samples.size
     if all(math.isfinite(number(quart.get(k), k)) for k in ("median", "q1", "q3")):
         q1, med, q3 = (1e3 * number(quart[k], k) for k in ("q1", "median", "q3"))
@@ -115,15 +152,17 @@ def _box(ax, pos: int, source: Mapping, model: str, mode: str, rng: np.random.Ge
 
 
 def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
-    """Train-step time of every mode, one column per model, one row per context (alone,
-    shared): box (quartiles) and every timed step.
+    """Train-step time of every mode and precision, one column per model, one row per
+    context (alone, shared): box (quartiles) and every timed step.
 
-    ``arms`` is ``bench.json["arms"]``: ``{"model", "mode", "step_samples_s", "compile_s",
-    "step_s": {...}, "shared": {"step_samples_s", "step_s"}, ...}``. Each box spans the
+    ``arms`` is ``bench.json["arms"]``: ``{"model", "mode", "precision", "step_samples_s",
+    "compile_s", "step_s": {...}, "shared": {"step_samples_s", "step_s"}, ...}``. Each box spans the
     quartiles (whiskers 1.5 IQR, no separate outliers) with the individual steps
     jittered over it, in ms on a linear axis from 0 so heights compare honestly. An arm
     without samples but with quartiles is drawn as a box alone. The first (compiling)
-    call is far off this scale and is annotated under each box instead.
+    call is far off this scale and is annotated under each box instead. A reduced
+    precision's box is paler and hatched, its steps hollow or half-filled markers
+    (:data:`~ptycho.study.figures.style.PRECISION_STYLES`).
     """
     by_model = _bench_arms(arms)
     with style():
@@ -132,74 +171,86 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
         models = list(by_model)
         shared = any("shared" in a for per in by_model.values() for a in per.values())
         contexts = ["alone"] + (["shared"] if shared else [])
-        modes = [m for m in MODES if any(m in per for per in by_model.values())]
-        fig = new_figure((max(1.25 * len(modes) * len(models) + 1.2, 5.2), 3.9 * len(contexts) + 0.6))
+        keys = sorted({key for per in by_model.values() for key in per}, key=_arm_order)
+        several = several_precisions(precision for _, precision in keys)
+        reference = (REFERENCE, REFERENCE_PRECISION)
+        fig = new_figure((max(1.25 * len(keys) * len(models) + 1.2, 5.2), 3.9 * len(contexts) + 0.6))
         axes = fig.subplots(len(contexts), len(models), squeeze=False)
         rng = np.random.default_rng(0)  # the jitter is decoration: deterministic, same every render
         for row, context in enumerate(contexts):
             for ax, model in zip(axes[row], models, strict=True):
                 ticks, medians, counts = [], {}, []
-                for pos, mode in enumerate(modes):
-                    a = by_model[model].get(mode)
+                for pos, key in enumerate(keys):
+                    words = _arm_words(*key, several)
+                    a = by_model[model].get(key)
                     source = (a if context == "alone" else a.get("shared")) if a is not None else None
                     if source is None:
-                        ticks.append(f"{mode}\n(not measured)")
+                        ticks.append(f"{words}\n(not measured)")
                         ax.text(pos, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", color=MUTED)
                         continue
-                    medians[mode], n = _box(ax, pos, source, model, mode, rng)
+                    medians[key], n = _box(ax, pos, source, model, key, rng)
                     if n:
                         counts.append(n)
                     comp = number(a.get("compile_s"), f"{model} compile_s")
                     compile_text = f"\ncompile {fmt(comp, ' s')}" if row == 0 else ""
-                    ticks.append(f"{mode}\n{fmt(medians[mode], ' ms')}{compile_text}")
-                ax.set_xticks(range(len(modes)), ticks)
-                ax.set_xlim(-0.6, len(modes) - 0.4)
+                    ticks.append(f"{words}\n{fmt(medians[key], ' ms')}{compile_text}")
+                ax.set_xticks(range(len(keys)), ticks)
+                ax.set_xlim(-0.6, len(keys) - 0.4)
                 ax.set_ylim(bottom=0)
                 ax.set_ylabel(f"train step, {context} (ms)")
                 ax.grid(True, axis="y")
-                off = medians.get(REFERENCE, math.nan)
-                compared = [m for m in medians if m != REFERENCE and math.isfinite(medians[m])]
-                best = min(compared, key=lambda m: medians[m], default=None)
+                off = medians.get(reference, math.nan)
+                compared = [k for k in medians if k != reference and math.isfinite(medians[k])]
+                best = min(compared, key=lambda k: medians[k], default=None)
                 n = f", {min(counts)}+ steps per arm" if counts else ""
                 ratio = off / medians[best] if best and medians[best] > 0 else math.nan
                 ax.set_title(
-                    f"{_model_words(model)}, {context}{n}\nfastest XLA mode: "
-                    + (f"{best}, {ratio:.2f}× off" if math.isfinite(ratio) else "n/a")
+                    f"{_model_words(model)}, {context}{n}\nfastest {'arm' if several else 'XLA mode'}: "
+                    + (
+                        f"{_arm_words(*best, several)}, {ratio:.2f}× {_arm_words(*reference, several)}"
+                        if math.isfinite(ratio)
+                        else "n/a"
+                    )
                 )
         fig.suptitle(
-            "Steady-state train-step time per XLA mode\n(compile = first call: trace + compile + one step)",
+            f"Steady-state train-step time per XLA mode{' and precision' if several else ''}\n"
+            "(compile = first call: trace + compile + one step)",
             fontsize=10.5,
         )
     return fig
 
 
 def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
-    """Where a train step's time goes, per model and mode: one stacked bar each (network
-    forward + backward, physics head with the loss, optimiser update), each part timed
-    as its own function compiled under the mode, with the whole step's median (alone)
-    marked. ``arms`` is ``bench.json["arms"]`` with ``components``.
+    """Where a train step's time goes, per model, mode and precision: one stacked bar each
+    (network forward + backward, physics head with the loss, optimiser update), each part
+    timed as its own function compiled under the mode, with the whole step's median
+    (alone) marked. ``arms`` is ``bench.json["arms"]`` with ``components``. The hatching
+    tells the parts apart, so a reduced precision is told by its paler colour and its
+    row's words.
     """
     by_model = _bench_arms(arms)
     with style():
         rows = [
-            (model, mode, a)
+            (model, key, a)
             for model, per in by_model.items()
-            for mode, a in per.items()
+            for key, a in per.items()
             if isinstance(a.get("components"), Mapping)
         ]
         if not rows:
             return message_figure("no step components measured")
         from matplotlib.patches import Patch
 
+        several = several_precisions(precision for _, (_, precision), _ in rows)
         fig = new_figure((7.6, 1.6 + 0.48 * len(rows)))
         ax = fig.add_subplot()
         ys = np.arange(len(rows))[::-1].astype(float)
         labels = []
-        for y, (model, mode, a) in zip(ys, rows, strict=True):
-            colour = arm_colour(mode)
+        for y, (model, (mode, precision), a) in zip(ys, rows, strict=True):
+            colour = arm_colour(mode, precision)
+            words = _arm_words(mode, precision, several)
             left = 0.0
             for key, _, hatch in COMPONENTS:
-                value = 1e3 * number((a["components"].get(key) or {}).get("median"), f"{model} {mode} {key}")
+                value = 1e3 * number((a["components"].get(key) or {}).get("median"), f"{model} {words} {key}")
                 if not math.isfinite(value):
                     continue
                 ax.barh(
@@ -218,10 +269,10 @@ def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
                         left + value / 2, y, f"{value:.0f}", ha="center", va="center", fontsize=7.5, color=INK, zorder=3
                     )
                 left += value
-            step = 1e3 * number((a.get("step_s") or {}).get("median"), f"{model} {mode} step_s")
+            step = 1e3 * number((a.get("step_s") or {}).get("median"), f"{model} {words} step_s")
             if math.isfinite(step):
                 ax.plot([step, step], [y - 0.38, y + 0.38], color=INK, lw=2.0, zorder=4)
-            labels.append(f"{_model_words(model)}, {mode}\nstep {fmt(step, ' ms')}")
+            labels.append(f"{_model_words(model)}, {words}\nstep {fmt(step, ' ms')}")
         ax.set_yticks(ys, labels)
         ax.set_xlim(left=0)
         ax.set_xlabel("time per train step (ms, medians); black tick: the whole step, timed as one function")
@@ -229,7 +280,7 @@ def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
         ax.tick_params(axis="y", length=0)
         handles = [Patch(facecolor="white", edgecolor=INK, hatch=hatch, label=word) for _, word, hatch in COMPONENTS]
         fig.legend(handles=handles, loc="outside lower center", ncols=3)
-        ax.set_title("Where the train step's time goes, per XLA mode (alone)")
+        ax.set_title(f"Where the train step's time goes, per XLA mode{' and precision' if several else ''} (alone)")
     return fig
 
 
@@ -272,40 +323,78 @@ def _ratio_ticks(half: float) -> list[float]:
     return sorted(ticks)
 
 
-def _ratio_rows(ratios: Any) -> list[tuple[str, str, str, float, float, float]]:
-    """``(model, mode, label, ratio, low, high)`` per model, mode and measurement, in the record's order."""
+class _Ratio(NamedTuple):
+    """One bar of the speed-up figure: an arm's speed relative to ``off`` at precision ``against``."""
+
+    model: str
+    mode: str
+    precision: str
+    against: str
+    measurement: str
+    ratio: float
+    low: float
+    high: float
+
+    def label(self, several: bool) -> str:
+        """``"PINN jit, train step alone"``; ``"PINN jit at bfloat16 vs off at bfloat16, ..."``
+        against ``off`` at a reduced precision."""
+        name = f"{_model_words(self.model)} {_arm_words(self.mode, self.precision, several)}"
+        if self.against != REFERENCE_PRECISION:
+            name += f" vs {_arm_words(REFERENCE, self.against, True)}"
+        return f"{name}, {self.measurement}"
+
+
+def _measurements(entry: Mapping, what: str) -> Iterator[tuple[str, float, float, float]]:
+    """``(words, ratio, low, high)`` of each measurement of :data:`MEASUREMENTS` in ``entry``."""
+    for key, word in MEASUREMENTS.items():
+        if key not in entry:
+            continue
+        where = f"{what}[{key!r}]"
+        if not isinstance(entry[key], Mapping) or "ratio" not in entry[key]:
+            raise ValueError(f"{where}: expected a dict with 'ratio' (and 'low', 'high'), got {entry[key]!r}")
+        vals = [number(entry[key].get(k), f"{where}[{k!r}]") for k in ("ratio", "low", "high")]
+        yield word, *(v if v > 0 else math.nan for v in vals)  # a ratio <= 0 is not a timing ratio
+
+
+def _ratio_rows(ratios: Any) -> list[_Ratio]:
+    """Every measurement of every arm against ``off`` at float32, each arm's followed by its
+    ``same_precision`` ones (against ``off`` at its own precision), in the record's order."""
     if not isinstance(ratios, Mapping):
         raise ValueError(
-            f"ratios: expected bench.json's 'ratios' dict model -> mode -> measurement, got {type(ratios).__name__}"
+            f"ratios: expected bench.json's 'ratios' dict model -> arm -> measurement, got {type(ratios).__name__}"
         )
     rows = []
     for model, per in ratios.items():
         if not isinstance(per, Mapping) or not all(isinstance(r, Mapping) for r in per.values()):
-            raise ValueError(f"ratios[{model!r}]: expected a dict mode -> measurement -> {{'ratio', 'low', 'high'}}")
-        for mode, r in per.items():
-            for key, word in MEASUREMENTS.items():
-                if key not in r:
-                    continue
-                what = f"ratios[{model!r}][{mode!r}][{key!r}]"
-                if not isinstance(r[key], Mapping) or "ratio" not in r[key]:
-                    raise ValueError(f"{what}: expected a dict with 'ratio' (and 'low', 'high'), got {r[key]!r}")
-                vals = [number(r[key].get(k), f"{what}[{k!r}]") for k in ("ratio", "low", "high")]
-                vals = [v if v > 0 else math.nan for v in vals]  # a ratio <= 0 is not a timing ratio
-                rows.append((model, mode, f"{_model_words(model)} {mode}, {word}", *vals))
+            raise ValueError(f"ratios[{model!r}]: expected a dict arm -> measurement -> {{'ratio', 'low', 'high'}}")
+        for key, entry in per.items():
+            what = f"ratios[{model!r}][{key!r}]"
+            mode, precision = entry.get("mode", key), _precision(entry, what)
+            same = entry.get("same_precision", {})
+            if not isinstance(same, Mapping):
+                raise ValueError(f"{what}['same_precision']: expected a dict measurement -> {{'ratio', 'low', 'high'}}")
+            rows += [_Ratio(model, mode, precision, REFERENCE_PRECISION, *m) for m in _measurements(entry, what)]
+            rows += [
+                _Ratio(model, mode, precision, precision, *m) for m in _measurements(same, f"{what}['same_precision']")
+            ]
     return rows
 
 
 def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Figure:
-    """Speed-up of each XLA mode vs off per measurement: horizontal bars from 1 with
-    bootstrap 95 % intervals.
+    """Speed-up of each arm (XLA mode at a precision) vs off at float32 per measurement:
+    horizontal bars from 1 with bootstrap 95 % intervals.
 
-    ``ratios`` is ``bench.json["ratios"]``: model -> mode -> ``{"train_step_alone":
-    {"ratio", "low", "high"}, "train_step_shared": ..., "inference": ..., ...}``, the
-    ratio being "how many times faster than off" (off's time / the mode's); one bar per
-    measurement of :data:`MEASUREMENTS` present, labelled ``"PINN jit, train step
-    alone"``, in the record's order. The x axis is logarithmic and symmetric about 1, so
-    2x faster and 2x slower are equally long. A bar has its mode's colour and is hatched
-    for the baseline; NaN ``low`` or ``high`` draws no interval, a NaN ratio no bar ("n/a").
+    ``ratios`` is ``bench.json["ratios"]``: model -> arm -> ``{"mode", "precision",
+    "train_step_alone": {"ratio", "low", "high"}, "train_step_shared": ..., "inference":
+    ..., "same_precision": {...}, ...}``, the ratio being "how many times faster than off"
+    (off's time / the arm's); one bar per measurement of :data:`MEASUREMENTS` present,
+    labelled ``"PINN jit, train step alone"``, in the record's order, an XLA mode at a
+    reduced precision followed by its bars against ``off`` at that precision
+    (``same_precision``: what XLA adds to the precision). With reduced precisions the
+    labels and the reference name every precision (``"off at float32"``). The x axis is
+    logarithmic and symmetric about 1, so 2x faster and 2x slower are equally long. A
+    bar has its mode's colour, is hatched for the baseline and paler and hatched again
+    for a reduced precision; NaN ``low`` or ``high`` draws no interval, a NaN ratio no bar ("n/a").
     """
     rows = _ratio_rows(ratios)
     with style():
@@ -313,23 +402,27 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Figur
             return message_figure("no speed-up ratios")
         from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-        finite = [v for *_, ratio, low, high in rows for v in (ratio, low, high) if math.isfinite(v)]
+        several = several_precisions([REFERENCE_PRECISION, *(r.precision for r in rows)])  # off at float32 too
+        reference = _arm_words(REFERENCE, REFERENCE_PRECISION, several)
+        finite = [v for r in rows for v in (r.ratio, r.low, r.high) if math.isfinite(v)]
         half = max([abs(math.log(v)) for v in finite] + [math.log(1.3)]) * 1.18
         lo, hi = math.exp(-half), math.exp(half)
-        fig = new_figure((7.4, 1.9 + 0.62 * len(rows)))
+        # Labels naming precisions are longer: the figure widens so that the axes keep their width.
+        fig = new_figure((9.0 if several else 7.4, 1.9 + 0.62 * len(rows)))
         ax = fig.add_subplot()
         ax.set_xscale("log")
         ax.axvspan(lo, 1.0, color=NOXLA_COLOUR, alpha=0.07, lw=0)
         ax.axvspan(1.0, hi, color=XLA_COLOUR, alpha=0.07, lw=0)
         ys = np.arange(len(rows))[::-1].astype(float)
         ticklabels = []
-        for y, (model, mode, label, ratio, low, high) in zip(ys, rows, strict=True):
+        for y, row in zip(ys, rows, strict=True):
+            label, ratio, low, high = row.label(several), row.ratio, row.low, row.high
             if not math.isfinite(ratio):
                 ax.text(1.0, y, "  n/a", va="center", ha="left", color=MUTED)
                 ticklabels.append(f"{label}\nn/a")
                 continue
-            colour = arm_colour(mode if mode in MODE_COLOURS else ("jit" if ratio >= 1.0 else REFERENCE))
-            hatch = MODEL_HATCHES.get(model, "")
+            mode = row.mode if row.mode in MODE_COLOURS else ("jit" if ratio >= 1.0 else REFERENCE)
+            colour = arm_colour(mode, row.precision)
             ax.barh(
                 y,
                 ratio - 1.0,
@@ -338,7 +431,7 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Figur
                 color=tint(colour, 0.35),
                 edgecolor=colour,
                 lw=1.2,
-                hatch=hatch,
+                hatch=arm_hatch(row.model, row.precision),
                 zorder=2,
             )
             ci = ""
@@ -353,8 +446,8 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Figur
         box = {"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": INK, "lw": 0.8}
         ax.text(1.0, label_y, " no change ", ha="center", va="center", fontsize=8.5, color=INK, zorder=5, bbox=box)
         for x, text, ha, colour in (
-            (0.015, "◀ slower than off", "left", NOXLA_COLOUR),
-            (0.985, "faster than off ▶", "right", XLA_COLOUR),
+            (0.015, f"◀ slower than {reference}", "left", NOXLA_COLOUR),
+            (0.985, f"faster than {reference} ▶", "right", XLA_COLOUR),
         ):
             ax.text(
                 x,
@@ -373,8 +466,8 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Figur
         ax.xaxis.set_major_locator(FixedLocator(_ratio_ticks(half)))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
-        ax.set_xlabel("speed relative to off (×, log scale; 95 % bootstrap interval)")
+        ax.set_xlabel(f"speed relative to {reference} (×, log scale; 95 % bootstrap interval)")
         ax.grid(True, axis="x", zorder=0)
         ax.tick_params(axis="y", length=0)
-        ax.set_title("Each XLA mode vs off: speed-up per measurement and context")
+        ax.set_title(f"Each {'arm' if several else 'XLA mode'} vs {reference}: speed-up per measurement and context")
     return fig
