@@ -181,8 +181,8 @@ def first_lines(report: Mapping) -> str:
     ceiling) and any failed training."""
     unsettled = [name for name, item in report["items"].items() if item["status"] == "INCONCLUSIVE"]
     parts = [
-        f"INCONCLUSIVE: {', '.join(unsettled)} (the seeds do not show the XLA modes equivalent to off, nor "
-        "different; each says how many seeds would)." * bool(unsettled),
+        f"INCONCLUSIVE: {', '.join(unsettled)} (the seeds do not show the arms equivalent to their references, "
+        "off or float32, nor different; each says how many seeds would)." * bool(unsettled),
         f"{report['items']['speedup']['summary']}.",
         f"{report['items']['quality']['summary']}.",
     ]

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
+from ptycho.study.arms import MODEL_WORDS, PRECISION_WORDS, Arm
 from ptycho.study.checklist.item import Figure, Section
 from ptycho.study.solve import FLAT, first_reaching
 
@@ -238,22 +240,20 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
     return out
 
 
-def _by_model_and_mode(networks: Sequence[Mapping]) -> dict[tuple[str, str], list[Mapping]]:
-    """The network arms with an inference time, grouped over seeds by (model, mode)."""
-    from ptycho.study.arms import Arm
-
-    groups: dict[tuple[str, str], list[Mapping]] = {}
+def _over_seeds(networks: Sequence[Mapping]) -> dict[Arm, list[Mapping]]:
+    """The network arms with an inference time, grouped over seeds (keyed by the arm of seed 0)."""
+    groups: dict[Arm, list[Mapping]] = {}
     for n in networks:
         if n["seconds_per_object"]:
-            arm = Arm.parse(n["arm"])
-            groups.setdefault((arm.model, arm.mode), []).append(n)
+            groups.setdefault(Arm.parse(n["arm"])._replace(seed=0), []).append(n)
     return groups
 
 
 def quality_time_figure(solver: Mapping):
     """Amplitude and phase SSIM against seconds per object: the solver's modes as
-    curves over its iterations, each network (model and mode, mean over seeds) as a point."""
-    from ptycho.study.figures.style import arm_colour, new_figure
+    curves over its iterations, each network (model, mode and precision, mean over seeds)
+    as a point, drawn in the figures' encoding (colour: mode; marker: model; fill: precision)."""
+    from ptycho.study.figures.style import PRECISION_STYLES, arm_colour, new_figure
 
     fig = new_figure((10.0, 4.0))
     axes = fig.subplots(1, 2)
@@ -267,14 +267,18 @@ def quality_time_figure(solver: Mapping):
                 color=arm_colour(mode),
                 label=f"solver {mode}",
             )
-        for (model, mode), group in _by_model_and_mode(solver["networks"]).items():
+        for arm, group in _over_seeds(solver["networks"]).items():
             x = float(np.mean([n["seconds_per_object"] for n in group]))
             y = float(np.mean([n[key] for n in group]))
-            label = f"{'PINN' if model == 'pinn' else model} {mode}" + (
-                f" ({len(group)} seeds)" if len(group) > 1 else ""
-            )
-            ax.scatter(x, y, marker="s" if model == "pinn" else "^", s=36, color=arm_colour(mode),
-                       edgecolor="black", linewidth=0.5, label=label)  # fmt: skip
+            words = f"{MODEL_WORDS.get(arm.model, arm.model)} {arm.mode}"
+            if arm.precision != REFERENCE_PRECISION:
+                words += f" {PRECISION_WORDS[arm.precision]}"
+            label = words + (f" ({len(group)} seeds)" if len(group) > 1 else "")
+            colour = arm_colour(arm.mode, arm.precision)
+            fill = PRECISION_STYLES[arm.precision].fillstyle
+            ax.plot(x, y, ls="", marker="s" if arm.model == "pinn" else "^", ms=6, color=colour, fillstyle=fill,
+                    markeredgecolor="black" if fill == "full" else colour, markeredgewidth=0.5 if fill == "full" else 1.2,
+                    label=label)  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel("seconds per object (log)")
         ax.set_title(title)
