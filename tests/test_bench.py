@@ -1,6 +1,7 @@
 """The benchmark's parts that need no worker process: its statistics (``ptycho.study.stats``),
-the machine record and foreign-load monitor (psutil), the ratios, and the one table
-builder of a bench record with its text rendering."""
+the machine record and foreign-load monitor (psutil), the ratios of every (mode, precision)
+arm, the one table builder of a bench record with its text rendering, its MLflow runs, and
+the speedup item judged over every arm."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import stats
-from ptycho.study.bench import ForeignLoad, fastest, format_table, machine_info, ratios, tables
+from ptycho.study.bench import ForeignLoad, arm_runs, fastest, format_table, machine_info, ratios, tables
 from ptycho.study.bench import machine as mach
+from ptycho.study.bench.roofline import achieved
+from ptycho.study.checklist.speedup import speedup
 from ptycho.study.tables import to_text
 
 T95_2 = 4.302652729911275  #: Student's t, 97.5 % quantile, 2 degrees of freedom
@@ -104,11 +107,24 @@ def test_seed_comparison_with_one_seed_is_inconclusive():
 # --------------------------------------------------------------------- machine
 def test_machine_info_comes_from_psutil_and_the_package_metadata():
     m = machine_info(gpus=0)
-    assert set(m) == {"cpu", "cores", "load_average", "tensorflow", "python", "gpus"}
+    assert set(m) == {"cpu", "cpu_flags", "cores", "load_average", "tensorflow", "python", "gpus"}
     assert m["cores"] == psutil.cpu_count() and m["gpus"] == 0
     assert len(m["load_average"]) == 3 and all(v >= 0 for v in m["load_average"])
     assert isinstance(m["cpu"], str) and m["python"].count(".") == 2
     assert machine_info()["gpus"] is None
+
+
+def test_cpu_flags_are_the_dtype_flags_of_proc_cpuinfo_in_a_fixed_order():
+    flags = mach.cpu_flags()
+    assert flags == [f for f in mach.DTYPE_FLAGS if f in flags]
+    if sys.platform.startswith("linux"):
+        with open("/proc/cpuinfo") as fh:
+            present = set(next(line for line in fh if line.startswith("flags")).split(":", 1)[1].split())
+        assert flags == [f for f in mach.DTYPE_FLAGS if f in present]
+    assert mach.flags_words({"cpu_flags": ["avx512f", "avx512_bf16"]}) == " (avx512f, avx512_bf16)"
+    assert mach.flags_words({"cpu_flags": []}) == f" (none of {', '.join(mach.DTYPE_FLAGS)})"
+    assert mach.flags_words({}) == ""  # a record from before the flags: nothing claimed
+    assert mach.machine_line({"cpu": "X", "cpu_flags": ["avx512f"], "cores": 2}).startswith("X (avx512f), 2 cores, ")
 
 
 def test_cpu_seconds_of_the_machine_and_of_a_process():
@@ -156,7 +172,12 @@ def test_foreign_load_record_judges_the_cores_other_processes_took():
 
 
 # ---------------------------------------------------------------------- ratios
-def _arm(model, mode, step_s, compile_s, shared_s=None, overhead_s=None):
+PEAK = {"size": 64, "repeats": 2, "threads": 2, "how": "best of 2", "gflops": {"float32": 100.0, "bfloat16": 200.0}}
+
+
+def _arm(model, mode, step_s, compile_s, shared_s=None, overhead_s=None, precision=None):
+    """An arm record with constant steps; ``precision=None`` is a record from before the
+    precision axis (no precision, no roofline)."""
     steps = [step_s] * 5
     a = {
         "model": model,
@@ -173,6 +194,10 @@ def _arm(model, mode, step_s, compile_s, shared_s=None, overhead_s=None):
         "peak_above_baseline_mb": 100.0,
         "xla_clusters": None,
     }
+    if precision is not None:
+        a["precision"] = precision
+        a["flops"] = {"per_step": 8e9, "forward_per_sample": 1e9 / 3, "train_factor": 3}
+        a["roofline"] = achieved(a["flops"], step_s, precision, PEAK)
     if overhead_s is not None:
         a["startup_overhead_s"] = overhead_s
     if shared_s is not None:
@@ -186,30 +211,78 @@ def test_ratios_against_the_reference_with_break_even():
         _arm("pinn", "jit", 0.050, 5.0, shared_s=0.250, overhead_s=6.0),
     ]
     r = ratios(arms)
-    assert set(r) == {"pinn"} and set(r["pinn"]) == {REFERENCE, "jit"}
+    assert set(r) == {"pinn"} and list(r["pinn"]) == [REFERENCE, "jit"]  # a record without precisions: float32
     jit = r["pinn"]["jit"]
+    assert (jit["mode"], jit["precision"]) == ("jit", "float32") and "same_precision" not in jit
     assert jit["train_step_alone"]["ratio"] == pytest.approx(2.0)  # off's 100 ms / jit's 50 ms
     assert jit["train_step_shared"]["ratio"] == pytest.approx(0.8)
     assert jit["compile_extra_s"] == 5.0  # start-up overheads, not first calls
     assert jit["break_even_steps"] == pytest.approx(100)  # 5 s / 50 ms
     assert jit["break_even_steps_shared"] == math.inf
     assert jit["inference"]["ratio"] == 1.0 and jit["padded_vs_naive"] == 4.0
-    assert r["pinn"][REFERENCE] == {"padded_vs_naive": 4.0}
+    assert r["pinn"][REFERENCE] == {"mode": REFERENCE, "precision": "float32", "padded_vs_naive": 4.0}
     assert fastest({"ratios": r}, "pinn", "alone") == ("jit", jit["train_step_alone"])
     assert fastest({"ratios": r}, "baseline", "alone") is None
     assert ratios([_arm("pinn", "jit", 0.05, 5.0)]) == {}  # nothing to compare with
 
 
-# ---------------------------------------------------------------------- tables
-def _record():
-    arms = [
-        _arm("pinn", REFERENCE, 0.100, 2.0, shared_s=0.200),
-        _arm("pinn", "jit", 0.080, 5.0, shared_s=0.250),
+def _precision_arms():
+    return [
+        _arm("pinn", REFERENCE, 0.100, 2.0, shared_s=0.400, precision="float32"),
+        _arm("pinn", "jit", 0.080, 5.0, shared_s=0.500, precision="float32"),
+        _arm("pinn", REFERENCE, 0.050, 2.0, shared_s=0.200, precision="mixed_bfloat16"),
+        _arm("pinn", "jit", 0.040, 5.0, shared_s=0.250, precision="mixed_bfloat16"),
     ]
+
+
+def test_every_arm_is_judged_against_off_at_float32_and_an_xla_mode_also_against_off_at_its_precision():
+    r = ratios(_precision_arms())["pinn"]
+    assert list(r) == [REFERENCE, "jit", "off-bf16", "jit-bf16"]
+    assert [(e["mode"], e["precision"]) for e in r.values()] == [
+        (REFERENCE, "float32"),
+        ("jit", "float32"),
+        (REFERENCE, "mixed_bfloat16"),
+        ("jit", "mixed_bfloat16"),
+    ]
+    assert r["jit"]["train_step_alone"]["ratio"] == pytest.approx(1.25) and "same_precision" not in r["jit"]
+    off_bf16 = r["off-bf16"]  # the precision's own gain, no XLA: judged against off at float32 only
+    assert off_bf16["train_step_alone"]["ratio"] == pytest.approx(2.0) and "same_precision" not in off_bf16
+    jit_bf16 = r["jit-bf16"]
+    assert jit_bf16["train_step_alone"]["ratio"] == pytest.approx(2.5)  # off fp32's 100 ms / 40 ms
+    assert jit_bf16["train_step_shared"]["ratio"] == pytest.approx(1.6)
+    assert jit_bf16["same_precision"]["train_step_alone"]["ratio"] == pytest.approx(1.25)  # off bf16's 50 ms / 40 ms
+    assert jit_bf16["same_precision"]["train_step_shared"]["ratio"] == pytest.approx(0.8)
+    assert jit_bf16["break_even_steps"] == pytest.approx(3.0 / 0.06)  # 3 s extra, 60 ms saved per step
+    best = fastest({"ratios": {"pinn": r}}, "pinn", "alone")
+    assert best == ("jit-bf16", jit_bf16["train_step_alone"])
+
+
+# -------------------------------------------------------------------- roofline
+def test_an_arms_roofline_is_its_flops_over_its_median_step_against_its_dtypes_peak():
+    fp32, bf16 = (
+        achieved({"per_step": 8e9}, 0.1, "float32", PEAK),
+        achieved({"per_step": 8e9}, 0.1, "mixed_bfloat16", PEAK),
+    )
+    assert fp32 == {
+        "gflops": pytest.approx(80.0),
+        "dtype": "float32",
+        "peak_gflops": 100.0,
+        "of_peak": pytest.approx(0.8),
+    }
+    assert bf16["dtype"] == "bfloat16" and bf16["of_peak"] == pytest.approx(0.4)  # bf16 arms vs the bf16 peak
+    fp16 = achieved({"per_step": 8e9}, 0.1, "mixed_float16", PEAK)  # a dtype whose peak was not measured
+    assert fp16["dtype"] == "float16" and math.isnan(fp16["peak_gflops"]) and math.isnan(fp16["of_peak"])
+    assert math.isnan(achieved({"per_step": 8e9}, 0.1, "float32", None)["of_peak"])
+
+
+# ---------------------------------------------------------------------- tables
+def _record(arms=None):
+    arms = _precision_arms()[:2] if arms is None else arms
     arms[1]["xla_clusters"] = 3
     return {
         "machine": {
             "cpu": "Test CPU",
+            "cpu_flags": ["avx512f", "avx512_bf16"],
             "cores": 2,
             "load_average": [0.5, 0.4, 0.3],
             "load_average_start": [0.25, 0.2, 0.1],
@@ -218,6 +291,8 @@ def _record():
             "gpus": 0,
         },
         "modes": [REFERENCE, "jit"],
+        "precisions": sorted({a.get("precision", "float32") for a in arms}, key=["float32", "mixed_bfloat16"].index),
+        "peak": PEAK,
         "contexts": {
             "alone": {
                 "jobs": 1,
@@ -234,67 +309,189 @@ def _record():
             "shared": {"jobs": 2, "threads": 1, "how": "all at once"},
         },
         "arms": arms,
-        "ratios": {
-            "pinn": {
-                "jit": {
-                    "train_step_alone": {"ratio": 1.25, "low": 1.2, "high": 1.3},
-                    "train_step_shared": {"ratio": 0.8, "low": 0.75, "high": 0.85},
-                    "compile_extra_s": 3.0,
-                    "break_even_steps": 150.0,
-                    "break_even_steps_shared": None,  # infinite, as JSON stores it
-                    "padded_vs_naive": 4.0,
-                },
-                REFERENCE: {"padded_vs_naive": 4.0},
-            }
-        },
+        "ratios": ratios(arms),
     }
 
 
 def test_tables_of_a_bench_record():
-    conditions, timing, versus, inference = tables(_record())
+    conditions, timing, versus, roofline, peak, inference = tables(_record())
     assert [t[0] for t in (conditions, timing, versus, inference)] == [
         "Benchmark conditions: other processes' CPU use while each context was timed (/proc/stat)",
-        "Train-step timings per mode (alone: one at a time; shared: all at once)",
-        "Each mode vs off (off's time / the mode's; > 1 means faster), 95 % bootstrap intervals",
+        "Train-step timings per arm (alone: one at a time; shared: all at once)",
+        "Each arm vs off at float32 (off's time / the arm's; > 1 means faster), 95 % bootstrap intervals; "
+        "and an XLA mode vs off at its own precision",
         "Inference: padded fixed batch vs a per-pattern loop (batch 1)",
     ]
     assert conditions[2] == [
         ["alone", "1", "2", "0.125", "2", "clean", "0.5 / 0.75"],
         ["shared", "2", "1", "n/a", "n/a", "n/a", "n/a / n/a"],
     ]
-    assert timing[1][:4] == ["model", "mode", "compile s", "alone median ms"] and len(timing[1]) == 13
+    assert timing[1][:5] == ["model", "mode", "precision", "compile s", "alone median ms"] and len(timing[1]) == 14
     assert timing[2] == [
-        ["pinn", "off", "2", "100", "0", "200", "0", "4", "3", "1", "900", "100", "-"],
-        ["pinn", "jit", "5", "80", "0", "250", "0", "4", "3", "1", "900", "100", "3"],
+        ["pinn", "off", "fp32", "2", "100", "0", "400", "0", "4", "3", "1", "900", "100", "-"],
+        ["pinn", "jit", "fp32", "5", "80", "0", "500", "0", "4", "3", "1", "900", "100", "3"],
     ]
     assert versus[1] == [
         "model",
         "mode",
+        "precision",
         "train step alone",
         "train step shared",
+        "alone vs off at same precision",
         "inference (padded batch)",
         "extra compile s",
         "break-even steps alone",
         "break-even steps shared",
     ]
-    assert versus[2] == [["pinn", "jit", "1.25 (1.2 - 1.3)", "0.8 (0.75 - 0.85)", "n/a", "3", "150", "never"]]
-    assert inference[2][0] == ["pinn", "off", "0.5", "1000", "250", "4"]
+    assert versus[2] == [
+        ["pinn", "jit", "fp32", "1.25 (1.25 - 1.25)", "0.8 (0.8 - 0.8)", "n/a", "1 (1 - 1)", "3", "150", "never"]
+    ]
+    assert roofline[0].startswith("Roofline, alone: FLOPs per train step counted from the layers")
+    assert roofline[1] == [
+        "model", "mode", "precision", "GFLOP per step", "alone median ms", "GFLOP/s", "dtype peak GFLOP/s", "% of peak"
+    ]  # fmt: skip
+    assert roofline[2] == [
+        ["pinn", "off", "fp32", "8", "100", "80", "100", "80"],
+        ["pinn", "jit", "fp32", "8", "80", "100", "100", "100"],
+    ]
+    assert peak[0] == "Machine peak: best of 2" and peak[2] == [["float32", "100", "1"], ["bfloat16", "200", "2"]]
+    assert inference[2][0] == ["pinn", "off", "fp32", "0.5", "1000", "250", "4"]
+
+
+def test_tables_give_every_arm_its_precision_and_an_xla_mode_its_ratio_at_the_same_precision():
+    _, timing, versus, roofline, _, _ = tables(_record(_precision_arms()))
+    assert [row[:3] for row in timing[2]] == [
+        ["pinn", "off", "fp32"],
+        ["pinn", "jit", "fp32"],
+        ["pinn", "off", "bf16"],
+        ["pinn", "jit", "bf16"],
+    ]
+    assert [row[:6] for row in versus[2]] == [
+        ["pinn", "jit", "fp32", "1.25 (1.25 - 1.25)", "0.8 (0.8 - 0.8)", "n/a"],
+        ["pinn", "off", "bf16", "2 (2 - 2)", "2 (2 - 2)", "n/a"],
+        ["pinn", "jit", "bf16", "2.5 (2.5 - 2.5)", "1.6 (1.6 - 1.6)", "1.25 (1.25 - 1.25)"],
+    ]
+    # a bf16 arm against the bf16 peak: 8 GFLOP in 40 ms = 200 GFLOP/s, all of 200
+    assert roofline[2][3] == ["pinn", "jit", "bf16", "8", "40", "200", "200", "100"]
+
+
+def test_a_record_from_before_the_precision_axis_reads_as_float32_without_a_roofline():
+    old = _record([_arm("pinn", REFERENCE, 0.100, 2.0), _arm("pinn", "jit", 0.080, 5.0)])
+    del old["peak"], old["precisions"], old["machine"]["cpu_flags"]
+    _, timing, versus, roofline, peak, _ = tables(old)
+    assert [row[2] for row in timing[2]] == ["fp32", "fp32"] and versus[2][0][:3] == ["pinn", "jit", "fp32"]
+    assert roofline[2][0] == ["pinn", "off", "fp32", "n/a", "100", "n/a", "n/a", "n/a"]
+    assert peak[0] == "Machine peak: not measured" and peak[2] == []
+    text = format_table(old)
+    assert text.startswith("machine: Test CPU | 2 cores")
+    assert "fastest PINN train step, alone: jit (1.25 (1.25 - 1.25) vs off)" in text and "GFLOP/s, " not in text
 
 
 def test_tables_of_an_empty_record_have_no_rows():
     out = tables({})
-    assert len(out) == 4 and all(rows == [] for _, _, rows in out)
-    assert out[1][0] == "Train-step timings per mode ()"
+    assert len(out) == 6 and all(rows == [] for _, _, rows in out)
+    assert out[1][0] == "Train-step timings per arm ()"
 
 
-def test_format_table_prints_the_machine_the_tables_and_the_fastest_mode():
+def test_format_table_prints_the_machine_the_tables_the_fastest_arm_and_the_roofline():
     record = _record()
     text = format_table(record)
-    assert text.startswith("machine: Test CPU | 2 cores | load 0.25 at start, 0.5 at end | TF 2.21.0 | GPUs 0\n")
+    assert text.startswith(
+        "machine: Test CPU (avx512f, avx512_bf16) | 2 cores | load 0.25 at start, 0.5 at end | TF 2.21.0 | GPUs 0\n"
+    )
     for title, header, rows in tables(record):
         assert f"{title}\n{to_text(header, rows)}" in text
-    assert "fastest PINN train step, alone: jit (1.25 (1.2 - 1.3) vs off)" in text
-    assert "fastest PINN train step, shared: jit (0.8 (0.75 - 0.85) vs off)" in text
+    assert "fastest PINN train step, alone: jit (1.25 (1.25 - 1.25) vs off)" in text
+    assert "fastest PINN train step, shared: jit (0.8 (0.8 - 0.8) vs off)" in text
+    assert text.endswith(
+        "The fastest PINN arm alone, jit, runs its 8.00 GFLOP train step at 100.0 GFLOP/s, 100 % of this "
+        "machine's float32 peak (100 GFLOP/s, a large matmul on 2 threads); the hardware accelerates bfloat16 "
+        "(peak vs float32: bfloat16 2.00x; CPU (avx512f, avx512_bf16))."
+    )
+    with_bf16 = format_table(_record(_precision_arms()))
+    assert "fastest PINN train step, alone: jit at bf16 (2.5 (2.5 - 2.5) vs off at fp32)" in with_bf16
+    assert (
+        "The fastest PINN arm alone, jit at bf16, runs its 8.00 GFLOP train step at 200.0 GFLOP/s, 100 %" in with_bf16
+    )
+
+
+def test_the_roofline_words_say_when_no_reduced_precision_is_accelerated():
+    from ptycho.study.bench import roofline_words
+
+    record = _record()
+    record["peak"] = dict(PEAK, gflops={"float32": 100.0, "bfloat16": 120.0, "float16": 60.0})
+    assert "the hardware accelerates no reduced precision (peak vs float32: bfloat16 1.20x, float16 0.60x;" in (
+        roofline_words(record)
+    )
+    assert roofline_words({"arms": [_arm("pinn", REFERENCE, 0.1, 2.0)]}) == ""  # no roofline recorded
+
+
+def test_a_peak_measured_beside_other_work_is_marked_contaminated_in_its_table_and_words():
+    from ptycho.study.bench import roofline_words
+
+    record = _record()
+    record["peak"] = dict(PEAK, foreign_load={"contaminated": True, "foreign_cores": 1.5, "of_cores": 2})
+    warning = "; CONTAMINATED: other processes kept 1.5 of 2 cores busy while the peak was measured"
+    assert tables(record)[4][0] == f"Machine peak: best of 2{warning}"
+    assert roofline_words(record).endswith(f"(avx512f, avx512_bf16)){warning}.")
+    record["peak"]["foreign_load"]["contaminated"] = False
+    assert tables(record)[4][0] == "Machine peak: best of 2" and "CONTAMINATED" not in roofline_words(record)
+
+
+# ------------------------------------------------------------------ MLflow runs
+def test_one_nested_run_per_arm_named_by_its_model_mode_and_precision():
+    runs = arm_runs(_record(_precision_arms()))
+    assert [r.name for r in runs] == ["bench-pinn-off", "bench-pinn-jit", "bench-pinn-off-bf16", "bench-pinn-jit-bf16"]
+    jit_bf16 = runs[3]
+    assert jit_bf16.tags == {"model": "pinn", "xla": "jit", "precision": "mixed_bfloat16"}
+    assert jit_bf16.params == {"arm.model": "pinn", "arm.xla": "jit", "arm.precision": "mixed_bfloat16"}
+    m = jit_bf16.metrics
+    assert m["gflops"] == pytest.approx(200.0) and m["of_peak"] == pytest.approx(1.0) and m["flops_per_step"] == 8e9
+    assert m["train_step_alone_speedup"] == pytest.approx(2.5)
+    assert m["train_step_alone_speedup_same_precision"] == pytest.approx(1.25)
+    assert runs[0].tags["precision"] == "float32" and "train_step_alone_speedup" not in runs[0].metrics
+
+
+# ------------------------------------------------------------- speedup item
+def test_the_speedup_item_judges_the_fastest_arm_over_every_mode_and_precision():
+    record = _record(_precision_arms())
+    rec = speedup(record, 1.0)
+    ctx = rec["evidence"]["per_context"]["alone"]
+    assert (ctx["arm"], ctx["mode"], ctx["precision"]) == ("jit-bf16", "jit", "mixed_bfloat16")
+    assert rec["value"] == pytest.approx(2.5) and rec["status"] == "PASS"  # 5 steps: the ratio itself
+    assert rec["summary"].startswith(
+        "Alone on the machine (the verdict's context): the fastest arm is jit at bf16: 2.50x off at fp32 "
+        "and 1.25x off at bf16 (median of 5 steps per arm, too few for a confidence interval"
+    )
+    assert set(rec["evidence"]["intervals"]) >= {
+        "PINN jit at bf16, train step alone",
+        "PINN off at bf16, train step alone",
+    }
+
+
+def test_the_speedup_item_says_when_the_fastest_arm_is_a_precision_without_xla():
+    arms = _precision_arms()
+    for a in arms:  # enough steps for an interval: 20 of them, a little spread
+        a["step_samples_s"] = [a["step_s"]["median"] * (1 + 0.001 * k) for k in range(20)]
+        a["step_s"] = stats.quartiles(a["step_samples_s"])
+    arms[3] = dict(arms[3], step_samples_s=[0.07 * (1 + 0.001 * k) for k in range(20)])  # jit bf16 slower than off bf16
+    arms[3]["step_s"] = stats.quartiles(arms[3]["step_samples_s"])
+    rec = speedup(_record(arms), 1.0)
+    assert rec["status"] == "PASS" and rec["evidence"]["per_context"]["alone"]["arm"] == "off-bf16"
+    assert "the fastest arm, off at bf16, makes the PINN train step faster: 2.00x off at fp32 (95% CI" in rec["summary"]
+    assert rec["value"] == rec["evidence"]["per_context"]["alone"]["low"] > 1.0
+
+
+def test_the_speedup_text_says_how_close_the_fastest_arm_is_to_the_peak():
+    from ptycho.study.checklist.speedup import text
+
+    record = _record(_precision_arms())
+    report = {"items": {"speedup": speedup(record, 1.0)}}
+    words = text(report)
+    assert "The fastest PINN arm alone, jit at bf16, runs its 8.00 GFLOP train step at 200.0 GFLOP/s" in words
+    assert (
+        "the hardware accelerates bfloat16" in words and "Benchmark machine: Test CPU (avx512f, avx512_bf16)" in words
+    )
 
 
 def test_importing_the_bench_imports_no_tensorflow():

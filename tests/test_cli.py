@@ -403,9 +403,9 @@ def bench_calls(monkeypatch):
 
     calls = []
 
-    def fake(dataset, model_jsons, models, train_cfg, modes, config, out, *, sim=None):
+    def fake(dataset, model_jsons, models, train_cfg, modes, config, out, *, precisions=(), sim=None):
         calls.append(dict(dataset=dataset, like=model_jsons, models=models, train=train_cfg, modes=modes,
-                          config=config, out=out, sim=sim))  # fmt: skip
+                          precisions=precisions, config=config, out=out, sim=sim))  # fmt: skip
         return JobRecord()
 
     monkeypatch.setattr(jobs, "bench", fake)
@@ -422,7 +422,7 @@ def test_bench_reads_the_studys_config_like_scaling(bench_calls):
     cfg = study_config(STUDY_CONFIG, "smoke")
     assert call["models"] == [workflow.model_config(cfg, k) for k in cfg["models"]]
     assert call["train"] == workflow.train_config(cfg, REFERENCE, 0, cfg["models"][0])
-    assert list(call["modes"]) == cfg["xla"]
+    assert list(call["modes"]) == cfg["xla"] and list(call["precisions"]) == cfg["precision"]
     assert call["sim"] == workflow.simulation_config(cfg) and call["dataset"] is None
     bench = call["config"]
     assert (bench.repeats, bench.warmup) == (cfg["bench"]["repeats"], cfg["bench"]["warmup"])
@@ -446,7 +446,7 @@ def test_bench_reads_a_resolved_config_json_with_its_numbers_as_numbers(bench_ca
 
 def test_bench_flags_override_the_studys_config(bench_calls, tmp_path):
     # Every flag overrides the study's config; rules/checks.smk passes the pipeline's settings so.
-    argv = ["bench", "--config", STUDY_CONFIG, "--preset", "smoke", "--models", "pinn", "--modes", "jit", "--repeats", "7", "--warmup", "2",
+    argv = ["bench", "--config", STUDY_CONFIG, "--preset", "smoke", "--models", "pinn", "--modes", "jit", "--precisions", "bf16", "--repeats", "7", "--warmup", "2",
             "--threads-alone", "2", "--shared-threads", "3", "--component-repeats", "4", "--no-shared",
             "--filters", "8", "--loss", "poisson", "--batch-size", "4", "--n", "32", "--object-size", "80",
             "--like", "m.json", "--out", str(tmp_path / "b.json")]  # fmt: skip
@@ -455,6 +455,7 @@ def test_bench_flags_override_the_studys_config(bench_calls, tmp_path):
     (model,) = call["models"]
     assert (model.kind, model.filters, model.loss) == ("pinn", 8, "poisson")
     assert call["train"].batch_size == 4 and list(call["modes"]) == ["jit"] and call["like"] == ["m.json"]
+    assert list(call["precisions"]) == ["mixed_bfloat16"]
     b = call["config"]
     assert (b.repeats, b.warmup, b.threads, b.shared_threads, b.component_repeats, b.shared) == (7, 2, 2, 3, 4, False)
     assert (call["sim"].n, call["sim"].object_size) == (32, 80)

@@ -28,7 +28,8 @@ _STUDY_DEFAULT = "(default: the study's)"
 
 @command(
     "bench",
-    "time every XLA mode vs off: compile, step alone and shared, components, memory, inference",
+    "time every XLA mode and precision vs off at float32: compile, step alone and shared, components, "
+    "memory, inference, FLOP/s against the machine's peak",
     *STUDY,
     arg("--dataset", help="dataset to time on (default: simulate the study's train split)"),
     arg("--object-size", type=int, help=f"object side when simulating {_STUDY_DEFAULT}"),
@@ -98,7 +99,10 @@ def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
         size = {k: getattr(args, k) for k in ("n", "object_size") if getattr(args, k) is not None}
         sim = from_dict(SimulationConfig, {**study["simulation"], **size}, "simulation")
     modes = args.modes or study["xla"]
-    return jobs.bench(args.dataset, args.like or (), models, train_cfg, modes, config, args.out, sim=sim)
+    precisions = args.precisions or study["precision"]
+    return jobs.bench(
+        args.dataset, args.like or (), models, train_cfg, modes, config, args.out, precisions=precisions, sim=sim
+    )
 
 
 @command(

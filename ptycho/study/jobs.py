@@ -277,14 +277,16 @@ def bench(
     config,
     out: str | None,
     *,
+    precisions: Sequence[str] = (),
     sim=None,
 ) -> JobRecord:
-    """Every (model, mode) arm timed in its own process (:func:`ptycho.study.bench.run`).
+    """Every (model, mode, precision) arm timed in its own process (:func:`ptycho.study.bench.run`).
 
     With ``model_jsons`` the trained models' own architecture, loss and batch size are
     timed (the benchmark must time the networks the study trains, not the CLI's
     defaults); otherwise ``models`` and ``train_cfg``. Without ``dataset``, a train
-    split simulated from ``sim``. One nested run per arm, all with the same keys.
+    split simulated from ``sim``. ``precisions`` beyond float32 (always timed) add arms of
+    every model and mode. One nested run per arm, all with the same keys.
     """
     from ptycho.artifacts import read_json, write_json
     from ptycho.nets.train import TrainConfig, configs_from_meta
@@ -306,7 +308,7 @@ def bench(
         from ptycho.data.simulate import simulate_split
 
         source = simulate_split(sim, "train")
-    result = timing.run(source, models, train_cfg, modes, config)
+    result = timing.run(source, models, train_cfg, modes, config, precisions)
     if out:
         write_json(out, result)
     gpus = result["machine"]["gpus"]  # what the workers' TensorFlow saw; this process loads none
@@ -314,6 +316,7 @@ def bench(
         tags={"device": "GPU" if gpus else "CPU", "gpus": str(gpus) if gpus else "none"},
         params={
             "bench.modes": " ".join(result["modes"]),
+            "bench.precisions": " ".join(result["precisions"]),
             "bench.repeats": config.repeats,
             **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()},
         },

@@ -1,25 +1,31 @@
-"""The benchmark: every XLA mode timed against the reference, each arm in its own process.
+"""The benchmark: every XLA mode and precision timed against the reference, each arm in
+its own process.
 
 :mod:`.coordinator` runs it (:func:`run`, :func:`ratios`, :func:`fastest`),
 :mod:`.worker` is the arm's process, :mod:`.machine` the machine and its foreign load
-(psutil), :mod:`.tables` the record's tables (:func:`tables`, :func:`format_table`).
-Its statistics are :mod:`ptycho.study.stats`. Imports no TensorFlow.
+(psutil), :mod:`.roofline` the FLOPs and the machine's peak, :mod:`.tables` the record's
+tables and words (:func:`tables`, :func:`format_table`, :func:`roofline_words`). Its
+statistics are :mod:`ptycho.study.stats`. Imports no TensorFlow.
 """
 
 from __future__ import annotations
 
-from ptycho.study.bench.coordinator import BenchConfig, arm_runs, fastest, ratios, run
+from ptycho.study.bench.coordinator import BenchConfig, arm_key, arm_runs, fastest, ratios, run
 from ptycho.study.bench.machine import ForeignLoad, machine_info
-from ptycho.study.bench.tables import format_table, tables
+from ptycho.study.bench.tables import arm_words, format_table, reference_words, roofline_words, tables
 
 __all__ = [
     "BenchConfig",
+    "arm_key",
     "arm_runs",
+    "arm_words",
     "ForeignLoad",
     "fastest",
     "format_table",
     "machine_info",
     "ratios",
+    "reference_words",
+    "roofline_words",
     "run",
     "tables",
 ]

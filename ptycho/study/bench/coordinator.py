@@ -1,6 +1,7 @@
-"""Where XLA helps: every XLA mode timed against ``off``, alone and with the cores shared.
+"""Where XLA helps: every XLA mode and precision timed against ``off`` at float32, alone
+and with the cores shared.
 
-Each (model, mode) arm runs in its own worker process (:mod:`.worker`: a fresh
+Each (model, mode, precision) arm runs in its own worker process (:mod:`.worker`: a fresh
 interpreter, so its TensorFlow has its own thread pools and XLA flags, and its peak
 memory is its own), on the same data, the same initial weights and the same batch
 sequence. Measured:
@@ -22,11 +23,15 @@ sequence. Measured:
   peak when there is one);
 * inference: patterns/s of the fixed-batch predictor (padding included) and of a
   per-pattern loop (batch 1), under the arm's mode, batches interleaved across arms;
-* ratios vs ``off`` with 95 % bootstrap intervals, and the break-even number of steps
-  after which a mode's extra compile time is paid back by its faster steps
+* the roofline (:mod:`.roofline`): each arm's FLOPs per train step and achieved GFLOP/s
+  alone, against the machine's matmul peak per dtype, measured in a worker with the
+  arms' threads alone;
+* ratios vs ``off`` at float32 with 95 % bootstrap intervals (and, for an XLA mode at a
+  reduced precision, vs ``off`` at that precision), and the break-even number of steps
+  after which an arm's extra compile time is paid back by its faster steps
   (:mod:`ptycho.study.stats`).
 
-Ratios above 1 mean the mode is faster than ``off``; below 1, slower, and said so.
+Ratios above 1 mean the arm is faster than the reference; below 1, slower, and said so.
 """
 
 from __future__ import annotations
@@ -39,8 +44,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ptycho.config import defaults
+from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
+from ptycho.study.arms import Arm
 from ptycho.study.bench.machine import ForeignLoad, cores, load_average, machine_info
+from ptycho.study.bench.roofline import PEAK_SIZE, achieved
 from ptycho.study.bench.worker import _Worker
 from ptycho.study.stats import bootstrap_ratio, break_even_steps, quartiles
 from ptycho.tracking.record import NestedRun
@@ -58,16 +66,17 @@ class BenchConfig:
     threads: int = 0  #: intra-op threads per worker alone; 0 = all cores
     shared: bool = True  #: also time every arm's loop at once
     shared_threads: int = 1  #: intra-op threads per worker when shared (the pipeline's train_threads)
+    peak_size: int = PEAK_SIZE  #: side of the square matrices whose product measures the machine's peak
 
 
 def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_Worker]:
     workers = []
     try:
-        for model_cfg, mode in arms:
+        for model_cfg, mode, precision in arms:
             spec = {
                 "dataset": ds,
                 "model_cfg": dataclasses.asdict(model_cfg),
-                "train_cfg": dict(dataclasses.asdict(train_cfg), xla=mode),
+                "train_cfg": dict(dataclasses.asdict(train_cfg), xla=mode, precision=precision),
                 "bench": dataclasses.asdict(bench),
                 "threads": threads,
                 "count_clusters": mode == "auto",
@@ -80,35 +89,53 @@ def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_
     return workers
 
 
+def precision_of(arm: Mapping) -> str:
+    """An arm record's precision; records from before the precision axis are float32."""
+    return arm.get("precision", REFERENCE_PRECISION)
+
+
+def arm_key(arm: Mapping) -> str:
+    """An arm's key among its model's arms (in ``ratios``): the mode at float32, as before
+    the precision axis (``jit``), ``<mode>-<short>`` otherwise (``jit-bf16``)."""
+    return Arm(arm["model"], arm["mode"], 0, precision_of(arm)).key("mode", "precision")
+
+
 def run(
-    ds, model_cfgs, train_cfg, modes: Sequence[str] = (REFERENCE, "jit"), bench: BenchConfig = BenchConfig()
+    ds,
+    model_cfgs,
+    train_cfg,
+    modes: Sequence[str] = (REFERENCE, "jit"),
+    bench: BenchConfig = BenchConfig(),
+    precisions: Sequence[str] = (),
 ) -> dict:
-    """Time every (model, mode) arm; return per-arm results and per-mode ratios vs ``off``.
+    """Time every (model, mode, precision) arm; return per-arm results, the machine's peak
+    and every arm's ratios vs ``off`` at float32.
 
     ``ds`` is a :class:`~ptycho.data.dataset.Dataset` or the path of a dataset file (passed to
-    the workers, which read it themselves).
+    the workers, which read it themselves). ``off`` and float32 are always added: every
+    arm is judged against them.
     """
     import multiprocessing
 
+    from ptycho.nets.precision import parse_precision
     from ptycho.nets.xla import MODES, parse_mode
 
-    modes = [parse_mode(m) for m in modes]
-    if REFERENCE not in modes:
-        modes = [REFERENCE, *modes]  # every mode is judged against off
-    modes = sorted(set(modes), key=list(MODES).index)
+    modes = sorted({REFERENCE, *map(parse_mode, modes)}, key=list(MODES).index)
+    precisions = sorted({REFERENCE_PRECISION, *map(parse_precision, precisions)}, key=list(PRECISIONS).index)
     ctx = multiprocessing.get_context("spawn")
-    arms = [(m, mode) for m in model_cfgs for mode in modes]
+    arms = [(m, mode, precision) for m in model_cfgs for precision in precisions for mode in modes]
     n_cores = cores()
     alone_threads = bench.threads or n_cores
     started = {"load_average": load_average(), "time": time.time()}
 
-    results: dict[tuple[str, str], dict[str, Any]] = {}
+    results: dict[tuple[str, str, str], dict[str, Any]] = {}
     workers = _start(ctx, ds, arms, train_cfg, bench, alone_threads)
     try:
-        for (model_cfg, mode), w in zip(arms, workers, strict=True):  # one at a time: compile alone
-            results[(model_cfg.kind, mode)] = {
+        for (model_cfg, mode, precision), w in zip(arms, workers, strict=True):  # one at a time: compile alone
+            results[(model_cfg.kind, mode, precision)] = {
                 "model": model_cfg.kind,
                 "mode": mode,
+                "precision": precision,
                 "model_config": dataclasses.asdict(model_cfg),
                 "batch_size": train_cfg.batch_size,
                 "compile_s": w.call("step"),
@@ -121,8 +148,10 @@ def run(
                 for i in order if r % 2 == 0 else order[::-1]:
                     alone[i].append(workers[i].call("step"))
         inference = _interleaved_inference(workers)
-        for i, ((model_cfg, mode), w) in enumerate(zip(arms, workers, strict=True)):
-            res = results[(model_cfg.kind, mode)]
+        with ForeignLoad([workers[0].process.pid]) as peak_load:  # the machine's, with the arms' threads alone
+            peak = workers[0].call("peak")
+        for i, ((model_cfg, mode, precision), w) in enumerate(zip(arms, workers, strict=True)):
+            res = results[(model_cfg.kind, mode, precision)]
             res.update(inference[i])
             res["step_s"] = quartiles(alone[i])
             res["step_samples_s"] = alone[i]
@@ -131,6 +160,8 @@ def run(
             # is the honest cost of getting ready, for every mode alike.
             ready = [res["compile_s"], *warm[i]]
             res["startup_overhead_s"] = max(0.0, sum(ready) - len(ready) * res["step_s"]["median"])
+            res["flops"] = w.call("flops")
+            res["roofline"] = achieved(res["flops"], res["step_s"]["median"], precision, peak)
             res["components"] = w.call("components", bench.component_repeats)
             res.update(w.call("memory"))
             res["xla_clusters"] = w.call("clusters")
@@ -144,8 +175,8 @@ def run(
                     w.call("step")
             with ForeignLoad([w.process.pid for w in workers]) as shared_load:
                 samples = _run_shared(workers, bench.repeats)
-            for (model_cfg, mode), s in zip(arms, samples, strict=True):
-                results[(model_cfg.kind, mode)]["shared"] = {"step_s": quartiles(s), "step_samples_s": s}
+            for (model_cfg, mode, precision), s in zip(arms, samples, strict=True):
+                results[(model_cfg.kind, mode, precision)]["shared"] = {"step_s": quartiles(s), "step_samples_s": s}
     finally:
         for w in workers:
             w.stop()
@@ -167,10 +198,18 @@ def run(
         }
     machine = machine_info(gpus=max((w.description["gpus"] for w in workers), default=None))
     machine["load_average_start"] = started["load_average"]
-    arms_out = [results[(m.kind, mode)] for m, mode in arms]
+    arms_out = [results[(m.kind, mode, precision)] for m, mode, precision in arms]
+    peak["threads"] = alone_threads
+    peak["foreign_load"] = peak_load.record(n_cores)
+    peak["how"] = (
+        f"best of {peak['repeats']} tf.linalg.matmul of two {peak['size']} x {peak['size']} matrices per dtype, "
+        f"{alone_threads} thread{'s' * (alone_threads != 1)}, in one worker (the arms' threads alone)"
+    )
     return {
         "machine": machine,
         "modes": modes,
+        "precisions": precisions,
+        "peak": peak,
         "contexts": contexts,
         "arms": arms_out,
         "ratios": ratios(arms_out),
@@ -245,47 +284,57 @@ def _ready(arm: dict) -> float:
     return arm.get("startup_overhead_s", arm["compile_s"])
 
 
+def _step_ratios(ref: Mapping, a: Mapping) -> dict[str, dict]:
+    """Train-step speed of ``a`` relative to ``ref`` (above 1 = faster), alone and, where
+    both were timed there, shared."""
+    out = {"train_step_alone": bootstrap_ratio(ref["step_samples_s"], a["step_samples_s"])}
+    if "shared" in a and "shared" in ref:
+        out["train_step_shared"] = bootstrap_ratio(ref["shared"]["step_samples_s"], a["shared"]["step_samples_s"])
+    return out
+
+
 def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
-    """Per model and mode: speed relative to ``off`` (above 1 = faster), with intervals."""
+    """Per model and arm (:func:`arm_key`): speed relative to ``off`` at float32 (above 1 =
+    faster), with intervals. An XLA mode at a reduced precision also has ``same_precision``:
+    its speed relative to ``off`` at that precision, what XLA adds to the precision's gain."""
     out: dict[str, dict[str, dict]] = {}
     for model in dict.fromkeys(a["model"] for a in arms):
-        by_mode = {a["mode"]: a for a in arms if a["model"] == model}
-        off = by_mode.get(REFERENCE)
+        by_key = {arm_key(a): a for a in arms if a["model"] == model}
+        off = by_key.get(REFERENCE)
         if off is None:
             continue
-        for mode, a in by_mode.items():
-            if mode == REFERENCE:
-                continue
-            ready, ready_off = _ready(a), _ready(off)
-            r = {
-                "train_step_alone": bootstrap_ratio(off["step_samples_s"], a["step_samples_s"]),
-                "compile_extra_s": ready - ready_off,
-                "break_even_steps": break_even_steps(ready, ready_off, a["step_s"]["median"], off["step_s"]["median"]),
-            }
-            if "shared" in a and "shared" in off:
-                r["train_step_shared"] = bootstrap_ratio(off["shared"]["step_samples_s"], a["shared"]["step_samples_s"])
-                r["break_even_steps_shared"] = break_even_steps(
-                    ready, ready_off, a["shared"]["step_s"]["median"], off["shared"]["step_s"]["median"]
+        for key, a in by_key.items():
+            r: dict[str, Any] = {"mode": a["mode"], "precision": precision_of(a)}
+            if key != REFERENCE:
+                ready, ready_off = _ready(a), _ready(off)
+                r.update(_step_ratios(off, a))
+                r["compile_extra_s"] = ready - ready_off
+                r["break_even_steps"] = break_even_steps(
+                    ready, ready_off, a["step_s"]["median"], off["step_s"]["median"]
                 )
-            if a.get("infer_batch_samples_s") and off.get("infer_batch_samples_s"):
-                r["inference"] = bootstrap_ratio(off["infer_batch_samples_s"], a["infer_batch_samples_s"])
+                if "shared" in a and "shared" in off:
+                    r["break_even_steps_shared"] = break_even_steps(
+                        ready, ready_off, a["shared"]["step_s"]["median"], off["shared"]["step_s"]["median"]
+                    )
+                if a.get("infer_batch_samples_s") and off.get("infer_batch_samples_s"):
+                    r["inference"] = bootstrap_ratio(off["infer_batch_samples_s"], a["infer_batch_samples_s"])
+                same = by_key.get(arm_key(dict(a, mode=REFERENCE)))
+                if a["mode"] != REFERENCE and same is not off and same is not None:
+                    r["same_precision"] = _step_ratios(same, a)
             r["padded_vs_naive"] = a["infer_patterns_per_s"] / a["naive_patterns_per_s"]
-            out.setdefault(model, {})[mode] = r
-        out.setdefault(model, {})[REFERENCE] = {
-            "padded_vs_naive": off["infer_patterns_per_s"] / off["naive_patterns_per_s"]
-        }
+            out.setdefault(model, {})[key] = r
     return out
 
 
 def fastest(result: dict, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
-    """The mode with the highest train-step ratio vs ``off`` in ``context`` (``off`` itself
-    if no mode beats it with confidence), with its interval."""
+    """The arm (:func:`arm_key`) with the highest train-step ratio vs ``off`` at float32 in
+    ``context``, with its interval; ``None`` if no arm was compared with it."""
     key = f"train_step_{context}"
-    modes = {m: r[key] for m, r in result.get("ratios", {}).get(model, {}).items() if key in r}
-    if not modes:
+    arms = {k: r[key] for k, r in result.get("ratios", {}).get(model, {}).items() if key in r}
+    if not arms:
         return None
-    best = max(modes, key=lambda m: modes[m]["ratio"])
-    return best, modes[best]
+    best = max(arms, key=lambda k: arms[k]["ratio"])
+    return best, arms[best]
 
 
 def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
@@ -293,7 +342,7 @@ def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
     and tags: MLflow's compare view lines the arms up."""
     runs = []
     for a in result["arms"]:
-        model, mode = a["model"], a["mode"]
+        model, mode, precision = a["model"], a["mode"], precision_of(a)
         metrics = {
             "compile_s": a["compile_s"],
             "step_median_s": a["step_s"]["median"],
@@ -303,20 +352,28 @@ def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
         }
         if "shared" in a:
             metrics["shared_step_median_s"] = a["shared"]["step_s"]["median"]
-        r = result["ratios"].get(model, {}).get(mode, {})
+        if "roofline" in a:
+            metrics["flops_per_step"] = a["flops"]["per_step"]
+            metrics["gflops"] = a["roofline"]["gflops"]
+            if math.isfinite(a["roofline"]["of_peak"]):
+                metrics["of_peak"] = a["roofline"]["of_peak"]
+        r = result["ratios"].get(model, {}).get(arm_key(a), {})
         if "padded_vs_naive" in r:
             metrics["padded_vs_naive"] = r["padded_vs_naive"]
         for key in ("train_step_alone", "train_step_shared", "inference"):
             if key in r:
                 metrics[f"{key}_speedup"] = r[key]["ratio"]
+        for key, same in r.get("same_precision", {}).items():
+            metrics[f"{key}_speedup_same_precision"] = same["ratio"]
         for key in ("break_even_steps", "compile_extra_s"):
             if key in r and math.isfinite(r[key]):
                 metrics[key] = r[key]
+        arm = Arm(model, mode, 0, precision)
         runs.append(
             NestedRun(
-                f"bench-{model}-{mode}",
-                {"model": model, "xla": mode},
-                {"arm.model": model, "arm.xla": mode},
+                f"bench-{arm.key('model', 'mode', 'precision')}",
+                {"model": model, "xla": mode, "precision": precision},
+                {"arm.model": model, "arm.xla": mode, "arm.precision": precision},
                 metrics,
             )
         )

@@ -1,14 +1,26 @@
-"""A bench record as tables: built once by :func:`tables`, rendered as text by
-:func:`format_table` (the ``ptycho bench`` command) and as Markdown or HTML by the
-report (:mod:`ptycho.study.tables`)."""
+"""A bench record as tables and words: built once by :func:`tables` and
+:func:`roofline_words`, rendered as text by :func:`format_table` (the ``ptycho bench``
+command) and as Markdown or HTML by the report (:mod:`ptycho.study.tables`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
+from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
-from ptycho.study.bench.coordinator import fastest
+from ptycho.study.arms import MODEL_WORDS
+from ptycho.study.bench.coordinator import arm_key, fastest, precision_of
+from ptycho.study.bench.machine import flags_words
+from ptycho.study.bench.roofline import compute_dtype
 from ptycho.study.tables import Table, fmt, to_text
+
+#: A dtype the hardware accelerates has a peak at least this many times float32's: a
+#: hardware path about doubles the rate or more (twice the elements per vector, a
+#: dot-product instruction such as AVX512_BF16's, AMX tiles; bfloat16 measured 1.8-2.7x
+#: on Zen 4); one library's kernel beating another's is less (TensorFlow's Eigen float16
+#: matmul on AVX-512 without avx512_fp16: 0.9-1.3x).
+ACCELERATED = 1.5
 
 
 def _break_even(ratios: Mapping, key: str) -> str:
@@ -46,11 +58,19 @@ def _conditions(contexts: Mapping) -> list[list[str]]:
     return rows
 
 
+def _short(precision: str) -> str:
+    return SHORT.get(precision, precision)
+
+
+def _arm(a: Mapping) -> list[str]:
+    """An arm's first cells: model, mode, precision (short word)."""
+    return [a["model"], a["mode"], _short(precision_of(a))]
+
+
 def _timing(a: Mapping) -> list[str]:
     shared = a.get("shared", {}).get("step_s")
     return [
-        a["model"],
-        a["mode"],
+        *_arm(a),
         fmt(a["compile_s"]),
         _ms(a["step_s"]),
         fmt(1e3 * a["step_s"]["iqr"]),
@@ -68,8 +88,7 @@ def _timing(a: Mapping) -> list[str]:
 
 def _inference(a: Mapping) -> list[str]:
     return [
-        a["model"],
-        a["mode"],
+        *_arm(a),
         fmt(a["infer_compile_s"]),
         fmt(a["infer_patterns_per_s"]),
         fmt(a["naive_patterns_per_s"]),
@@ -77,31 +96,67 @@ def _inference(a: Mapping) -> list[str]:
     ]
 
 
+def _roofline(a: Mapping) -> list[str]:
+    roof = a.get("roofline", {})
+    return [
+        *_arm(a),
+        fmt(a["flops"]["per_step"] / 1e9) if "flops" in a else "n/a",
+        _ms(a["step_s"]),
+        fmt(roof.get("gflops")),
+        fmt(roof.get("peak_gflops")),
+        fmt(100 * roof.get("of_peak", math.nan)),
+    ]
+
+
+def _peak(peak: Mapping) -> list[list[str]]:
+    gflops = peak.get("gflops", {})
+    ref = gflops.get(compute_dtype(REFERENCE_PRECISION), math.nan)
+    return [[dtype, fmt(value), fmt(value / ref)] for dtype, value in gflops.items()]
+
+
+def _contaminated(peak: Mapping) -> str:
+    """``"; CONTAMINATED: ..."`` when other processes took more than the limit while the
+    peak was measured (a lower peak, a higher fraction of it); empty otherwise."""
+    f = peak.get("foreign_load") or {}
+    if not f.get("contaminated"):
+        return ""
+    return (
+        f"; CONTAMINATED: other processes kept {fmt(f['foreign_cores'])} of {f['of_cores']} cores busy "
+        "while the peak was measured"
+    )
+
+
 def _ratios(ratios: Mapping) -> list[list[str]]:
+    """One row per arm but the reference; arms from before the precision axis are keyed by
+    their mode and are float32."""
     return [
         [
             model,
-            mode,
+            r.get("mode", key),
+            _short(r.get("precision", REFERENCE_PRECISION)),
             _interval(r.get("train_step_alone")),
             _interval(r.get("train_step_shared")),
+            _interval(r.get("same_precision", {}).get("train_step_alone")),
             _interval(r.get("inference")),
             fmt(r.get("compile_extra_s")),
             _break_even(r, "break_even_steps"),
             _break_even(r, "break_even_steps_shared"),
         ]
         for model, per in ratios.items()
-        for mode, r in per.items()
-        if mode != REFERENCE
+        for key, r in per.items()
+        if key != REFERENCE
     ]
 
 
 def tables(bench: Mapping) -> list[Table]:
     """The tables of a bench record (:func:`~ptycho.study.bench.run`'s result, as written
-    to ``bench.json``): conditions, train-step timings, each mode vs the reference, and
-    inference. A record without some part gives that table no rows."""
+    to ``bench.json``): conditions, train-step timings, each arm vs the reference, the
+    roofline and the machine's peak, and inference. A record without some part gives
+    that table no rows."""
     arms = bench.get("arms", [])
     contexts = bench.get("contexts", {})
     how = "; ".join(f"{k}: {c['how']}" for k, c in contexts.items())
+    peak = bench.get("peak", {})
     return [
         (
             "Benchmark conditions: other processes' CPU use while each context was timed (/proc/stat)",
@@ -117,10 +172,11 @@ def tables(bench: Mapping) -> list[Table]:
             _conditions(contexts),
         ),
         (
-            f"Train-step timings per mode ({how})",
+            f"Train-step timings per arm ({how})",
             [
                 "model",
                 "mode",
+                "precision",
                 "compile s",
                 "alone median ms",
                 "alone IQR ms",
@@ -136,12 +192,15 @@ def tables(bench: Mapping) -> list[Table]:
             [_timing(a) for a in arms],
         ),
         (
-            f"Each mode vs {REFERENCE} ({REFERENCE}'s time / the mode's; > 1 means faster), 95 % bootstrap intervals",
+            f"Each arm vs {REFERENCE} at {REFERENCE_PRECISION} ({REFERENCE}'s time / the arm's; > 1 means faster), "
+            f"95 % bootstrap intervals; and an XLA mode vs {REFERENCE} at its own precision",
             [
                 "model",
                 "mode",
+                "precision",
                 "train step alone",
                 "train step shared",
+                f"alone vs {REFERENCE} at same precision",
                 "inference (padded batch)",
                 "extra compile s",
                 "break-even steps alone",
@@ -150,11 +209,80 @@ def tables(bench: Mapping) -> list[Table]:
             _ratios(bench.get("ratios", {})),
         ),
         (
+            "Roofline, alone: FLOPs per train step counted from the layers (Conv2D, Dense; backward = 2x forward) "
+            "over the median step, against the machine's peak for the dtype the arm computes in",
+            [
+                "model",
+                "mode",
+                "precision",
+                "GFLOP per step",
+                "alone median ms",
+                "GFLOP/s",
+                "dtype peak GFLOP/s",
+                "% of peak",
+            ],
+            [_roofline(a) for a in arms],
+        ),
+        (
+            f"Machine peak: {peak.get('how', 'not measured')}{_contaminated(peak)}",
+            ["dtype", "GFLOP/s", f"vs {compute_dtype(REFERENCE_PRECISION)}"],
+            _peak(peak),
+        ),
+        (
             "Inference: padded fixed batch vs a per-pattern loop (batch 1)",
-            ["model", "mode", "compile s", "padded-batch patterns/s", "per-pattern patterns/s", "padded / per-pattern"],
+            [
+                "model",
+                "mode",
+                "precision",
+                "compile s",
+                "padded-batch patterns/s",
+                "per-pattern patterns/s",
+                "padded / per-pattern",
+            ],
             [_inference(a) for a in arms],
         ),
     ]
+
+
+def arm_words(bench: Mapping, model: str, key: str) -> str:
+    """An arm of ``model`` (its :func:`~ptycho.study.bench.coordinator.arm_key`) in words:
+    ``"jit"`` at float32, ``"jit at bf16"`` otherwise."""
+    r = bench.get("ratios", {}).get(model, {}).get(key, {})
+    precision = r.get("precision", REFERENCE_PRECISION)
+    mode = r.get("mode", key)
+    return mode if precision == REFERENCE_PRECISION else f"{mode} at {_short(precision)}"
+
+
+def reference_words(bench: Mapping) -> str:
+    """What every arm is compared with: ``"off"``, or ``"off at fp32"`` when the record has
+    reduced-precision arms too."""
+    reduced = any(precision_of(a) != REFERENCE_PRECISION for a in bench.get("arms", []))
+    return f"{REFERENCE} at {_short(REFERENCE_PRECISION)}" if reduced else REFERENCE
+
+
+def roofline_words(bench: Mapping) -> str:
+    """How close the fastest PINN arm alone is to the machine's limit, and which reduced
+    precision the hardware accelerates (measured peaks vs float32's, and the CPU's flags);
+    empty for a record without a roofline."""
+    arms = [a for a in bench.get("arms", []) if "roofline" in a]
+    peak = bench.get("peak", {})
+    if not arms or not peak:
+        return ""
+    best = max([a for a in arms if a["model"] == "pinn"] or arms, key=lambda a: a["roofline"]["gflops"])
+    roof = best["roofline"]
+    ref_dtype = compute_dtype(REFERENCE_PRECISION)
+    gains = {d: v / peak["gflops"][ref_dtype] for d, v in peak["gflops"].items() if d != ref_dtype}
+    fast = [d for d, g in gains.items() if g >= ACCELERATED]
+    each = ", ".join(f"{d} {g:.2f}x" for d, g in gains.items())
+    return (
+        f"The fastest {MODEL_WORDS.get(best['model'], best['model'])} arm alone, "
+        f"{arm_words(bench, best['model'], arm_key(best))}, runs its {best['flops']['per_step'] / 1e9:.2f} GFLOP "
+        f"train step at {roof['gflops']:.1f} GFLOP/s, {100 * roof['of_peak']:.0f} % of this machine's {roof['dtype']} "
+        f"peak ({roof['peak_gflops']:.0f} GFLOP/s, a large matmul on {peak['threads']} "
+        f"thread{'s' * (peak['threads'] != 1)}); the hardware "
+        f"accelerates {' and '.join(fast) or 'no reduced precision'} (peak vs {ref_dtype}: {each}; CPU"
+        f"{flags_words(bench.get('machine', {})) or ' flags not recorded'}){_contaminated(peak)}."
+    )
 
 
 def _machine_and_load(bench: Mapping) -> str:
@@ -163,7 +291,7 @@ def _machine_and_load(bench: Mapping) -> str:
     m = bench.get("machine", {})
     start, end = m.get("load_average_start"), m.get("load_average")
     return (
-        f"machine: {m.get('cpu', 'n/a')} | {m.get('cores', 'n/a')} cores | load "
+        f"machine: {m.get('cpu', 'n/a')}{flags_words(m)} | {m.get('cores', 'n/a')} cores | load "
         f"{fmt(start[0] if start else None)} at start, {fmt(end[0] if end else None)} at end | "
         f"TF {m.get('tensorflow', 'n/a')} | GPUs {m.get('gpus')}"
     )
@@ -171,12 +299,16 @@ def _machine_and_load(bench: Mapping) -> str:
 
 def format_table(result: Mapping) -> str:
     """The text ``ptycho bench`` prints: the machine, every table of :func:`tables` under
-    its title, and the fastest PINN mode in each context."""
+    its title, the fastest PINN arm in each context and the roofline in words."""
     parts = [_machine_and_load(result)]
     parts += [f"{title}\n{to_text(header, rows)}" for title, header, rows in tables(result)]
-    best = []
+    words = []
     for context in result.get("contexts", {}):
         found = fastest(result, "pinn", context)
         if found:
-            best.append(f"fastest PINN train step, {context}: {found[0]} ({_interval(found[1])} vs {REFERENCE})")
-    return "\n\n".join([*parts, "\n".join(best)] if best else parts)
+            words.append(
+                f"fastest PINN train step, {context}: {arm_words(result, 'pinn', found[0])} "
+                f"({_interval(found[1])} vs {reference_words(result)})"
+            )
+    words += [roofline_words(result)] if roofline_words(result) else []
+    return "\n\n".join([*parts, "\n".join(words)] if words else parts)

@@ -1,4 +1,4 @@
-"""The benchmark's worker process: one (model, mode) arm in a fresh interpreter.
+"""The benchmark's worker process: one (model, mode, precision) arm in a fresh interpreter.
 
 :func:`_worker` is the process's main: it sets the arm's thread counts and XLA flags
 before TensorFlow starts, builds the arm (:class:`_WorkerArm`: trainer, components,
@@ -57,7 +57,7 @@ def _worker(conn, spec: dict) -> None:
 
 
 class _WorkerArm:
-    """One (model, mode) arm inside its worker: trainer, components, predictor."""
+    """One (model, mode, precision) arm inside its worker: trainer, components, predictor."""
 
     def __init__(self, spec: dict):
         from ptycho.config import from_dict
@@ -85,6 +85,7 @@ class _WorkerArm:
         return {
             "model": self.model_cfg.kind,
             "mode": self.train_cfg.xla,
+            "precision": self.train_cfg.precision,
             "gpus": len(tf.config.list_physical_devices("GPU")),
         }
 
@@ -98,6 +99,18 @@ class _WorkerArm:
         t0 = time.perf_counter()
         float(self.trainer.train_step(*b))
         return time.perf_counter() - t0
+
+    def flops(self) -> dict:
+        """The network's FLOPs per train step (:func:`~ptycho.study.bench.roofline.train_step_flops`)."""
+        from ptycho.study.bench.roofline import train_step_flops
+
+        return train_step_flops(self.trainer.network, self.train_cfg.batch_size)
+
+    def peak(self) -> dict:
+        """The machine's matmul peak per dtype, with this worker's threads (:mod:`.roofline`)."""
+        from ptycho.study.bench.roofline import peak_gflops
+
+        return peak_gflops(self.spec["bench"]["peak_size"])
 
     def clusters(self) -> int | None:
         """XLA clusters TensorFlow's auto-clustering formed (dumped graphs), if counted."""
@@ -220,7 +233,7 @@ class _Worker:
         self.process = ctx.Process(target=_worker, args=(child, spec), daemon=True)
         self.process.start()
         child.close()
-        self.name = f"{spec['model_cfg']['kind']} {spec['train_cfg']['xla']}"
+        self.name = f"{spec['model_cfg']['kind']} {spec['train_cfg']['xla']} {spec['train_cfg']['precision']}"
         self.description = self._receive()
 
     def _receive(self):

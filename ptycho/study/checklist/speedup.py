@@ -1,7 +1,9 @@
-"""Checklist item *speedup*: is some XLA mode's PINN train step faster than ``off``'s?
+"""Checklist item *speedup*: is some arm's PINN train step faster than ``off``'s at float32?
 
-Collected from the benchmark job's record (``ptycho bench``: every arm timed alone and
-with the cores shared, interleaved, with bootstrap intervals); no TensorFlow.
+An arm is an XLA mode at a precision (``off`` at bfloat16 is one: a reduced precision
+without XLA). Collected from the benchmark job's record (``ptycho bench``: every arm
+timed alone and with the cores shared, interleaved, with bootstrap intervals, and its
+roofline); no TensorFlow.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 
 from ptycho.artifacts import read_json
 from ptycho.errors import PtychoError
+from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
+from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import MODEL_WORDS, Arm
 from ptycho.study.checklist.item import Figure, Inputs, Item, verdict
 from ptycho.study.figures.timing import MEASUREMENTS
@@ -24,16 +28,19 @@ CONTEXT_WORDS = {"alone": "alone on the machine", "shared": "with the cores shar
 
 
 def speedup_intervals(bench: Mapping[str, Any]) -> dict[str, dict]:
-    """``"PINN jit, train step alone" -> {ratio, low, high}`` for every model, mode and
-    measurement of the benchmark (speed relative to ``off``: above 1 = faster); the
-    report record's index of the benchmark's ratios, read by people, never parsed."""
+    """``"PINN jit, train step alone" -> {ratio, low, high}`` for every model, arm and
+    measurement of the benchmark (speed relative to ``off`` at float32: above 1 = faster;
+    ``"PINN jit at bf16, ..."`` for a reduced precision); the report record's index of the
+    benchmark's ratios, read by people, never parsed."""
+    from ptycho.study.bench import arm_words
+
     out = {}
     for model, per in bench.get("ratios", {}).items():
         label = MODEL_WORDS.get(model, model.capitalize())
-        for mode, r in per.items():
+        for arm, r in per.items():
             for key, word in MEASUREMENTS.items():
                 if key in r:
-                    out[f"{label} {mode}, {word}"] = r[key]
+                    out[f"{label} {arm_words(bench, model, arm)}, {word}"] = r[key]
     return out
 
 
@@ -46,29 +53,41 @@ def _steps(bench: Mapping[str, Any], model: str, context: str) -> int:
     return min(counts, default=0)
 
 
-def _effect(mode: str, r: Mapping[str, float], reliable: bool) -> str:
+def _effect(bench: Mapping[str, Any], arm: str, context: str, reliable: bool) -> str:
+    """The best arm's effect in words: ``"the fastest XLA mode, jit, ...: 1.25x off"``;
+    with reduced-precision arms, ``"the fastest arm, jit at bf16, ...: 1.60x off at fp32
+    and 1.10x off at bf16"``, the second ratio being what XLA adds at that precision."""
+    from ptycho.study.bench import arm_words, reference_words
+
+    entry = bench["ratios"]["pinn"][arm]
+    r = entry[f"train_step_{context}"]
+    vs = reference_words(bench)
+    noun = "XLA mode" if vs == REFERENCE else "arm"
+    name = arm_words(bench, "pinn", arm)
+    ratio = f"{r['ratio']:.2f}x {vs}"
+    same = entry.get("same_precision", {}).get(f"train_step_{context}")
+    if same:
+        ratio += f" and {same['ratio']:.2f}x {REFERENCE} at {SHORT[entry['precision']]}"
     if r["ratio"] >= 1.0 and reliable and r["low"] > 1.0:
-        return f"the fastest XLA mode, {mode}, makes the PINN train step faster: {r['ratio']:.2f}x off"
+        return f"the fastest {noun}, {name}, makes the PINN train step faster: {ratio}"
     if r["ratio"] >= 1.0 and reliable:
-        return (
-            f"no XLA mode makes the PINN train step measurably faster (best: {mode}, {r['ratio']:.2f}x off, "
-            "interval includes 1)"
-        )
+        return f"no {noun} makes the PINN train step measurably faster (best: {name}, {ratio}, interval includes 1)"
     if r["ratio"] >= 1.0:
-        return f"the fastest XLA mode is {mode}: {r['ratio']:.2f}x off"
-    return f"every XLA mode makes the PINN train step SLOWER (best: {mode}, {r['ratio']:.2f}x off)"
+        return f"the fastest {noun} is {name}: {ratio}"
+    return f"every {noun} makes the PINN train step SLOWER (best: {name}, {ratio})"
 
 
 def speedup(
     bench: Mapping[str, Any], threshold: float, train_timings: Mapping[str, Any] | None = None, context: str = "alone"
 ) -> dict:
-    """The fastest XLA mode's PINN train step vs ``off``, in ``context`` (alone | shared).
+    """The fastest arm's PINN train step vs ``off`` at float32, in ``context`` (alone | shared).
 
-    The value judged is the lower bound of that ratio's 95 % bootstrap interval (with
-    fewer than :data:`MIN_STEPS_FOR_INTERVAL` steps per arm, the ratio itself, and the
-    summary says so): PASS means some XLA mode is faster with confidence in that
-    context. Both contexts, every mode, every interval and the machine are evidence; a
-    slower XLA is a finding, stated as such.
+    The arms are every XLA mode at every precision benchmarked. The value judged is the
+    lower bound of the fastest arm's ratio's 95 % bootstrap interval (with fewer than
+    :data:`MIN_STEPS_FOR_INTERVAL` steps per arm, the ratio itself, and the summary says
+    so): PASS means some arm is faster with confidence in that context. The summary names
+    the arm (mode, precision). Both contexts, every arm, every interval, the roofline and
+    the machine are evidence; a slower XLA is a finding, stated as such.
     """
     from ptycho.study.bench import fastest
 
@@ -78,7 +97,8 @@ def speedup(
         best = fastest(bench, "pinn", ctx)
         if best is None:
             continue
-        mode, r = best
+        arm, r = best
+        entry = bench["ratios"]["pinn"][arm]
         n = _steps(bench, "pinn", ctx)
         reliable = n >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r["low"]) and math.isfinite(r["high"])
         spread = (
@@ -94,19 +114,22 @@ def speedup(
                 f"{foreign['of_cores']} cores busy during it"
             )
         words[ctx] = {
-            "mode": mode,
+            "arm": arm,
+            "mode": entry.get("mode", arm),
+            "precision": entry.get("precision", REFERENCE_PRECISION),
             "ratio": r["ratio"],
             "low": r["low"],
             "high": r["high"],
             "reliable": reliable,
             "contaminated": bool(foreign.get("contaminated")),
-            "text": f"{CONTEXT_WORDS.get(ctx, ctx).capitalize()}{judged}: {_effect(mode, r, reliable)} ({spread})",
+            "text": f"{CONTEXT_WORDS.get(ctx, ctx).capitalize()}{judged}: {_effect(bench, arm, ctx, reliable)} "
+            f"({spread})",
         }
         if ctx == context:
             verdict_value = r["low"] if reliable else r["ratio"]
             verdict_text = words[ctx]["text"]
     if not words:
-        summary = "no PINN timings for off and an XLA mode: the speedup was not measured"
+        summary = "no PINN timings for off and another arm: the speedup was not measured"
     else:
         others = [w["text"][0].lower() + w["text"][1:] for c, w in words.items() if c != context]
         summary = "; ".join(([verdict_text] if verdict_text else [f"No {context} measurement to judge"]) + others)
@@ -137,10 +160,15 @@ def collect(inputs: Inputs, threshold: float) -> dict:
 
 
 def text(report: Mapping) -> str:
-    item = report["items"]["speedup"]
+    """The verdict's summary, the roofline in words (how close the fastest arm is to the
+    machine's peak, which precision the hardware accelerates) and the machine."""
+    from ptycho.study.bench import roofline_words
     from ptycho.study.bench.machine import machine_line
 
-    return f"{item['summary']}. Benchmark machine: {machine_line(item['evidence'].get('machine', {}))}."
+    item = report["items"]["speedup"]
+    roof = roofline_words(item["evidence"].get("bench", {}))
+    machine = machine_line(item["evidence"].get("machine", {}))
+    return f"{item['summary']}. {roof + ' ' if roof else ''}Benchmark machine: {machine}."
 
 
 def training_table(report: Mapping) -> Table:
