@@ -194,7 +194,7 @@ CATALOGUE: list[Row] = [
         "`--config preset=huge`",
         "workflow",
         overrides={"preset": "huge"},
-        message="config key 'preset': 'huge' is not allowed; choose one of smoke, default, paper",
+        message="config key 'preset': 'huge' has no block under 'presets'; add one to config.yaml or choose one of default, smoke, paper",
     ),
     Row(
         "config-impossible-combination",

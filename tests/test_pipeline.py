@@ -85,7 +85,7 @@ def test_each_preset_writes_its_own_report_and_results_only(tmp_path):
     [
         ("train={epoch: 3}", "config key 'train': Additional properties are not allowed ('epoch' was unexpected)"),
         ("train={epochs: ten}", "config key 'train.epochs': 'ten' is not of type 'integer'"),
-        ("preset=huge", "config key 'preset': 'huge' is not allowed"),
+        ("preset=huge", "config key 'preset': 'huge' has no block under 'presets'"),
     ],
 )
 def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, message):
@@ -139,7 +139,15 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     pairs |= {f"{m}-s0-{x}-bf16-vs-fp32" for m in models for x in modes}  # bfloat16 vs float32 in each mode
     assert set(report["items"]["convergence"]["evidence"]["pairs"]) == pairs
     assert set(report["items"]["quality"]["evidence"]["ssim_differences"]) == pairs
-    assert set(report["items"]["gradients"]["evidence"]["models"]["pinn"]["modes"]) == set(modes[1:])
+    compared = {f"{x}{p}" for x in modes[1:] for p in ("", "-bf16")} | {f"{x}-bf16-vs-fp32" for x in modes}
+    assert set(report["items"]["gradients"]["evidence"]["models"]["pinn"]["comparisons"]) == compared
+    inference = report["items"]["accuracy"]["evidence"]["trained_inference"]
+    assert set(inference) == set(report["arms"])  # every trained network, at inference
+    assert set(inference["pinn-off-bf16-s0"]["comparisons"]) == compared - {
+        "physics",
+        "physics-bf16",
+        "physics-bf16-vs-fp32",
+    }
     bench = report["items"]["speedup"]["evidence"]["bench"]
     timed = {(a["model"], a["mode"], a["precision"]) for a in bench["arms"]}
     assert timed == {(m, x, p) for m in models for x in modes for p in ("float32", "mixed_bfloat16")}
@@ -220,7 +228,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         }
         # float32 runs are named as before the precision axis, bfloat16 ones say so
         word = "-bf16" if tags["precision"] == "mixed_bfloat16" else ""
-        assert run.info.run_name == f"{tags['rule']}-{tags['model']}-{tags['xla']}{word}-{tags['seed']}"
+        assert run.info.run_name == f"{tags['model']}-{tags['xla']}{word}-{tags['seed']}-{tags['rule']}"
     for log in sorted((work / "results" / "smoke" / "logs" / "train").glob("*.log")):
         # A person can follow it: one line per epoch, a final summary, no start-up noise.
         lines = log.read_text().splitlines()

@@ -3,7 +3,9 @@
 The pipeline runs up to eight ``ptycho`` processes at once against one store, so the
 tests that matter most start real processes together: eight children of one parent
 logging 40 steps each must leave exactly 8 x 40 values per metric, and four processes
-creating the same experiments on a brand-new database must all succeed.
+creating the same experiments on a brand-new database must all succeed. A store that is
+lost or damaged is rebuilt from the journals with everything it held, once, and the
+workflow says so in one line before any job.
 """
 
 from __future__ import annotations
@@ -538,3 +540,295 @@ def test_processes_racing_on_a_new_store_share_one_experiment(uri, tmp_path):
         assert sorted(r.info.run_id for r in runs) == sorted(r["run_ids"][k] for r in results)
         assert len(runs) == workers
     print(f"\nexperiment creations lost to a concurrent process: {sum(r['raced'] for r in results)} of {3 * workers}")
+
+
+# ------------------------------------------------------- the store rebuilt from the journals
+def store_snapshot(uri: str) -> dict:
+    """Everything a study's store holds, run ids replaced by run names (a run's key is its
+    experiment and the names of its ancestors and itself), so that a store rebuilt with
+    new ids compares equal to the original: per run its status, start and end times,
+    params, tags, every metric point (step, timestamp, value), artifacts, datasets and
+    model outputs; per logged model its run, params, tags, status, metrics and files.
+    Values are compared by their ``repr`` (NaN equals NaN)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    out: dict = {}
+    for exp in client.search_experiments():
+        runs = client.search_runs([exp.experiment_id], max_results=5000)
+        by_id = {r.info.run_id: r for r in runs}
+
+        def name(run, by_id=by_id) -> str:
+            parent = by_id.get(run.data.tags.get("mlflow.parentRunId", ""))
+            return (name(parent) + "/" if parent else "") + run.info.run_name
+
+        def artifacts(run_id: str, folder: str | None = None) -> list[str]:
+            found = []
+            for a in client.list_artifacts(run_id, folder):
+                found += artifacts(run_id, a.path) if a.is_dir else [a.path]
+            return found
+
+        for r in runs:
+            out.setdefault((exp.name, name(r)), []).append(
+                {
+                    "status": r.info.status,
+                    "start": r.info.start_time,
+                    "end": r.info.end_time,
+                    "params": r.data.params,
+                    "tags": {k: v for k, v in r.data.tags.items() if k != "mlflow.parentRunId"},
+                    "metrics": {
+                        k: sorted(
+                            (m.step, m.timestamp, repr(m.value)) for m in client.get_metric_history(r.info.run_id, k)
+                        )
+                        for k in r.data.metrics
+                    },
+                    "artifacts": sorted(artifacts(r.info.run_id)),
+                    "datasets": sorted(
+                        (d.dataset.name, d.dataset.digest, d.dataset.source, *sorted((t.key, t.value) for t in d.tags))
+                        for d in r.inputs.dataset_inputs
+                    ),
+                    "model_outputs": [o.step for o in r.outputs.model_outputs] if r.outputs else [],
+                }
+            )
+        for m in client.search_logged_models([exp.experiment_id]):
+            out.setdefault((exp.name, "model " + m.name, name(by_id[m.source_run_id])), []).append(
+                {
+                    "params": m.params,
+                    "tags": m.tags,
+                    "status": str(m.status),
+                    "metrics": sorted((x.key, x.value, x.step, x.timestamp, x.dataset_name) for x in m.metrics or []),
+                    "files": sorted(a.path for a in client.list_logged_model_artifacts(m.model_id)),
+                }
+            )
+    return out
+
+
+def metric_points(snapshot: dict) -> int:
+    """The metric points of every run of a :func:`store_snapshot`, counted."""
+    return sum(len(p) for key, runs in snapshot.items() if len(key) == 2 for r in runs for p in r["metrics"].values())
+
+
+def _forget_open_stores() -> None:
+    """Make this process see the SQLite files as a new process would: MLflow keeps each
+    store's engine, and with it open connections that would go on reading a file moved
+    aside or deleted since (and SQLite would never see the new file at that path)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    for engine in SqlAlchemyStore._engine_map.values():
+        engine.dispose()
+    SqlAlchemyStore._engine_map.clear()
+    _tracking_store_registry._get_store_with_resolved_uri.cache_clear()
+
+
+def _track(*args: str) -> tuple[int, str, str]:
+    """``python -m ptycho track ARGS`` as a new process would run it, in this one (its
+    environment and SIGTERM handler restored)."""
+    import contextlib
+    import io
+    import signal
+    from unittest import mock
+
+    from ptycho.cli import main
+
+    _forget_open_stores()
+    out, err = io.StringIO(), io.StringIO()
+    handler = signal.getsignal(signal.SIGTERM)
+    with mock.patch.dict(os.environ), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["track", *args])
+        except SystemExit as exc:  # argparse
+            code = exc.code
+        finally:
+            signal.signal(signal.SIGTERM, handler)
+            _forget_open_stores()
+    return code, out.getvalue(), err.getvalue()
+
+
+def _tracked_study(work: Path, jobs: bool = True) -> Path:
+    """A small study as the workflow tracks it, in ``work/results/smoke``: the parent run
+    (``track start``), a training job (params, tags, metrics at steps, a dataset, an
+    artifact, a logged model), a benchmark job with a nested run, and the report's
+    closing of the parent (artifact, children's table, FINISHED); only the parent run
+    without ``jobs``. Returns parent.json."""
+    from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, NestedRun
+
+    parent_json = work / "results" / "smoke" / "mlflow" / "parent.json"
+    config = {"preset": "smoke", "train": {"epochs": 2}}
+    parent = tracking.start_pipeline(
+        config, str(work / "results"), "study", "study-smoke", {"preset": "smoke"}, str(parent_json)
+    )
+    if not jobs:
+        return parent_json
+    data = work / "train.h5"
+    data.write_bytes(b"x")
+    model = work / "model"
+    model.mkdir()
+    (model / "model.keras").write_bytes(b"weights")
+    (model / "model.json").write_text("{}")
+    report = work / "report.json"
+    report.write_text("{}")
+
+    def train(live):
+        live(1, {"loss": 2.0, "val_loss": float("nan")})
+        live(2, {"loss": 1.0, "val_loss": 1.5})
+        return JobRecord(
+            params={"train.lr": 0.1},
+            tags={"status": "ok"},
+            datasets=[DatasetInput("train.h5", "d" * 64, str(data), "train")],
+            metrics={"final_loss": 1.0},
+            artifacts=[(str(report), "report")],
+            model=LoggedModel(
+                "pinn-off-s0",
+                str(model),
+                {"filters": 4},
+                {"xla": "off"},
+                {"final_loss": 1.0},
+                2,
+                ("train.h5", "d" * 64),
+            ),
+        )
+
+    arm = {"rule": "train", "model": "pinn", "xla": "off", "seed": "0"}
+    tracking.job_run(parent_json, "train", train, tags=arm, arm_tags=("model", "xla", "seed"))
+    nested = NestedRun("bench-pinn-off", {"xla": "off"}, {"arm.xla": "off"}, {"step_median_s": 0.1})
+    tracking.job_run(
+        parent_json, "bench", lambda live: JobRecord(metrics={"s": 0.1}, nested=[nested]), tags={"rule": "bench"}
+    )
+    tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], [(str(report), "report")])
+    return parent_json
+
+
+def test_a_lost_store_is_rebuilt_from_the_journals_once(tmp_path, monkeypatch):
+    # Issue 24, item 1: with the SQLite file moved aside, `track replay <journal folder>`
+    # refused ("run ... does not exist") and the pipeline stopped at "parent run not found".
+    from mlflow.tracking import MlflowClient
+
+    from ptycho.tracking.job import journal_path
+    from ptycho.tracking.record import JobRecord
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    parent_json = _tracked_study(tmp_path)
+    first = json.loads(parent_json.read_text())
+    uri, db = first["tracking_uri"], tmp_path / "results" / "mlflow.db"
+    journal = parent_json.parent / "journal"
+    # A stale-run sweep that guessed KILLED after the job had ended on its own (as when it
+    # finished offline): the job's own end wins in a rebuild, as it does in the store.
+    train_id = next(json.loads(line)["run_id"] for line in journal_path(parent_json, "train-pinn-off-0").open())
+    with journal_path(parent_json, "train-pinn-off-0").open("a") as fh:
+        fh.write(
+            json.dumps({"op": "end", "run_id": train_id, "uri": uri, "status": "KILLED", "end_time": 1, "stale": "x"})
+            + "\n"
+        )
+    before = store_snapshot(uri)
+    assert {k[1] for k in before if len(k) == 2} == {
+        "study-smoke",
+        "study-smoke/train-pinn-off-0",
+        "study-smoke/bench",
+        "study-smoke/bench/bench-pinn-off",
+    }
+    assert metric_points(before) >= 6 and any(k[1] == "model pinn-off-s0" for k in before)
+    stamp = parent_json.stat().st_mtime_ns
+
+    # The issue's command, into an empty store: the whole tree comes back, with new ids.
+    db.rename(tmp_path / "aside.db")
+    code, out, err = _track("replay", str(journal))
+    assert code == 0, err
+    assert store_snapshot(uri) == before
+    rebuilt = json.loads(parent_json.read_text())
+    assert rebuilt["run_id"] != first["run_id"] and rebuilt["tracking_uri"] == uri
+    assert MlflowClient(uri).get_run(rebuilt["run_id"]).info.run_name == "study-smoke"
+    assert parent_json.stat().st_mtime_ns == stamp  # Snakemake re-runs no job for it
+    assert f"{parent_json}: the study's parent run is now {rebuilt['run_id']}" in out
+
+    # Again, and the README's command: nothing is added.
+    for args in (("replay", str(journal)), ("rebuild", "results")):
+        code, out, err = _track(*args)
+        assert code == 0, err
+        assert store_snapshot(uri) == before
+    assert "0 run(s) created again, 4 already there" in out
+
+    # The pipeline carries on under the rebuilt parent, and the store is lost once more:
+    # runs journaled under new ids and under the first ids rebuild as one tree.
+    tracking.job_run(parent_json, "figures", lambda live: JobRecord(metrics={"n": 3.0}), tags={"rule": "figures"})
+    tracking.finish_run(uri, rebuilt["run_id"], "FINISHED")
+    grown = store_snapshot(uri)
+    assert ("study", "study-smoke/figures") in grown
+    db.unlink()
+    code, out, err = _track("rebuild", "results")
+    assert code == 0, err
+    assert "5 run(s) created again, 0 already there" in out
+    assert store_snapshot(uri) == grown
+    assert metric_points(store_snapshot(uri)) == metric_points(grown)
+
+
+def test_a_damaged_store_is_moved_aside_and_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    parent_json = _tracked_study(tmp_path)
+    uri, db = json.loads(parent_json.read_text())["tracking_uri"], tmp_path / "results" / "mlflow.db"
+    before = store_snapshot(uri)
+    os.truncate(db, db.stat().st_size // 2)
+
+    code, out, err = _track("replay", str(parent_json.parent / "journal"))
+    assert code != 0
+    assert err.strip().splitlines() == [
+        f"ptycho track: error: MLflow store {db} is damaged (database disk image is malformed); "
+        "rebuild it from the journals: python -m ptycho track rebuild results"
+    ]
+    code, out, err = _track("rebuild", "results")
+    assert code == 0, err
+    (aside,) = tmp_path.glob("results/mlflow.db.damaged-*")
+    assert out.startswith(f"moved the damaged MLflow store {db} (database disk image is malformed) aside to {aside}\n")
+    assert store_snapshot(uri) == before
+
+
+def _workflow_check(work: Path) -> str:
+    """What the workflow says while it is parsed (rules/common.smk), '' if it goes on."""
+    import yaml
+
+    from ptycho.study.workflow import parse_time_checks
+
+    base = yaml.safe_load((REPO / "config.yaml").read_text())
+    try:
+        parse_time_checks(base, {"preset": "smoke"}, work)
+    except PtychoError as exc:
+        return f"ptycho workflow: error: {exc}"
+    return ""
+
+
+@pytest.mark.parametrize("damage", ["truncated", "moved aside", "emptied", "parent.json lost too"])
+def test_a_damaged_or_lost_store_is_one_line_at_workflow_start(tmp_path, monkeypatch, damage):
+    # Issue 24, item 1: a truncated store let a rerun say "Nothing to be done" (and
+    # `-R report` print 340 lines and delete the report); a moved one stopped the first
+    # job at "MLflow parent run ... not found".
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    parent_json = _tracked_study(tmp_path, jobs=False)
+    run_id = json.loads(parent_json.read_text())["run_id"]
+    db = tmp_path / "results" / "mlflow.db"
+    assert _workflow_check(tmp_path) == ""
+    fix = "; rebuild it from the journals: python -m ptycho track rebuild results"
+    if damage == "truncated":
+        os.truncate(db, db.stat().st_size // 2)
+        expected = f"MLflow store {db} is damaged (database disk image is malformed){fix}"
+    elif damage == "moved aside":
+        db.rename(tmp_path / "elsewhere.db")
+        expected = f"MLflow store {db} is missing (moved or deleted), with parent run {run_id} of {parent_json}{fix}"
+    elif damage == "emptied":
+        db.write_bytes(b"")
+        expected = f"MLflow store {db} does not hold parent run {run_id} of {parent_json}{fix}"
+    else:
+        db.unlink()
+        parent_json.unlink()
+        expected = f"MLflow store {db} is missing (moved or deleted), with the runs journaled in {parent_json.parent / 'journal'}{fix}"
+    listing = sorted(tmp_path.rglob("*"))
+    said = _workflow_check(tmp_path)
+    assert said == f"ptycho workflow: error: {expected}"
+    assert sorted(tmp_path.rglob("*")) == listing  # the check wrote nothing
+
+    code, out, err = _track("rebuild", "results")
+    assert code == 0, err
+    assert _workflow_check(tmp_path) == ""
+    assert json.loads(parent_json.read_text())["run_id"] != run_id

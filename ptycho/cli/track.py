@@ -1,4 +1,4 @@
-"""The ``track`` command: the pipeline's MLflow parent run, journals replayed, stale runs ended."""
+"""The ``track`` command: the pipeline's MLflow parent run, journals replayed, a lost store rebuilt, stale runs ended."""
 
 from __future__ import annotations
 
@@ -18,16 +18,34 @@ _EXPERIMENT = spec("study")["default"]
 _RESULTS = spec("results")["default"]
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in counts.items())
+
+
 def _replay(args: argparse.Namespace) -> JobRecord:
     if not args.journal:
         raise PtychoError("track replay: name the journal files or folders (<results>/<preset>/mlflow/journal/)")
     files = tracking.journal_files(args.journal)
     if not files:
         raise PtychoError(f"track replay: no .jsonl journal in {' '.join(args.journal)}")
-    lines = []
-    for path in files:
-        counts = tracking.replay_journal(path, args.tracking_uri)
-        lines.append(f"{path}: replayed " + " ".join(f"{k}={v}" for k, v in counts.items()))
+    done = tracking.replay_journals(files, args.tracking_uri)
+    lines = [f"{path}: replayed {_counts(counts)}" for path, counts in done.files]
+    return JobRecord(summary="\n".join([*lines, *done.notes]))
+
+
+def _rebuild(args: argparse.Namespace) -> JobRecord:
+    if not args.journal:
+        raise PtychoError("track rebuild: name the results folder (e.g. results), whose studies' journals rebuild it")
+    done, moved = tracking.rebuild(args.journal, args.tracking_uri)
+    totals = {
+        k: done.total(k) for k in ("runs", "created", "params", "metrics", "models", "artifacts", "missing_files")
+    }
+    lines = [
+        *moved,
+        f"rebuilt the MLflow store from {len(done.files)} journal(s): {totals['created']} run(s) created again, "
+        f"{totals['runs'] - totals['created']} already there; " + _counts(totals),
+        *done.notes,
+    ]
     return JobRecord(summary="\n".join(lines))
 
 
@@ -95,20 +113,30 @@ def _finish(args: argparse.Namespace) -> JobRecord:
     return JobRecord(summary=f"MLflow parent run {parent['run_id']}: {args.status}")
 
 
-_ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "sweep": _sweep}
+_ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _rebuild, "sweep": _sweep}
 
 
 @command(
     "track",
-    "start or finish the pipeline's MLflow parent run; replay journals; end stale runs",
+    "start or finish the pipeline's MLflow parent run; replay journals; rebuild a lost store; end stale runs",
     arg(
         "action",
         choices=tuple(_ACTIONS),
-        help="replay: send journals (JSONL kept beside the outputs) to MLflow again, idempotently; "
+        help="replay: send journals (JSONL kept beside the outputs) to MLflow again, idempotently, creating "
+        "runs the store lost; rebuild: a lost or damaged store rebuilt from every journal of a results folder "
+        "(a damaged SQLite file is moved aside first); "
         "sweep: mark KILLED the RUNNING child runs whose process is gone",
     ),
-    arg("journal", nargs="*", help="(replay) journal files or folders, e.g. results/smoke/mlflow/journal"),
-    arg("--tracking-uri", help="(replay) send to this store instead of the one recorded in the journal"),
+    arg(
+        "journal",
+        nargs="*",
+        help="(replay) journal files or folders, e.g. results/smoke/mlflow/journal; "
+        "(rebuild) results folders, e.g. results",
+    ),
+    arg(
+        "--tracking-uri",
+        help="(replay, rebuild) send to this store instead of the study's (parent.json's, else the journal's)",
+    ),
     arg(
         "--config-json",
         help="(start) resolved config file, logged as the parent's params "

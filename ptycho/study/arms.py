@@ -32,7 +32,7 @@ PRECISION_WORDS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_fl
 
 def tag_word(tag: str, value: str) -> str:
     """An arm tag's value as names write it: a precision as its short word, float32 as ''
-    (run and logged-model names read as before the axis: ``train-pinn-jit-0``)."""
+    (run and logged-model names read as before the axis: ``pinn-jit-0-train``, ``pinn-jit-0``)."""
     if tag == "precision":
         return "" if value == REFERENCE_PRECISION else SHORT.get(value, value)
     return value

@@ -135,7 +135,10 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
     preset = first["preset"]
     presets = first.get("presets", {})
     if preset != "default" and preset not in presets:
-        raise ConfigError(f"config key 'preset': {preset!r} has no block under 'presets'; add one or choose default")
+        raise ConfigError(
+            f"config key 'preset': {preset!r} has no block under 'presets'; add one to config.yaml or choose one of "
+            f"{', '.join(['default', *presets])}"
+        )
     merged = deep_merge(deep_merge(config, presets.get(preset, {})), overrides)
     resolved = validate(merged, schema)
     resolved["xla"] = _modes(resolved["xla"])
@@ -247,14 +250,16 @@ def parse_time_checks(
     config: Mapping, overrides: Mapping | None = None, workdir: str | os.PathLike | None = None
 ) -> dict:
     """Everything the workflow checks while it is parsed, before any job: the resolved
-    config (:func:`resolve`), its results folder (:func:`preflight_results`) and the
-    tracking server named by ``MLFLOW_TRACKING_URI``. Raises a one-line
+    config (:func:`resolve`), its results folder (:func:`preflight_results`), the
+    tracking server named by ``MLFLOW_TRACKING_URI`` and the store of a study that has
+    run (damaged or lost: the line names the rebuild). Raises a one-line
     :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
-    from ptycho.tracking import preflight_environment
+    from ptycho.tracking import preflight_environment, preflight_store
 
     cfg = resolve(config, overrides)
     preflight_results(cfg, workdir)
     preflight_environment()
+    preflight_store(results_folder(cfg, workdir), cfg["preset"])
     return cfg
 
 

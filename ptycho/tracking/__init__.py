@@ -5,18 +5,19 @@ all writing to the same tracking store, through :class:`mlflow.tracking.MlflowCl
 with explicit run ids (never ``mlflow.start_run``'s process-global stack).
 
 * :mod:`~ptycho.tracking.store`: the URI, opening the store once, retries on locks;
-* :mod:`~ptycho.tracking.access`: can runs be recorded there (one line before a long job);
+* :mod:`~ptycho.tracking.access`: can runs be recorded there (one line before a long job),
+  is a study's store damaged or lost (one line before the workflow's first job);
 * :mod:`~ptycho.tracking.provenance`: commit, config hash, source tags, owning process;
 * :mod:`~ptycho.tracking.runs`: a job's child run (journaled, offline-capable), datasets,
   logged models, system metrics;
 * :mod:`~ptycho.tracking.parent`: the study's parent run, its children's table, stale runs;
-* :mod:`~ptycho.tracking.replay`: a journal sent again;
+* :mod:`~ptycho.tracking.replay`: journals sent again, or a lost store rebuilt from them;
 * :mod:`~ptycho.tracking.job`: a command's child run, opened around it (``--mlflow-parent``).
 
 MLflow is imported inside the functions, so importing this package is cheap.
 """
 
-from ptycho.tracking.access import preflight, preflight_environment
+from ptycho.tracking.access import preflight, preflight_environment, preflight_store
 from ptycho.tracking.job import job_run
 from ptycho.tracking.parent import (
     END_STATUSES,
@@ -37,17 +38,19 @@ from ptycho.tracking.provenance import (
     process_identity,
     source_tags,
 )
-from ptycho.tracking.replay import journal_files, replay_journal
-from ptycho.tracking.runs import END_REASON_TAG, NONFINITE_TAG, Run, child_run, system_metrics
+from ptycho.tracking.replay import Replayed, journal_files, journal_folders, rebuild, replay_journal, replay_journals
+from ptycho.tracking.runs import END_REASON_TAG, JOURNAL_TAG, NONFINITE_TAG, Run, child_run, system_metrics
 from ptycho.tracking.store import default_tracking_uri, ensure_store, flatten_params
 
 __all__ = [
     "END_REASON_TAG",
     "END_STATUSES",
     "HOST_TAG",
+    "JOURNAL_TAG",
     "NONFINITE_TAG",
     "PID_START_TAG",
     "PID_TAG",
+    "Replayed",
     "Run",
     "child_run",
     "close_pipeline",
@@ -60,12 +63,16 @@ __all__ = [
     "git_commit",
     "job_run",
     "journal_files",
+    "journal_folders",
     "log_artifact_to",
     "log_children_table",
     "preflight",
     "preflight_environment",
+    "preflight_store",
     "process_identity",
+    "rebuild",
     "replay_journal",
+    "replay_journals",
     "source_tags",
     "start_parent",
     "start_pipeline",

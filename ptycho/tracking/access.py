@@ -7,9 +7,10 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from ptycho.errors import PtychoError
-from ptycho.tracking.store import sqlite_path
+from ptycho.tracking.store import rebuild_command, sqlite_has_run, sqlite_path, sqlite_problem
 
 
 def preflight(uri: str, timeout: float = 5.0) -> None:
@@ -105,3 +106,74 @@ def preflight_environment(timeout: float = 5.0) -> None:
     uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
     if uri and not uri.startswith("sqlite:"):
         preflight(uri, timeout)
+
+
+def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.0) -> None:
+    """One line, before any job, if a study's MLflow store is damaged or lost; read-only.
+
+    Jobs would otherwise meet it one by one: a damaged SQLite file fails every write
+    with a traceback (and a rerun says "Nothing to be done" over it while the report
+    job, if forced, deletes the report), a lost one makes the first job stop at "parent
+    run not found". The store is the one the study's ``parent.json`` names, else this
+    folder's default. A SQLite file that exists must pass ``PRAGMA quick_check``
+    (milliseconds); once the study has run (``parent.json`` or journals in
+    ``<results>/<preset>/mlflow/``), the file must exist and hold the parent run, and a
+    server must know the parent run. The line names the command that rebuilds the
+    store from the journals. Other databases are left to MLflow.
+    """
+    import json
+
+    results = Path(os.path.abspath(results))
+    mlflow_dir = results / preset / "mlflow"
+    parent_json = mlflow_dir / "parent.json"
+    journals = mlflow_dir / "journal"
+    has_run = parent_json.exists() or (journals.is_dir() and any(journals.glob("*.jsonl")))
+    fix = f"rebuild it from the journals: {rebuild_command(results)}"
+    record = {}
+    if parent_json.exists():
+        try:
+            record = json.loads(parent_json.read_text())
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict) or not record.get("run_id") or not record.get("tracking_uri"):
+            raise PtychoError(f"{parent_json} is damaged (not the JSON 'track start' writes); {fix}")
+    uri = record.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    uri = uri or f"sqlite:///{results / 'mlflow.db'}"
+    run_id = record.get("run_id", "")
+    path = sqlite_path(uri)
+    if path is not None:
+        if not path.exists():
+            if has_run:
+                what = (
+                    f"with parent run {run_id} of {parent_json}" if run_id else f"with the runs journaled in {journals}"
+                )
+                raise PtychoError(f"MLflow store {path} is missing (moved or deleted), {what}; {fix}")
+            return
+        problem = sqlite_problem(path)
+        if problem:
+            raise PtychoError(f"MLflow store {path} is damaged ({problem}); {fix}")
+        if run_id and sqlite_has_run(path, run_id) is False:
+            raise PtychoError(f"MLflow store {path} does not hold parent run {run_id} of {parent_json}; {fix}")
+    elif run_id and uri.startswith(("http://", "https://")):
+        preflight(uri, timeout)
+        if not _server_has_run(uri, run_id, timeout):
+            raise PtychoError(
+                f"MLflow tracking server at {uri} does not hold parent run {run_id} of {parent_json} "
+                f"(a new or emptied server?); {fix}"
+            )
+
+
+def _server_has_run(uri: str, run_id: str, timeout: float) -> bool:
+    """False only if the server says the run does not exist; anything else is for the jobs to meet."""
+    url = uri.rstrip("/") + "/api/2.0/mlflow/runs/get?run_id=" + urllib.parse.quote(run_id)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+            return True
+    except urllib.error.HTTPError as exc:
+        try:
+            body = exc.read(300).decode("utf-8", "replace")
+        except Exception:  # a broken body does not change the verdict
+            body = ""
+        return not (exc.code == 404 and "RESOURCE_DOES_NOT_EXIST" in body)
+    except (OSError, ValueError, http.client.HTTPException):
+        return True

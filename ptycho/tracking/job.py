@@ -26,7 +26,7 @@ RULE_TAG = "rule"
 def run_name(tags: Mapping[str, str], arm_tags: Iterable[str], word: Callable[[str, str], str] = lambda k, v: v) -> str:
     """The job's run name: the values of its ``rule`` and arm tags, in the tags' order,
     each as ``word(tag, value)`` says (a tag's default may read as ''), joined by ``-``
-    (e.g. ``train-pinn-jit-0``); '' when it has none of them."""
+    (e.g. ``pinn-jit-0-train``: the workflow passes the rule tag last); '' when it has none of them."""
     keys = (RULE_TAG, *arm_tags)
     return "-".join(w for k, v in tags.items() if k in keys and v for w in [word(k, v)] if w)
 

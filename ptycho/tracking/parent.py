@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -25,7 +26,7 @@ from ptycho.tracking.provenance import (
     process_alive,
     source_tags,
 )
-from ptycho.tracking.runs import END_REASON_TAG
+from ptycho.tracking.runs import END_REASON_TAG, Journal, create_journaled_run, journal_of
 from ptycho.tracking.store import (
     default_tracking_uri,
     fit_tags,
@@ -40,6 +41,8 @@ _log = logging.getLogger(__name__)
 _RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
 #: How a run can end (:func:`finish_run`), the normal end first.
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
+#: The parent run's journal, ``journal/parent.jsonl`` beside the jobs' (no job is named so).
+PARENT_JOURNAL = "parent"
 
 
 def _artifact_location(uri: str, experiment: str) -> str | None:
@@ -84,38 +87,56 @@ def _experiment_id(client, uri: str, name: str) -> str:
     return exp.experiment_id
 
 
-def start_parent(uri: str, experiment: str, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> str:
+def start_parent(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    params: Mapping[str, Any],
+    tags: Mapping[str, Any],
+    journal: str | os.PathLike | None = None,
+) -> str:
     """Create the parent run of a study and return its id.
 
     The parent holds what all jobs share (the study configuration as flattened params,
     provenance tags); each job then opens a :func:`child_run` under it from its own
     process, by id. The experiment is created if missing, race-safely. If logging the
     params fails, the run is marked FAILED before the error propagates, so no
-    half-created parent is left RUNNING.
+    half-created parent is left RUNNING. With ``journal`` (a ``.jsonl`` path) the run's
+    creation and every later write to it here (artifacts, the children's table, its end)
+    are journaled, so that a lost store can be rebuilt with the parent at the top.
     """
     from mlflow.entities import Param
 
     client = open_client(uri)
     exp_id = _experiment_id(client, uri, experiment)
-    run_tags = fit_tags(tags)
-    run = retry(
-        lambda: client.create_run(exp_id, tags=run_tags, run_name=run_name),
-        what=f"creating run {run_name!r}",
-        uri=uri,
-    )
-    run_id = run.info.run_id
+    book = Journal(journal) if journal is not None else None
+    run_id = create_journaled_run(client, uri, exp_id, run_name, fit_tags(tags), book, experiment=experiment)
     try:
-        entities = [Param(k, v) for k, v in flatten_params(params).items()]
+        flat = flatten_params(params)
+        if book is not None:
+            book.append({"op": "params", "run_id": run_id, "uri": uri, "params": flat})
+        entities = [Param(k, v) for k, v in flat.items()]
         retry(lambda: client.log_batch(run_id, params=entities), what="logging params", uri=uri)
     except BaseException:
         with contextlib.suppress(Exception):
-            retry(lambda: client.set_terminated(run_id, "FAILED"), what="marking the run FAILED", uri=uri)
+            finish_run(uri, run_id, "FAILED")
         raise
     return run_id
 
 
+def _journal(client, uri: str, run_id: str) -> Journal | None:
+    """The journal of run ``run_id`` (its :data:`~ptycho.tracking.runs.JOURNAL_TAG`), or None."""
+    run = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri)
+    return journal_of(run.data.tags)
+
+
+def _append(book: Journal | None, op: str, run_id: str, uri: str, **fields: Any) -> None:
+    if book is not None:
+        book.append({"op": op, "run_id": run_id, "uri": uri, **fields})
+
+
 def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
-    """Mark ``run_id`` terminated with ``status`` (FINISHED, FAILED or KILLED).
+    """Mark ``run_id`` terminated with ``status`` (FINISHED, FAILED or KILLED), journaled.
 
     A separate call because the parent outlives the process that created it: the
     pipeline's final rule closes it once every job has finished.
@@ -123,21 +144,65 @@ def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
     if status not in _RUN_STATUSES:
         raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
     client = open_client(uri)
-    retry(lambda: client.set_terminated(run_id, status), what=f"marking run {run_id} {status}", uri=uri)
+    end_time = int(time.time() * 1000)
+    _append(_journal(client, uri, run_id), "end", run_id, uri, status=status, end_time=end_time)
+    retry(
+        lambda: client.set_terminated(run_id, status, end_time=end_time),
+        what=f"marking run {run_id} {status}",
+        uri=uri,
+    )
 
 
 def log_artifact_to(uri: str, run_id: str, path: str | os.PathLike, artifact_path: str | None = None) -> None:
     """Copy a local file or folder into the artifacts of any run, by id (e.g. the parent).
 
     For writes to a run this process did not open with :func:`child_run`, such as the
-    final report attached to the study's parent run before :func:`finish_run`.
+    final report attached to the study's parent run before :func:`finish_run`. Journaled
+    (the file's path, as a job's artifacts are) when the run has a journal.
     """
     client = open_client(uri)
+    _append(
+        _journal(client, uri, run_id),
+        "artifact",
+        run_id,
+        uri,
+        path=os.path.abspath(os.fspath(path)),
+        artifact_path=artifact_path,
+    )
     retry(
         lambda: client.log_artifact(run_id, os.fspath(path), artifact_path),
         what=f"logging an artifact to run {run_id}",
         uri=uri,
     )
+
+
+def write_table(client, run_id: str, columns: Mapping[str, list], artifact_file: str) -> None:
+    """Log ``columns`` as the table artifact ``artifact_file`` of ``run_id``, replacing it.
+
+    The file is what ``MlflowClient.log_table`` writes (JSON ``{"columns", "data"}``) and
+    the run gets the same ``mlflow.loggedArtifacts`` entry, so the UI shows a table; but
+    ``log_table`` appends to an existing table, which would repeat every row each time
+    the report runs again or a journal is replayed: here the file is replaced.
+    """
+    import json
+    import tempfile
+
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+    names = list(columns)
+    rows = [
+        [None if isinstance(v, float) and not math.isfinite(v) else v for v in row]  # JSON has no NaN
+        for row in zip(*(columns[c] for c in names), strict=True)
+    ]
+    folder, name = os.path.split(artifact_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / name
+        local.write_text(json.dumps({"columns": names, "data": rows}, default=str))
+        client.log_artifact(run_id, str(local), folder or None)
+    listed = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+    entry = {"path": artifact_file, "type": "table"}
+    if entry not in listed:
+        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps([*listed, entry]))
 
 
 def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child_runs.json") -> int:
@@ -173,7 +238,13 @@ def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child
         columns["duration_s"].append(round((info.end_time - info.start_time) / 1000, 1) if info.end_time else None)
         for key in keys:
             columns[key].append(r.data.metrics.get(key))
-    retry(lambda: client.log_table(parent_run_id, columns, artifact_file), what="logging the child-run table", uri=uri)
+    book = _journal(client, uri, parent_run_id)
+    _append(book, "table", parent_run_id, uri, artifact_file=artifact_file, columns=columns)
+    retry(
+        lambda: write_table(client, parent_run_id, columns, artifact_file),
+        what="logging the child-run table",
+        uri=uri,
+    )
     return len(runs)
 
 
@@ -229,8 +300,15 @@ def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[st
             f"out of memory); marked KILLED at {when}{' by ' + by if by else ''}"
         )
         run_id = run.info.run_id
+        end_time = int(time.time() * 1000)
+        # Journaled as a guess ("stale"): a rebuild ignores it if the job's own end is journaled.
+        _append(journal_of(tags), "end", run_id, uri, status="KILLED", end_time=end_time, stale=reason)
         retry(lambda r=run_id, t=reason: client.set_tag(r, END_REASON_TAG, t), what="tagging a stale run", uri=uri)
-        retry(lambda r=run_id: client.set_terminated(r, "KILLED"), what="marking a stale run KILLED", uri=uri)
+        retry(
+            lambda r=run_id, t=end_time: client.set_terminated(r, "KILLED", end_time=t),
+            what="marking a stale run KILLED",
+            uri=uri,
+        )
         _log.info("MLflow run %s (%s) was stale: %s", run_id, run.info.run_name, reason)
         ended.append(run_id)
     return ended
@@ -252,12 +330,13 @@ def start_pipeline(
     """
 
     from ptycho.artifacts import write_json
+    from ptycho.tracking.job import journal_path
 
     uri = default_tracking_uri(results_dir)
     preflight(uri)
     commit = git_commit(Path.cwd())
     all_tags = dict(tags, git_commit=commit, config_hash=config_hash(config), **source_tags(commit))
-    run_id = start_parent(uri, experiment, run_name, config, all_tags)
+    run_id = start_parent(uri, experiment, run_name, config, all_tags, journal=journal_path(out, PARENT_JOURNAL))
     record = {"run_id": run_id, "tracking_uri": uri, "experiment": experiment, "config_hash": all_tags["config_hash"]}
     write_json(out, record)
     if log:

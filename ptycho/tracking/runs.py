@@ -30,8 +30,10 @@ from ptycho.tracking.store import (
     fit_tags,
     flatten_params,
     open_client,
+    rebuild_command,
     retry,
     safe_key,
+    sqlite_path,
     unreachable,
 )
 
@@ -46,16 +48,22 @@ NONFINITE_TAG = "ptycho.nonfinite_metrics"
 #: Why a run ended other than FINISHED: the one-line error, or what found it stale.
 END_REASON_TAG = "ptycho.end_reason"
 
+#: Where a run's journal is (absolute path): how a write to a run by id from another
+#: process (the parent's closing, a stale run's KILLED) is journaled beside the job's own.
+JOURNAL_TAG = "ptycho.journal"
+
 
 class Journal:
     """An append-only JSON-lines copy of everything a job logs, kept beside its outputs.
 
     One line per write (``run``, ``params``, ``metrics``, ``tags``, ``artifact``,
-    ``dataset``, ``model``, ``end``), each with the run id and tracking URI, written
-    *before* the write to MLflow is attempted. Whatever happens to the tracking server,
-    what the job computed is on disk, and :func:`replay_journal` sends it again.
-    Metrics keep the timestamp they were first sent with, so a replay is an exact
-    duplicate that MLflow drops: replaying twice adds nothing.
+    ``dataset``, ``model``, ``table``, ``end``), each with the run id and tracking URI,
+    written *before* the write to MLflow is attempted. Whatever happens to the tracking
+    server, or to the store itself, what the job computed is on disk, and
+    :func:`~ptycho.tracking.replay.replay_journals` sends it again, or rebuilds the run
+    in an empty store (then a ``rebuilt`` line records the run's new id). Metrics keep
+    the timestamp they were first sent with, so a replay is an exact duplicate that
+    MLflow drops: replaying twice adds nothing.
 
     A journal that cannot be written (disk full) is reported once as a warning and then
     skipped; it never stops the job, whose MLflow writes go on.
@@ -78,6 +86,12 @@ class Journal:
             _log.warning(
                 "cannot write the MLflow journal %s (%s); MLflow alone records this job", self.path, exc.strerror
             )
+
+
+def journal_of(tags: Mapping[str, str]) -> Journal | None:
+    """The journal of a run with these tags (:data:`JOURNAL_TAG`), or None (not journaled)."""
+    path = tags.get(JOURNAL_TAG)
+    return Journal(path) if path else None
 
 
 class Run:
@@ -283,6 +297,43 @@ class Run:
         )
 
 
+def create_journaled_run(
+    client: Any,
+    uri: str,
+    experiment_id: str,
+    name: str,
+    tags: Mapping[str, str],
+    journal: Journal | None,
+    experiment: str | None = None,
+) -> str:
+    """Create a run tagged with its journal's path and journal its creation; returns its id.
+
+    The ``run`` line holds all a rebuild needs to create the run again in an empty store:
+    its name, tags (the parent's id among them), start time and, for a run without a
+    parent, the experiment's name (a new store numbers experiments anew).
+    """
+    run_tags = {**tags, **({JOURNAL_TAG: str(journal.path.resolve())} if journal is not None else {})}
+    info = retry(
+        lambda: client.create_run(experiment_id, tags=run_tags, run_name=name),
+        what=f"creating run {name!r}",
+        uri=uri,
+    ).info
+    if journal is not None:
+        journal.append(
+            {
+                "op": "run",
+                "run_id": info.run_id,
+                "uri": uri,
+                "experiment_id": experiment_id,
+                **({"experiment": experiment} if experiment else {}),
+                "name": name,
+                "tags": run_tags,
+                "start_time": info.start_time,
+            }
+        )
+    return info.run_id
+
+
 def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
     from mlflow.entities import Dataset, DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
@@ -430,18 +481,16 @@ def child_run(
             ) from None
         if exc.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
             raise
+        db = sqlite_path(uri)
         raise PtychoError(
-            f"MLflow parent run {parent_run_id} not found at {uri}; start the study's parent run first"
+            f"MLflow parent run {parent_run_id} not found at {uri}; start the study's parent run first, or, "
+            "if the store was lost or replaced, rebuild it from the journals: "
+            + (rebuild_command(db.parent) if db is not None else "python -m ptycho track rebuild <results folder>")
         ) from None
     run_tags = {**fit_tags(tags), **process_identity(), MLFLOW_PARENT_RUN_ID: parent_run_id}
-    info = retry(
-        lambda: client.create_run(parent.info.experiment_id, tags=run_tags, run_name=name),
-        what=f"creating run {name!r}",
-        uri=uri,
-    ).info
     book = Journal(journal) if journal is not None else None
-    run = Run(client, info.run_id, uri, book)
-    run._record("run", experiment_id=parent.info.experiment_id, name=name, tags=run_tags, start_time=info.start_time)
+    run_id = create_journaled_run(client, uri, parent.info.experiment_id, name, run_tags, book)
+    run = Run(client, run_id, uri, book)
     try:
         if params:
             run.log_params(params)

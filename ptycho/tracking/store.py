@@ -168,6 +168,52 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(os.path.abspath(path))
 
 
+def _read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to an existing SQLite file (never creates one)."""
+    import urllib.parse
+
+    return sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=10)
+
+
+def sqlite_problem(path: str | os.PathLike) -> str:
+    """Why the SQLite file at ``path`` is damaged (SQLite's words), or ``""`` if it is not.
+
+    ``PRAGMA quick_check`` on a read-only connection: milliseconds for a study's store,
+    nothing written, and it finds what a truncated or overwritten file shows (``database
+    disk image is malformed``, ``file is not a database``). A store that is busy (locked
+    by a writer for longer than 10 s) is in use, not damaged: ``""``.
+    """
+    try:
+        with contextlib.closing(_read_only(Path(path))) as con:
+            rows = con.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.Error as exc:
+        text = " ".join(str(exc).split())
+        return "" if "locked" in text.lower() else text
+    bad = [str(r[0]) for r in rows if r and r[0] != "ok"]
+    return f"{bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}" if bad else ""
+
+
+def sqlite_has_run(path: str | os.PathLike, run_id: str) -> bool | None:
+    """Whether the MLflow store at ``path`` holds run ``run_id`` (read-only, no MLflow
+    import); None when that cannot be told (busy); False for a file without MLflow's tables."""
+    try:
+        with contextlib.closing(_read_only(Path(path))) as con:
+            return con.execute("SELECT 1 FROM runs WHERE run_uuid = ?", (run_id,)).fetchone() is not None
+    except sqlite3.Error as exc:
+        return None if "locked" in str(exc).lower() else False
+
+
+def rebuild_command(results: str | os.PathLike) -> str:
+    """The command that rebuilds the store of the results folder ``results`` from its
+    journals, as a user types it here (the folder relative to the current one if inside)."""
+    import shlex
+
+    folder = Path(os.path.abspath(results))
+    cwd = Path.cwd()
+    shown = os.path.relpath(folder, cwd) if folder == cwd or cwd in folder.parents else str(folder)
+    return f"python -m ptycho track rebuild {shlex.quote(shown)}"
+
+
 def _transient(exc: BaseException, conflicts: bool) -> str:
     """Why a later attempt can succeed (``"locked"``, ``"conflict"``), or ``""`` if it cannot.
 
