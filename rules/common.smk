@@ -10,8 +10,8 @@ from ptycho.errors import PtychoError
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import PATTERN as ARM_PATTERN, arm_name, parse_arm
 from ptycho.study import checklist
-from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, section_for,
-                                   solver_mode, usable_cores)
+from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, report_folder,
+                                   section_for, solver_mode, usable_cores)
 from ptycho.tracking import config_hash
 
 
@@ -54,8 +54,9 @@ DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
 METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)
 CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
-# One report per preset: a smoke try never overwrites the default study's report.
-REPORT_DIR = f"reports/{CFG['preset']}"
+# One report per preset and results folder: a smoke try never overwrites the default
+# study's report, nor a second results folder the first one's (workflow.report_folder).
+REPORT_DIR = report_folder(CFG)
 REPORTS = expand(f"{REPORT_DIR}/validation.{{ext}}", ext=["json", "md", "html"])
 
 # Cheap bookkeeping runs on the submitting host, not through the cluster queue.

@@ -78,6 +78,11 @@ def test_each_preset_writes_its_own_report_and_results_only(tmp_path):
     assert {f"reports/smoke/validation.{e}" for e in ("json", "md", "html")} <= smoke
     assert not default & smoke, "two presets would write the same file"
     assert all(p.startswith(("reports/smoke/", "results/smoke/")) for p in smoke), sorted(smoke)
+    # A second results folder of the same preset has its own report (7816575 wrote both to
+    # reports/smoke/, the second overwriting the first's).
+    other = _planned_outputs(work, "preset=smoke", "results=runs/b")
+    assert not other & smoke, "two results folders would write the same file"
+    assert {f"reports/runs-b/smoke/validation.{e}" for e in ("json", "md", "html")} <= other
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ptycho.config import SCHEMA_FILE as SCHEMA
+from ptycho.config import spec
 from ptycho.errors import ConfigError
 
 
@@ -217,6 +218,19 @@ def results_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) -> Pa
             "or set allow_results_outside: true to write there on purpose"
         )
     return folder
+
+
+def report_folder(cfg: Mapping) -> str:
+    """Where the validation report of a results folder's preset goes, relative to the work
+    folder: ``reports/<preset>`` for the default ``results``, ``reports/<results>/<preset>``
+    for any other (its path with ``/`` as ``-``), so that two results folders of one preset
+    never overwrite each other's report (e.g. ``results: runs/b`` ->
+    ``reports/runs-b/default``)."""
+    results = os.path.normpath(str(cfg["results"]))
+    if results == spec("results")["default"]:
+        return f"reports/{cfg['preset']}"
+    name = results.strip("/").replace("/", "-").lstrip(".-") or "results"
+    return f"reports/{name}/{cfg['preset']}"
 
 
 def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) -> None:
