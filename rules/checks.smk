@@ -21,13 +21,15 @@ rule check_accuracy:
         ptycho=PTYCHO,
         track=tracking("check_accuracy"),
         threshold=CFG["thresholds"]["accuracy_max_abs"],
+        roundoffs=CFG["thresholds"]["accuracy_precision_roundoffs"],
         modes=XLA_MODES,
         precisions=PRECISIONS,
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check accuracy --threshold {params.threshold} --models {input.models} "
-        "--modes {params.modes} --precisions {params.precisions} --dataset {input.data} --out {output} > {log} 2>&1"
+        "--modes {params.modes} --precisions {params.precisions} --precision-threshold {params.roundoffs} "
+        "--dataset {input.data} --out {output} > {log} 2>&1"
 
 
 rule check_gradients:
@@ -47,6 +49,7 @@ rule check_gradients:
         ptycho=PTYCHO,
         track=tracking("check_gradients"),
         threshold=CFG["thresholds"]["gradients_max_rel"],
+        roundoffs=CFG["thresholds"]["gradients_precision_roundoffs"],
         modes=XLA_MODES,
         precisions=PRECISIONS,
         loss=section_for(CFG, "model", "pinn")["loss"],
@@ -54,7 +57,8 @@ rule check_gradients:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check gradients --threshold {params.threshold} --loss {params.loss} "
-        "--modes {params.modes} --precisions {params.precisions} --out {output} > {log} 2>&1"
+        "--modes {params.modes} --precisions {params.precisions} --precision-threshold {params.roundoffs} "
+        "--out {output} > {log} 2>&1"
 
 
 rule check_convergence:

@@ -350,23 +350,47 @@ def _full_items():
             "modes": {"jit": {"max_abs": 2e-7, "mean_abs": 1e-8}, "physics": {"max_abs": 1e-7, "mean_abs": 1e-8}},
         },
         "trained_inference": {
-            "pinn-jit-s0": {"max_abs": 1e-6, "mean_abs": 1e-7, "samples": 100, "modes": {"jit": 1e-6}}
+            "pinn-jit-s0": {
+                "model": "pinn",
+                "precision": "float32",
+                "samples": 100,
+                "comparisons": {
+                    "jit": {
+                        "compared": "jit vs off, fp32",
+                        "precision": "float32",
+                        "across_precisions": False,
+                        "max_abs": 1e-6,
+                        "mean_abs": 1e-7,
+                        "limit": 1e-5,
+                    }
+                },
+            }
         },
+        "limits": {"float32": 1e-5},
     }
     items["gradients"]["evidence"] = {
         "models": {
             "pinn": {
                 "loss_off": 1.0,
-                "modes": {
+                "comparisons": {
                     "jit": {
+                        "compared": "jit vs off, fp32",
+                        "precision": "float32",
+                        "across_precisions": False,
+                        "limit": 1e-4,
+                        "judged": "weights and inputs",
+                        "worst": 3e-6,
+                        "whole_weights": 3.2e-6,
+                        "per_variable": {"conv2d/kernel": 1e-6, "conv2d/bias": 3e-6},
+                        "inputs": 1e-6,
                         "loss": 1.0,
-                        "relative_error_inputs": 1e-6,
-                        "relative_error_per_variable": {"conv2d/kernel": 1e-6, "conv2d/bias": 3e-6},
+                        "loss_reference": 1.0,
                     }
                 },
             }
         },
         "finite_differences": {"max_rel": 1e-8, "points": 8},
+        "limits": {"float32": 1e-4},
     }
     items["convergence"]["evidence"] = {
         "pairs": {
@@ -401,7 +425,7 @@ def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_p
     for sid in ("verdict", "checklist", *checklist.names(), "machine"):
         assert f'<section id="{sid}">' in html
     assert html.count("data:image/png;base64,") == 1 and escape(report.caption("speedup")) in html
-    assert "conv2d" in html and "trained pinn-jit-s0 at inference" in html
+    assert "conv2d/bias" in html and "trained pinn at inference" in html
     assert "SLOWER" in html.split('<section id="checklist">')[0]  # the plain sentence is at the top
     md = paths["md"].read_text()
     assert "## Speedup" in md and "95 % bootstrap intervals" in md and "PINN minus baseline" not in md

@@ -158,7 +158,8 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
     arg(
         "--precision-threshold",
         type=float,
-        help="limit of a reduced precision vs float32 (accuracy, gradients; default: the item's threshold)",
+        help="limit of every reduced-precision comparison, in unit round-offs of the precision (accuracy, "
+        "gradients; default: the schema's thresholds.<item>_precision_roundoffs)",
     ),
     arg(
         "--context",

@@ -1,20 +1,36 @@
-"""Checklist item *accuracy*: XLA-compiled physics and inference agree with ``off``.
+"""Checklist item *accuracy*: XLA-compiled physics and inference agree with ``off``, and a
+reduced precision's inference with float32's.
 
 Measured with TensorFlow (imported when the item runs): the XLA-safe translation
 against the reference ``ImageProjectiveTransformV3`` over shifts, dtypes and batch
-sizes; the whole physics head under every mode; the trained networks at inference.
-The value is the worst max |difference|; the threshold (docs/physics.md section 7) is
-float32 round-off, not a tolerance for a different algorithm.
+sizes; the whole physics head under every mode; the trained networks at inference, each
+mode vs ``off`` at every precision of the study and each reduced precision vs float32 in
+every mode (:mod:`ptycho.study.checklist.comparisons`). The physics head computes in
+float32 at every precision, so its comparisons are made once, at float32. A float32
+comparison's limit is float32 round-off (the item's threshold, docs/physics.md section
+7), not a tolerance for a different algorithm; a reduced precision's is a number of its
+unit round-offs (section 9). The value is the worst difference over its limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from ptycho.errors import PtychoError
+from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import COMPARED, REFERENCE, compared
+from ptycho.study.checklist.comparisons import (
+    RATIO_LIMIT,
+    comparisons,
+    limits,
+    limits_text,
+    ordered,
+    roundoffs,
+    worst_by_group,
+)
 from ptycho.study.checklist.item import Inputs, Item, verdict
 from ptycho.study.tables import Table, fmt
 
@@ -106,73 +122,157 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED) -> d
     }
 
 
-def inference_agreement(
-    model_dirs: Sequence[str], dataset, max_samples: int = 128, modes: Sequence[str] = ("jit", "auto")
-) -> dict:
-    """Trained networks, each XLA mode's predict step vs ``off``, on the study's test patterns.
+class NetworkOutputs(NamedTuple):
+    """One trained network's complex patches under each (mode, precision) it was run at."""
 
-    Each trained model is run through the same fixed-batch :class:`~ptycho.nets.infer.Predictor`
-    under every mode (``physics`` predicts as ``off``: inference has no physics head);
-    the complex patches ``amp * exp(i phase)`` are compared, relative to the largest
-    amplitude; the worst mode is reported.
+    arm: str
+    model: str
+    precision: str  #: the one it was trained at
+    patches: dict[tuple[str, str], np.ndarray]
+
+
+def network_outputs(
+    model_dirs: Sequence[str],
+    dataset,
+    modes: Sequence[str],
+    precisions: Sequence[str],
+    max_samples: int = 128,
+) -> Iterator[NetworkOutputs]:
+    """Each trained network, with its trained weights, at float32, at its own precision
+    (``train.precision`` of its ``model.json``; float32 when absent) and at each of
+    ``precisions``, through the fixed-batch :class:`~ptycho.nets.infer.Predictor` of
+    ``off`` and of each of ``modes``, on the first ``max_samples`` test inputs: the
+    complex patches ``amp * exp(i phase)``.
+
+    One network and its predictors are built per architecture and precision, and reused
+    across the models by setting their weights (compiled steps read the variables, so
+    nothing is traced again): a study's arms share a handful of architectures.
     """
     from ptycho.nets.infer import Predictor, load_network
-    from ptycho.nets.train import load_meta, prepare
+    from ptycho.nets.models import build_network
+    from ptycho.nets.train import configs_from_meta, load_meta, prepare
     from ptycho.study.arms import Arm
 
-    modes = [m for m in modes if m not in (REFERENCE, "physics")]
-
-    out = {}
+    built: dict[tuple, tuple] = {}  # (architecture, batch size, precision) -> (network, {mode: predictor})
     for model_dir in model_dirs:
         meta = load_meta(model_dir)
-        name = Arm.of_meta(meta).name
-        data = prepare(dataset, meta["model"]["kind"], norm=meta["physics"]["intensity_norm"])
-        network = load_network(model_dir)
-        x = data.inputs[:max_samples]
+        model_cfg, train_cfg = configs_from_meta(meta)
+        x = prepare(dataset, model_cfg.kind, norm=meta["physics"]["intensity_norm"]).inputs[:max_samples]
+        weights = load_network(model_dir).get_weights()
+        shape = (meta["n"], x.shape[-1], model_cfg.filters, model_cfg.pooling, model_cfg.depth, model_cfg.mixing)
         patches = {}
-        for mode in [REFERENCE, *modes]:
-            amp, phase = Predictor(network, meta["train"]["batch_size"], mode)(x)
-            patches[mode] = amp.astype(np.float64) * np.exp(1j * phase.astype(np.float64))
-        scale = max(float(np.abs(patches[REFERENCE]).max()), 1e-30)
-        per_mode = {m: np.abs(patches[m] - patches[REFERENCE]) for m in modes}
-        out[name] = {
-            "max_abs": max((float(d.max() / scale) for d in per_mode.values()), default=0.0),
-            "mean_abs": max((float(d.mean() / scale) for d in per_mode.values()), default=0.0),
-            "modes": {m: float(d.max() / scale) for m, d in per_mode.items()},
-            "samples": len(x),
-            "note": "complex patches, relative to the largest amplitude; worst mode",
+        for precision in ordered([*precisions, train_cfg.precision]):
+            key = (shape, train_cfg.batch_size, precision)
+            if key not in built:
+                n, channels, filters, pooling, depth, mixing = shape
+                net = build_network(
+                    n, channels, channels, filters, pooling, 0, depth=depth, mixing=mixing, precision=precision
+                )
+                built[key] = net, {m: Predictor(net, train_cfg.batch_size, m) for m in [REFERENCE, *modes]}
+            net, predictors = built[key]
+            net.set_weights(weights)
+            for mode, predict in predictors.items():
+                amp, phase = predict(x)
+                patches[mode, precision] = amp.astype(np.float64) * np.exp(1j * phase.astype(np.float64))
+        yield NetworkOutputs(Arm.of_meta(meta).name, model_cfg.kind, train_cfg.precision, patches)
+
+
+def inference_agreement(
+    model_dirs: Sequence[str],
+    dataset,
+    max_samples: int = 128,
+    modes: Sequence[str] = ("jit", "auto"),
+    precisions: Sequence[str] = (REFERENCE_PRECISION,),
+) -> dict:
+    """Trained networks at inference: each XLA mode vs ``off`` at each precision they were
+    run at, and each reduced precision vs float32 in each mode (:func:`network_outputs`).
+
+    ``physics`` predicts as ``off`` (inference has no physics head) and is left out. A
+    reduced precision vs float32 is the same weights through the lower arithmetic: the
+    error that arithmetic makes, whatever precision the network was trained at. Patches
+    are compared relative to the largest float32 ``off`` amplitude; evidence per model,
+    keyed by its arm.
+    """
+    modes = [m for m in modes if m not in (REFERENCE, "physics")]
+    out = {}
+    for run in network_outputs(model_dirs, dataset, modes, precisions, max_samples):
+        if run.arm in out:
+            raise PtychoError(f"check accuracy: two models of arm {run.arm}; pass each arm's model.json once")
+        scale = max(float(np.abs(run.patches[REFERENCE, REFERENCE_PRECISION]).max()), 1e-30)
+        differences = {}
+        for c in comparisons(modes, ordered(p for _, p in run.patches)):
+            d = np.abs(run.patches[c.arm] - run.patches[c.reference]) / scale
+            differences[c.key] = {
+                "compared": c.label,
+                "precision": c.precision,
+                "across_precisions": c.across_precisions,
+                "max_abs": float(d.max()),
+                "mean_abs": float(d.mean()),
+            }
+        out[run.arm] = {
+            "model": run.model,
+            "precision": run.precision,
+            "samples": len(next(iter(run.patches.values()))),
+            "comparisons": differences,
+            "note": "complex patches, relative to the largest float32 off amplitude",
         }
     return out
 
 
 def accuracy(
     threshold: float,
+    roundoff_count: float,
     seed: int = 0,
     model_dirs: Sequence[str] = (),
     dataset=None,
     modes: Sequence[str] = COMPARED,
+    precisions: Sequence[str] = (REFERENCE_PRECISION,),
 ) -> dict:
-    """Worst max error of: the translation suite, the forward model and trained-model
-    inference under every XLA mode of ``modes``, each against ``off``."""
+    """The translation suite and the forward model under every XLA mode of ``modes`` vs
+    ``off`` (float32: the limit is ``threshold``), and the trained networks at inference
+    at each precision (:func:`inference_agreement`; a reduced precision's limit is
+    ``roundoff_count`` of its unit round-offs). The value is the worst difference over its
+    limit, judged against 1."""
     modes = compared(modes)
     cases = translation_suite(seed)
     forward = forward_model_agreement(seed, modes)
-    inference = inference_agreement(model_dirs, dataset, modes=modes) if model_dirs else {}
-    worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]] + [r["max_abs"] for r in inference.values()])
-    trained = (
-        f", and {len(inference)} trained model(s) at inference (worst {max(r['max_abs'] for r in inference.values()):.1e})"
-        if inference
-        else ""
-    )
+    inference = inference_agreement(model_dirs, dataset, modes=modes, precisions=precisions) if model_dirs else {}
+    limit_of = limits(PRECISIONS, threshold, roundoff_count)
+    physics_worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]])
+    ratios = [physics_worst / threshold]
+    for record in inference.values():
+        for diff in record["comparisons"].values():
+            diff["limit"] = limit_of[diff["precision"]]
+            ratios.append(diff["max_abs"] / diff["limit"])
+    used = ordered([*precisions, *(r["precision"] for r in inference.values())])
+    value = max(ratios)
     return verdict(
         ITEM.name,
-        worst,
-        threshold,
+        value,
+        RATIO_LIMIT,
         "<=",
-        f"XLA-safe translation vs ImageProjectiveTransformV3 over {len(cases)} cases, the whole forward model"
-        f"{trained}, modes {', '.join(modes)} vs off: worst max |difference| {worst:.2e}",
-        {"translation": cases, "forward_model": forward, "trained_inference": inference, "modes": list(modes)},
+        f"XLA-safe translation vs ImageProjectiveTransformV3 over {len(cases)} cases and the whole forward model "
+        f"(float32 at every precision), modes {', '.join(modes)} vs off: worst max |difference| {physics_worst:.2e}"
+        f"{_trained_summary(inference)}; limits {limits_text({p: limit_of[p] for p in used}, roundoff_count)}; "
+        f"value: the worst difference over its limit, {value:.2g}",
+        {
+            "translation": cases,
+            "forward_model": forward,
+            "trained_inference": inference,
+            "modes": list(modes),
+            "precisions": used,
+            "limits": {p: limit_of[p] for p in used},
+            "precision_roundoffs": roundoff_count,
+        },
     )
+
+
+def _trained_summary(inference: Mapping) -> str:
+    """``"; 8 trained network(s) at inference: modes vs off at fp32 worst 9.4e-07, ..."``."""
+    if not inference:
+        return ""
+    records = (diff for record in inference.values() for diff in record["comparisons"].values())
+    return f"; {len(inference)} trained network(s) at inference: {worst_by_group(records, 'max_abs')}"
 
 
 def collect(inputs: Inputs, threshold: float) -> dict:
@@ -186,11 +286,21 @@ def collect(inputs: Inputs, threshold: float) -> dict:
     from pathlib import Path
 
     modes = COMPARED if inputs.modes is None else inputs.modes
-    return accuracy(threshold, model_dirs=[str(Path(m).parent) for m in inputs.model_jsons], dataset=ds, modes=modes)
+    return accuracy(
+        threshold,
+        roundoffs(inputs.precision_threshold, ITEM.precision_threshold),
+        model_dirs=[str(Path(m).parent) for m in inputs.model_jsons],
+        dataset=ds,
+        modes=modes,
+        precisions=inputs.precisions,
+    )
 
 
 def tables(report: Mapping) -> list[Table]:
+    """The physics per dtype and shift kind, and per mode; the trained networks per model
+    and comparison, worst over the models (seeds, the arms' modes); each row with its limit."""
     ev = report["items"]["accuracy"]["evidence"]
+    strict = fmt(ev.get("limits", {}).get(REFERENCE_PRECISION, float("nan")))
     groups: dict[tuple[str, str], list[dict]] = {}
     for case in ev.get("translation", []):
         groups.setdefault((case["dtype"], case["shifts"]), []).append(case)
@@ -201,6 +311,7 @@ def tables(report: Mapping) -> list[Table]:
             ", ".join(str(c["batch"]) for c in cases),
             fmt(max(c["max_abs"] for c in cases)),
             fmt(max(c["mean_abs"] for c in cases)),
+            strict,
         ]
         for (dtype, shifts), cases in sorted(groups.items())
     ]
@@ -208,20 +319,35 @@ def tables(report: Mapping) -> list[Table]:
     if fm:
         for mode, r in fm.get("modes", {"jit": fm}).items():
             rows.append(
-                ["whole forward model (relative)", f"{mode} vs off", "16", fmt(r["max_abs"]), fmt(r["mean_abs"])]
+                [
+                    "whole forward model (relative)",
+                    f"{mode} vs off",
+                    "16",
+                    fmt(r["max_abs"]),
+                    fmt(r["mean_abs"]),
+                    strict,
+                ]
             )
-    for arm, r in sorted(ev.get("trained_inference", {}).items()):
-        modes = ", ".join(r.get("modes", {})) or "jit"
+    trained: dict[tuple[str, str], dict] = {}
+    for record in ev.get("trained_inference", {}).values():
+        for diff in record["comparisons"].values():
+            row = trained.setdefault((record["model"], diff["compared"]), {**diff, "models": 0, "samples": 0})
+            row["max_abs"] = max(row["max_abs"], diff["max_abs"])
+            row["mean_abs"] = max(row["mean_abs"], diff["mean_abs"])
+            row["models"] += 1
+            row["samples"] = max(row["samples"], record["samples"])
+    for (model, compared_), row in trained.items():
         rows.append(
             [
-                f"trained {arm} at inference (relative)",
-                f"{modes} vs off (worst)",
-                f"{r['samples']} patterns",
-                fmt(r["max_abs"]),
-                fmt(r["mean_abs"]),
+                f"trained {model} at inference (relative)",
+                f"{compared_} (worst of {row['models']})",
+                f"{row['samples']} patterns",
+                fmt(row["max_abs"]),
+                fmt(row["mean_abs"]),
+                fmt(row["limit"]),
             ]
         )
-    return [("", ["what", "compared", "batch sizes", "max abs difference", "mean abs difference"], rows)]
+    return [("", ["what", "compared", "batch sizes", "max abs difference", "mean abs difference", "limit"], rows)]
 
 
 ITEM = Item(
@@ -231,4 +357,5 @@ ITEM = Item(
     collect=collect,
     threshold="accuracy_max_abs",
     measures=True,
+    precision_threshold="accuracy_precision_roundoffs",
 )

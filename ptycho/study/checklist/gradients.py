@@ -1,9 +1,13 @@
-"""Checklist item *gradients*: the loss gradients under every XLA mode agree with ``off``.
+"""Checklist item *gradients*: the loss gradients under every XLA mode agree with ``off``,
+and a reduced precision's with float32's.
 
-Measured with TensorFlow (imported when the item runs): the gradient of each model's
-loss with respect to every weight and to the inputs, compiled as each mode compiles
-its train step, against ``off``'s; and the physics head's analytic gradient against
-central finite differences in float64.
+Measured with TensorFlow (imported when the item runs) on the study's own model settings
+(the schema's ``model`` defaults: relative baseline phase, its depth and mixing, every
+layer type of the study's network) at a small width: the gradient of each model's loss
+with respect to every weight and to the inputs, compiled as each mode compiles its train
+step, each mode vs ``off`` at every precision and each reduced precision vs float32 in
+every mode (:mod:`ptycho.study.checklist.comparisons`); and the physics head's analytic
+gradient against central finite differences in float64.
 """
 
 from __future__ import annotations
@@ -13,18 +17,90 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ptycho.nets.models import MODEL_KINDS
+from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import COMPARED, REFERENCE, compared
+from ptycho.study.checklist.comparisons import (
+    RATIO_LIMIT,
+    comparisons,
+    limits,
+    limits_text,
+    ordered,
+    roundoffs,
+    worst_by_group,
+)
 from ptycho.study.checklist.item import Inputs, Item, verdict
 from ptycho.study.tables import Table, fmt
 
 
-def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson", modes: Sequence[str] = COMPARED) -> dict:
-    """Loss gradients w.r.t. weights and inputs, each XLA mode vs ``off``, per variable; plus FD.
+def variable_differences(weights: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> list[float]:
+    """Each variable's ``|g_v - ref_v|`` over the whole reference gradient's norm ``|ref|``.
 
-    ``pinn_loss`` is the PINN loss the study trains with. The gradient function is
-    compiled as the mode compiles its train step (:func:`ptycho.nets.xla.compile_step`, with
-    the ``physics`` mode's head a nested XLA function). The value is the worst of the
-    per-mode relative differences and the finite-difference relative error.
+    Not over the variable's own norm: rounding noise in a gradient entry scales with the
+    terms summed into it, which are the size of the whole gradient's, not with their sum.
+    A variable whose gradient is analytically about zero (the phase head's last bias under
+    the relative baseline phase loss: a constant phase offset leaves that loss unchanged)
+    is a sum of terms that cancel, so its own norm is noise and its own relative
+    difference is noise over noise. Over the whole norm, every variable's share of the
+    difference is on one scale, and their squares add up to the whole's relative difference.
+    """
+    whole = np.sqrt(sum(float(np.sum(np.square(r, dtype=np.float64))) for r in reference))
+    return [
+        float(np.linalg.norm((np.asarray(w, np.float64) - r).ravel()) / max(whole, 1e-30))
+        for w, r in zip(weights, reference, strict=True)
+    ]
+
+
+def loss_gradients(trainer, x, offsets, targets) -> dict:
+    """Loss and its gradients w.r.t. the trainer's variables and ``x``, compiled as the
+    trainer's mode compiles its train step, of the loss as training differentiates it
+    (float16: scaled by the optimiser's loss scale, then unscaled here, so small gradients
+    do not underflow, as in training)."""
+    import tensorflow as tf
+
+    from ptycho.nets.xla import compile_step
+
+    def fn(x, offsets, targets):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            loss = tf.reduce_mean(trainer.loss_terms(x, offsets, targets, training=False))
+            scaled = trainer.optimizer.scale_loss(loss)
+        return loss, tape.gradient(scaled, trainer.variables), tape.gradient(scaled, x)
+
+    loss, gw, gx = compile_step(fn, trainer.mode)(x, offsets, targets)
+    scale = float(trainer.optimizer.scale_loss(tf.constant(1.0)))
+    # Every build makes the same network in the same order; Keras numbers the layer names
+    # per build, so variables are matched by position and labelled by the reference's.
+    return {
+        "loss": float(loss),
+        "weights": [g.numpy().astype(np.float64) / scale for g in gw],
+        "inputs": gx.numpy().astype(np.float64) / scale,
+        "names": [getattr(v, "path", v.name) for v in trainer.variables],
+        "layers": sorted({type(layer).__name__ for layer in trainer.network.layers}),
+    }
+
+
+def gradients(
+    threshold: float,
+    roundoff_count: float,
+    seed: int = 0,
+    pinn_loss: str = "poisson",
+    modes: Sequence[str] = COMPARED,
+    precisions: Sequence[str] = (REFERENCE_PRECISION,),
+    n: int = 32,
+) -> dict:
+    """Loss gradients w.r.t. weights and inputs, per model: each XLA mode vs ``off`` at each
+    precision, each reduced precision vs float32 in each mode; plus finite differences.
+
+    ``pinn_loss`` is the PINN loss the study trains with; the rest of the model is the
+    schema's (the study's) at 4 filters, on a batch of 8 simulated ``n``-pixel patterns.
+    Weights are judged by :func:`variable_differences` (each variable over the whole
+    gradient's norm), inputs by their own relative difference. At float32 the limit is
+    ``threshold`` for both; a comparison at a reduced precision judges the weights only,
+    against ``roundoff_count`` unit round-offs: the input gradient is not trained, and
+    each of its entries follows the ReLU pattern at one pixel rather than averaging over a
+    batch and every position as a weight's does, so a rounding that flips one activation
+    moves it by a finite step (docs/physics.md section 9); it is recorded. The value is
+    the worst difference over its limit, finite differences against ``threshold``.
     """
     import tensorflow as tf
 
@@ -32,76 +108,91 @@ def gradients(threshold: float, seed: int = 0, pinn_loss: str = "poisson", modes
     from ptycho.data.simulate import simulate_split
     from ptycho.nets.models import ModelConfig
     from ptycho.nets.train import TrainConfig, Trainer, prepare
-    from ptycho.nets.xla import compile_step
 
     modes = compared(modes)
+    used = ordered(precisions)
+    limit_of = limits(PRECISIONS, threshold, roundoff_count)
     ds = simulate_split(
         SimulationConfig(
-            n=32, object_size=56, n_lines=40, nphotons=1e6, probe_kind="defocused", n_objects_train=1, seed=seed
+            n=n, object_size=n + 24, n_lines=40, nphotons=1e6, probe_kind="defocused", n_objects_train=1, seed=seed
         ),
         "train",
     )
     per_model = {}
-    worst = 0.0
+    ratios = []
+    layers: set[str] = set()
     for kind in MODEL_KINDS:
         data = prepare(ds, kind)
         idx = np.arange(8)
-        x = tf.constant(data.inputs[idx])
+        batch = (tf.constant(data.inputs[idx]), data.offsets[idx], {k: v[idx] for k, v in data.targets.items()})
         grads = {}
-        for mode in [REFERENCE, *modes]:
-            trainer = Trainer(
-                ModelConfig(
-                    kind=kind, filters=4, depth=3, loss=pinn_loss, mixing=1, baseline_phase="absolute"
-                ),  # every layer type
-                TrainConfig(batch_size=8, xla=mode, seed=seed),
-                ds.n,
-                data.inputs.shape[-1],
-                ds.probe,
-                data.physics,
-            )
-
-            def fn(x, off, tgt, trainer=trainer):
-                with tf.GradientTape(persistent=True) as tape:
-                    tape.watch(x)
-                    loss = tf.reduce_mean(trainer.loss_terms(x, off, tgt, training=False))
-                return loss, tape.gradient(loss, trainer.variables), tape.gradient(loss, x)
-
-            loss, gw, gx = compile_step(fn, mode)(x, data.offsets[idx], {k: v[idx] for k, v in data.targets.items()})
-            # Every mode builds the same network in the same order; Keras numbers the layer
-            # names per build, so variables are matched by position, labelled by the first.
-            names = [getattr(v, "path", v.name) for v in trainer.variables]
-            grads[mode] = {
-                "loss": loss.numpy(),
-                "weights": [g.numpy() for g in gw],
-                "inputs": gx.numpy(),
-                "names": names,
+        for precision in used:
+            for mode in [REFERENCE, *modes]:
+                trainer = Trainer(
+                    ModelConfig(kind=kind, filters=4, loss=pinn_loss),
+                    TrainConfig(batch_size=8, xla=mode, seed=seed, precision=precision),
+                    ds.n,
+                    data.inputs.shape[-1],
+                    ds.probe,
+                    data.physics,
+                )
+                grads[mode, precision] = loss_gradients(trainer, *batch)
+        reference = grads[REFERENCE, REFERENCE_PRECISION]
+        layers.update(reference["layers"])
+        per_comparison = {}
+        for c in comparisons(modes, used):
+            g, ref = grads[c.arm], grads[c.reference]
+            weights = dict(zip(reference["names"], variable_differences(g["weights"], ref["weights"]), strict=True))
+            inputs = float(np.linalg.norm(g["inputs"] - ref["inputs"]) / max(np.linalg.norm(ref["inputs"]), 1e-30))
+            judged = c.precision == REFERENCE_PRECISION
+            limit = limit_of[c.precision]
+            worst = max([*weights.values(), inputs] if judged else weights.values())
+            ratios.append(worst / limit)
+            per_comparison[c.key] = {
+                "compared": c.label,
+                "precision": c.precision,
+                "across_precisions": c.across_precisions,
+                "limit": limit,
+                "judged": "weights and inputs" if judged else "weights",
+                "worst": worst,
+                "whole_weights": float(np.sqrt(sum(v * v for v in weights.values()))),
+                "per_variable": weights,
+                "inputs": inputs,
+                "loss": g["loss"],
+                "loss_reference": ref["loss"],
             }
-        ref = grads[REFERENCE]
-        per_mode = {}
-        for mode in modes:
-            g = grads[mode]
-            rel = {
-                name: float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-                for name, a, b in zip(ref["names"], g["weights"], ref["weights"], strict=True)
-            }
-            rel_inputs = float(np.linalg.norm(g["inputs"] - ref["inputs"]) / max(np.linalg.norm(ref["inputs"]), 1e-30))
-            per_mode[mode] = {
-                "loss": float(g["loss"]),
-                "relative_error_per_variable": rel,
-                "relative_error_inputs": rel_inputs,
-            }
-            worst = max(worst, rel_inputs, *rel.values())
-        per_model[kind] = {"loss_off": float(ref["loss"]), "modes": per_mode}
+        # Each variable's share of the float32 off gradient's norm: its own relative
+        # difference is its entry in a comparison over its share.
+        whole = np.sqrt(sum(float(np.sum(r * r)) for r in reference["weights"]))
+        shares = {
+            name: float(np.linalg.norm(r) / whole)
+            for name, r in zip(reference["names"], reference["weights"], strict=True)
+        }
+        per_model[kind] = {"loss_off": reference["loss"], "shares": shares, "comparisons": per_comparison}
     fd = finite_difference_check(seed)
-    worst = fd["max_rel"] if not fd["max_rel"] <= worst else worst
+    ratios.append(fd["max_rel"] / threshold)
+    value = max(ratios)
+    summary = worst_by_group((c for m in per_model.values() for c in m["comparisons"].values()), "worst")
     return verdict(
         ITEM.name,
-        worst,
-        threshold,
+        value,
+        RATIO_LIMIT,
         "<=",
-        f"loss gradients w.r.t. every weight and the inputs, modes {', '.join(modes)} vs off: worst relative "
-        f"difference {worst:.2e}; finite differences agree to {fd['max_rel']:.1e}",
-        {"models": per_model, "finite_differences": fd, "modes": list(modes)},
+        f"loss gradients w.r.t. every weight (over the whole gradient's norm) and the inputs (judged at float32), "
+        f"modes {', '.join(modes)} vs off at {', '.join(used)}"
+        f"{', each reduced precision vs float32 in every mode' if len(used) > 1 else ''}: {summary}; "
+        f"finite differences agree to {fd['max_rel']:.1e}; "
+        f"limits {limits_text({p: limit_of[p] for p in used}, roundoff_count)}; "
+        f"value: the worst difference over its limit, {value:.2g}",
+        {
+            "models": per_model,
+            "finite_differences": fd,
+            "modes": list(modes),
+            "precisions": used,
+            "limits": {p: limit_of[p] for p in used},
+            "precision_roundoffs": roundoff_count,
+            "layers": sorted(layers),
+        },
     )
 
 
@@ -139,27 +230,60 @@ def finite_difference_check(seed: int = 0) -> dict:
 
 
 def collect(inputs: Inputs, threshold: float) -> dict:
-    return gradients(threshold, pinn_loss=inputs.loss, modes=COMPARED if inputs.modes is None else inputs.modes)
+    return gradients(
+        threshold,
+        roundoffs(inputs.precision_threshold, ITEM.precision_threshold),
+        pinn_loss=inputs.loss,
+        modes=COMPARED if inputs.modes is None else inputs.modes,
+        precisions=inputs.precisions,
+    )
 
 
 def tables(report: Mapping) -> list[Table]:
-    """Per model, mode and layer: the largest relative gradient difference from off of its variables."""
+    """Per model and comparison: the variable that differs most (over the whole gradient's
+    norm), the whole weight gradient's and the inputs' relative differences, the losses and
+    the limit."""
     ev = report["items"]["gradients"]["evidence"]
     rows = []
-    for model, m in sorted(ev.get("models", {}).items()):
-        for mode, g in m.get("modes", {}).items():
-            layers: dict[str, float] = {}
-            for path, rel in g["relative_error_per_variable"].items():
-                layer = path.rsplit("/", 1)[0] if "/" in path else path
-                layers[layer] = max(layers.get(layer, 0.0), rel)
-            for layer, rel in layers.items():
-                rows.append([model, mode, layer, fmt(rel)])
-            rows.append([model, mode, "inputs (diffraction)", fmt(g["relative_error_inputs"])])
-            rows.append([model, mode, "loss value (mode / off)", f"{fmt(g['loss'])} / {fmt(m['loss_off'])}"])
+    for model, m in ev.get("models", {}).items():
+        for c in m.get("comparisons", {}).values():
+            name, worst = max(c["per_variable"].items(), key=lambda kv: kv[1])
+            inputs = fmt(c["inputs"]) + ("" if c["judged"] == "weights and inputs" else " (not judged)")
+            rows.append(
+                [
+                    model,
+                    c["compared"],
+                    f"{name}: {fmt(worst)}",
+                    fmt(c["whole_weights"]),
+                    inputs,
+                    f"{fmt(c['loss'])} / {fmt(c['loss_reference'])}",
+                    fmt(c["limit"]),
+                ]
+            )
     fd = ev.get("finite_differences")
     if fd:
-        rows.append(["PINN physics (float64)", "jit", f"finite differences, {fd['points']} points", fmt(fd["max_rel"])])
-    return [("", ["model", "mode vs off", "layer", "relative difference"], rows)]
+        limit = fmt(ev.get("limits", {}).get(REFERENCE_PRECISION, float("nan")))
+        rows.append(
+            [
+                "PINN physics (float64)",
+                f"analytic vs finite differences, {fd['points']} points",
+                "",
+                fmt(fd["max_rel"]),
+                "",
+                "",
+                limit,
+            ]
+        )
+    header = [
+        "model",
+        "compared",
+        "largest variable difference",
+        "whole weight gradient",
+        "inputs",
+        "loss / reference",
+        "limit",
+    ]
+    return [("", header, rows)]
 
 
 ITEM = Item(
@@ -169,4 +293,5 @@ ITEM = Item(
     collect=collect,
     threshold="gradients_max_rel",
     measures=True,
+    precision_threshold="gradients_precision_roundoffs",
 )

@@ -24,6 +24,8 @@ class Inputs:
     #: the precisions of the study (accuracy, gradients: each XLA mode vs off at each of
     #: them, each reduced precision vs float32 against ``precision_threshold``)
     precisions: Sequence[str] = ("float32",)
+    #: the limit of the reduced-precision comparisons, in unit round-offs of the precision
+    #: (None: the schema's default of the item's :attr:`Item.precision_threshold` key)
     precision_threshold: float | None = None
     loss: str = "poisson"
     context: str = "alone"
@@ -60,11 +62,14 @@ class Section:
 class Item(Section):
     """A checklist item: ``collect(inputs, threshold)`` returns its :func:`verdict` record.
     ``measures``: it runs TensorFlow itself (the others judge the pipeline's outputs and
-    import no TensorFlow). ``threshold``: its key under ``thresholds:`` in the config."""
+    import no TensorFlow). ``threshold``: its key under ``thresholds:`` in the config;
+    ``precision_threshold``: its second key there, the limit of its reduced-precision
+    comparisons (``check --precision-threshold``), for the items that make them."""
 
     collect: Callable[[Inputs, float], dict] | None = None  #: required; a default only for field order
     threshold: str = ""
     measures: bool = False
+    precision_threshold: str = ""
 
     def __post_init__(self) -> None:
         if self.collect is None:
