@@ -67,9 +67,9 @@ def test_break_even_steps_without_a_time_is_nan():
     assert math.isnan(stats.break_even_steps(1.0, 2.0, math.inf, 0.1))
 
 
-def test_seed_comparison_pools_the_seeds_and_gives_one_of_three_outcomes():
-    c = stats.seed_comparison({1: 1.2, 0: 1.0}, {0: 1.1, 1: 1.3}, threshold=0.05)
-    assert c["seeds_mode"] == [0, 1] and c["seeds_off"] == [0, 1]
+def test_seed_comparison_pools_unmatched_seeds_and_gives_one_of_three_outcomes():
+    c = stats.seed_comparison({1: 1.2, 0: 1.0}, {2: 1.1, 3: 1.3}, threshold=0.05)
+    assert c["seeds_mode"] == [0, 1] and c["seeds_off"] == [2, 3] and c["design"] == "unpaired"
     assert c["mean_mode"] == pytest.approx(1.1) and c["mean_off"] == pytest.approx(1.2)
     assert c["difference"] == pytest.approx(-0.1)
     assert c["spread"] == pytest.approx(0.2) and c["margin"] == 0.05  # the margin is the threshold, never the spread
@@ -83,6 +83,24 @@ def test_seed_comparison_pools_the_seeds_and_gives_one_of_three_outcomes():
     assert n == stats.seeds_needed(-0.1, sd, 0.05) and 2 < n < stats.MAX_SEEDS
     h95 = stats._half_widths(sd, int(n), int(n))[1]
     assert 0.1 - h95 > 0.05 and 0.1 - stats._half_widths(sd, int(n) - 1, int(n) - 1)[1] <= 0.05
+
+
+def test_matched_seeds_are_compared_pairwise_so_a_shared_seed_effect_cancels():
+    # Seed 1 is 0.05 better than seed 0 in both arms (its luck), the arms differ by 0.002
+    # at every seed: pooled, the seed spread would swamp the difference; paired, it is
+    # EQUIVALENT within 0.02 with two seeds.
+    mode, off = {0: 0.852, 1: 0.902}, {0: 0.850, 1: 0.899}
+    c = stats.seed_comparison(mode, off, threshold=0.02)
+    assert c["design"] == "paired" and c["outcome"] == "EQUIVALENT"
+    assert c["sd"] == pytest.approx(np.std([0.002, 0.003], ddof=1))  # of the per-seed differences
+    t90_1 = 6.313751514675041  # scipy.stats.t.ppf(0.95, 1): one degree of freedom from two pairs
+    assert c["high90"] == pytest.approx(0.0025 + t90_1 * c["sd"] / math.sqrt(2))
+    pooled = stats.seed_comparison(mode, {2: 0.850, 3: 0.899}, threshold=0.02)
+    assert pooled["design"] == "unpaired" and pooled["outcome"] == "INCONCLUSIVE"
+    # Seeds that do not match (one arm lacks seed 1) fall back to the pooled comparison.
+    assert stats.seed_comparison(mode, {0: 0.850, 2: 0.899}, 0.02)["design"] == "unpaired"
+    # The seeds needed follow the design: paired needs fewer here.
+    assert stats.seeds_needed(0.01, 0.01, 0.02, "paired") < stats.seeds_needed(0.01, 0.05, 0.02, "unpaired")
 
 
 def test_seed_comparison_is_equivalent_only_when_the_90_percent_interval_is_inside_the_margin():

@@ -81,25 +81,34 @@ EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
 MAX_SEEDS = 1000
 
 
-def _half_widths(sd: float, n_a: int, n_b: int) -> tuple[float, float]:
-    """Half-widths of the 90 % and 95 % t intervals of a difference of two means."""
+#: The two designs of a seed comparison (:func:`seed_comparison`).
+PAIRED, UNPAIRED = "paired", "unpaired"
+
+
+def _half_widths(sd: float, n_a: int, n_b: int, design: str = UNPAIRED) -> tuple[float, float]:
+    """Half-widths of the 90 % and 95 % t intervals of a difference of two means:
+    ``paired``, the mean of ``n_a`` per-seed differences whose standard deviation is ``sd``
+    (``n_a - 1`` degrees of freedom); ``unpaired``, two means with pooled ``sd``."""
     from scipy import stats
 
-    dof = n_a - 1 + n_b - 1
-    se = sd * math.sqrt(1 / n_a + 1 / n_b)
+    if design == PAIRED:
+        dof, se = n_a - 1, sd / math.sqrt(n_a)
+    else:
+        dof, se = n_a - 1 + n_b - 1, sd * math.sqrt(1 / n_a + 1 / n_b)
     return float(stats.t.ppf(0.95, dof) * se), float(stats.t.ppf(0.975, dof) * se)
 
 
-def seeds_needed(difference: float, sd: float, margin: float) -> float:
+def seeds_needed(difference: float, sd: float, margin: float, design: str = UNPAIRED) -> float:
     """Seeds per arm that would make the comparison conclusive if the observed difference
-    and seed-to-seed standard deviation held: EQUIVALENT when ``|difference| < margin``
-    (90 % interval inside), DIFFERENT when it is beyond (95 % interval outside). Infinite
-    when no number would (a difference exactly at the margin, or more than
-    :data:`MAX_SEEDS`), NaN without a standard deviation."""
+    and standard deviation (of the per-seed differences when ``paired``, of the seeds
+    otherwise) held: EQUIVALENT when ``|difference| < margin`` (90 % interval inside),
+    DIFFERENT when it is beyond (95 % interval outside). Infinite when no number would (a
+    difference exactly at the margin, or more than :data:`MAX_SEEDS`), NaN without a
+    standard deviation."""
     if not (math.isfinite(difference) and math.isfinite(sd)):
         return float("nan")
     for n in range(2, MAX_SEEDS + 1):
-        h90, h95 = _half_widths(sd, n, n)
+        h90, h95 = _half_widths(sd, n, n, design)
         if abs(difference) + h90 <= margin or abs(difference) - h95 > margin:
             return float(n)
     return float("inf")
@@ -110,12 +119,17 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
 
     Two trainings of the same arm with different seeds already differ (initial weights,
     batch order), so the mode - off difference of the means over seeds is judged with its
-    interval from the seed-to-seed spread, against a margin set before looking at the
-    data (``threshold``, the difference that matters):
+    interval from the seeds, against a margin set before looking at the data
+    (``threshold``, the difference that matters). A seed fixes an arm's initial weights
+    and batch order, so when both arms ran the same seeds (two or more) the study is a
+    matched-pairs design: the ``design`` is ``paired`` and the interval comes from the
+    per-seed differences, which carry only what the two arms differ in (the XLA mode or
+    the precision), not how lucky a seed was. Otherwise it is ``unpaired`` (pooled).
 
     * ``difference``: mean(mode) - mean(off); ``low``/``high`` its 95 % t interval and
-      ``low90``/``high90`` its 90 % one, from the pooled standard deviation ``sd`` of the
-      seeds of both arms (``n_mode - 1 + n_off - 1`` degrees of freedom);
+      ``low90``/``high90`` its 90 % one: paired, from the standard deviation ``sd`` of the
+      per-seed differences (``n - 1`` degrees of freedom); unpaired, from the pooled
+      standard deviation ``sd`` of the seeds of both arms (``n_mode - 1 + n_off - 1``);
     * ``outcome``: EQUIVALENT when the 90 % interval lies inside +-margin (the two
       one-sided tests at 5 %), DIFFERENT when the 95 % interval lies outside it,
       INCONCLUSIVE otherwise, and always with one seed per arm (no spread to judge by);
@@ -127,7 +141,8 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
     a = np.array([mode_values[s] for s in sorted(mode_values)], float)
     b = np.array([off_values[s] for s in sorted(off_values)], float)
     diff = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
-    dof = len(a) - 1 + len(b) - 1
+    design = PAIRED if sorted(mode_values) == sorted(off_values) and len(a) > 1 else UNPAIRED
+    dof = len(a) - 1 if design == PAIRED else len(a) - 1 + len(b) - 1
     margin = float(threshold)
     nan = float("nan")
     out = {
@@ -142,20 +157,24 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
         "low90": nan,
         "high90": nan,
         "spread": max((float(np.ptp(v)) for v in (a, b) if len(v) > 1), default=nan),
+        "design": design,
         "margin": margin,
         "outcome": INCONCLUSIVE,
         "seeds_needed": nan,
     }
     if dof > 0:
-        sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / dof)
-        h90, h95 = _half_widths(sd, len(a), len(b))
+        if design == PAIRED:
+            sd = float(np.std(a - b, ddof=1))
+        else:
+            sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / dof)
+        h90, h95 = _half_widths(sd, len(a), len(b), design)
         out.update(sd=sd, low=diff - h95, high=diff + h95, low90=diff - h90, high90=diff + h90)
         if -margin <= out["low90"] and out["high90"] <= margin:
             out["outcome"] = EQUIVALENT
         elif out["low"] > margin or out["high"] < -margin:
             out["outcome"] = DIFFERENT
         else:
-            out["seeds_needed"] = seeds_needed(diff, sd, margin)
+            out["seeds_needed"] = seeds_needed(diff, sd, margin, design)
     out["within"] = bool(abs(diff) <= margin)  # NaN compares False: no evidence, no pass
     out["equivalent"] = out["outcome"] == EQUIVALENT
     return out

@@ -90,6 +90,7 @@ def comparison_words(group: SeedGroup, label: str, c: Mapping[str, Any], percent
     intervals = (
         f"90 % interval {f(c['low90'], True)} to {f(c['high90'], True)}, 95 % {f(c['low'], True)} to "
         f"{f(c['high'], True)}, {len(c['seeds_mode'])} vs {len(c['seeds_off'])} seeds"
+        + (", paired by seed" if c.get("design") == "paired" else "")
     )
     judged = {
         EQUIVALENT: f"EQUIVALENT within the {f(c['margin'])} margin (its 90 % interval lies inside)",
