@@ -10,8 +10,8 @@ from ptycho.errors import PtychoError
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import PATTERN as ARM_PATTERN, arm_name, parse_arm
 from ptycho.study import checklist
-from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks, report_folder,
-                                   section_for, solver_mode, usable_cores)
+from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks,
+                                   precision_warnings, report_folder, section_for, solver_mode, usable_cores)
 from ptycho.tracking import config_hash
 
 
@@ -22,6 +22,9 @@ try:
 except PtychoError as err:
     sys.stderr.write(f"ptycho workflow: error: {err}\n")
     sys.exit(2)
+
+for line in precision_warnings(CFG):
+    sys.stderr.write(f"ptycho workflow: warning: {line}\n")
 
 R = f"{CFG['results']}/{CFG['preset']}"
 # Jobs run `python -m ptycho`. Under `--sdm conda` that is the env's interpreter

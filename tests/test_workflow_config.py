@@ -443,3 +443,16 @@ def test_a_preset_of_the_users_own_is_a_block_under_presets(base):
     assert cfg["preset"] == "mine" and cfg["seeds"] == [3] and cfg["train"]["epochs"] == 1
     with pytest.raises(ConfigError, match="characters that are not allowed"):  # a folder name, shell-safe
         resolve(dict(base, presets={"../up": {}}), {"preset": "../up"})
+
+
+def test_a_precision_the_cpu_only_emulates_is_one_warning_line(base):
+    from ptycho.study.workflow import precision_warnings
+
+    cfg = resolve(base, {"precision": ["float32", "mixed_bfloat16", "mixed_float16"]})
+    zen4 = precision_warnings(cfg, ["avx2", "avx512f", "avx512_bf16"])
+    assert len(zen4) == 1 and zen4[0].startswith("precision mixed_float16: this CPU has none of avx512_fp16")
+    avx2 = precision_warnings(cfg, ["avx2"])
+    assert [w.split(":")[0] for w in avx2] == ["precision mixed_bfloat16", "precision mixed_float16"]
+    assert all("\n" not in w and "precision=[float32]" in w for w in avx2)
+    assert precision_warnings(cfg, ["amx_bf16", "amx_fp16"]) == []
+    assert precision_warnings(resolve(base, {}), ["avx2"]) == []  # float32 needs nothing

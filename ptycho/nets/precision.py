@@ -27,6 +27,23 @@ SHORT: dict[str, str] = {"float32": "fp32", "mixed_bfloat16": "bf16", "mixed_flo
 EPSILON: dict[str, float] = {"float32": 2.0**-24, "mixed_bfloat16": 2.0**-8, "mixed_float16": 2.0**-11}
 
 
+#: The CPU flags (``/proc/cpuinfo``) under which a precision's compute type has native
+#: kernels on CPU (oneDNN: AVX512_BF16 or AMX for bfloat16, AVX512_FP16 or AMX-FP16 for
+#: float16); without them the type is converted to and from float32 around every
+#: operation, slower than float32 itself.
+NATIVE_FLAGS: dict[str, tuple[str, ...]] = {
+    "mixed_bfloat16": ("avx512_bf16", "amx_bf16"),
+    "mixed_float16": ("avx512_fp16", "amx_fp16"),
+}
+
+
+def emulated(precisions, cpu_flags) -> list[str]:
+    """The reduced precisions of ``precisions`` this CPU (its ``cpu_flags``) has no native
+    kernels for (:data:`NATIVE_FLAGS`)."""
+    flags = set(cpu_flags)
+    return [p for p in precisions if p in NATIVE_FLAGS and not flags & set(NATIVE_FLAGS[p])]
+
+
 def parse_precision(value: object, key: str | None = "precision") -> str:
     """A precision name from its full or short name; a one-line :class:`ConfigError` otherwise."""
     text = str(value)

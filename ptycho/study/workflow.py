@@ -277,6 +277,20 @@ def parse_time_checks(
     return cfg
 
 
+def precision_warnings(cfg: Mapping, cpu_flags=None) -> list[str]:
+    """One line per precision of the study this machine's CPU only emulates: the study
+    runs, but that arm trains slower than float32 here (a GPU run is unaffected)."""
+    from ptycho.nets.precision import NATIVE_FLAGS, emulated
+    from ptycho.study.bench.machine import cpu_flags as read_flags
+
+    flags = read_flags() if cpu_flags is None else cpu_flags
+    return [
+        f"precision {p}: this CPU has none of {', '.join(NATIVE_FLAGS[p])}, so it emulates the type and its arms "
+        "train slower than float32 here; use --config 'precision=[float32]' for speed on this machine"
+        for p in emulated(cfg["precision"], flags)
+    ]
+
+
 def cli_flags(section: Mapping[str, Any]) -> str:
     """``--key value`` for every key of a config section (the CLI's own option names),
     each value quoted for the shell (booleans as ``true``/``false``)."""
