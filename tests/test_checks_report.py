@@ -549,3 +549,12 @@ def test_the_report_renders_seed_comparisons_read_back_from_json(tmp_path):
     md = report.write(rec, tmp_path / "out")["md"].read_text()
     assert "INCONCLUSIVE" in md.split("## Accuracy")[0]  # named in the first lines
     assert "seeds needed" in md
+
+
+def test_the_provenance_line_says_a_missing_commit_in_whole_words():
+    line = report.provenance_line({"provenance": {"preset": "smoke", "git_commit": ""}, "generated_utc": "t"})
+    assert "commit unknown (not a git checkout);" in line  # was cut to 12 characters like a hash
+    line = report.provenance_line(
+        {"provenance": {"preset": "smoke", "git_commit": "0123456789abcdef"}, "generated_utc": "t"}
+    )
+    assert "commit 0123456789ab;" in line

@@ -203,8 +203,8 @@ def failed_sentence(report: Mapping) -> str:
 def provenance_line(report: Mapping) -> str:
     """Which run this report is of: preset, config hash, git commit, MLflow parent run."""
     prov = report.get("provenance") or {"preset": report["config"].get("preset", "")}
-    commit = prov.get("git_commit") or "unknown (not a git checkout)"
-    parts = [f"Preset {prov.get('preset') or '?'}", f"config {prov.get('config_hash') or '?'}", f"commit {commit[:12]}"]
+    commit = (prov.get("git_commit") or "")[:12] or "unknown (not a git checkout)"
+    parts = [f"Preset {prov.get('preset') or '?'}", f"config {prov.get('config_hash') or '?'}", f"commit {commit}"]
     if prov.get("mlflow_run_id"):
         parts.append(f"MLflow parent run {prov['mlflow_run_id']}")
     return "; ".join(parts) + f"; generated {report['generated_utc']}"
