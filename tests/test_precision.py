@@ -13,8 +13,9 @@ import pytest
 
 from ptycho.config import choices
 from ptycho.errors import ConfigError
+from ptycho.nets.precision import PRECISIONS as DEFINED
 
-PRECISIONS = choices("train.precision")
+PRECISIONS = tuple(DEFINED)
 MODES = ["off", "jit", "auto", "physics"]
 
 
@@ -48,6 +49,7 @@ def _trainer(ds, kind, mode, precision, **model):
 
 def test_the_precisions_are_float32_first_then_mixed_bfloat16_and_float16():
     assert PRECISIONS == ("float32", "mixed_bfloat16", "mixed_float16")
+    assert choices("precision.items") == PRECISIONS  # the config's list offers exactly these
     from ptycho.nets.train import TrainConfig
 
     assert TrainConfig().precision == "float32"
