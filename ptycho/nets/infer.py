@@ -90,7 +90,13 @@ def load_network(model_dir: str | Path):
     path = Path(model_dir) / "model.keras"
     if not path.exists():
         raise PtychoError(f"{path}: no trained model here; run 'python -m ptycho train' first")
-    return keras.models.load_model(path, safe_mode=True, compile=False)  # no Lambda layers: nothing to unpickle
+    try:
+        return keras.models.load_model(path, safe_mode=True, compile=False)  # no Lambda layers: nothing to unpickle
+    except Exception as exc:  # noqa: BLE001 - Keras says a truncated or foreign file is "File not found", etc.
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise PtychoError(
+            f"{path}: not a Keras model 'ptycho train' wrote (truncated or foreign file: {reason}); train it again"
+        ) from None
 
 
 def reconstruct(

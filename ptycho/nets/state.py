@@ -14,7 +14,7 @@ import numpy as np
 from ptycho.artifacts import atomic_write, write_json
 from ptycho.config import to_dict
 from ptycho.errors import PtychoError
-from ptycho.nets.models import ModelConfig
+from ptycho.nets.models import MODEL_KINDS, ModelConfig
 
 if TYPE_CHECKING:
     from ptycho.nets.train import TrainConfig
@@ -36,11 +36,21 @@ def load_meta(model_dir: str | os.PathLike) -> dict:
     """The ``model.json`` written by :func:`ptycho.nets.train.train`."""
     path = Path(model_dir) / "model.json"
     try:
-        return json.loads(path.read_text())
+        meta = json.loads(path.read_text())
     except FileNotFoundError:
         raise PtychoError(f"{path}: no trained model here; run 'python -m ptycho train' first") from None
     except json.JSONDecodeError as exc:
         raise PtychoError(f"{path}: not valid JSON ({exc.msg}); re-run training") from None
+    # A hand-edited or foreign file fails here in one line, not deep inside Keras.
+    kind = meta.get("model", {}).get("kind") if isinstance(meta, dict) and isinstance(meta.get("model"), dict) else None
+    if kind not in MODEL_KINDS:
+        raise PtychoError(
+            f"{path}: model kind {kind!r} is not one of {', '.join(MODEL_KINDS)}; restore the file or re-run training"
+        )
+    missing = [k for k in ("n", "train", "physics") if k not in meta]
+    if missing:
+        raise PtychoError(f"{path}: no {', '.join(missing)} recorded; not a model.json 'ptycho train' wrote, re-run it")
+    return meta
 
 
 def checkpoint_dir_for(out_dir: str | os.PathLike) -> Path:
