@@ -241,6 +241,7 @@ def test_arm_names_and_pairs_follow_the_modes_of_ptycho_xla(monkeypatch):
     import ptycho.nets.xla
     import ptycho.study.arms
 
+    original = dict(vars(ptycho.study.arms))
     monkeypatch.setitem(ptycho.nets.xla.MODES, "newmode", "a test mode")
     arms_module = importlib.reload(ptycho.study.arms)
     try:
@@ -248,7 +249,9 @@ def test_arm_names_and_pairs_follow_the_modes_of_ptycho_xla(monkeypatch):
         assert [p.key for p in arms_module.mode_pairs(["pinn-off-s0", "pinn-newmode-s0"])] == ["pinn-s0-newmode"]
     finally:
         monkeypatch.undo()
-        importlib.reload(ptycho.study.arms)
+        # The module's own objects back, not a reload: a reload makes a new Arm class, and
+        # every Arm other modules made before it would fail isinstance against it.
+        vars(ptycho.study.arms).update(original)
 
 
 def test_bench_command_copies_no_default_of_the_study():
