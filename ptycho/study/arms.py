@@ -131,18 +131,21 @@ class Pair(NamedTuple):
         """``"mode"`` or ``"precision"``: the field the two arms differ in."""
         return "mode" if self.arm.mode != self.reference.mode else "precision"
 
+    def _key(self, *fields: str) -> str:
+        key = self.arm.key(*fields)
+        return key if self.axis == "mode" else f"{key}-vs-{SHORT[self.reference.precision]}"
+
     @property
     def key(self) -> str:
         """The evidence's key of a pair: ``pinn-s0-jit`` (jit vs off, float32),
         ``pinn-s0-jit-bf16`` (jit vs off, both bfloat16), ``pinn-s0-off-bf16-vs-fp32``
         (bfloat16 vs float32, both off)."""
-        key = self.arm.key("model", "seed", "mode", "precision")
-        return key if self.axis == "mode" else f"{key}-vs-{SHORT[self.reference.precision]}"
+        return self._key("model", "seed", "mode", "precision")
 
     @property
     def group(self) -> str:
         """:attr:`key` without the seed: the key of the comparison across seeds."""
-        return self.key.replace(f"-s{self.arm.seed}-", "-", 1)
+        return self._key("model", "mode", "precision")
 
     def words(self) -> str:
         """The comparison in words: ``"PINN jit - off"``, ``"PINN jit - off (bfloat16)"``,
