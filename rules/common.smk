@@ -7,11 +7,10 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
 from ptycho.errors import PtychoError
-from ptycho.nets.xla import REFERENCE
-from ptycho.study.arms import PATTERN as ARM_PATTERN, arm_name, parse_arm
+from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist
 from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks,
-                                   precision_warnings, report_folder, section_for, solver_mode, usable_cores)
+                                   precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
 
@@ -47,9 +46,9 @@ XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
 # The precisions accuracy and gradients measure at (each reduced one also against float32).
 PRECISIONS = " ".join(CFG["precision"])
 CHECK_ITEMS = checklist.names()
-# The solver's warm starts: each model's reference-mode arm of the first seed, run in the
+# The solver's warm starts: each model's off arm of its first seed (workflow.warm_arms), run in the
 # first compared mode of the study (XLA's mode where the solver's work is all physics).
-WARM_ARMS = {m: arm_name(m, REFERENCE, CFG["seeds"][0]) for m in CFG["models"] if REFERENCE in CFG["xla"]}
+WARM_ARMS = warm_arms(CFG)
 WARM_MODE = solver_mode(CFG)
 SOLVER = [f"{R}/solver/solve.json", f"{R}/solver/warm_start.json"]
 

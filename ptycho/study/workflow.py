@@ -143,12 +143,16 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
     merged = deep_merge(deep_merge(config, presets.get(preset, {})), overrides)
     resolved = validate(merged, schema)
     resolved["xla"] = _modes(resolved["xla"])
+    for kind, own in resolved.get("per_model", {}).items():
+        if "xla" in own:
+            own["xla"] = _modes(own["xla"], f"per_model.{kind}.xla")
     check_shell_safe(resolved)
     sim = simulation_config(resolved)
     for kind in resolved["models"]:
         _check_pooling(sim.n, model_config(resolved, kind), _key_prefix(resolved, "model", kind))
-        for precision in resolved["precision"]:
-            train_config(resolved, resolved["xla"][0], 0, kind, precision)
+        modes, precisions, seeds = arm_lists(resolved, kind)
+        for precision in precisions:
+            train_config(resolved, modes[0], seeds[0], kind, precision)
     return resolved
 
 
@@ -162,14 +166,14 @@ def _check_pooling(n: int, model, where: str) -> None:
         )
 
 
-def _modes(values: list) -> list[str]:
-    """The ``xla`` list as mode names (``true``/``false`` read as jit/off), each once."""
+def _modes(values: list, key: str = "xla") -> list[str]:
+    """An ``xla`` list as mode names (``true``/``false`` read as jit/off), each once."""
     from ptycho.nets.xla import parse_mode
 
-    modes = [parse_mode(v, "xla") for v in values]
+    modes = [parse_mode(v, key) for v in values]
     if len(set(modes)) != len(modes):
         raise ConfigError(
-            f"config key 'xla': {values!r} names a mode twice (true is jit, false is off); list each once"
+            f"config key '{key}': {values!r} names a mode twice (true is jit, false is off); list each once"
         )
     return modes
 
@@ -355,11 +359,41 @@ def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn", precisio
     return from_dict(TrainConfig, values, _key_prefix(cfg, "train", kind))
 
 
+def arm_lists(cfg: Mapping, kind: str) -> tuple[list[str], list[str], list[int]]:
+    """The XLA modes, precisions and seeds model ``kind`` trains: its own lists under
+    ``per_model.<kind>``, else the study's. A study may so spend its training time where
+    the question is (e.g. the PINN in every mode, the baseline only in ``off``), while the
+    bench and the accuracy and gradients items still cover the study's lists."""
+    own = cfg.get("per_model", {}).get(kind, {})
+    return (own.get("xla", cfg["xla"]), own.get("precision", cfg["precision"]), own.get("seeds", cfg["seeds"]))
+
+
 def arms(cfg: Mapping) -> list[str]:
-    """Every (model, mode, precision, seed) job name of the matrix."""
+    """Every (model, mode, precision, seed) job name the study trains, model by model."""
     from ptycho.study.arms import matrix
 
-    return matrix(cfg["models"], cfg["xla"], cfg["seeds"], cfg["precision"])
+    names = []
+    for kind in cfg["models"]:
+        modes, precisions, seeds = arm_lists(cfg, kind)
+        names += matrix([kind], modes, seeds, precisions)
+    return names
+
+
+def warm_arms(cfg: Mapping) -> dict[str, str]:
+    """Per model, the arm whose stitched object warm-starts the iterative solver: its
+    ``off`` arm of its first seed, at float32 when it trains float32, else at its first
+    precision; a model without an ``off`` arm has none."""
+    from ptycho.nets.precision import REFERENCE_PRECISION
+    from ptycho.nets.xla import REFERENCE
+    from ptycho.study.arms import arm_name
+
+    out = {}
+    for kind in cfg["models"]:
+        modes, precisions, seeds = arm_lists(cfg, kind)
+        if REFERENCE in modes:
+            precision = REFERENCE_PRECISION if REFERENCE_PRECISION in precisions else precisions[0]
+            out[kind] = arm_name(kind, REFERENCE, seeds[0], precision)
+    return out
 
 
 def usable_cores() -> int:
