@@ -51,11 +51,52 @@ def spec(path: str) -> dict:
     return node
 
 
+def check_unique_keys(path: str | Path) -> None:
+    """One line if a config file gives a key twice at the same level; nothing otherwise.
+
+    YAML loaders (Snakemake's, :func:`yaml.safe_load`) keep the last of two equal keys
+    and say nothing, so a study written ``epochs: 40`` at the top of ``train:`` and
+    ``epochs: 4`` further down runs with 4. The file's node tree is walked instead (no
+    values are built, so any YAML or JSON the loaders accept is read the same way):
+    the first repeated key is a :class:`ConfigError` naming the key, the file and both
+    lines. A file that does not parse is left to the loader that reads it.
+    """
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else None
+                line = key.start_mark.line + 1
+                if name is not None and name != "<<" and name in seen:
+                    raise ConfigError(
+                        f"config file {path}: key '{prefix}{name}' is given twice (lines {seen[name]} and {line}), "
+                        "and only the last would count; keep one"
+                    )
+                if name is not None:
+                    seen[name] = line
+                walk(value, f"{prefix}{name}." if name is not None else prefix)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                walk(item, prefix)
+
+    walk(root, "")
+
+
 def defaults(section: str) -> dict[str, Any]:
-    """The schema's default of every key of ``section``, typed: a ``number`` is a float."""
+    """The schema's default of every key of ``section`` that has one, typed: a ``number`` is
+    a float (lists without a default, such as ``bench.xla``, default to another key's)."""
     return {
         key: float(sub["default"]) if sub.get("type") == "number" else sub["default"]
         for key, sub in spec(section)["properties"].items()
+        if "default" in sub
     }
 
 

@@ -127,9 +127,9 @@ rule bench:
     params:
         ptycho=PTYCHO,
         track=tracking("bench"),
-        models=" ".join(CFG["models"]),
-        modes=" ".join(CFG["xla"]),
-        precisions=PRECISIONS,
+        models=" ".join(BENCH[0]),
+        modes=" ".join(BENCH[1]),
+        precisions=" ".join(BENCH[2]),
         repeats=CFG["bench"]["repeats"],
         warmup=CFG["bench"]["warmup"],
         shared_threads=CFG["train_threads"],

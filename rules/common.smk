@@ -9,15 +9,16 @@ from snakemake.settings.types import DeploymentMethod
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist
-from ptycho.study.workflow import (arms, cli_flags, declared_threads, job_threads, parse_time_checks,
+from ptycho.study.workflow import (arms, bench_lists, cli_flags, declared_threads, job_threads, parse_time_checks,
                                    precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
 
 try:
-    # The config, a results folder that cannot be written (one line, before Snakemake's
-    # makedirs) and a tracking server that is down: all stop the run before any job.
-    CFG = parse_time_checks(config, workflow.config_settings.overwrite_config)
+    # The config (and every config file read: a key given twice), a results folder that
+    # cannot be written (one line, before Snakemake's makedirs), a tracking server that is
+    # down, a damaged, lost or read-only store: all stop the run before any job.
+    CFG = parse_time_checks(config, workflow.config_settings.overwrite_config, config_files=workflow.configfiles)
 except PtychoError as err:
     sys.stderr.write(f"ptycho workflow: error: {err}\n")
     sys.exit(2)
@@ -46,6 +47,8 @@ XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
 # The precisions accuracy and gradients measure at (each reduced one also against float32).
 PRECISIONS = " ".join(CFG["precision"])
 CHECK_ITEMS = checklist.names()
+# What the bench times: bench.models|xla|precision, each else the study's list.
+BENCH = bench_lists(CFG)
 # The solver's warm starts: each model's off arm of its first seed (workflow.warm_arms), run in the
 # first compared mode of the study (XLA's mode where the solver's work is all physics).
 WARM_ARMS = warm_arms(CFG)
@@ -65,6 +68,7 @@ REPORTS = expand(f"{REPORT_DIR}/validation.{{ext}}", ext=["json", "md", "html"])
 localrules:
     resolved_config,
     mlflow_parent,
+    publish_report,
 
 
 wildcard_constraints:

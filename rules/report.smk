@@ -37,6 +37,15 @@ rule figures:
         "--reconstructions {input.recon} --solver {input.solver} --out-dir {params.out} > {log} 2>&1"
 
 
+# The report job writes into the results folder (STAGED); publish_report then copies the
+# finished report to reports/. Snakemake deletes a job's declared outputs before it runs
+# and again when it fails, so a report job whose outputs were reports/ itself lost the
+# previous report to any failure (a read-only or damaged store, kill -9, a bad input).
+# Now a failed or killed report job leaves reports/ as it was, and a report there is only
+# ever replaced by a complete new one (ptycho.study.report.publish).
+STAGED = f"{R}/report"
+
+
 rule report:
     input:
         checks=CHECKS,
@@ -48,9 +57,7 @@ rule report:
         solver=SOLVER,
         parent=PARENT,
     output:
-        report(f"{REPORT_DIR}/validation.html", caption="../ptycho/captions/validation.rst", category="Validation"),
-        f"{REPORT_DIR}/validation.md",
-        f"{REPORT_DIR}/validation.json",
+        expand(f"{STAGED}/validation.{{ext}}", ext=["html", "md", "json"]),
     log:
         f"{R}/logs/report.log",
     threads: cpus(1)
@@ -65,3 +72,29 @@ rule report:
         "{params.ptycho} {params.track} report --checks {input.checks} --metrics {input.metrics} --models {input.models} "
         "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir {params.out} "
         "--finish-parent {input.parent} --benchmarks {params.benchmarks} --solver {input.solver} > {log} 2>&1"
+
+
+rule publish_report:
+    # The last step: the complete staged report copied into reports/ (milliseconds, no
+    # MLflow). Interrupted, it is redone from the staged copy alone. It also lists the
+    # report job's own inputs: Snakemake rebuilds a missing intermediate file only when a
+    # job downstream of it must run, so after a failed report job (its staged outputs
+    # deleted) the published report, if older than the study's results, is what makes
+    # the next run redo the report instead of saying "Nothing to be done".
+    input:
+        staged=expand(f"{STAGED}/validation.{{ext}}", ext=["html", "md", "json"]),
+        sources=rules.report.input,
+    output:
+        report(f"{REPORT_DIR}/validation.html", caption="../ptycho/captions/validation.rst", category="Validation"),
+        f"{REPORT_DIR}/validation.md",
+        f"{REPORT_DIR}/validation.json",
+    log:
+        f"{R}/logs/publish_report.log",
+    params:
+        ptycho=PTYCHO,
+        staged=lambda w, input: os.path.dirname(input.staged[0]),
+        out=lambda w, output: os.path.dirname(output[0]),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} publish-report --report-dir {params.staged} --out-dir {params.out} > {log} 2>&1"

@@ -97,3 +97,38 @@ def test_the_dag_trains_exactly_the_listed_arms(tmp_path):
     )  # fmt: skip
     counts = dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) == 2)
     assert counts["train"] == "7" and counts["infer"] == "7" and counts["evaluate"] == "7"
+
+
+def test_the_bench_times_its_own_lists_else_the_studys(base):
+    from ptycho.study.workflow import bench_lists
+
+    cfg = resolve(base, {"models": ["pinn", "baseline"], "xla": ["off", "physics"], "precision": ["mixed_bfloat16"]})
+    assert bench_lists(cfg) == (["pinn", "baseline"], ["off", "physics"], ["mixed_bfloat16"])
+    cfg = resolve(base, {"bench": {"models": ["pinn"], "xla": ["off", True, "auto"], "precision": ["float32"]}})
+    assert bench_lists(cfg) == (["pinn"], ["off", "jit", "auto"], ["float32"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"models": ["pinn"], "bench": {"models": ["baseline"]}}, "config key 'bench.models': baseline is not one"),
+        ({"bench": {"xla": ["jit", True]}}, "config key 'bench.xla': ['jit', True] names a mode twice"),
+        ({"bench": {"precision": []}}, "config key 'bench.precision'"),
+    ],
+)
+def test_a_bad_bench_list_is_one_line_naming_its_key(base, overrides, fragment):
+    with pytest.raises(ConfigError) as err:
+        resolve(base, overrides)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_bench_rule_times_the_bench_lists(tmp_path):
+    """The real Snakemake's bench job gets bench.models|xla|precision as its flags."""
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", "bench",
+         "--config", f"results={tmp_path}/r", "allow_results_outside=true",
+         'bench={"models": [pinn], "xla": ["off", auto], "precision": [mixed_bfloat16]}'],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    command = next(line for line in out.stdout.splitlines() if " bench --models " in line)
+    assert "bench --models pinn --modes off auto --precisions mixed_bfloat16 " in command

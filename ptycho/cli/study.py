@@ -34,7 +34,7 @@ _STUDY_DEFAULT = "(default: the study's)"
     arg("--dataset", help="dataset to time on (default: simulate the study's train split)"),
     arg("--object-size", type=int, help=f"object side when simulating {_STUDY_DEFAULT}"),
     arg("--n", type=int, help=f"patch side when simulating {_STUDY_DEFAULT}"),
-    arg("--models", nargs="+", choices=MODEL_KINDS, help=f"models to time {_STUDY_DEFAULT}"),
+    arg("--models", nargs="+", choices=MODEL_KINDS, help="models to time (default: the study's bench.models, else models)"),
     arg("--filters", type=int, help=f"encoder filters {_STUDY_DEFAULT}"),
     arg("--pooling", choices=POOLINGS, help=f"encoder pooling {_STUDY_DEFAULT}"),
     arg("--depth", type=int, help=f"encoder pooling levels {_STUDY_DEFAULT}"),
@@ -52,14 +52,14 @@ _STUDY_DEFAULT = "(default: the study's)"
         "--modes",
         nargs="+",
         type=mode,
-        help=f"XLA modes to time ({', '.join(MODES)}); {REFERENCE} is always added (default: the study's xla)",
+        help=f"XLA modes to time ({', '.join(MODES)}); {REFERENCE} is always added (default: the study's bench.xla, else xla)",
     ),
     arg(
         "--precisions",
         nargs="+",
         type=precision,
         help=f"network precisions to time ({', '.join(PRECISIONS)}); float32 is always added "
-        "(default: the study's precision)",
+        "(default: the study's bench.precision, else precision)",
     ),
     arg("--warmup", type=int, help="untimed steps first (default: the study's bench.warmup)"),
     arg("--repeats", type=int, help="timed steps per arm and context (default: the study's bench.repeats)"),
@@ -80,7 +80,8 @@ def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.study.bench import BenchConfig
 
     study = study_config(args.config, args.preset)
-    kinds = args.models or study["models"]
+    bench_models, bench_modes, bench_precisions = workflow.bench_lists(study)
+    kinds = args.models or bench_models
     shape = {k: getattr(args, k) for k in _SHAPE if getattr(args, k) is not None}
     models = [dataclasses.replace(workflow.model_config(study, k), **shape) for k in kinds]
     train_cfg = workflow.train_config(study, REFERENCE, 0, kinds[0])
@@ -98,8 +99,8 @@ def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
     if not args.dataset:
         size = {k: getattr(args, k) for k in ("n", "object_size") if getattr(args, k) is not None}
         sim = from_dict(SimulationConfig, {**study["simulation"], **size}, "simulation")
-    modes = args.modes or study["xla"]
-    precisions = args.precisions or study["precision"]
+    modes = args.modes or bench_modes
+    precisions = args.precisions or bench_precisions
     return jobs.bench(
         args.dataset, args.like or (), models, train_cfg, modes, config, args.out, precisions=precisions, sim=sim
     )
@@ -217,7 +218,8 @@ def cmd_figures(args: argparse.Namespace, live: Live) -> JobRecord:
 
 @command(
     "report",
-    "assemble reports/<preset>/validation.{json,md,html}",
+    "assemble validation.{json,md,html} in --out-dir (the workflow writes results/<preset>/report/, "
+    "then 'publish-report' copies it to reports/<preset>)",
     arg("--checks", nargs="+", required=True),
     arg("--metrics", nargs="+", required=True),
     arg("--models", nargs="+", required=True),
@@ -245,3 +247,17 @@ def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
         parent,
         solver=args.solver or (),
     )
+
+
+@command(
+    "publish-report",
+    "copy a finished report (validation.{json,md,html}) into place, atomically: the workflow's last step, "
+    "so that a failed report job never deletes the previous report",
+    arg("--report-dir", required=True, help="the folder 'ptycho report' wrote (the results folder's report/)"),
+    arg("--out-dir", required=True, output="folder", help="where the report is read (reports/<preset>)"),
+)
+def cmd_publish_report(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.study.report import publish
+
+    paths = publish(args.report_dir, args.out_dir)
+    return JobRecord(summary=f"{paths['html']}: report published from {args.report_dir}")

@@ -296,14 +296,60 @@ figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 """
 
 
+#: The files of one report, by key: the record and its two views.
+REPORT_FILES = {"json": "validation.json", "md": "validation.md", "html": "validation.html"}
+
+
 def write(report: Mapping, out_dir: str | Path, pngs: Mapping[str, bytes] | None = None) -> dict[str, Path]:
     """Write ``validation.{json,md,html}`` atomically into ``out_dir``."""
     from ptycho.artifacts import atomic_write, write_json
 
     out_dir = Path(out_dir)
-    paths = {"json": out_dir / "validation.json", "md": out_dir / "validation.md", "html": out_dir / "validation.html"}
+    paths = {key: out_dir / name for key, name in REPORT_FILES.items()}
     views = {"md": markdown(report), "html": page(report, pngs)}  # render all before writing any
     write_json(paths["json"], dict(report))
     for key, text in views.items():
         atomic_write(paths[key], lambda tmp, text=text: Path(tmp).write_text(text))
+    return paths
+
+
+def publish(staged: str | Path, out_dir: str | Path) -> dict[str, Path]:
+    """Copy the complete report in ``staged`` (what :func:`write` wrote) to ``out_dir``.
+
+    Why the workflow writes a report twice: Snakemake deletes a job's declared outputs
+    before the job runs and again when it fails, so a report job that writes
+    ``reports/<preset>/`` itself loses the previous report whenever the new one fails
+    (a read-only or damaged store, ``kill -9``, a bad input). The ``report`` rule
+    therefore writes into the results folder (``results/<preset>/report/``), and only
+    when it has finished does the ``publish_report`` rule copy that complete report
+    here. A failed or killed report job leaves ``reports/<preset>/`` untouched (and its
+    missing staged outputs make the next run redo it); a publish that is itself
+    interrupted (it takes milliseconds) is redone from the staged copy without
+    recomputing anything. Each file is copied atomically; the JSON is read first, so a
+    staged report that is not complete is refused, not copied.
+    """
+    import json
+    import shutil
+
+    from ptycho.artifacts import atomic_write
+    from ptycho.errors import PtychoError
+
+    staged, out_dir = Path(staged), Path(out_dir)
+    sources = {key: staged / name for key, name in REPORT_FILES.items()}
+    missing = [str(p) for p in sources.values() if not p.is_file()]
+    if missing:
+        raise PtychoError(
+            f"report {staged} is incomplete ({', '.join(missing)} missing); run snakemake again: it redoes the report"
+        )
+    try:
+        record = json.loads(sources["json"].read_text())
+    except (OSError, ValueError) as exc:
+        raise PtychoError(
+            f"{sources['json']}: not a complete report ({exc}); redo it with snakemake -R report"
+        ) from None
+    if not isinstance(record, dict) or "verdict" not in record:
+        raise PtychoError(f"{sources['json']}: not a validation report (no verdict); redo it with snakemake -R report")
+    paths = {key: out_dir / name for key, name in REPORT_FILES.items()}
+    for key, source in sources.items():
+        atomic_write(paths[key], lambda tmp, source=source: shutil.copyfile(source, tmp))
     return paths

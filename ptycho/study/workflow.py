@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,14 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
     for kind, own in resolved.get("per_model", {}).items():
         if "xla" in own:
             own["xla"] = _modes(own["xla"], f"per_model.{kind}.xla")
+    if "xla" in resolved["bench"]:
+        resolved["bench"]["xla"] = _modes(resolved["bench"]["xla"], "bench.xla")
+    stray = [m for m in resolved["bench"].get("models", []) if m not in resolved["models"]]
+    if stray:
+        raise ConfigError(
+            f"config key 'bench.models': {', '.join(stray)} is not one of the study's models "
+            f"({', '.join(resolved['models'])}); the bench times trained models' architectures, so list only those"
+        )
     check_shell_safe(resolved)
     sim = simulation_config(resolved)
     for kind in resolved["models"]:
@@ -265,20 +273,78 @@ def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) ->
 
 
 def parse_time_checks(
-    config: Mapping, overrides: Mapping | None = None, workdir: str | os.PathLike | None = None
+    config: Mapping,
+    overrides: Mapping | None = None,
+    workdir: str | os.PathLike | None = None,
+    config_files: Sequence[str | os.PathLike] = (),
 ) -> dict:
-    """Everything the workflow checks while it is parsed, before any job: the resolved
-    config (:func:`resolve`), its results folder (:func:`preflight_results`), the
-    tracking server named by ``MLFLOW_TRACKING_URI`` and the store of a study that has
-    run (damaged or lost: the line names the rebuild). Raises a one-line
-    :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
+    """Everything the workflow checks while it is parsed, before any job: the config
+    files Snakemake read (``config_files``: a key given twice, :func:`ptycho.config.check_unique_keys`),
+    the resolved config (:func:`resolve`), its results folder (:func:`preflight_results`), the
+    tracking server named by ``MLFLOW_TRACKING_URI``, the store of a study that has
+    run (damaged or lost: the line names the rebuild), the study's experiment
+    (:func:`check_study_name`) and a store that cannot be written (:func:`preflight_store_writable`).
+    Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
+    from ptycho.config import check_unique_keys
     from ptycho.tracking import preflight_environment, preflight_store
 
+    for path in config_files:
+        check_unique_keys(path)
     cfg = resolve(config, overrides)
     preflight_results(cfg, workdir)
     preflight_environment()
-    preflight_store(results_folder(cfg, workdir), cfg["preset"])
+    results = results_folder(cfg, workdir)
+    preflight_store(results, cfg["preset"])
+    check_study_name(cfg, results)
+    preflight_store_writable(results, cfg["preset"])
     return cfg
+
+
+def check_study_name(cfg: Mapping, results: str | os.PathLike) -> None:
+    """Refuse a ``study`` (MLflow experiment) other than the one the results folder's runs are in.
+
+    Refused rather than honoured: a run's experiment is fixed when MLflow creates it
+    (no API moves a run), and a results folder has one parent run, created once and
+    reused by every later invocation (the ``mlflow_parent`` rule). A new name would
+    either leave every run in the old experiment while ``config.json`` says the new one
+    (what happened), or need a second parent run in the new experiment with the
+    finished jobs' runs still under the first: one study split in two. The parent's
+    experiment is in its ``parent.json``; a record without one is not checked.
+    """
+    import json
+
+    parent_json = Path(results) / cfg["preset"] / "mlflow" / "parent.json"
+    try:
+        old = json.loads(parent_json.read_text()).get("experiment")
+    except (OSError, ValueError, AttributeError):
+        return
+    if old and old != cfg["study"]:
+        raise ConfigError(
+            f"config key 'study' = {cfg['study']!r}, but the runs of {parent_json.parent.parent} are in MLflow "
+            f"experiment {old!r} (its parent.json); put study back to {old!r}, or give the new experiment a new "
+            "results folder (--config results=<folder>)"
+        )
+
+
+def preflight_store_writable(results: str | os.PathLike, preset: str) -> None:
+    """One line, before any job, if the study's SQLite store cannot be written.
+
+    Every job writes to the store (its child run), the report job last; without this a
+    read-only ``mlflow.db`` (a read-only mount, ``chmod 444`` for a user other than root)
+    fails each job with tracebacks. Tried for real, nothing left behind
+    (:func:`ptycho.tracking.store.sqlite_write_problem`); a server or another database is
+    for the jobs to meet.
+    """
+    from ptycho.errors import PtychoError
+    from ptycho.tracking.store import sqlite_write_problem, study_sqlite
+
+    path = study_sqlite(results, preset)
+    problem = sqlite_write_problem(path) if path is not None else ""
+    if problem:
+        raise PtychoError(
+            f"MLflow store {path} cannot be written ({problem}); make it and its folder writable "
+            "(remount read-write, chmod u+w) and re-run, or start over in another results folder (--config results=<folder>)"
+        )
 
 
 def precision_warnings(cfg: Mapping, cpu_flags=None) -> list[str]:
@@ -366,6 +432,13 @@ def arm_lists(cfg: Mapping, kind: str) -> tuple[list[str], list[str], list[int]]
     bench and the accuracy and gradients items still cover the study's lists."""
     own = cfg.get("per_model", {}).get(kind, {})
     return (own.get("xla", cfg["xla"]), own.get("precision", cfg["precision"]), own.get("seeds", cfg["seeds"]))
+
+
+def bench_lists(cfg: Mapping) -> tuple[list[str], list[str], list[str]]:
+    """The models, XLA modes and precisions the bench times: ``bench.models|xla|precision``,
+    each else the study's list."""
+    own = cfg["bench"]
+    return (own.get("models", cfg["models"]), own.get("xla", cfg["xla"]), own.get("precision", cfg["precision"]))
 
 
 def arms(cfg: Mapping) -> list[str]:

@@ -203,6 +203,45 @@ def sqlite_has_run(path: str | os.PathLike, run_id: str) -> bool | None:
         return None if "locked" in str(exc).lower() else False
 
 
+def study_sqlite(results: str | os.PathLike, preset: str) -> Path | None:
+    """The SQLite file a study's jobs write to, or None (a server, another database).
+
+    The store the study's ``parent.json`` names (its jobs log there whatever the
+    environment says now), else ``MLFLOW_TRACKING_URI``, else ``<results>/mlflow.db``,
+    the store ``track start`` would create. Reads, never creates.
+    """
+    results = Path(os.path.abspath(results))
+    uri = ""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        uri = str(json.loads((results / preset / "mlflow" / "parent.json").read_text()).get("tracking_uri") or "")
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI", "").strip() or f"sqlite:///{results / 'mlflow.db'}"
+    return sqlite_path(uri)
+
+
+def sqlite_write_problem(path: str | os.PathLike) -> str:
+    """Why SQLite could not write the store at ``path`` (``strerror``-like), or ``""``.
+
+    SQLite writes the file itself and, beside it, its rollback journal (and
+    :func:`ensure_store` its ``.lock``), so the file must open for writing and its folder
+    take a new file. Both are tried for real (the file opened for appending and closed
+    at once, nothing written; a temporary file made and removed): permission bits say
+    nothing for root, and a read-only mount refuses root too. A file that does not exist
+    yet needs only the folder (:func:`ptycho.artifacts.writable_problem`).
+    """
+    from ptycho.artifacts import writable_problem
+
+    path = Path(path)
+    folder = writable_problem(path.parent, folder=True)
+    if folder:
+        return f"its folder {path.parent} takes no new file: {folder}"
+    if path.exists():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
+    return ""
+
+
 def rebuild_command(results: str | os.PathLike) -> str:
     """The command that rebuilds the store of the results folder ``results`` from its
     journals, as a user types it here (the folder relative to the current one if inside)."""
