@@ -296,3 +296,13 @@ def test_a_report_job_that_fails_or_is_killed_leaves_the_previous_report(tmp_pat
     assert _contents(reports) == old
     assert "Error in rule report" in killed.stderr, killed.stderr
     assert (work / "results" / "smoke" / "logs" / "report.log").read_text() == ""  # killed as it started
+
+
+def test_the_clis_config_files_refuse_a_key_given_twice_too(tmp_path):
+    """``ptycho bench|scaling --config FILE`` read the file with the same loader."""
+    from ptycho.cli.values import load_yaml
+
+    path = tmp_path / "extra.yaml"
+    path.write_text(DUPLICATED)
+    with pytest.raises(ConfigError, match=r"key 'train.epochs' is given twice \(lines 3 and 5\)"):
+        load_yaml(str(path))

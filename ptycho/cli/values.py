@@ -81,6 +81,9 @@ def load_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    from ptycho.config import check_unique_keys
+
+    check_unique_keys(path)  # the loader above keeps the last of two equal keys silently
     return doc
 
 
