@@ -9,7 +9,7 @@ from snakemake.settings.types import DeploymentMethod
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist
-from ptycho.study.workflow import (arms, bench_lists, cli_flags, declared_threads, job_threads, parse_time_checks,
+from ptycho.study.workflow import (arms, bench_lists, checked_lists, cli_flags, declared_threads, job_threads, parse_time_checks,
                                    precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
@@ -42,13 +42,14 @@ HASH = config_hash(CFG)
 # would re-run every job on any change.
 os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, sort_keys=True))
 ARMS = arms(CFG)
-# The XLA modes the checks compare with off (every mode of the study but off itself).
-XLA_MODES = " ".join(m for m in CFG["xla"] if m != "off") or "jit"
-# The precisions accuracy and gradients measure at (each reduced one also against float32).
-PRECISIONS = " ".join(CFG["precision"])
 CHECK_ITEMS = checklist.names()
 # What the bench times: bench.models|xla|precision, each else the study's list.
 BENCH = bench_lists(CFG)
+# The XLA modes accuracy and gradients compare with off (every mode the study trains or the
+# bench times, but off itself), at each of their precisions (each reduced one also vs float32).
+CHECKED_MODES, CHECKED_PRECISIONS = checked_lists(CFG)
+XLA_MODES = " ".join(m for m in CHECKED_MODES if m != "off") or "jit"
+PRECISIONS = " ".join(CHECKED_PRECISIONS)
 # The solver's warm starts: each model's off arm of its first seed (workflow.warm_arms), run in the
 # first compared mode of the study (XLA's mode where the solver's work is all physics).
 WARM_ARMS = warm_arms(CFG)

@@ -132,3 +132,19 @@ def test_the_bench_rule_times_the_bench_lists(tmp_path):
     )  # fmt: skip
     command = next(line for line in out.stdout.splitlines() if " bench --models " in line)
     assert "bench --models pinn --modes off auto --precisions mixed_bfloat16 " in command
+
+
+def test_accuracy_and_gradients_check_every_mode_and_precision_trained_or_timed(base):
+    from ptycho.study.workflow import checked_lists
+
+    cfg = resolve(base, {"xla": ["off", "physics"], "precision": ["mixed_bfloat16"]})
+    assert checked_lists(cfg) == (["off", "physics"], ["mixed_bfloat16"])
+    cfg = resolve(
+        base,
+        {
+            "xla": ["off", "physics"],
+            "precision": ["mixed_bfloat16"],
+            "bench": {"xla": ["jit", "off"], "precision": ["float32"]},
+        },
+    )
+    assert checked_lists(cfg) == (["off", "physics", "jit"], ["mixed_bfloat16", "float32"])

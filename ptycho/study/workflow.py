@@ -441,6 +441,14 @@ def bench_lists(cfg: Mapping) -> tuple[list[str], list[str], list[str]]:
     return (own.get("models", cfg["models"]), own.get("xla", cfg["xla"]), own.get("precision", cfg["precision"]))
 
 
+def checked_lists(cfg: Mapping) -> tuple[list[str], list[str]]:
+    """The XLA modes and precisions the accuracy and gradients items check: the study's and
+    the bench's, each once. Every arm the report times is also shown to compute the same
+    thing (a check costs seconds per mode, not a training)."""
+    _, modes, precisions = bench_lists(cfg)
+    return list(dict.fromkeys([*cfg["xla"], *modes])), list(dict.fromkeys([*cfg["precision"], *precisions]))
+
+
 def arms(cfg: Mapping) -> list[str]:
     """Every (model, mode, precision, seed) job name the study trains, model by model."""
     from ptycho.study.arms import matrix
