@@ -116,6 +116,30 @@ def _wrong_format(f) -> None:
     f.attrs["format"] = "something-else"
 
 
+def _redigest(f) -> None:
+    """Store the digest of the arrays as they now are, as a writer that computed it would:
+    the corruption must be found by what it breaks, not by the digest check."""
+    from ptycho.data.dataset import ARRAYS, content_digest
+
+    units = f.attrs["units"]
+    units = units.decode() if isinstance(units, bytes) else str(units)
+    f.attrs["digest"] = content_digest({k: f[k][()] for k in ARRAYS}, float(f.attrs["scale"]), units)
+
+
+def _positions_outside(f) -> None:
+    f["positions"][...] = f["positions"][()] + 1000.0  # group offsets (centroid - position) unchanged
+    _redigest(f)
+
+
+def _zero_photons(f) -> None:
+    f["diffraction"][...] = 0
+    _redigest(f)
+
+
+def _bad_config_json(f) -> None:
+    f.attrs["config"] = '{"n": 16,'
+
+
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -138,6 +162,13 @@ CORRUPTIONS: dict[str, tuple[str, Callable, str]] = {
     "digest_mismatch": ("train", lambda p: _edit(p, _digest_mismatch), "digest mismatch"),
     "missing_attribute": ("train", lambda p: _edit(p, _missing_attribute), "missing attribute 'scale'"),
     "wrong_format": ("train", lambda p: _edit(p, _wrong_format), "not a ptycho dataset"),
+    "positions_outside": (
+        "train",
+        lambda p: _edit(p, _positions_outside),
+        "81 of 81 scan positions put a 16-px patch outside the object",
+    ),
+    "zero_photons": ("train", lambda p: _edit(p, _zero_photons), "diffraction holds no photons"),
+    "bad_config_json": ("train", lambda p: _edit(p, _bad_config_json), "attribute 'config' is not valid JSON"),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -284,3 +285,49 @@ def test_ptychodus_reads_an_exported_file_as_we_mean_it(files, tmp_path):
     np.testing.assert_array_equal(seen["probe"].reshape(ds.probe.shape), ds.probe)
     assert float(seen["probe_pixel"]) == pytest.approx(dx) and float(seen["object_pixel"]) == pytest.approx(dx)
     np.testing.assert_array_equal(seen["object"], ds.objects)
+
+
+def _measured(files, tmp_path, shift_m: float = 0.0):
+    """The train split exported, then stripped to what an experiment records: no
+    ptycho_1, no object (image_2); translations optionally moved by ``shift_m``."""
+    ds = read_dataset(files["train"])
+    export_cxi(ds, tmp_path / "ours.cxi", GEOMETRY)
+    path = tmp_path / "measured.cxi"
+    shutil.copy(tmp_path / "ours.cxi", path)
+    with h5py.File(path, "a") as f:
+        del f["entry_1/ptycho_1"]
+        del f["entry_1/image_2"]
+        f["entry_1/sample_1/geometry_1/translation"][:, :2] -= shift_m
+    return ds, path
+
+
+def test_measured_data_without_an_object_imports_as_reconstruct_only(files, tmp_path):
+    """README: 'any CXI with data, translation, illumination'. No object is no ground
+    truth: the dataset is valid, says so, and refuses to give one to score against."""
+    ds, path = _measured(files, tmp_path)
+    got = import_cxi(path, gridsize=2)
+    assert not got.has_ground_truth and got.attrs["ground_truth"] is False
+    np.testing.assert_array_equal(got.amplitude, ds.amplitude)
+    assert not got.objects.any()  # a blank canvas, not a made-up object
+    origin = np.array(json.loads(got.attrs["config"])["position_origin_px"])
+    np.testing.assert_allclose(got.positions + origin, ds.positions, atol=1e-9)  # whole-pixel shift onto it
+    assert np.isfinite(got.scale) and got.scale > 0
+    write_dataset(tmp_path / "m.h5", got)
+    back = read_dataset(tmp_path / "m.h5")  # every check of the format passes, positions inside the canvas
+    assert not back.has_ground_truth
+    with pytest.raises(DatasetError, match="no ground truth"):
+        back.ground_truth(0)
+    # Exported again it has no image_2 (a blank object would read as a ground truth) and comes back identical.
+    export_cxi(back, tmp_path / "again.cxi", GEOMETRY)
+    with h5py.File(tmp_path / "again.cxi") as f:
+        assert "entry_1/image_2" not in f
+    assert write_dataset(tmp_path / "again.h5", import_cxi(tmp_path / "again.cxi")) == back.attrs["digest"]
+
+
+def test_measured_translations_centred_on_zero_land_on_the_canvas(files, tmp_path):
+    """Experiments put the origin of the translation anywhere, often the scan's centre:
+    negative pixel positions are moved onto the canvas, not refused."""
+    _, path = _measured(files, tmp_path, shift_m=1e-3)  # thousands of pixels below zero
+    got = import_cxi(path)
+    write_dataset(tmp_path / "m.h5", got)
+    assert read_dataset(tmp_path / "m.h5").positions.min() >= got.n // 2

@@ -44,16 +44,40 @@ def cmd_inspect(args: argparse.Namespace, live: Live) -> JobRecord:
     if args.json:
         return JobRecord(summary=json.dumps(info, indent=2, sort_keys=True))
     attrs, c = info["attributes"], info["counts_per_pattern"]
+    truth = (
+        []
+        if info["ground_truth"]
+        else [
+            "  no ground truth (measured data): reconstruct-only; train a PINN, infer and stitch, "
+            "but evaluate refuses it (nothing to score against)"
+        ]
+    )
     return JobRecord(
         summary="\n".join(
             [
                 f"{args.file}: valid ptycho dataset (schema {ds.attrs['schema_version']}, sha256 {info['digest']})",
                 *(f"  {name:16s} {tuple(shape)}" for name, shape in info["shapes"].items()),
-                "  " + "  ".join(f"{k}={attrs[k]}" for k in sorted(attrs) if k not in ("digest",)),
+                "  " + "  ".join(f"{printable(k)}={printable(attrs[k])}" for k in sorted(attrs) if k != "digest"),
                 f"  units={info['units']} scale={info['scale']:.6g} counts/pattern mean={c['mean']:.6g} "
                 f"std={c['std']:.3g} min={c['min']:.6g} max={c['max']:.6g} max pixel={info['max_pixel_count']:.6g}",
+                *truth,
             ]
         )
+    )
+
+
+def printable(value: object) -> str:
+    """``str(value)`` with control and format characters escaped (``\\x1b``, ``\\u202e``).
+
+    Attributes are whatever the file's writer put there: printed raw, an escape
+    sequence would drive the terminal and a newline or a right-to-left override would
+    forge lines or text of the summary.
+    """
+    import unicodedata
+
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
+        for ch in str(value)
     )
 
 

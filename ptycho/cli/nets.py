@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ptycho.cli.declare import Live, arg, command, config_flags, config_from_args, config_section
@@ -47,9 +48,14 @@ ON_DIVERGE = ("raise", "record")
 )
 def cmd_train(args: argparse.Namespace, live: Live) -> JobRecord:
     sections = {name: load_yaml_section(args.config, name) for name in ("model", "train")}
+    model_cfg = config_from_args(args, ModelConfig, "model_", sections["model"])
+    if model_cfg.kind != "pinn":
+        from ptycho.data.provenance import require_ground_truth
+
+        require_ground_truth(args.dataset, f"a {model_cfg.kind} model (trained on object patches) cannot learn from it")
     return jobs.train(
         args.dataset,
-        config_from_args(args, ModelConfig, "model_", sections["model"]),
+        model_cfg,
         config_from_args(args, TrainConfig, "train_", sections["train"]),
         args.out,
         arm=pairs(args.mlflow_tag),
@@ -72,7 +78,11 @@ def cmd_train(args: argparse.Namespace, live: Live) -> JobRecord:
     tensorflow=True,
 )
 def cmd_infer(args: argparse.Namespace, live: Live) -> JobRecord:
-    return jobs.infer(args.model, args.dataset, args.out, xla=args.xla, batch_size=args.batch_size)
+    from ptycho.data.provenance import stamp
+
+    record = jobs.infer(args.model, args.dataset, args.out, xla=args.xla, batch_size=args.batch_size)
+    stamp(args.out, record.tags["dataset_digest"])  # stitch and evaluate refuse another dataset by it
+    return record
 
 
 @command(
@@ -89,9 +99,15 @@ def cmd_infer(args: argparse.Namespace, live: Live) -> JobRecord:
     ),
 )
 def cmd_stitch(args: argparse.Namespace, live: Live) -> JobRecord:
-    return jobs.stitch(
+    from ptycho.data.dataset import read_attributes
+    from ptycho.data.provenance import check_made_from, stamp
+
+    _warn("stitch", check_made_from(args.reconstruction, args.dataset, "'ptycho infer'"))
+    record = jobs.stitch(
         args.dataset, args.reconstruction, args.out, weighted=not args.unweighted, phase_sync=not args.no_phase_sync
     )
+    stamp(args.out, read_attributes(args.dataset)["digest"])
+    return record
 
 
 @command(
@@ -102,7 +118,16 @@ def cmd_stitch(args: argparse.Namespace, live: Live) -> JobRecord:
     arg("--out", required=True, output=True, help="metrics (.json)"),
 )
 def cmd_evaluate(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.data.provenance import check_made_from, require_ground_truth
+
+    require_ground_truth(args.dataset, "there is nothing to score against")
+    _warn("evaluate", check_made_from(args.stitched, args.dataset, "'ptycho infer' and 'ptycho stitch'"))
     return jobs.evaluate(args.dataset, args.stitched, args.out)
+
+
+def _warn(command: str, warning: str | None) -> None:
+    if warning:
+        print(f"ptycho {command}: warning: {warning}", file=sys.stderr)
 
 
 _SOLVE_MODES = [REFERENCE, COMPARED[0]]

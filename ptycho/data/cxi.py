@@ -64,6 +64,13 @@ Complex arrays are h5py's compound ``(r, i)`` type, which is CXI's convention.
 (no ``ptycho_1``) is imported from its CXI fields the way :mod:`ptycho.data.npz` imports an
 NPZ: amplitudes = sqrt(intensities), positions = translation / dx, groups by nearest
 neighbours, the scale estimated from object and probe.
+
+Measured data has no object: a CXI file with detector data, translation and
+illumination but no ``image_2`` is imported as a reconstruct-only dataset (no ground
+truth: a PINN trains on it, infer and stitch work, evaluate refuses), see
+:func:`~ptycho.data.npz.dataset_from_arrays`. Such a dataset exports without
+``image_2`` (a blank object would read as a ground truth in ptychodus); ``ptycho_1``
+then records the canvas shape, ``object_shape``.
 """
 
 from __future__ import annotations
@@ -212,7 +219,8 @@ def export_cxi(ds: Dataset, path: str | os.PathLike, geometry: CxiGeometry = Cxi
             data_1.attrs["signal"] = "data"
             data_1["data"] = h5py.SoftLink("/entry_1/instrument_1/detector_1/data")
             data_1["translation"] = h5py.SoftLink("/entry_1/sample_1/geometry_1/translation")
-            image(entry, "image_2", arrays["objects"])
+            if ds.has_ground_truth:
+                image(entry, "image_2", arrays["objects"])
             extras = group(entry, "ptycho_1", "NXnote")
             extras.attrs["description"] = "ptycho's own fields (not CXI): exact positions, grouping, scale, attributes"
             for name in ("positions", "position_object", "groups", "group_offsets", "scan_region"):
@@ -223,6 +231,8 @@ def export_cxi(ds: Dataset, path: str | os.PathLike, geometry: CxiGeometry = Cxi
             extras.create_dataset("attrs", data=json.dumps(ds.attrs, sort_keys=True, default=str))
             extras.create_dataset("geometry", data=json.dumps(asdict(geometry)))
             extras.create_dataset("digest", data=digest)
+            if not ds.has_ground_truth:
+                extras.create_dataset("object_shape", data=np.array(arrays["objects"].shape, np.int64))
 
     atomic_write(path, write)
 
@@ -254,7 +264,7 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
             intensities = _first(f, DATA_PATHS, "detector data", where)
             translation = _first(f, TRANSLATION_PATHS, "scan translation", where)
             probe = _first(f, PROBE_PATHS, "probe", where)
-            objects = _first(f, OBJECT_PATHS, "object", where)
+            objects = _first(f, OBJECT_PATHS, "object", where, required=False)  # measured data has none
             probe = probe.reshape(probe.shape[-2:]) if probe.ndim > 2 and math.prod(probe.shape[:-2]) == 1 else probe
             if (
                 intensities.ndim != 3
@@ -294,20 +304,24 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     nearest = np.rint(positions)
     positions = np.where(np.abs(positions - nearest) < 1e-6, nearest, positions)
     amplitude = np.sqrt(np.maximum(intensities.astype(np.float64), 0)).astype(np.float32)
+    if objects is None:
+        return dataset_from_arrays(where, amplitude, probe, None, positions, gridsize, split)
     obj = objects[0] if objects.ndim == 3 else objects
     if obj.ndim != 2:
         raise DatasetError(f"{where}: the object image has shape {objects.shape}; expected (H, W) or (M, H, W)")
     return dataset_from_arrays(where, amplitude, probe, obj.astype(np.complex64), positions, gridsize, split)
 
 
-def _first(f: Any, paths: tuple[str, ...], what: str, where: str) -> np.ndarray:
-    """The array at the first of ``paths`` present in ``f``."""
+def _first(f: Any, paths: tuple[str, ...], what: str, where: str, *, required: bool = True) -> np.ndarray | None:
+    """The array at the first of ``paths`` present in ``f`` (None if absent and not ``required``)."""
     for p in paths:
         if p in f:
             return np.asarray(f[p][()])
+    if not required:
+        return None
     raise DatasetError(
         f"{where}: no {what} in this CXI file (looked for {', '.join(paths)}); a ptychography CXI file needs "
-        "detector data, translation, probe and object (see 'ptycho export-cxi')"
+        "detector data, translation and probe (illumination) (see 'ptycho export-cxi')"
     )
 
 
@@ -321,8 +335,11 @@ def _positive(f: Any, path: str, where: str) -> float:
     return float(value.ravel()[0])
 
 
-def _own_dataset(extras: Any, intensities: np.ndarray, probe: np.ndarray, objects: np.ndarray, where: str) -> Dataset:
-    """The dataset :func:`export_cxi` wrote, from the CXI arrays and ``ptycho_1``."""
+def _own_dataset(
+    extras: Any, intensities: np.ndarray, probe: np.ndarray, objects: np.ndarray | None, where: str
+) -> Dataset:
+    """The dataset :func:`export_cxi` wrote, from the CXI arrays and ``ptycho_1`` (whose
+    ``object_shape`` gives the blank object of a dataset without ground truth)."""
     from ptycho.data.dataset import content_digest
 
     def get(name: str) -> Any:
@@ -332,6 +349,8 @@ def _own_dataset(extras: Any, intensities: np.ndarray, probe: np.ndarray, object
         return value.decode() if isinstance(value, bytes) else value
 
     units = get("units")
+    if objects is None:
+        objects = np.zeros(tuple(int(v) for v in get("object_shape")), np.complex64)
     diffraction = intensities if units == "counts" else np.sqrt(intensities)
     ds = Dataset(
         diffraction=diffraction.astype(np.dtype(get("diffraction_dtype"))),

@@ -20,6 +20,12 @@ Root attributes: ``format``, ``schema_version``, ``package_version``, ``n``,
 ``gridsize``, ``scale`` (the s of the forward model), ``units``, ``nphotons``,
 ``split``, ``object_kind``, ``phase_kind``, ``probe_kind``, ``seed``, ``config``
 (resolved simulation config, JSON), ``digest`` (SHA-256, see :func:`content_digest`).
+
+Optional root attribute ``ground_truth`` (bool, absent means true): false for measured
+data imported without an object (``ptycho import-cxi`` of an experimental file). Such a
+dataset is reconstruct-only: ``objects`` then holds zeros, a blank canvas whose extent
+is the region the scan covers (positions are validated against it like any object), and
+nothing can be scored against it.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ REQUIRED_ATTRS = {
     "config": str,
     "digest": str,
 }
+#: Optional attribute: False for measured data without an object (reconstruct-only).
+GROUND_TRUTH = "ground_truth"
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,18 @@ class Dataset:
             return self.diffraction.astype(np.float32)
         return np.square(self.diffraction.astype(np.float32))
 
+    @property
+    def has_ground_truth(self) -> bool:
+        """Whether ``objects`` is a ground truth (False: measured data, reconstruct-only)."""
+        return bool(self.attrs.get(GROUND_TRUTH, True))
+
     def ground_truth(self, m: int) -> np.ndarray:
         """Object ``m`` cropped to its scanned region (what reconstructions are scored on)."""
+        if not self.has_ground_truth:
+            raise DatasetError(
+                "this dataset has no ground truth (measured data imported without an object); "
+                "it can be reconstructed but not scored"
+            )
         x0, y0, x1, y1 = (int(v) for v in self.scan_region[m])
         return self.objects[m, y0:y1, x0:x1]
 
@@ -255,6 +273,29 @@ def read_dataset(path: str | os.PathLike, *, check_digest: bool = True) -> Datas
     )
 
 
+def read_attributes(path: str | os.PathLike) -> dict[str, Any]:
+    """The root attributes of a dataset file, header-checked, without reading its arrays.
+
+    For the cheap questions asked before a job reads the whole file (which dataset is
+    it, by :func:`content_digest`; has it a ground truth); the job's own
+    :func:`read_dataset` still validates everything. Problems are one-line
+    :class:`DatasetError`, as for :func:`read_dataset`.
+    """
+    import h5py
+
+    path = str(path)
+    if not os.path.exists(path):
+        raise DatasetError(f"{path}: no such file; create it with 'python -m ptycho simulate'")
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = {k: _py(v) for k, v in f.attrs.items()}
+    except (OSError, KeyError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DatasetError(f"{path}: not a readable HDF5 file ({reason}); it may be truncated, re-create it") from None
+    _check_header(path, attrs)
+    return attrs
+
+
 def _py(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode()
@@ -354,6 +395,34 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
             fail(f"{name} contains NaN or infinite values")
     if units == "sqrt_counts" and d.min() < 0:
         fail("diffraction contains negative values; sqrt-counts must be >= 0")
+    if not d.any():
+        # Nothing was measured: every normalisation divides by zero and training would
+        # fail later on a NaN loss, blaming the learning rate.
+        fail(
+            f"diffraction holds no photons (all {p} patterns are zero); the measurement is empty: "
+            "simulate with a larger nphotons or import the detector data that was recorded"
+        )
+    outside = patches_outside(pos, n, obj.shape[1:])
+    if outside.any():
+        bad = pos[outside]
+        lo_x, hi_x, lo_y, hi_y = _centre_range(n, obj.shape[1:])
+        fail(
+            f"{int(outside.sum())} of {p} scan positions put a {n}-px patch outside the object "
+            f"({obj.shape[2]} x {obj.shape[1]} px): x {bad[:, 0].min():.6g}..{bad[:, 0].max():.6g}, "
+            f"y {bad[:, 1].min():.6g}..{bad[:, 1].max():.6g}, but patch centres [x, y] must lie within "
+            f"x {lo_x}..{hi_x}, y {lo_y}..{hi_y}; fix the positions (object pixels) or re-create the file"
+        )
+    if GROUND_TRUTH in attrs and not isinstance(attrs[GROUND_TRUTH], bool | np.bool_):
+        fail(f"attribute '{GROUND_TRUTH}' should be a boolean, got {type(attrs[GROUND_TRUTH]).__name__}")
+    if attrs["config"]:
+        try:
+            config = json.loads(attrs["config"])
+        except ValueError as exc:
+            fail(f"attribute 'config' is not valid JSON ({exc}); set it to '{{}}' or re-create the file")
+        if not isinstance(config, dict):
+            fail(
+                f"attribute 'config' is JSON {type(config).__name__}, not an object; set it to '{{}}' or re-create the file"
+            )
     if not (np.isfinite(attrs["scale"]) and attrs["scale"] > 0):
         fail(f"attribute scale={attrs['scale']} must be a positive number")
     if np.abs(obj).max() > 1.0 + 1e-5:
@@ -368,6 +437,28 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
         actual = content_digest(a, attrs["scale"], units)
         if actual != attrs["digest"]:
             fail("content digest mismatch: the arrays were modified or corrupted; re-create the file")
+
+
+def patches_outside(positions: np.ndarray, n: int, shape: tuple[int, int]) -> np.ndarray:
+    """Which positions put their ``n``-px patch (partly) outside an object of ``shape`` (H, W).
+
+    The rule of :func:`ptycho.physics.translate.extract_patches`, the forward model's
+    crop: an integer position may touch the edge, a sub-pixel one needs a pixel of
+    margin for its interpolation. A patch outside the object was never measured there;
+    stitched, it lands outside the scored region and leaves an image of zeros.
+    """
+    pos = np.asarray(positions, dtype=np.float64).reshape(-1, 2)
+    ipos = np.rint(pos)
+    margin = np.where(np.any(pos != ipos, axis=1), 1, 0)[:, None]
+    lo = ipos - n // 2 - margin
+    hi = ipos - n // 2 + n + margin
+    limit = np.array([shape[1], shape[0]])
+    return np.any((lo < 0) | (hi > limit), axis=1)
+
+
+def _centre_range(n: int, shape: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Integer patch centres allowed by :func:`patches_outside`: x0, x1, y0, y1 (inclusive)."""
+    return n // 2, shape[1] - n + n // 2, n // 2, shape[0] - n + n // 2
 
 
 def summary(ds: Dataset) -> dict[str, Any]:
@@ -385,5 +476,6 @@ def summary(ds: Dataset) -> dict[str, Any]:
             "max": float(totals.max()),
         },
         "max_pixel_count": float(ds.counts.max()),
+        "ground_truth": ds.has_ground_truth,
         "config": json.loads(ds.attrs["config"]) if ds.attrs.get("config") else {},
     }

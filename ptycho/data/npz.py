@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptycho.data.dataset import Dataset, scan_region
+from ptycho.data.dataset import GROUND_TRUTH, Dataset, scan_region
 from ptycho.errors import DatasetError
 from ptycho.physics.scan import group_offsets, nearest_neighbour_groups
 from ptycho.physics.translate import extract_patches
@@ -64,16 +64,34 @@ def dataset_from_arrays(
     path: str,
     amp: np.ndarray,
     probe: np.ndarray,
-    obj: np.ndarray,
+    obj: np.ndarray | None,
     pos: np.ndarray,
     gridsize: int = 1,
     split: str = "train",
 ) -> Dataset:
     """A :class:`Dataset` (units ``sqrt_counts``) from another format's arrays, validated:
     far-field amplitudes (P, N, N), probe (N, N), one object, positions [x, y] in object
-    pixels. The photon scale is estimated as the module says. Used by NPZ and CXI import."""
+    pixels. The photon scale is estimated as the module says. Used by NPZ and CXI import.
+
+    ``obj=None`` is measured data with no ground truth (an experimental CXI file): the
+    dataset is reconstruct-only (attribute ``ground_truth`` false). Its object is a blank
+    (zero) canvas just large enough for every patch, the positions are moved by a whole
+    number of pixels onto it (the shift is recorded in the ``config`` attribute as
+    ``position_origin_px``), and ``s`` is estimated with a unit-amplitude object,
+    ``sum A^2 = s^2 P sum |P|^2``: exact for a pure phase object, and only the starting
+    value of the PINN's trainable scale.
+    """
     amp = np.asarray(amp, dtype=np.float32)
     probe = np.asarray(probe, dtype=np.complex64)
+    measured_only = obj is None
+    origin = np.zeros(2)
+    if measured_only:
+        pos = np.asarray(pos, dtype=np.float64)
+        if probe.ndim == 2 and len(pos) and np.all(np.isfinite(pos)):
+            obj, origin = _blank_canvas(pos, probe.shape[0])
+            pos = pos - origin
+        else:
+            obj = np.zeros((1, 1), np.complex64)  # the checks below say what is wrong
     obj = np.asarray(obj, dtype=np.complex64)
     amax = float(np.abs(obj).max()) if obj.size else 0.0
     if amax > 1:
@@ -104,6 +122,8 @@ def dataset_from_arrays(
         raise DatasetError(
             f"{path}: a scan position lies too close to the edge of the object for {n}-px patches"
         ) from None
+    if measured_only:
+        patches = np.ones_like(patches)
     model = np.sum(np.abs(probe[None].astype(np.complex128) * patches) ** 2)
     scale = float(np.sqrt(np.sum(amp.astype(np.float64) ** 2) / model)) if model > 0 else 1.0
     groups = nearest_neighbour_groups(pos, gridsize)
@@ -125,9 +145,23 @@ def dataset_from_arrays(
             "phase_kind": "imported",
             "probe_kind": "imported",
             "seed": 0,
-            "config": json.dumps({"imported_from": Path(path).name, "gridsize": gridsize, "scale": "estimated"}),
+            "config": json.dumps(
+                {"imported_from": Path(path).name, "gridsize": gridsize, "scale": "estimated"}
+                | ({"ground_truth": False, "position_origin_px": origin.tolist()} if measured_only else {})
+            ),
+            **({GROUND_TRUTH: False} if measured_only else {}),
         },
     )
+
+
+def _blank_canvas(pos: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A zero object that holds every ``n``-px patch at ``pos``, and the whole-pixel
+    origin ``[x, y]`` to subtract from the positions to put them on it (one pixel of
+    margin for sub-pixel positions, as :func:`~ptycho.data.dataset.patches_outside`)."""
+    origin = np.floor(pos.min(axis=0)) - n // 2 - 1
+    hi = np.ceil(pos.max(axis=0) - origin) - n // 2 + n + 1
+    width, height = (int(v) for v in hi)
+    return np.zeros((height, width), np.complex64), origin
 
 
 def export_npz(ds: Dataset, path: str | os.PathLike) -> None:
