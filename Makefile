@@ -60,10 +60,13 @@ ui: setup  ## browse the embedded MLflow store at http://127.0.0.1:5000
 # show it): allowed are this machine's names, MLflow's own defaults (loopback, private
 # IPs) and MLFLOW_ALLOWED_HOSTS=name:port,name:*,... if set.
 # Artifacts are uploaded through the server (--artifacts-destination): nodes need no
-# shared path for them.
+# shared path for them. A port already taken (a second `make mlflow-server`) is one line
+# and exit 1 before anything starts (MLflow itself exits 0 after 'Address already in use').
 mlflow-server: setup  ## a tracking server for cluster runs (export MLFLOW_TRACKING_URI=http://HOST:5001)
 	@host=$$(hostname); fqdn=$$(hostname -f 2>/dev/null || echo $$host); \
 	allowed=$$host,$$host:*,$$fqdn,$$fqdn:*,localhost,localhost:*,127.0.0.1,127.0.0.1:*,[::1],[[]::1]:*,0.0.0.0,0.0.0.0:*,10.*,192.168.*,$$(printf '172.%s.*,' {16..31})fc00:*,fd00:*$${MLFLOW_ALLOWED_HOSTS:+,$$MLFLOW_ALLOWED_HOSTS}; \
+	if ! $(PY) -c 'import socket, sys; s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], int(sys.argv[2])))' "$${MLFLOW_HOST:-127.0.0.1}" "$${MLFLOW_PORT:-5001}" 2>/dev/null; then \
+	  echo "make mlflow-server: error: port $${MLFLOW_PORT:-5001} on $${MLFLOW_HOST:-127.0.0.1} is already in use (a tracking server running already?); use that one, stop it by its pid, or choose another port: MLFLOW_PORT=5002 make mlflow-server" >&2; exit 1; fi; \
 	echo "MLflow server on $${MLFLOW_HOST:-127.0.0.1}:$${MLFLOW_PORT:-5001} (MLFLOW_HOST=0.0.0.0 for jobs on other nodes): export MLFLOW_TRACKING_URI=http://$$fqdn:$${MLFLOW_PORT:-5001}"; \
 	exec $(VENV)/bin/mlflow server --backend-store-uri sqlite:///$(CURDIR)/results/mlflow-server.db \
 	  --artifacts-destination $(CURDIR)/results/mlflow-artifacts --host $${MLFLOW_HOST:-127.0.0.1} --port $${MLFLOW_PORT:-5001} \

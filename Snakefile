@@ -44,12 +44,15 @@ rule metrics:  # every arm reconstructed, stitched and scored
 
 
 onerror:
+    # The parent run ends FAILED after a sweep (below), so that a killed job's run does not
+    # stay RUNNING until the next start; with the tracking server gone, one line names the replay.
     shell(f"{SELF} track finish --parent {PARENT} --status FAILED || true")
 
 
 onstart:
     # A job killed outright (kill -9, out of memory) cannot close its MLflow run: before
     # any job starts, runs of earlier attempts whose process is gone are marked KILLED
-    # with the reason as a tag (each job also does this when it starts).
+    # with the reason as a tag, and runs whose job went on without the tracking server
+    # get their journal replayed instead (each job also does this when it starts).
     if os.path.exists(PARENT):
-        shell(f"{SELF} track sweep --parent {PARENT} > /dev/null || true")
+        shell(f"{SELF} track sweep --parent {PARENT} || true")

@@ -50,16 +50,10 @@ def _rebuild(args: argparse.Namespace) -> JobRecord:
 
 
 def _sweep(args: argparse.Namespace) -> JobRecord:
-    from ptycho.artifacts import read_json
-
     if not args.parent:
         raise PtychoError("track sweep: --parent is required (the JSON written by 'track start')")
-    parent = read_json(args.parent)
-    ended = tracking.end_stale_children(parent["tracking_uri"], parent["run_id"], by="'ptycho track sweep'")
-    return JobRecord(
-        summary=f"MLflow parent run {parent['run_id']}: {len(ended)} stale child run(s) marked KILLED"
-        + (f" ({', '.join(ended)})" if ended else "")
-    )
+    swept = tracking.sweep_study(args.parent, by="'ptycho track sweep'")
+    return JobRecord(summary="\n".join(f"ptycho track sweep: {line}" for line in swept.lines()))
 
 
 def _start(args: argparse.Namespace) -> JobRecord:
@@ -97,20 +91,22 @@ def _start(args: argparse.Namespace) -> JobRecord:
 
 
 def _finish(args: argparse.Namespace) -> JobRecord:
-    from ptycho.artifacts import read_json
-
     if not args.parent:
         raise ConfigError(
             "'track finish' needs --parent (the JSON written by 'track start'); see 'ptycho track --help'"
         )
-    if not Path(args.parent).exists():  # e.g. the workflow's error hook, when the pipeline stopped before 'track start'
+    if not Path(args.parent).exists() and tracking.journaled_parent(args.parent) is None:
+        # e.g. the workflow's error hook, when the pipeline stopped before 'track start'
         raise PtychoError(
             f"{args.parent}: no such file, so there is no MLflow parent run to mark {args.status} "
             "(it is written by 'track start')"
         )
-    parent = read_json(args.parent)
-    tracking.finish_run(parent["tracking_uri"], parent["run_id"], args.status)
-    return JobRecord(summary=f"MLflow parent run {parent['run_id']}: {args.status}")
+    run_id, swept = tracking.finish_study(args.parent, args.status, by="'ptycho track finish'")
+    return JobRecord(
+        summary="\n".join(
+            [*(f"ptycho track finish: {line}" for line in swept.lines()), f"MLflow parent run {run_id}: {args.status}"]
+        )
+    )
 
 
 _ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _rebuild, "sweep": _sweep}
@@ -125,7 +121,9 @@ _ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _r
         help="replay: send journals (JSONL kept beside the outputs) to MLflow again, idempotently, creating "
         "runs the store lost; rebuild: a lost or damaged store rebuilt from every journal of a results folder "
         "(a damaged SQLite file is moved aside first); "
-        "sweep: mark KILLED the RUNNING child runs whose process is gone",
+        "sweep: replay the journals of RUNNING child runs whose job went on without the server, mark KILLED "
+        "those whose process is gone and parent runs of the study that parent.json does not name; "
+        "finish: sweep, then end the parent run (--status)",
     ),
     arg(
         "journal",

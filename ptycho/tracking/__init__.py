@@ -10,7 +10,8 @@ with explicit run ids (never ``mlflow.start_run``'s process-global stack).
 * :mod:`~ptycho.tracking.provenance`: commit, config hash, source tags, owning process;
 * :mod:`~ptycho.tracking.runs`: a job's child run (journaled, offline-capable), datasets,
   logged models, system metrics;
-* :mod:`~ptycho.tracking.parent`: the study's parent run, its children's table, stale runs;
+* :mod:`~ptycho.tracking.parent`: the study's parent run, its children's table, stale runs
+  (replayed if journaled, else KILLED) and orphan parents;
 * :mod:`~ptycho.tracking.replay`: journals sent again, or a lost store rebuilt from them;
 * :mod:`~ptycho.tracking.job`: a command's child run, opened around it (``--mlflow-parent``).
 
@@ -21,13 +22,20 @@ from ptycho.tracking.access import preflight, preflight_environment, preflight_s
 from ptycho.tracking.job import job_run
 from ptycho.tracking.parent import (
     END_STATUSES,
+    Swept,
     close_pipeline,
+    end_orphan_parents,
     end_stale_children,
     finish_run,
+    finish_study,
+    journaled_parent,
     log_artifact_to,
     log_children_table,
+    parent_record,
     start_parent,
     start_pipeline,
+    sweep_children,
+    sweep_study,
 )
 from ptycho.tracking.provenance import (
     HOST_TAG,
@@ -52,23 +60,28 @@ __all__ = [
     "PID_TAG",
     "Replayed",
     "Run",
+    "Swept",
     "child_run",
     "close_pipeline",
     "config_hash",
     "default_tracking_uri",
+    "end_orphan_parents",
     "end_stale_children",
     "ensure_store",
     "finish_run",
+    "finish_study",
     "flatten_params",
     "git_commit",
     "job_run",
     "journal_files",
     "journal_folders",
+    "journaled_parent",
     "log_artifact_to",
     "log_children_table",
     "preflight",
     "preflight_environment",
     "preflight_store",
+    "parent_record",
     "process_identity",
     "rebuild",
     "replay_journal",
@@ -76,5 +89,7 @@ __all__ = [
     "source_tags",
     "start_parent",
     "start_pipeline",
+    "sweep_children",
+    "sweep_study",
     "system_metrics",
 ]

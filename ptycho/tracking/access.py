@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -92,6 +93,28 @@ def _preflight_server(uri: str, timeout: float) -> None:
     raise PtychoError(f"MLflow tracking server at {uri} is unreachable ({reason}); {fix}")
 
 
+def server_down(uri: str, timeout: float = 5.0) -> str:
+    """Why the tracking server at ``uri`` cannot be reached at all (refused, timed out, no
+    such host), or ``""`` if it answers anything; no MLflow import, one request.
+
+    Asked before a job's first MLflow call: MLflow would retry that call (see
+    :data:`~ptycho.tracking.store.SERVER_DEFAULTS`), and a job started after its server went
+    away should say so in seconds. An HTTP error is an answer: its meaning (a 403 for the
+    host name, a 404 for a wrong path) is :func:`preflight`'s to explain.
+    """
+    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+            return ""
+    except urllib.error.HTTPError:
+        return ""
+    except urllib.error.URLError as exc:
+        reason = str(exc.reason)
+    except (OSError, http.client.HTTPException) as exc:
+        reason = str(exc) or type(exc).__name__
+    return " ".join(reason.split())
+
+
 def preflight_environment(timeout: float = 5.0) -> None:
     """Check the tracking server named by ``MLFLOW_TRACKING_URI``, if any; no side effects.
 
@@ -109,7 +132,7 @@ def preflight_environment(timeout: float = 5.0) -> None:
 
 
 def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.0) -> None:
-    """One line, before any job, if a study's MLflow store is damaged or lost; read-only.
+    """One line, before any job, if a study's MLflow store is damaged or lost.
 
     Jobs would otherwise meet it one by one: a damaged SQLite file fails every write
     with a traceback (and a rerun says "Nothing to be done" over it while the report
@@ -120,6 +143,10 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
     ``<results>/<preset>/mlflow/``), the file must exist and hold the parent run, and a
     server must know the parent run. The line names the command that rebuilds the
     store from the journals. Other databases are left to MLflow.
+
+    Nothing is written, but for one repair: a lost ``parent.json`` whose parent run the
+    store holds is written again from the journal (:func:`restore_parent_json`), before
+    Snakemake sees it missing and runs every job of the study again.
     """
     import json
 
@@ -127,6 +154,10 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
     mlflow_dir = results / preset / "mlflow"
     parent_json = mlflow_dir / "parent.json"
     journals = mlflow_dir / "journal"
+    if not parent_json.exists():
+        note = restore_parent_json(parent_json, timeout)
+        if note:
+            print(f"ptycho workflow: note: {note}", file=sys.stderr)
     has_run = parent_json.exists() or (journals.is_dir() and any(journals.glob("*.jsonl")))
     fix = f"rebuild it from the journals: {rebuild_command(results)}"
     record = {}
@@ -161,6 +192,42 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
                 f"MLflow tracking server at {uri} does not hold parent run {run_id} of {parent_json} "
                 f"(a new or emptied server?); {fix}"
             )
+
+
+def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) -> str:
+    """Write a lost ``parent_json`` again from the study's parent journal; one line saying
+    so, or ``""`` (nothing journaled, creation cut short, or the store lacks the run).
+
+    Without it, deleting ``parent.json`` mid-run (or a ``track start`` killed right after
+    creating the run) leaves that parent RUNNING for good and makes Snakemake run every
+    job again under a new one. The file is dated at the parent's start, as it was, so
+    that the outputs made since stay newer than it. No MLflow import.
+    """
+    from ptycho.artifacts import write_json
+    from ptycho.tracking.parent import journaled_parent
+
+    parent_json = Path(parent_json)
+    record = journaled_parent(parent_json)
+    if record is None or not record["complete"]:
+        return ""
+    uri, run_id = record["tracking_uri"], record["run_id"]
+    path = sqlite_path(uri)
+    if path is not None:
+        held = path.exists() and not sqlite_problem(path) and sqlite_has_run(path, run_id) is True
+    elif uri.startswith(("http://", "https://")):
+        held = not server_down(uri, timeout) and _server_has_run(uri, run_id, timeout)
+    else:
+        held = False
+    if not held:
+        return ""
+    write_json(parent_json, {k: record[k] for k in ("run_id", "tracking_uri", "experiment", "config_hash")})
+    start = int(record.get("start_time") or 0) * 1_000_000
+    if start:
+        os.utime(parent_json, ns=(start, start))
+    return (
+        f"{parent_json} was missing; written again from the study's journal (parent run {run_id} at {uri}), "
+        "so that no finished job runs again"
+    )
 
 
 def _server_has_run(uri: str, run_id: str, timeout: float) -> bool:

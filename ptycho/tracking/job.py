@@ -101,16 +101,14 @@ def job_run(
 
 
 def end_stale_runs(parent: Mapping, name: str) -> None:
-    """Close the runs of earlier attempts whose process was killed; never fails the job."""
-    from ptycho.tracking.parent import end_stale_children
+    """Close the runs of earlier attempts: replayed from their journal if the job went on
+    without the server, KILLED if its process was killed; never fails the job."""
+    from ptycho.tracking.parent import sweep_children
 
     try:
-        ended = end_stale_children(parent["tracking_uri"], parent["run_id"], by=f"job {name} (pid {os.getpid()})")
+        swept = sweep_children(parent["tracking_uri"], parent["run_id"], by=f"job {name} (pid {os.getpid()})")
     except Exception as exc:  # bookkeeping of other runs must not stop this one
         _log.warning("could not look for stale MLflow runs: %s", exc)
         return
-    if ended:
-        print(
-            f"ptycho: marked {len(ended)} stale MLflow run(s) of killed jobs KILLED: {', '.join(ended)}",
-            file=sys.stderr,
-        )
+    for line in swept.lines():
+        print(f"ptycho: {line}", file=sys.stderr)

@@ -1,6 +1,10 @@
 """The study's parent run: created once per results folder ('ptycho track start'), given
-the table of its children and closed by the report; children of killed jobs are
-found stale and marked KILLED here.
+the table of its children and closed by the report. Sweeps ('track sweep' when the
+workflow starts, each job's start, 'track finish' when it stops on an error) close what
+faults left open: a child whose job went on without the tracking server gets its journal
+replayed, a child of a killed job is marked KILLED, and a parent of the study that
+``parent.json`` does not name (an orphan) is marked KILLED. A lost ``parent.json`` is
+found again in the study's parent journal.
 """
 
 from __future__ import annotations
@@ -10,8 +14,10 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +30,27 @@ from ptycho.tracking.provenance import (
     config_hash,
     git_commit,
     process_alive,
+    process_identity,
     source_tags,
 )
-from ptycho.tracking.runs import END_REASON_TAG, Journal, create_journaled_run, journal_of
+from ptycho.tracking.runs import (
+    END_REASON_TAG,
+    JOURNAL_TAG,
+    Journal,
+    create_journaled_run,
+    disk_full,
+    journal_of,
+    local_artifact,
+)
 from ptycho.tracking.store import (
     default_tracking_uri,
     fit_tags,
     flatten_params,
+    is_server,
     open_client,
     retry,
     safe_key,
+    server_gone,
     sqlite_path,
 )
 
@@ -110,7 +127,10 @@ def start_parent(
     client = open_client(uri)
     exp_id = _experiment_id(client, uri, experiment)
     book = Journal(journal) if journal is not None else None
-    run_id = create_journaled_run(client, uri, exp_id, run_name, fit_tags(tags), book, experiment=experiment)
+    # The creator's identity, as a job's run has its process's: a sweep tells a parent
+    # being created now from one whose 'track start' died before parent.json named it.
+    run_tags = {**fit_tags(tags), **process_identity()}
+    run_id = create_journaled_run(client, uri, exp_id, run_name, run_tags, book, experiment=experiment)
     try:
         flat = flatten_params(params)
         if book is not None:
@@ -169,11 +189,25 @@ def log_artifact_to(uri: str, run_id: str, path: str | os.PathLike, artifact_pat
         path=os.path.abspath(os.fspath(path)),
         artifact_path=artifact_path,
     )
-    retry(
-        lambda: client.log_artifact(run_id, os.fspath(path), artifact_path),
-        what=f"logging an artifact to run {run_id}",
-        uri=uri,
-    )
+    try:
+        retry(
+            lambda: client.log_artifact(run_id, os.fspath(path), artifact_path),
+            what=f"logging an artifact to run {run_id}",
+            uri=uri,
+        )
+    except Exception as exc:
+        if not disk_full(exc):
+            raise
+        where = None
+        with contextlib.suppress(Exception):  # the partial copy, removed: the run's end must still fit
+            where = local_artifact(client, run_id, path, artifact_path)
+            if where is not None and where.is_file():
+                where.unlink()
+        raise PtychoError(
+            f"no space left on the device of {where.parent if where is not None else 'the MLflow artifacts'} while "
+            f"logging the artifact {os.path.basename(os.fspath(path))} (MLflow run {run_id}): free space there or "
+            "choose another results folder, then re-run"
+        ) from None
 
 
 def write_table(client, run_id: str, columns: Mapping[str, list], artifact_file: str) -> None:
@@ -257,17 +291,78 @@ def close_pipeline(uri: str, parent_run_id: str, artifacts: Iterable[tuple[str, 
     finish_run(uri, parent_run_id, "FINISHED")
 
 
-def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[str]:
-    """Mark KILLED every RUNNING child of ``parent_run_id`` whose process is gone.
+@dataclass
+class Swept:
+    """What a sweep of a study's runs did, by run id."""
+
+    #: RUNNING children whose process is gone, marked KILLED with the reason.
+    killed: list[str] = field(default_factory=list)
+    #: RUNNING runs whose journal holds more than the store (a job that went on, or
+    #: finished, while the tracking server was gone): their journal sent again.
+    replayed: list[str] = field(default_factory=list)
+    #: RUNNING parent runs of the same study that ``parent.json`` no longer names, KILLED.
+    orphans: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.replayed:
+            out.append(
+                f"replayed the journals of {len(self.replayed)} MLflow run(s) whose job went on without the "
+                f"tracking server: {', '.join(self.replayed)}"
+            )
+        if self.killed:
+            out.append(f"marked {len(self.killed)} stale MLflow run(s) of killed jobs KILLED: {', '.join(self.killed)}")
+        if self.orphans:
+            out.append(f"marked {len(self.orphans)} orphan MLflow parent run(s) KILLED: {', '.join(self.orphans)}")
+        return out
+
+
+def _journaled_end(path: Path, run_id: str) -> bool:
+    """Whether the journal ``path`` holds the run's own end (not a sweep's "stale" guess),
+    under ``run_id`` or an id a rebuild gave the same run."""
+    from ptycho.tracking.replay import _read_journal
+
+    try:
+        records = _read_journal(path)
+    except PtychoError:
+        return False
+    ids = {run_id}
+    for rec in records:
+        if rec["op"] == "rebuilt" and (rec["run_id"] in ids or rec.get("from") in ids):
+            ids.update((rec["run_id"], rec.get("from")))
+    return any(rec["op"] == "end" and not rec.get("stale") and rec["run_id"] in ids for rec in records)
+
+
+def _replay_quietly(path: Path, run_id: str) -> bool:
+    """Replay the journal ``path`` (:func:`~ptycho.tracking.replay.replay_journals`); a
+    failure is a warning, never the sweep's end. True if it was replayed."""
+    from ptycho.tracking.replay import replay_journals
+
+    try:
+        replay_journals([path])
+    except Exception as exc:  # bookkeeping: the sweep goes on with the next run
+        _log.warning("could not replay the MLflow journal %s of run %s: %s", path, run_id, exc)
+        return False
+    return True
+
+
+def sweep_children(uri: str, parent_run_id: str, *, by: str = "") -> Swept:
+    """Close what the RUNNING children of ``parent_run_id`` left open: replay, else KILLED.
+
+    A job whose tracking server went away went on offline and journaled everything,
+    its end included (:class:`~ptycho.tracking.runs.Run`): its run, RUNNING in the
+    store, is not stale but behind. Its journal is replayed, which ends it as the job
+    did (FINISHED, with its last metrics and model), whatever host it ran on.
 
     A job killed with ``kill -9`` (or by the OOM killer, or a node that rebooted)
     cannot close its run, which would stay RUNNING for good. Each child records its
     host, pid and the pid's start time (:func:`process_identity`); a RUNNING child
     whose host is this one and whose process no longer exists (or is another process
-    with the same pid) is stale: it gets the tag ``ptycho.end_reason`` and status
-    KILLED. Children of other hosts, and children without these tags, are left alone:
-    from here it cannot be told whether they still run. Called when a pipeline starts
-    and when each job starts. Returns the ids of the runs it ended.
+    with the same pid) is stale: what its journal holds is replayed first, then it gets
+    the tag ``ptycho.end_reason`` and status KILLED. Children of other hosts without a
+    journaled end, and children without these tags, are left alone: from here it cannot
+    be told whether they still run. Called when a pipeline starts, when each job starts
+    and when the workflow stops on an error.
     """
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
@@ -283,9 +378,14 @@ def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[st
         uri=uri,
     )
     host = socket.gethostname()
-    ended = []
+    out = Swept()
     for run in running:
-        tags = run.data.tags
+        tags, run_id = run.data.tags, run.info.run_id
+        journal = Path(tags[JOURNAL_TAG]) if tags.get(JOURNAL_TAG) else None
+        if journal is not None and journal.is_file() and _journaled_end(journal, run_id):
+            if _replay_quietly(journal, run_id):
+                out.replayed.append(run_id)
+                continue
         if tags.get(HOST_TAG) != host:
             continue
         try:
@@ -294,24 +394,218 @@ def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[st
             continue
         if process_alive(pid, tags.get(PID_START_TAG, "")):
             continue
+        if journal is not None and journal.is_file():
+            _replay_quietly(journal, run_id)  # what the job logged offline before it was killed
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         reason = (
             f"stale: process {pid} on {host} ended without closing this run (killed, e.g. kill -9 or "
             f"out of memory); marked KILLED at {when}{' by ' + by if by else ''}"
         )
-        run_id = run.info.run_id
-        end_time = int(time.time() * 1000)
-        # Journaled as a guess ("stale"): a rebuild ignores it if the job's own end is journaled.
-        _append(journal_of(tags), "end", run_id, uri, status="KILLED", end_time=end_time, stale=reason)
-        retry(lambda r=run_id, t=reason: client.set_tag(r, END_REASON_TAG, t), what="tagging a stale run", uri=uri)
-        retry(
-            lambda r=run_id, t=end_time: client.set_terminated(r, "KILLED", end_time=t),
-            what="marking a stale run KILLED",
-            uri=uri,
-        )
+        _end_stale(client, uri, run_id, tags, reason)
         _log.info("MLflow run %s (%s) was stale: %s", run_id, run.info.run_name, reason)
-        ended.append(run_id)
-    return ended
+        out.killed.append(run_id)
+    return out
+
+
+def _end_stale(client, uri: str, run_id: str, tags: Mapping[str, str], reason: str) -> None:
+    end_time = int(time.time() * 1000)
+    # Journaled as a guess ("stale"): a rebuild ignores it if the run's own end is journaled.
+    _append(journal_of(tags), "end", run_id, uri, status="KILLED", end_time=end_time, stale=reason)
+    retry(lambda: client.set_tag(run_id, END_REASON_TAG, reason), what="tagging a stale run", uri=uri)
+    retry(
+        lambda: client.set_terminated(run_id, "KILLED", end_time=end_time),
+        what="marking a stale run KILLED",
+        uri=uri,
+    )
+
+
+def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[str]:
+    """The ids :func:`sweep_children` marked KILLED (it also replays what was journaled)."""
+    return sweep_children(uri, parent_run_id, by=by).killed
+
+
+def end_orphan_parents(uri: str, parent_run_id: str, journal: str | os.PathLike, *, by: str = "") -> Swept:
+    """Mark KILLED the RUNNING parent runs of this study other than ``parent_run_id``.
+
+    A study has one parent run, named by its ``parent.json``; every parent run carries
+    the study's parent journal (tag ``ptycho.journal``) and its creator's identity from
+    its creation. A RUNNING one that ``parent.json`` does not name was orphaned (its
+    ``track start`` killed before it wrote ``parent.json``, or ``parent.json`` replaced):
+    nothing would ever close it. Its children are swept, then it ends KILLED with the
+    reason, unless its creator still runs on this host (it is being started). Returns
+    what was done (``orphans``, and the children's ``killed``, ``replayed``).
+    """
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    client = open_client(uri)
+    book = str(Path(journal).resolve())
+    parent = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
+    running = retry(
+        lambda: client.search_runs(
+            [parent.info.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=5000
+        ),
+        what="looking for orphan parent runs",
+        uri=uri,
+    )
+    host = socket.gethostname()
+    out = Swept()
+    for run in running:
+        tags, run_id = run.data.tags, run.info.run_id
+        if run_id == parent_run_id or tags.get(MLFLOW_PARENT_RUN_ID) or tags.get(JOURNAL_TAG) != book:
+            continue
+        if tags.get(HOST_TAG) == host and tags.get(PID_TAG, "").isdigit():
+            if process_alive(int(tags[PID_TAG]), tags.get(PID_START_TAG, "")):
+                continue
+        children = sweep_children(uri, run_id, by=by)
+        out.killed += children.killed
+        out.replayed += children.replayed
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        reason = (
+            f"orphan: the study's parent.json names parent run {parent_run_id}, not this one (its 'track start' "
+            f"was killed, or parent.json was lost or replaced); marked KILLED at {when}{' by ' + by if by else ''}"
+        )
+        _end_stale(client, uri, run_id, tags, reason)
+        out.orphans.append(run_id)
+    return out
+
+
+def journaled_parent(parent_json: str | os.PathLike) -> dict | None:
+    """What ``parent_json`` held, read from the study's parent journal (for a lost file).
+
+    The newest parent run created in ``journal/parent.jsonl`` beside it, under its newest
+    id (a rebuild's): ``run_id``, ``tracking_uri``, ``experiment``, ``config_hash``, as
+    ``track start`` writes them, plus ``start_time`` (ms) and ``complete`` (its params are
+    journaled: ``track start`` got past creating it). None when nothing is journaled.
+    """
+    from ptycho.tracking.job import journal_path
+    from ptycho.tracking.replay import _PARENT_TAG, _read_journal
+
+    path = journal_path(parent_json, PARENT_JOURNAL)
+    if not path.is_file():
+        return None
+    try:
+        records = _read_journal(path)
+    except PtychoError:
+        return None
+    roots = [r for r in records if r["op"] == "run" and r.get("experiment") and _PARENT_TAG not in r.get("tags", {})]
+    if not roots:
+        return None
+    root = roots[-1]
+    ids, uri = [root["run_id"]], root.get("uri", "")
+    for rec in records:
+        if rec["op"] == "rebuilt" and rec.get("from") in ids:
+            ids.append(rec["run_id"])
+            uri = rec.get("uri") or uri
+    return {
+        "run_id": ids[-1],
+        "tracking_uri": uri,
+        "experiment": root["experiment"],
+        "config_hash": (root.get("tags") or {}).get("config_hash", ""),
+        "start_time": root.get("start_time"),
+        "complete": any(r["op"] == "params" and r["run_id"] in ids for r in records),
+    }
+
+
+def parent_record(parent_json: str | os.PathLike) -> dict:
+    """The study's parent run as ``parent_json`` names it, else as its journal does (a lost
+    ``parent.json``); a :class:`PtychoError` naming ``track start`` when neither exists."""
+    from ptycho.artifacts import read_json
+
+    if Path(parent_json).exists():
+        return read_json(parent_json)
+    record = journaled_parent(parent_json)
+    if record is None:
+        raise PtychoError(
+            f"{parent_json}: no such file, and no parent run is journaled beside it (it is written by 'track start')"
+        )
+    return record
+
+
+def sweep_study(parent_json: str | os.PathLike, *, by: str = "") -> Swept:
+    """:func:`sweep_children` of the study's parent, and :func:`end_orphan_parents`; one
+    line naming the replay when the tracking server is gone."""
+    from ptycho.tracking.job import journal_path
+
+    record = parent_record(parent_json)
+    uri, run_id = record["tracking_uri"], record["run_id"]
+    _server_or_raise(uri, parent_json)
+    out = sweep_children(uri, run_id, by=by)
+    orphans = end_orphan_parents(uri, run_id, journal_path(parent_json, PARENT_JOURNAL), by=by)
+    out.killed += orphans.killed
+    out.replayed += orphans.replayed
+    out.orphans += orphans.orphans
+    return out
+
+
+def _server_or_raise(uri: str, parent_json: str | os.PathLike, journaled: str = "") -> None:
+    from ptycho.tracking.access import server_down
+    from ptycho.tracking.job import journal_path
+
+    if not is_server(uri):
+        return
+    reason = server_down(uri)
+    if reason:
+        raise PtychoError(journaled + server_gone(uri, reason, journal_path(parent_json, PARENT_JOURNAL).parent))
+
+
+def finish_study(parent_json: str | os.PathLike, status: str = END_STATUSES[0], *, by: str = "") -> tuple[str, Swept]:
+    """End the study's parent run with ``status`` after sweeping its children; returns its id.
+
+    The workflow's error hook: the children of jobs killed with it are closed now, not
+    at the next start. When the tracking server is gone, the end is journaled (the
+    re-run or a replay sends it) and the line says how to bring the server back.
+    """
+    from ptycho.tracking.job import journal_path
+
+    if status not in _RUN_STATUSES:
+        raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
+    record = parent_record(parent_json)
+    uri, run_id = record["tracking_uri"], record["run_id"]
+    if is_server(uri):
+        from ptycho.tracking.access import server_down
+
+        reason = server_down(uri)
+        if reason:
+            end_time = int(time.time() * 1000)
+            book = Journal(journal_path(parent_json, PARENT_JOURNAL))
+            _append(book, "end", run_id, uri, status=status, end_time=end_time)
+            raise PtychoError(
+                f"MLflow parent run {run_id} not marked {status}, its end journaled: "
+                + server_gone(uri, reason, book.path.parent)
+            )
+    swept = sweep_study(parent_json, by=by)
+    finish_run(uri, run_id, status)
+    return run_id, swept
+
+
+def _adopt_parent(uri: str, out: str | os.PathLike, config: Mapping[str, Any]) -> dict | None:
+    """The study's parent run as its journal names it, for a ``parent.json`` that was lost
+    or never written (``track start`` killed after creating the run): the same run goes on
+    instead of an orphan and a new one. Its params are completed if its creation was cut
+    short. None when nothing is journaled or the store (``uri``) does not hold that run."""
+    from mlflow.entities import Param
+    from mlflow.exceptions import MlflowException
+
+    record = journaled_parent(out)
+    if record is None or record["tracking_uri"] != uri:
+        return None
+    client = open_client(uri)
+    try:
+        retry(lambda: client.get_run(record["run_id"]), what="reading the journaled parent run", uri=uri)
+    except MlflowException:
+        return None
+    if not record["complete"]:
+        from ptycho.tracking.job import journal_path
+
+        flat = flatten_params(config)
+        _append(Journal(journal_path(out, PARENT_JOURNAL)), "params", record["run_id"], uri, params=flat)
+        entities = [Param(k, v) for k, v in flat.items()]
+        retry(lambda: client.log_batch(record["run_id"], params=entities), what="logging params", uri=uri)
+    print(
+        f"ptycho: {out} was missing; the study's journaled parent run {record['run_id']} goes on (no new parent run)",
+        file=sys.stderr,
+    )
+    return {k: record[k] for k in ("run_id", "tracking_uri", "experiment", "config_hash")}
 
 
 def start_pipeline(
@@ -327,6 +621,9 @@ def start_pipeline(
 
     Every job of the pipeline reads ``out`` to log as a child of this run. Called once
     per results folder by the workflow (``rules/common.smk``) and by ``ptycho track start``.
+    A parent run the study's journal already holds is taken up again instead (``out``
+    lost, or its ``track start`` killed before writing it: :func:`_adopt_parent`), and
+    any other RUNNING parent of the study is closed as an orphan (:func:`end_orphan_parents`).
     """
 
     from ptycho.artifacts import write_json
@@ -334,11 +631,24 @@ def start_pipeline(
 
     uri = default_tracking_uri(results_dir)
     preflight(uri)
-    commit = git_commit(Path.cwd())
-    all_tags = dict(tags, git_commit=commit, config_hash=config_hash(config), **source_tags(commit))
-    run_id = start_parent(uri, experiment, run_name, config, all_tags, journal=journal_path(out, PARENT_JOURNAL))
-    record = {"run_id": run_id, "tracking_uri": uri, "experiment": experiment, "config_hash": all_tags["config_hash"]}
+    journal = journal_path(out, PARENT_JOURNAL)
+    record = None if Path(out).exists() else _adopt_parent(uri, out, config)
+    if record is None:
+        commit = git_commit(Path.cwd())
+        all_tags = dict(tags, git_commit=commit, config_hash=config_hash(config), **source_tags(commit))
+        run_id = start_parent(uri, experiment, run_name, config, all_tags, journal=journal)
+        record = {
+            "run_id": run_id,
+            "tracking_uri": uri,
+            "experiment": experiment,
+            "config_hash": all_tags["config_hash"],
+        }
     write_json(out, record)
+    run_id = record["run_id"]
+    try:  # an earlier parent of this study that nothing names any more
+        end_orphan_parents(uri, run_id, journal, by="'ptycho track start'")
+    except Exception as exc:  # bookkeeping of other runs must not stop the study
+        _log.warning("could not look for orphan MLflow parent runs: %s", exc)
     if log:
         Path(log).write_text(f"MLflow parent run {run_id} at {uri}\n")
     return record

@@ -29,10 +29,12 @@ from ptycho.tracking.store import (
     fit,
     fit_tags,
     flatten_params,
+    is_server,
     open_client,
     rebuild_command,
     retry,
     safe_key,
+    server_gone,
     sqlite_path,
     unreachable,
 )
@@ -145,24 +147,50 @@ class Run:
         if self._journal is not None:
             self._journal.append({"op": op, "run_id": self._run_id, "uri": self._uri, **fields})
 
-    def _call(self, what: str, fn: Callable[[], T], conflicts: bool = False) -> T | None:
+    def _call(
+        self, what: str, fn: Callable[[], T], conflicts: bool = False, partial: Callable[[], Path | None] | None = None
+    ) -> T | None:
+        """``fn()`` retried on locks; offline if the server is gone (with a journal); a
+        full disk is a one-line :class:`PtychoError` (``partial()``: where a copy that
+        did not fit lies, removed first, so that the run's FAILED can still be stored)."""
         if self._offline:
             return None
         try:
             return retry(fn, what=what, uri=self._uri, conflicts=conflicts, on_retry=self._count)
         except Exception as exc:
+            if disk_full(exc):
+                raise PtychoError(self._disk_full(what, partial)) from None
             reason = unreachable(exc) if self._journal is not None else ""
             if not reason:
                 raise
             self._offline = reason
             print(
                 f"ptycho: warning: MLflow tracking server at {self._uri} stopped answering ({reason}) while {what}; "
-                f"the job goes on and keeps what it logs in {self._journal.path}; when the server is back, run "
-                f"'python -m ptycho track replay {self._journal.path}'",
+                f"the job goes on and keeps what it logs in {self._journal.path}; when the server is back, re-run the "
+                f"workflow (its start replays the journal) or run 'python -m ptycho track replay {self._journal.path}'",
                 file=sys.stderr,
                 flush=True,
             )
             return None
+
+    def _disk_full(self, what: str, partial: Callable[[], Path | None] | None) -> str:
+        where = None
+        if partial is not None:
+            try:
+                where = partial()
+                if where is not None and where.is_dir() and not where.is_symlink():
+                    import shutil
+
+                    shutil.rmtree(where, ignore_errors=True)
+                elif where is not None:
+                    where.unlink(missing_ok=True)
+            except Exception as exc:  # the line below is what matters
+                _log.debug("could not remove a partial MLflow artifact: %s", exc)
+        place = f"the device of {where.parent}" if where is not None else "a device"
+        return (
+            f"no space left on {place} while {what} (MLflow run {self._run_id}); the run ends FAILED: "
+            "free space there or choose another results folder, then re-run"
+        )
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Log several metrics at one step in one ``log_batch`` call (one per 1000 keys).
@@ -227,8 +255,9 @@ class Run:
         """
         self._record("artifact", path=os.path.abspath(os.fspath(path)), artifact_path=artifact_path)
         self._call(
-            "logging an artifact",
+            f"logging the artifact {os.path.basename(os.fspath(path))}",
             lambda: self._client.log_artifact(self._run_id, os.fspath(path), artifact_path),
+            partial=lambda: local_artifact(self._client, self._run_id, path, artifact_path),
         )
 
     def log_dataset(self, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
@@ -295,6 +324,34 @@ class Run:
         self._call(
             f"marking the run {status}", lambda: self._client.set_terminated(self._run_id, status, end_time=end_time)
         )
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or a cause) is a full disk or quota: the OS's ENOSPC, or SQLite's
+    "database or disk is full" as MLflow's SQL store wraps it."""
+    from ptycho.artifacts import _no_space
+
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if "database or disk is full" in str(err).lower():
+            return True
+        err = err.__cause__ or err.__context__
+    return _no_space(exc)
+
+
+def local_artifact(client: Any, run_id: str, path: str | os.PathLike, artifact_path: str | None) -> Path | None:
+    """Where ``log_artifact(run_id, path, artifact_path)`` copies ``path`` when the run's
+    artifacts are a local folder (a SQLite store's ``mlartifacts``), else None (a server's)."""
+    import urllib.parse
+
+    uri = client.get_run(run_id).info.artifact_uri
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("", "file"):
+        return None
+    base = Path(urllib.parse.unquote(parts.path))
+    return base.joinpath(*(artifact_path or "").split("/")) / os.path.basename(os.path.normpath(os.fspath(path)))
 
 
 def create_journaled_run(
@@ -463,22 +520,27 @@ def child_run(
     and the exception propagates unchanged; a failure to record that status is logged,
     never allowed to replace the original error. With ``journal`` (a ``.jsonl`` path),
     everything is also appended there (see :class:`Journal`, :class:`Run`).
-    A server that cannot be reached when the run is opened is a one-line error.
+    A server that cannot be reached when the run is opened is a one-line error, in
+    seconds (one probe, not MLflow's retries), naming the replay of the journal folder.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
+    journal_folder = Path(journal).parent if journal is not None else None
+    if is_server(uri):
+        from ptycho.tracking.access import server_down
+
+        reason = server_down(uri)  # seconds, where MLflow's retries of get_run would take their budget
+        if reason:
+            raise PtychoError(server_gone(uri, reason, journal_folder))
     client = open_client(uri)
     try:
         parent = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
     except MlflowException as exc:
         reason = unreachable(exc)
         if reason:
-            raise PtychoError(
-                f"MLflow tracking server at {uri} is unreachable ({reason}); start it again ('make mlflow-server') "
-                "and re-run, or unset MLFLOW_TRACKING_URI"
-            ) from None
+            raise PtychoError(server_gone(uri, reason, journal_folder)) from None
         if exc.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
             raise
         db = sqlite_path(uri)

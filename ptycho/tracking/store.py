@@ -376,11 +376,67 @@ def ensure_store(uri: str) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+#: MLflow's settings for a tracking server in this project's processes, unless the user
+#: set them. HTTP retries: 3, 0, 2 and 4 s apart (plus up to 1 s of jitter each), 20 s per
+#: attempt. MLflow's own defaults (7 retries, backoff factor 2, 120 s) are made for
+#: rate-limited hosted services and hang every call to a tracking server that is gone for
+#: about 4 min 20 s; a job here then goes on offline (its journal) or stops, in seconds. A
+#: short restart of the server is still ridden out, and what a job could not send is
+#: replayed from its journal. And no "View run ... at: <url>" line on stdout at every run's
+#: end (a sweep ending or replaying runs would print one per run among its own lines).
+SERVER_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+}
+
+
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (HTTP or HTTPS)."""
+    return uri.startswith(("http://", "https://"))
+
+
+def server_defaults(environ: dict | None = None) -> None:
+    """Put :data:`SERVER_DEFAULTS` into ``environ`` (this process's environment) where the
+    user has not set them; MLflow reads them at every request. Values already set win."""
+    environ = os.environ if environ is None else environ
+    for key, value in SERVER_DEFAULTS.items():
+        environ.setdefault(key, value)
+
+
 def open_client(uri: str):
     from mlflow.tracking import MlflowClient
 
+    if is_server(uri):
+        server_defaults()
     ensure_store(uri)
     return MlflowClient(uri)
+
+
+def replay_command(journal: str | os.PathLike) -> str:
+    """The command that sends a journal file or folder to MLflow again, as a user types it
+    here (the path relative to the current folder if inside it)."""
+    import shlex
+
+    path = Path(os.path.abspath(journal))
+    cwd = Path.cwd()
+    shown = os.path.relpath(path, cwd) if cwd in path.parents else str(path)
+    return f"python -m ptycho track replay {shlex.quote(shown)}"
+
+
+def server_gone(uri: str, reason: str, journal: str | os.PathLike | None) -> str:
+    """The one line for a tracking server found gone: how to bring it back, and that the
+    re-run (or the replay command, by hand) sends what the jobs journaled meanwhile."""
+    line = (
+        f"MLflow tracking server at {uri} is unreachable ({reason}); start it again ('make mlflow-server') and re-run"
+    )
+    if journal is None:
+        return line + ", or unset MLFLOW_TRACKING_URI"
+    return (
+        line + ": the re-run replays what the jobs journaled meanwhile (by hand, once the server is back: "
+        f"{replay_command(journal)})"
+    )
 
 
 def unreachable(exc: BaseException) -> str:
