@@ -34,7 +34,12 @@ _STUDY_DEFAULT = "(default: the study's)"
     arg("--dataset", help="dataset to time on (default: simulate the study's train split)"),
     arg("--object-size", type=int, help=f"object side when simulating {_STUDY_DEFAULT}"),
     arg("--n", type=int, help=f"patch side when simulating {_STUDY_DEFAULT}"),
-    arg("--models", nargs="+", choices=MODEL_KINDS, help="models to time (default: the study's bench.models, else models)"),
+    arg(
+        "--models",
+        nargs="+",
+        choices=MODEL_KINDS,
+        help="models to time (default: the study's bench.models, else models)",
+    ),
     arg("--filters", type=int, help=f"encoder filters {_STUDY_DEFAULT}"),
     arg("--pooling", choices=POOLINGS, help=f"encoder pooling {_STUDY_DEFAULT}"),
     arg("--depth", type=int, help=f"encoder pooling levels {_STUDY_DEFAULT}"),
