@@ -694,6 +694,76 @@ CATALOGUE: list[Row] = [
         exit_code=1,
         message="no space left on the device of full while writing t.h5; nothing was written",
     ),
+    # ---- #24: geometry, outages, store, study name
+    Row(
+        "dataset-positions-outside",
+        "dataset",
+        "scan positions whose patches leave the object, to `train`",
+        "cli",
+        args=("train", "--dataset", "positions_outside.h5", "--out", "m"),
+        setup=_corrupted("positions_outside"),
+        exit_code=1,
+        message="scan positions put a 16-px patch outside the object",
+    ),
+    Row(
+        "dataset-zero-photons",
+        "dataset",
+        "all-zero diffraction (no photons) to `train`",
+        "cli",
+        args=("train", "--dataset", "zero_photons.h5", "--out", "m"),
+        setup=_corrupted("zero_photons"),
+        exit_code=1,
+        message="diffraction holds no photons",
+    ),
+    Row(
+        "dataset-config-json",
+        "dataset",
+        "a dataset whose `config` attribute is not JSON, to `export-npz`",
+        "cli",
+        args=("export-npz", "bad_config_json.h5", "--out", "d.npz"),
+        setup=_corrupted("bad_config_json"),
+        exit_code=1,
+        message="attribute 'config' is not valid JSON",
+    ),
+    Row(
+        "env-tracking-gone-job",
+        "environment",
+        "a job whose tracking server is gone (`--mlflow-parent` naming a server that stopped mid-study)",
+        "cli",
+        args=("--mlflow-parent", "p.json", "config", "--json", "{}", "--out", "c.json"),
+        setup=_files(
+            **{"p.json": '{"run_id": "00000000000000000000000000000000", "tracking_uri": "http://127.0.0.1:9"}'}
+        ),
+        exit_code=1,
+        message="the re-run replays what the jobs journaled meanwhile",
+    ),
+    Row(
+        "config-study-renamed",
+        "config",
+        "`--config study=renamed` on a results folder whose runs are in another MLflow experiment",
+        "workflow",
+        overrides={"study": "renamed"},
+        setup=_files(
+            **{
+                "results": "/",
+                "results/default": "/",
+                "results/default/mlflow": "/",
+                "results/default/mlflow/parent.json": '{"run_id": "r1", "tracking_uri": "postgresql://db/mlflow", '
+                '"experiment": "xla-ptycho", "config_hash": "x"}',
+            }
+        ),
+        message="config key 'study' = 'renamed', but the runs of <work>/results/default are in MLflow experiment",
+    ),
+    Row(
+        "env-store-readonly-at-parse",
+        "environment",
+        "a read-only MLflow store (`MLFLOW_TRACKING_URI=sqlite:///ro/mlflow.db`, `ro` read-only), before any job",
+        "workflow",
+        setup=_folder("ro"),
+        mount="ro",
+        env={"MLFLOW_TRACKING_URI": "sqlite:///ro/mlflow.db"},
+        message="cannot be written",
+    ),
 ]
 
 
