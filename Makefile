@@ -65,7 +65,7 @@ ui: setup  ## browse the embedded MLflow store at http://127.0.0.1:5000
 mlflow-server: setup  ## a tracking server for cluster runs (export MLFLOW_TRACKING_URI=http://HOST:5001)
 	@host=$$(hostname); fqdn=$$(hostname -f 2>/dev/null || echo $$host); \
 	allowed=$$host,$$host:*,$$fqdn,$$fqdn:*,localhost,localhost:*,127.0.0.1,127.0.0.1:*,[::1],[[]::1]:*,0.0.0.0,0.0.0.0:*,10.*,192.168.*,$$(printf '172.%s.*,' {16..31})fc00:*,fd00:*$${MLFLOW_ALLOWED_HOSTS:+,$$MLFLOW_ALLOWED_HOSTS}; \
-	if ! $(PY) -c 'import socket, sys; s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], int(sys.argv[2])))' "$${MLFLOW_HOST:-127.0.0.1}" "$${MLFLOW_PORT:-5001}" 2>/dev/null; then \
+	if ! $(PYTHON) -c 'import socket, sys; s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], int(sys.argv[2])))' "$${MLFLOW_HOST:-127.0.0.1}" "$${MLFLOW_PORT:-5001}" 2>/dev/null; then \
 	  echo "make mlflow-server: error: port $${MLFLOW_PORT:-5001} on $${MLFLOW_HOST:-127.0.0.1} is already in use (a tracking server running already?); use that one, stop it by its pid, or choose another port: MLFLOW_PORT=5002 make mlflow-server" >&2; exit 1; fi; \
 	echo "MLflow server on $${MLFLOW_HOST:-127.0.0.1}:$${MLFLOW_PORT:-5001} (MLFLOW_HOST=0.0.0.0 for jobs on other nodes): export MLFLOW_TRACKING_URI=http://$$fqdn:$${MLFLOW_PORT:-5001}"; \
 	exec $(VENV)/bin/mlflow server --backend-store-uri sqlite:///$(CURDIR)/results/mlflow-server.db \
