@@ -313,7 +313,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         for line in strict.stdout.splitlines() + strict.stderr.splitlines()
         if line.startswith(("rule ", "localrule "))
     }
-    assert rules_run == {"resolved_config", "check_speedup", "report", "all"}
+    assert rules_run == {"resolved_config", "check_speedup", "report", "publish_report", "all"}
     parents_after = [
         r
         for r in client.search_runs([experiment.experiment_id], max_results=1000)
