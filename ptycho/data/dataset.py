@@ -30,6 +30,7 @@ nothing can be scored against it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -246,24 +247,15 @@ def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
 
 def read_dataset(path: str | os.PathLike, *, check_digest: bool = True) -> Dataset:
     """Read and fully validate a dataset; any problem is one-line :class:`DatasetError`."""
-    import h5py
 
     path = str(path)
-    if not os.path.exists(path):
-        raise DatasetError(f"{path}: no such file; create it with 'python -m ptycho simulate'")
-    try:
-        with h5py.File(path, "r") as f:
-            attrs = {k: _py(v) for k, v in f.attrs.items()}
-            _check_header(path, attrs)
-            missing = [name for name in ARRAYS if name not in f]
-            if missing:
-                raise DatasetError(f"{path}: missing array '{missing[0]}'; the file is incomplete, re-create it")
-            arrays = {name: f[name][()] for name in ARRAYS}
-    except DatasetError:
-        raise
-    except (OSError, KeyError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DatasetError(f"{path}: not a readable HDF5 file ({reason}); it may be truncated, re-create it") from None
+    with _opened(path) as f:
+        attrs = {k: _py(v) for k, v in f.attrs.items()}
+        _check_header(path, attrs)
+        missing = [name for name in ARRAYS if name not in f]
+        if missing:
+            raise DatasetError(f"{path}: missing array '{missing[0]}'; the file is incomplete, re-create it")
+        arrays = {name: f[name][()] for name in ARRAYS}
     _validate(path, arrays, attrs, check_digest=check_digest)
     return Dataset(
         **arrays,
@@ -281,19 +273,30 @@ def read_attributes(path: str | os.PathLike) -> dict[str, Any]:
     :func:`read_dataset` still validates everything. Problems are one-line
     :class:`DatasetError`, as for :func:`read_dataset`.
     """
-    import h5py
 
     path = str(path)
+    with _opened(path) as f:
+        attrs = {k: _py(v) for k, v in f.attrs.items()}
+    _check_header(path, attrs)
+    return attrs
+
+
+@contextlib.contextmanager
+def _opened(path: str):
+    """The dataset file open for reading; a missing or unreadable file (and any HDF5
+    error while reading inside the block) is one-line :class:`DatasetError`."""
+    import h5py
+
     if not os.path.exists(path):
         raise DatasetError(f"{path}: no such file; create it with 'python -m ptycho simulate'")
     try:
         with h5py.File(path, "r") as f:
-            attrs = {k: _py(v) for k, v in f.attrs.items()}
+            yield f
+    except DatasetError:
+        raise
     except (OSError, KeyError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DatasetError(f"{path}: not a readable HDF5 file ({reason}); it may be truncated, re-create it") from None
-    _check_header(path, attrs)
-    return attrs
 
 
 def _py(value: Any) -> Any:
