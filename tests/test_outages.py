@@ -97,6 +97,21 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 
 # ------------------------------------------------------------- the server goes away
+def _start_job(tmp_path: Path, uri: str, parent: str, journal) -> tuple[subprocess.Popen, str]:
+    """A job process (``_JOB``) in its own session, once its run exists: (process, run id).
+    It waits for ``tmp_path/go`` before it logs its end."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", _JOB, uri, parent, str(journal), str(tmp_path / "ready"), str(tmp_path / "go")],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    _wait_for(tmp_path / "ready", job)
+    return job, (tmp_path / "ready").read_text()
+
+
 def _kill(server: subprocess.Popen) -> None:
     """The tracking server killed by its pid (its process group: the workers too), and reaped."""
     try:
@@ -133,16 +148,7 @@ def test_a_server_outage_fails_fast_names_the_replay_and_the_rerun_replays_a_fin
             "already?); use that one, stop it by its pid, or choose another port: MLFLOW_PORT=5002 make mlflow-server"
         )
 
-        job = subprocess.Popen(
-            [sys.executable, "-c", _JOB, uri, parent, str(journal), str(tmp_path / "ready"), str(tmp_path / "go")],
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        _wait_for(tmp_path / "ready", job)
-        run_id = (tmp_path / "ready").read_text()
+        job, run_id = _start_job(tmp_path, uri, parent, journal)
         _kill(server)
         (tmp_path / "go").touch()
         # MLflow's own retries would hang the next write for about 4 min 20 s; bounded here.
@@ -431,25 +437,7 @@ def test_a_killed_jobs_run_is_swept_by_the_error_hook(tmp_path, monkeypatch):
     uri = f"sqlite:///{results / 'mlflow.db'}"
     parent_json = _study(results, uri, monkeypatch)
     parent = json.loads(parent_json.read_text())["run_id"]
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _JOB,
-            uri,
-            parent,
-            str(journal_path(parent_json, "train")),
-            str(tmp_path / "ready"),
-            str(tmp_path / "go"),
-        ],
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    _wait_for(tmp_path / "ready", job)
-    run_id = (tmp_path / "ready").read_text()
+    job, run_id = _start_job(tmp_path, uri, parent, journal_path(parent_json, "train"))
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(30)
     finish = _run("track", "finish", "--parent", str(parent_json), "--status", "FAILED")
