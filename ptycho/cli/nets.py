@@ -78,11 +78,7 @@ def cmd_train(args: argparse.Namespace, live: Live) -> JobRecord:
     tensorflow=True,
 )
 def cmd_infer(args: argparse.Namespace, live: Live) -> JobRecord:
-    from ptycho.data.provenance import stamp
-
-    record = jobs.infer(args.model, args.dataset, args.out, xla=args.xla, batch_size=args.batch_size)
-    stamp(args.out, record.tags["dataset_digest"])  # stitch and evaluate refuse another dataset by it
-    return record
+    return jobs.infer(args.model, args.dataset, args.out, xla=args.xla, batch_size=args.batch_size)
 
 
 @command(
@@ -99,15 +95,12 @@ def cmd_infer(args: argparse.Namespace, live: Live) -> JobRecord:
     ),
 )
 def cmd_stitch(args: argparse.Namespace, live: Live) -> JobRecord:
-    from ptycho.data.dataset import read_attributes
-    from ptycho.data.provenance import check_made_from, stamp
+    from ptycho.data.provenance import check_made_from
 
     _warn("stitch", check_made_from(args.reconstruction, args.dataset, "'ptycho infer'"))
-    record = jobs.stitch(
+    return jobs.stitch(
         args.dataset, args.reconstruction, args.out, weighted=not args.unweighted, phase_sync=not args.no_phase_sync
     )
-    stamp(args.out, read_attributes(args.dataset)["digest"])
-    return record
 
 
 @command(

@@ -4,7 +4,8 @@ A reconstruction (``ptycho infer``) and a stitched file (``ptycho stitch``) are 
 in object pixels of one dataset's scan; scored against another dataset of the same
 size they give a plausible, meaningless number. Each therefore carries the dataset's
 content digest (:func:`ptycho.data.dataset.content_digest`, the one MLflow tracks it
-by) as the array ``dataset_digest``, and ``stitch`` and ``evaluate`` compare it with
+by) as the array ``dataset_digest`` (written with it by ``ptycho.study.jobs.infer`` and
+``stitch``), and ``stitch`` and ``evaluate`` compare it with
 the digest of the dataset they are given before doing anything.
 """
 
@@ -18,15 +19,6 @@ from ptycho.errors import DatasetError, PtychoError
 
 #: Name of the array holding the dataset's digest in a reconstruction or stitched .npz.
 DIGEST_KEY = "dataset_digest"
-
-
-def stamp(path: str | os.PathLike, digest: str) -> None:
-    """Record ``digest`` in the .npz artefact at ``path`` (rewritten atomically)."""
-    from ptycho.artifacts import read_arrays, write_arrays
-
-    arrays = read_arrays(path, ())
-    arrays[DIGEST_KEY] = np.array(digest)
-    write_arrays(path, **arrays)
 
 
 def recorded_digest(path: str | os.PathLike) -> str | None:

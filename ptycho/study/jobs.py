@@ -191,12 +191,15 @@ def infer(model: str, dataset: str, out: str, *, xla: str | None = None, batch_s
     """The test split's patches reconstructed by a trained model, timed."""
     from ptycho.artifacts import write_arrays
     from ptycho.data.dataset import read_dataset
+    from ptycho.data.provenance import DIGEST_KEY
     from ptycho.nets.infer import reconstruct
 
     ds = read_dataset(dataset)
     rec = reconstruct(model, ds, xla=xla, batch_size=batch_size)
     write_arrays(
         out,
+        # stitch and evaluate refuse a file of another dataset by it (ptycho.data.provenance)
+        **{DIGEST_KEY: np.array(ds.attrs["digest"])},
         patches=rec.patches,
         positions=rec.positions,
         position_object=rec.position_object,
@@ -222,6 +225,7 @@ def stitch(dataset: str, reconstruction: str, out: str, *, weighted: bool = True
     from ptycho.analysis.stitch import stitch_objects
     from ptycho.artifacts import read_arrays, write_arrays
     from ptycho.data.dataset import read_dataset
+    from ptycho.data.provenance import DIGEST_KEY
 
     ds = read_dataset(dataset)
     rec = read_arrays(reconstruction, ("patches", "positions", "position_object"))
@@ -231,7 +235,7 @@ def stitch(dataset: str, reconstruction: str, out: str, *, weighted: bool = True
         )
     except ValueError as err:
         raise PtychoError(f"{reconstruction}: {err}; re-run infer with this dataset") from None
-    write_arrays(out, images=np.stack(images).astype(np.complex64))
+    write_arrays(out, images=np.stack(images).astype(np.complex64), **{DIGEST_KEY: np.array(ds.attrs["digest"])})
     return JobRecord(summary=f"{out}: {len(images)} stitched object(s) of shape {images[0].shape}")
 
 
