@@ -53,7 +53,7 @@ def test_the_commands_defaults_are_the_studys_network_and_training(base):
     assert ModelConfig() == model_config(cfg, "pinn")
     assert ModelConfig(kind="baseline") == model_config(cfg, "baseline")
     assert TrainConfig() == train_config(cfg, "jit", 0, "pinn")
-    assert (ModelConfig().filters, ModelConfig().depth, ModelConfig().loss, TrainConfig().epochs) == (32, 2, "mae", 8)
+    assert (ModelConfig().filters, ModelConfig().depth, ModelConfig().loss, TrainConfig().epochs) == (32, 2, "mae", 20)
 
 
 def test_config_yaml_holds_only_choices_the_schema_does_not_make(base):
@@ -68,11 +68,13 @@ def test_config_yaml_holds_only_choices_the_schema_does_not_make(base):
         "seeds",
         "train_threads",
         "per_model",
+        "bench",
     } | {
         "thresholds",
         "presets",
     }
-    assert not {"simulation", "model", "train", "solver", "cxi", "bench"} & set(base)
+    assert not {"simulation", "model", "train", "solver", "cxi"} & set(base)
+    assert set(base.get("bench", {})) <= {"models", "xla", "precision"}  # what the study times, not how
 
 
 def test_the_schema_ships_with_the_package():
@@ -133,7 +135,9 @@ def test_the_dataclass_checks_read_every_keyword_the_schema_sections_use():
 def test_default_config_resolves_and_builds_every_arm(base):
     cfg = resolve(base)
     assert cfg["preset"] == "default"
-    assert arms(cfg) == [f"{m}-{x}-s{s}" for m in ("pinn", "baseline") for x in ("off", "jit") for s in (0, 1)]
+    # the PINN in off and physics at bfloat16, three seeds; the baseline, the quality reference, once
+    assert arms(cfg) == [f"pinn-{x}-bf16-s{s}" for x in ("off", "physics") for s in (0, 1, 2)] + ["baseline-off-s0"]
+    assert cfg["train"]["epochs"] == 20 and cfg["per_model"]["baseline"]["train"]["epochs"] == 6
     assert cfg["simulation"]["probe_kind"] == "defocused"
     assert cfg["simulation"]["stride_test"] == 10  # schema default filled in
 
@@ -201,7 +205,7 @@ def test_arm_names_round_trip_and_refuse_what_is_not_an_arm():
 
 
 def test_every_mode_is_an_accepted_config_value_and_booleans_keep_working(base):
-    every = resolve(base, {"xla": ["off", "jit", "auto", "physics"], "seeds": [0]})
+    every = resolve(base, {"xla": ["off", "jit", "auto", "physics"], "precision": ["float32"], "seeds": [0]})
     assert arms(every)[:4] == ["pinn-off-s0", "pinn-jit-s0", "pinn-auto-s0", "pinn-physics-s0"]
     assert resolve(base, {"xla": [True, False]})["xla"] == ["jit", "off"]
 
@@ -369,8 +373,8 @@ def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(s
 def test_precision_arms_name_parse_and_tag_with_float32_reading_as_before(base):
     from ptycho.study.arms import Arm, tag_word
 
-    cfg = resolve(base, {"precision": ["float32", "mixed_bfloat16"], "models": ["pinn"], "seeds": [0]})
-    assert arms(cfg) == ["pinn-off-s0", "pinn-jit-s0", "pinn-off-bf16-s0", "pinn-jit-bf16-s0"]
+    two = {"precision": ["float32", "mixed_bfloat16"], "xla": ["off", "jit"], "models": ["pinn"], "seeds": [0]}
+    assert arms(resolve(base, two)) == ["pinn-off-s0", "pinn-jit-s0", "pinn-off-bf16-s0", "pinn-jit-bf16-s0"]
     arm = parse_arm("baseline-physics-fp16-s2")
     assert arm == Arm("baseline", "physics", 2, "mixed_float16") and arm.name == "baseline-physics-fp16-s2"
     assert parse_arm("pinn-jit-s0").precision == "float32"
@@ -458,4 +462,5 @@ def test_a_precision_the_cpu_only_emulates_is_one_warning_line(base):
     assert [w.split(":")[0] for w in avx2] == ["precision mixed_bfloat16", "precision mixed_float16"]
     assert all("\n" not in w and "precision=[float32]" in w for w in avx2)
     assert precision_warnings(cfg, ["amx_bf16", "amx_fp16"]) == []
-    assert precision_warnings(resolve(base, {}), ["avx2"]) == []  # float32 needs nothing
+    float32 = {"precision": ["float32"], "bench": {"precision": ["float32"]}}
+    assert precision_warnings(resolve(base, float32), ["avx2"]) == []  # float32 needs nothing
