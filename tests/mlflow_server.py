@@ -63,7 +63,9 @@ def start_server(folder: Path, port: int) -> subprocess.Popen:
 
 
 def stop_server(proc: subprocess.Popen) -> None:
-    """SIGTERM its process group by PID (the server and its workers), SIGKILL after 20 s."""
+    """SIGTERM its process group by PID (the server and its workers), SIGKILL after 20 s.
+    The leader is reaped as it exits: an unreaped (zombie) leader still counts as a member
+    of its group, so the group would look alive until the SIGKILL deadline."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -71,6 +73,7 @@ def stop_server(proc: subprocess.Popen) -> None:
             return
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
+            proc.poll()
             try:
                 os.killpg(proc.pid, 0)
             except ProcessLookupError:
