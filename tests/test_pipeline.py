@@ -297,18 +297,14 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
 
     # A changed training setting re-trains (Snakemake skips the params checks downstream
     # of any job that must re-run, so no job may sit downstream of a config-derived file).
-    retrain = snakemake(
-        work, "all", "--dry-run", "--config", "preset=smoke", *MATRIX, "train={epochs: 3}"
-    )
+    retrain = snakemake(work, "all", "--dry-run", "--config", "preset=smoke", *MATRIX, "train={epochs: 3}")
     assert retrain.returncode == 0
     assert "rule train:" in retrain.stdout and "Params have changed" in retrain.stdout
 
     # Flipping a threshold re-runs only that check and the report, and flips the verdict.
     model_json = work / "results" / "smoke" / "models" / "pinn-jit-s0" / "model.json"
     trained_at = model_json.stat().st_mtime_ns
-    strict = snakemake(
-        work, "all", "--config", "preset=smoke", *MATRIX, "thresholds={speedup_min: 1000.0}"
-    )
+    strict = snakemake(work, "all", "--config", "preset=smoke", *MATRIX, "thresholds={speedup_min: 1000.0}")
     assert strict.returncode == 0, strict.stderr[-3000:]
     flipped = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
     assert flipped["items"]["speedup"]["status"] == "FAIL"

@@ -223,6 +223,8 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         "--modes",
         "jit",
         "physics",
+        "--precisions",
+        "float32",
         "--warmup",
         1,
         "--repeats",
