@@ -207,6 +207,47 @@ def test_learning_rate_warms_up_linearly_then_stays_constant_or_decays_to_its_fl
     assert TrainConfig(learning_rate=2e-3).learning_rate_at(10) == 2e-3  # no schedule: a plain float
 
 
+def test_a_held_cosine_keeps_the_rate_until_its_last_epochs_then_decays_to_its_floor():
+    from ptycho.nets.train import TrainConfig
+
+    steps = (0, 5, 10, 25, 30, 35, 40, 50)
+    held = TrainConfig(
+        epochs=4, learning_rate=1e-3, lr_schedule="cosine", warmup_epochs=1, lr_floor=0.1, decay_epochs=1
+    ).learning_rate_at(10)
+    got = [float(held(step)) for step in steps]
+    # warm-up over epoch 0, held over epochs 1-2, a half cosine over epoch 3, then the floor
+    np.testing.assert_allclose(got, [0.0, 5e-4, 1e-3, 1e-3, 1e-3, 5.5e-4, 1e-4, 1e-4], rtol=1e-6)
+    # decaying over everything after the warm-up is Keras's own CosineDecay, step for step
+    whole = dict(epochs=4, learning_rate=1e-3, lr_schedule="cosine", warmup_epochs=1, lr_floor=0.1)
+    ours = TrainConfig(**whole, decay_epochs=3).learning_rate_at(10)
+    keras_own = TrainConfig(**whole).learning_rate_at(10)
+    np.testing.assert_allclose(
+        [float(ours(s)) for s in range(45)], [float(keras_own(s)) for s in range(45)], rtol=1e-5, atol=1e-9
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"decay_epochs": 2},
+            "config key 'train.decay_epochs' = 2 shapes a decay, and train.lr_schedule is 'constant'",
+        ),
+        (
+            {"decay_epochs": 4, "warmup_epochs": 1, "lr_schedule": "cosine"},
+            "config key 'train.decay_epochs' = 4 is out of range; allowed: [0.0, 3.0]",
+        ),
+    ],
+)
+def test_a_decay_that_cannot_be_is_one_line_naming_the_key(settings, message):
+    from ptycho.errors import ConfigError
+    from ptycho.nets.train import TrainConfig
+
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(epochs=4, **settings)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
 def test_relative_baseline_phase_loss_ignores_a_constant_phase_of_the_target_patch():
     # One diffraction pattern cannot show a patch's constant phase; with
     # baseline_phase: relative the loss does not ask for it (any offset, even across +-pi).

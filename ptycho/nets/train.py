@@ -26,7 +26,7 @@ import numpy as np
 
 from ptycho.config import check_at_most, check_settings, choices, defaults, from_dict, to_dict
 from ptycho.data.dataset import Dataset
-from ptycho.errors import PtychoError
+from ptycho.errors import ConfigError, PtychoError
 from ptycho.nets.inputs import TrainingData, intensity_norm, prepare
 from ptycho.nets.models import ModelConfig
 from ptycho.nets.state import (
@@ -85,6 +85,7 @@ class TrainConfig:
     lr_schedule: str = _TRAIN["lr_schedule"]  #: constant | cosine (decay to lr_floor over the whole training)
     warmup_epochs: float = _TRAIN["warmup_epochs"]  #: linear warm-up from 0 to learning_rate over this many epochs
     lr_floor: float = _TRAIN["lr_floor"]  #: cosine: final learning rate as a fraction of learning_rate
+    decay_epochs: float = _TRAIN["decay_epochs"]  #: cosine: decay over only the last this-many epochs (0 = all)
     #: the network's dtype policy, one of the study's ``precision`` list
     #: (ptycho.nets.precision: float32 | mixed_bfloat16 | mixed_float16, loss-scaled);
     #: the physics head and loss stay float32 (ptycho.nets.models.build_network)
@@ -98,6 +99,12 @@ class TrainConfig:
         object.__setattr__(self, "precision", parse_precision(self.precision, "train.precision"))
         check_settings(self, "train", "train.", extra={"seed": "seeds.items"})
         check_at_most("train.warmup_epochs", self.warmup_epochs, self.epochs, "train.warmup_epochs")
+        check_at_most("train.decay_epochs", self.decay_epochs, self.epochs - self.warmup_epochs, "train.decay_epochs")
+        if self.decay_epochs and self.lr_schedule != "cosine":
+            raise ConfigError(
+                f"config key 'train.decay_epochs' = {self.decay_epochs} shapes a decay, and train.lr_schedule is "
+                f"{self.lr_schedule!r}; set train.lr_schedule: cosine, or decay_epochs: 0"
+            )
 
     def learning_rate_at(self, steps_per_epoch: int):
         """The optimiser's learning rate: a float (constant, no warm-up) or Keras's
@@ -109,6 +116,9 @@ class TrainConfig:
         warmup = int(round(self.warmup_epochs * steps_per_epoch))
         if self.lr_schedule == "constant" and warmup == 0:
             return self.learning_rate
+        decay = int(round(self.decay_epochs * steps_per_epoch))
+        if decay:
+            return held_cosine(self.learning_rate, warmup, total - decay, decay, self.lr_floor)
         return keras.optimizers.schedules.CosineDecay(
             0.0 if warmup else self.learning_rate,
             max(1, total - warmup),
@@ -116,6 +126,40 @@ class TrainConfig:
             warmup_target=self.learning_rate if warmup else None,
             warmup_steps=warmup,
         )
+
+
+def held_cosine(peak: float, warmup_steps: int, hold_until: int, decay_steps: int, floor: float):
+    """A learning rate that warms up linearly from 0 over ``warmup_steps``, holds ``peak``
+    until step ``hold_until``, then decays by a half cosine to ``floor * peak`` over
+    ``decay_steps`` and stays there: Keras's ``CosineDecay`` with a hold between its
+    warm-up and its decay (with ``hold_until == warmup_steps`` it is that schedule).
+
+    Why a hold: at a constant rate the arms' last-epoch SSIM still jitters by 0.01-0.02
+    from epoch to epoch, and decaying over the whole run learns less
+    (docs/architecture.md, "Quality against training time"); decaying over the last
+    epochs only keeps the constant rate's progress and settles where the run stops."""
+    import math
+
+    import keras
+
+    class HeldCosine(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            ops = keras.ops
+            step = ops.cast(step, "float32")
+            warm = ops.minimum(1.0, step / warmup_steps) if warmup_steps else 1.0
+            done = ops.clip((step - hold_until) / max(1, decay_steps), 0.0, 1.0)
+            return peak * warm * (floor + (1.0 - floor) * 0.5 * (1.0 + ops.cos(math.pi * done)))
+
+        def get_config(self):
+            return {
+                "peak": peak,
+                "warmup_steps": warmup_steps,
+                "hold_until": hold_until,
+                "decay_steps": decay_steps,
+                "floor": floor,
+            }
+
+    return HeldCosine()
 
 
 def configs_from_meta(meta: dict) -> tuple[ModelConfig, TrainConfig]:
