@@ -208,19 +208,20 @@ def test_learning_rate_warms_up_linearly_then_stays_constant_or_decays_to_its_fl
 
 
 def test_a_held_cosine_keeps_the_rate_until_its_last_epochs_then_decays_to_its_floor():
-    from ptycho.nets.train import TrainConfig
+    from ptycho.nets.train import TrainConfig, held_cosine
 
     steps = (0, 5, 10, 25, 30, 35, 40, 50)
     held = TrainConfig(
-        epochs=4, learning_rate=1e-3, lr_schedule="cosine", warmup_epochs=1, lr_floor=0.1, decay_epochs=1
+        epochs=4, learning_rate=1e-3, lr_schedule="cosine", warmup_epochs=1, lr_floor=0.1, decay_fraction=0.25
     ).learning_rate_at(10)
     got = [float(held(step)) for step in steps]
     # warm-up over epoch 0, held over epochs 1-2, a half cosine over epoch 3, then the floor
     np.testing.assert_allclose(got, [0.0, 5e-4, 1e-3, 1e-3, 1e-3, 5.5e-4, 1e-4, 1e-4], rtol=1e-6)
-    # decaying over everything after the warm-up is Keras's own CosineDecay, step for step
-    whole = dict(epochs=4, learning_rate=1e-3, lr_schedule="cosine", warmup_epochs=1, lr_floor=0.1)
-    ours = TrainConfig(**whole, decay_epochs=3).learning_rate_at(10)
-    keras_own = TrainConfig(**whole).learning_rate_at(10)
+    # held for no step, it is Keras's own CosineDecay (what decay_fraction 1 gives), step for step
+    keras_own = TrainConfig(
+        epochs=4, learning_rate=1e-3, lr_schedule="cosine", warmup_epochs=1, lr_floor=0.1
+    ).learning_rate_at(10)
+    ours = held_cosine(1e-3, 10, 10, 30, 0.1)
     np.testing.assert_allclose(
         [float(ours(s)) for s in range(45)], [float(keras_own(s)) for s in range(45)], rtol=1e-5, atol=1e-9
     )
@@ -230,13 +231,10 @@ def test_a_held_cosine_keeps_the_rate_until_its_last_epochs_then_decays_to_its_f
     ("settings", "message"),
     [
         (
-            {"decay_epochs": 2},
-            "config key 'train.decay_epochs' = 2 shapes a decay, and train.lr_schedule is 'constant'",
+            {"decay_fraction": 0.2},
+            "config key 'train.decay_fraction' = 0.2 shapes a decay, and train.lr_schedule is 'constant'",
         ),
-        (
-            {"decay_epochs": 4, "warmup_epochs": 1, "lr_schedule": "cosine"},
-            "config key 'train.decay_epochs' = 4 is out of range; allowed: [0.0, 3.0]",
-        ),
+        ({"decay_fraction": 0, "lr_schedule": "cosine"}, "config key 'train.decay_fraction' = 0 is out of range"),
     ],
 )
 def test_a_decay_that_cannot_be_is_one_line_naming_the_key(settings, message):

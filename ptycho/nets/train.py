@@ -85,7 +85,7 @@ class TrainConfig:
     lr_schedule: str = _TRAIN["lr_schedule"]  #: constant | cosine (decay to lr_floor over the whole training)
     warmup_epochs: float = _TRAIN["warmup_epochs"]  #: linear warm-up from 0 to learning_rate over this many epochs
     lr_floor: float = _TRAIN["lr_floor"]  #: cosine: final learning rate as a fraction of learning_rate
-    decay_epochs: float = _TRAIN["decay_epochs"]  #: cosine: decay over only the last this-many epochs (0 = all)
+    decay_fraction: float = _TRAIN["decay_fraction"]  #: cosine: decay over only this last fraction of the run
     #: the network's dtype policy, one of the study's ``precision`` list
     #: (ptycho.nets.precision: float32 | mixed_bfloat16 | mixed_float16, loss-scaled);
     #: the physics head and loss stay float32 (ptycho.nets.models.build_network)
@@ -99,11 +99,10 @@ class TrainConfig:
         object.__setattr__(self, "precision", parse_precision(self.precision, "train.precision"))
         check_settings(self, "train", "train.", extra={"seed": "seeds.items"})
         check_at_most("train.warmup_epochs", self.warmup_epochs, self.epochs, "train.warmup_epochs")
-        check_at_most("train.decay_epochs", self.decay_epochs, self.epochs - self.warmup_epochs, "train.decay_epochs")
-        if self.decay_epochs and self.lr_schedule != "cosine":
+        if self.decay_fraction < 1 and self.lr_schedule != "cosine":
             raise ConfigError(
-                f"config key 'train.decay_epochs' = {self.decay_epochs} shapes a decay, and train.lr_schedule is "
-                f"{self.lr_schedule!r}; set train.lr_schedule: cosine, or decay_epochs: 0"
+                f"config key 'train.decay_fraction' = {self.decay_fraction} shapes a decay, and train.lr_schedule is "
+                f"{self.lr_schedule!r}; set train.lr_schedule: cosine, or leave decay_fraction at 1"
             )
 
     def learning_rate_at(self, steps_per_epoch: int):
@@ -116,8 +115,8 @@ class TrainConfig:
         warmup = int(round(self.warmup_epochs * steps_per_epoch))
         if self.lr_schedule == "constant" and warmup == 0:
             return self.learning_rate
-        decay = int(round(self.decay_epochs * steps_per_epoch))
-        if decay:
+        decay = int(round(self.decay_fraction * total))
+        if self.lr_schedule == "cosine" and decay < total - warmup:
             return held_cosine(self.learning_rate, warmup, total - decay, decay, self.lr_floor)
         return keras.optimizers.schedules.CosineDecay(
             0.0 if warmup else self.learning_rate,
