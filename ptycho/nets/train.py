@@ -26,7 +26,7 @@ import numpy as np
 
 from ptycho.config import check_at_most, check_settings, choices, defaults, from_dict, to_dict
 from ptycho.data.dataset import Dataset
-from ptycho.errors import ConfigError, PtychoError
+from ptycho.errors import PtychoError
 from ptycho.nets.inputs import TrainingData, intensity_norm, prepare
 from ptycho.nets.models import ModelConfig
 from ptycho.nets.state import (
@@ -99,11 +99,6 @@ class TrainConfig:
         object.__setattr__(self, "precision", parse_precision(self.precision, "train.precision"))
         check_settings(self, "train", "train.", extra={"seed": "seeds.items"})
         check_at_most("train.warmup_epochs", self.warmup_epochs, self.epochs, "train.warmup_epochs")
-        if self.decay_fraction < 1 and self.lr_schedule != "cosine":
-            raise ConfigError(
-                f"config key 'train.decay_fraction' = {self.decay_fraction} shapes a decay, and train.lr_schedule is "
-                f"{self.lr_schedule!r}; set train.lr_schedule: cosine, or leave decay_fraction at 1"
-            )
 
     def learning_rate_at(self, steps_per_epoch: int):
         """The optimiser's learning rate: a float (constant, no warm-up) or Keras's
