@@ -142,6 +142,16 @@ def test_default_config_resolves_and_builds_every_arm(base):
     assert cfg["simulation"]["stride_test"] == 10  # schema default filled in
 
 
+def test_the_smoke_preset_keeps_its_own_matrix_and_narrows_to_one_model(base):
+    from ptycho.study.workflow import bench_lists
+
+    smoke = resolve(base, {"preset": "smoke"})
+    assert arms(smoke) == [f"{m}-{x}-s0" for m in ("pinn", "baseline") for x in ("off", "jit")]
+    assert bench_lists(smoke) == (["pinn"], ["off", "jit"], ["float32"])
+    pinn_only = resolve(base, {"preset": "smoke", "models": ["pinn"], "xla": ["off"]})  # the store-rebuild drill's
+    assert arms(pinn_only) == ["pinn-off-s0"] and bench_lists(pinn_only)[0] == ["pinn"]
+
+
 def test_preset_overrides_config_yaml_and_command_line_overrides_preset(base):
     smoke = resolve(base, {"preset": "smoke"})
     assert smoke["simulation"]["n"] == 32 and smoke["train"]["epochs"] == 2
