@@ -101,32 +101,23 @@ class TrainConfig:
         check_at_most("train.warmup_epochs", self.warmup_epochs, self.epochs, "train.warmup_epochs")
 
     def learning_rate_at(self, steps_per_epoch: int):
-        """The optimiser's learning rate: a float (constant, no warm-up) or Keras's
-        ``CosineDecay``, whose linear warm-up also serves the constant schedule (a decay
-        with ``alpha = 1`` stays at its peak)."""
-        import keras
-
+        """The optimiser's learning rate: a float (constant, no warm-up), else one
+        :func:`held_cosine` (a constant rate with a warm-up is one whose floor is 1; the
+        whole-run cosine is one held for no step)."""
         total = max(1, self.epochs * steps_per_epoch)
         warmup = int(round(self.warmup_epochs * steps_per_epoch))
-        if self.lr_schedule == "constant" and warmup == 0:
-            return self.learning_rate
-        decay = int(round(self.decay_fraction * total))
-        if self.lr_schedule == "cosine" and decay < total - warmup:
-            return held_cosine(self.learning_rate, warmup, total - decay, decay, self.lr_floor)
-        return keras.optimizers.schedules.CosineDecay(
-            0.0 if warmup else self.learning_rate,
-            max(1, total - warmup),
-            alpha=1.0 if self.lr_schedule == "constant" else self.lr_floor,
-            warmup_target=self.learning_rate if warmup else None,
-            warmup_steps=warmup,
-        )
+        if self.lr_schedule == "constant":
+            return self.learning_rate if warmup == 0 else held_cosine(self.learning_rate, warmup, total, 0, 1.0)
+        decay = min(int(round(self.decay_fraction * total)), total - warmup)
+        return held_cosine(self.learning_rate, warmup, total - decay, decay, self.lr_floor)
 
 
 def held_cosine(peak: float, warmup_steps: int, hold_until: int, decay_steps: int, floor: float):
     """A learning rate that warms up linearly from 0 over ``warmup_steps``, holds ``peak``
     until step ``hold_until``, then decays by a half cosine to ``floor * peak`` over
     ``decay_steps`` and stays there: Keras's ``CosineDecay`` with a hold between its
-    warm-up and its decay (with ``hold_until == warmup_steps`` it is that schedule).
+    warm-up and its decay (with ``hold_until == warmup_steps`` it is that schedule, which
+    a test checks step for step).
 
     Why a hold: at a constant rate the arms' last-epoch SSIM still jitters by 0.01-0.02
     from epoch to epoch, and decaying over the whole run learns less
