@@ -107,8 +107,8 @@ rule check_quality:
 
 
 rule bench:
-    # Runs alone (all cores); it times the arms alone AND with their step loops sharing
-    # the cores the way the training jobs do (ptycho.study.bench), so both contexts are measured.
+    # Runs alone (all cores); it times the arms alone AND in the pipeline's own schedule:
+    # as many step loops at once as trainings run at once here (ptycho.study.bench).
     input:
         data=f"{R}/data/train.h5",
         models=MODELS,
@@ -133,6 +133,7 @@ rule bench:
         repeats=CFG["bench"]["repeats"],
         warmup=CFG["bench"]["warmup"],
         shared_threads=CFG["train_threads"],
+        shared_jobs=trainings_at_once(),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -140,7 +141,7 @@ rule bench:
         # a job downstream of results/<preset>/config.json would re-run on any config change
         # (a threshold), and the benchmark is the pipeline's longest job.
         "{params.ptycho} {params.track} bench --models {params.models} --modes {params.modes} --precisions {params.precisions} --repeats {params.repeats} "
-        "--warmup {params.warmup} --threads-alone {resources.tf_threads} --shared-threads {params.shared_threads} "
+        "--warmup {params.warmup} --threads-alone {resources.tf_threads} --shared-threads {params.shared_threads} --shared-jobs {params.shared_jobs} "
         "--dataset {input.data} --like {input.models} --out {output} > {log} 2>&1"
 
 
@@ -161,8 +162,9 @@ rule check_speedup:
         track=tracking("check_speedup"),
         threshold=CFG["thresholds"]["speedup_min"],
         context=CFG["bench"]["context"],
+        margin=CFG["thresholds"]["convergence_max_rel"],
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check speedup --threshold {params.threshold} --bench {input.bench} "
-        "--context {params.context} --models {input.models} --out {output} > {log} 2>&1"
+        "--context {params.context} --margin {params.margin} --models {input.models} --out {output} > {log} 2>&1"

@@ -9,7 +9,7 @@ from snakemake.settings.types import DeploymentMethod
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist
-from ptycho.study.workflow import (arms, bench_lists, checked_lists, cli_flags, declared_threads, job_threads, parse_time_checks,
+from ptycho.study.workflow import (arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, job_threads, parse_time_checks,
                                    precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
@@ -96,6 +96,12 @@ def cpus(n):
     more threads than this machine has, whatever --cores says. On a cluster the
     scheduler gives each job its own CPUs: the figure is then ``n`` (or set-threads)."""
     return declared_threads(n, all_cores(), MACHINE_CORES) if workflow.local_exec else n
+
+
+def trainings_at_once():
+    """How many trainings this invocation runs at once (the benchmark's shared context
+    reproduces it); one on a cluster, where each job has its own CPUs."""
+    return concurrent_jobs(CFG["train_threads"], all_cores(), MACHINE_CORES) if workflow.local_exec else 1
 
 
 def tf_threads(wildcards, threads):

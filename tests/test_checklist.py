@@ -69,6 +69,7 @@ def test_the_package_lists_its_items_once_in_report_order():
         "step_times",
         "components",
         "speedup",
+        "precision_speedup",
         "solver",
     ]
 

@@ -121,13 +121,23 @@ def _mixed_ratios():
     return {
         "pinn": {
             "off": {"mode": "off", "precision": "float32", "padded_vs_naive": 1.1},
-            "jit": {"mode": "jit", "precision": "float32", "train_step_alone": {"ratio": 1.2, "low": 1.1, "high": 1.3}},
-            "off-bf16": {"mode": "off", "precision": BF16, "train_step_alone": {"ratio": 1.3, "low": 1.2, "high": 1.4}},
+            "jit": {
+                "mode": "jit",
+                "precision": "float32",
+                "train_step_alone": {"ratio": 1.2, "low": 1.1, "high": 1.3},
+                "xla": {"train_step_alone": {"ratio": 1.2, "low": 1.1, "high": 1.3}},
+            },
+            "off-bf16": {
+                "mode": "off",
+                "precision": BF16,
+                "train_step_alone": {"ratio": 1.3, "low": 1.2, "high": 1.4},
+                "vs_float32": {"train_step_alone": {"ratio": 1.3, "low": 1.2, "high": 1.4}},
+            },
             "jit-bf16": {
                 "mode": "jit",
                 "precision": BF16,
                 "train_step_alone": entry,
-                "same_precision": {"train_step_alone": {"ratio": 1.15, "low": 1.05, "high": 1.25}},
+                "xla": {"train_step_alone": {"ratio": 1.15, "low": 1.05, "high": 1.25}},
             },
         }
     }
@@ -401,7 +411,9 @@ def test_step_time_distributions_one_column_per_model_one_row_per_context_with_c
     fig = timing.step_time_distributions(arms)
     assert len(fig.axes) == 4  # 2 models x (alone, shared)
     pinn, pinn_shared = fig.axes[0], fig.axes[2]
-    assert pinn.get_title().startswith("PINN, alone") and pinn_shared.get_title().startswith("PINN, shared")
+    assert pinn.get_title().startswith("PINN, alone") and pinn_shared.get_title().startswith(
+        "PINN, pipeline's schedule"
+    )
     edges = [b.get_edgecolor()[:3] for b in pinn.patches]
     from matplotlib.colors import to_rgb
 
@@ -464,7 +476,10 @@ def test_step_time_distributions_draw_every_precision_of_a_mode_apart_and_name_i
     assert ("#0072b2", "") in looks and (style.arm_colour("jit", BF16), "....") in looks
     points = [c for c in pinn.collections if len(c.get_offsets()) == 12]
     assert len(points) == len(labels)
-    assert "fastest arm: jit at bfloat16" in pinn.get_title() and "× off at float32" in pinn.get_title()
+    # XLA's own effect: the fastest mode against off at ITS precision, never against off at float32
+    assert "fastest XLA mode: jit at" in pinn.get_title()
+    title = pinn.get_title()
+    assert ("at float32, " in title and "× off at float32" in title) or "× off at bfloat16" in title
     assert "and precision" in fig.texts[0].get_text()
     assert style.to_png(fig).startswith(b"\x89PNG")
 
@@ -526,7 +541,11 @@ def test_speedup_bars_label_every_measurement_in_words_from_the_records_fields()
     entry = {"ratio": 1.2, "low": 1.1, "high": 1.3}
     fig = timing.speedup_bars({"pinn": {"auto": dict.fromkeys(timing.MEASUREMENTS, entry)}})
     labels = [t.get_text().split("\n")[0] for t in fig.axes[0].get_yticklabels()]
-    assert labels == ["PINN auto, train step alone", "PINN auto, train step shared", "PINN auto, inference"]
+    assert labels == [
+        "PINN auto, train step alone",
+        "PINN auto, train step, pipeline's schedule",
+        "PINN auto, inference",
+    ]
 
 
 def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
@@ -543,30 +562,38 @@ def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
     assert to_hex(bars[0.5].get_edgecolor()) == JIT.lower() and bars[0.5].get_hatch() == "///"
 
 
-def test_speedup_bars_draw_each_arm_against_off_at_float32_and_xla_at_its_own_precision():
+def test_speedup_bars_draw_xla_against_off_at_the_same_precision_and_precision_apart():
     from matplotlib.colors import to_hex
 
     fig = timing.speedup_bars(_mixed_ratios())
     ax = fig.axes[0]
     labels = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()]
-    assert labels == [
-        "PINN jit at float32, train step alone",
-        "PINN off at bfloat16, train step alone",
-        "PINN jit at bfloat16, train step alone",
+    assert labels == [  # XLA's own bars only: no precision's gain among them
+        "PINN jit at float32 vs off at float32, train step alone",
         "PINN jit at bfloat16 vs off at bfloat16, train step alone",
     ]
     bars = [p for p in ax.patches if p.get_height() == pytest.approx(0.56)]
     looks = [(to_hex(b.get_edgecolor()), b.get_hatch() or "") for b in bars]
-    assert looks[:3] == [
-        (JIT.lower(), ""),
-        (style.arm_colour("off", BF16), "...."),
-        (style.arm_colour("jit", BF16), "...."),
-    ]
-    assert [b.get_width() + 1.0 for b in bars] == pytest.approx([1.2, 1.3, 1.5, 1.15])
-    assert ax.get_xlabel().startswith("speed relative to off at float32")
-    assert {"◀ slower than off at float32", "faster than off at float32 ▶"} <= {t.strip() for t in _texts(fig)}
+    assert looks == [(JIT.lower(), ""), (style.arm_colour("jit", BF16), "....")]
+    assert [b.get_width() + 1.0 for b in bars] == pytest.approx([1.2, 1.15])
+    assert ax.get_title() == "XLA's own effect: each XLA mode vs off at the same precision"
+    assert {"◀ slower than off (same precision)", "faster than off (same precision) ▶"} <= {
+        t.strip() for t in _texts(fig)
+    }
     with pytest.raises(ValueError, match="'precision' must be one of"):
         timing.speedup_bars({"pinn": {"jit": {"precision": "half", "train_step_alone": {"ratio": 1.0}}}})
+
+
+def test_the_precision_chart_compares_each_precision_with_float32_in_the_same_mode():
+    fig = timing.speedup_bars(_mixed_ratios(), axis="precision")
+    ax = fig.axes[0]
+    labels = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()]
+    assert labels == ["PINN off: bfloat16 vs float32, train step alone"]
+    assert ax.get_title() == "Precision's own effect: each precision vs float32 in the same mode"
+    only_fp32 = timing.speedup_bars(
+        {"pinn": {"jit": {"train_step_alone": {"ratio": 1.2, "low": 1.1, "high": 1.3}}}}, axis="precision"
+    )
+    assert "no reduced precision measured against float32" in " ".join(_texts(only_fp32))
 
 
 def test_speedup_bars_all_nan_or_empty_still_render_and_wrong_entries_raise():

@@ -75,6 +75,12 @@ _STUDY_DEFAULT = "(default: the study's)"
         type=int,
         help="intra-op threads per arm when all arms share the cores (default: the study's train_threads)",
     ),
+    arg(
+        "--shared-jobs",
+        type=int,
+        help="arms stepping at once in the shared context: the trainings the workflow runs at once "
+        "(default: every arm at once)",
+    ),
     arg("--no-shared", action="store_true", help="time the arms alone only"),
     arg("--out", output=True, help="also write the full result as JSON"),
     system_metrics=True,  # TensorFlow runs in its workers
@@ -98,6 +104,7 @@ def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
         "component_repeats": args.component_repeats,
         "threads": args.threads_alone,
         "shared_threads": study["train_threads"] if args.shared_threads is None else args.shared_threads,
+        "shared_jobs": args.shared_jobs,
     }
     config = BenchConfig(shared=not args.no_shared, **{k: v for k, v in given.items() if v is not None})
     sim = None
@@ -173,6 +180,13 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
         default=spec("bench.context")["default"],
         help="the benchmark context the speedup verdict is for (speedup)",
     ),
+    arg(
+        "--margin",
+        type=float,
+        default=checklist.Inputs.margin,
+        help="the time-to-quality target: the reference's final validation loss plus this fraction of its "
+        "loss drop (speedup; the study passes thresholds.convergence_max_rel)",
+    ),
     arg("--out", required=True, output=True),
     tensorflow=lambda args: checklist.get(args.item).measures,
 )
@@ -190,6 +204,7 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
         precision_threshold=args.precision_threshold,
         loss=args.loss,
         context=args.context,
+        margin=args.margin,
     )
 
 

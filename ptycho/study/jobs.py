@@ -475,6 +475,8 @@ def report(
         "config_hash": config_hash(config),
         "git_commit": git_commit(Path.cwd()),
         "mlflow_run_id": parent.get("run_id", ""),
+        "tracking_uri": parent.get("tracking_uri", ""),
+        "experiment_id": parent.get("experiment_id", ""),
     }
     # The device the study ran on is what the benchmark's TensorFlow processes saw.
     gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")

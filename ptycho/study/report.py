@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from ptycho.nets.precision import SHORT
 from ptycho.study import checklist
 from ptycho.study.bench.machine import machine_line
 from ptycho.study.tables import fmt, to_html, to_markdown
@@ -174,24 +177,158 @@ def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[
     return out
 
 
+def _num(v: Any) -> float:
+    return float(v) if v is not None else math.nan
+
+
+def speed_sentence(report: Mapping) -> str:
+    """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
+    quality vs ``off`` at that precision with its interval, where it was timed, and the
+    plain outcome (faster, SLOWER, no measurable effect)."""
+    from ptycho.study.checklist.speedup import _effect_words, _interval
+
+    item = report["items"]["speedup"]
+    ev = item["evidence"]
+    threshold = item["threshold"]
+    xla = [c for c in ev.get("time_to_quality", {}).values() if c["axis"] == "mode" and c["model"] == "pinn"]
+    xla = [c for c in xla if math.isfinite(_num(c.get("ratio")))]
+    if xla:
+        best: dict[str, Mapping] = {}
+        for c in xla:
+            if c["precision"] not in best or c["ratio"] > best[c["precision"]]["ratio"]:
+                best[c["precision"]] = c
+        parts = []
+        for precision, c in best.items():
+            outcome = "INCONCLUSIVE" if c.get("inconclusive") else _effect_words(c, threshold)
+            n = len(c.get("arm", []))
+            parts.append(
+                f"at {SHORT.get(precision, precision)} the best mode, {c['mode']}, reaches the PINN's quality target at "
+                f"{_interval(c)} off's speed ({n} seed{'s' * (n != 1)}; {c['per_step']:.2f}x per step): {outcome}"
+            )
+        return (
+            "Speed: XLA vs off at the same precision, time to quality in the pipeline's schedule: "
+            + "; ".join(parts)
+            + "."
+        )
+    words = ev.get("per_step", {}).get(ev.get("context", "alone"))
+    if words:
+        return f"Speed: XLA vs off at the same precision, per train step (no trained XLA pair), {words}."
+    return "Speed: not measured (no PINN timings of off and an XLA mode at the same precision)."
+
+
+def quality_sentence(report: Mapping) -> str:
+    """XLA's own effect on the reconstructions in one sentence: each PINN mode vs ``off``
+    at the same precision, amplitude and phase SSIM, outcome and 90 % interval."""
+    ev = report["items"]["quality"]["evidence"]
+    parts = []
+    for key, c in ev.get("comparisons", {}).items():
+        if not key.startswith("pinn-") or "-vs-" in key:
+            continue
+        label = key.removeprefix("pinn-").replace("-", " at ", 1)
+        metrics = []
+        for metric, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")):
+            m = c.get(metric)
+            if not m:
+                continue
+            interval = (
+                f", 90% interval {_num(m.get('low90')):+.3f} to {_num(m.get('high90')):+.3f}"
+                if m.get("low90") is not None
+                else ""
+            )
+            metrics.append(f"{word} SSIM {_num(m['difference']):+.3f}{interval}: {m['outcome']}")
+        parts.append(f"{label} - off: " + ", ".join(metrics))
+    if not parts:
+        return f"Quality: {report['items']['quality']['summary']}."
+    margin = report["items"]["quality"]["threshold"]
+    return f"Quality: XLA vs off at the same precision (PINN, margin {margin:g} SSIM): " + "; ".join(parts) + "."
+
+
+def precision_sentence(report: Mapping) -> str:
+    """The precision's own effect (never counted as XLA's) in one sentence."""
+    ev = report["items"]["speedup"]["evidence"]
+    q = report["items"]["quality"]["evidence"].get("comparisons", {})
+    words = ev.get("precision") or ""
+    outcomes = [
+        f"{key.removeprefix('pinn-')}: amplitude {c['amp_ssim']['outcome']}, phase {c['phase_ssim']['outcome']}"
+        for key, c in q.items()
+        if key.startswith("pinn-") and "-vs-" in key and "amp_ssim" in c and "phase_ssim" in c
+    ]
+    if not words and not outcomes:
+        return "Precision: only float32 was measured."
+    quality = f"; quality {'; '.join(outcomes)}" if outcomes else ""
+    return f"{words or 'Precision (not XLA): no per-step timing'}{quality}."
+
+
+def answer(report: Mapping) -> list[str]:
+    """The report's three sentences: XLA's speed, XLA's quality, the precision's effect."""
+    return [speed_sentence(report), quality_sentence(report), precision_sentence(report)]
+
+
 def first_lines(report: Mapping) -> str:
-    """The answer under the verdict: the items whose evidence is INCONCLUSIVE, the speedup
-    and quality items' summaries, the
-    solver's sentence (where XLA helps and how far the networks are from the data's
-    ceiling) and any failed training."""
+    """The answer under the verdict: the three sentences (:func:`answer`), then
+    :func:`rest_lines`."""
+    return " ".join([*answer(report), rest_lines(report)]).strip()
+
+
+def rest_lines(report: Mapping) -> str:
+    """What follows the three sentences: the items whose evidence is INCONCLUSIVE, the
+    recommendation, the solver's sentence and any failed training."""
     unsettled = [name for name, item in report["items"].items() if item["status"] == "INCONCLUSIVE"]
     parts = [
-        f"INCONCLUSIVE: {', '.join(unsettled)} (the seeds do not show the arms equivalent to their references, "
-        "off or float32, nor different; each says how many seeds would)." * bool(unsettled),
-        f"{report['items']['speedup']['summary']}.",
-        f"{report['items']['quality']['summary']}.",
+        f"INCONCLUSIVE: {', '.join(unsettled)} (the evidence does not settle it; each item says what would)."
+        * bool(unsettled),
     ]
+    rec = report["items"]["speedup"]["evidence"].get("recommendation")
+    if rec:
+        parts.append(rec + ".")
     if report.get("solver"):
         from ptycho.study import solver_view
 
         parts.append(solver_view.headline(report["solver"]) + ".")
     parts.append(failed_sentence(report))
     return " ".join(p for p in parts if p)
+
+
+def mlflow_link(report: Mapping) -> str:
+    """A link to the MLflow parent run when the run was tracked on a server (an http(s)
+    tracking URI); empty for a local store (``make ui`` serves it)."""
+    prov = report.get("provenance") or {}
+    uri, run, exp = prov.get("tracking_uri") or "", prov.get("mlflow_run_id"), prov.get("experiment_id")
+    if not run or not uri.startswith(("http://", "https://")) or not exp:
+        return ""
+    href = html.escape(f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run}")
+    return f'<p id="mlflow-link">MLflow parent run: <a href="{href}">{html.escape(run)}</a></p>'
+
+
+def checklist_html(report: Mapping) -> str:
+    """The checklist table, each item's name linking to its section."""
+    header, rows = checklist_table(report)
+    table = to_html(header, rows, status_col=1)
+    for name in report["items"]:
+        esc = html.escape(name)
+        table = table.replace(f"<tr><td>{esc}</td>", f'<tr><td><a href="#{esc}">{esc}</a></td>', 1)
+    return table
+
+
+def console_lines(report: Mapping, path: str | Path) -> list[str]:
+    """What ``make all`` prints last: the verdict with the three sentences, and where the report is."""
+    return [f"Verdict: {report['verdict']}", *answer(report), f"Report: {path}"]
+
+
+def print_answer(json_path: str | Path) -> None:
+    """Print :func:`console_lines` of a published report (the workflow's ``onsuccess``):
+    the verdict, the three sentences and the HTML view's path. A missing or unreadable
+    report prints one line saying so, never a traceback: the run itself succeeded."""
+    import json
+
+    json_path = Path(json_path)
+    try:
+        report = json.loads(json_path.read_text())
+        lines = console_lines(report, json_path.with_name(REPORT_FILES["html"]).resolve())
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"ptycho: no answer to print from {json_path} ({type(exc).__name__}: {exc})")
+        return
+    print("\n".join(["", *lines]), flush=True)
 
 
 def failed_sentence(report: Mapping) -> str:
@@ -269,6 +406,12 @@ def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
         else ""
     )
     verdict = report["verdict"]
+    contents = "".join(
+        f'<li><a href="#{sid}">{esc(title)}</a></li>'
+        for sid, title in [("verdict", "Verdict"), ("checklist", "Checklist")]
+        + [(sid, title) for sid, title, _, _ in sections(report)]
+        + [("machine", "Machine and run")]
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>XLA validation report ({esc(str(report["config"].get("preset")))}): {verdict}</title>
 <style>
@@ -286,8 +429,10 @@ figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
 <p id="provenance">{esc(provenance_line(report))}</p>
 <p><strong>{esc(report["question"])}</strong></p>
 <section id="verdict"><h2>Verdict</h2><p class="verdict {verdict.lower()}">{verdict}</p>
-<p>{esc(first_lines(report))}</p></section>
-<section id="checklist"><h2>Checklist</h2>{table(*checklist_table(report), status_col=1)}</section>
+{"".join(f'<p class="answer">{esc(line)}</p>' for line in answer(report))}
+<p>{esc(rest_lines(report))}</p>{mlflow_link(report)}</section>
+<nav id="contents"><h2>Contents</h2><ol>{contents}</ol></nav>
+<section id="checklist"><h2>Checklist</h2>{checklist_html(report)}</section>
 {"".join(body)}
 <section id="machine"><h2>Machine and run</h2><p>{esc(machine_line(report.get("machine", {})))}; preset
 <code>{esc(str(report["config"].get("preset")))}</code>; generated {report["generated_utc"]}. {esc(cost_line(report))}</p>

@@ -503,6 +503,14 @@ def declared_threads(threads: int, cores: int, machine: int) -> int:
     return min(cores, -(-threads * cores // usable))
 
 
+def concurrent_jobs(threads: int, cores: int, machine: int) -> int:
+    """How many jobs of ``threads`` threads each a local run executes at once: the
+    pipeline's schedule of its trainings (on 2 CPUs with train_threads 1: two), which the
+    benchmark's shared context reproduces."""
+    usable = max(1, min(cores, machine))
+    return max(1, usable // max(1, min(threads, usable)))
+
+
 def job_threads(declared: int, cores: int, machine: int) -> int:
     """The threads a job declared by :func:`declared_threads` uses (its inverse)."""
     usable = max(1, min(cores, machine))

@@ -641,6 +641,8 @@ def start_pipeline(
             "run_id": run_id,
             "tracking_uri": uri,
             "experiment": experiment,
+            # for links to the run in the MLflow UI (the report's first screen)
+            "experiment_id": _experiment_id(open_client(uri), uri, experiment),
             "config_hash": all_tags["config_hash"],
         }
     write_json(out, record)

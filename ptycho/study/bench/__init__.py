@@ -10,9 +10,18 @@ statistics are :mod:`ptycho.study.stats`. Imports no TensorFlow.
 
 from __future__ import annotations
 
-from ptycho.study.bench.coordinator import BenchConfig, arm_key, arm_runs, fastest, ratios, run
+from ptycho.study.bench.coordinator import (
+    BenchConfig,
+    arm_key,
+    arm_runs,
+    fastest,
+    fastest_overall,
+    ratios,
+    run,
+    xla_ratio,
+)
 from ptycho.study.bench.machine import ForeignLoad, machine_info
-from ptycho.study.bench.tables import arm_words, format_table, reference_words, roofline_words, tables
+from ptycho.study.bench.tables import arm_words, format_table, roofline_words, tables
 
 __all__ = [
     "BenchConfig",
@@ -21,11 +30,12 @@ __all__ = [
     "arm_words",
     "ForeignLoad",
     "fastest",
+    "fastest_overall",
     "format_table",
     "machine_info",
     "ratios",
-    "reference_words",
     "roofline_words",
     "run",
     "tables",
+    "xla_ratio",
 ]

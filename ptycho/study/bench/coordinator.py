@@ -26,8 +26,9 @@ sequence. Measured:
 * the roofline (:mod:`.roofline`): each arm's FLOPs per train step and achieved GFLOP/s
   alone, against the machine's matmul peak per dtype, measured in a worker with the
   arms' threads alone;
-* ratios vs ``off`` at float32 with 95 % bootstrap intervals (and, for an XLA mode at a
-  reduced precision, vs ``off`` at that precision), and the break-even number of steps
+* ratios with 95 % bootstrap intervals (:func:`ratios`): each XLA mode vs ``off`` at the
+  same precision (XLA's own effect), each reduced precision vs float32 in the same mode
+  (the precision's), and the break-even number of steps
   after which an arm's extra compile time is paid back by its faster steps
   (:mod:`ptycho.study.stats`).
 
@@ -66,6 +67,9 @@ class BenchConfig:
     threads: int = 0  #: intra-op threads per worker alone; 0 = all cores
     shared: bool = True  #: also time every arm's loop at once
     shared_threads: int = 1  #: intra-op threads per worker when shared (the pipeline's train_threads)
+    #: arms stepping at once when shared: the trainings the workflow runs at once on this
+    #: machine (cores // train_threads); 0 = every arm at once
+    shared_jobs: int = 0
     peak_size: int = PEAK_SIZE  #: side of the square matrices whose product measures the machine's peak
 
 
@@ -173,8 +177,9 @@ def run(
             for w in workers:  # untimed, one arm at a time: compile (new workers) or settle after inference
                 for _ in range(1 + bench.warmup):
                     w.call("step")
+            jobs = min(bench.shared_jobs or len(workers), len(workers))
             with ForeignLoad([w.process.pid for w in workers]) as shared_load:
-                samples = _run_shared(workers, bench.repeats)
+                samples = _run_scheduled(workers, bench.repeats, jobs)
             for (model_cfg, mode, precision), s in zip(arms, samples, strict=True):
                 results[(model_cfg.kind, mode, precision)]["shared"] = {"step_s": quartiles(s), "step_samples_s": s}
     finally:
@@ -189,11 +194,19 @@ def run(
         }
     }
     if bench.shared and len(arms) > 1:
+        jobs = min(bench.shared_jobs or len(arms), len(arms))
         contexts["shared"] = {
-            "jobs": len(arms),
+            "jobs": jobs,
             "threads": bench.shared_threads,
-            "how": f"all {len(arms)} arms' step loops at once, {bench.shared_threads} threads each "
-            f"on {n_cores} cores (as the pipeline's training jobs run)",
+            "how": (
+                f"{jobs} arms' step loops at once, {bench.shared_threads} thread{'s' * (bench.shared_threads != 1)} "
+                f"each on {n_cores} cores, every arm in turn with two different partners"
+                + (" (the trainings the pipeline runs at once here)" if bench.shared_jobs else "")
+                if jobs < len(arms)
+                else f"all {len(arms)} arms' step loops at once, {bench.shared_threads} "
+                f"thread{'s' * (bench.shared_threads != 1)} each on {n_cores} cores"
+            ),
+            "schedule": "pipeline" if bench.shared_jobs else "all",
             "foreign_load": shared_load.record(n_cores),
         }
     machine = machine_info(gpus=max((w.description["gpus"] for w in workers), default=None))
@@ -250,6 +263,33 @@ def _interleaved_inference(workers: list[_Worker]) -> list[dict]:
     return out
 
 
+def _run_scheduled(workers: list[_Worker], repeats: int, jobs: int) -> list[list[float]]:
+    """Every arm's steps taken while ``jobs`` arms' loops run at once, as the workflow
+    runs its trainings (``jobs`` = the trainings it runs at once on this machine).
+
+    With fewer jobs than arms, the arms run in groups of ``jobs`` in two rounds, the
+    second with the groups shifted by one arm, so each arm shares the cores with two
+    different partners (an arm's step time depends on what runs beside it); each round
+    takes half of ``repeats`` per arm. With ``jobs`` = every arm, all at once."""
+    n = len(workers)
+    if jobs >= n:
+        return _run_shared(workers, repeats)
+    out: list[list[float]] = [[] for _ in workers]
+    rounds = (0, 1) if jobs > 1 else (0,)  # one arm at a time has no partner to vary
+    per_round = -(-repeats // len(rounds))
+    for shift in rounds:
+        order = [(i + shift) % n for i in range(n)]
+        groups = [order[k : k + jobs] for k in range(0, n, jobs)]
+        if len(groups[-1]) < jobs:  # fill the last group with arms from the start: always `jobs` loops at once
+            groups[-1] = groups[-1] + order[: jobs - len(groups[-1])]
+        for group in groups:
+            samples = _run_shared([workers[i] for i in group], per_round)
+            for i, s in zip(group, samples, strict=True):
+                if len(out[i]) < repeats:
+                    out[i].extend(s[: repeats - len(out[i])])
+    return out
+
+
 def _run_shared(workers: list[_Worker], repeats: int) -> list[list[float]]:
     """Every worker's step loop at once; all stop when the slowest has ``repeats`` steps.
 
@@ -294,9 +334,17 @@ def _step_ratios(ref: Mapping, a: Mapping) -> dict[str, dict]:
 
 
 def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
-    """Per model and arm (:func:`arm_key`): speed relative to ``off`` at float32 (above 1 =
-    faster), with intervals. An XLA mode at a reduced precision also has ``same_precision``:
-    its speed relative to ``off`` at that precision, what XLA adds to the precision's gain."""
+    """Per model and arm (:func:`arm_key`), three comparisons, each holding the other axis fixed:
+
+    * ``xla`` (every mode but ``off``): speed relative to ``off`` at the SAME precision,
+      XLA's own effect, the one the speedup item judges;
+    * ``vs_float32`` (every reduced precision): speed relative to the same mode at
+      float32, the precision's own effect, a finding of its own;
+    * the top-level measurements: relative to ``off`` at float32, both axes at once: only
+      for naming the fastest configuration (:func:`fastest_overall`), never XLA's effect.
+
+    Above 1 = faster. Break-even steps and the extra compile time are against ``off`` at
+    the same precision (what choosing the mode costs)."""
     out: dict[str, dict[str, dict]] = {}
     for model in dict.fromkeys(a["model"] for a in arms):
         by_key = {arm_key(a): a for a in arms if a["model"] == model}
@@ -306,29 +354,62 @@ def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
         for key, a in by_key.items():
             r: dict[str, Any] = {"mode": a["mode"], "precision": precision_of(a)}
             if key != REFERENCE:
-                ready, ready_off = _ready(a), _ready(off)
                 r.update(_step_ratios(off, a))
-                r["compile_extra_s"] = ready - ready_off
-                r["break_even_steps"] = break_even_steps(
-                    ready, ready_off, a["step_s"]["median"], off["step_s"]["median"]
-                )
-                if "shared" in a and "shared" in off:
-                    r["break_even_steps_shared"] = break_even_steps(
-                        ready, ready_off, a["shared"]["step_s"]["median"], off["shared"]["step_s"]["median"]
-                    )
                 if a.get("infer_batch_samples_s") and off.get("infer_batch_samples_s"):
                     r["inference"] = bootstrap_ratio(off["infer_batch_samples_s"], a["infer_batch_samples_s"])
-                same = by_key.get(arm_key(dict(a, mode=REFERENCE)))
-                if a["mode"] != REFERENCE and same is not off and same is not None:
-                    r["same_precision"] = _step_ratios(same, a)
+            same = by_key.get(arm_key(dict(a, mode=REFERENCE)))
+            if a["mode"] != REFERENCE and same is not None:
+                ready, ready_off = _ready(a), _ready(same)
+                r["xla"] = _step_ratios(same, a)
+                if a.get("infer_batch_samples_s") and same.get("infer_batch_samples_s"):
+                    r["xla"]["inference"] = bootstrap_ratio(same["infer_batch_samples_s"], a["infer_batch_samples_s"])
+                r["compile_extra_s"] = ready - ready_off
+                r["break_even_steps"] = break_even_steps(
+                    ready, ready_off, a["step_s"]["median"], same["step_s"]["median"]
+                )
+                if "shared" in a and "shared" in same:
+                    r["break_even_steps_shared"] = break_even_steps(
+                        ready, ready_off, a["shared"]["step_s"]["median"], same["shared"]["step_s"]["median"]
+                    )
+            fp32 = by_key.get(arm_key(dict(a, precision=REFERENCE_PRECISION)))
+            if precision_of(a) != REFERENCE_PRECISION and fp32 is not None:
+                r["vs_float32"] = _step_ratios(fp32, a)
             r["padded_vs_naive"] = a["infer_patterns_per_s"] / a["naive_patterns_per_s"]
             out.setdefault(model, {})[key] = r
     return out
 
 
-def fastest(result: dict, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
-    """The arm (:func:`arm_key`) with the highest train-step ratio vs ``off`` at float32 in
-    ``context``, with its interval; ``None`` if no arm was compared with it."""
+def xla_ratio(entry: Mapping[str, Any], measurement: str) -> dict | None:
+    """An arm's speed relative to ``off`` at its own precision (XLA's own effect) for
+    ``measurement`` (``train_step_alone``...); ``None`` for ``off`` or when not measured.
+    Records from before the split have it at the top level for float32 arms."""
+    if "xla" in entry:
+        return entry["xla"].get(measurement)
+    if entry.get("mode", REFERENCE) != REFERENCE and entry.get("precision", REFERENCE_PRECISION) == REFERENCE_PRECISION:
+        return entry.get(measurement)
+    return None
+
+
+def fastest(result: Mapping, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
+    """The XLA arm (:func:`arm_key`) with the highest train-step ratio vs ``off`` AT ITS OWN
+    PRECISION in ``context`` (:func:`xla_ratio`), with its interval; ``None`` if no XLA mode
+    was compared with ``off``. A precision's gain is never counted here."""
+    key = f"train_step_{context}"
+    arms = {}
+    for k, r in result.get("ratios", {}).get(model, {}).items():
+        found = xla_ratio(r, key)
+        if found is not None:
+            arms[k] = found
+    if not arms:
+        return None
+    best = max(arms, key=lambda k: arms[k]["ratio"])
+    return best, arms[best]
+
+
+def fastest_overall(result: Mapping, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
+    """The configuration (mode and precision) with the highest train-step ratio vs ``off``
+    at float32: a recommendation of what to run on this machine, both axes at once; it
+    says nothing about XLA's own effect."""
     key = f"train_step_{context}"
     arms = {k: r[key] for k, r in result.get("ratios", {}).get(model, {}).items() if key in r}
     if not arms:
@@ -363,8 +444,10 @@ def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
         for key in ("train_step_alone", "train_step_shared", "inference"):
             if key in r:
                 metrics[f"{key}_speedup"] = r[key]["ratio"]
-        for key, same in r.get("same_precision", {}).items():
-            metrics[f"{key}_speedup_same_precision"] = same["ratio"]
+        for key, same in r.get("xla", {}).items():
+            metrics[f"{key}_speedup_xla"] = same["ratio"]
+        for key, same in r.get("vs_float32", {}).items():
+            metrics[f"{key}_speedup_vs_float32"] = same["ratio"]
         for key in ("break_even_steps", "compile_extra_s"):
             if key in r and math.isfinite(r[key]):
                 metrics[key] = r[key]

@@ -29,6 +29,9 @@ class Inputs:
     precision_threshold: float | None = None
     loss: str = "poisson"
     context: str = "alone"
+    #: the convergence margin (thresholds.convergence_max_rel): widens the time-to-quality
+    #: target by this fraction of the reference's loss drop (speedup)
+    margin: float = 0.05
 
 
 @dataclass(frozen=True)

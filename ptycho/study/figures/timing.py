@@ -48,9 +48,11 @@ if TYPE_CHECKING:
 #: The benchmark's speed-up measurements (keys of a mode's ``ratios`` entry), in drawing order, and their words.
 MEASUREMENTS = {
     "train_step_alone": "train step alone",
-    "train_step_shared": "train step shared",
+    "train_step_shared": "train step, pipeline's schedule",
     "inference": "inference",
 }
+#: The benchmark's contexts in titles and labels.
+CONTEXT_TITLES = {"alone": "alone", "shared": "pipeline's schedule"}
 #: The parts of a train step timed on their own: key, words, hatching.
 COMPONENTS = (
     ("network", "network fwd+bwd", "///"),
@@ -173,7 +175,6 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
         contexts = ["alone"] + (["shared"] if shared else [])
         keys = sorted({key for per in by_model.values() for key in per}, key=_arm_order)
         several = several_precisions(precision for _, precision in keys)
-        reference = (REFERENCE, REFERENCE_PRECISION)
         fig = new_figure((max(1.25 * len(keys) * len(models) + 1.2, 5.2), 3.9 * len(contexts) + 0.6))
         axes = fig.subplots(len(contexts), len(models), squeeze=False)
         rng = np.random.default_rng(0)  # the jitter is decoration: deterministic, same every render
@@ -197,18 +198,21 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
                 ax.set_xticks(range(len(keys)), ticks)
                 ax.set_xlim(-0.6, len(keys) - 0.4)
                 ax.set_ylim(bottom=0)
-                ax.set_ylabel(f"train step, {context} (ms)")
+                ax.set_ylabel(f"train step, {CONTEXT_TITLES.get(context, context)} (ms)")
                 ax.grid(True, axis="y")
-                off = medians.get(reference, math.nan)
-                compared = [k for k in medians if k != reference and math.isfinite(medians[k])]
-                best = min(compared, key=lambda k: medians[k], default=None)
+                # XLA's own effect: each mode against off at ITS precision, never another's.
+                gains = {
+                    k: medians[(REFERENCE, k[1])] / medians[k]
+                    for k in medians
+                    if k[0] != REFERENCE and (REFERENCE, k[1]) in medians and medians[k] > 0
+                }
+                best = max(gains, key=gains.get, default=None)
                 n = f", {min(counts)}+ steps per arm" if counts else ""
-                ratio = off / medians[best] if best and medians[best] > 0 else math.nan
                 ax.set_title(
-                    f"{_model_words(model)}, {context}{n}\nfastest {'arm' if several else 'XLA mode'}: "
+                    f"{_model_words(model)}, {CONTEXT_TITLES.get(context, context)}{n}\nfastest XLA mode: "
                     + (
-                        f"{_arm_words(*best, several)}, {ratio:.2f}× {_arm_words(*reference, several)}"
-                        if math.isfinite(ratio)
+                        f"{_arm_words(*best, several)}, {gains[best]:.2f}× {_arm_words(REFERENCE, best[1], several)}"
+                        if best and math.isfinite(gains[best])
                         else "n/a"
                     )
                 )
@@ -324,23 +328,27 @@ def _ratio_ticks(half: float) -> list[float]:
 
 
 class _Ratio(NamedTuple):
-    """One bar of the speed-up figure: an arm's speed relative to ``off`` at precision ``against``."""
+    """One bar of a speed-up figure: ``axis`` "xla" (the mode vs ``off`` at the same
+    precision) or "precision" (the precision vs float32 in the same mode)."""
 
     model: str
     mode: str
     precision: str
-    against: str
+    axis: str
     measurement: str
     ratio: float
     low: float
     high: float
 
     def label(self, several: bool) -> str:
-        """``"PINN jit, train step alone"``; ``"PINN jit at bfloat16 vs off at bfloat16, ..."``
-        against ``off`` at a reduced precision."""
-        name = f"{_model_words(self.model)} {_arm_words(self.mode, self.precision, several)}"
-        if self.against != REFERENCE_PRECISION:
-            name += f" vs {_arm_words(REFERENCE, self.against, True)}"
+        """``"PINN jit vs off, train step alone"`` (``"PINN jit at bfloat16 vs off at
+        bfloat16, ..."`` with several precisions); ``"PINN off: bfloat16 vs float32, ..."``."""
+        if self.axis == "precision":
+            name = f"{_model_words(self.model)} {self.mode}: {PRECISION_WORDS.get(self.precision, self.precision)}"
+            name += f" vs {PRECISION_WORDS[REFERENCE_PRECISION]}"
+        else:
+            name = f"{_model_words(self.model)} {_arm_words(self.mode, self.precision, several)}"
+            name += f" vs {_arm_words(REFERENCE, self.precision, several)}" if several else ""
         return f"{name}, {self.measurement}"
 
 
@@ -356,9 +364,11 @@ def _measurements(entry: Mapping, what: str) -> Iterator[tuple[str, float, float
         yield word, *(v if v > 0 else math.nan for v in vals)  # a ratio <= 0 is not a timing ratio
 
 
-def _ratio_rows(ratios: Any) -> list[_Ratio]:
-    """Every measurement of every arm against ``off`` at float32, each arm's followed by its
-    ``same_precision`` ones (against ``off`` at its own precision), in the record's order."""
+def _ratio_rows(ratios: Any, axis: str = "xla") -> list[_Ratio]:
+    """Every measurement of one axis, in the record's order: ``"xla"``, each XLA mode vs
+    ``off`` at the same precision (its ``xla`` entry; at the top level in a float32 record
+    from before the split); ``"precision"``, each reduced precision vs float32 in the
+    same mode (its ``vs_float32`` entry)."""
     if not isinstance(ratios, Mapping):
         raise ValueError(
             f"ratios: expected bench.json's 'ratios' dict model -> arm -> measurement, got {type(ratios).__name__}"
@@ -370,40 +380,48 @@ def _ratio_rows(ratios: Any) -> list[_Ratio]:
         for key, entry in per.items():
             what = f"ratios[{model!r}][{key!r}]"
             mode, precision = entry.get("mode", key), _precision(entry, what)
-            same = entry.get("same_precision", {})
-            if not isinstance(same, Mapping):
-                raise ValueError(f"{what}['same_precision']: expected a dict measurement -> {{'ratio', 'low', 'high'}}")
-            rows += [_Ratio(model, mode, precision, REFERENCE_PRECISION, *m) for m in _measurements(entry, what)]
-            rows += [
-                _Ratio(model, mode, precision, precision, *m) for m in _measurements(same, f"{what}['same_precision']")
-            ]
+            if axis == "precision":
+                source, where = entry.get("vs_float32", {}), f"{what}['vs_float32']"
+            elif mode == REFERENCE:
+                continue
+            elif "xla" in entry or precision != REFERENCE_PRECISION:
+                source, where = entry.get("xla", {}), f"{what}['xla']"
+            else:
+                source, where = entry, what
+            if not isinstance(source, Mapping):
+                raise ValueError(f"{where}: expected a dict measurement -> {{'ratio', 'low', 'high'}}")
+            rows += [_Ratio(model, mode, precision, axis, *m) for m in _measurements(source, where)]
     return rows
 
 
-def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Figure:
-    """Speed-up of each arm (XLA mode at a precision) vs off at float32 per measurement:
-    horizontal bars from 1 with bootstrap 95 % intervals.
+def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]], axis: str = "xla") -> Figure:
+    """One axis's speed-up per measurement, the other axis held fixed: ``axis="xla"``,
+    each XLA mode vs ``off`` at the same precision (XLA's own effect); ``"precision"``,
+    each reduced precision vs float32 in the same mode (the precision's own). Horizontal
+    bars from 1 with bootstrap 95 % intervals; the title says what is compared.
 
     ``ratios`` is ``bench.json["ratios"]``: model -> arm -> ``{"mode", "precision",
-    "train_step_alone": {"ratio", "low", "high"}, "train_step_shared": ..., "inference":
-    ..., "same_precision": {...}, ...}``, the ratio being "how many times faster than off"
-    (off's time / the arm's); one bar per measurement of :data:`MEASUREMENTS` present,
-    labelled ``"PINN jit, train step alone"``, in the record's order, an XLA mode at a
-    reduced precision followed by its bars against ``off`` at that precision
-    (``same_precision``: what XLA adds to the precision). With reduced precisions the
-    labels and the reference name every precision (``"off at float32"``). The x axis is
-    logarithmic and symmetric about 1, so 2x faster and 2x slower are equally long. A
-    bar has its mode's colour, is hatched for the baseline and paler and hatched again
-    for a reduced precision; NaN ``low`` or ``high`` draws no interval, a NaN ratio no bar ("n/a").
+    "xla": {"train_step_alone": {"ratio", "low", "high"}, ...}, "vs_float32": {...},
+    ...}``, the ratio being "how many times faster than the reference" (its time / the
+    arm's); one bar per measurement of :data:`MEASUREMENTS` present, in the record's
+    order. The x axis is logarithmic and symmetric about 1, so 2x faster and 2x slower
+    are equally long. A bar has its mode's colour, is hatched for the baseline and
+    paler and hatched again for a reduced precision; NaN ``low`` or ``high`` draws no
+    interval, a NaN ratio no bar ("n/a").
     """
-    rows = _ratio_rows(ratios)
+    rows = _ratio_rows(ratios, axis)
     with style():
         if not rows:
-            return message_figure("no speed-up ratios")
+            return message_figure(
+                "no reduced precision measured against float32" if axis == "precision" else "no speed-up ratios"
+            )
         from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
         several = several_precisions([REFERENCE_PRECISION, *(r.precision for r in rows)])  # off at float32 too
-        reference = _arm_words(REFERENCE, REFERENCE_PRECISION, several)
+        if axis == "precision":
+            reference = f"{PRECISION_WORDS[REFERENCE_PRECISION]} (same mode)"
+        else:
+            reference = f"{REFERENCE} (same precision)" if several else REFERENCE
         finite = [v for r in rows for v in (r.ratio, r.low, r.high) if math.isfinite(v)]
         half = max([abs(math.log(v)) for v in finite] + [math.log(1.3)]) * 1.18
         lo, hi = math.exp(-half), math.exp(half)
@@ -469,5 +487,9 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Figur
         ax.set_xlabel(f"speed relative to {reference} (×, log scale; 95 % bootstrap interval)")
         ax.grid(True, axis="x", zorder=0)
         ax.tick_params(axis="y", length=0)
-        ax.set_title(f"Each {'arm' if several else 'XLA mode'} vs {reference}: speed-up per measurement and context")
+        ax.set_title(
+            "Precision's own effect: each precision vs float32 in the same mode"
+            if axis == "precision"
+            else "XLA's own effect: each XLA mode vs off at the same precision"
+        )
     return fig

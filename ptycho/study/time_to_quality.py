@@ -1,0 +1,206 @@
+"""Time to quality: what an arm's answer costs, not what one of its steps costs.
+
+A mode that is faster per step but needs more steps to reach the same quality is slower
+where users pay. Following MLPerf Training's rule (docs/architecture.md, "Time to
+quality"), each training is timed to a quality target on held-out data:
+
+* **target**: the reference arm's (``off`` at the same precision, same model) mean final
+  validation loss, widened by the convergence margin taken as a fraction of the
+  reference's mean loss DROP (initial minus final). A fraction of the drop is the same
+  for any constant offset of the loss, so the target means the same for the MAE and for
+  the Poisson likelihood, whose value sits at an arbitrary offset;
+* **steps to the target**: the first epoch whose validation loss is at or below it, in
+  train steps (the curves are evaluated once per epoch, so this is the epoch's end);
+* **time to the target**: those steps times the training's own median step time, which
+  was measured in the pipeline's own schedule (the trainings that ran beside it);
+  compilation (the first step) is reported apart and added in a second figure;
+* **a seed that never reaches the target** is counted as its whole training (a lower
+  bound of its true time, so the slowest of its arm) and named; two such seeds make the
+  arm's comparison INCONCLUSIVE (MLPerf: one non-converging run is the slowest, two
+  invalidate the result);
+* **the ratio**: the reference's mean time over the arm's (above 1 = the arm reaches the
+  quality sooner), with a 95 % bootstrap interval over seeds (paired by seed when both
+  arms ran the same seeds, as their initial weights and batch order then match) and
+  over each seed's step times. With 5 or more seeds the mean drops the fastest and the
+  slowest run (MLPerf's trimming).
+
+Pure NumPy; no TensorFlow. :func:`runs_of` reads the trainings' ``model.json`` records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Below this many runs per arm the mean is not trimmed.
+TRIM_FROM = 5
+#: A comparison with this many runs that never reached the target in one arm is INCONCLUSIVE.
+MISSES_INCONCLUSIVE = 2
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training (one seed of an arm) as time to quality needs it."""
+
+    seed: int
+    val_loss: tuple[float, ...]  #: per epoch, in order
+    initial_val_loss: float  #: before the first step
+    steps_per_epoch: int
+    step_times_s: tuple[float, ...]  #: every timed step (the first, compiling one, excluded)
+    compile_s: float
+
+    @property
+    def step_s(self) -> float:
+        return float(np.median(self.step_times_s)) if self.step_times_s else math.nan
+
+    def epochs_to(self, target: float) -> int | None:
+        """The first epoch (1-based) whose validation loss is at or below ``target``."""
+        for epoch, loss in enumerate(self.val_loss, start=1):
+            if math.isfinite(loss) and loss <= target:
+                return epoch
+        return None
+
+    def reach(self, target: float) -> dict:
+        """Steps and seconds to ``target`` (the whole training when it is never reached)."""
+        epochs = self.epochs_to(target)
+        reached = epochs is not None
+        steps = (epochs if reached else len(self.val_loss)) * self.steps_per_epoch
+        seconds = steps * self.step_s
+        return {
+            "seed": self.seed,
+            "reached": reached,
+            "epochs": epochs if reached else len(self.val_loss),
+            "steps": steps,
+            "step_s": self.step_s,
+            "seconds": seconds,
+            "seconds_with_compile": seconds + self.compile_s,
+            "compile_s": self.compile_s,
+        }
+
+
+def runs_of(metas: Sequence[Mapping]) -> list[Run]:
+    """:class:`Run` records of trainings' ``model.json`` (FAILED ones and those without a
+    curve or step times are left out: they have no time to quality)."""
+    out = []
+    for m in metas:
+        timing = m.get("timing") or {}
+        history = m.get("history") or []
+        if m.get("status") == "FAILED" or not history or not timing.get("step_times_s"):
+            continue
+        train = m["train"]
+        epochs = len(history)
+        timed = len(timing["step_times_s"]) + 1  # the first step is the compile
+        steps = max(1, int(round(timed / epochs)))
+        if m.get("n_train") and train.get("batch_size"):
+            steps = max(1, int(m["n_train"]) // int(train["batch_size"]))
+        initial = m.get("initial_val_loss")
+        out.append(
+            Run(
+                seed=int(train["seed"]),
+                val_loss=tuple(float(h["val_loss"]) for h in history),
+                initial_val_loss=float(initial) if initial is not None else float(history[0]["train_loss"]),
+                steps_per_epoch=steps,
+                step_times_s=tuple(float(t) for t in timing["step_times_s"]),
+                compile_s=float(timing.get("compile_s") or 0.0),
+            )
+        )
+    return out
+
+
+def target(reference: Sequence[Run], margin: float) -> float:
+    """The quality target: the reference runs' mean final validation loss plus ``margin``
+    times their mean loss drop (initial minus final); offset-free, so valid for any loss."""
+    finals = np.array([r.val_loss[-1] for r in reference], dtype=np.float64)
+    drops = np.array([r.initial_val_loss - r.val_loss[-1] for r in reference], dtype=np.float64)
+    return float(finals.mean() + margin * max(float(drops.mean()), 0.0))
+
+
+def _centre(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Mean over runs; with :data:`TRIM_FROM` or more, without the fastest and the slowest."""
+    if values.shape[axis] >= TRIM_FROM:
+        values = np.sort(values, axis=axis)
+        values = np.take(values, range(1, values.shape[axis] - 1), axis=axis)
+    return values.mean(axis=axis)
+
+
+def _boot_medians(run: Run, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    times = np.asarray(run.step_times_s, dtype=np.float64)
+    if times.size < 2:
+        return np.full(resamples, run.step_s)
+    return np.median(rng.choice(times, (resamples, times.size)), axis=1)
+
+
+def compare(
+    arm: Sequence[Run],
+    reference: Sequence[Run],
+    margin: float,
+    *,
+    resamples: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict:
+    """Time to quality of ``arm`` against ``reference`` (both lists of seeds' :class:`Run`).
+
+    Returns ``{"target", "ratio", "low", "high", "ratio_with_compile", "per_step",
+    "steps_ratio", "paired", "arm": [...reach per seed], "reference": [...], "missed":
+    {"arm": [seeds], "reference": [seeds]}, "inconclusive": bool}``; the ratio is the
+    reference's mean seconds over the arm's (above 1 = sooner). NaN when either side has
+    no run.
+    """
+    nan = float("nan")
+    if not arm or not reference:
+        return {"ratio": nan, "low": nan, "high": nan, "inconclusive": True, "arm": [], "reference": [], "missed": {}}
+    goal = target(reference, margin)
+    reach_a = [r.reach(goal) for r in arm]
+    reach_r = [r.reach(goal) for r in reference]
+
+    def col(reaches, key):
+        return np.array([x[key] for x in reaches], dtype=np.float64)
+
+    secs_a, secs_r = col(reach_a, "seconds"), col(reach_r, "seconds")
+    ratio = float(_centre(secs_r) / _centre(secs_a))
+    with_compile = float(_centre(col(reach_r, "seconds_with_compile")) / _centre(col(reach_a, "seconds_with_compile")))
+    per_step = float(_centre(col(reach_r, "step_s")) / _centre(col(reach_a, "step_s")))
+    steps_ratio = float(_centre(col(reach_r, "steps")) / _centre(col(reach_a, "steps")))
+
+    # Bootstrap: seeds resampled (jointly when paired), each picked seed's median step
+    # time from a resample of its own steps.
+    rng = np.random.default_rng(seed)
+    paired = sorted(r.seed for r in arm) == sorted(r.seed for r in reference)
+    arm_sorted = sorted(arm, key=lambda r: r.seed)
+    ref_sorted = sorted(reference, key=lambda r: r.seed)
+    steps_a = np.array([r.reach(goal)["steps"] for r in arm_sorted], dtype=np.float64)
+    steps_r = np.array([r.reach(goal)["steps"] for r in ref_sorted], dtype=np.float64)
+    med_a = np.stack([_boot_medians(r, resamples, rng) for r in arm_sorted], axis=1)  # (B, seeds)
+    med_r = np.stack([_boot_medians(r, resamples, rng) for r in ref_sorted], axis=1)
+    idx_a = rng.integers(0, len(arm_sorted), (resamples, len(arm_sorted)))
+    idx_r = idx_a if paired else rng.integers(0, len(ref_sorted), (resamples, len(ref_sorted)))
+    rows = np.arange(resamples)[:, None]
+    boot_a = _centre(steps_a[idx_a] * med_a[rows, idx_a])
+    boot_r = _centre(steps_r[idx_r] * med_r[rows, idx_r])
+    low, high = np.percentile(boot_r / boot_a, [50 * (1 - level), 50 * (1 + level)])
+
+    missed = {
+        "arm": [x["seed"] for x in reach_a if not x["reached"]],
+        "reference": [x["seed"] for x in reach_r if not x["reached"]],
+    }
+    return {
+        "target": goal,
+        "margin": float(margin),
+        "ratio": ratio,
+        "low": float(low),
+        "high": float(high),
+        "level": level,
+        "resamples": resamples,
+        "ratio_with_compile": with_compile,
+        "per_step": per_step,
+        "steps_ratio": steps_ratio,
+        "paired": paired,
+        "arm": reach_a,
+        "reference": reach_r,
+        "missed": missed,
+        "inconclusive": max(len(missed["arm"]), len(missed["reference"])) >= MISSES_INCONCLUSIVE,
+    }
