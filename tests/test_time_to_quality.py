@@ -1,0 +1,115 @@
+"""Time to quality and the speedup item built on it: XLA is judged by how soon an arm
+reaches the reference's quality, against off at the same precision, never per step alone
+and never with a precision's gain counted as XLA's."""
+
+from __future__ import annotations
+
+import pytest
+
+from ptycho.study import time_to_quality as ttq
+from ptycho.study.checklist.speedup import speedup
+
+EPOCHS = 12
+STEPS = 10  # n_train 80 / batch 8
+
+
+def _curve(reach_epoch: int, final: float = 0.10, start: float = 1.0) -> list[float]:
+    """A validation curve that falls linearly to just above ``final`` and first reaches it
+    at ``reach_epoch`` (then stays there); ``reach_epoch`` beyond the run: never reaches it."""
+    out = []
+    for e in range(1, EPOCHS + 1):
+        if e >= reach_epoch:
+            out.append(final)
+        else:
+            out.append(final + (start - final) * (reach_epoch - e) / reach_epoch + 0.05)
+    return out
+
+
+def _meta(mode: str, seed: int, curve: list[float], step_s: float, precision: str = "float32", offset: float = 0.0):
+    steps = [step_s * (1 + 0.002 * ((k % 7) - 3)) for k in range(len(curve) * STEPS - 1)]
+    return {
+        "model": {"kind": "pinn"},
+        "train": {"xla": mode, "seed": seed, "precision": precision, "batch_size": 8},
+        "n_train": 80,
+        "initial_val_loss": 1.2 + offset,
+        "history": [{"epoch": i + 1, "train_loss": v + offset, "val_loss": v + offset} for i, v in enumerate(curve)],
+        "timing": {"compile_s": 2.0, "step_times_s": steps, "step_median_s": step_s},
+    }
+
+
+def _runs(metas):
+    return ttq.runs_of(metas)
+
+
+def test_an_arm_faster_per_step_that_needs_twice_the_steps_is_slower_to_quality_and_fails():
+    seeds = (0, 1, 2)
+    off = [_meta("off", s, _curve(5), 0.100) for s in seeds]
+    fast = [_meta("physics", s, _curve(10), 0.100 / 1.5) for s in seeds]  # 1.5x per step, 2x the steps
+    c = ttq.compare(_runs(fast), _runs(off), 0.05)
+    assert c["per_step"] == pytest.approx(1.5, rel=1e-3)
+    assert c["steps_ratio"] == pytest.approx(0.5)
+    assert c["ratio"] == pytest.approx(0.75, rel=1e-3)
+    assert c["high"] < 1.0 and c["paired"] and not c["inconclusive"]
+    rec = speedup({}, 1.0, metas=off + fast, margin=0.05)
+    assert rec["status"] == "FAIL" and rec["value"] == pytest.approx(c["low"])
+    assert rec["evidence"]["judged"] == {"by": "time_to_quality", "comparison": "pinn-physics"}
+    assert "1.50x per step, 2.00x the steps" in rec["summary"] and "SLOWER" in rec["summary"]
+
+
+def test_a_mode_faster_only_because_of_its_precision_is_not_credited_to_xla():
+    seeds = (0, 1, 2)
+    metas = [_meta("off", s, _curve(5), 0.100) for s in seeds]
+    metas += [_meta("off", s, _curve(5), 0.060, "mixed_bfloat16") for s in seeds]  # bfloat16's own gain
+    metas += [_meta("physics", s, _curve(5), 0.060, "mixed_bfloat16") for s in seeds]  # XLA adds nothing
+    rec = speedup({}, 1.0, metas=metas, margin=0.05)
+    records = rec["evidence"]["time_to_quality"]
+    assert records["pinn-physics-bf16"]["ratio"] == pytest.approx(1.0, abs=0.01)  # vs off at bf16
+    assert records["pinn-off-bf16-vs-fp32"]["ratio"] == pytest.approx(100 / 60, rel=0.01)  # the precision's
+    assert (
+        rec["status"] == "FAIL" and rec["value"] < 1.0 < rec["evidence"]["time_to_quality"]["pinn-physics-bf16"]["high"]
+    )
+    assert "no measurable effect" in rec["summary"]
+    assert "1.67" not in rec["summary"]  # bfloat16's gain is not in XLA's sentence
+    assert "in time to quality, bf16 (off)" in rec["evidence"]["precision"]
+
+
+def test_a_seed_that_never_reaches_the_target_counts_as_its_whole_training_and_two_make_it_inconclusive():
+    seeds = (0, 1, 2)
+    off = [_meta("off", s, _curve(5), 0.100) for s in seeds]
+    one = [_meta("jit", 0, _curve(EPOCHS + 5), 0.080)] + [_meta("jit", s, _curve(5), 0.080) for s in (1, 2)]
+    c = ttq.compare(_runs(one), _runs(off), 0.05)
+    assert c["missed"] == {"arm": [0], "reference": []} and not c["inconclusive"]
+    assert c["arm"][0]["steps"] == EPOCHS * STEPS and not c["arm"][0]["reached"]  # the whole training
+    rec = speedup({}, 1.0, metas=off + one, margin=0.05)
+    assert "never reached the target: jit at fp32 seed 0 (counted as the whole training)" in rec["summary"]
+    two = [_meta("jit", s, _curve(EPOCHS + 5), 0.080) for s in (0, 1)] + [_meta("jit", 2, _curve(5), 0.080)]
+    rec = speedup({}, 1.0, metas=off + two, margin=0.05)
+    assert rec["status"] == "INCONCLUSIVE" and "INCONCLUSIVE (two seeds of one arm never reached" in rec["summary"]
+
+
+def test_the_target_is_the_same_for_any_offset_of_the_loss():
+    """The Poisson likelihood sits at an arbitrary offset: a fraction of the loss drop, not
+    of the loss value, gives the same steps to the target whatever the offset."""
+    seeds = (0, 1)
+    for offset in (0.0, -2.23, 50.0):
+        off = [_meta("off", s, _curve(5), 0.1, offset=offset) for s in seeds]
+        jit = [_meta("jit", s, _curve(7), 0.1, offset=offset) for s in seeds]
+        c = ttq.compare(_runs(jit), _runs(off), 0.05)
+        assert c["target"] == pytest.approx(0.10 + offset + 0.05 * 1.1)
+        assert [x["epochs"] for x in c["arm"]] == [7, 7] and [x["epochs"] for x in c["reference"]] == [5, 5]
+
+
+def test_compile_time_is_reported_apart_and_in_a_second_figure():
+    off = [_meta("off", 0, _curve(5), 0.1)]
+    jit = [
+        dict(_meta("jit", 0, _curve(5), 0.05), timing=dict(_meta("jit", 0, _curve(5), 0.05)["timing"], compile_s=20))
+    ]
+    c = ttq.compare(_runs(jit), _runs(off), 0.05)
+    assert c["ratio"] == pytest.approx(2.0, rel=1e-2)  # 50 steps at 100 ms vs at 50 ms
+    assert c["ratio_with_compile"] == pytest.approx((5 + 2) / (2.5 + 20), rel=1e-2)
+
+
+def test_failed_trainings_and_records_without_step_times_have_no_time_to_quality():
+    good = _meta("off", 0, _curve(5), 0.1)
+    assert len(ttq.runs_of([good, dict(good, status="FAILED"), dict(good, history=[])])) == 1
+    assert ttq.compare([], _runs([good]), 0.05)["inconclusive"]
