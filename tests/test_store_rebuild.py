@@ -1,5 +1,5 @@
 """The drill of a lost MLflow store (issue 24): a finished smoke study loses ``mlflow.db``,
-the workflow says so in one line before any job, and the README's one command rebuilds
+the workflow says so in one line before any job, and docs/troubleshooting.md's one command rebuilds
 the store from the journals with the same runs, params, tags, metric points and logged
 models as before, once each; the workflow then has nothing to do.
 
@@ -18,7 +18,7 @@ from test_tracking import _forget_open_stores, metric_points, store_snapshot
 
 #: The smoke study at its smallest: every rule runs, for one arm.
 CONFIG = ("--config", "preset=smoke", "models=[pinn]", "xla=[off]")
-#: The README's command for a lost or damaged store ("When things go wrong").
+#: The documented command for a lost or damaged store (docs/troubleshooting.md, "When things go wrong").
 REBUILD = ("track", "rebuild", "results")
 
 
