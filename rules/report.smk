@@ -17,6 +17,7 @@ rule figures:
     output:
         [report(f"{R}/figures/{name}.png", caption=f"../ptycho/captions/{name}.rst", category="Figures")
          for name in FIGURES],
+        [f"{R}/figures/{name}.svg" for name in FIGURES],
     log:
         f"{R}/logs/figures.log",
     benchmark:

@@ -285,6 +285,33 @@ def test_validation_report_renders_every_section_and_image_offline(smoke, browse
     assert not page.console_errors, page.console_errors
 
 
+def test_the_reports_first_screen_holds_the_verdict_and_its_three_sentences(smoke, browser, shots):
+    report_json = json.loads((smoke / "reports" / "smoke" / "validation.json").read_text())
+    page = browser.new_page(1400, 900)
+    page.goto((smoke / "reports" / "smoke" / "validation.html").as_uri())
+    shot = page.screenshot(shots / "validation-first-screen.png")
+    print(f"\nscreenshot of the report's first screen: {shot}")
+    facts = page.evaluate(
+        """(() => {
+          const box = e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, h: r.height}; };
+          const verdict = document.querySelector('#verdict .verdict');
+          return {
+            viewport: window.innerHeight,
+            verdict: verdict && {text: verdict.textContent.trim(), box: box(verdict)},
+            answers: [...document.querySelectorAll('#verdict .answer')].map(e => ({text: e.textContent, box: box(e)})),
+            contents: [...document.querySelectorAll('#contents a')].map(a => a.getAttribute('href')),
+            links: [...document.querySelectorAll('#checklist td a')].map(a => a.getAttribute('href')),
+          };
+        })()"""
+    )
+    assert facts["verdict"]["text"] == report_json["verdict"]
+    assert [a["text"].split(":")[0] for a in facts["answers"]] == ["Speed", "Quality", "Precision"]
+    for element in [facts["verdict"], *facts["answers"]]:
+        assert 0 <= element["box"]["top"] and element["box"]["bottom"] <= facts["viewport"], element
+    assert {"#verdict", "#checklist", "#speedup"} <= set(facts["contents"])
+    assert facts["links"] == [f"#{name}" for name in report_json["items"]]  # each row links to its section
+
+
 # ---------------------------------------------------------------------- MLflow UI
 def _close_assistant(page) -> None:
     """Close the MLflow Assistant side panel (open by default in a fresh profile), if it shows."""

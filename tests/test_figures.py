@@ -642,7 +642,27 @@ def test_frc_curves_mark_a_reduced_precision_and_keep_float32_lines_plain():
     assert len({_line_style(line) for line in lines.values()}) == len(MIXED)
     assert {lines[a.label(False)].get_marker() for a in MIXED if a.precision == "float32"} == {"None"}
     assert lines["Baseline, no XLA (off), bfloat16"].get_marker() == style.MODEL_MARKERS["baseline"]
-    assert len(fig.legends[0].get_texts()) == len(MIXED)
+    legend = fig.axes[1].get_legend()  # inside the figure: never clipped by the PNG's edge
+    assert legend is not None and len(legend.get_texts()) == len(MIXED) and not fig.legends
+    png = style.to_png(
+        curves.frc_curves({a: {"freq": f, "amp": np.exp(-8 * f), "phase": np.exp(-6 * f)} for a in MIXED})
+    )
+    assert png.startswith(b"\x89PNG")
+
+
+def test_a_reduced_precision_is_pale_only_beside_its_own_mode_at_float32():
+    f = np.linspace(0, 0.5, 11)
+    bf16 = [a for a in ARMS if a.model == "pinn"]
+    bf16 = [a._replace(precision=BF16) for a in bf16]  # only bfloat16 PINN arms: full, distinct colours
+    fig = curves.frc_curves({a: {"freq": f, "amp": np.exp(-8 * f), "phase": np.exp(-6 * f)} for a in bf16})
+    colours = {line.get_label(): line.get_color() for line in fig.axes[0].lines if not line.get_label().startswith("_")}
+    assert sorted(colours.values()) == sorted(style.arm_colour(a.mode) for a in bf16)
+    assert style.arm_colour("jit", BF16) != style.arm_colour("jit", BF16, pale=False) == style.arm_colour("jit")
+
+
+def test_render_gives_png_and_svg_of_one_figure():
+    files = style.render(curves.frc_curves(_frcs()))
+    assert files["png"].startswith(b"\x89PNG") and b"<svg" in files["svg"][:400]
 
 
 # --------------------------------------------------------------------- rendering

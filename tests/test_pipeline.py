@@ -133,6 +133,12 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
 
     report = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
+    # The run ends with the answer: the verdict, the three sentences and the report's path.
+    tail = [line for line in first.stdout.splitlines() if line.strip()]
+    at = max(i for i, line in enumerate(tail) if line.startswith("Verdict: "))
+    assert tail[at] == f"Verdict: {report['verdict']}"
+    assert [line.split(":")[0] for line in tail[at + 1 : at + 4]] == ["Speed", "Quality", "Precision"]
+    assert tail[at + 4] == f"Report: {(work / 'reports' / 'smoke' / 'validation.html').resolve()}"
     # The first lines say which run this is: preset, config hash, commit (none: a copy), parent run.
     head = (work / "reports" / "smoke" / "validation.md").read_text().splitlines()[:3]
     prov = report["provenance"]

@@ -399,26 +399,28 @@ def figures(
     reconstructions: Sequence[str] = (),
 ) -> JobRecord:
     """The report's figures (each section's own, :func:`ptycho.study.checklist.figures`),
-    all rendered before any is written."""
+    as PNG and SVG, all rendered before any is written."""
     from ptycho.artifacts import atomic_write
     from ptycho.study import checklist
     from ptycho.study.figures.inputs import FigureInputs
-    from ptycho.study.figures.style import to_png
+    from ptycho.study.figures.style import render
 
     inputs = FigureInputs(
         dataset, stitched, metrics, model_jsons, bench, solver=solver, reconstructions=reconstructions
     )
     try:  # render everything before writing anything: no partial set of figures
-        made = {figure.stem: to_png(figure.draw(inputs)) for _, figure in checklist.figures()}
+        made = {figure.stem: render(figure.draw(inputs)) for _, figure in checklist.figures()}
     except (ValueError, KeyError) as err:
         raise PtychoError(
             f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them"
         ) from None
     out = Path(out_dir)
     record = JobRecord(summary=f"{out}: {len(made)} figures ({', '.join(made)})")
-    for name, png in made.items():
-        atomic_write(out / f"{name}.png", lambda tmp, png=png: Path(tmp).write_bytes(png), suffix=".png")
-        record.artifacts.append((str(out / f"{name}.png"), "figures"))
+    for name, files in made.items():
+        for ext, data in files.items():
+            path = out / f"{name}.{ext}"
+            atomic_write(path, lambda tmp, data=data: Path(tmp).write_bytes(data), suffix=f".{ext}")
+            record.artifacts.append((str(path), "figures"))
     return record
 
 

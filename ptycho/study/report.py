@@ -289,15 +289,15 @@ def rest_lines(report: Mapping) -> str:
     return " ".join(p for p in parts if p)
 
 
-def mlflow_link(report: Mapping) -> str:
-    """A link to the MLflow parent run when the run was tracked on a server (an http(s)
-    tracking URI); empty for a local store (``make ui`` serves it)."""
+def mlflow_url(report: Mapping) -> str:
+    """The MLflow UI's page of the parent run when the run was tracked on a server (an
+    http(s) tracking URI, and the experiment's id known); empty for a local store
+    (``make ui`` serves it)."""
     prov = report.get("provenance") or {}
     uri, run, exp = prov.get("tracking_uri") or "", prov.get("mlflow_run_id"), prov.get("experiment_id")
     if not run or not uri.startswith(("http://", "https://")) or not exp:
         return ""
-    href = html.escape(f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run}")
-    return f'<p id="mlflow-link">MLflow parent run: <a href="{href}">{html.escape(run)}</a></p>'
+    return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run}"
 
 
 def checklist_html(report: Mapping) -> str:
@@ -372,73 +372,55 @@ def markdown(report: Mapping) -> str:
 
 
 def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
-    """A self-contained page (no external CSS, scripts or images); ``pngs`` maps a
-    stem of :func:`figures` to PNG bytes, embedded as data URLs."""
+    """A self-contained page (no external CSS, scripts or images), rendered from the
+    package's ``templates/validation.html.j2`` with autoescape on; ``pngs`` maps a stem of
+    :func:`figures` to PNG bytes, embedded as data URLs."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
     figures_ = dict(pngs or {})
-    esc = html.escape
-    table = to_html
-
-    def figure_html(section_id):
-        out = []
-        for stem, where, alt in figures():
-            if where != section_id or stem not in figures_:
-                continue
-            data = base64.b64encode(figures_[stem]).decode()
-            out.append(
-                f'<figure id="fig-{stem}"><img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{esc(caption(stem))}</figcaption></figure>"
-            )
-        return "".join(out)
-
+    env = Environment(loader=PackageLoader("ptycho", "templates"), autoescape=select_autoescape(["html", "j2"]))
     body = []
     for sid, title, text, tables in sections(report):
         item = report["items"].get(sid)
-        badge = f' <span class="{item["status"].lower()}">{item["status"]}</span>' if item else ""
-        parts = [f'<section id="{sid}"><h2>{esc(title)}{badge}</h2>', f"<p>{esc(text)}</p>"]
-        for sub, header, rows in tables:
-            parts.append((f"<h3>{esc(sub)}</h3>" if sub else "") + table(header, rows))
-        parts.append(figure_html(sid) + "</section>")
-        body.append("".join(parts))
-
-    cost_html = (
-        f"<h3>Where this run's time went (Snakemake benchmark files)</h3>{table(*cost_table(report))}"
-        if report.get("cost")
-        else ""
+        body.append(
+            {
+                "id": sid,
+                "title": title,
+                "status": item["status"] if item else "",
+                "text": text,
+                "tables": [(sub, to_html(header, rows)) for sub, header, rows in tables],
+                "figures": [
+                    {
+                        "stem": stem,
+                        "alt": alt,
+                        "data": base64.b64encode(figures_[stem]).decode(),
+                        "caption": caption(stem),
+                    }
+                    for stem, where, alt in figures()
+                    if where == sid and stem in figures_
+                ],
+            }
+        )
+    prov = report.get("provenance") or {}
+    return env.get_template("validation.html.j2").render(
+        preset=str(report["config"].get("preset")),
+        verdict=report["verdict"],
+        question=report["question"],
+        provenance=provenance_line(report),
+        answer=answer(report),
+        rest=rest_lines(report),
+        mlflow_url=mlflow_url(report),
+        mlflow_run=prov.get("mlflow_run_id", ""),
+        contents=[("verdict", "Verdict"), ("checklist", "Checklist")]
+        + [(s["id"], s["title"]) for s in body]
+        + [("machine", "Machine and run")],
+        checklist=checklist_html(report),
+        sections=body,
+        machine=machine_line(report.get("machine", {})),
+        generated=report["generated_utc"],
+        cost_line=cost_line(report),
+        cost_table=to_html(*cost_table(report)) if report.get("cost") else "",
     )
-    verdict = report["verdict"]
-    contents = "".join(
-        f'<li><a href="#{sid}">{esc(title)}</a></li>'
-        for sid, title in [("verdict", "Verdict"), ("checklist", "Checklist")]
-        + [(sid, title) for sid, title, _, _ in sections(report)]
-        + [("machine", "Machine and run")]
-    )
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>XLA validation report ({esc(str(report["config"].get("preset")))}): {verdict}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 76rem; color: #222; padding: 0 1rem; }}
-table {{ border-collapse: collapse; margin: .6rem 0 1rem; font-size: .92rem; }}
-th, td {{ border: 1px solid #bbb; padding: .25rem .55rem; text-align: left; }}
-th {{ background: #eee; }} .pass {{ background: #cfe8d5; font-weight: bold; }} .fail {{ background: #f6c9c4; font-weight: bold; }}
-.inconclusive {{ background: #f6e7b4; font-weight: bold; }}
-h2 span {{ font-size: .9rem; padding: .1rem .5rem; vertical-align: middle; }}
-.verdict {{ font-size: 1.6rem; padding: .5rem 1rem; display: inline-block; }}
-figure {{ margin: 1rem 0; }} figure img {{ max-width: 100%; height: auto; border: 1px solid #ddd; }}
-figcaption {{ font-size: .9rem; color: #444; max-width: 60rem; }}
-</style></head><body>
-<h1>XLA validation report: preset <code>{esc(str(report["config"].get("preset")))}</code></h1>
-<p id="provenance">{esc(provenance_line(report))}</p>
-<p><strong>{esc(report["question"])}</strong></p>
-<section id="verdict"><h2>Verdict</h2><p class="verdict {verdict.lower()}">{verdict}</p>
-{"".join(f'<p class="answer">{esc(line)}</p>' for line in answer(report))}
-<p>{esc(rest_lines(report))}</p>{mlflow_link(report)}</section>
-<nav id="contents"><h2>Contents</h2><ol>{contents}</ol></nav>
-<section id="checklist"><h2>Checklist</h2>{checklist_html(report)}</section>
-{"".join(body)}
-<section id="machine"><h2>Machine and run</h2><p>{esc(machine_line(report.get("machine", {})))}; preset
-<code>{esc(str(report["config"].get("preset")))}</code>; generated {report["generated_utc"]}. {esc(cost_line(report))}</p>
-{cost_html}</section>
-</body></html>
-"""
 
 
 #: The files of one report, by key: the record and its two views.

@@ -95,7 +95,7 @@ def loss_curves(curves: Mapping[Arm, Mapping[str, Any]]) -> Figure:
                         np.arange(1, y.size + 1),
                         y,
                         ls=ls,
-                        color=arm_colour(arm.mode, arm.precision),
+                        color=arm_colour(arm.mode, arm.precision, pale=several),
                         lw=_line_width(arm.mode, kind),
                         zorder=3 if arm.is_reference else 2,
                         **marks,
@@ -140,7 +140,7 @@ def loss_curves(curves: Mapping[Arm, Mapping[str, Any]]) -> Figure:
             Line2D(
                 [],
                 [],
-                color=arm_colour(mode, precision),
+                color=arm_colour(mode, precision, pale=several),
                 ls=ls,
                 lw=_line_width(mode, kind),
                 label=", ".join([MODE_WORDS[mode], *([PRECISION_WORDS[precision]] if several else []), word]),
@@ -194,6 +194,8 @@ def frc_curves(arms: Mapping[Arm, Mapping[str, Any] | None]) -> Figure:
         fig = new_figure((9.0, 4.0))
         axes = fig.subplots(1, 2, squeeze=False)[0]
         several = several_seeds(arm for arm, *_ in curves)
+        # A reduced precision is drawn pale only beside its own mode at float32.
+        at_fp32 = {(arm.model, arm.mode) for arm, *_ in curves if arm.precision == REFERENCE_PRECISION}
         for ax, part, what in zip(axes, ("amp", "phase"), ("Amplitude", "Phase"), strict=True):
             lows = [0.0]
             n_lines = 0
@@ -203,7 +205,7 @@ def frc_curves(arms: Mapping[Arm, Mapping[str, Any] | None]) -> Figure:
                 ax.plot(
                     freq,
                     parts[part],
-                    color=arm_colour(arm.mode, arm.precision),
+                    color=arm_colour(arm.mode, arm.precision, pale=(arm.model, arm.mode) in at_fp32),
                     ls=MODEL_LINESTYLES.get(arm.model, ":"),
                     lw=1.4 if arm.is_reference else 2.6,
                     zorder=3 if arm.is_reference else 2,
@@ -230,8 +232,8 @@ def frc_curves(arms: Mapping[Arm, Mapping[str, Any] | None]) -> Figure:
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-        if handles:
-            fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 4))
+        if handles:  # inside the phase panel, top right: above the curves' high-frequency tails
+            axes[1].legend(handles, labels, loc="upper right", fontsize=7.5, framealpha=0.9, frameon=True)
         fig.suptitle(
             "Resolution: Fourier ring correlation (higher is better; crossings of 0.5 and 1/7 = resolution)",
             fontsize=11,

@@ -158,11 +158,13 @@ def message_figure(text: str, figsize: tuple[float, float] = (5.0, 2.0)) -> Figu
     return fig
 
 
-def arm_colour(mode: str | None, precision: str = REFERENCE_PRECISION) -> str:
+def arm_colour(mode: str | None, precision: str = REFERENCE_PRECISION, pale: bool = True) -> str:
     """The mode's colour (:data:`MODE_COLOURS`), or grey when the mode is unknown, lightened
-    for a reduced precision (:data:`PRECISION_STYLES`)."""
+    for a reduced precision (:data:`PRECISION_STYLES`) when ``pale``: a figure that shows
+    no float32 arm of the same mode passes ``pale=False``, so that its modes keep their
+    full, distinct colours (the precision still shows in markers and words)."""
     colour = MODE_COLOURS.get(mode, UNKNOWN_ARM_COLOUR) if mode else UNKNOWN_ARM_COLOUR
-    lighten = PRECISION_STYLES[precision].lighten
+    lighten = PRECISION_STYLES[precision].lighten if pale else 0.0
     if not lighten:
         return colour
     from matplotlib.colors import to_hex
@@ -242,6 +244,23 @@ def to_png(fig: Figure, dpi: int = 100) -> bytes:
     finally:
         close(fig)
     return buf.getvalue()
+
+
+def render(fig: Figure, formats: tuple[str, ...] = ("png", "svg"), dpi: int = 100) -> dict[str, bytes]:
+    """``fig`` in each of ``formats`` (PNG for pages, SVG to scale and edit), rendered under
+    :data:`STYLE` with no date or software stamp (the same figure gives the same bytes);
+    the figure is closed afterwards."""
+    out = {}
+    try:
+        with style():
+            for fmt_ in formats:
+                buf = io.BytesIO()
+                metadata = {"Software": None} if fmt_ == "png" else {"Date": None, "Creator": None}
+                fig.savefig(buf, format=fmt_, dpi=dpi, metadata=metadata)
+                out[fmt_] = buf.getvalue()
+    finally:
+        close(fig)
+    return out
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> None:
