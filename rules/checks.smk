@@ -134,6 +134,10 @@ rule bench:
         warmup=CFG["bench"]["warmup"],
         shared_threads=CFG["train_threads"],
         shared_jobs=trainings_at_once(),
+        train_batches=" ".join(map(str, CFG["bench"]["train_batches"])),
+        infer_batches=" ".join(map(str, CFG["bench"]["infer_batches"])),
+        batch_repeats=CFG["bench"]["batch_repeats"],
+        sweep_precisions=" ".join(arm_lists(CFG, "pinn")[1]),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -142,6 +146,8 @@ rule bench:
         # (a threshold), and the benchmark is the pipeline's longest job.
         "{params.ptycho} {params.track} bench --models {params.models} --modes {params.modes} --precisions {params.precisions} --repeats {params.repeats} "
         "--warmup {params.warmup} --threads-alone {resources.tf_threads} --shared-threads {params.shared_threads} --shared-jobs {params.shared_jobs} "
+        "--train-batches {params.train_batches} --infer-batches {params.infer_batches} --batch-repeats {params.batch_repeats} "
+        "--sweep-precisions {params.sweep_precisions} "
         "--dataset {input.data} --like {input.models} --out {output} > {log} 2>&1"
 
 

@@ -9,7 +9,7 @@ from snakemake.settings.types import DeploymentMethod
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist
-from ptycho.study.workflow import (arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, job_threads, parse_time_checks,
+from ptycho.study.workflow import (arm_lists, arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, job_threads, parse_time_checks,
                                    precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 

@@ -561,3 +561,52 @@ def test_the_speedup_text_says_how_close_the_fastest_arm_is_to_the_peak():
 def test_importing_the_bench_imports_no_tensorflow():
     code = "import sys, ptycho.study.bench, ptycho.study.stats; assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------ batch sweep
+def _swept(a, train, infer):
+    """``a`` with a batch sweep: ``{size: seconds}`` per kind, constant samples."""
+
+    def rec(sizes):
+        return {
+            str(b): {**stats.quartiles([t] * 4), "samples_s": [t] * 4, "per_sample_s": t / b, "compile_s": 1.0}
+            for b, t in sizes.items()
+        }
+
+    return dict(a, batch_size=8, batches={"train": rec(train), "infer": rec(infer)})
+
+
+def test_the_batch_sweep_gives_xlas_own_ratio_at_each_batch_size():
+    from ptycho.study.bench import batch_table, batch_words
+
+    arms = [
+        _swept(_arm("pinn", REFERENCE, 0.100, 2.0, precision="float32"), {2: 0.04, 32: 0.4}, {1: 0.002, 256: 0.2}),
+        _swept(_arm("pinn", "jit", 0.080, 5.0, precision="float32"), {2: 0.04, 32: 0.2}, {1: 0.001, 256: 0.4}),
+    ]
+    record = _record(arms)
+    xla = record["ratios"]["pinn"]["jit"]["xla"]["batches"]
+    assert xla["train"]["2"]["ratio"] == pytest.approx(1.0) and xla["train"]["32"]["ratio"] == pytest.approx(2.0)
+    assert xla["infer"]["1"]["ratio"] == pytest.approx(2.0) and xla["infer"]["256"]["ratio"] == pytest.approx(0.5)
+    title, header, rows = batch_table(record)
+    jit_rows = [r for r in rows if r[1] == "jit"]
+    # the study's own batch (8, the main measurement) sits between the sweep's sizes
+    assert [(r[3], r[4], r[7]) for r in jit_rows] == [
+        ("training step", "2", "1 (1 - 1)"),
+        ("training step", "8", "1.25 (1.25 - 1.25)"),
+        ("training step", "32", "2 (2 - 2)"),
+        ("inference batch", "1", "2 (2 - 2)"),
+        ("inference batch", "8", "1 (1 - 1)"),
+        ("inference batch", "256", "0.5 (0.5 - 0.5)"),
+    ]
+    words = batch_words(record)
+    assert "jit at fp32: training batch 2: 1x, 8: 1.25x, 32: 2x; inference batch 1: 2x, 8: 1x, 256: 0.5x" in words
+    assert "Highest PINN inference throughput here: off at fp32 with batch 256" in words
+    runs = {r.name: r.metrics for r in arm_runs(record)}
+    assert runs["bench-pinn-jit"]["train_batch_32_speedup_xla"] == pytest.approx(2.0)
+
+
+def test_a_record_without_a_sweep_has_no_batch_rows_or_words():
+    from ptycho.study.bench import batch_table, batch_words
+
+    record = _record()
+    assert batch_table(record)[2] == [] and batch_words(record) == ""

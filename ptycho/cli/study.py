@@ -82,6 +82,29 @@ _STUDY_DEFAULT = "(default: the study's)"
         "(default: every arm at once)",
     ),
     arg("--no-shared", action="store_true", help="time the arms alone only"),
+    arg(
+        "--train-batches",
+        nargs="*",
+        type=int,
+        help="training batch sizes timed beside the study's, alone (default: the study's bench.train_batches)",
+    ),
+    arg(
+        "--infer-batches",
+        nargs="*",
+        type=int,
+        help="inference batch sizes timed beside the study's (default: the study's bench.infer_batches)",
+    ),
+    arg(
+        "--batch-repeats",
+        type=int,
+        help="timed calls per arm and batch size (default: the study's bench.batch_repeats)",
+    ),
+    arg(
+        "--sweep-precisions",
+        nargs="+",
+        type=precision,
+        help="the precisions whose arms the batch sweep times (default: those the study trains the PINN at)",
+    ),
     arg("--out", output=True, help="also write the full result as JSON"),
     system_metrics=True,  # TensorFlow runs in its workers
 )
@@ -105,6 +128,10 @@ def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
         "threads": args.threads_alone,
         "shared_threads": study["train_threads"] if args.shared_threads is None else args.shared_threads,
         "shared_jobs": args.shared_jobs,
+        "train_batches": tuple(study["bench"]["train_batches"] if args.train_batches is None else args.train_batches),
+        "infer_batches": tuple(study["bench"]["infer_batches"] if args.infer_batches is None else args.infer_batches),
+        "batch_repeats": study["bench"]["batch_repeats"] if args.batch_repeats is None else args.batch_repeats,
+        "sweep_precisions": tuple(args.sweep_precisions or workflow.arm_lists(study, "pinn")[1]),
     }
     config = BenchConfig(shared=not args.no_shared, **{k: v for k, v in given.items() if v is not None})
     sim = None

@@ -21,13 +21,15 @@ from ptycho.study.bench.coordinator import (
     xla_ratio,
 )
 from ptycho.study.bench.machine import ForeignLoad, machine_info
-from ptycho.study.bench.tables import arm_words, format_table, roofline_words, tables
+from ptycho.study.bench.tables import arm_words, batch_table, batch_words, format_table, roofline_words, tables
 
 __all__ = [
     "BenchConfig",
     "arm_key",
     "arm_runs",
     "arm_words",
+    "batch_table",
+    "batch_words",
     "ForeignLoad",
     "fastest",
     "fastest_overall",

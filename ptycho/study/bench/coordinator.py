@@ -70,6 +70,12 @@ class BenchConfig:
     #: arms stepping at once when shared: the trainings the workflow runs at once on this
     #: machine (cores // train_threads); 0 = every arm at once
     shared_jobs: int = 0
+    #: the batch sweep (alone): training and inference batch sizes timed beside the study's
+    #: own, for the arms at ``sweep_precisions`` (empty: every precision); none: no sweep
+    train_batches: tuple[int, ...] = ()
+    infer_batches: tuple[int, ...] = ()
+    batch_repeats: int = 8
+    sweep_precisions: tuple[str, ...] = ()
     peak_size: int = PEAK_SIZE  #: side of the square matrices whose product measures the machine's peak
 
 
@@ -152,6 +158,11 @@ def run(
                 for i in order if r % 2 == 0 else order[::-1]:
                     alone[i].append(workers[i].call("step"))
         inference = _interleaved_inference(workers)
+        if bench.train_batches or bench.infer_batches:
+            swept = [i for i, (_, _, p) in enumerate(arms) if not bench.sweep_precisions or p in bench.sweep_precisions]
+            for i, rec in zip(swept, _batch_sweep([workers[i] for i in swept], bench), strict=True):
+                model_cfg, mode, precision = arms[i]
+                results[(model_cfg.kind, mode, precision)]["batches"] = rec
         with ForeignLoad([workers[0].process.pid]) as peak_load:  # the machine's, with the arms' threads alone
             peak = workers[0].call("peak")
         for i, ((model_cfg, mode, precision), w) in enumerate(zip(arms, workers, strict=True)):
@@ -263,6 +274,41 @@ def _interleaved_inference(workers: list[_Worker]) -> list[dict]:
     return out
 
 
+def _batch_sweep(workers: list[_Worker], bench: BenchConfig) -> list[dict]:
+    """Each worker's train step and inference batch at every size of the sweep, alone,
+    arms interleaved (alternating order) as the main timings are: per arm
+    ``{"train" | "infer": {"<size>": quartiles, samples_s, per_sample_s, compile_s}}``."""
+    compiled = [w.call("sweep_setup", list(bench.train_batches), list(bench.infer_batches)) for w in workers]
+    out: list[dict] = [{"train": {}, "infer": {}} for _ in workers]
+    order = list(range(len(workers)))
+    for kind, sizes in (("train", bench.train_batches), ("infer", bench.infer_batches)):
+        for b in sizes:
+            samples: dict[int, list[float]] = {i: [] for i in order}
+            for r in range(bench.batch_repeats):
+                for i in order if r % 2 == 0 else order[::-1]:
+                    samples[i].append(workers[i].call(f"sweep_{kind}", b))
+            for i in order:
+                q = quartiles(samples[i])
+                out[i][kind][str(b)] = {
+                    **q,
+                    "samples_s": samples[i],
+                    "per_sample_s": q["median"] / b,
+                    "compile_s": compiled[i][kind][b],
+                }
+    return out
+
+
+def _batch_ratios(ref: Mapping, a: Mapping) -> dict[str, dict[str, dict]]:
+    """Per sweep kind and batch size, ``ref``'s time over ``a``'s with its interval."""
+    out: dict[str, dict[str, dict]] = {}
+    for kind, sizes in a.get("batches", {}).items():
+        for b, rec in sizes.items():
+            other = ref.get("batches", {}).get(kind, {}).get(b)
+            if other:
+                out.setdefault(kind, {})[b] = bootstrap_ratio(other["samples_s"], rec["samples_s"])
+    return out
+
+
 def _run_scheduled(workers: list[_Worker], repeats: int, jobs: int) -> list[list[float]]:
     """Every arm's steps taken while ``jobs`` arms' loops run at once, as the workflow
     runs its trainings (``jobs`` = the trainings it runs at once on this machine).
@@ -319,6 +365,10 @@ def _run_shared(workers: list[_Worker], repeats: int) -> list[list[float]]:
     return out
 
 
+#: The per-step measurements a ratio entry may hold (``batches`` holds the sweep's).
+MEASUREMENT_KEYS = ("train_step_alone", "train_step_shared", "inference")
+
+
 def _ready(arm: dict) -> float:
     """Seconds an arm spends getting ready beyond steady steps (compile included)."""
     return arm.get("startup_overhead_s", arm["compile_s"])
@@ -361,6 +411,8 @@ def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
             if a["mode"] != REFERENCE and same is not None:
                 ready, ready_off = _ready(a), _ready(same)
                 r["xla"] = _step_ratios(same, a)
+                if "batches" in a and "batches" in same:
+                    r["xla"]["batches"] = _batch_ratios(same, a)
                 if a.get("infer_batch_samples_s") and same.get("infer_batch_samples_s"):
                     r["xla"]["inference"] = bootstrap_ratio(same["infer_batch_samples_s"], a["infer_batch_samples_s"])
                 r["compile_extra_s"] = ready - ready_off
@@ -445,7 +497,11 @@ def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
             if key in r:
                 metrics[f"{key}_speedup"] = r[key]["ratio"]
         for key, same in r.get("xla", {}).items():
-            metrics[f"{key}_speedup_xla"] = same["ratio"]
+            if key in MEASUREMENT_KEYS:
+                metrics[f"{key}_speedup_xla"] = same["ratio"]
+        for kind, sizes in r.get("xla", {}).get("batches", {}).items():
+            for b, same in sizes.items():
+                metrics[f"{kind}_batch_{b}_speedup_xla"] = same["ratio"]
         for key, same in r.get("vs_float32", {}).items():
             metrics[f"{key}_speedup_vs_float32"] = same["ratio"]
         for key in ("break_even_steps", "compile_extra_s"):

@@ -13,6 +13,7 @@ from ptycho.study.arms import MODEL_WORDS
 from ptycho.study.bench.coordinator import arm_key, fastest, precision_of
 from ptycho.study.bench.machine import flags_words
 from ptycho.study.bench.roofline import compute_dtype
+from ptycho.study.stats import quartiles
 from ptycho.study.tables import Table, fmt, to_text
 
 #: A dtype the hardware accelerates has a peak at least this many times float32's: a
@@ -258,6 +259,93 @@ def tables(bench: Mapping) -> list[Table]:
     ]
 
 
+def _batch_points(bench: Mapping, a: Mapping) -> list[tuple[str, int, Mapping, Mapping | None]]:
+    """(kind, batch size, the arm's timing, XLA's ratio vs off at its precision) of every
+    batch size the arm was timed at: the sweep's and the study's own batch (the main
+    measurement), in size order per kind."""
+    from ptycho.study.bench.coordinator import xla_ratio
+
+    entry = bench.get("ratios", {}).get(a["model"], {}).get(arm_key(a), {})
+    ratios = (entry.get("xla") or {}).get("batches", {})
+    points = []
+    for kind in ("train", "infer"):
+        sizes = {int(b): (rec, ratios.get(kind, {}).get(b)) for b, rec in a.get("batches", {}).get(kind, {}).items()}
+        if sizes and a.get("batch_size"):
+            if kind == "train":
+                sizes.setdefault(int(a["batch_size"]), (a["step_s"], xla_ratio(entry, "train_step_alone")))
+            elif a.get("infer_batch_samples_s"):
+                own = quartiles(a["infer_batch_samples_s"])
+                sizes.setdefault(int(a["batch_size"]), (own, xla_ratio(entry, "inference")))
+        points += [(kind, b, rec, r) for b, (rec, r) in sorted(sizes.items())]
+    return points
+
+
+def batch_table(bench: Mapping) -> Table:
+    """XLA's own effect by batch size, alone: each swept arm's time per call and per
+    sample, and each XLA mode vs ``off`` at the same precision and batch size."""
+    rows = []
+    for a in bench.get("arms", []):
+        for kind, b, rec, r in _batch_points(bench, a):
+            rows.append(
+                [
+                    a["model"],
+                    a["mode"],
+                    _short(precision_of(a)),
+                    "training step" if kind == "train" else "inference batch",
+                    str(b),
+                    _ms(rec),
+                    fmt(1e3 * rec["median"] / b),
+                    _interval(r) if a["mode"] != REFERENCE else "(reference)",
+                ]
+            )
+    return (
+        "XLA's own effect by batch size, alone (each mode vs off at the same precision and batch; the study's "
+        "own batch is the main measurement)",
+        ["model", "mode", "precision", "what", "batch", "median ms", "ms per sample", "XLA vs off"],
+        rows,
+    )
+
+
+def batch_words(bench: Mapping) -> str:
+    """Where XLA's own effect grows or vanishes with the batch, in one sentence: per swept
+    XLA mode, its ratio vs ``off`` at the same precision at each batch size; and the
+    inference batch with the highest throughput (a recommendation for this machine)."""
+    parts, best = [], None
+    for a in bench.get("arms", []):
+        points = _batch_points(bench, a)
+        if a["model"] != "pinn" or not points:
+            continue
+        for kind, b, rec, _ in points:
+            if kind == "infer" and (best is None or rec["median"] / b < best[0]):
+                best = (rec["median"] / b, a, b)
+        if a["mode"] == REFERENCE:
+            continue
+        by_kind = {}
+        for kind, b, _, r in points:
+            if r:
+                by_kind.setdefault(kind, []).append(f"{b}: {fmt(r['ratio'])}x")
+        if by_kind:
+            parts.append(
+                f"{a['mode']} at {_short(precision_of(a))}: "
+                + "; ".join(
+                    f"{'training' if k == 'train' else 'inference'} batch {', '.join(v)}" for k, v in by_kind.items()
+                )
+            )
+    if not parts:
+        return ""
+    text = "XLA's own per-step effect by batch size (alone, vs off at the same precision and batch): " + " | ".join(
+        parts
+    )
+    if best:
+        per_s, a, b = best
+        text += (
+            f". Highest PINN inference throughput here: {a['mode']} at {_short(precision_of(a))} with batch {b} "
+            f"({fmt(1 / per_s)} pattern groups/s); a training batch also changes the optimisation, so no training "
+            "batch is recommended on speed alone"
+        )
+    return text
+
+
 def arm_words(bench: Mapping, model: str, key: str) -> str:
     """An arm of ``model`` (its :func:`~ptycho.study.bench.coordinator.arm_key`) in words:
     ``"jit"`` at float32, ``"jit at bf16"`` otherwise."""
@@ -320,4 +408,8 @@ def format_table(result: Mapping) -> str:
                 f"{_short(entry.get('precision', REFERENCE_PRECISION))})"
             )
     words += [roofline_words(result)] if roofline_words(result) else []
+    words += [batch_words(result)] if batch_words(result) else []
+    if batch_table(result)[2]:
+        title, header, rows = batch_table(result)
+        parts.append(f"{title}\n{to_text(header, rows)}")
     return "\n\n".join([*parts, "\n".join(words)] if words else parts)

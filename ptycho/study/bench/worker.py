@@ -76,6 +76,7 @@ class _WorkerArm:
         self.trainer = Trainer(
             self.model_cfg, self.train_cfg, ds.n, self.data.inputs.shape[-1], ds.probe, self.data.physics
         )
+        self.n, self.probe = ds.n, ds.probe  # for the batch sweep's trainers
         self.rng = np.random.default_rng(self.train_cfg.seed)  # same seed in every arm: the same batches
         self.baseline_rss_mb = rss_mb()
 
@@ -89,10 +90,46 @@ class _WorkerArm:
             "gpus": len(tf.config.list_physical_devices("GPU")),
         }
 
-    def _batch(self):
-        d, bs = self.data, self.train_cfg.batch_size
-        idx = self.rng.choice(len(d.inputs), bs, replace=False)
+    def _batch(self, batch_size: int | None = None):
+        d, bs = self.data, batch_size or self.train_cfg.batch_size
+        idx = self.rng.choice(len(d.inputs), bs, replace=len(d.inputs) < bs)
         return d.inputs[idx], d.offsets[idx], {k: v[idx] for k, v in d.targets.items()}
+
+    def sweep_setup(self, train_sizes: list[int], infer_sizes: list[int]) -> dict:
+        """A trainer per training batch size and a predictor per inference batch size (a
+        compiled step is traced for one shape only), each compiled by a first, timed call."""
+        import dataclasses
+
+        from ptycho.nets.infer import Predictor
+        from ptycho.nets.train import Trainer
+
+        self.sweep_trainers, self.sweep_predictors, compile_s = {}, {}, {"train": {}, "infer": {}}
+        channels = self.data.inputs.shape[-1]
+        for b in train_sizes:
+            cfg = dataclasses.replace(self.train_cfg, batch_size=b)
+            trainer = Trainer(self.model_cfg, cfg, self.n, channels, self.probe, self.data.physics)
+            self.sweep_trainers[b] = trainer
+            compile_s["train"][b] = self.sweep_train(b)
+        for b in infer_sizes:
+            self.sweep_predictors[b] = Predictor(self.trainer.network, b, self.train_cfg.xla)
+            compile_s["infer"][b] = self.sweep_infer(b)
+            self.sweep_infer(b)  # auto-clustering compiles lazily, after a cluster's first runs
+        return compile_s
+
+    def sweep_train(self, batch_size: int) -> float:
+        """Seconds of one train step at ``batch_size``."""
+        b = self._batch(batch_size)
+        t0 = time.perf_counter()
+        float(self.sweep_trainers[batch_size].train_step(*b))
+        return time.perf_counter() - t0
+
+    def sweep_infer(self, batch_size: int) -> float:
+        """Seconds of one full inference batch of ``batch_size`` pattern groups."""
+        idx = self.rng.choice(len(self.data.inputs), batch_size, replace=len(self.data.inputs) < batch_size)
+        x = self.data.inputs[idx]
+        t0 = time.perf_counter()
+        self.sweep_predictors[batch_size](x)
+        return time.perf_counter() - t0
 
     def step(self) -> float:
         b = self._batch()

@@ -236,6 +236,12 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
     )
 
 
+def _batch_words(bench: Mapping[str, Any]) -> str:
+    from ptycho.study.bench import batch_words
+
+    return batch_words(bench)
+
+
 def cross_check(bench: Mapping[str, Any], train_timings: Mapping[str, Mapping]) -> dict[str, dict]:
     """The benchmark's pipeline-schedule step medians against the training jobs' own (same
     mode and precision, every seed): ``agree`` when the bench's median lies within the
@@ -343,6 +349,7 @@ def speedup(
             "per_step": per_step,
             "precision": precision_finding(bench, records),
             "recommendation": recommendation(bench, context),
+            "batch": _batch_words(bench),
             "cross_check": checked,
             "cross_check_words": _cross_check_words(checked),
             "bench": bench,
@@ -376,7 +383,13 @@ def text(report: Mapping) -> str:
     ev = item["evidence"]
     roof = roofline_words(ev.get("bench", {}))
     machine = machine_line(ev.get("machine", {}))
-    parts = [item["summary"], ev.get("cross_check_words"), ev.get("precision"), ev.get("recommendation")]
+    parts = [
+        item["summary"],
+        ev.get("cross_check_words"),
+        ev.get("batch"),
+        ev.get("precision"),
+        ev.get("recommendation"),
+    ]
     text = ". ".join(p for p in parts if p)
     return f"{text}. {roof + ' ' if roof else ''}Benchmark machine: {machine}."
 
@@ -458,13 +471,11 @@ def training_table(report: Mapping) -> Table:
 
 
 def tables(report: Mapping) -> list[Table]:
+    from ptycho.study.bench import batch_table
     from ptycho.study.bench import tables as bench_tables
 
-    return [
-        ttq_table(report),
-        *bench_tables(report["items"]["speedup"]["evidence"].get("bench", {})),
-        training_table(report),
-    ]
+    bench = report["items"]["speedup"]["evidence"].get("bench", {})
+    return [ttq_table(report), *bench_tables(bench), batch_table(bench), training_table(report)]
 
 
 def _figure(kind: str):
