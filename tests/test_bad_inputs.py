@@ -519,6 +519,22 @@ CATALOGUE: list[Row] = [
         message="argument --gridsize: invalid choice: 3 (choose from 1, 2)",
     ),
     Row(
+        "cli-bench-zero-batch",
+        "cli",
+        "`ptycho bench --train-batches 0` (a batch of no samples)",
+        "cli",
+        args=("bench", "--train-batches", "0", "--out", "b.json"),
+        message="argument --train-batches: expected a whole number of at least 1, got '0'",
+    ),
+    Row(
+        "cli-check-margin-out-of-range",
+        "cli",
+        "`ptycho check speedup --margin 5` (the time-to-quality margin is a fraction of the loss drop)",
+        "cli",
+        args=("check", "speedup", "--threshold", "1", "--bench", "b.json", "--margin", "5", "--out", "s.json"),
+        message="argument --margin: expected a number from 0 to 1, got '5'",
+    ),
+    Row(
         "cli-same-output-twice",
         "cli",
         "`ptycho simulate --train t.h5 --test ./t.h5`",

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from ptycho.cli.declare import Live, arg, command
-from ptycho.cli.values import json_object, mode, precision, study_config
+from ptycho.cli.values import fraction, json_object, mode, positive_int, precision, study_config
 from ptycho.config import choices, spec
 from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS
 from ptycho.nets.precision import PRECISIONS
@@ -77,7 +77,7 @@ _STUDY_DEFAULT = "(default: the study's)"
     ),
     arg(
         "--shared-jobs",
-        type=int,
+        type=positive_int,
         help="arms stepping at once in the shared context: the trainings the workflow runs at once "
         "(default: every arm at once)",
     ),
@@ -85,13 +85,13 @@ _STUDY_DEFAULT = "(default: the study's)"
     arg(
         "--train-batches",
         nargs="*",
-        type=int,
+        type=positive_int,
         help="training batch sizes timed beside the study's, alone (default: the study's bench.train_batches)",
     ),
     arg(
         "--infer-batches",
         nargs="*",
-        type=int,
+        type=positive_int,
         help="inference batch sizes timed beside the study's (default: the study's bench.infer_batches)",
     ),
     arg(
@@ -209,7 +209,7 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
     ),
     arg(
         "--margin",
-        type=float,
+        type=fraction,
         default=checklist.Inputs.margin,
         help="the time-to-quality target: the reference's final validation loss plus this fraction of its "
         "loss drop (speedup; the study passes thresholds.convergence_max_rel)",

@@ -22,6 +22,28 @@ def boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def positive_int(text: str) -> int:
+    """A whole number of at least 1 (a count, a batch size)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number from 0 to 1 (a margin, a share)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return value
+
+
 def mode(text: str) -> str:
     """An XLA mode (:func:`ptycho.nets.xla.parse_mode`)."""
     from ptycho.nets.xla import parse_mode
