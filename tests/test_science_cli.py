@@ -231,6 +231,16 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         4,
         "--component-repeats",
         2,
+        "--train-batches",
+        4,
+        "--infer-batches",
+        2,
+        "--batch-repeats",
+        3,
+        "--sweep-precisions",
+        "float32",
+        "--shared-jobs",
+        2,
         "--out",
         t / "bench.json",
     )
@@ -243,6 +253,9 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         assert set(a["components"]) == {"network", "physics", "optimizer"}
         assert a["peak_rss_mb"] >= a["baseline_rss_mb"] > 0 and a["traces"]["train"] == 1
         assert a["infer_patterns_per_s"] > 0 and a["naive_patterns_per_s"] > 0
+        assert a["batches"]["train"]["4"]["n"] == 3 and a["batches"]["infer"]["2"]["n"] == 3  # the batch sweep
+    assert bench["contexts"]["shared"]["jobs"] == 2  # the pipeline's schedule: two trainings at once
+    assert set(bench["ratios"]["pinn"]["jit"]["xla"]["batches"]) == {"train", "infer"}
     assert set(bench["ratios"]["pinn"]) == {"off", "jit", "physics"} and set(bench["contexts"]) == {"alone", "shared"}
     assert "XLA's own effect on the PINN train step, alone" in r.stdout and "break-even" in r.stdout
     trained = json.loads(models[0].read_text())
@@ -264,7 +277,9 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         assert all(0 <= c["max_abs"] < 1e-4 for c in r["comparisons"].values())
     speed = json.loads((t / "checks" / "speedup.json").read_text())["evidence"]["intervals"]
     assert set(speed) == {
-        f"PINN {m}, {w}" for m in ("jit", "physics") for w in ("train step alone", "train step shared", "inference")
+        f"PINN {m} vs off at fp32, {w}"
+        for m in ("jit", "physics")
+        for w in ("train step alone", "train step, pipeline's schedule", "inference")
     }
 
     # The conventional solver beside them: both modes from a flat start, and warm-started
