@@ -264,12 +264,6 @@ def answer(report: Mapping) -> list[str]:
     return [speed_sentence(report), quality_sentence(report), precision_sentence(report)]
 
 
-def first_lines(report: Mapping) -> str:
-    """The answer under the verdict: the three sentences (:func:`answer`), then
-    :func:`rest_lines`."""
-    return " ".join([*answer(report), rest_lines(report)]).strip()
-
-
 def rest_lines(report: Mapping) -> str:
     """What follows the three sentences: the items whose evidence is INCONCLUSIVE, the
     recommendation, the solver's sentence and any failed training."""
@@ -354,7 +348,8 @@ def markdown(report: Mapping) -> str:
         provenance_line(report),
         f"**{report['question']}**",
         f"## Verdict: {report['verdict']}",
-        first_lines(report),
+        *answer(report),
+        *[rest_lines(report)] * bool(rest_lines(report)),
         table(*checklist_table(report)),
     ]
     for _, title, text, tables in sections(report):

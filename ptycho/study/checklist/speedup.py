@@ -229,10 +229,16 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
     if best is None:
         return ""
     arm, r = best
+    entry = bench["ratios"]["pinn"][arm]
+    reduced = entry.get("precision", REFERENCE_PRECISION) != REFERENCE_PRECISION
+    xla = entry.get("mode", REFERENCE) != REFERENCE
+    whose = {(True, True): "XLA and precision together", (True, False): "the precision's alone"}.get(
+        (reduced, xla), "XLA's alone"
+    )
     return (
         f"Recommendation for this machine ({machine_line(bench.get('machine', {}))}): the fastest PINN "
         f"configuration per step {CONTEXT_WORDS.get(context, context)} is {arm_words(bench, 'pinn', arm)}, "
-        f"{_interval(r)} {REFERENCE} at {_at(REFERENCE_PRECISION)}, XLA and precision together"
+        f"{_interval(r)} {REFERENCE} at {_at(REFERENCE_PRECISION)} ({whose})"
     )
 
 
