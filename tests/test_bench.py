@@ -542,7 +542,7 @@ def test_a_precision_that_is_faster_without_xla_does_not_pass_the_speed_item():
     ev = rec["evidence"]
     assert ev["precision"].startswith("Precision's own effect (not XLA's")
     assert "bf16 vs fp32 with off, per step: 2.00x (95% CI" in ev["precision"]
-    assert ev["recommendation"].startswith("Recommendation for this machine")
+    assert ev["recommendation"].startswith("Recommendation for this machine kind (Test CPU")
     assert "is off at bf16, 2.00x (95% CI" in ev["recommendation"] and "(the precision's alone)" in ev["recommendation"]
 
 

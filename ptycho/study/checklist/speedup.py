@@ -223,7 +223,7 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
     recommendation (it is not XLA's effect); empty without a benchmark."""
     from ptycho.study.bench import arm_words
     from ptycho.study.bench.coordinator import fastest_overall
-    from ptycho.study.bench.machine import machine_line
+    from ptycho.study.bench.machine import flags_words
 
     best = fastest_overall(bench, "pinn", context)
     if best is None:
@@ -236,7 +236,8 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
         (reduced, xla), "XLA's alone"
     )
     return (
-        f"Recommendation for this machine ({machine_line(bench.get('machine', {}))}): the fastest PINN "
+        f"Recommendation for this machine kind ({bench.get('machine', {}).get('cpu', 'CPU not recorded')}"
+        f"{flags_words(bench.get('machine', {}))}): the fastest PINN "
         f"configuration per step {CONTEXT_WORDS.get(context, context)} is {arm_words(bench, 'pinn', arm)}, "
         f"{_interval(r)} {REFERENCE} at {_at(REFERENCE_PRECISION)} ({whose})"
     )
