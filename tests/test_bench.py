@@ -540,7 +540,7 @@ def test_a_precision_that_is_faster_without_xla_does_not_pass_the_speed_item():
     rec = speedup(_record(arms), 1.0)
     assert rec["status"] == "FAIL" and rec["value"] < 1.0  # bfloat16's 2x is not XLA's
     ev = rec["evidence"]
-    assert ev["precision"].startswith("Precision's own effect (not XLA's")
+    assert ev["precision"].startswith("Precision: its own effect, not XLA's")
     assert "bf16 vs fp32 with off, per step: 2.00x (95% CI" in ev["precision"]
     assert ev["recommendation"].startswith("Recommendation for this machine kind (Test CPU")
     assert "is off at bf16, 2.00x (95% CI" in ev["recommendation"] and "(the precision's alone)" in ev["recommendation"]

@@ -256,7 +256,7 @@ def precision_sentence(report: Mapping) -> str:
     if not words and not outcomes:
         return "Precision: only float32 was measured."
     quality = f"; quality {'; '.join(outcomes)}" if outcomes else ""
-    return f"{words or 'Precision (not XLA): no per-step timing'}{quality}."
+    return f"{words or 'Precision: no per-step timing of a reduced precision'}{quality}."
 
 
 def answer(report: Mapping) -> list[str]:

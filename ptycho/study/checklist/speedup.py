@@ -215,7 +215,7 @@ def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, Mappin
             parts.append(f"in time to quality, {_ttq_words(c, 1.0)}")
     if not parts:
         return ""
-    return "Precision's own effect (not XLA's; the same mode at float32 as reference): " + "; ".join(parts)
+    return "Precision: its own effect, not XLA's (each precision vs float32 in the same mode): " + "; ".join(parts)
 
 
 def recommendation(bench: Mapping[str, Any], context: str) -> str:
