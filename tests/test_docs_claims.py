@@ -47,6 +47,14 @@ def test_the_readme_and_the_snakefile_give_the_same_minutes_for_the_default_run(
     assert snakefile and snakefile.group(1) == readme == timing.group(1)
 
 
+def test_the_readmes_minutes_cover_the_last_measured_run():
+    """docs/timing.md records the last fresh-clone `make all`; the README rounds it up."""
+    readme = int(re.search(r"make all +# .*\(about (\d+) min on 2 cores\)", README).group(1))
+    measured = re.search(r"`make all` on a 2-core machine: (\d+) min (\d+) s", (ROOT / "docs/timing.md").read_text())
+    minutes = int(measured.group(1)) + int(measured.group(2)) / 60
+    assert minutes <= readme < minutes + 5
+
+
 @pytest.mark.slow
 def test_the_slurm_profile_counts_the_default_studys_cluster_jobs(tmp_path):
     """Every job of a dry run but the local rules (and the 'all' target) goes to SLURM."""

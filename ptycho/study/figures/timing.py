@@ -418,10 +418,8 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]], axis: st
         from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
         several = several_precisions([REFERENCE_PRECISION, *(r.precision for r in rows)])  # off at float32 too
-        if axis == "precision":
-            reference = f"{PRECISION_WORDS[REFERENCE_PRECISION]} (same mode)"
-        else:
-            reference = f"{REFERENCE} (same precision)" if several else REFERENCE
+        # The title says what is held fixed; the strip and the axis name the reference only.
+        reference = PRECISION_WORDS[REFERENCE_PRECISION] if axis == "precision" else REFERENCE
         finite = [v for r in rows for v in (r.ratio, r.low, r.high) if math.isfinite(v)]
         half = max([abs(math.log(v)) for v in finite] + [math.log(1.3)]) * 1.18
         lo, hi = math.exp(-half), math.exp(half)
