@@ -584,7 +584,7 @@ def test_the_batch_sweep_gives_xlas_own_ratio_at_each_batch_size():
         _swept(_arm("pinn", "jit", 0.080, 5.0, precision="float32"), {2: 0.04, 32: 0.2}, {1: 0.001, 256: 0.4}),
     ]
     record = _record(arms)
-    xla = record["ratios"]["pinn"]["jit"]["xla"]["batches"]
+    xla = record["ratios"]["pinn"]["jit"]["xla_batches"]
     assert xla["train"]["2"]["ratio"] == pytest.approx(1.0) and xla["train"]["32"]["ratio"] == pytest.approx(2.0)
     assert xla["infer"]["1"]["ratio"] == pytest.approx(2.0) and xla["infer"]["256"]["ratio"] == pytest.approx(0.5)
     title, header, rows = batch_table(record)

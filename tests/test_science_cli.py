@@ -255,7 +255,7 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         assert a["infer_patterns_per_s"] > 0 and a["naive_patterns_per_s"] > 0
         assert a["batches"]["train"]["4"]["n"] == 3 and a["batches"]["infer"]["2"]["n"] == 3  # the batch sweep
     assert bench["contexts"]["shared"]["jobs"] == 2  # the pipeline's schedule: two trainings at once
-    assert set(bench["ratios"]["pinn"]["jit"]["xla"]["batches"]) == {"train", "infer"}
+    assert set(bench["ratios"]["pinn"]["jit"]["xla_batches"]) == {"train", "infer"}
     assert set(bench["ratios"]["pinn"]) == {"off", "jit", "physics"} and set(bench["contexts"]) == {"alone", "shared"}
     assert "XLA's own effect on the PINN train step, alone" in r.stdout and "break-even" in r.stdout
     trained = json.loads(models[0].read_text())

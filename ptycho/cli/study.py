@@ -73,7 +73,7 @@ _STUDY_DEFAULT = "(default: the study's)"
     arg(
         "--shared-threads",
         type=int,
-        help="intra-op threads per arm when all arms share the cores (default: the study's train_threads)",
+        help="intra-op threads per arm in the pipeline's schedule (default: the study's train_threads)",
     ),
     arg(
         "--shared-jobs",

@@ -9,15 +9,15 @@ quality, speedup}``, each with ``status``, ``value``, ``threshold`` and ``eviden
 from __future__ import annotations
 
 import base64
-import html
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ptycho.nets.precision import SHORT
+from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.study import checklist
+from ptycho.study.arms import Pair
 from ptycho.study.bench.machine import machine_line
 from ptycho.study.tables import fmt, to_html, to_markdown
 
@@ -185,11 +185,10 @@ def speed_sentence(report: Mapping) -> str:
     """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
     quality vs ``off`` at that precision with its interval, where it was timed, and the
     plain outcome (faster, SLOWER, no measurable effect)."""
-    from ptycho.study.checklist.speedup import _effect_words, _interval
+    from ptycho.study.checklist.speedup import effect_words, ratio_words
 
     item = report["items"]["speedup"]
     ev = item["evidence"]
-    threshold = item["threshold"]
     xla = [c for c in ev.get("time_to_quality", {}).values() if c["axis"] == "mode" and c["model"] == "pinn"]
     xla = [c for c in xla if math.isfinite(_num(c.get("ratio")))]
     if xla:
@@ -199,11 +198,11 @@ def speed_sentence(report: Mapping) -> str:
                 best[c["precision"]] = c
         parts = []
         for precision, c in best.items():
-            outcome = "INCONCLUSIVE" if c.get("inconclusive") else _effect_words(c, threshold)
+            outcome = "INCONCLUSIVE" if c.get("inconclusive") else effect_words(c)
             n = len(c.get("arm", []))
             parts.append(
                 f"at {SHORT.get(precision, precision)} the best mode, {c['mode']}, reaches the PINN's quality target at "
-                f"{_interval(c)} off's speed ({n} seed{'s' * (n != 1)}; {c['per_step']:.2f}x per step): {outcome}"
+                f"{ratio_words(c)} off's speed ({n} seed{'s' * (n != 1)}; {c['per_step']:.2f}x per step): {outcome}"
             )
         return (
             "Speed: XLA vs off at the same precision, time to quality in the pipeline's schedule: "
@@ -216,15 +215,27 @@ def speed_sentence(report: Mapping) -> str:
     return "Speed: not measured (no PINN timings of off and an XLA mode at the same precision)."
 
 
+def _pinn_comparisons(report: Mapping, axis: str) -> list[tuple[Pair, Mapping]]:
+    """The quality item's across-seed comparisons of the PINN along ``axis`` ("mode" or
+    "precision"), each with its :class:`~ptycho.study.arms.Pair` (from the arms, never
+    from parsing the evidence's keys)."""
+    from ptycho.study.checklist.seeds import seed_groups
+
+    comparisons = report["items"]["quality"]["evidence"].get("comparisons", {})
+    return [
+        (g.pair, comparisons[g.key])
+        for g in seed_groups(report.get("arms", {}))
+        if g.key in comparisons and g.pair.axis == axis and g.pair.arm.model == "pinn"
+    ]
+
+
 def quality_sentence(report: Mapping) -> str:
     """XLA's own effect on the reconstructions in one sentence: each PINN mode vs ``off``
     at the same precision, amplitude and phase SSIM, outcome and 90 % interval."""
-    ev = report["items"]["quality"]["evidence"]
     parts = []
-    for key, c in ev.get("comparisons", {}).items():
-        if not key.startswith("pinn-") or "-vs-" in key:
-            continue
-        label = key.removeprefix("pinn-").replace("-", " at ", 1)
+    for pair, c in _pinn_comparisons(report, "mode"):
+        arm = pair.arm
+        label = arm.mode if arm.precision == REFERENCE_PRECISION else f"{arm.mode} at {SHORT[arm.precision]}"
         metrics = []
         for metric, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")):
             m = c.get(metric)
@@ -245,13 +256,11 @@ def quality_sentence(report: Mapping) -> str:
 
 def precision_sentence(report: Mapping) -> str:
     """The precision's own effect (never counted as XLA's) in one sentence."""
-    ev = report["items"]["speedup"]["evidence"]
-    q = report["items"]["quality"]["evidence"].get("comparisons", {})
-    words = ev.get("precision") or ""
+    words = report["items"]["speedup"]["evidence"].get("precision") or ""
     outcomes = [
-        f"{key.removeprefix('pinn-')}: amplitude {c['amp_ssim']['outcome']}, phase {c['phase_ssim']['outcome']}"
-        for key, c in q.items()
-        if key.startswith("pinn-") and "-vs-" in key and "amp_ssim" in c and "phase_ssim" in c
+        f"{pair.words()}: amplitude {c['amp_ssim']['outcome']}, phase {c['phase_ssim']['outcome']}"
+        for pair, c in _pinn_comparisons(report, "precision")
+        if "amp_ssim" in c and "phase_ssim" in c
     ]
     if not words and not outcomes:
         return "Precision: only float32 was measured."
@@ -292,16 +301,6 @@ def mlflow_url(report: Mapping) -> str:
     if not run or not uri.startswith(("http://", "https://")) or not exp:
         return ""
     return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run}"
-
-
-def checklist_html(report: Mapping) -> str:
-    """The checklist table, each item's name linking to its section."""
-    header, rows = checklist_table(report)
-    table = to_html(header, rows, status_col=1)
-    for name in report["items"]:
-        esc = html.escape(name)
-        table = table.replace(f"<tr><td>{esc}</td>", f'<tr><td><a href="#{esc}">{esc}</a></td>', 1)
-    return table
 
 
 def console_lines(report: Mapping, path: str | Path) -> list[str]:
@@ -409,7 +408,7 @@ def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
         contents=[("verdict", "Verdict"), ("checklist", "Checklist")]
         + [(s["id"], s["title"]) for s in body]
         + [("machine", "Machine and run")],
-        checklist=checklist_html(report),
+        checklist=checklist_table(report),
         sections=body,
         machine=machine_line(report.get("machine", {})),
         generated=report["generated_utc"],

@@ -91,11 +91,7 @@ def runs_of(metas: Sequence[Mapping]) -> list[Run]:
         if m.get("status") == "FAILED" or not history or not timing.get("step_times_s"):
             continue
         train = m["train"]
-        epochs = len(history)
-        timed = len(timing["step_times_s"]) + 1  # the first step is the compile
-        steps = max(1, int(round(timed / epochs)))
-        if m.get("n_train") and train.get("batch_size"):
-            steps = max(1, int(m["n_train"]) // int(train["batch_size"]))
+        steps = max(1, int(m["n_train"]) // int(train["batch_size"]))  # as training splits its epochs
         initial = m.get("initial_val_loss")
         out.append(
             Run(
@@ -154,6 +150,8 @@ def compare(
     if not arm or not reference:
         return {"ratio": nan, "low": nan, "high": nan, "inconclusive": True, "arm": [], "reference": [], "missed": {}}
     goal = target(reference, margin)
+    arm = sorted(arm, key=lambda r: r.seed)
+    reference = sorted(reference, key=lambda r: r.seed)
     reach_a = [r.reach(goal) for r in arm]
     reach_r = [r.reach(goal) for r in reference]
 
@@ -169,15 +167,12 @@ def compare(
     # Bootstrap: seeds resampled (jointly when paired), each picked seed's median step
     # time from a resample of its own steps.
     rng = np.random.default_rng(seed)
-    paired = sorted(r.seed for r in arm) == sorted(r.seed for r in reference)
-    arm_sorted = sorted(arm, key=lambda r: r.seed)
-    ref_sorted = sorted(reference, key=lambda r: r.seed)
-    steps_a = np.array([r.reach(goal)["steps"] for r in arm_sorted], dtype=np.float64)
-    steps_r = np.array([r.reach(goal)["steps"] for r in ref_sorted], dtype=np.float64)
-    med_a = np.stack([_boot_medians(r, resamples, rng) for r in arm_sorted], axis=1)  # (B, seeds)
-    med_r = np.stack([_boot_medians(r, resamples, rng) for r in ref_sorted], axis=1)
-    idx_a = rng.integers(0, len(arm_sorted), (resamples, len(arm_sorted)))
-    idx_r = idx_a if paired else rng.integers(0, len(ref_sorted), (resamples, len(ref_sorted)))
+    paired = [r.seed for r in arm] == [r.seed for r in reference]
+    steps_a, steps_r = col(reach_a, "steps"), col(reach_r, "steps")
+    med_a = np.stack([_boot_medians(r, resamples, rng) for r in arm], axis=1)  # (B, seeds)
+    med_r = np.stack([_boot_medians(r, resamples, rng) for r in reference], axis=1)
+    idx_a = rng.integers(0, len(arm), (resamples, len(arm)))
+    idx_r = idx_a if paired else rng.integers(0, len(reference), (resamples, len(reference)))
     rows = np.arange(resamples)[:, None]
     boot_a = _centre(steps_a[idx_a] * med_a[rows, idx_a])
     boot_r = _centre(steps_r[idx_r] * med_r[rows, idx_r])

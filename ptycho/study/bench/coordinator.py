@@ -13,9 +13,11 @@ sequence. Measured:
 * alone: ``repeats`` train steps per arm after ``warmup``, the arms' steps INTERLEAVED
   (one arm steps while the others wait, in alternating order), each worker using
   ``threads`` intra-op threads: load drift hits every arm alike;
-* shared: every arm's step loop running at once, each with ``shared_threads``
-  threads, the way the pipeline's training jobs share the machine; samples are kept
-  only while all loops run (the loops stop together when the slowest has ``repeats``);
+* shared, the pipeline's schedule: ``shared_jobs`` arms' step loops at once (the
+  trainings the workflow runs at once here), each with ``shared_threads`` threads, in
+  two rounds with shifted partners (:func:`_run_scheduled`); samples are kept only while
+  the group's loops all run;
+* the batch sweep (alone): train steps and inference batches at other batch sizes;
 * components (alone): the step cut into the network's forward + backward, the physics
   head (with the loss) forward + backward, and the optimiser update, each a timed
   sub-function compiled under the arm's mode;
@@ -65,7 +67,7 @@ class BenchConfig:
     infer_samples: int = 256
     naive_samples: int = 32
     threads: int = 0  #: intra-op threads per worker alone; 0 = all cores
-    shared: bool = True  #: also time every arm's loop at once
+    shared: bool = True  #: also time the arms in the pipeline's schedule (``shared_jobs`` at once)
     shared_threads: int = 1  #: intra-op threads per worker when shared (the pipeline's train_threads)
     #: arms stepping at once when shared: the trainings the workflow runs at once on this
     #: machine (cores // train_threads); 0 = every arm at once
@@ -74,7 +76,7 @@ class BenchConfig:
     #: own, for the arms at ``sweep_precisions`` (empty: every precision); none: no sweep
     train_batches: tuple[int, ...] = ()
     infer_batches: tuple[int, ...] = ()
-    batch_repeats: int = 8
+    batch_repeats: int = _BENCH["batch_repeats"]
     sweep_precisions: tuple[str, ...] = ()
     peak_size: int = PEAK_SIZE  #: side of the square matrices whose product measures the machine's peak
 
@@ -365,10 +367,6 @@ def _run_shared(workers: list[_Worker], repeats: int) -> list[list[float]]:
     return out
 
 
-#: The per-step measurements a ratio entry may hold (``batches`` holds the sweep's).
-MEASUREMENT_KEYS = ("train_step_alone", "train_step_shared", "inference")
-
-
 def _ready(arm: dict) -> float:
     """Seconds an arm spends getting ready beyond steady steps (compile included)."""
     return arm.get("startup_overhead_s", arm["compile_s"])
@@ -387,7 +385,8 @@ def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
     """Per model and arm (:func:`arm_key`), three comparisons, each holding the other axis fixed:
 
     * ``xla`` (every mode but ``off``): speed relative to ``off`` at the SAME precision,
-      XLA's own effect, the one the speedup item judges;
+      XLA's own effect, the one the speedup item judges; ``xla_batches`` the same per
+      batch size of the sweep;
     * ``vs_float32`` (every reduced precision): speed relative to the same mode at
       float32, the precision's own effect, a finding of its own;
     * the top-level measurements: relative to ``off`` at float32, both axes at once: only
@@ -412,7 +411,7 @@ def ratios(arms: Sequence[dict]) -> dict[str, dict[str, dict]]:
                 ready, ready_off = _ready(a), _ready(same)
                 r["xla"] = _step_ratios(same, a)
                 if "batches" in a and "batches" in same:
-                    r["xla"]["batches"] = _batch_ratios(same, a)
+                    r["xla_batches"] = _batch_ratios(same, a)
                 if a.get("infer_batch_samples_s") and same.get("infer_batch_samples_s"):
                     r["xla"]["inference"] = bootstrap_ratio(same["infer_batch_samples_s"], a["infer_batch_samples_s"])
                 r["compile_extra_s"] = ready - ready_off
@@ -446,28 +445,25 @@ def fastest(result: Mapping, model: str = "pinn", context: str = "alone") -> tup
     """The XLA arm (:func:`arm_key`) with the highest train-step ratio vs ``off`` AT ITS OWN
     PRECISION in ``context`` (:func:`xla_ratio`), with its interval; ``None`` if no XLA mode
     was compared with ``off``. A precision's gain is never counted here."""
-    key = f"train_step_{context}"
-    arms = {}
-    for k, r in result.get("ratios", {}).get(model, {}).items():
-        found = xla_ratio(r, key)
-        if found is not None:
-            arms[k] = found
-    if not arms:
-        return None
-    best = max(arms, key=lambda k: arms[k]["ratio"])
-    return best, arms[best]
+    per = result.get("ratios", {}).get(model, {})
+    return _best({k: xla_ratio(r, f"train_step_{context}") for k, r in per.items()})
 
 
 def fastest_overall(result: Mapping, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
     """The configuration (mode and precision) with the highest train-step ratio vs ``off``
     at float32: a recommendation of what to run on this machine, both axes at once; it
     says nothing about XLA's own effect."""
-    key = f"train_step_{context}"
-    arms = {k: r[key] for k, r in result.get("ratios", {}).get(model, {}).items() if key in r}
-    if not arms:
+    per = result.get("ratios", {}).get(model, {})
+    return _best({k: r.get(f"train_step_{context}") for k, r in per.items()})
+
+
+def _best(candidates: Mapping[str, dict | None]) -> tuple[str, dict] | None:
+    """The key with the highest ratio among the measured candidates, and its ratio."""
+    measured = {k: r for k, r in candidates.items() if r is not None}
+    if not measured:
         return None
-    best = max(arms, key=lambda k: arms[k]["ratio"])
-    return best, arms[best]
+    best = max(measured, key=lambda k: measured[k]["ratio"])
+    return best, measured[best]
 
 
 def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
@@ -497,9 +493,8 @@ def arm_runs(result: Mapping[str, Any]) -> list[NestedRun]:
             if key in r:
                 metrics[f"{key}_speedup"] = r[key]["ratio"]
         for key, same in r.get("xla", {}).items():
-            if key in MEASUREMENT_KEYS:
-                metrics[f"{key}_speedup_xla"] = same["ratio"]
-        for kind, sizes in r.get("xla", {}).get("batches", {}).items():
+            metrics[f"{key}_speedup_xla"] = same["ratio"]
+        for kind, sizes in r.get("xla_batches", {}).items():
             for b, same in sizes.items():
                 metrics[f"{kind}_batch_{b}_speedup_xla"] = same["ratio"]
         for key, same in r.get("vs_float32", {}).items():

@@ -266,7 +266,7 @@ def _batch_points(bench: Mapping, a: Mapping) -> list[tuple[str, int, Mapping, M
     from ptycho.study.bench.coordinator import xla_ratio
 
     entry = bench.get("ratios", {}).get(a["model"], {}).get(arm_key(a), {})
-    ratios = (entry.get("xla") or {}).get("batches", {})
+    ratios = entry.get("xla_batches", {})
     points = []
     for kind in ("train", "infer"):
         sizes = {int(b): (rec, ratios.get(kind, {}).get(b)) for b, rec in a.get("batches", {}).get(kind, {}).items()}
@@ -407,9 +407,8 @@ def format_table(result: Mapping) -> str:
                 f"{arm_words(result, 'pinn', found[0])} ({_interval(found[1])} vs {REFERENCE} at "
                 f"{_short(entry.get('precision', REFERENCE_PRECISION))})"
             )
-    words += [roofline_words(result)] if roofline_words(result) else []
-    words += [batch_words(result)] if batch_words(result) else []
-    if batch_table(result)[2]:
-        title, header, rows = batch_table(result)
+    words += [w for w in (roofline_words(result), batch_words(result)) if w]
+    title, header, rows = batch_table(result)
+    if rows:
         parts.append(f"{title}\n{to_text(header, rows)}")
     return "\n\n".join([*parts, "\n".join(words)] if words else parts)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ptycho.config import defaults
 from ptycho.study.tables import Table
 
 
@@ -31,7 +32,7 @@ class Inputs:
     context: str = "alone"
     #: the convergence margin (thresholds.convergence_max_rel): widens the time-to-quality
     #: target by this fraction of the reference's loss drop (speedup)
-    margin: float = 0.05
+    margin: float = defaults("thresholds")["convergence_max_rel"]
 
 
 @dataclass(frozen=True)

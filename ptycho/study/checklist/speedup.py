@@ -69,18 +69,20 @@ def _steps(bench: Mapping[str, Any], model: str, context: str) -> int:
     return min(counts, default=0)
 
 
-def _interval(r: Mapping[str, Any]) -> str:
+def ratio_words(r: Mapping[str, Any]) -> str:
+    """``"1.06x (95% CI 0.99-1.15)"``, or the ratio alone without a finite interval."""
     if math.isfinite(r.get("low", math.nan)) and math.isfinite(r.get("high", math.nan)):
         return f"{r['ratio']:.2f}x (95% CI {r['low']:.2f}-{r['high']:.2f})"
     return f"{r['ratio']:.2f}x"
 
 
-def _effect_words(r: Mapping[str, Any], threshold: float) -> str:
-    """ "faster", "SLOWER" or "no measurable effect", from the interval against the threshold."""
+def effect_words(r: Mapping[str, Any]) -> str:
+    """ "faster", "SLOWER" or "no measurable effect": where the 95 % interval lies against 1
+    (the verdict compares its lower end with the threshold; this says what was measured)."""
     low, high = r.get("low", math.nan), r.get("high", math.nan)
     if not (math.isfinite(low) and math.isfinite(high)):
-        return "faster" if r["ratio"] > threshold else "not faster"
-    if low > threshold:
+        return "faster" if r["ratio"] > 1.0 else "not faster"
+    if low > 1.0:
         return "faster"
     if high < 1.0:
         return "SLOWER"
@@ -122,7 +124,7 @@ def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, dict]:
     return out
 
 
-def _ttq_words(c: Mapping[str, Any], threshold: float) -> str:
+def _ttq_words(c: Mapping[str, Any]) -> str:
     """``"physics at bf16 reaches the target 1.02x as fast as off at bf16 (95% CI
     0.95-1.09; 3 seeds paired; 1.01x per step, 1.00x the steps): no measurable effect"``."""
     if c["axis"] == "mode":
@@ -138,20 +140,16 @@ def _ttq_words(c: Mapping[str, Any], threshold: float) -> str:
         if s
     ]
     miss = f"; never reached the target: {'; '.join(missed)} (counted as the whole training)" if missed else ""
-    outcome = (
-        "INCONCLUSIVE (two seeds of one arm never reached the target)"
-        if c["inconclusive"]
-        else (_effect_words(c, threshold))
-    )
+    outcome = "INCONCLUSIVE (two seeds of one arm never reached the target)" if c["inconclusive"] else effect_words(c)
     return (
-        f"{who} reaches the target at {_interval(c)} the speed of {ref} "
+        f"{who} reaches the target at {ratio_words(c)} the speed of {ref} "
         f"({n} seed{'s' * (n != 1)}{' paired' if c['paired'] and n > 1 else ''}; {c['per_step']:.2f}x per step, "
         f"{1 / c['steps_ratio']:.2f}x the steps; with compilation {c['ratio_with_compile']:.2f}x{miss}): {outcome}"
     )
 
 
 # ------------------------------------------------------------------ per step (bench)
-def _bench_xla_words(bench: Mapping[str, Any], threshold: float) -> dict[str, str]:
+def _bench_xla_words(bench: Mapping[str, Any]) -> dict[str, str]:
     """Per context: the fastest XLA mode's per-step ratio vs ``off`` at its own precision."""
     from ptycho.study.bench import arm_words, fastest
 
@@ -164,14 +162,14 @@ def _bench_xla_words(bench: Mapping[str, Any], threshold: float) -> dict[str, st
         entry = bench["ratios"]["pinn"][arm]
         n = _steps(bench, "pinn", ctx)
         reliable = n >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r["low"]) and math.isfinite(r["high"])
-        how = _effect_words(r, threshold) if reliable else "too few steps for an interval"
+        how = effect_words(r) if reliable else "too few steps for an interval"
         foreign = bench["contexts"][ctx].get("foreign_load") or {}
         dirty = (
             f"; CONTAMINATED: other processes kept {foreign['foreign_cores']:.2f} of {foreign['of_cores']} cores busy"
             if foreign.get("contaminated")
             else ""
         )
-        ratio = _interval(r) if reliable else f"{r['ratio']:.2f}x"
+        ratio = ratio_words(r) if reliable else f"{r['ratio']:.2f}x"
         out[ctx] = (
             f"{CONTEXT_WORDS.get(ctx, ctx)}: {arm_words(bench, 'pinn', arm)} {ratio} "
             f"{REFERENCE} at {_at(entry.get('precision', REFERENCE_PRECISION))} ({how}, median of {n} steps per arm{dirty})"
@@ -205,14 +203,14 @@ def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, Mappin
             if r.get("mode") != REFERENCE or not vs:
                 continue
             steps = ", ".join(
-                f"{_interval(vs[k])} {CONTEXT_WORDS.get(k.removeprefix('train_step_'), k)}"
+                f"{ratio_words(vs[k])} {CONTEXT_WORDS.get(k.removeprefix('train_step_'), k)}"
                 for k in ("train_step_alone", "train_step_shared")
                 if k in vs
             )
             parts.append(f"{_at(r['precision'])} vs {_at(REFERENCE_PRECISION)} with {REFERENCE}, per step: {steps}")
     for c in ttq_records.values():
         if c["axis"] == "precision" and c["model"] == "pinn" and math.isfinite(c["ratio"]):
-            parts.append(f"in time to quality, {_ttq_words(c, 1.0)}")
+            parts.append(f"in time to quality, {_ttq_words(c)}")
     if not parts:
         return ""
     return "Precision: its own effect, not XLA's (each precision vs float32 in the same mode): " + "; ".join(parts)
@@ -239,17 +237,11 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
         f"Recommendation for this machine kind ({bench.get('machine', {}).get('cpu', 'CPU not recorded')}"
         f"{flags_words(bench.get('machine', {}))}): the fastest PINN "
         f"configuration per step {CONTEXT_WORDS.get(context, context)} is {arm_words(bench, 'pinn', arm)}, "
-        f"{_interval(r)} {REFERENCE} at {_at(REFERENCE_PRECISION)} ({whose})"
+        f"{ratio_words(r)} {REFERENCE} at {_at(REFERENCE_PRECISION)} ({whose})"
     )
 
 
-def _batch_words(bench: Mapping[str, Any]) -> str:
-    from ptycho.study.bench import batch_words
-
-    return batch_words(bench)
-
-
-def cross_check(bench: Mapping[str, Any], train_timings: Mapping[str, Mapping]) -> dict[str, dict]:
+def cross_check(bench: Mapping[str, Any], metas: Sequence[Mapping]) -> dict[str, dict]:
     """The benchmark's pipeline-schedule step medians against the training jobs' own (same
     mode and precision, every seed): ``agree`` when the bench's median lies within the
     range of the trainings' medians, widened by the bench's IQR or 10 % (the larger)."""
@@ -260,9 +252,9 @@ def cross_check(bench: Mapping[str, Any], train_timings: Mapping[str, Mapping]) 
             continue
         arm = Arm(a["model"], a["mode"], 0, a.get("precision", REFERENCE_PRECISION))
         medians = [
-            t["step_median_s"]
-            for name, t in train_timings.items()
-            if Arm.parse(name)._replace(seed=0) == arm and t.get("step_median_s")
+            m["timing"]["step_median_s"]
+            for m in metas
+            if Arm.of_meta(m)._replace(seed=0) == arm and (m.get("timing") or {}).get("step_median_s")
         ]
         if not medians:
             continue
@@ -301,7 +293,7 @@ def speedup(
     train_timings: Mapping[str, Any] | None = None,
     context: str = "alone",
     metas: Sequence[Mapping] = (),
-    margin: float = 0.05,
+    margin: float = Inputs.margin,
 ) -> dict:
     """XLA's own effect on the PINN: time to quality of every trained XLA mode vs ``off`` at
     the same precision (``metas``: the trainings' ``model.json``; ``margin``: the
@@ -316,7 +308,7 @@ def speedup(
     train_timings = dict(train_timings or {})
     records = time_to_quality(metas, margin)
     xla = {k: c for k, c in records.items() if c["axis"] == "mode" and c["model"] == "pinn"}
-    per_step = _bench_xla_words(bench, threshold)
+    per_step = _bench_xla_words(bench)
     status = None
     if xla:
         finite = {k: c for k, c in xla.items() if math.isfinite(c["ratio"])}
@@ -326,7 +318,7 @@ def speedup(
         if best.get("inconclusive"):
             status = INCONCLUSIVE
         head = "XLA's own effect on the PINN's time to quality (each mode vs off at the same precision, steps timed "
-        head += "in the pipeline's schedule): " + "; ".join(_ttq_words(c, threshold) for c in xla.values())
+        head += "in the pipeline's schedule): " + "; ".join(_ttq_words(c) for c in xla.values())
         judged = {"by": "time_to_quality", "comparison": best_key}
     else:
         value, best_bench = _bench_verdict(bench, context)
@@ -338,10 +330,11 @@ def speedup(
         judged = {"by": "step", "context": context, **({"arm": best_bench["arm"]} if best_bench else {})}
     if not xla and not per_step:
         head = "no PINN timings of off and an XLA mode at the same precision: the speedup was not measured"
-    evidence_words = [f"per step, {w}" for w in per_step.values()]
-    checked = cross_check(bench, train_timings)
+    from ptycho.study.bench import batch_words
+
+    checked = cross_check(bench, metas)
     summary = head
-    if xla and evidence_words:
+    if xla and per_step:
         summary += "; per step (benchmark, fastest XLA mode vs off at its precision): " + "; ".join(per_step.values())
     return verdict(
         ITEM.name,
@@ -356,7 +349,7 @@ def speedup(
             "per_step": per_step,
             "precision": precision_finding(bench, records),
             "recommendation": recommendation(bench, context),
-            "batch": _batch_words(bench),
+            "batch": batch_words(bench),
             "cross_check": checked,
             "cross_check_words": _cross_check_words(checked),
             "bench": bench,
@@ -433,7 +426,7 @@ def ttq_table(report: Mapping) -> Table:
                     "",
                     fmt(1 / c["steps_ratio"]),
                     fmt(c["per_step"]),
-                    _interval(c),
+                    ratio_words(c),
                     fmt(c["ratio_with_compile"]),
                 ]
             )

@@ -237,13 +237,7 @@ def close(fig: Figure) -> None:
 
 def to_png(fig: Figure, dpi: int = 100) -> bytes:
     """PNG bytes of ``fig`` rendered under :data:`STYLE`; the figure is closed afterwards."""
-    buf = io.BytesIO()
-    try:
-        with style():
-            fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
-    finally:
-        close(fig)
-    return buf.getvalue()
+    return render(fig, ("png",), dpi)["png"]
 
 
 def render(fig: Figure, formats: tuple[str, ...] = ("png", "svg"), dpi: int = 100) -> dict[str, bytes]:

@@ -5,7 +5,7 @@ They read the benchmark record (``ptycho bench --out``) as written: its ``arms``
 (each with ``model``, ``mode`` and ``precision``) and its ``ratios`` dict (model -> arm
 -> measurement -> ``{"ratio", "low", "high"}``, an arm's entry saying its ``mode`` and
 ``precision``, and for an XLA mode at a reduced precision its ratios against ``off`` at
-that precision under ``same_precision``). A record from before the precision axis has
+that precision under ``xla`` and against float32 in the same mode under ``vs_float32``). A record from before the precision axis has
 no ``precision`` (float32) and keys ``ratios`` by mode. An arm is drawn per (model, mode,
 precision), its words naming the precision when the record has several. Missing pieces
 are drawn as "n/a"; structurally wrong records raise :class:`ValueError` naming the entry.
