@@ -50,8 +50,8 @@ bench: setup  ## XLA modes vs off (compile, step alone and shared, components, i
 	$(PY) -m ptycho bench
 	$(PY) -m ptycho scaling
 
-ui: setup  ## browse the embedded MLflow store at http://127.0.0.1:5000
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/results/mlflow.db --host 127.0.0.1 --port 5000
+ui: setup  ## browse the embedded MLflow store at http://127.0.0.1:5000 (RESULTS=<folder> for another results folder)
+	$(PY) -m ptycho track ui "$(or $(RESULTS),results)" --port "$(or $(UI_PORT),5000)"
 
 # A tracking server for cluster runs: MLFLOW_HOST=0.0.0.0 make mlflow-server, then
 # export MLFLOW_TRACKING_URI=http://<this host>:5001 before snakemake. Jobs on other nodes

@@ -71,7 +71,7 @@ rule export_cxi:
     params:
         ptycho=PTYCHO,
         flags=flags("cxi"),
-        track=tracking("export_cxi"),
+        track=lambda w: tracking("export_cxi", split=w.split),
     conda:
         "../envs/ptycho.yaml"
     shell:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ptycho.study.arms import Arm
 from ptycho.study.checklist import names as checklist_names
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -243,9 +244,11 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         assert {k: run.data.params[f"arm.{k}"] for k in ("model", "xla", "precision", "seed")} == {
             k: tags[k] for k in ("model", "xla", "precision", "seed")
         }
-        # float32 runs are named as before the precision axis, bfloat16 ones say so
+        # one name per arm: its files, its training run and its logged model; its other jobs' runs after it
         word = "-bf16" if tags["precision"] == "mixed_bfloat16" else ""
-        assert run.info.run_name == f"{tags['model']}-{tags['xla']}{word}-{tags['seed']}-{tags['rule']}"
+        arm = f"{tags['model']}-{tags['xla']}{word}-s{tags['seed']}"
+        assert run.info.run_name == (arm if tags["rule"] == "train" else f"{arm}-{tags['rule']}")
+        assert tags["mlflow.note.content"].startswith(Arm.parse(arm).label())  # every run says what it is
     for log in sorted((work / "results" / "smoke" / "logs" / "train").glob("*.log")):
         # A person can follow it: one line per epoch, a final summary, no start-up noise.
         lines = log.read_text().splitlines()
@@ -261,7 +264,40 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         assert "compile_s" in run.data.metrics and "system/cpu_utilization_percentage" in run.data.metrics
         model = models[run.info.run_id]  # the trained network as an MLflow logged model, metrics linked
         assert str(model.status) == "READY" and {"final_val_loss", "final_train_loss"} <= {m.key for m in model.metrics}
+        assert model.name == run.info.run_name
+        # the arm's run carries its answer: quality on the test split, time to quality
+        metrics = run.data.metrics
+        assert {"amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_frc50", "phase_frc50"} <= set(metrics)
+        arm = report["arms"][run.info.run_name]
+        assert metrics["amp_ssim"] == arm["metrics"]["amp_ssim"] and metrics["step_median_s"] > 0
+        if run.data.tags["model"] == "pinn":
+            assert metrics["quality_time_s"] > 0 and metrics["quality_steps"] >= 1
         assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["train.h5"]
+    # The PINN's logged model loads with MLflow and reconstructs as `ptycho infer` did.
+    import mlflow.pyfunc
+    import numpy as np
+
+    from ptycho.data.dataset import read_dataset
+    from ptycho.nets.inputs import layout
+
+    jit = next(r for r in children if r.info.run_name == "pinn-jit-s0")
+    mlflow.set_tracking_uri(f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    loaded = mlflow.pyfunc.load_model(f"models:/{models[jit.info.run_id].model_id}")
+    test = read_dataset(work / "results" / "smoke" / "data" / "test.h5")
+    out = loaded.predict(layout(test, "pinn", test.counts))
+    amp, phase = (np.moveaxis(out[k], -1, 1).reshape(-1, *out[k].shape[1:3]) for k in ("amplitude", "phase"))
+    inferred = np.load(work / "results" / "smoke" / "reconstructions" / "pinn-jit-s0.npz")["patches"]
+    assert np.abs((amp * np.exp(1j * phase)).astype(np.complex64) - inferred).max() <= 1e-6
+    # The parent carries the verdict, each item's status and value, and the answer as its description.
+    parent = parents[0]
+    assert parent.data.tags["verdict"] == report["verdict"] and parent.data.metrics["verdict_pass"] in (0.0, 1.0)
+    assert {parent.data.tags[f"check.{k}"] for k in report["items"]} <= {"PASS", "FAIL", "INCONCLUSIVE"}
+    assert parent.data.tags["mlflow.note.content"].startswith(f"Verdict: {report['verdict']}. Speed: ")
+    assert any(k.startswith("xla_ttq_ratio.") for k in parent.data.metrics)
+    assert (
+        experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+        and experiment.tags["mlflow.note.content"]
+    )
     for split in ("train", "test"):  # the datasets as CXI 1.6 too, which read back to the same data
         from ptycho.data.cxi import import_cxi
         from ptycho.data.dataset import read_dataset, write_dataset

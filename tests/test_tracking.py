@@ -147,7 +147,7 @@ def test_log_record_sends_everything_a_job_reports_and_nests_its_arm_runs(uri, c
 
 def test_job_run_names_tags_and_journals_a_commands_run(uri, client, tmp_path, monkeypatch, capsys):
     # What `ptycho --mlflow-parent P --mlflow-tag rule=train --mlflow-tag model=pinn ... train` opens.
-    from ptycho.tracking.job import journal_path, run_name
+    from ptycho.tracking.job import journal_path
     from ptycho.tracking.record import JobRecord
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -165,12 +165,13 @@ def test_job_run_names_tags_and_journals_a_commands_run(uri, client, tmp_path, m
         return JobRecord(metrics={"final": 1.0}, summary="trained")
 
     tags = {"rule": "train", "model": "pinn", "xla": "jit", "seed": "0", "other": "x"}
+    params = {"arm.model": "pinn", "arm.xla": "jit", "arm.seed": "0"}
     record = tracking.job_run(
-        parent_json, "train", job, tags=tags, arm_tags=("model", "xla", "seed"), system_metrics=False, done=done.append
+        parent_json, "train", job, tags=tags, name="pinn-jit-s0", params=params, system_metrics=False, done=done.append
     )
     assert done == [record] and record.summary == "trained"
     (r,) = [x for x in client.search_runs([client.get_run(parent["run_id"]).info.experiment_id])
-            if x.info.run_name == "train-pinn-jit-0"]  # fmt: skip
+            if x.info.run_name == "pinn-jit-s0"]  # fmt: skip
     assert r.info.status == "FINISHED" and r.data.tags["mlflow.parentRunId"] == parent["run_id"]
     assert r.data.params == {"arm.model": "pinn", "arm.xla": "jit", "arm.seed": "0"}
     assert {k: r.data.tags[k] for k in ("command", "config_hash", "slurm_job_id", "other", "mlflow.source.name")} == {
@@ -182,11 +183,10 @@ def test_job_run_names_tags_and_journals_a_commands_run(uri, client, tmp_path, m
     }
     assert [m.value for m in client.get_metric_history(r.info.run_id, "loss")] == [2.0, 1.0]
     assert r.data.metrics["final"] == 1.0
-    assert journal_path(parent_json, "train-pinn-jit-0").is_file()
+    assert journal_path(parent_json, "pinn-jit-s0").is_file()
     assert journal_path(parent_json, "a/b") == parent_json.parent / "journal" / "a_b.jsonl"
     assert stale.run_id != r.info.run_id and "stale" not in capsys.readouterr().err
-    # no rule or arm tags: the command names the run
-    assert run_name({"command": "inspect", "model": ""}, ("model",)) == ""
+    # no name: the command names the run
     tracking.job_run(parent_json, "inspect", lambda live: JobRecord())
     assert journal_path(parent_json, "inspect").is_file()
 
@@ -228,7 +228,7 @@ def test_parent_with_children(uri, client, tmp_path):
     bad = run.run_id
 
     assert client.get_run(parent).info.status == "RUNNING"
-    tracking.log_artifact_to(uri, parent, artifact, "report")
+    tracking.existing_run(tracking.store.open_client(uri), uri, parent).log_artifact(artifact, "report")
     tracking.finish_run(uri, parent)
 
     p = client.get_run(parent)
@@ -613,8 +613,10 @@ def _forget_open_stores() -> None:
     store's engine, and with it open connections that would go on reading a file moved
     aside or deleted since (and SQLite would never see the new file at that path)."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service import utils
     from mlflow.tracking._tracking_service.utils import _tracking_store_registry
 
+    utils._artifact_repos_cache.clear()  # and each run's and model's artifact folder, by id
     for engine in SqlAlchemyStore._engine_map.values():
         engine.dispose()
     SqlAlchemyStore._engine_map.clear()
@@ -645,7 +647,7 @@ def _track(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def _tracked_study(work: Path, jobs: bool = True) -> Path:
+def _tracked_study(work: Path, jobs: bool = True, files: Path | None = None) -> Path:
     """A small study as the workflow tracks it, in ``work/results/smoke``: the parent run
     (``track start``), a training job (params, tags, metrics at steps, a dataset, an
     artifact, a logged model), a benchmark job with a nested run, and the report's
@@ -660,13 +662,14 @@ def _tracked_study(work: Path, jobs: bool = True) -> Path:
     )
     if not jobs:
         return parent_json
-    data = work / "train.h5"
+    files = files or work  # where the job's outputs are (the pipeline's: in the results folder)
+    data = files / "train.h5"
     data.write_bytes(b"x")
-    model = work / "model"
+    model = files / "model"
     model.mkdir()
     (model / "model.keras").write_bytes(b"weights")
     (model / "model.json").write_text("{}")
-    report = work / "report.json"
+    report = files / "report.json"
     report.write_text("{}")
 
     def train(live):
@@ -690,12 +693,15 @@ def _tracked_study(work: Path, jobs: bool = True) -> Path:
         )
 
     arm = {"rule": "train", "model": "pinn", "xla": "off", "seed": "0"}
-    tracking.job_run(parent_json, "train", train, tags=arm, arm_tags=("model", "xla", "seed"))
+    tracking.job_run(parent_json, "train", train, tags=arm, name="pinn-off-s0")
     nested = NestedRun("bench-pinn-off", {"xla": "off"}, {"arm.xla": "off"}, {"step_median_s": 0.1})
     tracking.job_run(
         parent_json, "bench", lambda live: JobRecord(metrics={"s": 0.1}, nested=[nested]), tags={"rule": "bench"}
     )
-    tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], [(str(report), "report")])
+    # the report's job: the verdict and the report on the parent, the arm's answer on its run
+    others = {"": JobRecord(tags={"verdict": "PASS"}, artifacts=[(str(report), "report")])}
+    others["pinn-off-s0"] = JobRecord(metrics={"amp_ssim": 0.9, "quality_time_s": 12.0})
+    tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], others)
     return parent_json
 
 
@@ -715,8 +721,8 @@ def test_a_lost_store_is_rebuilt_from_the_journals_once(tmp_path, monkeypatch):
     journal = parent_json.parent / "journal"
     # A stale-run sweep that guessed KILLED after the job had ended on its own (as when it
     # finished offline): the job's own end wins in a rebuild, as it does in the store.
-    train_id = next(json.loads(line)["run_id"] for line in journal_path(parent_json, "train-pinn-off-0").open())
-    with journal_path(parent_json, "train-pinn-off-0").open("a") as fh:
+    train_id = next(json.loads(line)["run_id"] for line in journal_path(parent_json, "pinn-off-s0").open())
+    with journal_path(parent_json, "pinn-off-s0").open("a") as fh:
         fh.write(
             json.dumps({"op": "end", "run_id": train_id, "uri": uri, "status": "KILLED", "end_time": 1, "stale": "x"})
             + "\n"
@@ -724,7 +730,7 @@ def test_a_lost_store_is_rebuilt_from_the_journals_once(tmp_path, monkeypatch):
     before = store_snapshot(uri)
     assert {k[1] for k in before if len(k) == 2} == {
         "study-smoke",
-        "study-smoke/train-pinn-off-0",
+        "study-smoke/pinn-off-s0",
         "study-smoke/bench",
         "study-smoke/bench/bench-pinn-off",
     }
@@ -782,6 +788,50 @@ def test_a_damaged_store_is_moved_aside_and_rebuilt(tmp_path, monkeypatch):
     (aside,) = tmp_path.glob("results/mlflow.db.damaged-*")
     assert out.startswith(f"moved the damaged MLflow store {db} (database disk image is malformed) aside to {aside}\n")
     assert store_snapshot(uri) == before
+
+
+def test_a_results_folder_copied_or_moved_elsewhere_opens_with_its_own_artifacts(tmp_path, monkeypatch):
+    # Issue 32, item 3: MLflow stores artifact locations absolute, so a copied results
+    # folder read the original's files and a moved one lost them (and the workflow
+    # refused it: parent.json named the old store).
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = tmp_path / "first"
+    first.mkdir()
+    monkeypatch.chdir(first)
+    parent_json = _tracked_study(first, files=first / "results" / "smoke")
+    before = repr(store_snapshot(json.loads(parent_json.read_text())["tracking_uri"]))
+    shutil.copytree(first, tmp_path / "copy")
+    first.rename(tmp_path / "moved")  # the original is gone: nothing may read it
+    for work in (tmp_path / "copy", tmp_path / "moved"):
+        monkeypatch.chdir(work)
+        stamp = (work / "results" / "smoke" / "mlflow" / "parent.json").stat().st_mtime_ns
+        assert _workflow_check(work) == ""  # relocated while the workflow is parsed
+        record = json.loads((work / "results" / "smoke" / "mlflow" / "parent.json").read_text())
+        assert record["tracking_uri"] == f"sqlite:///{work / 'results' / 'mlflow.db'}"
+        assert (work / "results" / "smoke" / "mlflow" / "parent.json").stat().st_mtime_ns == stamp
+        assert tracking.follow_folder(work / "results") == []  # once is enough
+        _forget_open_stores()
+        client = MlflowClient(record["tracking_uri"])
+        parent = client.get_run(record["run_id"])
+        assert parent.info.artifact_uri.startswith(str(work / "results" / "mlartifacts"))
+        report = client.download_artifacts(record["run_id"], "report/report.json", str(work / "dl"))
+        assert Path(report).read_text() == "{}"
+        (model,) = client.search_logged_models([parent.info.experiment_id])
+        assert model.artifact_location.startswith(str(work / "results" / "mlartifacts"))
+        assert sorted(a.path for a in client.list_logged_model_artifacts(model.model_id)) == [
+            "model.json",
+            "model.keras",
+        ]
+        # the same store as before, read here; and rebuilt from the journals here, the same again
+        assert repr(store_snapshot(record["tracking_uri"])) == before.replace(str(first), str(work))
+        (work / "results" / "mlflow.db").unlink()
+        code, out, err = _track("rebuild", "results")
+        assert code == 0 and "missing_files=0" in out, err
+        assert repr(store_snapshot(record["tracking_uri"])) == before.replace(str(first), str(work))
 
 
 def _workflow_check(work: Path) -> str:

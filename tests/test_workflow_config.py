@@ -381,7 +381,7 @@ def test_the_dataclasses_accept_exactly_what_the_schema_accepts_at_every_limit(s
 
 
 def test_precision_arms_name_parse_and_tag_with_float32_reading_as_before(base):
-    from ptycho.study.arms import Arm, tag_word
+    from ptycho.study.arms import Arm
 
     two = {"precision": ["float32", "mixed_bfloat16"], "xla": ["off", "jit"], "models": ["pinn"], "seeds": [0]}
     assert arms(resolve(base, two)) == ["pinn-off-s0", "pinn-jit-s0", "pinn-off-bf16-s0", "pinn-jit-bf16-s0"]
@@ -390,7 +390,11 @@ def test_precision_arms_name_parse_and_tag_with_float32_reading_as_before(base):
     assert parse_arm("pinn-jit-s0").precision == "float32"
     assert arm.tags == {"model": "baseline", "xla": "physics", "precision": "mixed_float16", "seed": "2"}
     assert arm.label() == "Baseline, XLA physics, float16, seed 2"
-    assert [tag_word(k, v) for k, v in parse_arm("pinn-jit-s0").tags.items()] == ["pinn", "jit", "", "0"]
+    assert Arm.of_tags(arm.tags) == arm and Arm.of_tags({"rule": "check"}) is None
+    assert [parse_arm("pinn-jit-s0").run_name(r) for r in ("train", "evaluate")] == [
+        "pinn-jit-s0",
+        "pinn-jit-s0-evaluate",
+    ]
     with pytest.raises(ValueError, match="not an arm name"):
         parse_arm("pinn-jit-fp32-s0")  # float32 is written without a word: one name per arm
     meta = {"model": {"kind": "pinn"}, "train": {"xla": "jit", "seed": 1, "precision": "mixed_bfloat16"}}

@@ -26,7 +26,7 @@ from ptycho.cli import data, nets, study, track  # noqa: F401 - each declares it
 from ptycho.cli.declare import COMMANDS, Command
 from ptycho.cli.values import pairs
 from ptycho.errors import ConfigError, PtychoError
-from ptycho.study.arms import ARM_TAGS, tag_word
+from ptycho.study.arms import Arm
 from ptycho.tracking.record import JobRecord
 
 __all__ = ["COMMANDS", "build_parser", "check_outputs", "main"]
@@ -91,13 +91,20 @@ def _run(args: argparse.Namespace) -> int:
     from ptycho import tracking
 
     spec = _spec(args)
+    tags = pairs(args.mlflow_tag)
+    rule = tags.get("rule") or args.command
+    arm = Arm.of_tags(tags)
+    what = spec.help[:1].upper() + spec.help[1:]
+    # The description MLflow shows on the run's page (its note).
+    tags["mlflow.note.content"] = arm.describe(rule, what) if arm else f"{what} (the study's '{rule}' job)."
     tracking.job_run(
         args.mlflow_parent,
         args.command,
         lambda live: args.func(args, live),
-        tags=pairs(args.mlflow_tag),
-        arm_tags=ARM_TAGS,
-        arm_word=tag_word,
+        tags=tags,
+        name=arm.run_name(rule) if arm else "-".join(w for w in (rule, tags.get("split")) if w),
+        # the arm as params too, so that MLflow's compare view lines the arms' runs up
+        params={f"arm.{k}": v for k, v in arm.tags.items()} if arm else {},
         device=spec.uses_tensorflow(args),
         system_metrics=spec.system_metrics,
         done=_done,
@@ -112,7 +119,7 @@ def _done(record: JobRecord) -> None:
         from ptycho import tracking
 
         parent = record.close_parent
-        tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], record.parent_artifacts)
+        tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], record.others)
     if record.summary:
         print(record.summary, file=sys.stderr if record.failure else sys.stdout)
 

@@ -109,7 +109,61 @@ def _finish(args: argparse.Namespace) -> JobRecord:
     )
 
 
-_ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _rebuild, "sweep": _sweep}
+#: The PINN's arm runs of a study (its parent run's id): the runs that carry each arm's answer.
+ARMS_QUERY = """
+SELECT r.run_uuid, r.experiment_id FROM runs r
+JOIN tags p ON p.run_uuid = r.run_uuid AND p.key = 'mlflow.parentRunId' AND p.value = ?
+JOIN tags a ON a.run_uuid = r.run_uuid AND a.key = 'rule' AND a.value = 'train'
+JOIN tags m ON m.run_uuid = r.run_uuid AND m.key = 'model' AND m.value = 'pinn'
+WHERE r.status = 'FINISHED' AND r.lifecycle_stage = 'active' ORDER BY r.name
+"""
+
+
+def _ui(args: argparse.Namespace) -> JobRecord:
+    """``make ui``: the results folder's store made to work where it is (a copied or moved
+    folder), the address of each study's arm runs printed, then ``mlflow ui`` over it."""
+    import contextlib
+    import json
+    import shutil
+    import sqlite3
+    import sys
+    import urllib.parse
+
+    results = Path(os.path.abspath((args.journal or [_RESULTS])[0]))
+    db = results / "mlflow.db"
+    if not db.is_file():
+        raise PtychoError(f"track ui: no MLflow store {db}; run the study first (make all), or name its results folder")
+    for note in tracking.follow_folder(results):
+        print(f"ptycho track ui: note: {note}", file=sys.stderr)
+    base = f"http://{args.host}:{args.port}"
+    with contextlib.closing(sqlite3.connect(f"file:{urllib.parse.quote(str(db))}?mode=ro", uri=True)) as con:
+        for parent_json in sorted(results.glob("*/mlflow/parent.json")):
+            try:
+                parent = json.loads(parent_json.read_text())["run_id"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            arms = con.execute(ARMS_QUERY, (parent,)).fetchall()
+            if arms:
+                ids = json.dumps([run_id for run_id, _ in arms], separators=(",", ":"))
+                experiment = json.dumps([str(arms[0][1])], separators=(",", ":"))
+                print(
+                    f"MLflow: the PINN's arms of {parent_json.parent.parent.name} side by side (mode, precision, seed, "
+                    f"SSIM, time to quality): {base}/#/compare-runs?runs={ids}&experiments={experiment}"
+                )
+                print(
+                    f"MLflow: every run of the study (its jobs under the parent run's +): "
+                    f"{base}/#/experiments/{arms[0][1]}/runs"
+                )
+    print(f"MLflow UI at {base} (Ctrl-C stops it)", flush=True)
+    mlflow = Path(sys.executable).with_name("mlflow")
+    command = [str(mlflow if mlflow.exists() else shutil.which("mlflow") or "mlflow"), "ui"]
+    os.execv(
+        command[0], [*command, "--backend-store-uri", f"sqlite:///{db}", "--host", args.host, "--port", str(args.port)]
+    )
+    return JobRecord()  # not reached
+
+
+_ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _rebuild, "sweep": _sweep, "ui": _ui}
 
 
 @command(
@@ -123,13 +177,14 @@ _ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _r
         "(a damaged SQLite file is moved aside first); "
         "sweep: replay the journals of RUNNING child runs whose job went on without the server, mark KILLED "
         "those whose process is gone and parent runs of the study that parent.json does not name; "
-        "finish: sweep, then end the parent run (--status)",
+        "finish: sweep, then end the parent run (--status); "
+        "ui: serve a results folder's store (made to work where the folder is now) and print its address",
     ),
     arg(
         "journal",
         nargs="*",
         help="(replay) journal files or folders, e.g. results/smoke/mlflow/journal; "
-        "(rebuild) results folders, e.g. results",
+        "(rebuild) results folders, e.g. results; (ui) one results folder",
     ),
     arg(
         "--tracking-uri",
@@ -150,6 +205,8 @@ _ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _r
     ),
     arg("--parent", help="(finish, sweep) the JSON written by 'track start'"),
     arg("--status", choices=tracking.END_STATUSES, default=tracking.END_STATUSES[0]),
+    arg("--host", default="127.0.0.1", help="(ui) the address to serve on"),
+    arg("--port", type=int, default=5000, help="(ui) the port to serve on"),
 )
 def cmd_track(args: argparse.Namespace, live: Live) -> JobRecord:
     return _ACTIONS[args.action](args)

@@ -30,6 +30,26 @@ def intensity_norm(ds: Dataset) -> float:
     return float(ds.counts.sum(axis=(1, 2), dtype=np.float64).mean() / (n * n))
 
 
+def normalised(counts: np.ndarray, norm: float) -> np.ndarray:
+    """Counts in the networks' unit, ``counts / norm``, float32, element by element (any
+    layout); ``norm`` is the training split's :func:`intensity_norm`."""
+    return (counts / np.float32(norm)).astype(np.float32)
+
+
+def network_inputs(counts: np.ndarray, norm: float) -> np.ndarray:
+    """What the networks read: the normalised amplitude ``sqrt(counts / norm)``."""
+    return np.sqrt(normalised(counts, norm))
+
+
+def layout(ds: Dataset, kind: str, per_pattern: np.ndarray) -> np.ndarray:
+    """Per-pattern arrays ``(P, N, N)`` in a network's input layout: the PINN's groups of
+    neighbouring patterns ``(G, N, N, C)`` (the dataset's ``groups``), one pattern per
+    sample ``(P, N, N, 1)`` for the baseline."""
+    if kind == "pinn":
+        return np.moveaxis(per_pattern[ds.groups], 1, -1)
+    return per_pattern[..., None]
+
+
 def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
     """Arrays for ``kind`` from a dataset; ``norm`` defaults to this dataset's own.
 
@@ -39,8 +59,8 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
     from ptycho.physics.translate import centre_crop, extract_patches
 
     norm = intensity_norm(ds) if norm is None else norm
-    y = (ds.counts / np.float32(norm)).astype(np.float32)  # (P, N, N)
-    x = np.sqrt(y)
+    y = normalised(ds.counts, norm)  # (P, N, N)
+    x = np.sqrt(y)  # network_inputs
     n = ds.n
     physics = {
         "intensity_norm": norm,
@@ -48,9 +68,7 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
         "canvas_pad": canvas_pad_for(ds.group_offsets, n),
     }
     if kind == "pinn":
-        g = ds.groups
-        inputs = np.moveaxis(x[g], 1, -1)  # (G, N, N, C)
-        counts = np.moveaxis(y[g], 1, -1)
+        inputs, counts = layout(ds, kind, x), layout(ds, kind, y)
         return TrainingData(inputs, ds.group_offsets.astype(np.float32), {"counts": counts}, physics)
     patches = np.concatenate(
         [extract_patches(ds.objects[m], ds.positions[ds.position_object == m], n) for m in range(ds.objects.shape[0])]
@@ -60,7 +78,7 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
     inv[order] = np.arange(len(order))
     patches = centre_crop(patches[inv], n // 2)  # back in position order
     return TrainingData(
-        x[..., None],
+        layout(ds, kind, x),
         np.zeros((len(x), 1, 2), np.float32),
         {
             "amp": np.abs(patches)[..., None].astype(np.float32),

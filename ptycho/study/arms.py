@@ -30,12 +30,9 @@ MODE_WORDS = {"off": "no XLA (off)", "jit": "XLA jit", "auto": "XLA auto", "phys
 PRECISION_WORDS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 
 
-def tag_word(tag: str, value: str) -> str:
-    """An arm tag's value as names write it: a precision as its short word, float32 as ''
-    (run and logged-model names read as before the axis: ``pinn-jit-0-train``, ``pinn-jit-0``)."""
-    if tag == "precision":
-        return "" if value == REFERENCE_PRECISION else SHORT.get(value, value)
-    return value
+#: The job whose MLflow run carries its arm's answer, and is named as the arm: the
+#: training (its curves and times; the report adds the arm's quality and time to quality).
+ANSWER_RULE = "train"
 
 
 class Arm(NamedTuple):
@@ -108,6 +105,34 @@ class Arm(NamedTuple):
             )
         model, mode, *precision, seed = name.split("-")
         return cls(model, mode, int(seed[1:]), parse_precision(precision[0]) if precision else REFERENCE_PRECISION)
+
+    @classmethod
+    def of_tags(cls, tags: Mapping[str, str]) -> Arm | None:
+        """The arm its MLflow tags (:attr:`tags`) name, or None (a job of no arm)."""
+        if not all(tags.get(k) for k in ("model", "xla", "seed")):
+            return None
+        precision = parse_precision(tags.get("precision") or REFERENCE_PRECISION)
+        return cls(tags["model"], parse_mode(tags["xla"]), int(tags["seed"]), precision)
+
+    def run_name(self, rule: str) -> str:
+        """The MLflow run of one of the arm's jobs: the arm's own name for its training (the
+        run that carries its answer, as its files and logged model are named),
+        ``<arm>-<rule>`` for the others (``pinn-jit-s0-evaluate``)."""
+        return self.name if rule == ANSWER_RULE else f"{self.name}-{rule}"
+
+    def describe(self, rule: str, what: str) -> str:
+        """The run's description (MLflow's note): what the job did for which arm, how to read it."""
+        head = f"{self.label()}: {what}."
+        if rule != ANSWER_RULE:
+            return f"{head} The arm's answer (quality, time to quality, step time) is on its run {self.name}."
+        return (
+            f"{head} The arm's run: its loss curves per epoch (train_loss, val_loss), step_median_s and "
+            "compile_s, the network as an MLflow model (Models tab: mlflow.pyfunc.load_model reconstructs like "
+            "'ptycho infer') and, once the report has run, the arm's quality on the test split (amp_ssim, "
+            "phase_ssim, amp_psnr, phase_psnr, amp_frc50, phase_frc50) and its time to the study's quality "
+            "target (quality_time_s). Compare arms: filter tags.rule = 'train' and tags.model = 'pinn', "
+            "select the runs, press Compare."
+        )
 
     @classmethod
     def of_meta(cls, meta: Mapping) -> Arm:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.study.arms import ARM_TAGS, tag_word
+from ptycho.study.arms import ARM_TAGS, Arm
 from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, Progress
 
 #: The keys of a training's curve, logged per epoch.
@@ -159,11 +159,16 @@ def train(
             "traces_train": meta["traces"]["train"],
         }
     )
-    record.artifacts.append((str(Path(out) / "model.keras"), "model"))
+    from ptycho.nets.inputs import layout
+    from ptycho.study import mlflow_model
+
+    # The network as an MLflow model (pyfunc): the arm's logged model, loadable by MLflow.
+    folder = mlflow_model.save(out, layout(ds, model_cfg.kind, ds.counts)[:1])
     arm_tags = {k: arm[k] for k in ARM_TAGS if k in arm}
+    named = Arm.of_tags(arm_tags)
     record.model = LoggedModel(
-        "-".join(w for k, v in arm_tags.items() if (w := tag_word(k, v))) or model_cfg.kind,
-        out,
+        named.name if named else model_cfg.kind,
+        str(folder),
         dataset=("train.h5", ds.attrs["digest"]),
         params={
             **model_params,
@@ -486,11 +491,83 @@ def report(
     result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance, solved)
     paths = views.write(result, out_dir, figures)
     artifacts = [(str(p), "report") for p in paths.values()]
+    others = answers(result)
+    others[""].artifacts += [*artifacts, *((p, "figures") for p in figure_pngs)]
     return JobRecord(
         metrics={"verdict_pass": float(result["verdict"] == "PASS")},
         artifacts=artifacts,
         close_parent=parent or None,
-        parent_artifacts=[*artifacts, *((p, "figures") for p in figure_pngs)],
+        others=others,
         summary=f"{paths['html']}: verdict {result['verdict']} "
         + " ".join(f"{k}={v['status']}" for k, v in result["items"].items()),
     )
+
+
+#: What each arm's run gets from the report: its quality on the test split (the
+#: evaluate job's mean over the test objects) and its inference rate.
+ANSWER_METRICS = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_frc50", "phase_frc50")
+
+
+def answers(report: Mapping) -> dict[str, JobRecord]:
+    """What the report adds to other runs of the study, by run name ('' = the parent), so
+    that one run per arm carries its answer and the parent the study's.
+
+    Each arm's run (its training: :meth:`~ptycho.study.arms.Arm.run_name`) gets its
+    quality (:data:`ANSWER_METRICS`), its inference rate and its time to the quality
+    target of its XLA comparison (the ``off`` arm at its precision defines it; steps x
+    the training's own median step, compile time apart): ``quality_time_s``,
+    ``quality_time_with_compile_s``, ``quality_steps``, ``quality_reached`` (named so that
+    MLflow's compare view, which sorts keys, shows them with the SSIMs, above the
+    ``system/`` samples). The parent gets the verdict and each item's status (tags
+    ``verdict``, ``check.<item>``) and value (metrics), the headline ratios per PINN mode
+    (``xla_ttq_<stat>.<mode>[-<precision>]``: ``ratio``, its 95 % interval ``low`` and
+    ``high``, ``per_step``, ``ratio_with_compile``), and the report's three sentences as
+    its description.
+    """
+    from ptycho.study import report as views
+
+    arms: dict[str, dict[str, float]] = {}
+    for name, arm in report["arms"].items():
+        metrics = {k: arm["metrics"][k] for k in ANSWER_METRICS if k in (arm.get("metrics") or {})}
+        if "infer_patterns_per_s" in arm:
+            metrics["infer_patterns_per_s"] = arm["infer_patterns_per_s"]
+        arms[name] = metrics
+    speed = report["items"]["speedup"].get("evidence", {})
+    parent_metrics: dict[str, float] = {"verdict_pass": float(report["verdict"] == "PASS")}
+    for c in speed.get("time_to_quality", {}).values():
+        if c.get("axis") != "mode":  # an arm's target is its XLA comparison's (off at its precision)
+            continue
+        for side, mode, precision in (
+            ("arm", c["mode"], c["precision"]),
+            ("reference", c["reference_mode"], c["reference_precision"]),
+        ):
+            for seed in c.get(side, []):
+                name = Arm(c["model"], mode, int(seed["seed"]), precision).name
+                arms.setdefault(name, {}).update(
+                    quality_time_s=seed["seconds"],
+                    quality_time_with_compile_s=seed["seconds_with_compile"],
+                    quality_steps=seed["steps"],
+                    quality_reached=float(bool(seed["reached"])),
+                )
+        if c["model"] == "pinn":
+            key = Arm(c["model"], c["mode"], 0, c["precision"]).key("mode", "precision")
+            for stat in ("ratio", "low", "high", "per_step", "ratio_with_compile"):
+                if isinstance(c.get(stat), int | float):
+                    parent_metrics[f"xla_ttq_{stat}.{key}"] = c[stat]
+    tags = {"verdict": report["verdict"]}
+    for item, rec in report["items"].items():
+        tags[f"check.{item}"] = rec["status"]
+        if isinstance(rec.get("value"), int | float):
+            parent_metrics[f"check.{item}.value"] = rec["value"]
+    note = (
+        f"Verdict: {report['verdict']}. "
+        + " ".join(views.answer(report))
+        + " "
+        + views.rest_lines(report)
+        + " The report is attached (report/validation.html); each arm's run (named as the arm, e.g. pinn-off-s0) "
+        "carries its quality and time to quality: filter tags.rule = 'train' and compare."
+    )
+    tags["mlflow.note.content"] = note
+    out = {"": JobRecord(metrics=parent_metrics, tags=tags)}
+    out.update({name: JobRecord(metrics=m) for name, m in arms.items() if m})
+    return out

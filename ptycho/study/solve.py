@@ -240,7 +240,13 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
         job.nested.append(
             NestedRun(
                 f"solve-{run['mode']}-{run['start']}",
-                {"model": "solver", "xla": run["mode"], "start": run["start"]},
+                {
+                    "model": "solver",
+                    "xla": run["mode"],
+                    "start": run["start"],
+                    "mlflow.note.content": f"The conventional solver under XLA mode {run['mode']}, started from "
+                    f"{'a flat object' if run['start'] == FLAT else 'the ' + run['start'] + ' reconstruction'}: time per iteration, misfit per iteration, quality of the stitched object.",
+                },
                 {"arm.model": "solver", "arm.xla": run["mode"], "start": run["start"]},
                 {
                     "s_per_iteration": run["seconds_per_iteration"],

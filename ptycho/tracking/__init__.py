@@ -18,7 +18,7 @@ with explicit run ids (never ``mlflow.start_run``'s process-global stack).
 MLflow is imported inside the functions, so importing this package is cheap.
 """
 
-from ptycho.tracking.access import preflight, preflight_environment, preflight_store
+from ptycho.tracking.access import follow_folder, preflight, preflight_environment, preflight_store
 from ptycho.tracking.job import job_run
 from ptycho.tracking.parent import (
     END_STATUSES,
@@ -29,7 +29,6 @@ from ptycho.tracking.parent import (
     finish_run,
     finish_study,
     journaled_parent,
-    log_artifact_to,
     log_children_table,
     parent_record,
     start_parent,
@@ -47,7 +46,15 @@ from ptycho.tracking.provenance import (
     source_tags,
 )
 from ptycho.tracking.replay import Replayed, journal_files, journal_folders, rebuild, replay_journal, replay_journals
-from ptycho.tracking.runs import END_REASON_TAG, JOURNAL_TAG, NONFINITE_TAG, Run, child_run, system_metrics
+from ptycho.tracking.runs import (
+    END_REASON_TAG,
+    JOURNAL_TAG,
+    NONFINITE_TAG,
+    Run,
+    child_run,
+    existing_run,
+    system_metrics,
+)
 from ptycho.tracking.store import default_tracking_uri, ensure_store, flatten_params
 
 __all__ = [
@@ -68,15 +75,16 @@ __all__ = [
     "end_orphan_parents",
     "end_stale_children",
     "ensure_store",
+    "existing_run",
     "finish_run",
     "finish_study",
     "flatten_params",
+    "follow_folder",
     "git_commit",
     "job_run",
     "journal_files",
     "journal_folders",
     "journaled_parent",
-    "log_artifact_to",
     "log_children_table",
     "preflight",
     "preflight_environment",

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from ptycho.errors import PtychoError
-from ptycho.tracking.store import rebuild_command, sqlite_has_run, sqlite_path, sqlite_problem
+from ptycho.tracking.store import rebuild_command, relocate, sqlite_has_run, sqlite_path, sqlite_problem
 
 
 def preflight(uri: str, timeout: float = 5.0) -> None:
@@ -151,6 +151,8 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
     import json
 
     results = Path(os.path.abspath(results))
+    for note in follow_folder(results):
+        print(f"ptycho workflow: note: {note}", file=sys.stderr)
     mlflow_dir = results / preset / "mlflow"
     parent_json = mlflow_dir / "parent.json"
     journals = mlflow_dir / "journal"
@@ -192,6 +194,38 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
                 f"MLflow tracking server at {uri} does not hold parent run {run_id} of {parent_json} "
                 f"(a new or emptied server?); {fix}"
             )
+
+
+def follow_folder(results: str | os.PathLike) -> list[str]:
+    """A results folder copied or moved elsewhere, made to work where it is now: its SQLite
+    store's artifact locations (:func:`~ptycho.tracking.store.relocate`) and every study's
+    ``parent.json`` that named the old store (its mtime kept, so Snakemake re-runs nothing)
+    now point into this folder. One line per change; nothing when the folder is at home.
+    No MLflow import."""
+    import json
+
+    from ptycho.artifacts import write_json
+
+    results = Path(os.path.abspath(results))
+    db = results / "mlflow.db"
+    if not db.is_file() or sqlite_problem(db):
+        return []
+    old = relocate(db)
+    notes = [f"{db}: the store was made in {old}; its artifacts now resolve in {results}"] if old else []
+    for parent_json in sorted(results.glob("*/mlflow/parent.json")):
+        try:
+            record = json.loads(parent_json.read_text())
+            was = sqlite_path(str(record.get("tracking_uri") or ""))
+        except (OSError, ValueError, AttributeError):
+            continue
+        # the store this study named, left behind (copied from there) or gone (moved from there)
+        if was is None or was == db or was.name != db.name or (was.exists() and str(was.parent) != old):
+            continue
+        stamp = parent_json.stat()
+        write_json(parent_json, {**record, "tracking_uri": f"sqlite:///{db}"})
+        os.utime(parent_json, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        notes.append(f"{parent_json}: the study's store is now {db} (was {was})")
+    return notes
 
 
 def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) -> str:

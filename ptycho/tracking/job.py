@@ -12,23 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 
 from ptycho.tracking.record import JobRecord, Progress, log_record
 
 _log = logging.getLogger(__name__)
-#: The job tag that leads a run's name (the workflow's rule), before the arm's tags.
-RULE_TAG = "rule"
-
-
-def run_name(tags: Mapping[str, str], arm_tags: Iterable[str], word: Callable[[str, str], str] = lambda k, v: v) -> str:
-    """The job's run name: the values of its ``rule`` and arm tags, in the tags' order,
-    each as ``word(tag, value)`` says (a tag's default may read as ''), joined by ``-``
-    (e.g. ``pinn-jit-0-train``: the workflow passes the rule tag last); '' when it has none of them."""
-    keys = (RULE_TAG, *arm_tags)
-    return "-".join(w for k, v in tags.items() if k in keys and v for w in [word(k, v)] if w)
 
 
 def journal_path(parent_json: str | os.PathLike, name: str) -> Path:
@@ -55,18 +45,16 @@ def job_run(
     job: Callable[[Progress], JobRecord],
     *,
     tags: Mapping[str, str] | None = None,
-    arm_tags: Iterable[str] = (),
-    arm_word: Callable[[str, str], str] = lambda k, v: v,
+    name: str = "",
+    params: Mapping[str, str] | None = None,
     device: bool = False,
     system_metrics: bool = False,
     done: Callable[[JobRecord], None] | None = None,
 ) -> JobRecord:
-    """Run ``job(live)`` inside a child run of the parent in ``parent_json`` and log its record.
+    """Run ``job(live)`` inside a child run ``name`` (else ``command``) of the parent in
+    ``parent_json`` and log its record.
 
-    ``tags``: the job's (``--mlflow-tag``); ``arm_tags``: which of them name the arm
-    (they become ``arm.<tag>`` params too, so that MLflow's compare view lines the runs
-    of an arm up, and with ``rule`` they name the run, each value as ``arm_word(tag,
-    value)`` words it, else ``command`` does).
+    ``tags``, ``params``: the run's own (``--mlflow-tag``; the arm's params).
     ``device``: tag the TensorFlow device (the job runs TensorFlow in this process).
     ``system_metrics``: sample CPU, memory and GPU while the job runs. ``live(step,
     metrics)`` logs a long job's progress as it goes. ``done(record)`` runs inside the
@@ -77,13 +65,11 @@ def job_run(
     from ptycho.tracking.runs import child_run
     from ptycho.tracking.runs import system_metrics as sampling
 
-    arm_tags = tuple(arm_tags)
     parent = read_json(parent_json)
     commit = git_commit(Path.cwd())
     all_tags = job_tags(command, dict(tags or {}), commit, parent)
-    name = run_name(all_tags, arm_tags, arm_word) or command
+    name = name or command
     journal = journal_path(parent_json, name)
-    params = {f"arm.{k}": all_tags[k] for k in arm_tags if k in all_tags}
     if device:
         from ptycho.runtime import device_info
 

@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,8 @@ from ptycho.tracking.runs import (
     JOURNAL_TAG,
     Journal,
     create_journaled_run,
-    disk_full,
+    existing_run,
     journal_of,
-    local_artifact,
 )
 from ptycho.tracking.store import (
     default_tracking_uri,
@@ -60,6 +59,21 @@ _RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 #: The parent run's journal, ``journal/parent.jsonl`` beside the jobs' (no job is named so).
 PARENT_JOURNAL = "parent"
+
+
+#: The experiment's kind (MLflow 3 opens a machine-learning experiment on its runs, not on
+#: the GenAI overview) and its description (MLflow's note).
+EXPERIMENT_TAGS = {
+    "mlflow.experimentKind": "custom_model_development",
+    "mlflow.note.content": (
+        "Does XLA make physics-informed ptychographic reconstruction faster without making it worse? One parent "
+        "run per pipeline (its description: the verdict and the answer in three sentences; the report attached), "
+        "one child run per job. Each arm's run is named as the arm (pinn-off-s0, pinn-physics-bf16-s1) and carries "
+        "its answer: quality (amp_ssim, phase_ssim), time to quality (quality_time_s), step and compile time, "
+        "and the network as an MLflow model. Compare arms: filter tags.rule = 'train' and tags.model = 'pinn', "
+        "group by tags.xla, select runs and press Compare."
+    ),
+}
 
 
 def _artifact_location(uri: str, experiment: str) -> str | None:
@@ -101,6 +115,13 @@ def _experiment_id(client, uri: str, name: str) -> str:
             f"MLflow experiment {name!r} is deleted; restore it with "
             f"'mlflow experiments restore --experiment-id {exp.experiment_id}' or use another experiment name"
         )
+    for key, value in EXPERIMENT_TAGS.items():
+        if exp.tags.get(key) is None:
+            retry(
+                lambda k=key, v=value: client.set_experiment_tag(exp.experiment_id, k, v),
+                what="tagging the experiment",
+                uri=uri,
+            )
     return exp.experiment_id
 
 
@@ -171,43 +192,6 @@ def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
         what=f"marking run {run_id} {status}",
         uri=uri,
     )
-
-
-def log_artifact_to(uri: str, run_id: str, path: str | os.PathLike, artifact_path: str | None = None) -> None:
-    """Copy a local file or folder into the artifacts of any run, by id (e.g. the parent).
-
-    For writes to a run this process did not open with :func:`child_run`, such as the
-    final report attached to the study's parent run before :func:`finish_run`. Journaled
-    (the file's path, as a job's artifacts are) when the run has a journal.
-    """
-    client = open_client(uri)
-    _append(
-        _journal(client, uri, run_id),
-        "artifact",
-        run_id,
-        uri,
-        path=os.path.abspath(os.fspath(path)),
-        artifact_path=artifact_path,
-    )
-    try:
-        retry(
-            lambda: client.log_artifact(run_id, os.fspath(path), artifact_path),
-            what=f"logging an artifact to run {run_id}",
-            uri=uri,
-        )
-    except Exception as exc:
-        if not disk_full(exc):
-            raise
-        where = None
-        with contextlib.suppress(Exception):  # the partial copy, removed: the run's end must still fit
-            where = local_artifact(client, run_id, path, artifact_path)
-            if where is not None and where.is_file():
-                where.unlink()
-        raise PtychoError(
-            f"no space left on the device of {where.parent if where is not None else 'the MLflow artifacts'} while "
-            f"logging the artifact {os.path.basename(os.fspath(path))} (MLflow run {run_id}): free space there or "
-            "choose another results folder, then re-run"
-        ) from None
 
 
 def write_table(client, run_id: str, columns: Mapping[str, list], artifact_file: str) -> None:
@@ -282,13 +266,44 @@ def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child
     return len(runs)
 
 
-def close_pipeline(uri: str, parent_run_id: str, artifacts: Iterable[tuple[str, str | None]]) -> None:
-    """The study's last step: ``artifacts`` (the report, its figures) attached to the
-    parent run, the table of its children logged, and the parent marked FINISHED."""
-    for path, folder in artifacts:
-        log_artifact_to(uri, parent_run_id, path, folder)
+def close_pipeline(uri: str, parent_run_id: str, others: Mapping[str, Any]) -> None:
+    """The study's last step: each record of ``others`` logged on its run (by name among
+    the parent's children, the newest FINISHED one; '' = the parent: the verdict, the
+    report), the table of the children logged, and the parent marked FINISHED."""
+    from ptycho.tracking.record import log_record
+
+    client = open_client(uri)
+    for name, record in others.items():
+        run_id = parent_run_id if not name else _child_named(client, uri, parent_run_id, name)
+        if run_id is None:
+            _log.warning(
+                "no MLflow run %r under the parent run %s; its answer is in the report only", name, parent_run_id
+            )
+            continue
+        log_record(existing_run(client, uri, run_id), record, {})
     log_children_table(uri, parent_run_id)
     finish_run(uri, parent_run_id, "FINISHED")
+
+
+def _child_named(client, uri: str, parent_run_id: str, name: str) -> str | None:
+    """The id of the parent's child run ``name`` (the newest FINISHED, else the newest), or None."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    experiment_id = retry(
+        lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri
+    ).info.experiment_id
+    found = retry(
+        lambda: client.search_runs(
+            [experiment_id],
+            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}' and attributes.run_name = '{name}'",
+            max_results=100,
+            order_by=["attributes.start_time DESC"],
+        ),
+        what=f"looking up run {name!r}",
+        uri=uri,
+    )
+    best = next((r for r in found if r.info.status == "FINISHED"), found[0] if found else None)
+    return best.info.run_id if best is not None else None
 
 
 @dataclass
@@ -636,6 +651,12 @@ def start_pipeline(
     if record is None:
         commit = git_commit(Path.cwd())
         all_tags = dict(tags, git_commit=commit, config_hash=config_hash(config), **source_tags(commit))
+        all_tags.setdefault(
+            "mlflow.note.content",
+            f"The study's parent run ({run_name}): its params are the resolved configuration; one child run per "
+            "job. When the report has run, this description holds the verdict and the answer, the tags verdict "
+            "and check.<item> each item's status, and the report is attached.",
+        )
         run_id = start_parent(uri, experiment, run_name, config, all_tags, journal=journal)
         record = {
             "run_id": run_id,

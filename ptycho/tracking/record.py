@@ -14,6 +14,9 @@ from typing import Any
 
 from ptycho.tracking.runs import Run, child_run
 
+#: MLflow's tag for a run's description (its note, shown on the run's page).
+NOTE_TAG = "mlflow.note.content"
+
 
 @dataclass(frozen=True)
 class DatasetInput:
@@ -67,9 +70,11 @@ class JobRecord:
     #: reason while the job itself succeeds, so that the report can say so.
     failure: str = ""
     #: The study's parent run this job closes (``track start``'s record: ``run_id``,
-    #: ``tracking_uri``), with the artifacts it attaches there first: the report's job.
+    #: ``tracking_uri``): the report's job.
     close_parent: Mapping[str, str] | None = None
-    parent_artifacts: list[tuple[str, str | None]] = field(default_factory=list)
+    #: What to log on other runs of the study before closing it, by run name ('' = the
+    #: parent): the verdict on the parent, each arm's answer on the arm's run.
+    others: dict[str, JobRecord] = field(default_factory=dict)
 
 
 #: A job's live progress (a training's epochs): ``(step, {key: value})``.
@@ -96,10 +101,11 @@ def log_record(run: Run, record: JobRecord, job_tags: Mapping[str, Any]) -> None
         run.log_model(
             m.name, m.local_dir, params=m.params, tags=m.tags, metrics=m.metrics, step=m.step, dataset=m.dataset
         )
+    inherited = {k: v for k, v in job_tags.items() if k != NOTE_TAG}  # a nested run says what it is itself
     for nested in record.nested:
         journal = run.journal.path.with_name(f"{nested.name}.jsonl") if run.journal is not None else None
         with child_run(
-            run.uri, run.run_id, nested.name, {**job_tags, **nested.tags}, nested.params, journal=journal
+            run.uri, run.run_id, nested.name, {**inherited, **nested.tags}, nested.params, journal=journal
         ) as child:
             child.log_metrics(nested.metrics)
     if record.failure:

@@ -58,7 +58,36 @@ def _read_journal(path: Path) -> list[dict]:
     for rec in records:
         if not isinstance(rec, dict) or "op" not in rec or not rec.get("run_id"):
             raise PtychoError(f"{path}: a record without op, run_id or uri; not an MLflow journal written by ptycho")
-    return records
+    return _moved(records, path)
+
+
+def _moved(records: list[dict], path: Path) -> list[dict]:
+    """``records`` with the paths under the results folder they were written in read
+    under the one that holds ``path`` now (a results folder copied or moved elsewhere):
+    the journal's own path, as its ``run`` line tags it, tells the old folder (journals
+    are ``<results>/<preset>/mlflow/journal/<name>.jsonl``)."""
+    from ptycho.tracking.store import JOURNAL_TAG
+
+    said = next((r["tags"][JOURNAL_TAG] for r in records if r["op"] == "run" and JOURNAL_TAG in r.get("tags", {})), "")
+    was, now = Path(said), path.resolve()
+    if not said or was == now or len(was.parts) < 5 or len(now.parts) < 5 or was.parts[-4:] != now.parts[-4:]:
+        return records
+    old, new = str(was.parents[3]), str(now.parents[3])
+
+    def move(value: Any) -> Any:
+        if isinstance(value, str):
+            for prefix in ("", "sqlite:///"):
+                if value.startswith(prefix + old + "/"):
+                    return prefix + new + value[len(prefix + old) :]
+        return value
+
+    out = []
+    for rec in records:
+        rec = {k: move(v) for k, v in rec.items()}
+        if isinstance(rec.get("tags"), dict):
+            rec["tags"] = {k: move(v) for k, v in rec["tags"].items()}
+        out.append(rec)
+    return out
 
 
 def journal_files(paths: list[str]) -> list[Path]:

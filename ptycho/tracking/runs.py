@@ -26,6 +26,7 @@ from ptycho.tracking.provenance import process_identity
 from ptycho.tracking.store import (
     _MAX_DATASET_DIGEST,
     _MAX_TAG_VALUE,
+    JOURNAL_TAG,
     fit,
     fit_tags,
     flatten_params,
@@ -49,10 +50,6 @@ NONFINITE_TAG = "ptycho.nonfinite_metrics"
 
 #: Why a run ended other than FINISHED: the one-line error, or what found it stale.
 END_REASON_TAG = "ptycho.end_reason"
-
-#: Where a run's journal is (absolute path): how a write to a run by id from another
-#: process (the parent's closing, a stale run's KILLED) is journaled beside the job's own.
-JOURNAL_TAG = "ptycho.journal"
 
 
 class Journal:
@@ -324,6 +321,13 @@ class Run:
         self._call(
             f"marking the run {status}", lambda: self._client.set_terminated(self._run_id, status, end_time=end_time)
         )
+
+
+def existing_run(client: Any, uri: str, run_id: str) -> Run:
+    """A :class:`Run` bound to an existing run by id (the parent, an arm's run), writing to
+    the journal the run names (:data:`JOURNAL_TAG`), so that a rebuilt store gets it too."""
+    run = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri)
+    return Run(client, run_id, uri, journal_of(run.data.tags))
 
 
 def disk_full(exc: BaseException) -> bool:

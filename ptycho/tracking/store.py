@@ -52,6 +52,9 @@ from typing import Any, TypeVar
 from ptycho.errors import PtychoError
 
 _log = logging.getLogger(__name__)
+#: Where a run's journal is (absolute path): how a write to a run by id from another
+#: process (the parent's closing, a stale run's KILLED) is journaled beside the job's own.
+JOURNAL_TAG = "ptycho.journal"
 
 T = TypeVar("T")
 
@@ -240,6 +243,55 @@ def sqlite_write_problem(path: str | os.PathLike) -> str:
         except OSError as exc:
             return exc.strerror or type(exc).__name__
     return ""
+
+
+#: Where a SQLite store records absolute paths under its results folder: (table, column).
+_PATH_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("logged_models", "artifact_location"),
+)
+
+
+def store_home(db: str | os.PathLike) -> str:
+    """The results folder a SQLite store was made in, from its experiments' artifact
+    locations (``<results>/mlartifacts/<experiment>``, as ``track start`` pins them), or ''."""
+    try:
+        with contextlib.closing(_read_only(Path(db))) as con:
+            rows = con.execute("SELECT artifact_location FROM experiments").fetchall()
+    except sqlite3.Error:  # not MLflow's (emptied, busy): nothing to tell
+        return ""
+    homes = {str(Path(loc).parent.parent) for (loc,) in rows if loc and Path(loc).parent.name == "mlartifacts"}
+    return homes.pop() if len(homes) == 1 else ""
+
+
+def relocate(db: str | os.PathLike) -> str:
+    """Point a SQLite store copied or moved to another folder at its new place: every
+    artifact location under its old results folder, and the runs' journal tags, now
+    under the folder that holds ``db``, in one transaction. MLflow stores them absolute,
+    so a copy would read the original's files and a moved store would lose them. Returns
+    the old folder ('' when the store is at home, or its home cannot be told)."""
+    db = Path(os.path.abspath(db))
+    old, new = store_home(db), str(db.parent)
+    if not old or old == new:
+        return ""
+    n = len(old) + 1
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as con, con:
+        for table, column in _PATH_COLUMNS:
+            con.execute(
+                f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE substr({column}, 1, ?) = ?",
+                (new, n, n, old + "/"),
+            )
+        con.execute(
+            "UPDATE tags SET value = ? || substr(value, ?) WHERE key = ? AND substr(value, 1, ?) = ?",
+            (new, n, JOURNAL_TAG, n, old + "/"),
+        )
+        for was, now in ((old, new), (json.dumps(old)[1:-1], json.dumps(new)[1:-1])):  # raw and JSON-escaped
+            con.execute(
+                "UPDATE datasets SET dataset_source = replace(dataset_source, ?, ?)",
+                (f'"{was}/', f'"{now}/'),
+            )
+    return old
 
 
 def rebuild_command(results: str | os.PathLike) -> str:

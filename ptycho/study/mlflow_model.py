@@ -1,0 +1,126 @@
+"""A trained arm as an MLflow model: ``mlflow.pyfunc.load_model`` reconstructs like ``ptycho infer``.
+
+The train job writes the folder (:func:`save`) beside ``model.keras``; the tracking layer
+uploads it as the arm's logged model, so that ``mlflow.pyfunc.load_model("models:/<id>")``
+(or the folder's path) gives a model whose ``predict`` takes a batch of diffraction
+patterns in photon counts, float32 ``(B, N, N, C)`` (``C`` = gridsize² neighbouring
+patterns per group for the PINN, 1 for the baseline; the layout of the dataset's
+``groups``), and returns ``{"amplitude", "phase"}``, each float32 ``(B, N/2, N/2, C)``.
+It normalises by the training split's intensity and predicts with the arm's XLA mode and
+batch, through the same functions as ``ptycho infer`` (:func:`ptycho.nets.inputs.network_inputs`,
+:class:`ptycho.nets.infer.Predictor`), so the two agree to the last bit on the same patterns.
+
+Loading needs this package importable (the repository installed, as ``make setup`` does):
+the model's code is :class:`Reconstructor`, pickled by reference, not copied.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+#: The MLflow model's folder inside an arm's model folder.
+FOLDER = "mlflow-model"
+
+
+def _reconstructor_class():
+    """:class:`Reconstructor`, built on first use so that importing this module does not import MLflow."""
+    import mlflow.pyfunc
+
+    class Reconstructor(mlflow.pyfunc.PythonModel):
+        """A trained network behind ``predict``: counts in, amplitude and phase out."""
+
+        def load_context(self, context) -> None:
+            from ptycho.nets.infer import Predictor, load_network
+
+            meta = json.loads(Path(context.artifacts["meta"]).read_text())
+            self.norm = float(meta["physics"]["intensity_norm"])
+            network = load_network(Path(context.artifacts["network"]).parent)
+            self.predictor = Predictor(network, int(meta["train"]["batch_size"]), meta["train"]["xla"])
+
+        # The np.ndarray hint tells MLflow that the signature (tensors) is the schema.
+        def predict(self, context, model_input: np.ndarray, params=None):  # noqa: ARG002 - MLflow's signature
+            from ptycho.nets.inputs import network_inputs
+
+            amplitude, phase = self.predictor(network_inputs(np.asarray(model_input, np.float32), self.norm))
+            return {"amplitude": amplitude, "phase": phase}
+
+    Reconstructor.__module__, Reconstructor.__qualname__ = __name__, "Reconstructor"
+    return Reconstructor
+
+
+def __getattr__(name: str):
+    # PEP 562: the class exists once asked for, under this module's name, so that pickle
+    # finds it by reference when MLflow loads a model.
+    if name == "Reconstructor":
+        globals()[name] = _reconstructor_class()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def requirements() -> list[str]:
+    """The loading environment's pins: this process's TensorFlow, Keras, NumPy and MLflow."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for package in ("tensorflow", "keras", "numpy", "mlflow"):
+        try:
+            out.append(f"{package}=={version(package)}")
+        except PackageNotFoundError:
+            out.append(package)
+    return out
+
+
+def save(model_dir: str | os.PathLike, example: np.ndarray) -> Path:
+    """Write ``<model_dir>/mlflow-model`` (MLmodel, signature, input example, the network
+    and its ``model.json``) atomically, replacing an older one; returns its path.
+
+    ``example``: one batch of the training split's counts in the network's layout (the
+    input example and the signature's shapes)."""
+    import mlflow.pyfunc
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Schema, TensorSpec
+
+    model_dir = Path(model_dir)
+    example = np.asarray(example, np.float32)
+    n, c = example.shape[1], example.shape[-1]
+    out_shape = (-1, n // 2, n // 2, c)
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, n, n, c))]),
+        outputs=Schema(
+            [
+                TensorSpec(np.dtype(np.float32), out_shape, "amplitude"),
+                TensorSpec(np.dtype(np.float32), out_shape, "phase"),
+            ]
+        ),
+    )
+    final = model_dir / FOLDER
+    # MLflow's notes on saving (pickling by reference, type hints, the validated example,
+    # progress bars) are not news in a training's log.
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    staging = Path(tempfile.mkdtemp(prefix=f".{FOLDER}-", dir=model_dir))
+    try:
+        target = staging / FOLDER
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            mlflow.pyfunc.save_model(
+                target,
+                python_model=__getattr__("Reconstructor")(),
+                artifacts={"network": str(model_dir / "model.keras"), "meta": str(model_dir / "model.json")},
+                signature=signature,
+                input_example=example,
+                pip_requirements=requirements(),
+            )
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(target, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
