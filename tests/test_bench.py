@@ -504,6 +504,7 @@ def test_one_nested_run_per_arm_named_by_its_model_mode_and_precision():
     runs = arm_runs(_record(_precision_arms()))
     assert [r.name for r in runs] == ["bench-pinn-off", "bench-pinn-jit", "bench-pinn-off-bf16", "bench-pinn-jit-bf16"]
     jit_bf16 = runs[3]
+    assert jit_bf16.tags.pop("mlflow.note.content").startswith("The benchmark's timing of PINN, XLA jit, bfloat16")
     assert jit_bf16.tags == {"model": "pinn", "xla": "jit", "precision": "mixed_bfloat16"}
     assert jit_bf16.params == {"arm.model": "pinn", "arm.xla": "jit", "arm.precision": "mixed_bfloat16"}
     m = jit_bf16.metrics

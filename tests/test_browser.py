@@ -1,8 +1,8 @@
 """What a person sees: the report and the MLflow UI, rendered by a real headless Chromium.
 
 One smoke pipeline runs per session (a few minutes) in a temporary folder; its
-``reports/validation.html`` is opened from disk, and its MLflow store is served by
-``mlflow ui`` on 127.0.0.1 (as ``make ui`` does) and browsed. The browser is Debian's
+``reports/validation.html`` is opened from disk, and its MLflow store is served on
+127.0.0.1 by ``make ui``'s command and browsed. The browser is Debian's
 ``chromium`` driven over the DevTools pipe (``tests/browser.py``, no Python dependency);
 when it is missing, the session installs it with apt-get as root (CI) or through
 passwordless sudo, and skips otherwise.
@@ -13,8 +13,10 @@ paths are printed (``pytest -s`` shows them).
 The checks are generic on purpose: every ``<section>`` and every ``<img>`` of the report,
 whatever sections and figures it grows; only the ``verdict`` and ``checklist`` ids are
 named. The MLflow routes are those of the 3.17 UI (a hash-routed single-page app):
-``#/experiments/<id>/runs`` (plain ``#/experiments/<id>`` opens the GenAI overview, which
-is empty for this study) and ``#/compare-runs?runs=[...]&experiments=[...]``.
+``#/experiments/<id>`` (the study's experiment is tagged a machine-learning one, so it
+opens on its runs, not on MLflow 3's GenAI overview), ``#/experiments/<id>/runs`` and
+``#/compare-runs?runs=[...]&experiments=[...]``. The server is started as ``make ui``
+starts it (``ptycho track ui results``), which prints the addresses a person opens.
 """
 
 from __future__ import annotations
@@ -132,31 +134,19 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def mlflow_ui(smoke, tmp_path_factory):
-    """``mlflow ui`` on 127.0.0.1 over the smoke run's store; yields its base URL.
+    """``make ui``'s command (``ptycho track ui results``) on 127.0.0.1 over the smoke
+    run's store; yields its base URL and the addresses it printed.
 
-    Started like ``make ui`` (same backend store URI, the experiment's artifact location
-    is already pinned beside the database), with one worker and MLflow's background job
-    runner off: nothing here uses GenAI jobs, and the machine is small. Stopped by its
-    process group (the server spawns uvicorn workers); the test fails if any is left.
+    MLflow's background job runner is off: nothing here uses GenAI jobs, and the machine
+    is small. Stopped by its process group (the server spawns uvicorn workers); the test
+    fails if any is left.
     """
     port = _free_port()
-    mlflow = Path(sys.executable).with_name("mlflow")
     log = tmp_path_factory.mktemp("mlflow-ui") / "server.log"
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [
-                str(mlflow),
-                "ui",
-                "--backend-store-uri",
-                f"sqlite:///{smoke / 'results' / 'mlflow.db'}",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                "1",
-            ],
+            [sys.executable, "-m", "ptycho", "track", "ui", "results", "--port", str(port)],
             cwd=smoke,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -177,7 +167,8 @@ def mlflow_ui(smoke, tmp_path_factory):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"mlflow ui did not come up on {base}:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
-        yield base
+        printed = [line.split(": ", 2)[-1] for line in log.read_text().splitlines() if line.startswith("MLflow: ")]
+        yield {"base": base, "printed": printed}
     finally:
         left = stop_process_group(proc, grace=20)
         assert not left, f"mlflow ui processes left running: {left}"
@@ -350,6 +341,7 @@ def _unlisted(runs) -> str:
 
 
 def test_mlflow_experiment_page_lists_every_run_of_the_smoke_pipeline(mlflow_ui, runs, browser, shots):
+    mlflow_ui = mlflow_ui["base"]
     parent, children = runs["parent"], runs["children"]
     page = browser.new_page(1600, max(1200, 500 + 40 * (len(children) + 1)))  # every row in view
     page.goto(f"{mlflow_ui}/#/experiments/{runs['experiment_id']}/runs")
@@ -430,15 +422,14 @@ def _row(page, label: str, columns: int) -> list[str]:
 
 
 def test_mlflow_compare_view_shows_the_xla_arms_side_by_side(mlflow_ui, runs, browser, shots):
+    # The address `make ui` prints first: the PINN's arms side by side.
+    compare = mlflow_ui["printed"][0]
     arms = runs["pinn_train"]
     ordered = [arms["jit"], arms["off"]]
     ids = [r.info.run_id for r in ordered]
-    query = (
-        f"runs={json.dumps(ids, separators=(',', ':'))}"
-        f"&experiments={json.dumps([runs['experiment_id']], separators=(',', ':'))}"
-    )
+    assert compare.startswith(f"{mlflow_ui['base']}/#/compare-runs?runs=") and all(i in compare for i in ids)
     page = browser.new_page(1600, 6000)  # tall enough for run details, params, metrics and tags, unfolded
-    page.goto(f"{mlflow_ui}/#/compare-runs?{query}")
+    page.goto(compare)
     page.wait_for(
         "document.body.innerText.includes('Tags') && "
         + " && ".join(f"document.body.innerText.includes({json.dumps(r.info.run_name)})" for r in ordered),
@@ -458,12 +449,18 @@ def test_mlflow_compare_view_shows_the_xla_arms_side_by_side(mlflow_ui, runs, br
     columns = _row(page, "Run ID:", 2)
     assert sorted(columns) == sorted(ids), columns
     expected = [arms["jit"] if c == ids[0] else arms["off"] for c in columns]
-    assert _row(page, "Run Name:", 2) == [r.info.run_name for r in expected]
-    for tag in ("xla", "model", "rule"):
+    # each arm's run is named as the arm, and carries it: mode, precision, seed
+    assert (
+        _row(page, "Run Name:", 2)
+        == [r.info.run_name for r in expected]
+        == [f"pinn-{r.data.tags['xla']}-s0" for r in expected]
+    )
+    for tag in ("xla", "precision", "seed", "model", "rule"):
         assert _row(page, tag, 2) == [r.data.tags[tag] for r in expected], f"tag {tag}"
-    # MLflow renders the metrics table virtually (the rows in its 300 px box, alphabetical):
-    # these sit at its top whatever system metrics follow them.
-    for metric in ("compile_s", "final_val_loss", "step_median_s"):
+    # and its answer beside its training: quality on the test split (from the report) and
+    # time to the quality target. MLflow renders the metrics table virtually (the rows in
+    # its 300 px box, alphabetical): these sit at its top, above the system samples.
+    for metric in ("amp_ssim", "phase_ssim", "quality_time_s", "compile_s", "final_val_loss", "step_median_s"):
         shown = [float(v) for v in _row(page, metric, 2)]
         actual = [r.data.metrics[metric] for r in expected]
         for s, a in zip(shown, actual, strict=True):
@@ -471,10 +468,30 @@ def test_mlflow_compare_view_shows_the_xla_arms_side_by_side(mlflow_ui, runs, br
 
     shot = page.screenshot(shots / "mlflow-compare-xla.png")
     print(f"\nscreenshot of the MLflow compare view: {shot}")
-    _report_page_problems(page, mlflow_ui)
+    _report_page_problems(page, mlflow_ui["base"])
+
+
+def test_mlflow_experiment_opens_on_its_runs_with_its_description(mlflow_ui, runs, browser, shots):
+    # The first click: the experiment, not MLflow 3's GenAI overview ("No data available").
+    page = browser.new_page(1600, 1200)
+    page.goto(f"{mlflow_ui['base']}/#/experiments/{runs['experiment_id']}")
+    name = json.dumps(runs["parent"].info.run_name)
+    page.wait_for(
+        f"[...document.querySelectorAll('a')].some(a => a.innerText.trim() === {name})",
+        timeout=120,
+        message="the runs table with the parent run",
+    )
+    _close_assistant(page)
+    text = page.evaluate("document.body.innerText")
+    assert "No data available" not in text and "Does XLA make physics-informed ptychographic reconstruction" in text
+    assert mlflow_ui["printed"][1] == f"{mlflow_ui['base']}/#/experiments/{runs['experiment_id']}/runs"
+    shot = page.screenshot(shots / "mlflow-first-click.png")
+    print(f"\nscreenshot of the experiment's first page: {shot}")
+    _report_page_problems(page, mlflow_ui["base"])
 
 
 def test_mlflow_run_page_shows_a_trainings_dataset_model_and_system_metrics(mlflow_ui, smoke, runs, browser, shots):
+    mlflow_ui = mlflow_ui["base"]
     """What a person looks for in a training run: the data it used (the Datasets column and
     box), the network it produced (an MLflow logged model, with its linked metrics) and
     what the machine did meanwhile (the System metrics tab)."""

@@ -252,10 +252,10 @@ def test_a_full_disk_while_logging_an_artifact_is_one_line_and_the_run_ends_fail
 
     # The report's artifacts attached to the parent run: the same line, not a traceback.
     with pytest.raises(PtychoError) as caught:
-        tracking.log_artifact_to(uri, parent, figure, "report")
+        tracking.close_pipeline(uri, parent, {"": tracking.record.JobRecord(artifacts=[(str(figure), "report")])})
     assert str(caught.value) == (
         f"no space left on the device of {copies[1].parent} while logging the artifact figure.png "
-        f"(MLflow run {parent}): free space there or choose another results folder, then re-run"
+        f"(MLflow run {parent}); the run ends FAILED: free space there or choose another results folder, then re-run"
     )
     assert not copies[1].exists()
 

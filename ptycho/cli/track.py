@@ -135,7 +135,7 @@ def _ui(args: argparse.Namespace) -> JobRecord:
         raise PtychoError(f"track ui: no MLflow store {db}; run the study first (make all), or name its results folder")
     for note in tracking.follow_folder(results):
         print(f"ptycho track ui: note: {note}", file=sys.stderr)
-    base = f"http://{args.host}:{args.port}"
+    base = f"http://127.0.0.1:{args.port}"  # this machine only: a server for others is 'make mlflow-server'
     with contextlib.closing(sqlite3.connect(f"file:{urllib.parse.quote(str(db))}?mode=ro", uri=True)) as con:
         for parent_json in sorted(results.glob("*/mlflow/parent.json")):
             try:
@@ -158,7 +158,8 @@ def _ui(args: argparse.Namespace) -> JobRecord:
     mlflow = Path(sys.executable).with_name("mlflow")
     command = [str(mlflow if mlflow.exists() else shutil.which("mlflow") or "mlflow"), "ui"]
     os.execv(
-        command[0], [*command, "--backend-store-uri", f"sqlite:///{db}", "--host", args.host, "--port", str(args.port)]
+        command[0],
+        [*command, "--backend-store-uri", f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(args.port)],
     )
     return JobRecord()  # not reached
 
@@ -205,8 +206,7 @@ _ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _r
     ),
     arg("--parent", help="(finish, sweep) the JSON written by 'track start'"),
     arg("--status", choices=tracking.END_STATUSES, default=tracking.END_STATUSES[0]),
-    arg("--host", default="127.0.0.1", help="(ui) the address to serve on"),
-    arg("--port", type=int, default=5000, help="(ui) the port to serve on"),
+    arg("--port", type=int, default=5000, help="(ui) the port to serve on, at 127.0.0.1"),
 )
 def cmd_track(args: argparse.Namespace, live: Live) -> JobRecord:
     return _ACTIONS[args.action](args)

@@ -1,8 +1,8 @@
 """A trained arm as an MLflow model: ``mlflow.pyfunc.load_model`` reconstructs like ``ptycho infer``.
 
 The train job writes the folder (:func:`save`) beside ``model.keras``; the tracking layer
-uploads it as the arm's logged model, so that ``mlflow.pyfunc.load_model("models:/<id>")``
-(or the folder's path) gives a model whose ``predict`` takes a batch of diffraction
+uploads it as the arm's logged model, so that MLflow's pyfunc loader, given
+``models:/<id>`` or the folder's path, gives a model whose ``predict`` takes a batch of diffraction
 patterns in photon counts, float32 ``(B, N, N, C)`` (``C`` = gridsize² neighbouring
 patterns per group for the PINN, 1 for the baseline; the layout of the dataset's
 ``groups``), and returns ``{"amplitude", "phase"}``, each float32 ``(B, N/2, N/2, C)``.
@@ -10,8 +10,10 @@ It normalises by the training split's intensity and predicts with the arm's XLA 
 batch, through the same functions as ``ptycho infer`` (:func:`ptycho.nets.inputs.network_inputs`,
 :class:`ptycho.nets.infer.Predictor`), so the two agree to the last bit on the same patterns.
 
-Loading needs this package importable (the repository installed, as ``make setup`` does):
-the model's code is :class:`Reconstructor`, pickled by reference, not copied.
+The model is an MLflow *model from code*: its ``python_model.py`` is the three lines of
+:data:`CODE` (import :class:`Reconstructor`, hand MLflow an instance), so loading it
+unpickles nothing. Loading needs this package importable (the repository installed, as
+``make setup`` does).
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ import numpy as np
 
 #: The MLflow model's folder inside an arm's model folder.
 FOLDER = "mlflow-model"
+#: The model's code, as MLflow stores it in the model (``python_model.py``).
+CODE = """# An arm of the XLA ptychography study: diffraction counts in, amplitude and phase out.
+import mlflow.models
+from ptycho.study.mlflow_model import Reconstructor
+
+mlflow.models.set_model(Reconstructor())
+"""
 
 
 def _reconstructor_class():
@@ -57,8 +66,8 @@ def _reconstructor_class():
 
 
 def __getattr__(name: str):
-    # PEP 562: the class exists once asked for, under this module's name, so that pickle
-    # finds it by reference when MLflow loads a model.
+    # PEP 562: the class exists once asked for (CODE imports it), so that importing this
+    # module does not import MLflow.
     if name == "Reconstructor":
         globals()[name] = _reconstructor_class()
         return globals()[name]
@@ -109,11 +118,13 @@ def save(model_dir: str | os.PathLike, example: np.ndarray) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{FOLDER}-", dir=model_dir))
     try:
         target = staging / FOLDER
+        code = staging / "python_model.py"
+        code.write_text(CODE)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             mlflow.pyfunc.save_model(
                 target,
-                python_model=__getattr__("Reconstructor")(),
+                python_model=str(code),
                 artifacts={"network": str(model_dir / "model.keras"), "meta": str(model_dir / "model.json")},
                 signature=signature,
                 input_example=example,

@@ -121,6 +121,7 @@ def _experiment_id(client, uri: str, name: str) -> str:
                 lambda k=key, v=value: client.set_experiment_tag(exp.experiment_id, k, v),
                 what="tagging the experiment",
                 uri=uri,
+                conflicts=True,  # processes racing to tag a new experiment
             )
     return exp.experiment_id
 
