@@ -421,10 +421,11 @@ def test_a_job_outlives_its_tracking_server_and_replay_restores_every_value_once
             assert run.info.status == "FINISHED"
             assert run.data.params["train.epochs"] == str(epochs)
             assert {"compile_s", "step_median_s"} <= set(run.data.metrics)
-            assert {a.path for a in client.list_artifacts(run.info.run_id, "model")} == {
-                "model/model.json",
-                "model/model.keras",
-            }
+            assert {a.path for a in client.list_artifacts(run.info.run_id, "model")} == {"model/model.json"}
+            # the network itself is the run's logged model, an MLflow model (MLmodel, the Keras file)
+            (model,) = client.search_logged_models([run.info.experiment_id])
+            assert model.source_run_id == run.info.run_id and str(model.status) == "READY"
+            assert {"MLmodel", "artifacts"} <= {a.path for a in client.list_logged_model_artifacts(model.model_id)}
     finally:
         stop_server(server)
 

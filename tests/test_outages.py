@@ -31,8 +31,7 @@ from mlflow_server import free_port, start_server
 
 from ptycho import tracking
 from ptycho.errors import PtychoError
-from ptycho.tracking.job import journal_path
-from ptycho.tracking.parent import PARENT_JOURNAL
+from ptycho.tracking.journal import PARENT_JOURNAL, journal_path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What ptycho.tracking.store.SERVER_DEFAULTS sets unless the user did (unset here: a user's view).
@@ -306,7 +305,8 @@ def test_a_results_folder_on_a_full_tmpfs_ends_the_run_failed_with_the_reason(tm
 _CREATE_PARENT = """
 import sys
 from ptycho import tracking
-from ptycho.tracking.runs import Journal, create_journaled_run
+from ptycho.tracking.journal import Journal
+from ptycho.tracking.runs import create_journaled_run
 from ptycho.tracking.provenance import process_identity
 from ptycho.tracking.store import open_client
 uri, journal, complete = sys.argv[1:4]

@@ -147,7 +147,7 @@ def test_log_record_sends_everything_a_job_reports_and_nests_its_arm_runs(uri, c
 
 def test_job_run_names_tags_and_journals_a_commands_run(uri, client, tmp_path, monkeypatch, capsys):
     # What `ptycho --mlflow-parent P --mlflow-tag rule=train --mlflow-tag model=pinn ... train` opens.
-    from ptycho.tracking.job import journal_path
+    from ptycho.tracking.journal import journal_path
     from ptycho.tracking.record import JobRecord
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -710,7 +710,7 @@ def test_a_lost_store_is_rebuilt_from_the_journals_once(tmp_path, monkeypatch):
     # refused ("run ... does not exist") and the pipeline stopped at "parent run not found".
     from mlflow.tracking import MlflowClient
 
-    from ptycho.tracking.job import journal_path
+    from ptycho.tracking.journal import journal_path
     from ptycho.tracking.record import JobRecord
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

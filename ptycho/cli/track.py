@@ -150,9 +150,10 @@ def _ui(args: argparse.Namespace) -> JobRecord:
                     f"MLflow: the PINN's arms of {parent_json.parent.parent.name} side by side (mode, precision, seed, "
                     f"SSIM, time to quality): {base}/#/compare-runs?runs={ids}&experiments={experiment}"
                 )
+                # MLflow 3 starts a browser in its GenAI mode; the parameter switches it (and it stays)
                 print(
                     f"MLflow: every run of the study (its jobs under the parent run's +): "
-                    f"{base}/#/experiments/{arms[0][1]}/runs"
+                    f"{base}/#/experiments/{arms[0][1]}/runs?workflowType=machine_learning"
                 )
     print(f"MLflow UI at {base} (Ctrl-C stops it)", flush=True)
     mlflow = Path(sys.executable).with_name("mlflow")

@@ -4,12 +4,14 @@ The Snakemake pipeline runs each job as its own ``ptycho`` process, up to eight 
 all writing to the same tracking store, through :class:`mlflow.tracking.MlflowClient`
 with explicit run ids (never ``mlflow.start_run``'s process-global stack).
 
-* :mod:`~ptycho.tracking.store`: the URI, opening the store once, retries on locks;
+* :mod:`~ptycho.tracking.store`: the URI, opening the store once, retries on locks, the
+  server's probes, the experiment, a store that moved;
+* :mod:`~ptycho.tracking.journal`: the journal's format, written and read in one place;
 * :mod:`~ptycho.tracking.access`: can runs be recorded there (one line before a long job),
   is a study's store damaged or lost (one line before the workflow's first job);
 * :mod:`~ptycho.tracking.provenance`: commit, config hash, source tags, owning process;
-* :mod:`~ptycho.tracking.runs`: a job's child run (journaled, offline-capable), datasets,
-  logged models, system metrics;
+* :mod:`~ptycho.tracking.runs`: a job's child run (journaled, offline-capable), the one
+  sender of every kind of write (:func:`~ptycho.tracking.runs.send`), system metrics;
 * :mod:`~ptycho.tracking.parent`: the study's parent run, its children's table, stale runs
   (replayed if journaled, else KILLED) and orphan parents;
 * :mod:`~ptycho.tracking.replay`: journals sent again, or a lost store rebuilt from them;
@@ -20,6 +22,7 @@ MLflow is imported inside the functions, so importing this package is cheap.
 
 from ptycho.tracking.access import follow_folder, preflight, preflight_environment, preflight_store
 from ptycho.tracking.job import job_run
+from ptycho.tracking.journal import journaled_parent, parent_record
 from ptycho.tracking.parent import (
     END_STATUSES,
     Swept,
@@ -28,9 +31,7 @@ from ptycho.tracking.parent import (
     end_stale_children,
     finish_run,
     finish_study,
-    journaled_parent,
     log_children_table,
-    parent_record,
     start_parent,
     start_pipeline,
     sweep_children,
@@ -46,16 +47,8 @@ from ptycho.tracking.provenance import (
     source_tags,
 )
 from ptycho.tracking.replay import Replayed, journal_files, journal_folders, rebuild, replay_journal, replay_journals
-from ptycho.tracking.runs import (
-    END_REASON_TAG,
-    JOURNAL_TAG,
-    NONFINITE_TAG,
-    Run,
-    child_run,
-    existing_run,
-    system_metrics,
-)
-from ptycho.tracking.store import default_tracking_uri, ensure_store, flatten_params
+from ptycho.tracking.runs import END_REASON_TAG, NONFINITE_TAG, Run, child_run, existing_run, system_metrics
+from ptycho.tracking.store import JOURNAL_TAG, default_tracking_uri, ensure_store, flatten_params
 
 __all__ = [
     "END_REASON_TAG",

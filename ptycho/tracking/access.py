@@ -11,7 +11,16 @@ import urllib.request
 from pathlib import Path
 
 from ptycho.errors import PtychoError
-from ptycho.tracking.store import rebuild_command, relocate, sqlite_has_run, sqlite_path, sqlite_problem
+from ptycho.tracking.journal import journaled_parent
+from ptycho.tracking.store import (
+    rebuild_command,
+    relocate,
+    server_down,
+    server_has_run,
+    sqlite_has_run,
+    sqlite_path,
+    sqlite_problem,
+)
 
 
 def preflight(uri: str, timeout: float = 5.0) -> None:
@@ -93,28 +102,6 @@ def _preflight_server(uri: str, timeout: float) -> None:
     raise PtychoError(f"MLflow tracking server at {uri} is unreachable ({reason}); {fix}")
 
 
-def server_down(uri: str, timeout: float = 5.0) -> str:
-    """Why the tracking server at ``uri`` cannot be reached at all (refused, timed out, no
-    such host), or ``""`` if it answers anything; no MLflow import, one request.
-
-    Asked before a job's first MLflow call: MLflow would retry that call (see
-    :data:`~ptycho.tracking.store.SERVER_DEFAULTS`), and a job started after its server went
-    away should say so in seconds. An HTTP error is an answer: its meaning (a 403 for the
-    host name, a 404 for a wrong path) is :func:`preflight`'s to explain.
-    """
-    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-            return ""
-    except urllib.error.HTTPError:
-        return ""
-    except urllib.error.URLError as exc:
-        reason = str(exc.reason)
-    except (OSError, http.client.HTTPException) as exc:
-        reason = str(exc) or type(exc).__name__
-    return " ".join(reason.split())
-
-
 def preflight_environment(timeout: float = 5.0) -> None:
     """Check the tracking server named by ``MLFLOW_TRACKING_URI``, if any; no side effects.
 
@@ -189,7 +176,7 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
             raise PtychoError(f"MLflow store {path} does not hold parent run {run_id} of {parent_json}; {fix}")
     elif run_id and uri.startswith(("http://", "https://")):
         preflight(uri, timeout)
-        if not _server_has_run(uri, run_id, timeout):
+        if not server_has_run(uri, run_id, timeout):
             raise PtychoError(
                 f"MLflow tracking server at {uri} does not hold parent run {run_id} of {parent_json} "
                 f"(a new or emptied server?); {fix}"
@@ -238,7 +225,6 @@ def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) ->
     that the outputs made since stay newer than it. No MLflow import.
     """
     from ptycho.artifacts import write_json
-    from ptycho.tracking.parent import journaled_parent
 
     parent_json = Path(parent_json)
     record = journaled_parent(parent_json)
@@ -249,7 +235,7 @@ def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) ->
     if path is not None:
         held = path.exists() and not sqlite_problem(path) and sqlite_has_run(path, run_id) is True
     elif uri.startswith(("http://", "https://")):
-        held = not server_down(uri, timeout) and _server_has_run(uri, run_id, timeout)
+        held = not server_down(uri, timeout) and server_has_run(uri, run_id, timeout)
     else:
         held = False
     if not held:
@@ -262,19 +248,3 @@ def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) ->
         f"{parent_json} was missing; written again from the study's journal (parent run {run_id} at {uri}), "
         "so that no finished job runs again"
     )
-
-
-def _server_has_run(uri: str, run_id: str, timeout: float) -> bool:
-    """False only if the server says the run does not exist; anything else is for the jobs to meet."""
-    url = uri.rstrip("/") + "/api/2.0/mlflow/runs/get?run_id=" + urllib.parse.quote(run_id)
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-            return True
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read(300).decode("utf-8", "replace")
-        except Exception:  # a broken body does not change the verdict
-            body = ""
-        return not (exc.code == 404 and "RESOURCE_DOES_NOT_EXIST" in body)
-    except (OSError, ValueError, http.client.HTTPException):
-        return True

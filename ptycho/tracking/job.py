@@ -16,16 +16,14 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 
+from ptycho.tracking.journal import journal_path
+from ptycho.tracking.parent import sweep_children
+from ptycho.tracking.provenance import git_commit, source_tags
 from ptycho.tracking.record import JobRecord, Progress, log_record
+from ptycho.tracking.runs import child_run
+from ptycho.tracking.runs import system_metrics as sampling
 
 _log = logging.getLogger(__name__)
-
-
-def journal_path(parent_json: str | os.PathLike, name: str) -> Path:
-    """Where a job's run is journaled: ``journal/<name>.jsonl`` beside the parent's JSON
-    (``<results>/<preset>/mlflow/``), so that nothing is lost if the tracking server goes
-    away (``ptycho track replay``)."""
-    return Path(parent_json).resolve().parent / "journal" / f"{name.replace('/', '_')}.jsonl"
 
 
 def job_tags(command: str, tags: Mapping[str, str], commit: str, parent: Mapping) -> dict[str, str]:
@@ -61,9 +59,6 @@ def job_run(
     run, after the record is logged. Returns the record.
     """
     from ptycho.artifacts import read_json
-    from ptycho.tracking.provenance import git_commit, source_tags
-    from ptycho.tracking.runs import child_run
-    from ptycho.tracking.runs import system_metrics as sampling
 
     parent = read_json(parent_json)
     commit = git_commit(Path.cwd())
@@ -89,8 +84,6 @@ def job_run(
 def end_stale_runs(parent: Mapping, name: str) -> None:
     """Close the runs of earlier attempts: replayed from their journal if the job went on
     without the server, KILLED if its process was killed; never fails the job."""
-    from ptycho.tracking.parent import sweep_children
-
     try:
         swept = sweep_children(parent["tracking_uri"], parent["run_id"], by=f"job {name} (pid {os.getpid()})")
     except Exception as exc:  # bookkeeping of other runs must not stop this one

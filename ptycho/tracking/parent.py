@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import socket
 import sys
@@ -23,6 +22,15 @@ from typing import Any
 
 from ptycho.errors import PtychoError
 from ptycho.tracking.access import preflight
+from ptycho.tracking.journal import (
+    PARENT_JOURNAL,
+    Journal,
+    journal_of,
+    journal_path,
+    journaled_end,
+    journaled_parent,
+    parent_record,
+)
 from ptycho.tracking.provenance import (
     HOST_TAG,
     PID_START_TAG,
@@ -33,97 +41,25 @@ from ptycho.tracking.provenance import (
     process_identity,
     source_tags,
 )
-from ptycho.tracking.runs import (
-    END_REASON_TAG,
-    JOURNAL_TAG,
-    Journal,
-    create_journaled_run,
-    existing_run,
-    journal_of,
-)
+from ptycho.tracking.replay import replay_journals
+from ptycho.tracking.runs import END_REASON_TAG, create_journaled_run, existing_run
 from ptycho.tracking.store import (
+    JOURNAL_TAG,
     default_tracking_uri,
+    experiment_id,
     fit_tags,
     flatten_params,
     is_server,
     open_client,
     retry,
-    safe_key,
+    server_down,
     server_gone,
-    sqlite_path,
 )
 
 _log = logging.getLogger(__name__)
 _RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
 #: How a run can end (:func:`finish_run`), the normal end first.
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
-#: The parent run's journal, ``journal/parent.jsonl`` beside the jobs' (no job is named so).
-PARENT_JOURNAL = "parent"
-
-
-#: The experiment's kind (MLflow 3 opens a machine-learning experiment on its runs, not on
-#: the GenAI overview) and its description (MLflow's note).
-EXPERIMENT_TAGS = {
-    "mlflow.experimentKind": "custom_model_development",
-    "mlflow.note.content": (
-        "Does XLA make physics-informed ptychographic reconstruction faster without making it worse? One parent "
-        "run per pipeline (its description: the verdict and the answer in three sentences; the report attached), "
-        "one child run per job. Each arm's run is named as the arm (pinn-off-s0, pinn-physics-bf16-s1) and carries "
-        "its answer: quality (amp_ssim, phase_ssim), time to quality (quality_time_s), step and compile time, "
-        "and the network as an MLflow model. Compare arms: filter tags.rule = 'train' and tags.model = 'pinn', "
-        "group by tags.xla, select runs and press Compare."
-    ),
-}
-
-
-def _artifact_location(uri: str, experiment: str) -> str | None:
-    """Artifacts of a SQLite store go next to the database, not into the cwd.
-
-    MLflow's default for a SQLite store is ``./mlruns`` relative to the working
-    directory of whichever process created the experiment; pinning it beside the
-    database keeps a results folder self-contained. Servers choose their own.
-    """
-    path = sqlite_path(uri)
-    if path is None:
-        return None
-    return str(path.parent / "mlartifacts" / safe_key(experiment).replace("/", "_").replace(" ", "_"))
-
-
-def _experiment_id(client, uri: str, name: str) -> str:
-    """Id of experiment ``name``, creating it; safe when processes race to create it."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
-
-    exp = retry(lambda: client.get_experiment_by_name(name), what=f"looking up experiment {name!r}", uri=uri)
-    if exp is None:
-        try:
-            return retry(
-                lambda: client.create_experiment(name, artifact_location=_artifact_location(uri, name)),
-                what=f"creating experiment {name!r}",
-                uri=uri,
-            )
-        except MlflowException as exc:
-            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
-                raise
-        # Another process created it between our look-up and our insert.
-        _log.debug("MLflow experiment %r was created concurrently; using it", name)
-        exp = retry(lambda: client.get_experiment_by_name(name), what=f"looking up experiment {name!r}", uri=uri)
-        if exp is None:
-            raise PtychoError(f"MLflow experiment {name!r} exists but cannot be read at {uri}; check the store")
-    if exp.lifecycle_stage != "active":
-        raise PtychoError(
-            f"MLflow experiment {name!r} is deleted; restore it with "
-            f"'mlflow experiments restore --experiment-id {exp.experiment_id}' or use another experiment name"
-        )
-    for key, value in EXPERIMENT_TAGS.items():
-        if exp.tags.get(key) is None:
-            retry(
-                lambda k=key, v=value: client.set_experiment_tag(exp.experiment_id, k, v),
-                what="tagging the experiment",
-                uri=uri,
-                conflicts=True,  # processes racing to tag a new experiment
-            )
-    return exp.experiment_id
 
 
 def start_parent(
@@ -147,7 +83,7 @@ def start_parent(
     from mlflow.entities import Param
 
     client = open_client(uri)
-    exp_id = _experiment_id(client, uri, experiment)
+    exp_id = experiment_id(client, uri, experiment)
     book = Journal(journal) if journal is not None else None
     # The creator's identity, as a job's run has its process's: a sweep tells a parent
     # being created now from one whose 'track start' died before parent.json named it.
@@ -156,7 +92,7 @@ def start_parent(
     try:
         flat = flatten_params(params)
         if book is not None:
-            book.append({"op": "params", "run_id": run_id, "uri": uri, "params": flat})
+            book.write("params", run_id, uri, params=flat)
         entities = [Param(k, v) for k, v in flat.items()]
         retry(lambda: client.log_batch(run_id, params=entities), what="logging params", uri=uri)
     except BaseException:
@@ -167,14 +103,14 @@ def start_parent(
 
 
 def _journal(client, uri: str, run_id: str) -> Journal | None:
-    """The journal of run ``run_id`` (its :data:`~ptycho.tracking.runs.JOURNAL_TAG`), or None."""
+    """The journal of run ``run_id`` (its :data:`~ptycho.tracking.store.JOURNAL_TAG`), or None."""
     run = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri)
     return journal_of(run.data.tags)
 
 
-def _append(book: Journal | None, op: str, run_id: str, uri: str, **fields: Any) -> None:
+def _write(book: Journal | None, op: str, run_id: str, uri: str, **fields: Any) -> None:
     if book is not None:
-        book.append({"op": op, "run_id": run_id, "uri": uri, **fields})
+        book.write(op, run_id, uri, **fields)
 
 
 def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
@@ -187,41 +123,12 @@ def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
         raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
     client = open_client(uri)
     end_time = int(time.time() * 1000)
-    _append(_journal(client, uri, run_id), "end", run_id, uri, status=status, end_time=end_time)
+    _write(_journal(client, uri, run_id), "end", run_id, uri, status=status, end_time=end_time)
     retry(
         lambda: client.set_terminated(run_id, status, end_time=end_time),
         what=f"marking run {run_id} {status}",
         uri=uri,
     )
-
-
-def write_table(client, run_id: str, columns: Mapping[str, list], artifact_file: str) -> None:
-    """Log ``columns`` as the table artifact ``artifact_file`` of ``run_id``, replacing it.
-
-    The file is what ``MlflowClient.log_table`` writes (JSON ``{"columns", "data"}``) and
-    the run gets the same ``mlflow.loggedArtifacts`` entry, so the UI shows a table; but
-    ``log_table`` appends to an existing table, which would repeat every row each time
-    the report runs again or a journal is replayed: here the file is replaced.
-    """
-    import json
-    import tempfile
-
-    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
-
-    names = list(columns)
-    rows = [
-        [None if isinstance(v, float) and not math.isfinite(v) else v for v in row]  # JSON has no NaN
-        for row in zip(*(columns[c] for c in names), strict=True)
-    ]
-    folder, name = os.path.split(artifact_file)
-    with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp) / name
-        local.write_text(json.dumps({"columns": names, "data": rows}, default=str))
-        client.log_artifact(run_id, str(local), folder or None)
-    listed = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
-    entry = {"path": artifact_file, "type": "table"}
-    if entry not in listed:
-        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps([*listed, entry]))
 
 
 def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child_runs.json") -> int:
@@ -257,13 +164,7 @@ def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child
         columns["duration_s"].append(round((info.end_time - info.start_time) / 1000, 1) if info.end_time else None)
         for key in keys:
             columns[key].append(r.data.metrics.get(key))
-    book = _journal(client, uri, parent_run_id)
-    _append(book, "table", parent_run_id, uri, artifact_file=artifact_file, columns=columns)
-    retry(
-        lambda: write_table(client, parent_run_id, columns, artifact_file),
-        what="logging the child-run table",
-        uri=uri,
-    )
+    existing_run(client, uri, parent_run_id).log_table(columns, artifact_file)
     return len(runs)
 
 
@@ -333,26 +234,9 @@ class Swept:
         return out
 
 
-def _journaled_end(path: Path, run_id: str) -> bool:
-    """Whether the journal ``path`` holds the run's own end (not a sweep's "stale" guess),
-    under ``run_id`` or an id a rebuild gave the same run."""
-    from ptycho.tracking.replay import _read_journal
-
-    try:
-        records = _read_journal(path)
-    except PtychoError:
-        return False
-    ids = {run_id}
-    for rec in records:
-        if rec["op"] == "rebuilt" and (rec["run_id"] in ids or rec.get("from") in ids):
-            ids.update((rec["run_id"], rec.get("from")))
-    return any(rec["op"] == "end" and not rec.get("stale") and rec["run_id"] in ids for rec in records)
-
-
 def _replay_quietly(path: Path, run_id: str) -> bool:
     """Replay the journal ``path`` (:func:`~ptycho.tracking.replay.replay_journals`); a
     failure is a warning, never the sweep's end. True if it was replayed."""
-    from ptycho.tracking.replay import replay_journals
 
     try:
         replay_journals([path])
@@ -398,7 +282,7 @@ def sweep_children(uri: str, parent_run_id: str, *, by: str = "") -> Swept:
     for run in running:
         tags, run_id = run.data.tags, run.info.run_id
         journal = Path(tags[JOURNAL_TAG]) if tags.get(JOURNAL_TAG) else None
-        if journal is not None and journal.is_file() and _journaled_end(journal, run_id):
+        if journal is not None and journal.is_file() and journaled_end(journal, run_id):
             if _replay_quietly(journal, run_id):
                 out.replayed.append(run_id)
                 continue
@@ -426,7 +310,7 @@ def sweep_children(uri: str, parent_run_id: str, *, by: str = "") -> Swept:
 def _end_stale(client, uri: str, run_id: str, tags: Mapping[str, str], reason: str) -> None:
     end_time = int(time.time() * 1000)
     # Journaled as a guess ("stale"): a rebuild ignores it if the run's own end is journaled.
-    _append(journal_of(tags), "end", run_id, uri, status="KILLED", end_time=end_time, stale=reason)
+    _write(journal_of(tags), "end", run_id, uri, status="KILLED", end_time=end_time, stale=reason)
     retry(lambda: client.set_tag(run_id, END_REASON_TAG, reason), what="tagging a stale run", uri=uri)
     retry(
         lambda: client.set_terminated(run_id, "KILLED", end_time=end_time),
@@ -485,62 +369,9 @@ def end_orphan_parents(uri: str, parent_run_id: str, journal: str | os.PathLike,
     return out
 
 
-def journaled_parent(parent_json: str | os.PathLike) -> dict | None:
-    """What ``parent_json`` held, read from the study's parent journal (for a lost file).
-
-    The newest parent run created in ``journal/parent.jsonl`` beside it, under its newest
-    id (a rebuild's): ``run_id``, ``tracking_uri``, ``experiment``, ``config_hash``, as
-    ``track start`` writes them, plus ``start_time`` (ms) and ``complete`` (its params are
-    journaled: ``track start`` got past creating it). None when nothing is journaled.
-    """
-    from ptycho.tracking.job import journal_path
-    from ptycho.tracking.replay import _PARENT_TAG, _read_journal
-
-    path = journal_path(parent_json, PARENT_JOURNAL)
-    if not path.is_file():
-        return None
-    try:
-        records = _read_journal(path)
-    except PtychoError:
-        return None
-    roots = [r for r in records if r["op"] == "run" and r.get("experiment") and _PARENT_TAG not in r.get("tags", {})]
-    if not roots:
-        return None
-    root = roots[-1]
-    ids, uri = [root["run_id"]], root.get("uri", "")
-    for rec in records:
-        if rec["op"] == "rebuilt" and rec.get("from") in ids:
-            ids.append(rec["run_id"])
-            uri = rec.get("uri") or uri
-    return {
-        "run_id": ids[-1],
-        "tracking_uri": uri,
-        "experiment": root["experiment"],
-        "config_hash": (root.get("tags") or {}).get("config_hash", ""),
-        "start_time": root.get("start_time"),
-        "complete": any(r["op"] == "params" and r["run_id"] in ids for r in records),
-    }
-
-
-def parent_record(parent_json: str | os.PathLike) -> dict:
-    """The study's parent run as ``parent_json`` names it, else as its journal does (a lost
-    ``parent.json``); a :class:`PtychoError` naming ``track start`` when neither exists."""
-    from ptycho.artifacts import read_json
-
-    if Path(parent_json).exists():
-        return read_json(parent_json)
-    record = journaled_parent(parent_json)
-    if record is None:
-        raise PtychoError(
-            f"{parent_json}: no such file, and no parent run is journaled beside it (it is written by 'track start')"
-        )
-    return record
-
-
 def sweep_study(parent_json: str | os.PathLike, *, by: str = "") -> Swept:
     """:func:`sweep_children` of the study's parent, and :func:`end_orphan_parents`; one
     line naming the replay when the tracking server is gone."""
-    from ptycho.tracking.job import journal_path
 
     record = parent_record(parent_json)
     uri, run_id = record["tracking_uri"], record["run_id"]
@@ -554,8 +385,6 @@ def sweep_study(parent_json: str | os.PathLike, *, by: str = "") -> Swept:
 
 
 def _server_or_raise(uri: str, parent_json: str | os.PathLike, journaled: str = "") -> None:
-    from ptycho.tracking.access import server_down
-    from ptycho.tracking.job import journal_path
 
     if not is_server(uri):
         return
@@ -571,20 +400,17 @@ def finish_study(parent_json: str | os.PathLike, status: str = END_STATUSES[0], 
     at the next start. When the tracking server is gone, the end is journaled (the
     re-run or a replay sends it) and the line says how to bring the server back.
     """
-    from ptycho.tracking.job import journal_path
 
     if status not in _RUN_STATUSES:
         raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
     record = parent_record(parent_json)
     uri, run_id = record["tracking_uri"], record["run_id"]
     if is_server(uri):
-        from ptycho.tracking.access import server_down
-
         reason = server_down(uri)
         if reason:
             end_time = int(time.time() * 1000)
             book = Journal(journal_path(parent_json, PARENT_JOURNAL))
-            _append(book, "end", run_id, uri, status=status, end_time=end_time)
+            _write(book, "end", run_id, uri, status=status, end_time=end_time)
             raise PtychoError(
                 f"MLflow parent run {run_id} not marked {status}, its end journaled: "
                 + server_gone(uri, reason, book.path.parent)
@@ -611,10 +437,8 @@ def _adopt_parent(uri: str, out: str | os.PathLike, config: Mapping[str, Any]) -
     except MlflowException:
         return None
     if not record["complete"]:
-        from ptycho.tracking.job import journal_path
-
         flat = flatten_params(config)
-        _append(Journal(journal_path(out, PARENT_JOURNAL)), "params", record["run_id"], uri, params=flat)
+        Journal(journal_path(out, PARENT_JOURNAL)).write("params", record["run_id"], uri, params=flat)
         entities = [Param(k, v) for k, v in flat.items()]
         retry(lambda: client.log_batch(record["run_id"], params=entities), what="logging params", uri=uri)
     print(
@@ -643,7 +467,6 @@ def start_pipeline(
     """
 
     from ptycho.artifacts import write_json
-    from ptycho.tracking.job import journal_path
 
     uri = default_tracking_uri(results_dir)
     preflight(uri)
@@ -664,7 +487,7 @@ def start_pipeline(
             "tracking_uri": uri,
             "experiment": experiment,
             # for links to the run in the MLflow UI (the report's first screen)
-            "experiment_id": _experiment_id(open_client(uri), uri, experiment),
+            "experiment_id": experiment_id(open_client(uri), uri, experiment),
             "config_hash": all_tags["config_hash"],
         }
     write_json(out, record)

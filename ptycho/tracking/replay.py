@@ -23,71 +23,28 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ptycho.errors import PtychoError
 from ptycho.tracking.access import preflight
-from ptycho.tracking.runs import END_REASON_TAG, Journal, _log_dataset, _log_model
-from ptycho.tracking.store import open_client, rebuild_command, retry, sqlite_path, sqlite_problem
+from ptycho.tracking.journal import PARENT_JOURNAL, PARENT_TAG, Journal, read_journal
+from ptycho.tracking.runs import END_REASON_TAG, send
+from ptycho.tracking.store import (
+    JOURNAL_TAG,
+    experiment_id,
+    flatten_params,
+    open_client,
+    rebuild_command,
+    retry,
+    sqlite_path,
+    sqlite_problem,
+)
 
 _log = logging.getLogger(__name__)
-_PARENT_TAG = "mlflow.parentRunId"
 #: What a replay counts per journal, in the order it prints them.
 COUNTS = ("runs", "params", "metrics", "tags", "artifacts", "models", "ends", "missing_files", "created")
-
-
-def _read_journal(path: Path) -> list[dict]:
-    records = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise PtychoError(f"{path}: cannot read the MLflow journal ({exc.strerror})") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines):  # a job killed mid-line: everything before it is whole
-                _log.warning("%s: last line is incomplete; skipped", path)
-                continue
-            raise PtychoError(f"{path}: line {number} is not JSON; not an MLflow journal written by ptycho") from None
-    for rec in records:
-        if not isinstance(rec, dict) or "op" not in rec or not rec.get("run_id"):
-            raise PtychoError(f"{path}: a record without op, run_id or uri; not an MLflow journal written by ptycho")
-    return _moved(records, path)
-
-
-def _moved(records: list[dict], path: Path) -> list[dict]:
-    """``records`` with the paths under the results folder they were written in read
-    under the one that holds ``path`` now (a results folder copied or moved elsewhere):
-    the journal's own path, as its ``run`` line tags it, tells the old folder (journals
-    are ``<results>/<preset>/mlflow/journal/<name>.jsonl``)."""
-    from ptycho.tracking.store import JOURNAL_TAG
-
-    said = next((r["tags"][JOURNAL_TAG] for r in records if r["op"] == "run" and JOURNAL_TAG in r.get("tags", {})), "")
-    was, now = Path(said), path.resolve()
-    if not said or was == now or len(was.parts) < 5 or len(now.parts) < 5 or was.parts[-4:] != now.parts[-4:]:
-        return records
-    old, new = str(was.parents[3]), str(now.parents[3])
-
-    def move(value: Any) -> Any:
-        if isinstance(value, str):
-            for prefix in ("", "sqlite:///"):
-                if value.startswith(prefix + old + "/"):
-                    return prefix + new + value[len(prefix + old) :]
-        return value
-
-    out = []
-    for rec in records:
-        rec = {k: move(v) for k, v in rec.items()}
-        if isinstance(rec.get("tags"), dict):
-            rec["tags"] = {k: move(v) for k, v in rec["tags"].items()}
-        out.append(rec)
-    return out
 
 
 def journal_files(paths: list[str]) -> list[Path]:
@@ -162,10 +119,6 @@ class _Tree:
         and the study's ``config.json``, and journaled now in ``parent.jsonl``. What was
         attached to it (the report, the children's table) and its end were not journaled:
         it is rebuilt RUNNING, without them ('ptycho track finish' closes it)."""
-        from ptycho.tracking.parent import PARENT_JOURNAL
-        from ptycho.tracking.runs import JOURNAL_TAG
-        from ptycho.tracking.store import flatten_params
-
         record, path = self.parent_record(), self.parent_json
         if record is None or path is None or record["run_id"] != run_id or not record.get("experiment"):
             return None
@@ -191,8 +144,8 @@ class _Tree:
             },
             *([{"op": "params", **base, "params": params}] if params else []),
         ]
-        for line in lines:
-            Journal(journal).append(line)
+        book = Journal(journal)
+        lines = [book.write(**line) for line in lines]
         self.files.setdefault(journal, []).extend(lines)
         run = _Run([run_id], journal, lines[0])
         self.runs[run_id] = run
@@ -202,7 +155,7 @@ class _Tree:
     def load(cls, folder: Path) -> _Tree:
         tree = cls(folder)
         for path in sorted(folder.glob("*.jsonl")):
-            tree.files[path.resolve()] = _read_journal(path)
+            tree.files[path.resolve()] = read_journal(path)
         # Creations and rebuilds first: a line of any file may name a run by a later id.
         for path, records in tree.files.items():
             for rec in records:
@@ -276,40 +229,36 @@ class _Store:
                 "was created; replay into the store it was created in (--tracking-uri)"
             )
         tags = dict(rec.get("tags") or {})
-        if tags.get(_PARENT_TAG):
-            parent = tree.runs.get(tags[_PARENT_TAG])
-            if parent is None and not self.exists(tags[_PARENT_TAG]):
-                parent = tree.legacy_parent(tags[_PARENT_TAG])
+        if tags.get(PARENT_TAG):
+            parent = tree.runs.get(tags[PARENT_TAG])
+            if parent is None and not self.exists(tags[PARENT_TAG]):
+                parent = tree.legacy_parent(tags[PARENT_TAG])
             if parent is not None:
-                tags[_PARENT_TAG] = self.ensure(tree, parent)
-            elif not self.exists(tags[_PARENT_TAG]):
+                tags[PARENT_TAG] = self.ensure(tree, parent)
+            elif not self.exists(tags[PARENT_TAG]):
                 raise PtychoError(
-                    f"{run.path}: the parent run {tags[_PARENT_TAG]} of run {run.ids[0]} is neither at {self.uri} "
+                    f"{run.path}: the parent run {tags[PARENT_TAG]} of run {run.ids[0]} is neither at {self.uri} "
                     f"nor journaled in {tree.folder}; replay into the store it was created in (--tracking-uri)"
                 )
-            experiment_id = self.client.get_run(tags[_PARENT_TAG]).info.experiment_id
+            experiment = self.client.get_run(tags[PARENT_TAG]).info.experiment_id
         elif rec.get("experiment"):
-            from ptycho.tracking.parent import _experiment_id
-
-            experiment_id = _experiment_id(self.client, self.uri, rec["experiment"])
+            experiment = experiment_id(self.client, self.uri, rec["experiment"])
         else:
             raise PtychoError(
                 f"{run.path}: run {run.ids[0]} has no parent and its journal names no experiment; "
                 "replay into the store it was created in (--tracking-uri)"
             )
-        new_id = self._adopt(experiment_id, rec, tags.get(_PARENT_TAG))
+        new_id = self._adopt(experiment, rec, tags.get(PARENT_TAG))
         if new_id is None:
             new_id = retry(
                 lambda: self.client.create_run(
-                    experiment_id, start_time=rec.get("start_time"), tags=tags, run_name=rec.get("name")
+                    experiment, start_time=rec.get("start_time"), tags=tags, run_name=rec.get("name")
                 ),
                 what=f"creating run {rec.get('name')!r} again",
                 uri=self.uri,
             ).info.run_id
             self.created.append(run)
-        Journal(run.path).append(
-            {"op": "rebuilt", "run_id": new_id, "from": run.ids[0], "uri": self.uri, "name": rec.get("name")}
-        )
+        Journal(run.path).write("rebuilt", new_id, self.uri, **{"from": run.ids[0], "name": rec.get("name")})
         run.ids.append(new_id)
         tree.runs[new_id] = run
         self._exists[new_id] = True
@@ -324,7 +273,7 @@ class _Store:
             return None
         query = f"attributes.start_time = {int(start)}"
         if parent_id:
-            query += f" and tags.`{_PARENT_TAG}` = '{parent_id}'"
+            query += f" and tags.`{PARENT_TAG}` = '{parent_id}'"
         found = retry(
             lambda: self.client.search_runs([experiment_id], query, max_results=100),
             what="looking for a run rebuilt before",
@@ -334,85 +283,51 @@ class _Store:
             (
                 r.info.run_id
                 for r in found
-                if r.info.run_name == rec.get("name") and (parent_id or _PARENT_TAG not in r.data.tags)
+                if r.info.run_name == rec.get("name") and (parent_id or PARENT_TAG not in r.data.tags)
             ),
             None,
         )
 
 
+#: What a replay counts of each kind of line (one per line, or per value).
+_COUNTED = {"params": "params", "tags": "tags", "run": "tags", "metrics": "metrics", "artifact": "artifacts"}
+_COUNTED.update(table="artifacts", model="models", end="ends")
+
+
 def _replay_record(
     store: _Store, tree: _Tree, run: _Run, run_id: str, rec: dict, counts: dict[str, int], path: Path
 ) -> None:
-    """Send one journal record to run ``run_id`` of ``store`` (see :func:`replay_journals`)."""
-    from mlflow.entities import Metric, Param, RunTag
+    """Send one journal line to run ``run_id`` of ``store`` (:func:`~ptycho.tracking.runs.send`),
+    its run ids as this store holds them; a file that is gone is counted, not sent."""
     from mlflow.exceptions import MlflowException
 
-    client, target = store.client, store.uri
-
-    def send(what: str, fn: Callable[[], Any]) -> None:
-        retry(fn, what=what, uri=target, conflicts=what.startswith("logging dataset"))
-
-    op = rec["op"]
-    if op == "params":
-        params = [Param(k, v) for k, v in rec["params"].items()]
-        send("replaying params", lambda: client.log_batch(run_id, params=params))
-        counts["params"] += len(params)
-    elif op in ("tags", "run"):
-        values = dict(rec.get("tags") or {})
-        if values.get(_PARENT_TAG) in tree.runs:  # the parent's id in this store
-            values[_PARENT_TAG] = store.ensure(tree, tree.runs[values[_PARENT_TAG]])
-        tags = [RunTag(k, v) for k, v in values.items()]
-        send("replaying tags", lambda: client.log_batch(run_id, tags=tags))
-        counts["tags"] += len(tags)
-    elif op == "metrics":
-        metrics = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in rec["metrics"]]
-        tags = [RunTag(k, v) for k, v in rec.get("tags", {}).items()]
-        send("replaying metrics", lambda: client.log_batch(run_id, metrics=metrics, tags=tags))
-        counts["metrics"] += len(metrics)
-    elif op == "artifact":
-        if not os.path.exists(rec["path"]):
-            _log.warning("%s: artifact %s is gone; not replayed", path, rec["path"])
-            counts["missing_files"] += 1
+    op, line = rec["op"], dict(rec)
+    local = rec.get("path") if op == "artifact" else rec.get("local_dir") if op == "model" else None
+    if local is not None and not os.path.exists(local):
+        _log.warning("%s: %s %s is gone; not replayed", path, "model folder" if op == "model" else "artifact", local)
+        counts["missing_files"] += 1
+        return
+    if op in ("tags", "run"):
+        line["tags"] = dict(rec.get("tags") or {})
+        if line["tags"].get(PARENT_TAG) in tree.runs:  # the parent's id in this store
+            line["tags"][PARENT_TAG] = store.ensure(tree, tree.runs[line["tags"][PARENT_TAG]])
+    elif op == "table" and "run_id" in rec["columns"]:  # the children's ids as this store holds them
+        ids = rec["columns"]["run_id"]
+        line["columns"] = {
+            **rec["columns"],
+            "run_id": [store.holding(tree.runs[r]) or r if r in tree.runs else r for r in ids],
+        }
+    elif op == "end" and rec.get("stale"):
+        if run.own_end:  # the job ended the run itself; "stale" was a guess made meanwhile
             return
-        send("replaying an artifact", lambda: client.log_artifact(run_id, rec["path"], rec.get("artifact_path")))
-        counts["artifacts"] += 1
-    elif op == "table":
-        from ptycho.tracking.parent import write_table
-
-        columns = dict(rec["columns"])
-        if "run_id" in columns:  # the children's ids as this store holds them
-            columns["run_id"] = [(store.holding(tree.runs[r]) or r) if r in tree.runs else r for r in columns["run_id"]]
-        send("replaying a table", lambda: write_table(client, run_id, columns, rec["artifact_file"]))
-        counts["artifacts"] += 1
-    elif op == "dataset":
-        send(
-            "logging dataset",
-            lambda: _log_dataset(client, run_id, rec["name"], rec["digest"], rec["source"], rec["split"]),
-        )
-    elif op == "model":
-        if not os.path.isdir(rec["local_dir"]):
-            _log.warning(
-                "%s: model folder %s is gone; logged model %s not replayed", path, rec["local_dir"], rec["name"]
-            )
-            counts["missing_files"] += 1
-            return
-        fields = {k: v for k, v in rec.items() if k not in ("op", "run_id", "uri")}
-        send("replaying a logged model", lambda: _log_model(client, run_id, **fields))
-        counts["models"] += 1
-    elif op == "end":
-        if rec.get("stale"):
-            if run.own_end:  # the job ended the run itself; "stale" was a guess made meanwhile
-                return
-            send("replaying a stale run's reason", lambda: client.set_tag(run_id, END_REASON_TAG, rec["stale"]))
-        elif rec["status"] == "FINISHED":
-            # A job that finished offline may have been marked KILLED as stale meanwhile.
-            with contextlib.suppress(MlflowException):
-                client.delete_tag(run_id, END_REASON_TAG)
-        send(
-            "replaying the run's status",
-            lambda: client.set_terminated(run_id, rec["status"], end_time=rec.get("end_time")),
-        )
-        counts["ends"] += 1
+        retry(lambda: store.client.set_tag(run_id, END_REASON_TAG, rec["stale"]), what="replaying", uri=store.uri)
+    elif op == "end" and rec["status"] == "FINISHED":
+        with contextlib.suppress(MlflowException):  # a job that finished offline may have been marked KILLED meanwhile
+            store.client.delete_tag(run_id, END_REASON_TAG)
+    retry(lambda: send(store.client, run_id, line), what=f"replaying {op}", uri=store.uri, conflicts=op == "dataset")
+    if op in _COUNTED:
+        values = line.get(op) if op in ("params", "metrics") else line.get("tags") if op in ("tags", "run") else None
+        counts[_COUNTED[op]] += len(values) if values is not None else 1
 
 
 @dataclass
@@ -450,7 +365,7 @@ def replay_journals(paths: Iterable[str | os.PathLike], uri: str | None = None) 
             trees[path.parent] = _Tree.load(path.parent)
             loaded[path.parent] = set(trees[path.parent].files)
         if path not in trees[path.parent].files:  # not named *.jsonl
-            trees[path.parent].files[path] = _read_journal(path)
+            trees[path.parent].files[path] = read_journal(path)
     stores: dict[str, _Store] = {}
     # Where the study's jobs log now (read once: parent.json is rewritten at the end).
     study_uri = {folder: uri or (tree.parent_record() or {}).get("tracking_uri") for folder, tree in trees.items()}
@@ -558,7 +473,7 @@ def rebuild(paths: list[str], uri: str | None = None) -> tuple[Replayed, list[st
             targets.add(target)
         else:
             for path in folder.glob("*.jsonl"):
-                targets.update(r.get("uri", "") for r in _read_journal(path)[:1])
+                targets.update(r.get("uri", "") for r in read_journal(path)[:1])
     for target in sorted(t for t in targets if t):
         db = sqlite_path(target)
         problem = sqlite_problem(db) if db is not None and db.exists() else ""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ptycho.errors import PtychoError
+from ptycho.tracking.journal import Journal, journal_of
 from ptycho.tracking.provenance import process_identity
 from ptycho.tracking.store import (
     _MAX_DATASET_DIGEST,
@@ -35,6 +36,7 @@ from ptycho.tracking.store import (
     rebuild_command,
     retry,
     safe_key,
+    server_down,
     server_gone,
     sqlite_path,
     unreachable,
@@ -50,47 +52,6 @@ NONFINITE_TAG = "ptycho.nonfinite_metrics"
 
 #: Why a run ended other than FINISHED: the one-line error, or what found it stale.
 END_REASON_TAG = "ptycho.end_reason"
-
-
-class Journal:
-    """An append-only JSON-lines copy of everything a job logs, kept beside its outputs.
-
-    One line per write (``run``, ``params``, ``metrics``, ``tags``, ``artifact``,
-    ``dataset``, ``model``, ``table``, ``end``), each with the run id and tracking URI,
-    written *before* the write to MLflow is attempted. Whatever happens to the tracking
-    server, or to the store itself, what the job computed is on disk, and
-    :func:`~ptycho.tracking.replay.replay_journals` sends it again, or rebuilds the run
-    in an empty store (then a ``rebuilt`` line records the run's new id). Metrics keep
-    the timestamp they were first sent with, so a replay is an exact duplicate that
-    MLflow drops: replaying twice adds nothing.
-
-    A journal that cannot be written (disk full) is reported once as a warning and then
-    skipped; it never stops the job, whose MLflow writes go on.
-    """
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._broken = False
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        if self._broken:
-            return
-        line = json.dumps(record, separators=(",", ":"), default=str)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a") as fh:
-                fh.write(line + "\n")
-        except OSError as exc:
-            self._broken = True
-            _log.warning(
-                "cannot write the MLflow journal %s (%s); MLflow alone records this job", self.path, exc.strerror
-            )
-
-
-def journal_of(tags: Mapping[str, str]) -> Journal | None:
-    """The journal of a run with these tags (:data:`JOURNAL_TAG`), or None (not journaled)."""
-    path = tags.get(JOURNAL_TAG)
-    return Journal(path) if path else None
 
 
 class Run:
@@ -140,9 +101,10 @@ class Run:
     def _count(self, reason: str) -> None:
         self._retries[reason] += 1
 
-    def _record(self, op: str, **fields: Any) -> None:
-        if self._journal is not None:
-            self._journal.append({"op": op, "run_id": self._run_id, "uri": self._uri, **fields})
+    def _write(self, what: str, op: str, conflicts: bool = False, partial=None, **fields: Any) -> None:
+        """Journal one write, then :func:`send` it (retried, offline-capable: :meth:`_call`)."""
+        line = (self._journal.write if self._journal is not None else _line)(op, self._run_id, self._uri, **fields)
+        self._call(what, lambda: send(self._client, self._run_id, line), conflicts=conflicts, partial=partial)
 
     def _call(
         self, what: str, fn: Callable[[], T], conflicts: bool = False, partial: Callable[[], Path | None] | None = None
@@ -199,28 +161,18 @@ class Run:
         scalars work). NaN is stored as NaN; +-inf are stored by the SQL store as
         +-1.797e308, so their keys are also listed in the ``ptycho.nonfinite_metrics`` tag.
         """
-        from mlflow.entities import Metric, RunTag
-
         if not metrics:
             return
         timestamp = int(time.time() * 1000)
         step = 0 if step is None else int(step)
-        entities = []
+        points = []
         for key, value in metrics.items():
             value = float(value)
             if not math.isfinite(value):
                 self._nonfinite.add(safe_key(key))
-            entities.append(Metric(safe_key(key), value, timestamp, step))
-        tags = (
-            [RunTag(NONFINITE_TAG, fit(",".join(sorted(self._nonfinite)), _MAX_TAG_VALUE))] if self._nonfinite else []
-        )
-        self._record(
-            "metrics",
-            metrics=[[m.key, m.value, m.timestamp, m.step] for m in entities],
-            tags={t.key: t.value for t in tags},
-        )
-        # MlflowClient.log_batch splits a batch at MLflow's limits itself.
-        self._call("logging metrics", lambda: self._client.log_batch(self._run_id, metrics=entities, tags=tags))
+            points.append([safe_key(key), value, timestamp, step])
+        tags = {NONFINITE_TAG: fit(",".join(sorted(self._nonfinite)), _MAX_TAG_VALUE)} if self._nonfinite else {}
+        self._write("logging metrics", "metrics", metrics=points, tags=tags)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log (nested) params, flattened with dotted keys; see :func:`flatten_params`.
@@ -228,21 +180,11 @@ class Run:
         MLflow params are immutable: logging a key again with a different value is an
         error (an identical value is accepted, which keeps retries harmless).
         """
-        from mlflow.entities import Param
-
-        flat = flatten_params(params)
-        self._record("params", params=flat)
-        entities = [Param(k, v) for k, v in flat.items()]
-        self._call("logging params", lambda: self._client.log_batch(self._run_id, params=entities))
+        self._write("logging params", "params", params=flatten_params(params))
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set tags (values stringified, cut at MLflow's 8000 characters); later values win."""
-        from mlflow.entities import RunTag
-
-        fitted = fit_tags(tags)
-        self._record("tags", tags=fitted)
-        entities = [RunTag(k, v) for k, v in fitted.items()]
-        self._call("setting tags", lambda: self._client.log_batch(self._run_id, tags=entities))
+        self._write("setting tags", "tags", tags=fit_tags(tags))
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         """Copy a local file or folder into the run's artifacts (under ``artifact_path``).
@@ -250,11 +192,12 @@ class Run:
         The journal records the file's path (not its content): the file is an output of
         the job and stays where it is for a replay.
         """
-        self._record("artifact", path=os.path.abspath(os.fspath(path)), artifact_path=artifact_path)
-        self._call(
+        self._write(
             f"logging the artifact {os.path.basename(os.fspath(path))}",
-            lambda: self._client.log_artifact(self._run_id, os.fspath(path), artifact_path),
+            "artifact",
             partial=lambda: local_artifact(self._client, self._run_id, path, artifact_path),
+            path=os.path.abspath(os.fspath(path)),
+            artifact_path=artifact_path,
         )
 
     def log_dataset(self, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
@@ -267,11 +210,9 @@ class Run:
         is kept in the dataset profile. Concurrent jobs logging the same dataset race to
         insert its shared row, so unique-constraint conflicts are retried as well.
         """
-        self._record("dataset", name=name, digest=digest, source=os.path.abspath(os.fspath(source_path)), split=split)
-        self._call(
-            f"logging dataset {name!r}",
-            lambda: _log_dataset(self._client, self._run_id, name, digest, source_path, split),
-            conflicts=True,
+        source = os.path.abspath(os.fspath(source_path))
+        self._write(
+            f"logging dataset {name!r}", "dataset", conflicts=True, name=name, digest=digest, source=source, split=split
         )
 
     def log_model(
@@ -293,18 +234,18 @@ class Run:
         does not fit a custom training loop, hence ``create_logged_model`` +
         ``log_model_artifacts``. Idempotent (see :func:`_log_model`), so journaled and replayed.
         """
-        record = {
-            "name": name,
-            "local_dir": os.path.abspath(os.fspath(local_dir)),
-            "params": flatten_params(params),
-            "tags": fit_tags(tags),
-            "metrics": {k: float(v) for k, v in metrics.items()},
-            "step": int(step),
-            "timestamp": int(time.time() * 1000),
-            "dataset": list(dataset) if dataset else None,
-        }
-        self._record("model", **record)
-        self._call(f"logging model {name!r}", lambda: _log_model(self._client, self._run_id, **record))
+        self._write(
+            f"logging model {name!r}",
+            "model",
+            name=name,
+            local_dir=os.path.abspath(os.fspath(local_dir)),
+            params=flatten_params(params),
+            tags=fit_tags(tags),
+            metrics={k: float(v) for k, v in metrics.items()},
+            step=int(step),
+            timestamp=int(time.time() * 1000),
+            dataset=list(dataset) if dataset else None,
+        )
 
     def fail_on_exit(self, reason: str) -> None:
         """End this run FAILED with ``reason`` (tag ``ptycho.end_reason``) even if the block exits normally.
@@ -316,11 +257,44 @@ class Run:
         self._exit_status = "FAILED"
 
     def _terminate(self, status: str) -> None:
-        end_time = int(time.time() * 1000)
-        self._record("end", status=status, end_time=end_time)
-        self._call(
-            f"marking the run {status}", lambda: self._client.set_terminated(self._run_id, status, end_time=end_time)
-        )
+        self._write(f"marking the run {status}", "end", status=status, end_time=int(time.time() * 1000))
+
+    def log_table(self, columns: Mapping[str, list], artifact_file: str) -> None:
+        """Log ``columns`` as the table artifact ``artifact_file``, replacing it (:func:`write_table`)."""
+        self._write("logging a table", "table", columns=dict(columns), artifact_file=artifact_file)
+
+
+def _line(op: str, run_id: str, uri: str, **fields: Any) -> dict:
+    """A journal line, for a run without a journal."""
+    return {"op": op, "run_id": run_id, "uri": uri, **fields}
+
+
+def send(client: Any, run_id: str, line: Mapping[str, Any]) -> None:
+    """Send one journal line to run ``run_id``: the one place each kind of write meets
+    MLflow, for a job's live writes (:class:`Run`) and a replay alike. Every kind is
+    idempotent: params are the same values, tags upserts, metrics carry their first
+    timestamp (MLflow drops an exact duplicate), artifacts overwrite the same path,
+    datasets and logged models are found before they are created, a table is replaced."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    op = line["op"]
+    if op == "params":
+        client.log_batch(run_id, params=[Param(k, v) for k, v in line["params"].items()])
+    elif op in ("tags", "run"):
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in (line.get("tags") or {}).items()])
+    elif op == "metrics":  # MlflowClient.log_batch splits a batch at MLflow's limits itself
+        metrics = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in line["metrics"]]
+        client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in line.get("tags", {}).items()])
+    elif op == "artifact":
+        client.log_artifact(run_id, line["path"], line.get("artifact_path"))
+    elif op == "dataset":
+        _log_dataset(client, run_id, line["name"], line["digest"], line["source"], line["split"])
+    elif op == "model":
+        _log_model(client, run_id, **{k: v for k, v in line.items() if k not in ("op", "run_id", "uri")})
+    elif op == "table":
+        write_table(client, run_id, line["columns"], line["artifact_file"])
+    elif op == "end":
+        client.set_terminated(run_id, line["status"], end_time=line.get("end_time"))
 
 
 def existing_run(client: Any, uri: str, run_id: str) -> Run:
@@ -380,19 +354,47 @@ def create_journaled_run(
         uri=uri,
     ).info
     if journal is not None:
-        journal.append(
-            {
-                "op": "run",
-                "run_id": info.run_id,
-                "uri": uri,
-                "experiment_id": experiment_id,
-                **({"experiment": experiment} if experiment else {}),
-                "name": name,
-                "tags": run_tags,
-                "start_time": info.start_time,
-            }
+        named = {"experiment": experiment} if experiment else {}
+        journal.write(
+            "run",
+            info.run_id,
+            uri,
+            experiment_id=experiment_id,
+            **named,
+            name=name,
+            tags=run_tags,
+            start_time=info.start_time,
         )
     return info.run_id
+
+
+def write_table(client, run_id: str, columns: Mapping[str, list], artifact_file: str) -> None:
+    """Log ``columns`` as the table artifact ``artifact_file`` of ``run_id``, replacing it.
+
+    The file is what ``MlflowClient.log_table`` writes (JSON ``{"columns", "data"}``) and
+    the run gets the same ``mlflow.loggedArtifacts`` entry, so the UI shows a table; but
+    ``log_table`` appends to an existing table, which would repeat every row each time
+    the report runs again or a journal is replayed: here the file is replaced.
+    """
+    import json
+    import tempfile
+
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+    names = list(columns)
+    rows = [
+        [None if isinstance(v, float) and not math.isfinite(v) else v for v in row]  # JSON has no NaN
+        for row in zip(*(columns[c] for c in names), strict=True)
+    ]
+    folder, name = os.path.split(artifact_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / name
+        local.write_text(json.dumps({"columns": names, "data": rows}, default=str))
+        client.log_artifact(run_id, str(local), folder or None)
+    listed = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+    entry = {"path": artifact_file, "type": "table"}
+    if entry not in listed:
+        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps([*listed, entry]))
 
 
 def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
@@ -533,8 +535,6 @@ def child_run(
 
     journal_folder = Path(journal).parent if journal is not None else None
     if is_server(uri):
-        from ptycho.tracking.access import server_down
-
         reason = server_down(uri)  # seconds, where MLflow's retries of get_run would take their budget
         if reason:
             raise PtychoError(server_gone(uri, reason, journal_folder))

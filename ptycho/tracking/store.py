@@ -39,12 +39,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import http.client
 import json
 import logging
 import os
 import random
 import sqlite3
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -522,3 +526,106 @@ def unreachable(exc: BaseException) -> str:
                 return marker
         err = err.__cause__ or err.__context__
     return ""
+
+
+def server_down(uri: str, timeout: float = 5.0) -> str:
+    """Why the tracking server at ``uri`` cannot be reached at all (refused, timed out, no
+    such host), or ``""`` if it answers anything; no MLflow import, one request.
+
+    Asked before a job's first MLflow call: MLflow would retry that call (see
+    :data:`~ptycho.tracking.store.SERVER_DEFAULTS`), and a job started after its server went
+    away should say so in seconds. An HTTP error is an answer: its meaning (a 403 for the
+    host name, a 404 for a wrong path) is :func:`preflight`'s to explain.
+    """
+    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+            return ""
+    except urllib.error.HTTPError:
+        return ""
+    except urllib.error.URLError as exc:
+        reason = str(exc.reason)
+    except (OSError, http.client.HTTPException) as exc:
+        reason = str(exc) or type(exc).__name__
+    return " ".join(reason.split())
+
+
+def server_has_run(uri: str, run_id: str, timeout: float) -> bool:
+    """False only if the server says the run does not exist; anything else is for the jobs to meet."""
+    url = uri.rstrip("/") + "/api/2.0/mlflow/runs/get?run_id=" + urllib.parse.quote(run_id)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+            return True
+    except urllib.error.HTTPError as exc:
+        try:
+            body = exc.read(300).decode("utf-8", "replace")
+        except Exception:  # a broken body does not change the verdict
+            body = ""
+        return not (exc.code == 404 and "RESOURCE_DOES_NOT_EXIST" in body)
+    except (OSError, ValueError, http.client.HTTPException):
+        return True
+
+
+#: The experiment's kind (MLflow 3 opens a machine-learning experiment on its runs, not on
+#: the GenAI overview) and its description (MLflow's note).
+EXPERIMENT_TAGS = {
+    "mlflow.experimentKind": "custom_model_development",
+    "mlflow.note.content": (
+        "Does XLA make physics-informed ptychographic reconstruction faster without making it worse? One parent "
+        "run per pipeline (its description: the verdict and the answer in three sentences; the report attached), "
+        "one child run per job. Each arm's run is named as the arm (pinn-off-s0, pinn-physics-bf16-s1) and carries "
+        "its answer: quality (amp_ssim, phase_ssim), time to quality (quality_time_s), step and compile time, "
+        "and the network as an MLflow model. Compare arms: filter tags.rule = 'train' and tags.model = 'pinn', "
+        "group by tags.xla, select runs and press Compare."
+    ),
+}
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts of a SQLite store go next to the database, not into the cwd.
+
+    MLflow's default for a SQLite store is ``./mlruns`` relative to the working
+    directory of whichever process created the experiment; pinning it beside the
+    database keeps a results folder self-contained. Servers choose their own.
+    """
+    path = sqlite_path(uri)
+    if path is None:
+        return None
+    return str(path.parent / "mlartifacts" / safe_key(experiment).replace("/", "_").replace(" ", "_"))
+
+
+def experiment_id(client, uri: str, name: str) -> str:
+    """Id of experiment ``name``, creating it; safe when processes race to create it."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
+
+    exp = retry(lambda: client.get_experiment_by_name(name), what=f"looking up experiment {name!r}", uri=uri)
+    if exp is None:
+        try:
+            return retry(
+                lambda: client.create_experiment(name, artifact_location=artifact_location(uri, name)),
+                what=f"creating experiment {name!r}",
+                uri=uri,
+            )
+        except MlflowException as exc:
+            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+        # Another process created it between our look-up and our insert.
+        _log.debug("MLflow experiment %r was created concurrently; using it", name)
+        exp = retry(lambda: client.get_experiment_by_name(name), what=f"looking up experiment {name!r}", uri=uri)
+        if exp is None:
+            raise PtychoError(f"MLflow experiment {name!r} exists but cannot be read at {uri}; check the store")
+    if exp.lifecycle_stage != "active":
+        raise PtychoError(
+            f"MLflow experiment {name!r} is deleted; restore it with "
+            f"'mlflow experiments restore --experiment-id {exp.experiment_id}' or use another experiment name"
+        )
+    for key, value in EXPERIMENT_TAGS.items():
+        if exp.tags.get(key) is None:
+            retry(
+                lambda k=key, v=value: client.set_experiment_tag(exp.experiment_id, k, v),
+                what="tagging the experiment",
+                uri=uri,
+                conflicts=True,  # processes racing to tag a new experiment
+            )
+    return exp.experiment_id
