@@ -575,7 +575,8 @@ def store_snapshot(uri: str) -> dict:
                     "start": r.info.start_time,
                     "end": r.info.end_time,
                     "params": r.data.params,
-                    "tags": {k: v for k, v in r.data.tags.items() if k != "mlflow.parentRunId"},
+                    # ids differ in a rebuilt store: the parent's id, and the key tag naming the run's first id
+                    "tags": {k: v for k, v in r.data.tags.items() if k not in ("mlflow.parentRunId", "ptycho.key")},
                     "metrics": {
                         k: sorted(
                             (m.step, m.timestamp, repr(m.value)) for m in client.get_metric_history(r.info.run_id, k)

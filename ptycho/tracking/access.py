@@ -20,6 +20,7 @@ from ptycho.tracking.store import (
     sqlite_has_run,
     sqlite_path,
     sqlite_problem,
+    sqlite_run_id,
 )
 
 
@@ -232,15 +233,17 @@ def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) ->
         return ""
     uri, run_id = record["tracking_uri"], record["run_id"]
     path = sqlite_path(uri)
-    if path is not None:
-        held = path.exists() and not sqlite_problem(path) and sqlite_has_run(path, run_id) is True
+    if path is not None:  # under its key, else a rebuild's tag of it, else an older rebuild's id
+        ok = path.exists() and not sqlite_problem(path)
+        run_id = ok and (sqlite_run_id(path, record["key"]) or sqlite_run_id(path, run_id)) or ""
     elif uri.startswith(("http://", "https://")):
-        held = not server_down(uri, timeout) and server_has_run(uri, run_id, timeout)
+        run_id = run_id if not server_down(uri, timeout) and server_has_run(uri, run_id, timeout) else ""
     else:
-        held = False
-    if not held:
+        run_id = ""
+    if not run_id:
         return ""
-    write_json(parent_json, {k: record[k] for k in ("run_id", "tracking_uri", "experiment", "config_hash")})
+    keep = ("key", "tracking_uri", "experiment", "config_hash")
+    write_json(parent_json, {"run_id": run_id, **{k: record[k] for k in keep}})
     start = int(record.get("start_time") or 0) * 1_000_000
     if start:
         os.utime(parent_json, ns=(start, start))

@@ -146,10 +146,12 @@ def journaled_end(path: Path, run_id: str) -> bool:
 def journaled_parent(parent_json: str | os.PathLike) -> dict | None:
     """What ``parent_json`` held, read from the study's parent journal (for a lost file).
 
-    The newest parent run created in ``journal/parent.jsonl`` beside it, under its newest
-    id (a rebuild's): ``run_id``, ``tracking_uri``, ``experiment``, ``config_hash``, as
-    ``track start`` writes them, plus ``start_time`` (ms) and ``complete`` (its params are
-    journaled: ``track start`` got past creating it). None when nothing is journaled.
+    The newest parent run created in ``journal/parent.jsonl`` beside it: ``run_id``,
+    ``key``, ``tracking_uri``, ``experiment``, ``config_hash``, as ``track start`` writes
+    them (``run_id`` is the key, or the newest id an older version's rebuild journaled;
+    a store rebuilt since holds it tagged with the key), plus ``start_time`` (ms) and
+    ``complete`` (its params are journaled: ``track start`` got past creating it). None
+    when nothing is journaled.
     """
     path = journal_path(parent_json, PARENT_JOURNAL)
     if not path.is_file():
@@ -168,7 +170,8 @@ def journaled_parent(parent_json: str | os.PathLike) -> dict | None:
             ids.append(rec["run_id"])
             uri = rec.get("uri") or uri
     return {
-        "run_id": ids[-1],
+        "run_id": ids[-1],  # a store rebuilt by an older version holds it under its newest id
+        "key": root["run_id"],
         "tracking_uri": uri,
         "experiment": root["experiment"],
         "config_hash": (root.get("tags") or {}).get("config_hash", ""),

@@ -45,8 +45,10 @@ from ptycho.tracking.replay import replay_journals
 from ptycho.tracking.runs import END_REASON_TAG, create_journaled_run, existing_run
 from ptycho.tracking.store import (
     JOURNAL_TAG,
+    KEY_TAG,
     default_tracking_uri,
     experiment_id,
+    find_run,
     fit_tags,
     flatten_params,
     is_server,
@@ -102,10 +104,10 @@ def start_parent(
     return run_id
 
 
-def _journal(client, uri: str, run_id: str) -> Journal | None:
-    """The journal of run ``run_id`` (its :data:`~ptycho.tracking.store.JOURNAL_TAG`), or None."""
-    run = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri)
-    return journal_of(run.data.tags)
+def _journal(client, uri: str, run_id: str) -> tuple[Journal | None, str]:
+    """The journal of run ``run_id`` (its :data:`~ptycho.tracking.store.JOURNAL_TAG`), or None, and its key."""
+    tags = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri).data.tags
+    return journal_of(tags), tags.get(KEY_TAG, run_id)
 
 
 def _write(book: Journal | None, op: str, run_id: str, uri: str, **fields: Any) -> None:
@@ -123,7 +125,8 @@ def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
         raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
     client = open_client(uri)
     end_time = int(time.time() * 1000)
-    _write(_journal(client, uri, run_id), "end", run_id, uri, status=status, end_time=end_time)
+    book, key = _journal(client, uri, run_id)
+    _write(book, "end", key, uri, status=status, end_time=end_time)
     retry(
         lambda: client.set_terminated(run_id, status, end_time=end_time),
         what=f"marking run {run_id} {status}",
@@ -282,7 +285,7 @@ def sweep_children(uri: str, parent_run_id: str, *, by: str = "") -> Swept:
     for run in running:
         tags, run_id = run.data.tags, run.info.run_id
         journal = Path(tags[JOURNAL_TAG]) if tags.get(JOURNAL_TAG) else None
-        if journal is not None and journal.is_file() and journaled_end(journal, run_id):
+        if journal is not None and journal.is_file() and journaled_end(journal, tags.get(KEY_TAG, run_id)):
             if _replay_quietly(journal, run_id):
                 out.replayed.append(run_id)
                 continue
@@ -310,7 +313,8 @@ def sweep_children(uri: str, parent_run_id: str, *, by: str = "") -> Swept:
 def _end_stale(client, uri: str, run_id: str, tags: Mapping[str, str], reason: str) -> None:
     end_time = int(time.time() * 1000)
     # Journaled as a guess ("stale"): a rebuild ignores it if the run's own end is journaled.
-    _write(journal_of(tags), "end", run_id, uri, status="KILLED", end_time=end_time, stale=reason)
+    key = tags.get(KEY_TAG, run_id)
+    _write(journal_of(tags), "end", key, uri, status="KILLED", end_time=end_time, stale=reason)
     retry(lambda: client.set_tag(run_id, END_REASON_TAG, reason), what="tagging a stale run", uri=uri)
     retry(
         lambda: client.set_terminated(run_id, "KILLED", end_time=end_time),
@@ -410,7 +414,7 @@ def finish_study(parent_json: str | os.PathLike, status: str = END_STATUSES[0], 
         if reason:
             end_time = int(time.time() * 1000)
             book = Journal(journal_path(parent_json, PARENT_JOURNAL))
-            _write(book, "end", run_id, uri, status=status, end_time=end_time)
+            _write(book, "end", record.get("key") or run_id, uri, status=status, end_time=end_time)
             raise PtychoError(
                 f"MLflow parent run {run_id} not marked {status}, its end journaled: "
                 + server_gone(uri, reason, book.path.parent)
@@ -426,26 +430,24 @@ def _adopt_parent(uri: str, out: str | os.PathLike, config: Mapping[str, Any]) -
     instead of an orphan and a new one. Its params are completed if its creation was cut
     short. None when nothing is journaled or the store (``uri``) does not hold that run."""
     from mlflow.entities import Param
-    from mlflow.exceptions import MlflowException
 
     record = journaled_parent(out)
     if record is None or record["tracking_uri"] != uri:
         return None
     client = open_client(uri)
-    try:
-        retry(lambda: client.get_run(record["run_id"]), what="reading the journaled parent run", uri=uri)
-    except MlflowException:
+    run_id = find_run(client, uri, record["key"]) or find_run(client, uri, record["run_id"], by_key=False)
+    if run_id is None:
         return None
     if not record["complete"]:
         flat = flatten_params(config)
-        Journal(journal_path(out, PARENT_JOURNAL)).write("params", record["run_id"], uri, params=flat)
+        Journal(journal_path(out, PARENT_JOURNAL)).write("params", record["key"], uri, params=flat)
         entities = [Param(k, v) for k, v in flat.items()]
-        retry(lambda: client.log_batch(record["run_id"], params=entities), what="logging params", uri=uri)
+        retry(lambda: client.log_batch(run_id, params=entities), what="logging params", uri=uri)
     print(
-        f"ptycho: {out} was missing; the study's journaled parent run {record['run_id']} goes on (no new parent run)",
+        f"ptycho: {out} was missing; the study's journaled parent run {run_id} goes on (no new parent run)",
         file=sys.stderr,
     )
-    return {k: record[k] for k in ("run_id", "tracking_uri", "experiment", "config_hash")}
+    return {**{k: record[k] for k in ("key", "tracking_uri", "experiment", "config_hash")}, "run_id": run_id}
 
 
 def start_pipeline(
@@ -484,6 +486,7 @@ def start_pipeline(
         run_id = start_parent(uri, experiment, run_name, config, all_tags, journal=journal)
         record = {
             "run_id": run_id,
+            "key": run_id,  # how the journals name it, whatever id a rebuilt store gives it
             "tracking_uri": uri,
             "experiment": experiment,
             # for links to the run in the MLflow UI (the report's first screen)

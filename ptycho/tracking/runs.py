@@ -28,6 +28,7 @@ from ptycho.tracking.store import (
     _MAX_DATASET_DIGEST,
     _MAX_TAG_VALUE,
     JOURNAL_TAG,
+    KEY_TAG,
     fit,
     fit_tags,
     flatten_params,
@@ -69,9 +70,10 @@ class Run:
     Without a journal a lost server is an error, as before.
     """
 
-    def __init__(self, client: Any, run_id: str, uri: str, journal: Journal | None = None):
+    def __init__(self, client: Any, run_id: str, uri: str, journal: Journal | None = None, key: str = ""):
         self._client = client
         self._run_id = run_id
+        self._key = key or run_id  # how the journal names the run (its first id)
         self._uri = uri
         self._journal = journal
         self._offline = ""
@@ -103,7 +105,7 @@ class Run:
 
     def _write(self, what: str, op: str, conflicts: bool = False, partial=None, **fields: Any) -> None:
         """Journal one write, then :func:`send` it (retried, offline-capable: :meth:`_call`)."""
-        line = (self._journal.write if self._journal is not None else _line)(op, self._run_id, self._uri, **fields)
+        line = (self._journal.write if self._journal is not None else _line)(op, self._key, self._uri, **fields)
         self._call(what, lambda: send(self._client, self._run_id, line), conflicts=conflicts, partial=partial)
 
     def _call(
@@ -300,8 +302,8 @@ def send(client: Any, run_id: str, line: Mapping[str, Any]) -> None:
 def existing_run(client: Any, uri: str, run_id: str) -> Run:
     """A :class:`Run` bound to an existing run by id (the parent, an arm's run), writing to
     the journal the run names (:data:`JOURNAL_TAG`), so that a rebuilt store gets it too."""
-    run = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri)
-    return Run(client, run_id, uri, journal_of(run.data.tags))
+    tags = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri).data.tags
+    return Run(client, run_id, uri, journal_of(tags), key=tags.get(KEY_TAG, run_id))
 
 
 def disk_full(exc: BaseException) -> bool:
@@ -340,11 +342,12 @@ def create_journaled_run(
     tags: Mapping[str, str],
     journal: Journal | None,
     experiment: str | None = None,
+    parent: str = "",
 ) -> str:
     """Create a run tagged with its journal's path and journal its creation; returns its id.
 
     The ``run`` line holds all a rebuild needs to create the run again in an empty store:
-    its name, tags (the parent's id among them), start time and, for a run without a
+    its name, tags, start time, its parent's key (``parent``) or, for a run without a
     parent, the experiment's name (a new store numbers experiments anew).
     """
     run_tags = {**tags, **({JOURNAL_TAG: str(journal.path.resolve())} if journal is not None else {})}
@@ -354,7 +357,7 @@ def create_journaled_run(
         uri=uri,
     ).info
     if journal is not None:
-        named = {"experiment": experiment} if experiment else {}
+        named = {"experiment": experiment} if experiment else {"parent": parent} if parent else {}
         journal.write(
             "run",
             info.run_id,
@@ -555,7 +558,8 @@ def child_run(
         ) from None
     run_tags = {**fit_tags(tags), **process_identity(), MLFLOW_PARENT_RUN_ID: parent_run_id}
     book = Journal(journal) if journal is not None else None
-    run_id = create_journaled_run(client, uri, parent.info.experiment_id, name, run_tags, book)
+    parent_key = parent.data.tags.get(KEY_TAG, parent_run_id)
+    run_id = create_journaled_run(client, uri, parent.info.experiment_id, name, run_tags, book, parent=parent_key)
     run = Run(client, run_id, uri, book)
     try:
         if params:

@@ -59,6 +59,9 @@ _log = logging.getLogger(__name__)
 #: Where a run's journal is (absolute path): how a write to a run by id from another
 #: process (the parent's closing, a stale run's KILLED) is journaled beside the job's own.
 JOURNAL_TAG = "ptycho.journal"
+#: A run's key, the id MLflow first gave it, by which its journal names it; a rebuilt run
+#: (created again under a new id) carries it as this tag.
+KEY_TAG = "ptycho.key"
 
 T = TypeVar("T")
 
@@ -208,6 +211,20 @@ def sqlite_has_run(path: str | os.PathLike, run_id: str) -> bool | None:
             return con.execute("SELECT 1 FROM runs WHERE run_uuid = ?", (run_id,)).fetchone() is not None
     except sqlite3.Error as exc:
         return None if "locked" in str(exc).lower() else False
+
+
+def sqlite_run_id(path: str | os.PathLike, key: str) -> str | None:
+    """The id the SQLite store at ``path`` holds run ``key`` under (itself, or the run a
+    rebuild tagged with it, :data:`KEY_TAG`), or None (absent, busy, not MLflow's)."""
+    query = (
+        "SELECT run_uuid FROM runs WHERE run_uuid = ? UNION ALL SELECT run_uuid FROM tags WHERE key = ? AND value = ?"
+    )
+    try:
+        with contextlib.closing(_read_only(Path(path))) as con:
+            row = con.execute(query + " LIMIT 1", (key, KEY_TAG, key)).fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
 
 
 def study_sqlite(results: str | os.PathLike, preset: str) -> Path | None:
@@ -629,3 +646,23 @@ def experiment_id(client, uri: str, name: str) -> str:
                 conflicts=True,  # processes racing to tag a new experiment
             )
     return exp.experiment_id
+
+
+def find_run(client: Any, uri: str, run_id: str, by_key: bool = True) -> str | None:
+    """The id this store holds run ``run_id`` under: itself, else (``by_key``) the run a
+    rebuild tagged with it as its key (:data:`KEY_TAG`); None when it holds neither."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+
+    try:
+        retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri)
+        return run_id
+    except MlflowException as exc:
+        if exc.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            raise
+    if not by_key:
+        return None
+    experiments = [e.experiment_id for e in retry(client.search_experiments, what="listing experiments", uri=uri)]
+    query = f"tags.`{KEY_TAG}` = '{run_id}'"
+    found = retry(lambda: client.search_runs(experiments, query, max_results=1), what="finding a run", uri=uri)
+    return found[0].info.run_id if found else None
