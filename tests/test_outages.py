@@ -34,7 +34,7 @@ from ptycho.errors import PtychoError
 from ptycho.tracking.journal import PARENT_JOURNAL, journal_path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: What ptycho.tracking.store.SERVER_DEFAULTS sets unless the user did (unset here: a user's view).
+#: What ptycho.tracking.server.SERVER_DEFAULTS sets unless the user did (unset here: a user's view).
 _SERVER_SETTINGS = (
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",

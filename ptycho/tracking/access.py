@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import http.client
+import contextlib
+import json
 import os
+import sqlite3
 import sys
 import urllib.error
 import urllib.parse
@@ -12,11 +14,11 @@ from pathlib import Path
 
 from ptycho.errors import PtychoError
 from ptycho.tracking.journal import journaled_parent
+from ptycho.tracking.server import preflight_server, server_down, server_has_run
 from ptycho.tracking.store import (
+    JOURNAL_TAG,
+    _read_only,
     rebuild_command,
-    relocate,
-    server_down,
-    server_has_run,
     sqlite_has_run,
     sqlite_path,
     sqlite_problem,
@@ -44,7 +46,7 @@ def preflight(uri: str, timeout: float = 5.0) -> None:
     :func:`ptycho.artifacts.writable_problem`), and the file, if it exists, writable.
     """
     if uri.startswith(("http://", "https://")):
-        _preflight_server(uri, timeout)
+        preflight_server(uri, timeout)
         return
     scheme = urllib.parse.urlsplit(uri).scheme
     if uri.startswith(("file:", "/", "./", "../", "~")) or (not scheme and not uri.startswith("databricks")):
@@ -67,40 +69,6 @@ def preflight(uri: str, timeout: float = 5.0) -> None:
         raise PtychoError(f"MLflow store folder {path.parent} is not writable; {fix}")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
         raise PtychoError(f"MLflow store {path} is not writable; fix its permissions or {fix}")
-
-
-def _preflight_server(uri: str, timeout: float) -> None:
-    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
-    fix = "start it with 'make mlflow-server' (MLFLOW_HOST=0.0.0.0 when jobs run on other nodes) or unset MLFLOW_TRACKING_URI"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-            return
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read(300).decode("utf-8", "replace")
-        except Exception:  # a broken body does not change the verdict
-            body = ""
-        if exc.code == 403 and "invalid host header" in body.lower():
-            host = urllib.parse.urlsplit(uri).netloc
-            raise PtychoError(
-                f"MLflow tracking server at {uri} refuses requests addressed to {host!r} (HTTP 403, its "
-                f"DNS-rebinding protection); restart it with MLFLOW_ALLOWED_HOSTS='{host}' make mlflow-server, "
-                "or put its private IP address in MLFLOW_TRACKING_URI"
-            ) from None
-        if exc.code in (401, 403):
-            return  # authentication: the real calls carry the credentials (MLFLOW_TRACKING_TOKEN, ...)
-        if exc.code == 404:
-            raise PtychoError(
-                f"{uri} answers but has no MLflow tracking API (HTTP 404 from {url}); "
-                "check the address (scheme, host, port, path) in MLFLOW_TRACKING_URI"
-            ) from None
-        reason = f"HTTP {exc.code} from {url}"
-    except urllib.error.URLError as exc:
-        reason = str(exc.reason)
-    except (OSError, ValueError, http.client.HTTPException) as exc:
-        reason = str(exc) or type(exc).__name__
-    reason = " ".join(reason.split())
-    raise PtychoError(f"MLflow tracking server at {uri} is unreachable ({reason}); {fix}")
 
 
 def preflight_environment(timeout: float = 5.0) -> None:
@@ -182,6 +150,55 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
                 f"MLflow tracking server at {uri} does not hold parent run {run_id} of {parent_json} "
                 f"(a new or emptied server?); {fix}"
             )
+
+
+#: Where a SQLite store records absolute paths under its results folder: (table, column).
+_PATH_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("logged_models", "artifact_location"),
+)
+
+
+def store_home(db: str | os.PathLike) -> str:
+    """The results folder a SQLite store was made in, from its experiments' artifact
+    locations (``<results>/mlartifacts/<experiment>``, as ``track start`` pins them), or ''."""
+    try:
+        with contextlib.closing(_read_only(Path(db))) as con:
+            rows = con.execute("SELECT artifact_location FROM experiments").fetchall()
+    except sqlite3.Error:  # not MLflow's (emptied, busy): nothing to tell
+        return ""
+    homes = {str(Path(loc).parent.parent) for (loc,) in rows if loc and Path(loc).parent.name == "mlartifacts"}
+    return homes.pop() if len(homes) == 1 else ""
+
+
+def relocate(db: str | os.PathLike) -> str:
+    """Point a SQLite store copied or moved to another folder at its new place: every
+    artifact location under its old results folder, and the runs' journal tags, now
+    under the folder that holds ``db``, in one transaction. MLflow stores them absolute,
+    so a copy would read the original's files and a moved store would lose them. Returns
+    the old folder ('' when the store is at home, or its home cannot be told)."""
+    db = Path(os.path.abspath(db))
+    old, new = store_home(db), str(db.parent)
+    if not old or old == new:
+        return ""
+    n = len(old) + 1
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as con, con:
+        for table, column in _PATH_COLUMNS:
+            con.execute(
+                f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE substr({column}, 1, ?) = ?",
+                (new, n, n, old + "/"),
+            )
+        con.execute(
+            "UPDATE tags SET value = ? || substr(value, ?) WHERE key = ? AND substr(value, 1, ?) = ?",
+            (new, n, JOURNAL_TAG, n, old + "/"),
+        )
+        for was, now in ((old, new), (json.dumps(old)[1:-1], json.dumps(new)[1:-1])):  # raw and JSON-escaped
+            con.execute(
+                "UPDATE datasets SET dataset_source = replace(dataset_source, ?, ?)",
+                (f'"{was}/', f'"{now}/'),
+            )
+    return old
 
 
 def follow_folder(results: str | os.PathLike) -> list[str]:

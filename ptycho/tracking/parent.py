@@ -42,7 +42,8 @@ from ptycho.tracking.provenance import (
     source_tags,
 )
 from ptycho.tracking.replay import replay_journals
-from ptycho.tracking.runs import END_REASON_TAG, create_journaled_run, existing_run
+from ptycho.tracking.runs import Run, create_journaled_run, existing_run
+from ptycho.tracking.server import is_server, server_down, server_gone
 from ptycho.tracking.store import (
     JOURNAL_TAG,
     KEY_TAG,
@@ -51,11 +52,8 @@ from ptycho.tracking.store import (
     find_run,
     fit_tags,
     flatten_params,
-    is_server,
     open_client,
     retry,
-    server_down,
-    server_gone,
 )
 
 _log = logging.getLogger(__name__)
@@ -82,8 +80,6 @@ def start_parent(
     creation and every later write to it here (artifacts, the children's table, its end)
     are journaled, so that a lost store can be rebuilt with the parent at the top.
     """
-    from mlflow.entities import Param
-
     client = open_client(uri)
     exp_id = experiment_id(client, uri, experiment)
     book = Journal(journal) if journal is not None else None
@@ -92,27 +88,12 @@ def start_parent(
     run_tags = {**fit_tags(tags), **process_identity()}
     run_id = create_journaled_run(client, uri, exp_id, run_name, run_tags, book, experiment=experiment)
     try:
-        flat = flatten_params(params)
-        if book is not None:
-            book.write("params", run_id, uri, params=flat)
-        entities = [Param(k, v) for k, v in flat.items()]
-        retry(lambda: client.log_batch(run_id, params=entities), what="logging params", uri=uri)
+        Run(client, run_id, uri, book).log_params(params)
     except BaseException:
         with contextlib.suppress(Exception):
             finish_run(uri, run_id, "FAILED")
         raise
     return run_id
-
-
-def _journal(client, uri: str, run_id: str) -> tuple[Journal | None, str]:
-    """The journal of run ``run_id`` (its :data:`~ptycho.tracking.store.JOURNAL_TAG`), or None, and its key."""
-    tags = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri).data.tags
-    return journal_of(tags), tags.get(KEY_TAG, run_id)
-
-
-def _write(book: Journal | None, op: str, run_id: str, uri: str, **fields: Any) -> None:
-    if book is not None:
-        book.write(op, run_id, uri, **fields)
 
 
 def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
@@ -123,15 +104,7 @@ def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
     """
     if status not in _RUN_STATUSES:
         raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
-    client = open_client(uri)
-    end_time = int(time.time() * 1000)
-    book, key = _journal(client, uri, run_id)
-    _write(book, "end", key, uri, status=status, end_time=end_time)
-    retry(
-        lambda: client.set_terminated(run_id, status, end_time=end_time),
-        what=f"marking run {run_id} {status}",
-        uri=uri,
-    )
+    existing_run(open_client(uri), uri, run_id).end(status)
 
 
 def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child_runs.json") -> int:
@@ -311,16 +284,7 @@ def sweep_children(uri: str, parent_run_id: str, *, by: str = "") -> Swept:
 
 
 def _end_stale(client, uri: str, run_id: str, tags: Mapping[str, str], reason: str) -> None:
-    end_time = int(time.time() * 1000)
-    # Journaled as a guess ("stale"): a rebuild ignores it if the run's own end is journaled.
-    key = tags.get(KEY_TAG, run_id)
-    _write(journal_of(tags), "end", key, uri, status="KILLED", end_time=end_time, stale=reason)
-    retry(lambda: client.set_tag(run_id, END_REASON_TAG, reason), what="tagging a stale run", uri=uri)
-    retry(
-        lambda: client.set_terminated(run_id, "KILLED", end_time=end_time),
-        what="marking a stale run KILLED",
-        uri=uri,
-    )
+    Run(client, run_id, uri, journal_of(tags), key=tags.get(KEY_TAG, run_id)).end("KILLED", stale=reason)
 
 
 def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[str]:
@@ -414,7 +378,7 @@ def finish_study(parent_json: str | os.PathLike, status: str = END_STATUSES[0], 
         if reason:
             end_time = int(time.time() * 1000)
             book = Journal(journal_path(parent_json, PARENT_JOURNAL))
-            _write(book, "end", record.get("key") or run_id, uri, status=status, end_time=end_time)
+            book.write("end", record.get("key") or run_id, uri, status=status, end_time=end_time)
             raise PtychoError(
                 f"MLflow parent run {run_id} not marked {status}, its end journaled: "
                 + server_gone(uri, reason, book.path.parent)

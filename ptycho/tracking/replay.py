@@ -26,7 +26,6 @@ from pathlib import Path
 from ptycho.errors import PtychoError
 from ptycho.tracking.access import preflight
 from ptycho.tracking.journal import PARENT_TAG, read_journal
-from ptycho.tracking.runs import END_REASON_TAG, send
 from ptycho.tracking.store import (
     KEY_TAG,
     experiment_id,
@@ -37,6 +36,7 @@ from ptycho.tracking.store import (
     sqlite_path,
     sqlite_problem,
 )
+from ptycho.tracking.writes import END_REASON_TAG, send
 
 _log = logging.getLogger(__name__)
 #: What a replay counts per journal, in the order it prints them.
@@ -196,10 +196,8 @@ def _replay_line(store: _Store, study: _Study, line: dict, counts: dict[str, int
             store.id_of(study, study.key(r)) if study.key(r) in study.created else r for r in line["columns"]["run_id"]
         ]
         line["columns"] = {**line["columns"], "run_id": ids}
-    elif op == "end" and line.get("stale"):
-        if key in study.own_end:  # the job ended the run itself; "stale" was a guess made meanwhile
-            return
-        retry(lambda: store.client.set_tag(run_id, END_REASON_TAG, line["stale"]), what="replaying", uri=store.uri)
+    elif op == "end" and line.get("stale") and key in study.own_end:
+        return  # the job ended the run itself; "stale" was a guess made meanwhile
     elif op == "end" and line["status"] == "FINISHED":
         with contextlib.suppress(MlflowException):  # a job that finished offline may have been marked KILLED
             store.client.delete_tag(run_id, END_REASON_TAG)

@@ -11,7 +11,6 @@ again later, idempotently.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -24,24 +23,21 @@ from typing import Any, TypeVar
 from ptycho.errors import PtychoError
 from ptycho.tracking.journal import Journal, journal_of
 from ptycho.tracking.provenance import process_identity
+from ptycho.tracking.server import is_server, server_down, server_gone, unreachable
 from ptycho.tracking.store import (
-    _MAX_DATASET_DIGEST,
     _MAX_TAG_VALUE,
     JOURNAL_TAG,
     KEY_TAG,
     fit,
     fit_tags,
     flatten_params,
-    is_server,
     open_client,
     rebuild_command,
     retry,
     safe_key,
-    server_down,
-    server_gone,
     sqlite_path,
-    unreachable,
 )
+from ptycho.tracking.writes import END_REASON_TAG, send
 
 _log = logging.getLogger(__name__)
 
@@ -50,9 +46,6 @@ T = TypeVar("T")
 #: Tag listing the metric keys that received NaN or +-inf (the SQL store keeps NaN but
 #: stores +-inf as +-1.797e308, so the tag says which numbers are not what they seem).
 NONFINITE_TAG = "ptycho.nonfinite_metrics"
-
-#: Why a run ended other than FINISHED: the one-line error, or what found it stale.
-END_REASON_TAG = "ptycho.end_reason"
 
 
 class Run:
@@ -104,20 +97,21 @@ class Run:
         self._retries[reason] += 1
 
     def _write(self, what: str, op: str, conflicts: bool = False, partial=None, **fields: Any) -> None:
-        """Journal one write, then :func:`send` it (retried, offline-capable: :meth:`_call`)."""
+        """Journal one write, then :func:`send` it, retried on locks. Offline if the server
+        is gone (with a journal); a full disk is a one-line :class:`PtychoError`
+        (``partial()``: where a copy that did not fit lies, removed first, so that the
+        run's FAILED can still be stored)."""
         line = (self._journal.write if self._journal is not None else _line)(op, self._key, self._uri, **fields)
-        self._call(what, lambda: send(self._client, self._run_id, line), conflicts=conflicts, partial=partial)
-
-    def _call(
-        self, what: str, fn: Callable[[], T], conflicts: bool = False, partial: Callable[[], Path | None] | None = None
-    ) -> T | None:
-        """``fn()`` retried on locks; offline if the server is gone (with a journal); a
-        full disk is a one-line :class:`PtychoError` (``partial()``: where a copy that
-        did not fit lies, removed first, so that the run's FAILED can still be stored)."""
         if self._offline:
-            return None
+            return
         try:
-            return retry(fn, what=what, uri=self._uri, conflicts=conflicts, on_retry=self._count)
+            retry(
+                lambda: send(self._client, self._run_id, line),
+                what=what,
+                uri=self._uri,
+                conflicts=conflicts,
+                on_retry=self._count,
+            )
         except Exception as exc:
             if disk_full(exc):
                 raise PtychoError(self._disk_full(what, partial)) from None
@@ -132,7 +126,6 @@ class Run:
                 file=sys.stderr,
                 flush=True,
             )
-            return None
 
     def _disk_full(self, what: str, partial: Callable[[], Path | None] | None) -> str:
         where = None
@@ -258,8 +251,11 @@ class Run:
         self.set_tags({END_REASON_TAG: reason})
         self._exit_status = "FAILED"
 
-    def _terminate(self, status: str) -> None:
-        self._write(f"marking the run {status}", "end", status=status, end_time=int(time.time() * 1000))
+    def end(self, status: str, stale: str = "") -> None:
+        """End the run with ``status``; ``stale``: why a sweep ends a run its job left open
+        (journaled as a guess: a replay keeps the job's own end if it journaled one)."""
+        fields = {"stale": stale} if stale else {}
+        self._write(f"marking the run {status}", "end", status=status, end_time=int(time.time() * 1000), **fields)
 
     def log_table(self, columns: Mapping[str, list], artifact_file: str) -> None:
         """Log ``columns`` as the table artifact ``artifact_file``, replacing it (:func:`write_table`)."""
@@ -269,34 +265,6 @@ class Run:
 def _line(op: str, run_id: str, uri: str, **fields: Any) -> dict:
     """A journal line, for a run without a journal."""
     return {"op": op, "run_id": run_id, "uri": uri, **fields}
-
-
-def send(client: Any, run_id: str, line: Mapping[str, Any]) -> None:
-    """Send one journal line to run ``run_id``: the one place each kind of write meets
-    MLflow, for a job's live writes (:class:`Run`) and a replay alike. Every kind is
-    idempotent: params are the same values, tags upserts, metrics carry their first
-    timestamp (MLflow drops an exact duplicate), artifacts overwrite the same path,
-    datasets and logged models are found before they are created, a table is replaced."""
-    from mlflow.entities import Metric, Param, RunTag
-
-    op = line["op"]
-    if op == "params":
-        client.log_batch(run_id, params=[Param(k, v) for k, v in line["params"].items()])
-    elif op in ("tags", "run"):
-        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in (line.get("tags") or {}).items()])
-    elif op == "metrics":  # MlflowClient.log_batch splits a batch at MLflow's limits itself
-        metrics = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in line["metrics"]]
-        client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in line.get("tags", {}).items()])
-    elif op == "artifact":
-        client.log_artifact(run_id, line["path"], line.get("artifact_path"))
-    elif op == "dataset":
-        _log_dataset(client, run_id, line["name"], line["digest"], line["source"], line["split"])
-    elif op == "model":
-        _log_model(client, run_id, **{k: v for k, v in line.items() if k not in ("op", "run_id", "uri")})
-    elif op == "table":
-        write_table(client, run_id, line["columns"], line["artifact_file"])
-    elif op == "end":
-        client.set_terminated(run_id, line["status"], end_time=line.get("end_time"))
 
 
 def existing_run(client: Any, uri: str, run_id: str) -> Run:
@@ -369,104 +337,6 @@ def create_journaled_run(
             start_time=info.start_time,
         )
     return info.run_id
-
-
-def write_table(client, run_id: str, columns: Mapping[str, list], artifact_file: str) -> None:
-    """Log ``columns`` as the table artifact ``artifact_file`` of ``run_id``, replacing it.
-
-    The file is what ``MlflowClient.log_table`` writes (JSON ``{"columns", "data"}``) and
-    the run gets the same ``mlflow.loggedArtifacts`` entry, so the UI shows a table; but
-    ``log_table`` appends to an existing table, which would repeat every row each time
-    the report runs again or a journal is replayed: here the file is replaced.
-    """
-    import json
-    import tempfile
-
-    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
-
-    names = list(columns)
-    rows = [
-        [None if isinstance(v, float) and not math.isfinite(v) else v for v in row]  # JSON has no NaN
-        for row in zip(*(columns[c] for c in names), strict=True)
-    ]
-    folder, name = os.path.split(artifact_file)
-    with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp) / name
-        local.write_text(json.dumps({"columns": names, "data": rows}, default=str))
-        client.log_artifact(run_id, str(local), folder or None)
-    listed = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
-    entry = {"path": artifact_file, "type": "table"}
-    if entry not in listed:
-        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps([*listed, entry]))
-
-
-def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
-    from mlflow.entities import Dataset, DatasetInput, InputTag
-    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
-
-    dataset = Dataset(
-        name=name,
-        digest=digest[:_MAX_DATASET_DIGEST],
-        source_type="local",
-        source=json.dumps({"uri": os.path.abspath(os.fspath(source_path))}),
-        schema=None,
-        profile=json.dumps({"digest": digest, "split": split}),
-    )
-    inputs = [DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])]
-    client.log_inputs(run_id, datasets=inputs)
-
-
-def _log_model(
-    client: Any,
-    run_id: str,
-    name: str,
-    local_dir: str,
-    params: Mapping[str, str],
-    tags: Mapping[str, str],
-    metrics: Mapping[str, float],
-    step: int,
-    timestamp: int,
-    dataset: list[str] | None,
-) -> str:
-    """Create (or find) the logged model ``name`` of ``run_id``, upload ``local_dir`` once,
-    link ``metrics`` to it, and list it as the run's output; returns its model id.
-
-    A second call (a retry, a journal replay) finds the model by name and source run
-    instead of creating another, and re-sends metrics with the same timestamp, which
-    MLflow drops as duplicates.
-    """
-    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
-
-    run = client.get_run(run_id)
-    experiment_id = run.info.experiment_id
-    found = client.search_logged_models(
-        [experiment_id], max_results=1, filter_string=f"name = '{name}' AND source_run_id = '{run_id}'"
-    )
-    model = (
-        found[0]
-        if found
-        else client.create_logged_model(
-            experiment_id, name=name, source_run_id=run_id, params=dict(params), tags=dict(tags), model_type="keras"
-        )
-    )
-    if model.status != LoggedModelStatus.READY:
-        client.log_model_artifacts(model.model_id, local_dir)
-        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
-    dataset_name, dataset_digest = (dataset[0], dataset[1][:_MAX_DATASET_DIGEST]) if dataset else (None, None)
-    for key, value in metrics.items():
-        client.log_metric(
-            run_id,
-            safe_key(key),
-            value,
-            timestamp=timestamp,
-            step=step,
-            model_id=model.model_id,
-            dataset_name=dataset_name,
-            dataset_digest=dataset_digest,
-        )
-    if model.model_id not in {o.model_id for o in (run.outputs.model_outputs if run.outputs else [])}:
-        client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step)])
-    return model.model_id
 
 
 @contextlib.contextmanager
@@ -569,8 +439,8 @@ def child_run(
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         try:
             run.set_tags({END_REASON_TAG: end_reason(exc)})
-            run._terminate(status)
+            run.end(status)
         except Exception as term_exc:  # keep the original error
             _log.warning("could not mark MLflow run %s %s: %s", run.run_id, status, term_exc)
         raise
-    run._terminate(run._exit_status)
+    run.end(run._exit_status)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import http.client
 import json
 import logging
 import os
@@ -48,12 +47,12 @@ import sqlite3
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ptycho.errors import PtychoError
+from ptycho.tracking.server import is_server, server_defaults
 
 _log = logging.getLogger(__name__)
 #: Where a run's journal is (absolute path): how a write to a run by id from another
@@ -180,7 +179,6 @@ def sqlite_path(uri: str) -> Path | None:
 
 def _read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection to an existing SQLite file (never creates one)."""
-    import urllib.parse
 
     return sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=10)
 
@@ -264,55 +262,6 @@ def sqlite_write_problem(path: str | os.PathLike) -> str:
         except OSError as exc:
             return exc.strerror or type(exc).__name__
     return ""
-
-
-#: Where a SQLite store records absolute paths under its results folder: (table, column).
-_PATH_COLUMNS = (
-    ("experiments", "artifact_location"),
-    ("runs", "artifact_uri"),
-    ("logged_models", "artifact_location"),
-)
-
-
-def store_home(db: str | os.PathLike) -> str:
-    """The results folder a SQLite store was made in, from its experiments' artifact
-    locations (``<results>/mlartifacts/<experiment>``, as ``track start`` pins them), or ''."""
-    try:
-        with contextlib.closing(_read_only(Path(db))) as con:
-            rows = con.execute("SELECT artifact_location FROM experiments").fetchall()
-    except sqlite3.Error:  # not MLflow's (emptied, busy): nothing to tell
-        return ""
-    homes = {str(Path(loc).parent.parent) for (loc,) in rows if loc and Path(loc).parent.name == "mlartifacts"}
-    return homes.pop() if len(homes) == 1 else ""
-
-
-def relocate(db: str | os.PathLike) -> str:
-    """Point a SQLite store copied or moved to another folder at its new place: every
-    artifact location under its old results folder, and the runs' journal tags, now
-    under the folder that holds ``db``, in one transaction. MLflow stores them absolute,
-    so a copy would read the original's files and a moved store would lose them. Returns
-    the old folder ('' when the store is at home, or its home cannot be told)."""
-    db = Path(os.path.abspath(db))
-    old, new = store_home(db), str(db.parent)
-    if not old or old == new:
-        return ""
-    n = len(old) + 1
-    with contextlib.closing(sqlite3.connect(db, timeout=30)) as con, con:
-        for table, column in _PATH_COLUMNS:
-            con.execute(
-                f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE substr({column}, 1, ?) = ?",
-                (new, n, n, old + "/"),
-            )
-        con.execute(
-            "UPDATE tags SET value = ? || substr(value, ?) WHERE key = ? AND substr(value, 1, ?) = ?",
-            (new, n, JOURNAL_TAG, n, old + "/"),
-        )
-        for was, now in ((old, new), (json.dumps(old)[1:-1], json.dumps(new)[1:-1])):  # raw and JSON-escaped
-            con.execute(
-                "UPDATE datasets SET dataset_source = replace(dataset_source, ?, ?)",
-                (f'"{was}/', f'"{now}/'),
-            )
-    return old
 
 
 def rebuild_command(results: str | os.PathLike) -> str:
@@ -449,35 +398,6 @@ def ensure_store(uri: str) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-#: MLflow's settings for a tracking server in this project's processes, unless the user
-#: set them. HTTP retries: 3, 0, 2 and 4 s apart (plus up to 1 s of jitter each), 20 s per
-#: attempt. MLflow's own defaults (7 retries, backoff factor 2, 120 s) are made for
-#: rate-limited hosted services and hang every call to a tracking server that is gone for
-#: about 4 min 20 s; a job here then goes on offline (its journal) or stops, in seconds. A
-#: short restart of the server is still ridden out, and what a job could not send is
-#: replayed from its journal. And no "View run ... at: <url>" line on stdout at every run's
-#: end (a sweep ending or replaying runs would print one per run among its own lines).
-SERVER_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
-    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
-}
-
-
-def is_server(uri: str) -> bool:
-    """Whether ``uri`` names a tracking server (HTTP or HTTPS)."""
-    return uri.startswith(("http://", "https://"))
-
-
-def server_defaults(environ: dict | None = None) -> None:
-    """Put :data:`SERVER_DEFAULTS` into ``environ`` (this process's environment) where the
-    user has not set them; MLflow reads them at every request. Values already set win."""
-    environ = os.environ if environ is None else environ
-    for key, value in SERVER_DEFAULTS.items():
-        environ.setdefault(key, value)
-
-
 def open_client(uri: str):
     from mlflow.tracking import MlflowClient
 
@@ -485,102 +405,6 @@ def open_client(uri: str):
         server_defaults()
     ensure_store(uri)
     return MlflowClient(uri)
-
-
-def replay_command(journal: str | os.PathLike) -> str:
-    """The command that sends a journal file or folder to MLflow again, as a user types it
-    here (the path relative to the current folder if inside it)."""
-    import shlex
-
-    path = Path(os.path.abspath(journal))
-    cwd = Path.cwd()
-    shown = os.path.relpath(path, cwd) if cwd in path.parents else str(path)
-    return f"python -m ptycho track replay {shlex.quote(shown)}"
-
-
-def server_gone(uri: str, reason: str, journal: str | os.PathLike | None) -> str:
-    """The one line for a tracking server found gone: how to bring it back, and that the
-    re-run (or the replay command, by hand) sends what the jobs journaled meanwhile."""
-    line = (
-        f"MLflow tracking server at {uri} is unreachable ({reason}); start it again ('make mlflow-server') and re-run"
-    )
-    if journal is None:
-        return line + ", or unset MLFLOW_TRACKING_URI"
-    return (
-        line + ": the re-run replays what the jobs journaled meanwhile (by hand, once the server is back: "
-        f"{replay_command(journal)})"
-    )
-
-
-def unreachable(exc: BaseException) -> str:
-    """A short reason if ``exc`` says the tracking server cannot be reached, else ``""``.
-
-    MLflow's REST client has already retried with backoff (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
-    ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR``) when its error reaches us; what is left is a
-    connection refused, reset or timed out somewhere in the chain of causes.
-    """
-    seen: set[int] = set()
-    err: BaseException | None = exc
-    markers = (
-        "connection refused",
-        "max retries exceeded",
-        "failed to establish a new connection",
-        "connection aborted",
-        "connection reset",
-        "remotedisconnected",
-        "read timed out",
-        "connect timeout",
-        "name or service not known",
-        "temporary failure in name resolution",
-    )
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, ConnectionError | TimeoutError):
-            return type(err).__name__
-        text = str(err).lower()
-        for marker in markers:
-            if marker in text:
-                return marker
-        err = err.__cause__ or err.__context__
-    return ""
-
-
-def server_down(uri: str, timeout: float = 5.0) -> str:
-    """Why the tracking server at ``uri`` cannot be reached at all (refused, timed out, no
-    such host), or ``""`` if it answers anything; no MLflow import, one request.
-
-    Asked before a job's first MLflow call: MLflow would retry that call (see
-    :data:`~ptycho.tracking.store.SERVER_DEFAULTS`), and a job started after its server went
-    away should say so in seconds. An HTTP error is an answer: its meaning (a 403 for the
-    host name, a 404 for a wrong path) is :func:`preflight`'s to explain.
-    """
-    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-            return ""
-    except urllib.error.HTTPError:
-        return ""
-    except urllib.error.URLError as exc:
-        reason = str(exc.reason)
-    except (OSError, http.client.HTTPException) as exc:
-        reason = str(exc) or type(exc).__name__
-    return " ".join(reason.split())
-
-
-def server_has_run(uri: str, run_id: str, timeout: float) -> bool:
-    """False only if the server says the run does not exist; anything else is for the jobs to meet."""
-    url = uri.rstrip("/") + "/api/2.0/mlflow/runs/get?run_id=" + urllib.parse.quote(run_id)
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-            return True
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read(300).decode("utf-8", "replace")
-        except Exception:  # a broken body does not change the verdict
-            body = ""
-        return not (exc.code == 404 and "RESOURCE_DOES_NOT_EXIST" in body)
-    except (OSError, ValueError, http.client.HTTPException):
-        return True
 
 
 #: The experiment's kind (MLflow 3 opens a machine-learning experiment on its runs, not on
