@@ -56,18 +56,34 @@ def _is_module(name: str) -> bool:
     return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").exists()
 
 
-def imported(path: Path) -> list[tuple[int, str]]:
-    """Every ``ptycho`` module ``path`` imports, with its line (``from ptycho import x`` names ``ptycho.x``)."""
+def _type_only(tree: ast.AST) -> set[int]:
+    """Ids of the import nodes under ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return found
+
+
+def imported(path: Path, runtime: bool = False) -> list[tuple[int, str]]:
+    """Every ``ptycho`` module ``path`` imports, with its line (``from ptycho import x`` names
+    ``ptycho.x``); ``runtime``: not those under ``if TYPE_CHECKING:``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_only(tree) if runtime else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "ptycho"]
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ptycho":
             assert node.level == 0, f"{path}:{node.lineno}: use absolute imports"
             if node.module == "ptycho":  # from ptycho import tracking, __version__
                 found += [(node.lineno, f"ptycho.{a.name}" if _is_module(a.name) else "ptycho") for a in node.names]
-            else:
-                found.append((node.lineno, node.module))
+            else:  # from ptycho.study import report: the module report, else the package
+                base = PACKAGE.parent.joinpath(*node.module.split("."))
+                subs = [a.name for a in node.names if (base / f"{a.name}.py").exists() or (base / a.name).is_dir()]
+                found += [(node.lineno, f"{node.module}.{n}") for n in subs] or [(node.lineno, node.module)]
     return found
 
 
@@ -100,3 +116,62 @@ def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch):
         "ptycho/physics/bad.py:2: physics imports study (ptycho.study)",
         "ptycho/physics/bad.py:3: physics imports entry (ptycho.cli)",
     ]
+
+
+def cycles(paths) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a loop, at run time
+    (function-level imports included), each sorted; a package stands for its ``__init__``."""
+    modules = {module_name(p): p for p in paths}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, target in imported(path, runtime=True):
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != name:
+                targets.add(target)
+        graph[name] = targets
+    # Tarjan's strongly connected components
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_itself_round_a_loop():
+    # A loop makes import order matter and hides which module a concept lives in (the
+    # tracking layer had six modules in one).
+    assert cycles(sorted(PACKAGE.rglob("*.py"))) == []
+
+
+def test_the_cycle_finder_finds_one(tmp_path, monkeypatch):
+    fake = tmp_path / "ptycho" / "tracking"
+    fake.mkdir(parents=True)
+    (fake / "a.py").write_text("def f():\n    from ptycho.tracking.b import g\n")
+    (fake / "b.py").write_text("from ptycho.tracking import a\n")
+    (fake / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ptycho.tracking.a import f\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "ptycho")
+    assert cycles(sorted(fake.glob("*.py"))) == [["ptycho.tracking.a", "ptycho.tracking.b"]]

@@ -32,11 +32,6 @@ def _input(name: str, digest: str, path: str, split: str) -> DatasetInput:
     return DatasetInput(name, digest, str(Path(path).resolve()), split)
 
 
-def timing(meta: Mapping) -> dict[str, Any]:
-    """A trained model's timing without its per-step list (the checks and the report use the summary)."""
-    return {k: v for k, v in meta["timing"].items() if k != "step_times_s"}
-
-
 def _with_dataset(record: JobRecord, name: str, ds, path: str, split: str) -> JobRecord:
     record.tags["dataset_digest"] = ds.attrs["digest"]
     record.datasets.append(_input(name, ds.attrs["digest"], path, split))
@@ -381,17 +376,6 @@ def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
     )
 
 
-def inference_rates(reconstructions: Sequence[str]) -> dict[str, float]:
-    """Arm (file stem) -> patterns per second of its ``ptycho infer`` output."""
-    from ptycho.artifacts import read_arrays
-
-    rates = {}
-    for path in reconstructions:
-        rec = read_arrays(path, ("seconds", "patterns"))
-        rates[Path(path).stem] = float(rec["patterns"] / rec["seconds"])
-    return rates
-
-
 def figures(
     dataset: str,
     stitched: Sequence[str],
@@ -443,6 +427,7 @@ def report(
 ) -> JobRecord:
     """The validation report (JSON, Markdown, HTML) from the checklist and every arm's results."""
     from ptycho.artifacts import read_json
+    from ptycho.nets.state import timing_summary
     from ptycho.study import report as views
     from ptycho.study import solver_view
     from ptycho.study.arms import Arm
@@ -453,13 +438,15 @@ def report(
     arms: dict[str, dict] = {}
     for meta in map(read_json, model_jsons):
         arms[Arm.of_meta(meta).name] = {
-            "timing": timing(meta),
+            "timing": timing_summary(meta),
             "final": meta["history"][-1] if meta["history"] else None,
             "status": meta.get("status", "FINISHED"),
             "failure": meta.get("failure"),
         }
     for path in metrics:
         arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path)["mean"]
+    from ptycho.study.figures.inputs import inference_rates
+
     for arm, rate in inference_rates(reconstructions).items():
         arms.setdefault(arm, {})["infer_patterns_per_s"] = rate
     figures = {}

@@ -362,7 +362,7 @@ def speedup(
 
 
 def collect(inputs: Inputs, threshold: float) -> dict:
-    from ptycho.study.jobs import timing
+    from ptycho.nets.state import timing_summary as timing
 
     if not inputs.bench:
         raise PtychoError("check speedup: needs --bench (the JSON written by 'ptycho bench --out')")

@@ -165,7 +165,6 @@ class FigureInputs:
         networks' metrics and inference rates beside it (keyed by arm name); None without a
         solver record."""
         from ptycho.study import solver_view
-        from ptycho.study.jobs import inference_rates
 
         if not self.solver:
             return None
@@ -173,3 +172,14 @@ class FigureInputs:
         for arm, rate in inference_rates(self.reconstructions).items():
             networks.setdefault(arm, {})["infer_patterns_per_s"] = rate
         return solver_view.load(self.solver, networks)
+
+
+def inference_rates(reconstructions: Sequence[str]) -> dict[str, float]:
+    """Arm (file stem) -> patterns per second of its ``ptycho infer`` output."""
+    from ptycho.artifacts import read_arrays
+
+    rates = {}
+    for path in reconstructions:
+        rec = read_arrays(path, ("seconds", "patterns"))
+        rates[Path(path).stem] = float(rec["patterns"] / rec["seconds"])
+    return rates
