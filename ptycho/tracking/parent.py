@@ -107,25 +107,29 @@ def finish_run(uri: str, run_id: str, status: str = END_STATUSES[0]) -> None:
     existing_run(open_client(uri), uri, run_id).end(status)
 
 
+def _runs(client, uri: str, parent_run_id: str, where: str, order: str = "ASC", children: bool = True) -> list:
+    """The runs of the parent's experiment matching ``where`` (an MLflow filter), only its
+    children unless ``children`` is False, by start time (``order``)."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    experiment = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri).info.experiment_id
+    query = " and ".join(
+        [*([f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'"] * children), *([where] * bool(where))]
+    )
+    return retry(
+        lambda: client.search_runs([experiment], query, max_results=5000, order_by=[f"attributes.start_time {order}"]),
+        what="listing runs of the study",
+        uri=uri,
+    )
+
+
 def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child_runs.json") -> int:
     """Log a table of the parent's child runs (name, rule, arm, status, duration, metrics)
     on the parent run, so that one page shows the whole pipeline; returns the row count."""
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
     client = open_client(uri)
-    experiment_id = retry(
-        lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri
-    ).info.experiment_id
-    runs = retry(
-        lambda: client.search_runs(
-            [experiment_id],
-            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'",
-            max_results=5000,
-            order_by=["attributes.start_time ASC"],
-        ),
-        what="listing the child runs",
-        uri=uri,
-    )
+    runs = _runs(client, uri, parent_run_id, "")
     keys = sorted({k for r in runs for k in r.data.metrics if not k.startswith("system/") and not k.endswith("_image")})
     columns: dict[str, list] = {
         c: [] for c in ("run", "run_id", "rule", "model", "xla", "seed", "status", "duration_s", *keys)
@@ -165,21 +169,7 @@ def close_pipeline(uri: str, parent_run_id: str, others: Mapping[str, Any]) -> N
 
 def _child_named(client, uri: str, parent_run_id: str, name: str) -> str | None:
     """The id of the parent's child run ``name`` (the newest FINISHED, else the newest), or None."""
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
-    experiment_id = retry(
-        lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri
-    ).info.experiment_id
-    found = retry(
-        lambda: client.search_runs(
-            [experiment_id],
-            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}' and attributes.run_name = '{name}'",
-            max_results=100,
-            order_by=["attributes.start_time DESC"],
-        ),
-        what=f"looking up run {name!r}",
-        uri=uri,
-    )
+    found = _runs(client, uri, parent_run_id, f"attributes.run_name = '{name}'", order="DESC")
     best = next((r for r in found if r.info.status == "FINISHED"), found[0] if found else None)
     return best.info.run_id if best is not None else None
 
@@ -240,19 +230,8 @@ def sweep_children(uri: str, parent_run_id: str, *, by: str = "") -> Swept:
     be told whether they still run. Called when a pipeline starts, when each job starts
     and when the workflow stops on an error.
     """
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
     client = open_client(uri)
-    parent = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
-    running = retry(
-        lambda: client.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}' and attributes.status = 'RUNNING'",
-            max_results=5000,
-        ),
-        what="looking for stale runs",
-        uri=uri,
-    )
+    running = _runs(client, uri, parent_run_id, "attributes.status = 'RUNNING'")
     host = socket.gethostname()
     out = Swept()
     for run in running:
@@ -307,14 +286,7 @@ def end_orphan_parents(uri: str, parent_run_id: str, journal: str | os.PathLike,
 
     client = open_client(uri)
     book = str(Path(journal).resolve())
-    parent = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
-    running = retry(
-        lambda: client.search_runs(
-            [parent.info.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=5000
-        ),
-        what="looking for orphan parent runs",
-        uri=uri,
-    )
+    running = _runs(client, uri, parent_run_id, "attributes.status = 'RUNNING'", children=False)
     host = socket.gethostname()
     out = Swept()
     for run in running:

@@ -65,15 +65,13 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 
 def _process_start(pid: int) -> str:
-    """Start time of process ``pid`` in clock ticks since boot (``/proc``), or ``""``."""
+    """When process ``pid`` started (psutil's creation time, to the 10 ms), or ``""``."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except psutil.Error:
         return ""
-    # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else ""
 
 
 def process_identity(pid: int | None = None) -> dict[str, str]:
@@ -88,15 +86,5 @@ def process_identity(pid: int | None = None) -> dict[str, str]:
 
 def process_alive(pid: int, start: str) -> bool:
     """Whether process ``pid`` (started at ``start``, if known) still runs on this host."""
-    if pid <= 0:
-        return False
-    if os.path.isdir("/proc"):
-        now = _process_start(pid)
-        return bool(now) and (not start or now == start)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    now = _process_start(pid) if pid > 0 else ""
+    return bool(now) and (not start or now == start)

@@ -25,12 +25,12 @@ from ptycho.tracking.journal import Journal, journal_of
 from ptycho.tracking.provenance import process_identity
 from ptycho.tracking.server import is_server, server_down, server_gone, unreachable
 from ptycho.tracking.store import (
-    _MAX_TAG_VALUE,
     JOURNAL_TAG,
     KEY_TAG,
     fit,
     fit_tags,
     flatten_params,
+    limit,
     open_client,
     rebuild_command,
     retry,
@@ -166,7 +166,11 @@ class Run:
             if not math.isfinite(value):
                 self._nonfinite.add(safe_key(key))
             points.append([safe_key(key), value, timestamp, step])
-        tags = {NONFINITE_TAG: fit(",".join(sorted(self._nonfinite)), _MAX_TAG_VALUE)} if self._nonfinite else {}
+        tags = (
+            {NONFINITE_TAG: fit(",".join(sorted(self._nonfinite)), limit("MAX_TAG_VAL_LENGTH"))}
+            if self._nonfinite
+            else {}
+        )
         self._write("logging metrics", "metrics", metrics=points, tags=tags)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -348,16 +352,18 @@ def system_metrics(run: Run, interval: float = 5.0) -> Iterator[None]:
     active run); its writes go through :meth:`Run.log_metrics`, so they are retried on
     locks and journaled like everything else. The CPU series is machine-wide: it also
     shows whether anything else ran beside a job. A block shorter than one interval
-    still logs the samples it took. ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` overrides
+    still logs a sample, and the last, partial interval is logged at its end. ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` overrides
     ``interval``.
     """
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
     class _Monitor(SystemMetricsMonitor):
+        step = 0
+
         def publish_metrics(self, metrics: dict) -> None:
             if metrics:
-                run.log_metrics({f"system/{k}": v for k, v in metrics.items()}, step=self._logging_step)
-            self._logging_step += 1
+                run.log_metrics({f"system/{k}": v for k, v in metrics.items()}, step=self.step)
+            self.step += 1
             for monitor in self.monitors:
                 monitor.clear_metrics()
 
@@ -369,8 +375,8 @@ def system_metrics(run: Run, interval: float = 5.0) -> Iterator[None]:
         yield
     finally:
         monitor.finish()
-        if any(m._metrics for m in monitor.monitors):
-            monitor.publish_metrics(monitor.aggregate_metrics())
+        monitor.collect_metrics()  # and the last, partial interval
+        monitor.publish_metrics(monitor.aggregate_metrics())
 
 
 def end_reason(exc: BaseException) -> str:
@@ -378,7 +384,7 @@ def end_reason(exc: BaseException) -> str:
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted: SIGINT or SIGTERM (Ctrl-C, or Snakemake or SLURM cancelled the job)"
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return fit(f"{type(exc).__name__}: {text}", _MAX_TAG_VALUE)
+    return fit(f"{type(exc).__name__}: {text}", limit("MAX_TAG_VAL_LENGTH"))
 
 
 @contextlib.contextmanager

@@ -71,13 +71,15 @@ RETRY_SECONDS = 60.0
 _FIRST_DELAY = 0.05
 _MAX_DELAY = 5.0
 
-# MLflow's limits (mlflow.utils.validation), copied so that values are fitted before
-# the call instead of being rejected by it.
-_MAX_PARAM_VALUE = 6000
-_MAX_TAG_VALUE = 8000
-_MAX_KEY = 250
-_MAX_DATASET_DIGEST = 36
 _TRUNCATED = "...[truncated]"
+
+
+def limit(name: str) -> int:
+    """MLflow's own limit ``name`` (``mlflow.utils.validation``: ``MAX_TAG_VAL_LENGTH``,
+    ...), to fit a value before the call instead of having it rejected."""
+    from mlflow.utils import validation
+
+    return getattr(validation, name)
 
 
 def safe_key(key: str) -> str:
@@ -87,11 +89,11 @@ def safe_key(key: str) -> str:
     rejects names that change under path normalisation; anything else becomes ``_``
     here rather than failing a job over the spelling of a configuration key.
     """
-    out = "".join(c if (c.isalnum() or c in "_-.: /") else "_" for c in str(key))[:_MAX_KEY]
+    out = "".join(c if (c.isalnum() or c in "_-.: /") else "_" for c in str(key))[: limit("MAX_ENTITY_KEY_LENGTH")]
     if not _path_unique(out):
         out = out.replace("/", "_")
     if not _path_unique(out):
-        out = ("_" + out)[:_MAX_KEY]
+        out = ("_" + out)[: limit("MAX_ENTITY_KEY_LENGTH")]
     return out
 
 
@@ -130,12 +132,14 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
         if isinstance(value, Mapping) and value:
             out.update(flatten_params(value, prefix=f"{name}."))
         else:
-            out[safe_key(name)] = fit("{}" if isinstance(value, Mapping) else _as_text(value), _MAX_PARAM_VALUE)
+            out[safe_key(name)] = fit(
+                "{}" if isinstance(value, Mapping) else _as_text(value), limit("MAX_PARAM_VAL_LENGTH")
+            )
     return out
 
 
 def fit_tags(tags: Mapping[str, Any]) -> dict[str, str]:
-    return {safe_key(k): fit(_as_text(v), _MAX_TAG_VALUE) for k, v in tags.items()}
+    return {safe_key(k): fit(_as_text(v), limit("MAX_TAG_VAL_LENGTH")) for k, v in tags.items()}
 
 
 def default_tracking_uri(results_dir: str | os.PathLike) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ptycho.tracking.store import _MAX_DATASET_DIGEST, safe_key
+from ptycho.tracking.store import limit, safe_key
 
 #: Why a run ended other than FINISHED: the one-line error, or what found it stale.
 END_REASON_TAG = "ptycho.end_reason"
@@ -83,7 +83,7 @@ def _log_dataset(client: Any, run_id: str, name: str, digest: str, source_path: 
 
     dataset = Dataset(
         name=name,
-        digest=digest[:_MAX_DATASET_DIGEST],
+        digest=digest[: limit("MAX_DATASET_DIGEST_SIZE")],
         source_type="local",
         source=json.dumps({"uri": os.path.abspath(os.fspath(source_path))}),
         schema=None,
@@ -129,7 +129,9 @@ def _log_model(
     if model.status != LoggedModelStatus.READY:
         client.log_model_artifacts(model.model_id, local_dir)
         client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
-    dataset_name, dataset_digest = (dataset[0], dataset[1][:_MAX_DATASET_DIGEST]) if dataset else (None, None)
+    dataset_name, dataset_digest = (
+        (dataset[0], dataset[1][: limit("MAX_DATASET_DIGEST_SIZE")]) if dataset else (None, None)
+    )
     for key, value in metrics.items():
         client.log_metric(
             run_id,
