@@ -561,6 +561,16 @@ CATALOGUE: list[Row] = [
         message="absent.json: no such file, so there is no MLflow parent run to mark FINISHED",
     ),
     Row(
+        "cli-track-ui-without-store",
+        "cli",
+        "`ptycho track ui empty` (`make ui RESULTS=empty`: a folder no study wrote)",
+        "cli",
+        args=("track", "ui", "empty"),
+        exit_code=1,
+        message="track ui: empty holds no MLflow store (mlflow.db); run the study first (make all), "
+        "or name the results folder it wrote (make ui RESULTS=<folder>)",
+    ),
+    Row(
         "cli-track-start-without-config",
         "cli",
         "`ptycho track start --out p.json` (no --config-json)",

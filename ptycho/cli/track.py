@@ -129,10 +129,14 @@ def _ui(args: argparse.Namespace) -> JobRecord:
     import sys
     import urllib.parse
 
-    results = Path(os.path.abspath((args.journal or [_RESULTS])[0]))
+    given = (args.journal or [_RESULTS])[0]
+    results = Path(os.path.abspath(given))
     db = results / "mlflow.db"
     if not db.is_file():
-        raise PtychoError(f"track ui: no MLflow store {db}; run the study first (make all), or name its results folder")
+        raise PtychoError(
+            f"track ui: {given} holds no MLflow store (mlflow.db); run the study first (make all), "
+            "or name the results folder it wrote (make ui RESULTS=<folder>)"
+        )
     for note in tracking.follow_folder(results):
         print(f"ptycho track ui: note: {note}", file=sys.stderr)
     base = f"http://127.0.0.1:{args.port}"  # this machine only: a server for others is 'make mlflow-server'
