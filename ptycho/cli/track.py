@@ -109,25 +109,12 @@ def _finish(args: argparse.Namespace) -> JobRecord:
     )
 
 
-#: The PINN's arm runs of a study (its parent run's id): the runs that carry each arm's answer.
-ARMS_QUERY = """
-SELECT r.run_uuid, r.experiment_id FROM runs r
-JOIN tags p ON p.run_uuid = r.run_uuid AND p.key = 'mlflow.parentRunId' AND p.value = ?
-JOIN tags a ON a.run_uuid = r.run_uuid AND a.key = 'rule' AND a.value = 'train'
-JOIN tags m ON m.run_uuid = r.run_uuid AND m.key = 'model' AND m.value = 'pinn'
-WHERE r.status = 'FINISHED' AND r.lifecycle_stage = 'active' ORDER BY r.name
-"""
-
-
 def _ui(args: argparse.Namespace) -> JobRecord:
     """``make ui``: the results folder's store made to work where it is (a copied or moved
     folder), the address of each study's arm runs printed, then ``mlflow ui`` over it."""
-    import contextlib
     import json
     import shutil
-    import sqlite3
     import sys
-    import urllib.parse
 
     given = (args.journal or [_RESULTS])[0]
     results = Path(os.path.abspath(given))
@@ -140,25 +127,18 @@ def _ui(args: argparse.Namespace) -> JobRecord:
     for note in tracking.follow_folder(results):
         print(f"ptycho track ui: note: {note}", file=sys.stderr)
     base = f"http://127.0.0.1:{args.port}"  # this machine only: a server for others is 'make mlflow-server'
-    with contextlib.closing(sqlite3.connect(f"file:{urllib.parse.quote(str(db))}?mode=ro", uri=True)) as con:
-        for parent_json in sorted(results.glob("*/mlflow/parent.json")):
-            try:
-                parent = json.loads(parent_json.read_text())["run_id"]
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            arms = con.execute(ARMS_QUERY, (parent,)).fetchall()
-            if arms:
-                ids = json.dumps([run_id for run_id, _ in arms], separators=(",", ":"))
-                experiment = json.dumps([str(arms[0][1])], separators=(",", ":"))
-                print(
-                    f"MLflow: the PINN's arms of {parent_json.parent.parent.name} side by side (mode, precision, seed, "
-                    f"SSIM, time to quality): {base}/#/compare-runs?runs={ids}&experiments={experiment}"
-                )
-                # MLflow 3 starts a browser in its GenAI mode; the parameter switches it (and it stays)
-                print(
-                    f"MLflow: every run of the study (its jobs under the parent run's +): "
-                    f"{base}/#/experiments/{arms[0][1]}/runs?workflowType=machine_learning"
-                )
+    for preset, (experiment, ids) in tracking.pinn_arm_runs(results).items():
+        runs, experiments = json.dumps(ids, separators=(",", ":")), json.dumps([experiment])
+        print(
+            f"MLflow: the PINN's arms of {preset} side by side (mode, precision, seed, SSIM, time to quality): "
+            f"{base}/#/compare-runs?runs={runs}&experiments={experiments}"
+        )
+        # A fresh browser starts MLflow 3 in its GenAI mode, where the experiment opens on an
+        # empty overview; the parameter switches it to machine learning.
+        print(
+            "MLflow: every run of the study (its jobs under the parent run's +): "
+            f"{base}/#/experiments/{experiment}/runs?workflowType=machine_learning"
+        )
     print(f"MLflow UI at {base} (Ctrl-C stops it)", flush=True)
     mlflow = Path(sys.executable).with_name("mlflow")
     command = [str(mlflow if mlflow.exists() else shutil.which("mlflow") or "mlflow"), "ui"]

@@ -33,6 +33,9 @@ PRECISION_WORDS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_fl
 #: The job whose MLflow run carries its arm's answer, and is named as the arm: the
 #: training (its curves and times; the report adds the arm's quality and time to quality).
 ANSWER_RULE = "train"
+#: The quality the report writes on each arm's run: the evaluate job's means over the
+#: test objects (besides its inference rate and time to quality).
+ANSWER_METRICS = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_frc50", "phase_frc50")
 
 
 class Arm(NamedTuple):
@@ -128,9 +131,8 @@ class Arm(NamedTuple):
         return (
             f"{head} The arm's run: its loss curves per epoch (train_loss, val_loss), step_median_s and "
             "compile_s, the network as an MLflow model (Models tab: mlflow.pyfunc.load_model reconstructs like "
-            "'ptycho infer') and, once the report has run, the arm's quality on the test split (amp_ssim, "
-            "phase_ssim, amp_psnr, phase_psnr, amp_frc50, phase_frc50) and its time to the study's quality "
-            "target (quality_time_s). Compare arms: filter tags.rule = 'train' and tags.model = 'pinn', "
+            "'ptycho infer') and, once the report has run, the arm's quality on the test split "
+            f"({', '.join(ANSWER_METRICS)}) and its time to the study's quality target (quality_time_s). Compare arms: filter tags.rule = 'train' and tags.model = 'pinn', "
             "select the runs, press Compare."
         )
 

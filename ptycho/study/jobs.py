@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.study.arms import ARM_TAGS, Arm
+from ptycho.study.arms import ANSWER_METRICS, ARM_TAGS, Arm
 from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, Progress
 
 #: The keys of a training's curve, logged per epoch.
@@ -488,11 +488,6 @@ def report(
         summary=f"{paths['html']}: verdict {result['verdict']} "
         + " ".join(f"{k}={v['status']}" for k, v in result["items"].items()),
     )
-
-
-#: What each arm's run gets from the report: its quality on the test split (the
-#: evaluate job's mean over the test objects) and its inference rate.
-ANSWER_METRICS = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr", "amp_frc50", "phase_frc50")
 
 
 def answers(report: Mapping) -> dict[str, JobRecord]:

@@ -111,10 +111,12 @@ def save(model_dir: str | os.PathLike, example: np.ndarray) -> Path:
         ),
     )
     final = model_dir / FOLDER
-    # MLflow's notes on saving (pickling by reference, type hints, the validated example,
-    # progress bars) are not news in a training's log.
-    logging.getLogger("mlflow").setLevel(logging.ERROR)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # MLflow's notes on saving (the validated example, warnings, progress bars) are not
+    # news in a training's log; quietened for this call only.
+    logger, level = logging.getLogger("mlflow"), logging.getLogger("mlflow").level
+    logger.setLevel(logging.ERROR)
+    bar = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = bar or "false"
     staging = Path(tempfile.mkdtemp(prefix=f".{FOLDER}-", dir=model_dir))
     try:
         target = staging / FOLDER
@@ -134,4 +136,7 @@ def save(model_dir: str | os.PathLike, example: np.ndarray) -> Path:
         os.replace(target, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        logger.setLevel(level)
+        if bar is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
     return final

@@ -20,7 +20,7 @@ with explicit run ids (never ``mlflow.start_run``'s process-global stack).
 MLflow is imported inside the functions, so importing this package is cheap.
 """
 
-from ptycho.tracking.access import follow_folder, preflight, preflight_environment, preflight_store
+from ptycho.tracking.access import follow_folder, pinn_arm_runs, preflight, preflight_environment, preflight_store
 from ptycho.tracking.job import job_run
 from ptycho.tracking.journal import journaled_parent, parent_record
 from ptycho.tracking.parent import (
@@ -73,6 +73,7 @@ __all__ = [
     "finish_study",
     "flatten_params",
     "follow_folder",
+    "pinn_arm_runs",
     "git_commit",
     "job_run",
     "journal_files",

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from ptycho.errors import PtychoError
-from ptycho.tracking.journal import journaled_parent
+from ptycho.tracking.journal import journaled_parent, write_parent_json
 from ptycho.tracking.server import preflight_server, server_down, server_has_run
 from ptycho.tracking.store import (
     JOURNAL_TAG,
@@ -203,14 +203,10 @@ def relocate(db: str | os.PathLike) -> str:
 
 def follow_folder(results: str | os.PathLike) -> list[str]:
     """A results folder copied or moved elsewhere, made to work where it is now: its SQLite
-    store's artifact locations (:func:`~ptycho.tracking.store.relocate`) and every study's
+    store's artifact locations (:func:`relocate`) and every study's
     ``parent.json`` that named the old store (its mtime kept, so Snakemake re-runs nothing)
     now point into this folder. One line per change; nothing when the folder is at home.
     No MLflow import."""
-    import json
-
-    from ptycho.artifacts import write_json
-
     results = Path(os.path.abspath(results))
     db = results / "mlflow.db"
     if not db.is_file() or sqlite_problem(db):
@@ -226,9 +222,7 @@ def follow_folder(results: str | os.PathLike) -> list[str]:
         # the store this study named, left behind (copied from there) or gone (moved from there)
         if was is None or was == db or was.name != db.name or (was.exists() and str(was.parent) != old):
             continue
-        stamp = parent_json.stat()
-        write_json(parent_json, {**record, "tracking_uri": f"sqlite:///{db}"})
-        os.utime(parent_json, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        write_parent_json(parent_json, {**record, "tracking_uri": f"sqlite:///{db}"})
         notes.append(f"{parent_json}: the study's store is now {db} (was {was})")
     return notes
 
@@ -242,8 +236,6 @@ def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) ->
     job again under a new one. The file is dated at the parent's start, as it was, so
     that the outputs made since stay newer than it. No MLflow import.
     """
-    from ptycho.artifacts import write_json
-
     parent_json = Path(parent_json)
     record = journaled_parent(parent_json)
     if record is None or not record["complete"]:
@@ -260,11 +252,39 @@ def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) ->
     if not run_id:
         return ""
     keep = ("key", "tracking_uri", "experiment", "config_hash")
-    write_json(parent_json, {"run_id": run_id, **{k: record[k] for k in keep}})
-    start = int(record.get("start_time") or 0) * 1_000_000
-    if start:
-        os.utime(parent_json, ns=(start, start))
+    write_parent_json(
+        parent_json,
+        {"run_id": run_id, **{k: record[k] for k in keep}},
+        ns=int(record.get("start_time") or 0) * 1_000_000,
+    )
     return (
         f"{parent_json} was missing; written again from the study's journal (parent run {run_id} at {uri}), "
         "so that no finished job runs again"
     )
+
+
+#: The PINN's arm runs of a study (its parent run's id): the runs that carry each arm's answer.
+_ARMS_QUERY = """
+SELECT r.run_uuid, r.experiment_id FROM runs r
+JOIN tags p ON p.run_uuid = r.run_uuid AND p.key = 'mlflow.parentRunId' AND p.value = ?
+JOIN tags a ON a.run_uuid = r.run_uuid AND a.key = 'rule' AND a.value = 'train'
+JOIN tags m ON m.run_uuid = r.run_uuid AND m.key = 'model' AND m.value = 'pinn'
+WHERE r.status = 'FINISHED' AND r.lifecycle_stage = 'active' ORDER BY r.name
+"""
+
+
+def pinn_arm_runs(results: str | os.PathLike) -> dict[str, tuple[str, list[str]]]:
+    """Per study of a results folder (its preset): its experiment's id and the ids of the
+    PINN's arm runs, read from its SQLite store (read-only, no MLflow import)."""
+    results = Path(os.path.abspath(results))
+    out = {}
+    with contextlib.closing(_read_only(results / "mlflow.db")) as con:
+        for parent_json in sorted(results.glob("*/mlflow/parent.json")):
+            try:
+                parent = json.loads(parent_json.read_text())["run_id"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            arms = con.execute(_ARMS_QUERY, (parent,)).fetchall()
+            if arms:
+                out[parent_json.parent.parent.name] = (str(arms[0][1]), [run_id for run_id, _ in arms])
+    return out

@@ -180,6 +180,18 @@ def journaled_parent(parent_json: str | os.PathLike) -> dict | None:
     }
 
 
+def write_parent_json(path: str | os.PathLike, record: Mapping[str, Any], ns: int | None = None) -> None:
+    """Write the study's ``parent.json`` (atomically), dated as it was (or at ``ns``, the
+    parent's start, for a file written anew): Snakemake re-runs no job for a rewrite."""
+    from ptycho.artifacts import write_json
+
+    path = Path(path)
+    times = (ns, ns) if ns else (path.stat().st_atime_ns, path.stat().st_mtime_ns) if path.exists() else None
+    write_json(path, dict(record))
+    if times:
+        os.utime(path, ns=times)
+
+
 def parent_record(parent_json: str | os.PathLike) -> dict:
     """The study's parent run as ``parent_json`` names it, else as its journal does (a lost
     ``parent.json``); a :class:`PtychoError` naming ``track start`` when neither exists."""

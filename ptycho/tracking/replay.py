@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ptycho.errors import PtychoError
 from ptycho.tracking.access import preflight
-from ptycho.tracking.journal import PARENT_TAG, read_journal
+from ptycho.tracking.journal import PARENT_TAG, read_journal, write_parent_json
 from ptycho.tracking.store import (
     KEY_TAG,
     experiment_id,
@@ -274,16 +274,12 @@ def _point_parent_json(study: _Study, store: _Store) -> str:
     """Point ``parent.json`` at the parent run as ``store`` holds it (after a rebuild), its
     modification time kept, so that Snakemake sees no reason to re-run the jobs that
     depend on it. Written anew, dated at the parent's start, when it is missing."""
-    from ptycho.artifacts import write_json
-
     path = study.parent_json
     if path is None:
         return ""
     record = study.parent_record()
     if record is not None:
-        key = study.key(record.get("key") or record["run_id"])
-        stamp = path.stat()
-        times = (stamp.st_atime_ns, stamp.st_mtime_ns)
+        key, start = study.key(record.get("key") or record["run_id"]), None  # dated as it was
     else:  # the newest journaled root run (the parent) stands in for a lost parent.json
         roots = [(k, line) for k, (_, line) in study.created.items() if line.get("experiment")]
         if not roots:
@@ -291,13 +287,11 @@ def _point_parent_json(study: _Study, store: _Store) -> str:
         key, line = max(roots, key=lambda r: r[1].get("start_time") or 0)
         start = int(line.get("start_time") or time.time() * 1000) * 1_000_000
         record = {"experiment": line["experiment"], "config_hash": (line.get("tags") or {}).get("config_hash", "")}
-        times = (start, start)
     new_id = store.ids.get(key) or find_run(store.client, store.uri, key)
     if new_id is None or (record.get("run_id") == new_id and record.get("tracking_uri") == store.uri):
         return ""
     old = record.get("run_id")
-    write_json(path, {**record, "run_id": new_id, "key": key, "tracking_uri": store.uri})
-    os.utime(path, ns=times)
+    write_parent_json(path, {**record, "run_id": new_id, "key": key, "tracking_uri": store.uri}, ns=start)
     return f"{path}: the study's parent run is now {new_id} at {store.uri}" + (
         f" (was {old})" if old else " (written anew)"
     )
