@@ -177,6 +177,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("corruption", list(CORRUPTIONS))
 
 
+@pytest.fixture(autouse=True)
+def _tracking_uri_restored():
+    """No test leaks its MLflow tracking URI into the next: ``mlflow.set_tracking_uri``
+    also sets ``MLFLOW_TRACKING_URI`` in this process's environment, which every later
+    subprocess (a Snakemake run, a CLI call) would inherit and log to instead of its own
+    results folder's store."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if "mlflow" in sys.modules:
+        from mlflow.tracking._tracking_service import utils
+
+        utils._tracking_uri = before
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 @pytest.fixture
 def corrupted(corruption, files, tmp_path) -> tuple[Path, str]:
     """A fresh copy of a valid file broken in one way; returns (path, message fragment)."""

@@ -281,7 +281,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     from ptycho.nets.inputs import layout
 
     jit = next(r for r in children if r.info.run_name == "pinn-jit-s0")
-    mlflow.set_tracking_uri(f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{work / 'results' / 'mlflow.db'}")  # conftest restores it after the test
     loaded = mlflow.pyfunc.load_model(f"models:/{models[jit.info.run_id].model_id}")
     test = read_dataset(work / "results" / "smoke" / "data" / "test.h5")
     out = loaded.predict(layout(test, "pinn", test.counts))
