@@ -8,7 +8,11 @@
 #          -> checklist (accuracy, gradients, convergence, quality, speedup) -> report
 
 
-configfile: "config.yaml"
+import os
+
+
+# The work folder's config.yaml, else the one beside this Snakefile (a run with -d elsewhere).
+configfile: "config.yaml" if os.path.exists("config.yaml") else os.path.join(workflow.basedir, "config.yaml")
 
 
 include: "rules/common.smk"
@@ -21,11 +25,40 @@ include: "rules/solve.smk"
 include: "rules/report.smk"
 
 
+# A rerun checks what the report stands on: an output lost while results made from it
+# remain (a killed forced job) is made again, with what depends on it (workflow.holes).
+def _arm_files(*patterns):
+    return {arm: [p.format(R=R, arm=arm) for p in patterns] for arm in ARMS}
+
+
+HOLES = holes([
+    {"": DATASETS},
+    {"": [f"{R}/bench/bench.json", SOLVER[0], f"{R}/checks/gradients.json"],
+     **_arm_files("{R}/models/{arm}/model.json", "{R}/models/{arm}/model.keras")},
+    {"": [f"{R}/checks/{item}.json" for item in ("accuracy", "convergence", "speedup")],
+     **_arm_files("{R}/reconstructions/{arm}.npz")},
+    {"": [SOLVER[1]], **_arm_files("{R}/stitched/{arm}.npz")},
+    _arm_files("{R}/metrics/{arm}.json"),
+    {"": [f"{R}/checks/quality.json", *rules.figures.output]},
+    {"": list(rules.report.output)},
+    {"": REPORTS},
+])
+if HOLES:
+    sys.stderr.write(
+        f"ptycho workflow: {len(HOLES)} output(s) are missing while results made from them remain "
+        f"({', '.join(os.path.relpath(p, R) for p in HOLES[:4])}{', ...' if len(HOLES) > 4 else ''}): "
+        "their jobs and all that depends on them run again\n"
+    )
+
+
 rule all:
     default_target: True
     input:
         REPORTS,
         DATASETS,
+        # A hole asked for by name is made, and every job downstream of it sees an
+        # updated input and runs again: as --forcerun would, for the lost files only.
+        HOLES,
 
 
 rule datasets:
@@ -59,6 +92,15 @@ onerror:
 
 
 onstart:
+    # This results folder's own lock (ptycho.study.run_lock), before any job and held until
+    # Snakemake exits: a second run here, even after `snakemake --unlock`, is one line
+    # naming the live one. Taken here, not at parse time: a dry run, --unlock or --lint
+    # (which parse too, and run no hook) must not be refused while a run is live.
+    try:
+        RUN_LOCK.append(run_lock.hold(R))
+    except PtychoError as err:
+        sys.stderr.write(f"ptycho workflow: error: {err}\n")
+        raise SystemExit(2)
     # A job killed outright (kill -9, out of memory) cannot close its MLflow run: before
     # any job starts, runs of earlier attempts whose process is gone are marked KILLED
     # with the reason as a tag, and runs whose job went on without the tracking server

@@ -8,8 +8,8 @@ from snakemake.settings.types import DeploymentMethod
 
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
-from ptycho.study import checklist
-from ptycho.study.workflow import (arm_lists, arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, job_threads, parse_time_checks,
+from ptycho.study import checklist, run_lock
+from ptycho.study.workflow import (arm_lists, arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_threads, parse_time_checks,
                                    precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
@@ -18,7 +18,9 @@ try:
     # The config (and every config file read: a key given twice), a results folder that
     # cannot be written (one line, before Snakemake's makedirs), a tracking server that is
     # down, a damaged, lost or read-only store: all stop the run before any job.
-    CFG = parse_time_checks(config, workflow.config_settings.overwrite_config, config_files=workflow.configfiles)
+    # Overrides are the command line's --config alone: a --configfile is read like config.yaml
+    # (Snakemake has merged it into `config`), so a preset's lists win over it.
+    CFG = parse_time_checks(config, dict(workflow.config_settings.config), config_files=workflow.configfiles)
 except PtychoError as err:
     sys.stderr.write(f"ptycho workflow: error: {err}\n")
     sys.exit(2)
@@ -35,6 +37,8 @@ SELF = f"{sys.executable} -m ptycho"
 IN_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 PTYCHO = "python -m ptycho" if IN_CONDA else SELF
 PARENT = f"{R}/mlflow/parent.json"
+#: The results folder's lock while this Snakemake runs jobs (taken in the Snakefile's onstart).
+RUN_LOCK = []
 CONFIG_JSON = f"{R}/config.json"
 HASH = config_hash(CFG)
 # Jobs tag their MLflow runs with the config in force, and the parent run logs it.

@@ -148,8 +148,46 @@ def test_the_smoke_preset_keeps_its_own_matrix_and_narrows_to_one_model(base):
     smoke = resolve(base, {"preset": "smoke"})
     assert arms(smoke) == [f"{m}-{x}-s0" for m in ("pinn", "baseline") for x in ("off", "jit")]
     assert bench_lists(smoke) == (["pinn"], ["off", "jit"], ["float32"])
-    pinn_only = resolve(base, {"preset": "smoke", "models": ["pinn"], "xla": ["off"]})  # the store-rebuild drill's
-    assert arms(pinn_only) == ["pinn-off-s0"] and bench_lists(pinn_only)[0] == ["pinn"]
+    pinn_only = resolve(base, {"preset": "smoke", "models": ["pinn"]})  # the store-rebuild drill's
+    assert arms(pinn_only) == ["pinn-off-s0", "pinn-jit-s0"] and bench_lists(pinn_only)[0] == ["pinn"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"models": ["baseline"]},
+            "config key 'models' = ['baseline'] has no pinn, the model whose XLA speed and quality the study measures; "
+            "add it (models=[pinn,baseline])",
+        ),
+        (
+            {"xla": ["physics"]},
+            "config key 'xla' = ['physics'] has no off, the reference every XLA mode is compared with at the same "
+            "precision; add it (xla=[off,physics])",
+        ),
+        (
+            {"xla": ["off"]},
+            "config key 'xla' = ['off'] trains no XLA mode, so there is no pair to compare; add one (xla=[off,physics])",
+        ),
+        (
+            {"per_model": {"pinn": {"xla": ["jit", "auto"]}}},
+            "config key 'per_model.pinn.xla' = ['jit', 'auto'] has no off",
+        ),
+        ({"bench": {"models": ["baseline"]}}, "config key 'bench.models' = ['baseline'] does not time the PINN"),
+        ({"bench": {"xla": ["off"]}}, "config key 'bench.xla' = ['off'] times no XLA mode"),
+    ],
+)
+def test_a_matrix_that_cannot_answer_is_refused_naming_the_fix(base, overrides, message):
+    """Not measured is not "XLA made it worse": a study without the PINN, without off, or
+    with off alone would report its items FAIL for want of a pair; it is refused instead."""
+    with pytest.raises(ConfigError) as err:
+        resolve(base, {"preset": "smoke", **overrides})
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_the_baseline_may_train_off_alone(base):
+    cfg = resolve(base, {"preset": "smoke", "per_model": {"baseline": {"xla": ["off"]}}})
+    assert "baseline-off-s0" in arms(cfg) and "baseline-jit-s0" not in arms(cfg)
 
 
 def test_preset_overrides_config_yaml_and_command_line_overrides_preset(base):
@@ -221,9 +259,11 @@ def test_every_mode_is_an_accepted_config_value_and_booleans_keep_working(base):
 
 
 def test_command_line_scalars_arrive_as_strings_and_are_retyped(base):
-    # what Snakemake hands over for: --config preset=smoke train="{epochs: 3, learning_rate: 2e-3}" xla="[true]"
-    cfg = resolve(base, {"preset": "smoke", "train": {"epochs": "3", "learning_rate": "2e-3"}, "xla": ["true"]})
-    assert cfg["train"]["epochs"] == 3 and cfg["train"]["learning_rate"] == 0.002 and cfg["xla"] == ["jit"]
+    # what Snakemake hands over for: --config preset=smoke train="{epochs: 3, learning_rate: 2e-3}" xla="[false,true]"
+    cfg = resolve(
+        base, {"preset": "smoke", "train": {"epochs": "3", "learning_rate": "2e-3"}, "xla": ["false", "true"]}
+    )
+    assert cfg["train"]["epochs"] == 3 and cfg["train"]["learning_rate"] == 0.002 and cfg["xla"] == ["off", "jit"]
     # YAML 1.1 reads a bare off as false: it still means the off mode
     assert resolve(base, {"xla": ["off", "physics"]})["xla"] == ["off", "physics"]
 

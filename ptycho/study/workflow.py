@@ -107,9 +107,17 @@ def _one_line(error) -> str:
     elif error.validator == "type":
         message = f"{message}; give a value of type {error.validator_value}"
     elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        lo = error.schema.get("minimum", error.schema.get("exclusiveMinimum", "-inf"))
-        hi = error.schema.get("maximum", error.schema.get("exclusiveMaximum", "inf"))
-        message = f"{message}; allowed range: {lo} to {hi}"
+        bounds = [
+            f"{word} {error.schema[key]}"
+            for key, word in (
+                ("minimum", "at least"),
+                ("exclusiveMinimum", "more than"),
+                ("maximum", "at most"),
+                ("exclusiveMaximum", "less than"),
+            )
+            if key in error.schema
+        ]
+        message = f"{message}; give a value {' and '.join(bounds)}"
     elif error.validator == "additionalProperties":
         allowed = ", ".join(sorted(error.schema.get("properties", {})))
         message = f"{message}; allowed keys: {allowed}"
@@ -148,12 +156,7 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
             own["xla"] = _modes(own["xla"], f"per_model.{kind}.xla")
     if "xla" in resolved["bench"]:
         resolved["bench"]["xla"] = _modes(resolved["bench"]["xla"], "bench.xla")
-    stray = [m for m in resolved["bench"].get("models", []) if m not in resolved["models"]]
-    if stray:
-        raise ConfigError(
-            f"config key 'bench.models': {', '.join(stray)} is not one of the study's models "
-            f"({', '.join(resolved['models'])}); the bench times trained models' architectures, so list only those"
-        )
+    check_answerable(resolved)
     check_shell_safe(resolved)
     sim = simulation_config(resolved)
     for kind in resolved["models"]:
@@ -162,6 +165,56 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
         for precision in precisions:
             train_config(resolved, modes[0], seeds[0], kind, precision)
     return resolved
+
+
+def check_answerable(cfg: Mapping) -> None:
+    """Refuse a matrix that cannot answer the study's question, before any job.
+
+    The question is whether an XLA mode makes the PINN faster without making it worse,
+    each mode against ``off`` at the same precision. Without the PINN, without ``off``, or
+    with ``off`` alone, the checklist's items would have no pair to compare, and "not
+    measured" must not read as "XLA made it worse" (a FAIL): such a config is one line
+    naming the key and the fix. The baseline's own lists are free (it is a comparison
+    arm, not the subject)."""
+    from ptycho.nets.xla import REFERENCE
+
+    def key(section: str) -> str:
+        return f"per_model.pinn.{section}" if section in cfg.get("per_model", {}).get("pinn", {}) else section
+
+    if "pinn" not in cfg["models"]:
+        raise ConfigError(
+            f"config key 'models' = {cfg['models']!r} has no pinn, the model whose XLA speed and quality the study "
+            "measures; add it (models=[pinn,baseline])"
+        )
+    modes = arm_lists(cfg, "pinn")[0]
+    example = f"[{REFERENCE},{','.join(m for m in modes if m != REFERENCE) or 'physics'}]"
+    if REFERENCE not in modes:
+        raise ConfigError(
+            f"config key '{key('xla')}' = {modes!r} has no {REFERENCE}, the reference every XLA mode is compared with "
+            f"at the same precision; add it (xla={example})"
+        )
+    if modes == [REFERENCE]:
+        raise ConfigError(
+            f"config key '{key('xla')}' = {modes!r} trains no XLA mode, so there is no pair to compare; add one "
+            f"(xla={example})"
+        )
+    stray = [m for m in cfg["bench"].get("models", []) if m not in cfg["models"]]
+    if stray:
+        raise ConfigError(
+            f"config key 'bench.models': {', '.join(stray)} is not one of the study's models "
+            f"({', '.join(cfg['models'])}); the bench times trained models' architectures, so list only those"
+        )
+    bench_models, bench_modes, _ = bench_lists(cfg)
+    if "pinn" not in bench_models:
+        raise ConfigError(
+            f"config key 'bench.models' = {bench_models!r} does not time the PINN, whose XLA speedup the study "
+            "measures; add pinn"
+        )
+    if all(m == REFERENCE for m in bench_modes):
+        raise ConfigError(
+            f"config key 'bench.xla' = {bench_modes!r} times no XLA mode, so the speedup has nothing to measure; "
+            f"add one (bench={{xla: {example}}}) or leave bench.xla out to time the study's modes"
+        )
 
 
 def _check_pooling(n: int, model, where: str) -> None:
@@ -245,6 +298,32 @@ def report_folder(cfg: Mapping) -> str:
     return f"reports/{name}/{cfg['preset']}"
 
 
+def check_report_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) -> None:
+    """Refuse a results folder whose report folder already holds another one's report.
+
+    :func:`report_folder` flattens a results path into one folder name, which is readable
+    but not one-to-one (``runs/b``, ``runs-b``, ``-runs-b`` and ``..runs-b`` all give
+    ``reports/runs-b/<preset>``): the report of one would silently replace the other's.
+    The published ``validation.json`` names the results folder it describes (its
+    config's ``results``); another one there is one line before any job."""
+    import json
+
+    base = Path(os.path.abspath(workdir or os.getcwd()))
+    published = base / report_folder(cfg) / "validation.json"
+    try:
+        other = json.loads(published.read_text())["config"]["results"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no report yet (or not one of ours: publishing it again is the fix)
+    mine = results_folder(cfg, workdir)
+    theirs = Path(os.path.normpath(base / os.path.expanduser(str(other))))
+    if theirs != mine:
+        raise ConfigError(
+            f"config key 'results' = {cfg['results']!r} reports to {published.parent.relative_to(base)}, which holds "
+            f"the report of results folder {other!r}; choose a results name that does not flatten to the same "
+            "report folder (--config results=<folder>), or move that report away"
+        )
+
+
 def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) -> None:
     """One line if the results folder cannot be written; leaves nothing behind.
 
@@ -292,6 +371,7 @@ def parse_time_checks(
         check_unique_keys(path)
     cfg = resolve(config, overrides)
     preflight_results(cfg, workdir)
+    check_report_folder(cfg, workdir)
     preflight_environment()
     results = results_folder(cfg, workdir)
     preflight_store(results, cfg["preset"])
@@ -475,6 +555,29 @@ def warm_arms(cfg: Mapping) -> dict[str, str]:
             precision = REFERENCE_PRECISION if REFERENCE_PRECISION in precisions else precisions[0]
             out[kind] = arm_name(kind, REFERENCE, seeds[0], precision)
     return out
+
+
+def holes(stages: Sequence[Mapping[str, Sequence[str]]]) -> list[str]:
+    """The study's missing outputs that later results were made from: to make again.
+
+    ``stages`` lists the study's outputs in the order the pipeline makes them, each stage
+    as ``{group: paths}`` where a group is an arm's name, or ``""`` for the study's own
+    files (datasets, bench, checks, solver, figures, report). A missing path is a hole
+    when a later stage holds an existing file of its own group, or, for the study's own
+    files, any existing file. Snakemake itself never rebuilds a missing file whose
+    consumers exist (a training killed under ``--forcerun`` loses its outputs, and the
+    next run says "Nothing to be done" with the report describing a model that is gone);
+    forcing each hole re-runs it and everything after it. An arm new to the matrix is no
+    hole (its files are all missing): the changed report inputs already re-run it."""
+    exists = [{g: [p for p in paths if os.path.exists(p)] for g, paths in stage.items()} for stage in stages]
+    found = []
+    for k, stage in enumerate(stages):
+        later = exists[k + 1 :]
+        for group, paths in stage.items():
+            made_from = any(files and group in ("", g) for st in later for g, files in st.items())
+            if made_from:
+                found += [p for p in paths if p not in exists[k][group]]
+    return found
 
 
 def usable_cores() -> int:

@@ -1,0 +1,195 @@
+"""A rerun that tells the truth (issue 35): outputs lost under later results are made
+again, one live run per results folder (even after ``snakemake --unlock``), config files
+and work folders that do what the README says, report folders that never hold two
+results folders' reports. Each case asserts the one line a user reads or the plan
+Snakemake makes; the real Snakemake runs the workflow's own files in a temporary copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_pipeline import ROOT, _workdir, snakemake
+
+from ptycho.errors import ConfigError, PtychoError
+from ptycho.study import run_lock
+from ptycho.study.workflow import check_report_folder, holes
+
+SMOKE = ("--config", "preset=smoke")
+
+
+def _touch(*paths: Path) -> None:
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
+
+
+# ------------------------------------------------------------------------ holes
+def test_a_missing_file_is_a_hole_only_under_results_made_from_it(tmp_path):
+    f = {name: tmp_path / name for name in ("data", "m_a", "m_b", "bench", "r_a", "r_new", "check", "report")}
+    _touch(f["data"], f["m_b"], f["r_a"], f["check"], f["report"])
+    stages = [
+        {"": [str(f["data"])]},
+        {"": [str(f["bench"])], "a": [str(f["m_a"])], "b": [str(f["m_b"])], "new": [str(tmp_path / "m_new")]},
+        {"": [str(f["check"])], "a": [str(f["r_a"])], "new": [str(f["r_new"])]},
+        {"": [str(f["report"])]},
+    ]
+    # arm a's model is gone under its reconstruction; the bench under the check; arm new is
+    # new to the matrix (nothing of it exists): not a hole, the report's inputs re-run it.
+    assert holes(stages) == [str(f["bench"]), str(f["m_a"])]
+    assert holes([{"": [str(tmp_path / "nothing")]}, {"": [str(tmp_path / "nor-this")]}]) == []  # a fresh study
+
+
+def _finished_looking_study(tmp_path: Path) -> Path:
+    """The workflow's files with a real parent run and store (the first two jobs, run for
+    real), and every later output present, each newer than what it is made from: what
+    Snakemake sees after a finished study. Dry runs then show what a rerun would do."""
+    work = _workdir(tmp_path)
+    done = snakemake(work, "results/smoke/mlflow/parent.json", *SMOKE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = snakemake(work, "-n", "--quiet", "rules", "all", *SMOKE)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    listed = snakemake(work, "-n", "--summary", "all", *SMOKE)  # every output of the plan, one per line
+    outputs = [line.split("\t")[0] for line in listed.stdout.splitlines()[1:] if "\t" in line]
+    assert any(o.endswith("model.keras") for o in outputs), listed.stdout[-2000:]
+    order = ["data/", "solver/solve", "models/", "bench/", "checks/", "reconstructions/", "stitched/"]
+    order += ["solver/warm", "metrics/", "checks/quality", "figures/", "/report/", "reports/"]
+
+    def stage(path: str) -> int:
+        return max((i for i, key in enumerate(order) if key in path), default=0)
+
+    t = time.time() - 1000
+    for path in sorted(outputs, key=stage):
+        p = work / path
+        if not p.exists():
+            _touch(p)
+        os.utime(p, (t + stage(path), t + stage(path)))
+    quiet = snakemake(work, "-n", "all", *SMOKE)
+    assert "Nothing to be done" in quiet.stdout + quiet.stderr, quiet.stdout[-3000:]
+    return work
+
+
+def test_an_output_lost_under_finished_results_is_made_again_with_all_after_it(tmp_path):
+    """The forced training killed after its first epoch: Snakemake removed its outputs,
+    and the plain rerun said "Nothing to be done" while the report described that model."""
+    work = _finished_looking_study(tmp_path)
+    for name in ("model.keras", "model.json"):
+        (work / "results/smoke/models/pinn-jit-s0" / name).unlink()
+    (work / "results/smoke/bench/bench.json").unlink()
+    plan = snakemake(work, "-n", "all", *SMOKE)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    said = [line for line in plan.stderr.splitlines() if line.startswith("ptycho workflow: 3 output(s) are missing")]
+    assert len(said) == 1 and "models/pinn-jit-s0/model.keras" in said[0], plan.stderr[-3000:]
+    assert said[0].endswith("their jobs and all that depends on them run again")
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
+    assert jobs["train"] == "1" and jobs["bench"] == "1" and jobs["report"] == "1" and jobs["publish_report"] == "1"
+    assert "simulate" not in jobs  # what the lost files were made from stays
+
+
+# ------------------------------------------------------------------------ the study asked for
+def test_a_config_file_given_again_does_not_override_the_preset(tmp_path):
+    """`--configfile config.yaml --config preset=smoke` planned the default's 7 trainings
+    under the smoke label: a config file is read like config.yaml, under the preset."""
+    work = _workdir(tmp_path)
+    plain = snakemake(work, "-n", "all", *SMOKE)
+    again = snakemake(work, "-n", "all", "--configfile", "config.yaml", *SMOKE)
+    for run in (plain, again):
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert re.search(r"^train\s+4$", run.stdout + run.stderr, re.M), run.stdout[-3000:]
+
+
+def test_the_workflow_runs_from_another_folder(tmp_path):
+    work = _workdir(tmp_path / "checkout")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "all", "-s", str(work / "Snakefile"), "-d", str(elsewhere), *SMOKE],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (
+        re.search(r"^train\s+4$", run.stdout + run.stderr, re.M)
+        and "results/smoke/models/pinn-off-s0" in run.stdout + run.stderr
+    )
+
+
+# ------------------------------------------------------------------------ report folders
+def test_a_report_folder_holding_another_results_folders_report_is_refused(tmp_path):
+    cfg = {"results": "rcF/1", "preset": "smoke"}
+    folder = tmp_path / "reports" / "rcF-1" / "smoke"
+    folder.mkdir(parents=True)
+    (folder / "validation.json").write_text(json.dumps({"config": {"results": "rcF/1", "preset": "smoke"}}))
+    check_report_folder(cfg, tmp_path)  # its own report: fine
+    check_report_folder({**cfg, "results": "rcF//1/"}, tmp_path)  # the same folder, written otherwise
+    for other in ("rcF-1", "-rcF-1", "..rcF-1"):
+        with pytest.raises(ConfigError) as err:
+            check_report_folder({**cfg, "results": other}, tmp_path)
+        assert str(err.value) == (
+            f"config key 'results' = {other!r} reports to reports/rcF-1/smoke, which holds the report of results "
+            "folder 'rcF/1'; choose a results name that does not flatten to the same report folder "
+            "(--config results=<folder>), or move that report away"
+        )
+
+
+# ------------------------------------------------------------------------ one live run
+def test_a_held_results_folder_is_refused_naming_the_live_run_and_freed_when_it_dies(tmp_path):
+    folder = tmp_path / "results" / "smoke"
+    code = f"from ptycho.study import run_lock; h = run_lock.hold({str(folder)!r}); print('held', flush=True); input()"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(PtychoError) as err:
+            run_lock.hold(folder)
+        assert str(err.value).startswith(f"results folder {folder} is in use by the workflow run of pid {holder.pid} ")
+        assert f"(kill {holder.pid})" in str(err.value)
+        os.kill(holder.pid, signal.SIGKILL)  # no clean-up runs: the kernel drops the lock
+        holder.wait(timeout=30)
+        mine = run_lock.hold(folder)
+        assert json.loads((folder / run_lock.LOCK_FILE).read_text())["pid"] == os.getpid()
+        mine.close()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_unlock_under_a_live_run_does_not_let_a_second_run_start(tmp_path):
+    """`snakemake --unlock` drops Snakemake's own lock of a live run; the same command
+    then started every training a second time. Now it is one line naming the live run."""
+    work = _workdir(tmp_path)
+    shutil.copytree(ROOT / "profiles", work / "profiles")  # as users run it: rerun-incomplete on
+    first = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "all", *SMOKE],
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    lock = work / "results" / "smoke" / run_lock.LOCK_FILE
+    try:
+        deadline = time.time() + 300
+        while not (lock.exists() and lock.read_text().strip()) and first.poll() is None and time.time() < deadline:
+            time.sleep(0.5)
+        assert first.poll() is None and json.loads(lock.read_text())["pid"] == first.pid
+        unlock = snakemake(work, "--unlock", *SMOKE)
+        assert unlock.returncode == 0, unlock.stderr[-2000:]
+        second = snakemake(work, "all", *SMOKE)
+        assert second.returncode == 2, second.stderr[-3000:]
+        said = [line for line in second.stderr.splitlines() if line.startswith("ptycho workflow: error:")]
+        assert len(said) == 1 and f"in use by the workflow run of pid {first.pid} " in said[0], second.stderr[-3000:]
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None  # the live run goes on
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
