@@ -1,4 +1,5 @@
-"""TensorFlow in a job's process: its start-up log lines, and the device it runs on.
+"""A job's process: TensorFlow's start-up log lines, the device it runs on, and its life
+bound to its parent's.
 
 TensorFlow's C++ libraries print their start-up notices (oneDNN, CPU features, CUDA
 probing) while they load, *before* absl logging is initialised, so
@@ -10,16 +11,27 @@ every job log used to open with five such lines, one of them the error-looking
 file, then passes on only the lines at or above the level ``TF_CPP_MIN_LOG_LEVEL`` asks
 for (default 1 here: warnings and errors; ``0`` shows everything). Errors are always kept.
 After import TensorFlow honours the variable itself.
+
+No orphans: a process of the package's ends when the process that started it ends,
+even by SIGKILL. Linux's parent-death signal (``prctl(PR_SET_PDEATHSIG)``) asks the kernel
+to signal the child then; :func:`die_with_parent` sets it in a Python process of ours (a
+``python -m ptycho`` command, :func:`bind_command_to_parent`; a bench worker),
+:func:`dies_with_this_process` in any other program we start (``subprocess.Popen``'s
+``preexec_fn``). The kernel sends it when the *thread* that forked the child ends: start
+such children from the main thread (or a thread that outlives them). Elsewhere than
+Linux these are no-ops.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
+import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: absl/glog line prefix: severity letter, MMDD, time (before absl is initialised the
@@ -102,3 +114,68 @@ def device_info() -> dict[str, Any]:
         "cuda_build": bool(tf.test.is_built_with_cuda()),
         "tensorflow": tf.__version__,
     }
+
+
+# ------------------------------------------------------------------ no orphans
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+#: Set in every job Snakemake starts (rules/common.smk): a workflow job.
+_JOB_MARKER = "PTYCHO_CONFIG_HASH"
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, resolved now (in the parent: no dynamic loading after a fork), or
+    ``None`` where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _bind(prctl: Callable[..., int], parent: int, sig: int) -> bool:
+    """Ask for ``sig`` when the parent ends; if ``parent`` is already gone (it ended between
+    the fork and this call: the kernel will never send the signal), deliver it now."""
+    if prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+    return True
+
+
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGTERM) -> bool:
+    """Have the kernel send this process ``sig`` when its parent ends, however it ends.
+
+    ``parent``: the pid the caller knows started this process (a worker is told its
+    coordinator's); by default the parent now, and nothing is bound when that is init
+    (pid 1: this process was orphaned before it got here). Returns whether it is bound."""
+    prctl = _prctl()
+    parent = os.getppid() if parent is None else parent
+    if prctl is None or parent <= 1:
+        return False
+    return _bind(prctl, parent, sig)
+
+
+def dies_with_this_process(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for :class:`subprocess.Popen`: the child (any program) gets ``sig``
+    when this process ends (the parent-death signal survives ``exec``); ``None`` where
+    there is no ``prctl``. Call Popen from the main thread (see the module's note)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def bind() -> None:  # in the child, between fork and exec
+        _bind(prctl, parent, sig)
+
+    return bind
+
+
+def bind_command_to_parent() -> bool:
+    """``python -m ptycho``: the command ends (SIGTERM, which the CLI turns into an
+    interruption that stops its own children) when the process that started it ends: a
+    Snakemake job's shell killed, ``make`` stopped. Not a command started under ``nohup``
+    outside the workflow: SIGHUP ignored says its user asked it to outlive the terminal's
+    shell. A workflow job is bound even so (Snakemake itself may run under nohup)."""
+    detached = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and _JOB_MARKER not in os.environ
+    return False if detached else die_with_parent()

@@ -12,7 +12,7 @@ rule infer:
     threads: cpus(CFG["train_threads"])
     resources:
         tf_threads=tf_threads,
-        mem_mb=4000,
+        mem_mb=max(4000, JOB_MB["infer"]),
         runtime=30,
     params:
         ptycho=PTYCHO,

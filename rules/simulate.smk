@@ -42,7 +42,7 @@ rule simulate:
         f"{R}/benchmarks/simulate.tsv"
     threads: cpus(1)
     resources:
-        mem_mb=2000,
+        mem_mb=max(2000, JOB_MB["simulate"]),
         runtime=10,
     params:
         ptycho=PTYCHO,

@@ -13,7 +13,7 @@ rule train:
     priority: train_priority
     resources:
         tf_threads=tf_threads,
-        mem_mb=6000,
+        mem_mb=max(6000, JOB_MB["train"]),
         runtime=120,
     params:
         ptycho=PTYCHO,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import io
+import json
 import os
 import re
 import shutil
@@ -72,6 +73,13 @@ def _copy(*names: str) -> Callable[[Path, Path], None]:
             shutil.copyfile(clean / name, d / name)
 
     return setup
+
+
+def _report_of(d: Path, results: str) -> None:
+    """A published report of results folder ``results`` (default preset) in ``d``."""
+    folder = d / "reports" / results.replace("/", "-") / "default"
+    folder.mkdir(parents=True)
+    (folder / "validation.json").write_text(json.dumps({"config": {"results": results, "preset": "default"}}))
 
 
 def _corrupted(kind: str) -> Callable[[Path, Path], None]:
@@ -155,6 +163,47 @@ CATALOGUE: list[Row] = [
         "workflow",
         overrides={"train": {"learning_rate": 5}},
         message="config key 'train.learning_rate': 5 is greater than the maximum",
+    ),
+    Row(
+        "config-xla-without-off",
+        "config",
+        "`xla: [physics]` (no off to compare the mode with)",
+        "workflow",
+        overrides={"xla": ["physics"]},
+        message="config key 'xla' = ['physics'] has no off, the reference every XLA mode is compared with",
+    ),
+    Row(
+        "config-off-alone",
+        "config",
+        "`xla: [off]` (no XLA mode: nothing to compare)",
+        "workflow",
+        overrides={"xla": ["off"]},
+        message="config key 'xla' = ['off'] trains no XLA mode, so there is no pair to compare",
+    ),
+    Row(
+        "config-no-pinn",
+        "config",
+        "`models: [baseline]` (the study's subject left out)",
+        "workflow",
+        overrides={"models": ["baseline"]},
+        message="config key 'models' = ['baseline'] has no pinn",
+    ),
+    Row(
+        "config-beyond-memory",
+        "config",
+        "`simulation={n_objects_train: 1000, object_size: 2048, stride_train: 1}` (a simulation far beyond memory)",
+        "workflow",
+        overrides={"simulation": {"n_objects_train": 1000, "object_size": 2048, "stride_train": 1}},
+        message="the simulate job would need about",
+    ),
+    Row(
+        "config-report-folder-taken",
+        "config",
+        "`results: rcF-1` where `results: rcF/1` already reports to `reports/rcF-1/`",
+        "workflow",
+        overrides={"results": "rcF-1"},
+        setup=lambda d, clean: _report_of(d, "rcF/1"),
+        message="reports to reports/rcF-1/default, which holds the report of results folder 'rcF/1'",
     ),
     Row(
         "config-empty-models",

@@ -451,6 +451,46 @@ def test_tables_of_an_empty_record_have_no_rows():
     assert out[1][0] == "Train-step timings per arm ()"
 
 
+def test_the_shared_context_says_when_the_pipeline_ran_one_training_at_a_time():
+    """``--cores 1`` (or a cluster): the pipeline trains one at a time, the bench reproduces
+    that, and its words say no arm shared the cores, not that the arms had partners (#35)."""
+    from ptycho.study.bench.coordinator import shared_how
+    from ptycho.study.checklist.speedup import training_table
+
+    assert shared_how(4, 1, 1, threads=1, alone_threads=2, n_cores=2) == (
+        "one arm's step loop at a time, 1 thread on 2 cores: the pipeline runs its trainings one at a time here, "
+        "so no arm shared the cores with another, and only its threads differ from alone (1 vs 2)"
+    )
+    assert shared_how(4, 1, 1, threads=2, alone_threads=2, n_cores=2).endswith(
+        ", and its conditions are alone's, timed again"
+    )
+    assert shared_how(4, 2, 2, threads=1, alone_threads=2, n_cores=2) == (
+        "2 arms' step loops at once, 1 thread each on 2 cores, every arm in turn with two different partners "
+        "(the 2 trainings the pipeline runs at once here)"
+    )
+    assert shared_how(2, 2, 4, threads=1, alone_threads=2, n_cores=8) == (
+        "all 2 arms' step loops at once, 1 thread each on 8 cores (the pipeline runs up to 4 trainings at once here)"
+    )
+    assert shared_how(3, 3, 0, threads=2, alone_threads=2, n_cores=2) == (
+        "all 3 arms' step loops at once, 2 threads each on 2 cores"
+    )
+
+    def title(trainings_at_once):
+        shared = {} if trainings_at_once is None else {"trainings_at_once": trainings_at_once}
+        bench = {"contexts": {"shared": shared}}
+        return training_table({"arms": {}, "items": {"speedup": {"evidence": {"bench": bench}}}})[0]
+
+    assert (
+        title(1)
+        == "Training jobs (their steps ran in the pipeline's schedule: one training at a time, nothing beside it)"
+    )
+    assert (
+        title(2)
+        == "Training jobs (their steps ran in the pipeline's schedule: up to 2 trainings at once, beside each other)"
+    )
+    assert title(None) == "Training jobs (their steps ran in the pipeline's schedule)"  # a record that does not say
+
+
 def test_format_table_prints_the_machine_the_tables_the_fastest_arm_and_the_roofline():
     record = _record()
     text = format_table(record)

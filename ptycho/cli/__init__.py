@@ -2,7 +2,9 @@
 
 Every command validates its inputs first and reports problems as one line on stderr
 (``ptycho COMMAND: error: ...``) with a non-zero exit: 2 for bad arguments or config,
-1 for bad data files. Heavy libraries are imported inside the command that needs them.
+1 for bad data files, :data:`OUT_OF_MEMORY` (3) for a command that ran out of memory
+(:func:`out_of_memory`), 130 when interrupted. Heavy libraries are imported inside the
+command that needs them.
 
 Each command is declared beside its function (:func:`ptycho.cli.declare.command`), in
 one module per group: :mod:`~ptycho.cli.data`, :mod:`~ptycho.cli.nets`,
@@ -29,7 +31,28 @@ from ptycho.errors import ConfigError, PtychoError
 from ptycho.study.arms import Arm
 from ptycho.tracking.record import JobRecord
 
-__all__ = ["COMMANDS", "build_parser", "check_outputs", "main"]
+__all__ = ["COMMANDS", "OUT_OF_MEMORY", "build_parser", "check_outputs", "is_out_of_memory", "main", "out_of_memory"]
+
+#: Exit code of a command that ran out of memory: a ``MemoryError`` (NumPy's "Unable to
+#: allocate ..."), or TensorFlow's ``ResourceExhaustedError`` ("OOM when allocating ...").
+#: A process killed for memory without a Python exception exits by its signal instead:
+#: 137 (SIGKILL: the kernel's or the cgroup's OOM killer), 134 (SIGABRT: a C++
+#: ``std::bad_alloc`` in TensorFlow, its log says so), 139 (SIGSEGV: a native library
+#: that did not check an allocation; the log then holds a "Fatal Python error:
+#: Segmentation fault" and the Python stack, from :mod:`faulthandler`).
+OUT_OF_MEMORY = 3
+
+#: What makes each command need less memory (the others: smaller inputs).
+_LESS_MEMORY = {
+    "simulate": "simulate less (lower simulation.n_objects_train / n_objects_test or simulation.object_size, "
+    "raise simulation.stride_train / stride_test)",
+    "train": "use fewer threads (--threads, train_threads), a smaller train.batch_size or a smaller training "
+    "split (simulation.n_objects_train, object_size, stride_train)",
+    "infer": "use fewer threads (--threads), a smaller --batch-size or a smaller test split "
+    "(simulation.n_objects_test, object_size, stride_test)",
+    "bench": "use fewer threads (--threads), smaller bench.train_batches or a smaller simulation",
+    "solve": "use fewer threads (--threads) or a smaller test split (simulation.n_objects_test, stride_test)",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -124,6 +147,78 @@ def _done(record: JobRecord) -> None:
         print(record.summary, file=sys.stderr if record.failure else sys.stdout)
 
 
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` says the process ran out of memory: a ``MemoryError``, or
+    TensorFlow's ``ResourceExhaustedError`` for an allocation (recognised by name, so
+    TensorFlow is not imported for it)."""
+    if isinstance(err, MemoryError):
+        return True
+    names = {cls.__name__ for cls in type(err).__mro__}
+    return "ResourceExhaustedError" in names and "OOM" in str(err)
+
+
+def out_of_memory(command: str, err: BaseException, rule: str | None = None) -> str:
+    """The one line for a command that ran out of memory: what failed to be allocated,
+    the process's peak and the memory there is, and the fix (a smaller job, or more
+    memory for its rule)."""
+    import resource
+
+    from ptycho.study.resources import GIB, machine_memory_bytes
+
+    first = " ".join(str(err).split("\n", 1)[0].split())[:200] or type(err).__name__
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    try:
+        limit = f" of {machine_memory_bytes() / GIB:.1f} GiB here"
+    except Exception:  # noqa: BLE001 - the message must not fail in its turn
+        limit = ""
+    less = _LESS_MEMORY.get(command, "give it smaller inputs")
+    return (
+        f"ptycho {command}: error: out of memory ({first}; this process reached {peak / GIB:.1f} GiB{limit}); "
+        f"{less}, or give the job more memory (its rule's mem_mb: snakemake --set-resources {rule or command}:mem_mb=N)"
+    )
+
+
+def _rule(args: argparse.Namespace) -> str | None:
+    """The workflow rule that ran the command (its ``--mlflow-tag rule=...``), if any."""
+    for item in args.mlflow_tag or []:
+        key, _, value = item.partition("=")
+        if key == "rule" and value:
+            return value
+    return None
+
+
+def _enable_faulthandler() -> None:
+    """A crash in native code (a segmentation fault, an abort) prints the Python stack
+    to stderr (the job's log) instead of nothing; unless something enabled it already
+    (pytest does)."""
+    import faulthandler
+
+    if faulthandler.is_enabled():
+        return
+    try:
+        faulthandler.enable(sys.stderr)
+    except (AttributeError, ValueError, OSError):  # a stderr without a file descriptor
+        pass
+
+
+def address_space_note(command: str) -> str:
+    """A note for the log of a TensorFlow command run under an address-space limit
+    (``ulimit -v``), else ``""``. TensorFlow reserves far more address space than it
+    uses, and running out of it ends the process in native code, by ``std::bad_alloc``
+    (exit 134) or a segmentation fault (exit 139), where no Python error can say "memory";
+    the note says it beforehand."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return ""
+    return (
+        f"ptycho {command}: note: this process may use {soft / 2**30:.1f} GiB of address space (ulimit -v); "
+        "TensorFlow reserves more than it uses, and if it runs out the job ends with std::bad_alloc (exit 134) "
+        "or a segmentation fault (exit 139): that is out of memory, raise the limit (ulimit -v) or make the job smaller"
+    )
+
+
 def _terminate(signum, frame):  # noqa: ARG001
     # Snakemake cancels jobs with SIGTERM: raise, so runs end KILLED and temp files go.
     raise KeyboardInterrupt
@@ -136,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
+    _enable_faulthandler()
     # MLflow logs a traceback for every sqlite lock it then recovers from by retrying.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     from ptycho.nets.xla import xla_flags_environment
@@ -151,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _spec(args).uses_tensorflow(args):
             from ptycho.runtime import import_tensorflow
 
+            note = address_space_note(args.command)
+            if note:
+                print(note, file=sys.stderr, flush=True)
+
             import_tensorflow()  # now, with its start-up notices filtered (ptycho.runtime)
         return _run(args)
     except PtychoError as err:
@@ -164,3 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # point stdout at /dev/null so the interpreter's final flush cannot raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except Exception as err:
+        if not is_out_of_memory(err):
+            raise
+        # One line, not the traceback (whose frames hold the arrays that filled the memory).
+        print(out_of_memory(args.command, err, _rule(args)), file=sys.stderr)
+        return OUT_OF_MEMORY

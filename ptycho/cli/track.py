@@ -1,4 +1,5 @@
-"""The ``track`` command: the pipeline's MLflow parent run, journals replayed, a lost store rebuilt, stale runs ended."""
+"""The ``track`` command: the pipeline's MLflow parent run, journals replayed, a lost store rebuilt, stale runs
+ended; and ``serve``: a tracking server run for ``make mlflow-server``."""
 
 from __future__ import annotations
 
@@ -195,3 +196,28 @@ _ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _r
 )
 def cmd_track(args: argparse.Namespace, live: Live) -> JobRecord:
     return _ACTIONS[args.action](args)
+
+
+@command(
+    "serve",
+    "run a tracking server (make mlflow-server): announce it once it answers, stop it with this command",
+    arg(
+        "--tracking-uri",
+        help="the address jobs reach the server at, printed with the announcement (export MLFLOW_TRACKING_URI=...)",
+    ),
+    arg(
+        "server",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the server's command, e.g. -- mlflow server --host 127.0.0.1 --port 5001 (its --host and --port "
+        "say where it is asked whether it answers)",
+    ),
+)
+def cmd_serve(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.tracking.server import serve
+
+    server = args.server[1:] if args.server[:1] == ["--"] else args.server
+    code = serve(server, args.tracking_uri)
+    if code:
+        raise PtychoError(f"the MLflow server exited with code {code}; see its output above")
+    return JobRecord(summary="MLflow server stopped")

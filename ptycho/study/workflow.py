@@ -1,9 +1,9 @@
 """The pipeline's configuration: presets, schema validation, defaults, derived configs.
 
 Used by the Snakefile (``rules/common.smk``) and testable without Snakemake.
-Precedence, lowest first: the schema's defaults (the study's), ``config.yaml`` (its
-deliberate choices), the selected preset, command-line overrides (``--config`` /
-``--configfile``). The result is validated against the schema shipped with the package
+Precedence, lowest first: the schema's defaults (the study's), ``config.yaml`` and any
+``--configfile`` (its deliberate choices; Snakemake merges them into ``config``), the
+selected preset, the command line's ``--config`` (the ``overrides``). The result is validated against the schema shipped with the package
 (``ptycho/config.schema.yaml``, :data:`SCHEMA`) and every section is also built into its
 frozen dataclass, so the checks that relate two keys run at the edge too.
 """
@@ -359,18 +359,21 @@ def parse_time_checks(
 ) -> dict:
     """Everything the workflow checks while it is parsed, before any job: the config
     files Snakemake read (``config_files``: a key given twice, :func:`ptycho.config.check_unique_keys`),
-    the resolved config (:func:`resolve`), its results folder (:func:`preflight_results`), the
+    the resolved config (:func:`resolve`), its results folder (:func:`preflight_results`), its
+    jobs' memory against this machine's (:func:`ptycho.study.resources.check_memory`), the
     tracking server named by ``MLFLOW_TRACKING_URI``, the store of a study that has
     run (damaged or lost: the line names the rebuild), the study's experiment
     (:func:`check_study_name`) and a store that cannot be written (:func:`preflight_store_writable`).
     Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
     from ptycho.config import check_unique_keys
+    from ptycho.study.resources import check_memory, machine_memory_bytes
     from ptycho.tracking import preflight_environment, preflight_store
 
     for path in config_files:
         check_unique_keys(path)
     cfg = resolve(config, overrides)
     preflight_results(cfg, workdir)
+    check_memory(cfg, machine_memory_bytes(), "this machine")
     check_report_folder(cfg, workdir)
     preflight_environment()
     results = results_folder(cfg, workdir)

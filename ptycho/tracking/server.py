@@ -1,18 +1,22 @@
 """A tracking server, seen from a job: MLflow's HTTP settings for it, and one-request
 probes (no MLflow import) that say in one line whether it answers, refuses this host
-name, is not MLflow, or is gone, and how to bring it back.
+name, is not MLflow, or is gone, and how to bring it back. And the server itself, as
+``make mlflow-server`` runs it (:func:`serve`): announced once it answers, stopped with
+its runner.
 """
 
 from __future__ import annotations
 
 import http.client
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
-from ptycho.errors import PtychoError
+from ptycho.errors import ConfigError, PtychoError
 
 #: MLflow's settings for a tracking server in this project's processes, unless the user
 #: set them. HTTP retries: 3, 0, 2 and 4 s apart (plus up to 1 s of jitter each), 20 s per
@@ -171,3 +175,97 @@ def preflight_server(uri: str, timeout: float) -> None:
         reason = str(exc) or type(exc).__name__
     reason = " ".join(reason.split())
     raise PtychoError(f"MLflow tracking server at {uri} is unreachable ({reason}); {fix}")
+
+
+# ------------------------------------------------------------------ the server itself
+#: How long :func:`serve` waits for its server to answer: MLflow 3 takes 20-51 s to
+#: start on a 2-CPU machine (imports, the store's migrations), more on a busy one.
+SERVE_TIMEOUT = 300.0
+#: Where ``mlflow server`` listens without ``--host`` and ``--port``.
+_MLFLOW_HOST, _MLFLOW_PORT = "127.0.0.1", "5000"
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # this machine: no proxy
+
+
+def _option(command: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` (``--flag value`` or ``--flag=value``) in ``command``, if given."""
+    for i, word in enumerate(command):
+        if word == flag and i + 1 < len(command):
+            return command[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def local_url(host: str, port: str | int) -> str:
+    """Where this machine reaches a server listening on ``host``: a wildcard address
+    (``0.0.0.0``, ``::``) through the loopback one."""
+    host = host.strip("[]")
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether the server at ``url`` answers its health endpoint (``/health``, which MLflow
+    exempts from its host-name check) with 200; asked directly, never through a proxy."""
+    try:
+        with _LOCAL.open(url.rstrip("/") + "/health", timeout=timeout) as response:
+            return response.status == 200
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+
+
+def _stop(proc, grace: float = 30.0) -> None:
+    """SIGTERM (MLflow passes it on to its web server's workers), SIGKILL after ``grace``."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def serve(command: Sequence[str], tracking_uri: str | None = None, timeout: float = SERVE_TIMEOUT) -> int:
+    """Run a tracking server's ``command`` (``mlflow server ...``) until it ends; its exit code.
+
+    Says ``starting MLflow server on HOST:PORT ...`` first and ``MLflow server serving at
+    URL`` only once the server answers (:func:`answers`, polled for at most ``timeout``
+    seconds; the address is the command's ``--host`` and ``--port``), with the
+    ``MLFLOW_TRACKING_URI`` jobs should export (``tracking_uri``). The server ends with this
+    process, even a killed one (:func:`ptycho.runtime.dies_with_this_process`), and is
+    stopped when this process is interrupted (SIGTERM, Ctrl-C), gives up or fails."""
+    import subprocess
+
+    from ptycho.runtime import dies_with_this_process
+
+    if not command:
+        raise ConfigError("name the server's command after '--' (e.g. -- mlflow server --port 5001)")
+    host, port = _option(command, "--host") or _MLFLOW_HOST, _option(command, "--port") or _MLFLOW_PORT
+    url = local_url(host, port)
+    loopback = host.strip("[]") in ("127.0.0.1", "localhost", "::1")
+    where = " (this machine only; MLFLOW_HOST=0.0.0.0 for jobs on other nodes)" if loopback else ""
+    print(f"starting MLflow server on {host}:{port}{where} ...", flush=True)
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, preexec_fn=dies_with_this_process())
+    except OSError as exc:
+        raise PtychoError(f"cannot run {command[0]} ({exc.strerror or exc})") from None
+    try:
+        while not answers(url):
+            code = proc.poll()
+            if code is not None:
+                raise PtychoError(
+                    f"the MLflow server exited (code {code}) before it answered at {url}; see its output above"
+                )
+            if time.monotonic() - started > timeout:
+                raise PtychoError(
+                    f"the MLflow server did not answer at {url}/health within {timeout:.0f} s; stopped it"
+                )
+            time.sleep(0.5)
+        export = f": export MLFLOW_TRACKING_URI={tracking_uri}" if tracking_uri else ""
+        print(f"MLflow server serving at {url} (answered after {time.monotonic() - started:.0f} s){export}", flush=True)
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            _stop(proc)

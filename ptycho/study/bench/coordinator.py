@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,10 +83,13 @@ class BenchConfig:
 
 
 def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_Worker]:
+    """One worker per arm, each started from this (the main) thread: a worker's parent-death
+    signal fires when the thread that started it ends (:mod:`ptycho.runtime`)."""
     workers = []
     try:
         for model_cfg, mode, precision in arms:
             spec = {
+                "parent": os.getpid(),
                 "dataset": ds,
                 "model_cfg": dataclasses.asdict(model_cfg),
                 "train_cfg": dict(dataclasses.asdict(train_cfg), xla=mode, precision=precision),
@@ -94,11 +98,17 @@ def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_
                 "count_clusters": mode == "auto",
             }
             workers.append(_Worker(ctx, spec))
-    except BaseException:
-        for w in workers:
-            w.stop()
+    except BaseException as exc:
+        _stop(workers, exc)
         raise
     return workers
+
+
+def _stop(workers: Sequence[_Worker], exc: BaseException | None = None) -> None:
+    """Stop every worker: after its current command, or at once when the coordinator was
+    interrupted (``exc`` not an ``Exception``: SIGTERM, Snakemake's way to stop a job, or Ctrl-C)."""
+    for w in workers:
+        w.stop(now=exc is not None and not isinstance(exc, Exception))
 
 
 def precision_of(arm: Mapping) -> str:
@@ -195,9 +205,10 @@ def run(
                 samples = _run_scheduled(workers, bench.repeats, jobs)
             for (model_cfg, mode, precision), s in zip(arms, samples, strict=True):
                 results[(model_cfg.kind, mode, precision)]["shared"] = {"step_s": quartiles(s), "step_samples_s": s}
-    finally:
-        for w in workers:
-            w.stop()
+    except BaseException as exc:
+        _stop(workers, exc)
+        raise
+    _stop(workers)
     contexts = {
         "alone": {
             "jobs": 1,
@@ -211,15 +222,10 @@ def run(
         contexts["shared"] = {
             "jobs": jobs,
             "threads": bench.shared_threads,
-            "how": (
-                f"{jobs} arms' step loops at once, {bench.shared_threads} thread{'s' * (bench.shared_threads != 1)} "
-                f"each on {n_cores} cores, every arm in turn with two different partners"
-                + (" (the trainings the pipeline runs at once here)" if bench.shared_jobs else "")
-                if jobs < len(arms)
-                else f"all {len(arms)} arms' step loops at once, {bench.shared_threads} "
-                f"thread{'s' * (bench.shared_threads != 1)} each on {n_cores} cores"
-            ),
+            "how": shared_how(len(arms), jobs, bench.shared_jobs, bench.shared_threads, alone_threads, n_cores),
             "schedule": "pipeline" if bench.shared_jobs else "all",
+            # the trainings the pipeline runs at once here, which this context reproduces
+            "trainings_at_once": bench.shared_jobs or None,
             "foreign_load": shared_load.record(n_cores),
         }
     machine = machine_info(gpus=max((w.description["gpus"] for w in workers), default=None))
@@ -241,6 +247,33 @@ def run(
         "ratios": ratios(arms_out),
         "wall_s": time.time() - started["time"],
     }
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread{'s' * (n != 1)}"
+
+
+def shared_how(arms: int, jobs: int, trainings_at_once: int, threads: int, alone_threads: int, n_cores: int) -> str:
+    """The shared context in words: ``jobs`` of the ``arms``' step loops at once, each with
+    ``threads``; ``trainings_at_once`` the pipeline's own count (0: not given, every arm at
+    once). With one training at a time (``--cores 1``, a cluster) nothing shares the cores,
+    and the words say so rather than describe partners there were none of."""
+    if jobs <= 1:
+        same = (
+            "its conditions are alone's, timed again"
+            if threads == alone_threads
+            else f"only its threads differ from alone ({threads} vs {alone_threads})"
+        )
+        return (
+            f"one arm's step loop at a time, {_threads(threads)} on {n_cores} cores: the pipeline runs its "
+            f"trainings one at a time here, so no arm shared the cores with another, and {same}"
+        )
+    each = f"{_threads(threads)} each on {n_cores} cores"
+    if jobs < arms:
+        pipeline = f" (the {trainings_at_once} trainings the pipeline runs at once here)" if trainings_at_once else ""
+        return f"{jobs} arms' step loops at once, {each}, every arm in turn with two different partners{pipeline}"
+    pipeline = f" (the pipeline runs up to {trainings_at_once} trainings at once here)" if trainings_at_once else ""
+    return f"all {arms} arms' step loops at once, {each}{pipeline}"
 
 
 def _interleaved_inference(workers: list[_Worker]) -> list[dict]:

@@ -10,6 +10,7 @@ coordinator's handle on such a process.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -18,8 +19,20 @@ from ptycho.nets.xla import REFERENCE
 from ptycho.study.bench.machine import peak_rss_mb, rss_mb
 
 
+def _exit_on_sigterm(signum, frame) -> None:  # noqa: ARG001
+    raise SystemExit(128 + signum)  # an exit, not a kill: the worker's finally blocks run
+
+
 def _worker(conn, spec: dict) -> None:
-    """Worker process main: builds one arm, then answers the coordinator's commands."""
+    """Worker process main: builds one arm, then answers the coordinator's commands.
+
+    First of all it binds its life to the coordinator's (``spec["parent"]``, its pid): a
+    coordinator killed, even by SIGKILL, ends its workers too (SIGTERM, which ends this
+    process at its next Python instruction, its cleanup done)."""
+    from ptycho.runtime import die_with_parent
+
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    die_with_parent(spec["parent"])
     env = {
         "TF_NUM_INTRAOP_THREADS": str(spec["threads"]),
         "TF_NUM_INTEROP_THREADS": "1" if spec["threads"] <= 2 else "2",
@@ -271,7 +284,11 @@ class _Worker:
         self.process.start()
         child.close()
         self.name = f"{spec['model_cfg']['kind']} {spec['train_cfg']['xla']} {spec['train_cfg']['precision']}"
-        self.description = self._receive()
+        try:
+            self.description = self._receive()
+        except BaseException as exc:  # a worker that failed to start, or an interruption: not left running
+            self.stop(now=not isinstance(exc, Exception))
+            raise
 
     def _receive(self):
         try:
@@ -295,12 +312,17 @@ class _Worker:
     def send(self, command: str, *args) -> None:
         self.conn.send((command, args))
 
-    def stop(self) -> None:
-        try:
-            self.conn.send(("stop", ()))
-        except (BrokenPipeError, OSError):
-            pass
-        self.process.join(30)
+    def stop(self, now: bool = False) -> None:
+        """Ask the worker to stop after its current command (30 s, then SIGKILL); ``now``
+        (the coordinator interrupted: SIGTERM or Ctrl-C) SIGTERM at once, SIGKILL after 10 s."""
+        if now:
+            self.process.terminate()
+        else:
+            try:
+                self.conn.send(("stop", ()))
+            except (BrokenPipeError, OSError):
+                pass
+        self.process.join(10 if now else 30)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()

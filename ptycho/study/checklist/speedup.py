@@ -446,6 +446,17 @@ def ttq_table(report: Mapping) -> Table:
     )
 
 
+def _trainings_at_once(report: Mapping) -> str:
+    """How many trainings ran at once, as the bench record says (its shared context
+    reproduces them), as words for the training table's title: one at a time (``--cores 1``,
+    a cluster), up to N at once, or ``""`` when the record does not say."""
+    bench = report.get("items", {}).get("speedup", {}).get("evidence", {}).get("bench", {})
+    at_once = bench.get("contexts", {}).get("shared", {}).get("trainings_at_once")
+    if at_once == 1:
+        return ": one training at a time, nothing beside it"
+    return f": up to {at_once} trainings at once, beside each other" if at_once else ""
+
+
 def training_table(report: Mapping) -> Table:
     rows = []
     for name, arm in sorted(report["arms"].items()):
@@ -464,7 +475,7 @@ def training_table(report: Mapping) -> Table:
             ]
         )
     return (
-        "Training jobs (their steps ran in the pipeline's schedule, beside the other trainings)",
+        f"Training jobs (their steps ran in the pipeline's schedule{_trainings_at_once(report)})",
         ["arm", "training", "compile s", "step median s", "train wall s", "infer patterns/s"],
         rows,
     )
