@@ -1,5 +1,5 @@
-"""A job's process: TensorFlow's start-up log lines, the device it runs on, and its life
-bound to its parent's.
+"""A job's process: TensorFlow's start-up log lines, the device it runs on, its life
+bound to its parent's, and the memory it may use.
 
 TensorFlow's C++ libraries print their start-up notices (oneDNN, CPU features, CUDA
 probing) while they load, *before* absl logging is initialised, so
@@ -179,3 +179,45 @@ def bind_command_to_parent() -> bool:
     shell. A workflow job is bound even so (Snakemake itself may run under nohup)."""
     detached = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and _JOB_MARKER not in os.environ
     return False if detached else die_with_parent()
+
+
+# ------------------------------------------------------------------ memory
+def _cgroup_limits() -> list[int]:
+    """The memory limits of this process's cgroup (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), at the root of the namespace and at its own path."""
+    paths = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "":
+                    paths.append(f"/sys/fs/cgroup{path}/memory.max")
+                elif "memory" in controllers.split(","):
+                    paths.append(f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+    except (OSError, ValueError):
+        pass
+    limits = []
+    for path in paths:
+        try:
+            with open(path) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max" (v2) or a huge number (v1): no limit
+            limits.append(int(text))
+    return limits
+
+
+def machine_memory_bytes() -> int:
+    """Memory the jobs of this machine may use: its physical memory, or this process's
+    cgroup limit (a container, a SLURM allocation) or address-space limit (``ulimit -v``)
+    if smaller."""
+    import resource
+
+    import psutil
+
+    limits = [psutil.virtual_memory().total, *_cgroup_limits()]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
+        limits.append(soft)
+    return min(limits)

@@ -9,8 +9,7 @@ from snakemake.settings.types import DeploymentMethod
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist, run_lock
-from ptycho.study.resources import estimate_bytes
-from ptycho.study.workflow import (arm_lists, arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_threads, parse_time_checks,
+from ptycho.study.workflow import (arm_lists, arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory, job_threads, parse_time_checks,
                                    precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
@@ -49,7 +48,7 @@ os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, so
 ARMS = arms(CFG)
 # Each job's memory request (Snakemake's mem_mb: SLURM's --mem) from the estimate of what it
 # holds (ptycho.study.resources), never below the rule's floor: a larger study asks for more.
-JOB_MB = {job: -(-need // 2**20) for job, need in estimate_bytes(CFG).items()}
+JOB_MB = {job: -(-need // 2**20) for job, need in job_memory(CFG).items()}
 CHECK_ITEMS = checklist.names()
 # What the bench times: bench.models|xla|precision, each else the study's list.
 BENCH = bench_lists(CFG)

@@ -109,8 +109,8 @@ def _make_plan(tmp_path, *args: str) -> str:
 
 
 def test_make_setup_installs_the_lock_of_the_chosen_tensorflow_and_the_choice_sticks(tmp_path):
-    assert "pip install -q -r requirements.lock" in _make_plan(tmp_path)
-    assert "pip install -q -r requirements-gpu.lock" in _make_plan(tmp_path, "GPU=1")
+    assert 'pip install -q -r "requirements.lock"' in _make_plan(tmp_path)
+    assert 'pip install -q -r "requirements-gpu.lock"' in _make_plan(tmp_path, "GPU=1")
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / ".installed-gpu").touch()  # set up with GPU=1 before
     assert "Nothing to be done" in _make_plan(tmp_path)  # make all keeps the GPU build...

@@ -19,12 +19,11 @@ from ptycho.study.resources import (
     GIB,
     PYTHON_BYTES,
     check_memory,
-    estimate_bytes,
     machine_memory_bytes,
     scan_size,
     simulate_bytes,
 )
-from ptycho.study.workflow import resolve
+from ptycho.study.workflow import job_memory, resolve, simulation_config
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The issue's configuration: about 60 GB of objects alone, and 4 million patterns per object.
@@ -40,7 +39,7 @@ def base() -> dict:
 def test_the_issues_configuration_is_refused_in_one_line(base):
     cfg = resolve(base, HUGE)
     with pytest.raises(ConfigError) as info:
-        check_memory(cfg, MACHINE, "this machine")
+        check_memory(simulation_config(cfg), job_memory(cfg), MACHINE, "this machine")
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("the simulate job would need about ")
@@ -48,14 +47,14 @@ def test_the_issues_configuration_is_refused_in_one_line(base):
     assert "1000 objects of 2048x2048 px" in message
     for key in ("simulation.n_objects_train", "simulation.object_size", "simulation.stride_train"):
         assert key in message
-    assert estimate_bytes(cfg)["simulate"] > 1000 * MACHINE
+    assert job_memory(cfg)["simulate"] > 1000 * MACHINE
 
 
 @pytest.mark.parametrize("preset", ["smoke", "default", "paper"])
 def test_the_presets_fit_on_a_24_gib_machine(base, preset):
     cfg = resolve(base, {"preset": preset})
-    check_memory(cfg, MACHINE, "this machine")
-    estimates = estimate_bytes(cfg)
+    check_memory(simulation_config(cfg), job_memory(cfg), MACHINE, "this machine")
+    estimates = job_memory(cfg)
     assert set(estimates) == {"simulate", "train", "infer"}
     assert all(0 < need < 8 * GIB for need in estimates.values())
 
@@ -63,19 +62,19 @@ def test_the_presets_fit_on_a_24_gib_machine(base, preset):
 def test_the_limit_is_the_estimate_itself(base):
     """Refused only above the estimate: one byte less memory than it, refused; as much, not."""
     cfg = resolve(base, {"preset": "smoke"})
-    need = max(estimate_bytes(cfg).values())
-    check_memory(cfg, need, "this machine")
+    need = max(job_memory(cfg).values())
+    check_memory(simulation_config(cfg), job_memory(cfg), need, "this machine")
     with pytest.raises(ConfigError, match="more than the"):
-        check_memory(cfg, need - 1, "this machine")
+        check_memory(simulation_config(cfg), job_memory(cfg), need - 1, "this machine")
 
 
 def test_only_the_job_over_the_limit_is_named_with_the_keys_of_its_split(base):
     cfg = resolve(base, {})
-    need = estimate_bytes(cfg)
+    need = job_memory(cfg)
     job = max(need, key=need.get)
     split = "test" if job == "infer" else "train"
     with pytest.raises(ConfigError) as info:
-        check_memory(cfg, sorted(need.values())[-2], "the cgroup")
+        check_memory(simulation_config(cfg), job_memory(cfg), sorted(need.values())[-2], "the cgroup")
     message = str(info.value)
     assert message.startswith(f"the {job} job would need about ") and "of the cgroup;" in message
     assert f"({split} split: " in message and f"simulation.n_objects_{split}" in message
@@ -114,15 +113,15 @@ def test_the_training_estimate_grows_with_one_over_the_stride_squared(base):
     """Each halving of the stride adds about four times what the previous one added."""
     sim = {"object_size": 392, "n_objects_train": 8, "gridsize": 1}
     train = [
-        estimate_bytes(resolve(base, {"models": ["pinn"], "simulation": {**sim, "stride_train": s}}))["train"]
+        job_memory(resolve(base, {"models": ["pinn"], "simulation": {**sim, "stride_train": s}}))["train"]
         for s in (4, 2, 1)
     ]
     assert 3.5 < (train[2] - train[1]) / (train[1] - train[0]) < 4.5
 
 
 def test_the_training_estimate_grows_with_the_training_split(base):
-    small = estimate_bytes(resolve(base, {"simulation": {"n_objects_train": 2}}))
-    large = estimate_bytes(resolve(base, {"simulation": {"n_objects_train": 8}}))
+    small = job_memory(resolve(base, {"simulation": {"n_objects_train": 2}}))
+    large = job_memory(resolve(base, {"simulation": {"n_objects_train": 8}}))
     assert large["train"] > small["train"] and large["simulate"] > small["simulate"]
     assert large["infer"] == small["infer"]  # the test split is unchanged
 

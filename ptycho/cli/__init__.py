@@ -163,7 +163,8 @@ def out_of_memory(command: str, err: BaseException, rule: str | None = None) -> 
     memory for its rule)."""
     import resource
 
-    from ptycho.study.resources import GIB, machine_memory_bytes
+    from ptycho.runtime import machine_memory_bytes
+    from ptycho.study.resources import GIB
 
     first = " ".join(str(err).split("\n", 1)[0].split())[:200] or type(err).__name__
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux

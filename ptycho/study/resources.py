@@ -77,10 +77,12 @@ paper 3.9 / 3.7 / 2.5 GiB.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ptycho.errors import ConfigError
+from ptycho.runtime import machine_memory_bytes
 
 GIB = 2**30
 
@@ -226,18 +228,13 @@ def infer_bytes(sim, model, train_cfg) -> int:
     return TENSORFLOW_BYTES + max(peak, after + outputs + _step(model, train_cfg, sim.n))
 
 
-def estimate_bytes(cfg: Mapping) -> dict[str, int]:
+def estimate_bytes(sim, models: Sequence[tuple[Any, Any]]) -> dict[str, int]:
     """Peak resident memory, in bytes, of the study's ``simulate`` job, of one ``train``
-    job and of one ``infer`` job (the largest over the study's models), from the resolved
-    config (:func:`ptycho.study.workflow.resolve`)."""
-    from ptycho.study.workflow import arm_lists, model_config, simulation_config, train_config
-
-    sim = simulation_config(cfg)
+    job and of one ``infer`` job (the largest over ``models``, each a ``(ModelConfig,
+    TrainConfig)``), for the simulation ``sim``. From a resolved config:
+    :func:`ptycho.study.workflow.job_memory`."""
     out = {"simulate": simulate_bytes(sim), "train": 0, "infer": 0}
-    for kind in cfg["models"]:
-        modes, precisions, seeds = arm_lists(cfg, kind)
-        model = model_config(cfg, kind)
-        train_cfg = train_config(cfg, modes[0], seeds[0], kind, precisions[0])
+    for model, train_cfg in models:
         out["train"] = max(out["train"], train_bytes(sim, model, train_cfg))
         out["infer"] = max(out["infer"], infer_bytes(sim, model, train_cfg))
     return out
@@ -275,7 +272,7 @@ def _fix(sim, job: str, split: str) -> tuple[str, str]:
     )
 
 
-def check_memory(cfg: Mapping, available_bytes: int, where: str) -> None:
+def check_memory(sim, estimates: Mapping[str, int], available_bytes: int, where: str) -> None:
     """Refuse a study whose simulate, training or inference job would need more memory
     than ``available_bytes`` (:func:`machine_memory_bytes`), ``where`` naming that memory
     (e.g. ``"this machine"``). One-line :class:`ConfigError` naming the job, the
@@ -283,61 +280,16 @@ def check_memory(cfg: Mapping, available_bytes: int, where: str) -> None:
 
     The estimates err on the high side (the calibration in this module's docstring), so
     the limit is the memory itself: a study estimated just below it runs."""
-    from ptycho.study.workflow import simulation_config
-
-    estimates = estimate_bytes(cfg)
     over = {job: need for job, need in estimates.items() if need > available_bytes}
     if not over:
         return
     job = max(over, key=over.get)
-    sim = simulation_config(cfg)
     what, fix = _fix(sim, job, _split_of_job(sim, job))
     others = "".join(f"; the {other} job about {_gib(need)}" for other, need in over.items() if other != job)
     raise ConfigError(
         f"the {job} job would need about {_gib(over[job])} of memory ({what}{others}), more than the "
         f"{_gib(available_bytes)} of {where}; {fix}, or run it where there is more memory"
     )
-
-
-def _cgroup_limits() -> list[int]:
-    """The memory limits of this process's cgroup (v2 ``memory.max``, v1
-    ``memory.limit_in_bytes``), at the root of the namespace and at its own path."""
-    paths = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
-    try:
-        with open("/proc/self/cgroup") as fh:
-            for line in fh:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if controllers == "":
-                    paths.append(f"/sys/fs/cgroup{path}/memory.max")
-                elif "memory" in controllers.split(","):
-                    paths.append(f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
-    except (OSError, ValueError):
-        pass
-    limits = []
-    for path in paths:
-        try:
-            with open(path) as fh:
-                text = fh.read().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < 2**60:  # "max" (v2) or a huge number (v1): no limit
-            limits.append(int(text))
-    return limits
-
-
-def machine_memory_bytes() -> int:
-    """Memory the jobs of this machine may use: its physical memory, or this process's
-    cgroup limit (a container, a SLURM allocation) or address-space limit (``ulimit -v``)
-    if smaller."""
-    import resource
-
-    import psutil
-
-    limits = [psutil.virtual_memory().total, *_cgroup_limits()]
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
-        limits.append(soft)
-    return min(limits)
 
 
 __all__ = [

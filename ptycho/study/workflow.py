@@ -366,14 +366,15 @@ def parse_time_checks(
     (:func:`check_study_name`) and a store that cannot be written (:func:`preflight_store_writable`).
     Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
     from ptycho.config import check_unique_keys
-    from ptycho.study.resources import check_memory, machine_memory_bytes
+    from ptycho.runtime import machine_memory_bytes
+    from ptycho.study.resources import check_memory
     from ptycho.tracking import preflight_environment, preflight_store
 
     for path in config_files:
         check_unique_keys(path)
     cfg = resolve(config, overrides)
     preflight_results(cfg, workdir)
-    check_memory(cfg, machine_memory_bytes(), "this machine")
+    check_memory(simulation_config(cfg), job_memory(cfg), machine_memory_bytes(), "this machine")
     check_report_folder(cfg, workdir)
     preflight_environment()
     results = results_folder(cfg, workdir)
@@ -581,6 +582,18 @@ def holes(stages: Sequence[Mapping[str, Sequence[str]]]) -> list[str]:
             if made_from:
                 found += [p for p in paths if p not in exists[k][group]]
     return found
+
+
+def job_memory(cfg: Mapping) -> dict[str, int]:
+    """Peak memory in bytes of the study's simulate job and of one training and one
+    inference job (the largest over its models): :func:`ptycho.study.resources.estimate_bytes`."""
+    from ptycho.study.resources import estimate_bytes
+
+    models = []
+    for kind in cfg["models"]:
+        modes, precisions, seeds = arm_lists(cfg, kind)
+        models.append((model_config(cfg, kind), train_config(cfg, modes[0], seeds[0], kind, precisions[0])))
+    return estimate_bytes(simulation_config(cfg), models)
 
 
 def usable_cores() -> int:
