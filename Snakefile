@@ -73,6 +73,7 @@ onstart:
     # (which parse too, and run no hook) must not be refused while a run is live.
     try:
         RUN_LOCK.append(run_lock.hold(R))
+        run_lock.check_no_live_jobs(R)  # the jobs of a Snakemake killed outright, still ending
     except PtychoError as err:
         sys.stderr.write(f"ptycho workflow: error: {err}\n")
         raise SystemExit(2)

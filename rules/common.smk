@@ -29,6 +29,10 @@ for line in precision_warnings(CFG):
     sys.stderr.write(f"ptycho workflow: warning: {line}\n")
 
 R = f"{CFG['results']}/{CFG['preset']}"
+# Jobs end when this Snakemake is gone (ptycho.study.run_lock.watch_workflow): set by the main
+# process only; a cluster job's own Snakemake (remote mode) keeps the one it inherited.
+if workflow.is_main_process:
+    os.environ[run_lock.WORKFLOW_ENV] = run_lock.workflow_marker()
 # Jobs run `python -m ptycho`. Under `--sdm conda` that is the env's interpreter
 # (Snakemake puts the env's bin first on PATH, envs/ptycho.yaml); otherwise the one
 # running Snakemake (the venv's), by absolute path. Hooks (onstart, onerror) run in

@@ -6,6 +6,7 @@ Snakemake makes; the real Snakemake runs the workflow's own files in a temporary
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -193,3 +194,75 @@ def test_unlock_under_a_live_run_does_not_let_a_second_run_start(tmp_path):
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=60)
+
+
+# ------------------------------------------------------------------------ no orphans
+def test_a_job_still_running_in_the_folder_is_found_and_its_file_goes_with_it(tmp_path):
+    parent = tmp_path / "results" / "smoke" / "mlflow" / "parent.json"
+    code = (
+        "from ptycho.study import run_lock\n"
+        f"with run_lock.job_marked({str(parent)!r}, 'ptycho train pinn-off-float32-0'):\n"
+        "    print('marked', flush=True); input()\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    folder = parent.parent.parent
+    try:
+        assert job.stdout.readline().strip() == "marked"
+        with pytest.raises(PtychoError) as err:
+            run_lock.check_no_live_jobs(folder)
+        assert str(err.value).startswith(
+            f"1 job(s) of an earlier run still run in {folder} (pid {job.pid}: ptycho train pinn-off-float32-0); "
+        )
+        assert f"(kill {job.pid})" in str(err.value)
+        job.kill()  # a killed job leaves its file, whose lock is free: it marks nothing
+        job.wait(timeout=30)
+        assert (folder / run_lock.JOBS_FOLDER / f"{job.pid}.lock").exists()
+        run_lock.check_no_live_jobs(folder)
+        assert not list((folder / run_lock.JOBS_FOLDER).glob("*.lock"))
+    finally:
+        if job.poll() is None:
+            job.kill()
+    with run_lock.job_marked(parent, "ptycho infer"):  # a job that ends leaves nothing
+        assert [j["command"] for j in run_lock.live_jobs(folder)] == ["ptycho infer"]
+    assert not (folder / run_lock.JOBS_FOLDER).exists()
+
+
+def test_the_jobs_of_a_snakemake_killed_outright_stop(tmp_path):
+    """`kill -9` of Snakemake during training: its jobs went on as orphans, writing into
+    the results folder beside the user's next run. Each job now watches its Snakemake."""
+    import psutil
+
+    work = _workdir(tmp_path)
+    shutil.copytree(ROOT / "profiles", work / "profiles")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "all", *SMOKE],
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    jobs_folder = work / "results" / "smoke" / run_lock.JOBS_FOLDER
+    jobs: list = []
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and first.poll() is None:  # until a training runs
+            trainings = [j for j in run_lock.live_jobs(work / "results" / "smoke") if "train" in j["command"]]
+            if trainings:
+                break
+            time.sleep(0.5)
+        assert trainings, "no training started"
+        jobs = [psutil.Process(int(j["pid"])) for j in run_lock.live_jobs(work / "results" / "smoke")]
+        os.kill(first.pid, signal.SIGKILL)  # Snakemake alone: its jobs are not signalled
+        first.wait(timeout=30)
+        gone, alive = psutil.wait_procs(jobs, timeout=120)
+        assert alive == [], [p.pid for p in alive]
+        run_lock.check_no_live_jobs(work / "results" / "smoke")  # a new run may start
+        assert not list(jobs_folder.glob("*.lock"))
+        logs = "".join(p.read_text() for p in (work / "results" / "smoke" / "logs" / "train").glob("*.log"))
+        assert f"the workflow's Snakemake (pid {first.pid}) is gone: stopping this job" in logs
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(first.pid, signal.SIGKILL)
+        for p in jobs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()

@@ -188,6 +188,14 @@ def _rule(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _describe(args: argparse.Namespace) -> str:
+    """The job in a few words (its command and arm, else its rule), for the message of a
+    new run that finds it still running."""
+    tags = dict(item.partition("=")[::2] for item in args.mlflow_tag or [])
+    arm = "-".join(tags[k] for k in ("model", "xla", "precision", "seed") if k in tags)
+    return f"ptycho {args.command} {arm or tags.get('rule', '')}".strip()
+
+
 def _enable_faulthandler() -> None:
     """A crash in native code (a segmentation fault, an abort) prints the Python stack
     to stderr (the job's log) instead of nothing; unless something enabled it already
@@ -226,13 +234,24 @@ def _terminate(signum, frame):  # noqa: ARG001
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import logging
     import signal
 
     parser = build_parser()
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     _enable_faulthandler()
+    # A workflow job ends when its Snakemake is gone (kill -9 leaves no one to stop it), and
+    # marks itself running in the results folder, so that a new run waits for its end.
+    from ptycho.study import run_lock
+
+    run_lock.watch_workflow(os.environ.get(run_lock.WORKFLOW_ENV))
+    with run_lock.job_marked(args.mlflow_parent, _describe(args)):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
+    import logging
+
     # MLflow logs a traceback for every sqlite lock it then recovers from by retrying.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     from ptycho.nets.xla import xla_flags_environment

@@ -17,12 +17,14 @@ job that outlives a killed Snakemake does not keep the folder locked.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -83,3 +85,126 @@ def busy_message(folder: Path, text: str) -> str:
         f"results folder {folder} is in use by the workflow run of pid {pid} on {host}, started {started}; "
         f"wait for it to end, or stop it (kill {pid}) and run again (snakemake --unlock does not stop that run)"
     )
+
+
+# ------------------------------------------------------------------ the jobs of a run
+#: Each running job's lock file, in ``results/<preset>/``: ``.jobs/<pid>.lock``.
+JOBS_FOLDER = ".jobs"
+#: The environment variable naming the Snakemake process that runs the jobs
+#: (``pid:start time:host``, set by the workflow while it is parsed in its main process).
+WORKFLOW_ENV = "PTYCHO_WORKFLOW"
+
+
+def workflow_marker() -> str:
+    """This process as :data:`WORKFLOW_ENV` names it."""
+    import psutil
+
+    return f"{os.getpid()}:{psutil.Process().create_time():.3f}:{socket.gethostname()}"
+
+
+@contextlib.contextmanager
+def job_marked(parent_json: str | os.PathLike | None, command: str) -> Iterator[None]:
+    """Mark this process as a running job of a workflow's results folder while the block
+    runs: an exclusive ``flock`` on ``results/<preset>/.jobs/<pid>.lock``, the folder
+    found from the job's ``--mlflow-parent`` (``results/<preset>/mlflow/parent.json``;
+    another layout marks nothing). A new run's :func:`check_no_live_jobs` finds it while
+    the process lives (the jobs of a killed Snakemake that are still ending); the file
+    goes when the block ends, and a file left by a killed job has a free lock, which
+    marks nothing. Where nothing can be locked (a read-only or lock-less filesystem)
+    the job runs unmarked."""
+    parent = Path(parent_json) if parent_json else None
+    if parent is None or parent.parent.name != "mlflow":
+        yield
+        return
+    path = parent.parent.parent / JOBS_FOLDER / f"{os.getpid()}.lock"
+    handle = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 (held open for the job's life)
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        handle.write(json.dumps({**_me(), "command": command}) + "\n")
+        handle.flush()
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        if handle is not None:
+            path.unlink(missing_ok=True)
+            handle.close()
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # when it was the last
+
+
+def live_jobs(folder: str | os.PathLike) -> list[dict]:
+    """The jobs of an earlier run still running in ``folder`` (their records), each file
+    of a finished one removed."""
+    live = []
+    for path in sorted((Path(folder) / JOBS_FOLDER).glob("*.lock")):
+        try:
+            with open(path, "r+", encoding="utf-8") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    try:
+                        live.append(json.loads(handle.read()))
+                    except ValueError:
+                        live.append({"pid": path.stem, "command": "?"})
+                    continue
+                path.unlink(missing_ok=True)  # its job ended: the lock was free
+        except OSError:
+            continue
+    return live
+
+
+def check_no_live_jobs(folder: str | os.PathLike) -> None:
+    """One line if jobs of an earlier run (a Snakemake killed outright) still run here."""
+    live = live_jobs(folder)
+    if live:
+        pids = " ".join(str(j.get("pid")) for j in live)
+        what = ", ".join(f"pid {j.get('pid')}: {j.get('command', '?')}" for j in live[:3])
+        raise PtychoError(
+            f"{len(live)} job(s) of an earlier run still run in {folder} ({what}{', ...' if len(live) > 3 else ''}); "
+            f"they stop by themselves within seconds once their Snakemake is gone: wait, or stop them (kill {pids}), "
+            "then run again"
+        )
+
+
+def watch_workflow(marker: str | None, interval: float = 2.0) -> bool:
+    """In a job: end this process (SIGTERM, which the CLI turns into an interruption that
+    ends its MLflow run KILLED) when the Snakemake named by ``marker`` is gone, however it
+    went (``kill -9``: Snakemake then cannot stop its jobs, which would go on writing into
+    the results folder beside the user's next run). A daemon thread polls every
+    ``interval`` seconds. Only for a Snakemake on this host (a cluster job's runs
+    elsewhere: the scheduler owns it). Returns whether it watches."""
+    import signal
+    import threading
+
+    try:
+        pid_text, started_text, host = (marker or "").split(":", 2)
+        pid, started = int(pid_text), float(started_text)
+    except ValueError:
+        return False
+    if host != socket.gethostname() or pid == os.getpid():
+        return False
+
+    def alive() -> bool:
+        import psutil
+
+        try:
+            return abs(psutil.Process(pid).create_time() - started) < 1.0
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.AccessDenied:
+            return True  # someone's process: not a sign that Snakemake is gone
+
+    def watch() -> None:
+        while alive():
+            time.sleep(interval)
+        sys.stderr.write(f"ptycho: the workflow's Snakemake (pid {pid}) is gone: stopping this job\n")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if not alive():
+        return False
+    threading.Thread(target=watch, name="ptycho-watch-workflow", daemon=True).start()
+    return True
