@@ -1,6 +1,7 @@
 # Configuration (validated once, here) and the target lists the rules share.
 import json
 import os
+import shlex
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -37,7 +38,7 @@ if workflow.is_main_process:
 # (Snakemake puts the env's bin first on PATH, envs/ptycho.yaml); otherwise the one
 # running Snakemake (the venv's), by absolute path. Hooks (onstart, onerror) run in
 # Snakemake's own process and always use the latter (SELF).
-SELF = f"{sys.executable} -m ptycho"
+SELF = f"{shlex.quote(sys.executable)} -m ptycho"  # quoted: a checkout's path may hold a space
 IN_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 PTYCHO = "python -m ptycho" if IN_CONDA else SELF
 PARENT = f"{R}/mlflow/parent.json"
