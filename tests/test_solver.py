@@ -14,6 +14,7 @@ pytest.importorskip("tensorflow")
 
 from ptycho.analysis.metrics import score_all  # noqa: E402
 from ptycho.config import SimulationConfig  # noqa: E402
+from ptycho.data.dataset import read_dataset  # noqa: E402
 from ptycho.data.simulate import simulate_split  # noqa: E402
 from ptycho.nets.xla import MODES  # noqa: E402
 from ptycho.physics.forward import expected_counts  # noqa: E402
@@ -144,6 +145,10 @@ def test_solve_cli_writes_what_evaluate_scores_the_same_and_warm_starts(files, t
     scored = tmp_path / "metrics.json"
     ev = _ptycho("evaluate", "--stitched", stitched / "solver-off.npz", "--dataset", files["test"], "--out", scored)
     assert ev.returncode == 0, ev.stderr
+    assert "digest" not in ev.stderr  # the solver's output names its dataset, as stitch's does
+    assert json.loads(scored.read_text())["dataset_digest"] == read_dataset(files["test"]).attrs["digest"]
+    wrong = _ptycho("evaluate", "--stitched", stitched / "solver-off.npz", "--dataset", files["train"], "--out", scored)
+    assert wrong.returncode != 0 and "made from another dataset" in wrong.stderr, wrong.stderr
     mean = json.loads(scored.read_text())["mean"]
     assert mean["amp_ssim"] == pytest.approx(flat["final"]["amp_ssim"], abs=1e-9)
     assert mean["phase_ssim"] == pytest.approx(flat["final"]["phase_ssim"], abs=1e-9)

@@ -69,6 +69,7 @@ def solve(
     from ptycho.analysis.metrics import score_all
     from ptycho.artifacts import write_arrays, write_json
     from ptycho.data.dataset import read_dataset
+    from ptycho.data.provenance import DIGEST_KEY
     from ptycho.nets.xla import REFERENCE
     from ptycho.solvers.gradient import ENGINE, Solver, crop, flat_start, problems, warm_start
     from ptycho.study.stats import bootstrap_ratio
@@ -176,7 +177,11 @@ def solve(
     if stitched_dir:
         for mode in modes:
             images = np.stack([crop(p, last[(mode, FLAT)][m]) for m, p in enumerate(probs)])
-            write_arrays(Path(stitched_dir) / f"solver-{mode}.npz", images=images.astype(np.complex64))
+            write_arrays(  # with its dataset's digest, as stitch writes it: evaluate checks the pair
+                Path(stitched_dir) / f"solver-{mode}.npz",
+                images=images.astype(np.complex64),
+                **{DIGEST_KEY: np.array(ds.attrs["digest"])},
+            )
     return _job_record(record, out, ds, dataset)
 
 
