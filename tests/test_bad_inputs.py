@@ -133,6 +133,178 @@ def _folder(name: str) -> Callable[[Path, Path], None]:
     return setup
 
 
+# ---- #34: files that read outside themselves or declare more than they hold
+CXI_DATA = "entry_1/instrument_1/detector_1/data"
+
+
+def _cxi(change: Callable) -> Callable[[Path, Path], None]:
+    """``d.cxi``: the clean train split exported as CXI, then ``change(h5 file, row folder)``."""
+
+    def setup(d: Path, clean: Path) -> None:
+        import h5py
+
+        from ptycho.data.cxi import export_cxi
+        from ptycho.data.dataset import read_dataset
+
+        export_cxi(read_dataset(clean / "train.h5"), d / "d.cxi")
+        with h5py.File(d / "d.cxi", "a") as f:
+            change(f, d)
+
+    return setup
+
+
+def _external_storage(f, d: Path) -> None:
+    """The detector data as HDF5 external storage: its bytes are those of /etc/passwd."""
+    shape, dtype = f[CXI_DATA].shape, f[CXI_DATA].dtype
+    del f[CXI_DATA]
+    f.create_dataset(CXI_DATA, shape=shape, dtype=dtype, external=[("/etc/passwd", 0, 102400)])
+
+
+def _source_file(d: Path, shape: tuple, dtype) -> None:
+    import h5py
+
+    with h5py.File(d / "src.h5", "w") as g:
+        g.create_dataset("data", data=np.ones(shape, dtype))
+
+
+def _virtual_dataset(f, d: Path) -> None:
+    """The detector data as a virtual dataset mapping another file's."""
+    import h5py
+
+    shape, dtype = f[CXI_DATA].shape, f[CXI_DATA].dtype
+    _source_file(d, shape, dtype)
+    del f[CXI_DATA]
+    layout = h5py.VirtualLayout(shape=shape, dtype=dtype)
+    layout[...] = h5py.VirtualSource("src.h5", "data", shape=shape)
+    f.create_virtual_dataset(CXI_DATA, layout)
+
+
+def _external_link(f, d: Path) -> None:
+    import h5py
+
+    _source_file(d, f[CXI_DATA].shape, f[CXI_DATA].dtype)
+    del f[CXI_DATA]
+    f[CXI_DATA] = h5py.ExternalLink("src.h5", "/data")
+
+
+def _bomb(f, name: str) -> None:
+    """``name`` replaced by a gzip dataset declaring 4,194,304 patterns of 1024 x 1024
+    uint32 (16 TiB) with one chunk written: a few KB on disk."""
+    del f[name]
+    d = f.create_dataset(name, shape=(4194304, 1024, 1024), dtype="uint32", chunks=(1, 1024, 1024), compression="gzip")
+    d[0] = 1
+
+
+def _dataset_bomb(d: Path, clean: Path) -> None:
+    import h5py
+
+    shutil.copyfile(clean / "train.h5", d / "bomb.h5")
+    with h5py.File(d / "bomb.h5", "a") as f:
+        _bomb(f, "diffraction")
+
+
+def _huge_object_shape(f, d: Path) -> None:
+    """Measured data (no image_2) whose blank object is to be 1,048,576 px on a side (8 TiB)."""
+    del f["entry_1/image_2"]
+    f["entry_1/ptycho_1/object_shape"] = np.array([1, 1048576, 1048576], np.int64)
+
+
+def _soft_link_loop(f, d: Path) -> None:
+    import h5py
+
+    del f[CXI_DATA]
+    f["entry_1/loop_a"] = h5py.SoftLink("/entry_1/loop_b")
+    f["entry_1/loop_b"] = h5py.SoftLink("/entry_1/loop_a")
+    f[CXI_DATA] = h5py.SoftLink("/entry_1/loop_a")
+
+
+def _deep_json(f, d: Path) -> None:
+    del f["entry_1/ptycho_1/attrs"]
+    f["entry_1/ptycho_1/attrs"] = "[" * 200_000 + "]" * 200_000
+
+
+def _npz_header_bomb(d: Path, clean: Path) -> None:
+    """``d.npz`` whose ``diff3d`` header declares 2**46 float32 (256 TiB), written by hand."""
+    import zipfile
+
+    from numpy.lib import format as npformat
+
+    header = io.BytesIO()
+    npformat.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (2**38, 16, 16)})
+    with np.load(clean / "train.npz") as z, zipfile.ZipFile(d / "d.npz", "w") as out:
+        out.writestr("diff3d.npy", header.getvalue() + bytes(64))
+        for key in z.files:
+            if key != "diff3d":
+                member = io.BytesIO()
+                np.save(member, z[key])
+                out.writestr(f"{key}.npy", member.getvalue())
+
+
+def _model_with_kernel(filters: int) -> Callable[[Path, Path], None]:
+    """``m/``: a model.json for the test split and a hand-made ``model.keras`` whose
+    Conv2D asks for a (3, 3, 4, filters) kernel (its weights declared, not written), and
+    ``test.h5``."""
+
+    def setup(d: Path, clean: Path) -> None:
+        import zipfile
+
+        import h5py
+
+        shutil.copyfile(clean / "test.h5", d / "test.h5")
+        (d / "m").mkdir()
+        meta = {
+            "model": {"kind": "pinn"},
+            "n": 16,
+            "gridsize": 2,
+            "train": {"xla": "off", "batch_size": 8},
+            "physics": {"intensity_norm": 1.0},
+        }
+        (d / "m" / "model.json").write_text(json.dumps(meta))
+        tensor = {"class_name": "__keras_tensor__", "config": {"shape": [None, 16, 16, 4], "dtype": "float32"}}
+        tensor["config"]["keras_history"] = ["diffraction", 0, 0]
+        layers = [
+            {
+                "module": "keras.layers",
+                "class_name": "InputLayer",
+                "name": "diffraction",
+                "config": {"name": "diffraction", "batch_shape": [None, 16, 16, 4], "dtype": "float32"},
+                "inbound_nodes": [],
+            },
+            {
+                "module": "keras.layers",
+                "class_name": "Conv2D",
+                "name": "conv2d",
+                "config": {"name": "conv2d", "filters": filters, "kernel_size": [3, 3], "padding": "same"},
+                "build_config": {"input_shape": [None, 16, 16, 4]},
+                "inbound_nodes": [{"args": [tensor], "kwargs": {}}],
+            },
+        ]
+        config = {
+            "module": "keras",
+            "class_name": "Functional",
+            "config": {
+                "name": "encoder_decoder",
+                "layers": layers,
+                "input_layers": [["diffraction", 0, 0]],
+                "output_layers": [["conv2d", 0, 0]],
+            },
+        }
+        weights = io.BytesIO()
+        with h5py.File(weights, "w") as f:
+            for i, shape in enumerate([(3, 3, 4, filters), (filters,)]):
+                f.create_dataset(
+                    f"layers/conv2d/vars/{i}", shape=shape, dtype="float32", chunks=True, compression="gzip"
+                )
+        with zipfile.ZipFile(d / "m" / "model.keras", "w") as z:
+            z.writestr("metadata.json", json.dumps({"keras_version": "3"}))
+            z.writestr("config.json", json.dumps(config))
+            z.writestr("model.weights.h5", weights.getvalue())
+
+    return setup
+
+
+IMPORT_WORK = ("ptycho.data.dataset.write_dataset",)
+
 CONFIG_JSON = _files(**{"c.json": '{"train": {"epochs": 1}}'})
 SIM = ("--n", "16", "--object-size", "48", "--n-lines", "50", "--nphotons", "1e6", "--quiet")
 SIMULATE_WORK = ("ptycho.data.simulate.simulate",)
@@ -838,6 +1010,121 @@ CATALOGUE: list[Row] = [
         mount="ro",
         env={"MLFLOW_TRACKING_URI": "sqlite:///ro/mlflow.db"},
         message="cannot be written",
+    ),
+    # ---- #34: files that read outside themselves or declare more than they hold
+    Row(
+        "cxi-external-storage",
+        "dataset",
+        "a CXI whose detector data is HDF5 external storage in `/etc/passwd`, to `import-cxi`",
+        "cli",
+        args=("import-cxi", "d.cxi", "--out", "d.h5"),
+        setup=_cxi(_external_storage),
+        exit_code=1,
+        message="d.cxi: dataset '/entry_1/instrument_1/detector_1/data' keeps its bytes in another file "
+        "(HDF5 external storage: /etc/passwd), which ptycho refuses",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "cxi-virtual-dataset",
+        "dataset",
+        "a CXI whose detector data is a virtual dataset mapping another file, to `import-cxi`",
+        "cli",
+        args=("import-cxi", "d.cxi", "--out", "d.h5"),
+        setup=_cxi(_virtual_dataset),
+        exit_code=1,
+        message="dataset '/entry_1/instrument_1/detector_1/data' is a virtual dataset (it maps data from src.h5), "
+        "which ptycho refuses",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "cxi-external-link",
+        "dataset",
+        "a CXI whose detector data is an external link to another file, to `import-cxi`",
+        "cli",
+        args=("import-cxi", "d.cxi", "--out", "d.h5"),
+        setup=_cxi(_external_link),
+        exit_code=1,
+        message="'/entry_1/instrument_1/detector_1/data' is an external link to src.h5:/data, which ptycho refuses",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "cxi-decompression-bomb",
+        "dataset",
+        "a CXI whose gzip detector data declares 4,194,304 x 1024 x 1024 uint32 (16 TiB in a few KB), to `import-cxi`",
+        "cli",
+        args=("import-cxi", "d.cxi", "--out", "d.h5"),
+        setup=_cxi(lambda f, d: _bomb(f, CXI_DATA)),
+        exit_code=1,
+        message="detector data '/entry_1/instrument_1/detector_1/data' declares shape (4194304, 1024, 1024) uint32 "
+        "(16.0 TiB), more than the",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "dataset-decompression-bomb",
+        "dataset",
+        "a dataset whose gzip `diffraction` declares 16 TiB, to `inspect`",
+        "cli",
+        args=("inspect", "bomb.h5"),
+        setup=_dataset_bomb,
+        exit_code=1,
+        message="bomb.h5: array 'diffraction' declares shape (4194304, 1024, 1024) uint32 (16.0 TiB), more than the",
+    ),
+    Row(
+        "cxi-huge-object-shape",
+        "dataset",
+        "a measured-data CXI whose `ptycho_1/object_shape` asks for a 1,048,576-px object (8 TiB), to `import-cxi`",
+        "cli",
+        args=("import-cxi", "d.cxi", "--out", "d.h5"),
+        setup=_cxi(_huge_object_shape),
+        exit_code=1,
+        message="'entry_1/ptycho_1/object_shape' = [1, 1048576, 1048576] asks for an object of shape "
+        "(1, 1048576, 1048576) complex64 (8.0 TiB): images of 1048576 x 1048576 pixels, more than the 65536 per side",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "npz-header-bomb",
+        "dataset",
+        "an NPZ whose `diff3d` header declares 2^46 float32 (256 TiB), to `import-npz`",
+        "cli",
+        args=("import-npz", "d.npz", "--out", "d.h5"),
+        setup=_npz_header_bomb,
+        exit_code=1,
+        message="d.npz: array 'diff3d' declares shape (274877906944, 16, 16) float32 (256.0 TiB)",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "cxi-soft-link-loop",
+        "dataset",
+        "a CXI whose detector data is a loop of soft links, to `import-cxi`",
+        "cli",
+        args=("import-cxi", "d.cxi", "--out", "d.h5"),
+        setup=_cxi(_soft_link_loop),
+        exit_code=1,
+        message="never reaches an object (a loop of soft links, or a chain of more than 16, which HDF5 cannot follow)",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "cxi-deep-json",
+        "dataset",
+        "a CXI whose `ptycho_1/attrs` JSON nests 200,000 levels, to `import-cxi`",
+        "cli",
+        args=("import-cxi", "d.cxi", "--out", "d.h5"),
+        setup=_cxi(_deep_json),
+        exit_code=1,
+        message="'entry_1/ptycho_1/attrs' nests JSON 200000 levels deep, more than the 64 ptycho reads",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "model-oversized-kernel",
+        "dataset",
+        "a `model.keras` whose Conv2D asks for a (3, 3, 4, 2^30) kernel (144 GiB), to `infer`",
+        "cli",
+        args=("infer", "--model", "m", "--dataset", "test.h5", "--out", "r.npz"),
+        setup=_model_with_kernel(2**30),
+        exit_code=1,
+        message="m/model.keras: layer 'conv2d' asks for a variable of shape (3, 3, 4, 1073741824) float32 "
+        "(144.0 GiB): an axis of 1073741824, more than the 16777216 ptycho reads",
+        forbid=("keras.models.load_model",),
     ),
 ]
 

@@ -244,8 +244,14 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     dataset exactly; its digest is checked. Any other CXI file is imported from its CXI
     fields (``gridsize`` and ``split`` apply to those only). Every problem is a one-line
     :class:`~ptycho.errors.DatasetError`.
+
+    Untrusted input: a file that would read other files (external storage, virtual
+    datasets, external links) or holds a soft-link loop is refused, and every array's
+    declared shape is bounded before any is read (:mod:`ptycho.data.untrusted`).
     """
     import h5py
+
+    from ptycho.data.untrusted import Budget, check_dataset, check_hdf5
 
     where = str(path)
     try:
@@ -256,15 +262,25 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
         raise DatasetError(f"{where}: not an HDF5 file, so not CXI; pass a CXI 1.6 (HDF5) file") from None
     try:
         with f:
+            check_hdf5(f, where)
             if "cxi_version" not in f or "entry_1" not in f:
                 raise DatasetError(
                     f"{where}: not a CXI file (no cxi_version or entry_1 at the root); "
                     "pass a CXI 1.6 file, e.g. one written by 'ptycho export-cxi'"
                 )
-            intensities = _first(f, DATA_PATHS, "detector data", where)
-            translation = _first(f, TRANSLATION_PATHS, "scan translation", where)
-            probe = _first(f, PROBE_PATHS, "probe", where)
-            objects = _first(f, OBJECT_PATHS, "object", where, required=False)  # measured data has none
+            found = {
+                "detector data": _first(f, DATA_PATHS, "detector data", where),
+                "scan translation": _first(f, TRANSLATION_PATHS, "scan translation", where),
+                "probe": _first(f, PROBE_PATHS, "probe", where),
+                "object": _first(f, OBJECT_PATHS, "object", where, required=False),  # measured data has none
+            }
+            budget = Budget(where)
+            for what, dset in found.items():  # every declared shape bounded before any is read
+                if dset is not None:
+                    check_dataset(dset, budget, f"{what} '{dset.name}'", image=what != "scan translation")
+            intensities, translation, probe, objects = (
+                None if dset is None else np.asarray(dset[()]) for dset in found.values()
+            )
             probe = probe.reshape(probe.shape[-2:]) if probe.ndim > 2 and math.prod(probe.shape[:-2]) == 1 else probe
             if (
                 intensities.ndim != 3
@@ -279,11 +295,11 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
                     f"{translation.shape} do not fit (P, N, N), (N, N), (P, 3); the file is inconsistent, export it again"
                 )
             if EXTRAS in f:
-                return _own_dataset(f[EXTRAS], intensities, probe, objects, where)
+                return _own_dataset(f[EXTRAS], intensities, probe, objects, where, budget)
             energy_j = _positive(f, "entry_1/instrument_1/source_1/energy", where)
             distance = _positive(f, "entry_1/instrument_1/detector_1/distance", where)
             pixel = np.array([_positive(f, f"entry_1/instrument_1/detector_1/{a}_pixel_size", where) for a in "xy"])
-    except OSError as exc:  # h5py's answer to a truncated or damaged file
+    except (OSError, RuntimeError, KeyError) as exc:  # h5py's answers to a truncated or damaged file
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise DatasetError(
             f"{where}: unreadable HDF5 data ({reason}); the file may be truncated, copy it again"
@@ -312,11 +328,17 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     return dataset_from_arrays(where, amplitude, probe, obj.astype(np.complex64), positions, gridsize, split)
 
 
-def _first(f: Any, paths: tuple[str, ...], what: str, where: str, *, required: bool = True) -> np.ndarray | None:
-    """The array at the first of ``paths`` present in ``f`` (None if absent and not ``required``)."""
+def _first(f: Any, paths: tuple[str, ...], what: str, where: str, *, required: bool = True) -> Any:
+    """The HDF5 dataset at the first of ``paths`` present in ``f``, unread (None if absent
+    and not ``required``)."""
+    import h5py
+
     for p in paths:
         if p in f:
-            return np.asarray(f[p][()])
+            dset = f[p]
+            if not isinstance(dset, h5py.Dataset):
+                raise DatasetError(f"{where}: '{p}' is a group, not the {what} array; fix the file")
+            return dset
     if not required:
         return None
     raise DatasetError(
@@ -327,47 +349,100 @@ def _first(f: Any, paths: tuple[str, ...], what: str, where: str, *, required: b
 
 def _positive(f: Any, path: str, where: str) -> float:
     """A positive, finite scalar of the file's geometry."""
+    import h5py
+
     if path not in f:
         raise DatasetError(f"{where}: no '{path}' in this CXI file; the geometry is needed to convert metres to pixels")
-    value = np.asarray(f[path][()], dtype=np.float64)
+    dset = f[path]
+    if not isinstance(dset, h5py.Dataset) or dset.size != 1 or dset.dtype.kind not in "iuf":
+        shape = getattr(dset, "shape", "a group")
+        raise DatasetError(f"{where}: '{path}' ({shape}) must be one positive finite number; fix the file")
+    value = np.asarray(dset[()], dtype=np.float64)
     if value.size != 1 or not (np.isfinite(value).all() and (value > 0).all()):
         raise DatasetError(f"{where}: '{path}' = {value.tolist()!r} must be one positive finite number; fix the file")
     return float(value.ravel()[0])
 
 
 def _own_dataset(
-    extras: Any, intensities: np.ndarray, probe: np.ndarray, objects: np.ndarray | None, where: str
+    extras: Any, intensities: np.ndarray, probe: np.ndarray, objects: np.ndarray | None, where: str, budget: Any
 ) -> Dataset:
     """The dataset :func:`export_cxi` wrote, from the CXI arrays and ``ptycho_1`` (whose
-    ``object_shape`` gives the blank object of a dataset without ground truth)."""
-    from ptycho.data.dataset import content_digest
+    ``object_shape`` gives the blank object of a dataset without ground truth). Each
+    field is bounded before it is read (``budget``: what the CXI arrays left of it)."""
+    import h5py
 
-    def get(name: str) -> Any:
+    from ptycho.data.dataset import UNITS, content_digest
+    from ptycho.data.untrusted import check_dataset, loads_json, read_text
+
+    def field(name: str) -> Any:
         if name not in extras:
             raise DatasetError(f"{where}: '{EXTRAS}/{name}' is missing; the file is incomplete, export it again")
-        value = extras[name][()]
-        return value.decode() if isinstance(value, bytes) else value
+        dset = extras[name]
+        if not isinstance(dset, h5py.Dataset):
+            raise DatasetError(
+                f"{where}: '{EXTRAS}/{name}' is a group, not a field; the file is damaged, export it again"
+            )
+        return dset
 
-    units = get("units")
+    def array(name: str) -> np.ndarray:
+        dset = field(name)
+        check_dataset(dset, budget, f"'{EXTRAS}/{name}'")
+        return dset[()]
+
+    def text(name: str) -> str:
+        return read_text(field(name), where, f"'{EXTRAS}/{name}'")
+
+    def choice(name: str, allowed: tuple[str, ...]) -> str:
+        value = text(name)
+        if value not in allowed:
+            raise DatasetError(
+                f"{where}: '{EXTRAS}/{name}' = {value[:40]!r} is not one of {', '.join(allowed)}; export the file again"
+            )
+        return value
+
+    units = choice("units", UNITS)
+    diffraction_dtype = choice("diffraction_dtype", ("uint32", "float32"))
     if objects is None:
-        objects = np.zeros(tuple(int(v) for v in get("object_shape")), np.complex64)
+        objects = _blank_object(array("object_shape"), where, budget)
+    scale = array("scale")
+    if scale.size != 1:
+        raise DatasetError(f"{where}: '{EXTRAS}/scale' has shape {scale.shape}; expected one number, export it again")
+    attrs = loads_json(text("attrs"), where, f"'{EXTRAS}/attrs'", fix="export the file again")
+    if not isinstance(attrs, dict):
+        raise DatasetError(f"{where}: '{EXTRAS}/attrs' is JSON {type(attrs).__name__}, not an object; export it again")
     diffraction = intensities if units == "counts" else np.sqrt(intensities)
     ds = Dataset(
-        diffraction=diffraction.astype(np.dtype(get("diffraction_dtype"))),
+        diffraction=diffraction.astype(np.dtype(diffraction_dtype)),
         probe=probe.astype(np.complex64),
         objects=objects.astype(np.complex64),
-        positions=get("positions"),
-        position_object=get("position_object"),
-        groups=get("groups"),
-        group_offsets=get("group_offsets"),
-        scan_region=get("scan_region"),
-        scale=float(get("scale")),
+        positions=array("positions"),
+        position_object=array("position_object"),
+        groups=array("groups"),
+        group_offsets=array("group_offsets"),
+        scan_region=array("scan_region"),
+        scale=float(scale.ravel()[0]),
         units=units,
-        attrs=json.loads(get("attrs")),
+        attrs=attrs,
     )
-    if "digest" in extras and content_digest(ds.arrays(), ds.scale, units) != get("digest"):
+    if "digest" in extras and content_digest(ds.arrays(), ds.scale, units) != text("digest"):
         raise DatasetError(
             f"{where}: the CXI arrays differ from the dataset that was exported (digest mismatch); export it again, "
             f"or delete {EXTRAS} to import the file as a foreign CXI file"
         )
     return ds
+
+
+def _blank_object(shape: np.ndarray, where: str, budget: Any) -> np.ndarray:
+    """The zero object ``ptycho_1/object_shape`` asks for, after the bounds (three whole
+    numbers, sides of an image, bytes within the read's budget)."""
+    shape = np.asarray(shape)
+    if shape.shape != (3,) or shape.dtype.kind not in "iu" or (shape <= 0).any():
+        raise DatasetError(
+            f"{where}: '{EXTRAS}/object_shape' = {shape.ravel()[:4].tolist()} is not three positive whole numbers "
+            "(M, H, W); the file is damaged, export it again"
+        )
+    dims = tuple(int(v) for v in shape)
+    budget.take(
+        f"'{EXTRAS}/object_shape' = {list(dims)}", dims, np.complex64, image=True, verb="asks for an object of shape"
+    )
+    return np.zeros(dims, np.complex64)

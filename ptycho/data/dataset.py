@@ -77,6 +77,8 @@ REQUIRED_ATTRS = {
 }
 #: Optional attribute: False for measured data without an object (reconstruct-only).
 GROUND_TRUTH = "ground_truth"
+#: The arrays whose last two axes are an image's sides (bounded by ptycho.data.untrusted.MAX_SIDE).
+IMAGES = ("diffraction", "probe", "objects")
 
 
 @dataclass(frozen=True)
@@ -248,13 +250,19 @@ def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
 def read_dataset(path: str | os.PathLike, *, check_digest: bool = True) -> Dataset:
     """Read and fully validate a dataset; any problem is one-line :class:`DatasetError`."""
 
+    from ptycho.data.untrusted import Budget, check_dataset
+
     path = str(path)
     with _opened(path) as f:
-        attrs = {k: _py(v) for k, v in f.attrs.items()}
+        attrs = _root_attributes(f, path)
         _check_header(path, attrs)
         missing = [name for name in ARRAYS if name not in f]
         if missing:
             raise DatasetError(f"{path}: missing array '{missing[0]}'; the file is incomplete, re-create it")
+        # Every declared shape is bounded before anything is read (ptycho.data.untrusted).
+        budget = Budget(path)
+        for name in ARRAYS:
+            check_dataset(f[name], budget, f"array '{name}'", image=name in IMAGES)
         arrays = {name: f[name][()] for name in ARRAYS}
     _validate(path, arrays, attrs, check_digest=check_digest)
     return Dataset(
@@ -276,25 +284,38 @@ def read_attributes(path: str | os.PathLike) -> dict[str, Any]:
 
     path = str(path)
     with _opened(path) as f:
-        attrs = {k: _py(v) for k, v in f.attrs.items()}
+        attrs = _root_attributes(f, path)
     _check_header(path, attrs)
     return attrs
+
+
+def _root_attributes(f: Any, path: str) -> dict[str, Any]:
+    """The root attributes, each bounded before it is read (ptycho.data.untrusted)."""
+    from ptycho.data.untrusted import read_attrs
+
+    return {k: _py(v) for k, v in read_attrs(f, path).items()}
 
 
 @contextlib.contextmanager
 def _opened(path: str):
     """The dataset file open for reading; a missing or unreadable file (and any HDF5
-    error while reading inside the block) is one-line :class:`DatasetError`."""
+    error while reading inside the block) is one-line :class:`DatasetError`. A file
+    that would read other files (external storage, virtual datasets, external links)
+    or holds a soft-link loop is refused before the block runs
+    (:func:`ptycho.data.untrusted.check_hdf5`)."""
     import h5py
+
+    from ptycho.data.untrusted import check_hdf5
 
     if not os.path.exists(path):
         raise DatasetError(f"{path}: no such file; create it with 'python -m ptycho simulate'")
     try:
         with h5py.File(path, "r") as f:
+            check_hdf5(f, path)
             yield f
     except DatasetError:
         raise
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, RuntimeError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DatasetError(f"{path}: not a readable HDF5 file ({reason}); it may be truncated, re-create it") from None
 
@@ -418,8 +439,10 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
     if GROUND_TRUTH in attrs and not isinstance(attrs[GROUND_TRUTH], bool | np.bool_):
         fail(f"attribute '{GROUND_TRUTH}' should be a boolean, got {type(attrs[GROUND_TRUTH]).__name__}")
     if attrs["config"]:
+        from ptycho.data.untrusted import loads_json
+
         try:
-            config = json.loads(attrs["config"])
+            config = loads_json(attrs["config"], path, "attribute 'config'")
         except ValueError as exc:
             fail(f"attribute 'config' is not valid JSON ({exc}); set it to '{{}}' or re-create the file")
         if not isinstance(config, dict):

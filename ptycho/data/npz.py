@@ -4,7 +4,8 @@ Those files hold far-field *amplitudes* (``diff3d`` or ``diffraction``, shape (P
 ``probeGuess`` (N, N), ``objectGuess`` (H, W) and scan centres ``xcoords``, ``ycoords``.
 They carry no photon scale, so on import ``s`` is estimated by least squares from the
 object and probe (``sum A^2 = s^2 sum |P O|^2`` summed over all patterns), which keeps the
-forward model recomputable from the file alone. Pickled arrays are refused.
+forward model recomputable from the file alone. Pickled arrays are refused, and every
+array's header is bounded before it is loaded (:func:`ptycho.data.untrusted.npz_headers`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ DIFFRACTION_KEYS = ("diff3d", "diffraction")
 
 def import_npz(path: str | os.PathLike, gridsize: int = 1, split: str = "train") -> Dataset:
     """Read a PtychoPINN-style NPZ into a :class:`Dataset` (units ``sqrt_counts``)."""
+    from ptycho.data.untrusted import Budget, npz_headers
+
     path = str(path)
     try:
+        # The .npy headers first: np.load allocates what a header declares before reading.
+        npz_headers(path, Budget(path), images=(*DIFFRACTION_KEYS, "probeGuess", "objectGuess"))
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
     except FileNotFoundError:
@@ -88,7 +93,7 @@ def dataset_from_arrays(
     if measured_only:
         pos = np.asarray(pos, dtype=np.float64)
         if probe.ndim == 2 and len(pos) and np.all(np.isfinite(pos)):
-            obj, origin = _blank_canvas(pos, probe.shape[0])
+            obj, origin = _blank_canvas(path, pos, probe.shape[0])
             pos = pos - origin
         else:
             obj = np.zeros((1, 1), np.complex64)  # the checks below say what is wrong
@@ -154,13 +159,22 @@ def dataset_from_arrays(
     )
 
 
-def _blank_canvas(pos: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _blank_canvas(path: str, pos: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """A zero object that holds every ``n``-px patch at ``pos``, and the whole-pixel
     origin ``[x, y]`` to subtract from the positions to put them on it (one pixel of
     margin for sub-pixel positions, as :func:`~ptycho.data.dataset.patches_outside`)."""
+    from ptycho.data.untrusted import MAX_SIDE, Budget, human
+
     origin = np.floor(pos.min(axis=0)) - n // 2 - 1
     hi = np.ceil(pos.max(axis=0) - origin) - n // 2 + n + 1
+    if not (hi <= MAX_SIDE).all():
+        raise DatasetError(
+            f"{path}: the scan spans {hi[0]:.6g} x {hi[1]:.6g} object pixels, more than the {MAX_SIDE} per side "
+            f"ptycho reads (a blank object of {human(8 * float(hi[0]) * float(hi[1]))}); check the positions' "
+            "units (CXI: metres) and the geometry (energy, detector distance, pixel size) that convert them to pixels"
+        )
     width, height = (int(v) for v in hi)
+    Budget(path).take("the scan's blank object", (height, width), np.complex64, verb="needs shape")
     return np.zeros((height, width), np.complex64), origin
 
 

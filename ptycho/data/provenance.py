@@ -23,11 +23,15 @@ DIGEST_KEY = "dataset_digest"
 
 def recorded_digest(path: str | os.PathLike) -> str | None:
     """The dataset digest an artefact records: "" if it records none, None if it cannot
-    be read (absent or damaged: the job reading it next says so, in one line)."""
+    be read (absent, damaged, or declaring more than it may: the job reading it next says
+    so, in one line)."""
+    from ptycho.data.untrusted import Budget, npz_headers
+
     try:
+        npz_headers(str(path), Budget(str(path)))  # nothing allocated beyond the stated bounds
         with np.load(path, allow_pickle=False) as z:
             return str(z[DIGEST_KEY][()]) if DIGEST_KEY in z.files else ""
-    except Exception:  # noqa: BLE001 - numpy raises OSError, ValueError, BadZipFile, EOFError ...
+    except Exception:  # noqa: BLE001 - numpy raises OSError, ValueError, BadZipFile, EOFError, ours PtychoError
         return None
 
 

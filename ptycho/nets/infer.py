@@ -90,6 +90,9 @@ def load_network(model_dir: str | Path):
     path = Path(model_dir) / "model.keras"
     if not path.exists():
         raise PtychoError(f"{path}: no trained model here; run 'python -m ptycho train' first")
+    from ptycho.nets.state import check_model_file
+
+    check_model_file(path)  # bounded before Keras allocates a layer (docs/security.md)
     try:
         return keras.models.load_model(path, safe_mode=True, compile=False)  # no Lambda layers: nothing to unpickle
     except Exception as exc:  # noqa: BLE001 - Keras says a truncated or foreign file is "File not found", etc.
