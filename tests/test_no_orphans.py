@@ -76,6 +76,22 @@ def _python(code: str, **kwargs) -> subprocess.Popen:
 
 
 # ------------------------------------------------------------------ the helpers themselves
+def _kill_parent_then_no_child(parent: subprocess.Popen, ready: str = "") -> None:
+    """``parent`` prints its child's pid (and the child's ``ready`` line): SIGKILL it, and
+    its child must be gone soon after."""
+    procs = [psutil.Process(parent.pid)]
+    try:
+        procs.append(psutil.Process(int(parent.stdout.readline())))
+        if ready:
+            assert parent.stdout.readline().strip() == ready
+        parent.kill()
+        parent.wait(10)
+        assert _alive_after(procs[1:]) == []
+    finally:
+        _kill_all(procs)
+        parent.wait(10)
+
+
 def test_a_program_started_with_the_helper_ends_when_its_parent_is_killed():
     parent = _python(
         """
@@ -88,15 +104,7 @@ def test_a_program_started_with_the_helper_ends_when_its_parent_is_killed():
         time.sleep(600)
         """
     )
-    procs = [psutil.Process(parent.pid)]
-    try:
-        procs.append(psutil.Process(int(parent.stdout.readline())))
-        parent.kill()
-        parent.wait(10)
-        assert _alive_after(procs[1:]) == []
-    finally:
-        _kill_all(procs)
-        parent.wait(10)
+    _kill_parent_then_no_child(parent)
 
 
 RACE_CHILD = """
@@ -125,16 +133,7 @@ def test_a_process_whose_parent_died_before_it_bound_itself_ends_at_once(tmp_pat
         time.sleep(600)
         """
     )
-    procs = [psutil.Process(parent.pid)]
-    try:
-        procs.append(psutil.Process(int(parent.stdout.readline())))
-        assert parent.stdout.readline().strip() == "started"
-        parent.kill()
-        parent.wait(10)
-        assert _alive_after(procs[1:]) == []
-    finally:
-        _kill_all(procs)
-        parent.wait(10)
+    _kill_parent_then_no_child(parent, ready="started")
 
 
 @pytest.mark.parametrize(

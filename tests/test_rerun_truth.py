@@ -164,18 +164,25 @@ def test_a_held_results_folder_is_refused_naming_the_live_run_and_freed_when_it_
             holder.kill()
 
 
-def test_unlock_under_a_live_run_does_not_let_a_second_run_start(tmp_path):
-    """`snakemake --unlock` drops Snakemake's own lock of a live run; the same command
-    then started every training a second time. Now it is one line naming the live run."""
+def _live_smoke_run(tmp_path: Path) -> tuple[Path, subprocess.Popen]:
+    """A smoke study started as users run it (the workflow's profile: rerun-incomplete on),
+    in its own session so that a test can end it and its jobs by process group."""
     work = _workdir(tmp_path)
-    shutil.copytree(ROOT / "profiles", work / "profiles")  # as users run it: rerun-incomplete on
-    first = subprocess.Popen(
+    shutil.copytree(ROOT / "profiles", work / "profiles")
+    run = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "2", "all", *SMOKE],
         cwd=work,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    return work, run
+
+
+def test_unlock_under_a_live_run_does_not_let_a_second_run_start(tmp_path):
+    """`snakemake --unlock` drops Snakemake's own lock of a live run; the same command
+    then started every training a second time. Now it is one line naming the live run."""
+    work, first = _live_smoke_run(tmp_path)
     lock = work / "results" / "smoke" / run_lock.LOCK_FILE
     try:
         deadline = time.time() + 300
@@ -232,15 +239,7 @@ def test_the_jobs_of_a_snakemake_killed_outright_stop(tmp_path):
     the results folder beside the user's next run. Each job now watches its Snakemake."""
     import psutil
 
-    work = _workdir(tmp_path)
-    shutil.copytree(ROOT / "profiles", work / "profiles")
-    first = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "all", *SMOKE],
-        cwd=work,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    work, first = _live_smoke_run(tmp_path)
     jobs_folder = work / "results" / "smoke" / run_lock.JOBS_FOLDER
     jobs: list = []
     try:
