@@ -179,21 +179,29 @@ def out_of_memory(command: str, err: BaseException, rule: str | None = None) -> 
     )
 
 
+def _tags(args: argparse.Namespace) -> dict[str, str]:
+    """The job's ``--mlflow-tag`` items as a mapping (:func:`~ptycho.cli.values.pairs`);
+    empty when one is malformed, which the command itself then reports."""
+    try:
+        return pairs(args.mlflow_tag)
+    except ConfigError:
+        return {}
+
+
 def _rule(args: argparse.Namespace) -> str | None:
     """The workflow rule that ran the command (its ``--mlflow-tag rule=...``), if any."""
-    for item in args.mlflow_tag or []:
-        key, _, value = item.partition("=")
-        if key == "rule" and value:
-            return value
-    return None
+    return _tags(args).get("rule") or None
 
 
 def _describe(args: argparse.Namespace) -> str:
     """The job in a few words (its command and arm, else its rule), for the message of a
     new run that finds it still running."""
-    tags = dict(item.partition("=")[::2] for item in args.mlflow_tag or [])
-    arm = "-".join(tags[k] for k in ("model", "xla", "precision", "seed") if k in tags)
-    return f"ptycho {args.command} {arm or tags.get('rule', '')}".strip()
+    tags = _tags(args)
+    try:
+        arm = Arm.of_tags(tags)
+    except ValueError:
+        arm = None
+    return f"ptycho {args.command} {arm.name if arm else tags.get('rule', '')}".strip()
 
 
 def _enable_faulthandler() -> None:

@@ -49,11 +49,16 @@ def hold(folder: str | os.PathLike) -> IO[str]:
         text = handle.read()
         handle.close()
         raise PtychoError(busy_message(folder, text)) from None
+    _record(handle, _me())
+    return handle
+
+
+def _record(handle: IO[str], who: dict) -> None:
+    """Write the locking process's record (``who``) into its lock file, in place."""
     handle.seek(0)
     handle.truncate()
-    handle.write(json.dumps(_me()) + "\n")
+    handle.write(json.dumps(who) + "\n")
     handle.flush()
-    return handle
 
 
 def _me() -> dict:
@@ -122,8 +127,7 @@ def job_marked(parent_json: str | os.PathLike | None, command: str) -> Iterator[
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 (held open for the job's life)
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        handle.write(json.dumps({**_me(), "command": command}) + "\n")
-        handle.flush()
+        _record(handle, {**_me(), "command": command})
     except OSError:
         pass
     try:

@@ -314,9 +314,8 @@ def check_report_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) 
         other = json.loads(published.read_text())["config"]["results"]
     except (OSError, ValueError, KeyError, TypeError):
         return  # no report yet (or not one of ours: publishing it again is the fix)
-    mine = results_folder(cfg, workdir)
-    theirs = Path(os.path.normpath(base / os.path.expanduser(str(other))))
-    if theirs != mine:
+    theirs = results_folder({"results": other, "allow_results_outside": True}, workdir)
+    if theirs != results_folder(cfg, workdir):
         raise ConfigError(
             f"config key 'results' = {cfg['results']!r} reports to {published.parent.relative_to(base)}, which holds "
             f"the report of results folder {other!r}; choose a results name that does not flatten to the same "
