@@ -147,7 +147,9 @@ def test_a_command_is_bound_to_its_parent_unless_started_under_nohup_outside_the
         env["PTYCHO_CONFIG_HASH"] = "0123"
     code = (
         "import signal; "
-        + ("signal.signal(signal.SIGHUP, signal.SIG_IGN); " if nohup else "")
+        # as nohup leaves it, or as a terminal does (set either way: an ignored SIGHUP is
+        # inherited, and this test may itself run under nohup)
+        + f"signal.signal(signal.SIGHUP, signal.{'SIG_IGN' if nohup else 'SIG_DFL'}); "
         + "from ptycho.runtime import bind_command_to_parent; print(bind_command_to_parent())"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
