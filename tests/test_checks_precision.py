@@ -142,14 +142,12 @@ def test_the_networks_run_are_the_trained_ones_at_their_own_precision(trained, p
     model's own-precision outputs are its saved network's, bit for bit."""
     from ptycho.nets.infer import Predictor, load_network
     from ptycho.nets.inputs import prepare
-    from ptycho.nets.state import load_meta
 
     runs = list(accuracy_item.network_outputs(trained, pair["test"], modes=[], precisions=PRECISIONS, max_samples=9))
     assert [(r.arm, r.precision) for r in runs] == [("pinn-off-s0", "float32"), ("pinn-off-bf16-s0", BF16)]
     for run, model_dir in zip(runs, trained, strict=True):
         assert set(run.patches) == {("off", p) for p in PRECISIONS}
-        meta = load_meta(model_dir)
-        x = prepare(pair["test"], "pinn", norm=meta["physics"]["intensity_norm"]).inputs[:9]
+        x = prepare(pair["test"], "pinn").inputs[:9]
         amp, phase = Predictor(load_network(model_dir), 8, "off")(x)
         np.testing.assert_array_equal(run.patches["off", run.precision], amp * np.exp(1j * phase.astype(np.float64)))
 

@@ -284,9 +284,12 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{work / 'results' / 'mlflow.db'}")  # conftest restores it after the test
     loaded = mlflow.pyfunc.load_model(f"models:/{models[jit.info.run_id].model_id}")
     test = read_dataset(work / "results" / "smoke" / "data" / "test.h5")
-    out = loaded.predict(layout(test, "pinn", test.counts))
+    inferred = np.load(work / "results" / "smoke" / "reconstructions" / "pinn-jit-s0.npz")
+    out = loaded.predict(
+        layout(test, "pinn", test.counts), params={"intensity_norm": float(inferred["intensity_norm"])}
+    )
     amp, phase = (np.moveaxis(out[k], -1, 1).reshape(-1, *out[k].shape[1:3]) for k in ("amplitude", "phase"))
-    inferred = np.load(work / "results" / "smoke" / "reconstructions" / "pinn-jit-s0.npz")["patches"]
+    inferred = inferred["patches"]
     assert np.abs((amp * np.exp(1j * phase)).astype(np.complex64) - inferred).max() <= 1e-6
     # The parent carries the verdict, each item's status and value, and the answer as its description.
     parent = parents[0]

@@ -78,6 +78,9 @@ class Reconstruction:
     seconds: float
     compile_seconds: float
     patterns: int
+    #: The per-pixel mean count the inputs were divided by: the given data's own
+    #: (:func:`ptycho.nets.inputs.intensity_norm`), whatever the training's dose was.
+    intensity_norm: float = float("nan")
 
     @property
     def patterns_per_second(self) -> float:
@@ -109,6 +112,11 @@ def reconstruct(
 
     ``xla`` (a mode of :mod:`ptycho.nets.xla`) and ``batch_size`` default to the training arm's. Timing excludes the first
     (compiling) batch, which is reported as ``compile_seconds``.
+
+    The inputs are normalised by the intensity of ``ds`` itself, not the training split's:
+    the networks read ``sqrt(counts / mean count)``, which does not depend on the dose (the
+    photons per pattern scale the counts and their mean alike), so a model trained at 1e9
+    photons applies to data taken at 1e4 (docs/physics.md, section 4).
     """
     from ptycho.nets.inputs import prepare
     from ptycho.nets.state import load_meta
@@ -125,7 +133,7 @@ def reconstruct(
 
     xla = parse_mode(meta["train"]["xla"] if xla is None else xla)
     batch_size = batch_size or meta["train"]["batch_size"]
-    data = prepare(ds, kind, norm=meta["physics"]["intensity_norm"])
+    data = prepare(ds, kind)  # the given data's own intensity (see above)
     predictor = Predictor(load_network(model_dir), batch_size, xla)
 
     t0 = time.perf_counter()
@@ -148,4 +156,5 @@ def reconstruct(
         seconds=seconds,
         compile_seconds=compile_s,
         patterns=len(data.inputs) * c,
+        intensity_norm=float(data.physics["intensity_norm"]),
     )

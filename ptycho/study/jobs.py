@@ -206,6 +206,7 @@ def infer(model: str, dataset: str, out: str, *, xla: str | None = None, batch_s
         seconds=np.float64(rec.seconds),
         compile_seconds=np.float64(rec.compile_seconds),
         patterns=np.int64(rec.patterns),
+        intensity_norm=np.float64(rec.intensity_norm),  # the given data's own (docs/physics.md, section 4)
     )
     record = JobRecord(
         metrics={

@@ -6,9 +6,13 @@ uploads it as the arm's logged model, so that MLflow's pyfunc loader, given
 patterns in photon counts, float32 ``(B, N, N, C)`` (``C`` = gridsize² neighbouring
 patterns per group for the PINN, 1 for the baseline; the layout of the dataset's
 ``groups``), and returns ``{"amplitude", "phase"}``, each float32 ``(B, N/2, N/2, C)``.
-It normalises by the training split's intensity and predicts with the arm's XLA mode and
-batch, through the same functions as ``ptycho infer`` (:func:`ptycho.nets.inputs.network_inputs`,
-:class:`ptycho.nets.infer.Predictor`), so the two agree to the last bit on the same patterns.
+It normalises by the intensity of the data it is given, as ``ptycho infer`` does, so a
+model applies at any dose: by the mean count per pixel of the batch, or by the param
+``intensity_norm`` when it is above 0 (a dataset's own mean, as ``ptycho infer`` records
+it in its output: pass it to reconstruct a dataset in several batches). It predicts with
+the arm's XLA mode and batch, through the same functions as ``ptycho infer``
+(:func:`ptycho.nets.inputs.network_inputs`, :class:`ptycho.nets.infer.Predictor`), so the
+two agree to the last bit on the same patterns and norm.
 
 The model is an MLflow *model from code*: its ``python_model.py`` is the three lines of
 :data:`CODE` (import :class:`Reconstructor`, hand MLflow an instance), so loading it
@@ -50,7 +54,6 @@ def _reconstructor_class():
             from ptycho.nets.infer import Predictor, load_network
 
             meta = json.loads(Path(context.artifacts["meta"]).read_text())
-            self.norm = float(meta["physics"]["intensity_norm"])
             network = load_network(Path(context.artifacts["network"]).parent)
             self.predictor = Predictor(network, int(meta["train"]["batch_size"]), meta["train"]["xla"])
 
@@ -58,7 +61,11 @@ def _reconstructor_class():
         def predict(self, context, model_input: np.ndarray, params=None):  # noqa: ARG002 - MLflow's signature
             from ptycho.nets.inputs import network_inputs
 
-            amplitude, phase = self.predictor(network_inputs(np.asarray(model_input, np.float32), self.norm))
+            counts = np.asarray(model_input, np.float32)
+            norm = float((params or {}).get("intensity_norm") or 0.0)
+            if norm <= 0:  # the batch's own mean count per pixel (ptycho.nets.inputs.intensity_norm)
+                norm = float(counts.sum(dtype=np.float64) / counts.size)
+            amplitude, phase = self.predictor(network_inputs(counts, norm))
             return {"amplitude": amplitude, "phase": phase}
 
     Reconstructor.__module__, Reconstructor.__qualname__ = __name__, "Reconstructor"
@@ -95,7 +102,7 @@ def save(model_dir: str | os.PathLike, example: np.ndarray) -> Path:
     input example and the signature's shapes)."""
     import mlflow.pyfunc
     from mlflow.models import ModelSignature
-    from mlflow.types.schema import Schema, TensorSpec
+    from mlflow.types.schema import ParamSchema, ParamSpec, Schema, TensorSpec
 
     model_dir = Path(model_dir)
     example = np.asarray(example, np.float32)
@@ -109,6 +116,8 @@ def save(model_dir: str | os.PathLike, example: np.ndarray) -> Path:
                 TensorSpec(np.dtype(np.float32), out_shape, "phase"),
             ]
         ),
+        # 0: the batch's own mean count per pixel (see the module's docstring)
+        params=ParamSchema([ParamSpec("intensity_norm", "double", 0.0)]),
     )
     final = model_dir / FOLDER
     # MLflow's notes on saving (the validated example, warnings, progress bars) are not

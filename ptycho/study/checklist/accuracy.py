@@ -157,7 +157,7 @@ def network_outputs(
     for model_dir in model_dirs:
         meta = load_meta(model_dir)
         model_cfg, train_cfg = configs_from_meta(meta)
-        x = prepare(dataset, model_cfg.kind, norm=meta["physics"]["intensity_norm"]).inputs[:max_samples]
+        x = prepare(dataset, model_cfg.kind).inputs[:max_samples]  # the data's own norm, as `ptycho infer`
         weights = load_network(model_dir).get_weights()
         shape = (meta["n"], x.shape[-1], model_cfg.filters, model_cfg.pooling, model_cfg.depth, model_cfg.mixing)
         patches = {}
