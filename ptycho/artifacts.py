@@ -4,6 +4,11 @@ Reconstructions and stitched images are ``.npz`` files (no pickles); metrics and
 timings are JSON. Every write goes to a temporary file in the target folder and is
 renamed into place, so a killed job never leaves a half-written artefact that a later
 rule would mistake for a result.
+
+What a job writes for another job to read carries its producer's format version
+(:data:`FORMATS`, :func:`check_format`): a record of another version is refused in one
+line naming the command that makes it again, and the workflow re-runs a producer whose
+version changed (:func:`rerun_params`).
 """
 
 from __future__ import annotations
@@ -12,12 +17,123 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ptycho.errors import PtychoError
+
+#: The format version of what each producer writes, by producer: the workflow's rules,
+#: named as the ``ptycho`` commands they run (``check <item>`` is ``check_<item>``, ``solve
+#: --start`` is ``warm_start``). When what a producer writes changes in a way its readers
+#: depend on (a key renamed, moved or given a new meaning), add one to its number here, in
+#: the commit that changes it: the workflow then re-runs that producer and what depends on
+#: it, nothing else (:func:`rerun_params`), and every reader refuses its files of any other
+#: version in one line (:func:`check_format`). A producer not listed (a checklist item
+#: registered from outside the package) is at version 1.
+#:
+#: Stamped (:data:`FORMAT_KEY`): the JSON and NPZ records jobs read from each other
+#: (``model.json``, reconstructions, stitched objects, metrics, checks, bench, solver).
+#: The other outputs have a format of their own, whose number this one only re-runs: the
+#: datasets (``schema_version``, :mod:`ptycho.data.dataset`), CXI, Keras archives, figures,
+#: the report (``schema_version``), the resolved config and the MLflow parent's record.
+FORMATS: dict[str, int] = {
+    "resolved_config": 1,
+    "mlflow_parent": 1,
+    "simulate": 1,
+    "export_cxi": 1,
+    "train": 1,
+    "infer": 1,
+    "stitch": 1,
+    "evaluate": 1,
+    "check_accuracy": 1,
+    "check_gradients": 1,
+    "check_convergence": 1,
+    "check_quality": 1,
+    "check_speedup": 1,
+    "bench": 1,
+    "solve": 1,
+    "warm_start": 1,
+    "figures": 1,
+    "report": 1,
+    "publish_report": 1,
+}
+
+#: The producers of stitched objects (one format): the networks' (stitch) and the solver's.
+STITCHED = ("stitch", "solve")
+
+#: Where a record carries its stamp ``{"producer": <name>, "version": <n>}``: a JSON
+#: record's key, an NPZ file's array (the stamp as JSON text). No stamp reads as version 1
+#: (files written before the stamps existed).
+FORMAT_KEY = "format"
+
+
+def format_version(producer: str) -> int:
+    """The version of what ``producer`` writes (:data:`FORMATS`; 1 if it is not listed)."""
+    return FORMATS.get(producer, 1)
+
+
+def format_stamp(producer: str) -> dict[str, Any]:
+    """The stamp ``producer`` writes into its records: its name and its format version."""
+    return {"producer": producer, "version": format_version(producer)}
+
+
+def rerun_params(producer: str) -> dict[str, str]:
+    """Params for ``producer``'s rule that make Snakemake re-run it, and what depends on it,
+    when its format version changes: none at version 1 (every rule's params as they were
+    before the versions existed, so an existing results folder re-runs nothing), then one
+    param naming the producer and its version.
+
+    Snakemake compares a job's params with those recorded for its outputs as a set of
+    values, without their names (``.snakemake/metadata``): any new param re-runs the job,
+    an empty one too, and a value another param already has would not; hence the
+    producer's name in the value.
+    """
+    version = format_version(producer)
+    return {} if version == 1 else {"format_version": f"ptycho format of {producer}: {version}"}
+
+
+def check_format(path: str | os.PathLike, stamp: Any, producer: str | Sequence[str]) -> None:
+    """Refuse a file whose format stamp (``None``: none, version 1) is not the current
+    version of ``producer`` (or of one of several producers whose records a reader takes):
+    one line naming the file, both versions and the command that makes it again."""
+    producers = (producer,) if isinstance(producer, str) else tuple(producer)
+    if stamp is None:  # written before the stamps: version 1 of whichever producer wrote it
+        made_by, found = next((p for p in producers if format_version(p) != 1), producers[0]), 1
+    elif (
+        isinstance(stamp, dict)
+        and isinstance(stamp.get("producer"), str)
+        and isinstance(stamp.get("version"), int)
+        and not isinstance(stamp.get("version"), bool)
+    ):
+        made_by, found = stamp["producer"], stamp["version"]
+    else:
+        raise PtychoError(
+            f"{path}: its format stamp ({FORMAT_KEY!r}) is not a producer and a version; not a file ptycho "
+            f"wrote, re-create it with the ptycho command that writes it"
+        )
+    if made_by not in producers:
+        raise PtychoError(
+            f"{path} is an output of {made_by}, not of {' or '.join(producers)}; pass the file {producers[0]} writes"
+        )
+    expected = format_version(made_by)
+    if found == expected:
+        return
+    remake = (
+        f"snakemake all --cores all --forcerun {made_by} (with the --config that made this folder; what "
+        "depends on it runs again too), or re-run the ptycho command that wrote it"
+    )
+    if found > expected:
+        raise PtychoError(
+            f"{path} is in format {found} of {made_by}'s output, newer than the format {expected} this ptycho "
+            f"reads; use the ptycho that wrote it, or make it again with this one: {remake}"
+        )
+    raise PtychoError(
+        f"{path} is in format {found} of {made_by}'s output, but this ptycho reads format {expected}; "
+        f"make it again: {remake}"
+    )
 
 
 def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
@@ -141,7 +257,11 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(path: str | os.PathLike, payload: dict) -> None:
+def write_json(path: str | os.PathLike, payload: dict, producer: str | None = None) -> None:
+    """``payload`` as strict JSON; with ``producer``, stamped with its format version."""
+    if producer is not None:
+        payload = {**payload, FORMAT_KEY: format_stamp(producer)}
+
     def write(tmp: str) -> None:
         with open(tmp, "w") as fh:
             json.dump(_jsonable(payload), fh, indent=2, sort_keys=True, allow_nan=False)
@@ -150,17 +270,38 @@ def write_json(path: str | os.PathLike, payload: dict) -> None:
     atomic_write(path, write)
 
 
-def read_json(path: str | os.PathLike) -> dict:
+def read_json(path: str | os.PathLike, producer: str | Sequence[str] | Callable[[dict], str] | None = None) -> dict:
+    """The record at ``path``; with ``producer`` (or a function of the record naming it),
+    refused unless it is in that producer's current format (:func:`check_format`), and
+    returned without its stamp."""
     try:
         with open(path) as fh:
-            return json.load(fh)
+            record = json.load(fh)
     except FileNotFoundError:
         raise PtychoError(f"{path}: no such file") from None
     except json.JSONDecodeError as exc:
         raise PtychoError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); re-create it") from None
+    if producer is not None:
+        if not isinstance(record, dict):
+            raise PtychoError(
+                f"{path}: not a record (a JSON object); re-create it with the ptycho command that writes it"
+            )
+        record = dict(record)
+        stamp = record.pop(FORMAT_KEY, None)
+        check_format(path, stamp, producer(record) if callable(producer) else producer)
+    return record
 
 
-def write_arrays(path: str | os.PathLike, **arrays: np.ndarray) -> None:
+def stamp_json(path: str | os.PathLike, producer: str) -> None:
+    """Stamp a JSON record written without ``producer`` (by code that does not know it)."""
+    write_json(path, read_json(path), producer)
+
+
+def write_arrays(path: str | os.PathLike, *, producer: str | None = None, **arrays: np.ndarray) -> None:
+    """``arrays`` as an ``.npz`` file (no pickles); with ``producer``, stamped with its format version."""
+    if producer is not None:
+        arrays[FORMAT_KEY] = np.array(json.dumps(format_stamp(producer)))
+
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
@@ -168,7 +309,11 @@ def write_arrays(path: str | os.PathLike, **arrays: np.ndarray) -> None:
     atomic_write(path, write)
 
 
-def read_arrays(path: str | os.PathLike, required: tuple[str, ...]) -> dict[str, np.ndarray]:
+def read_arrays(
+    path: str | os.PathLike, required: tuple[str, ...], producer: str | Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
+    """The arrays of ``path``, each of ``required`` present; with ``producer``, refused
+    unless in that producer's current format (:func:`check_format`), without the stamp."""
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
@@ -176,6 +321,14 @@ def read_arrays(path: str | os.PathLike, required: tuple[str, ...]) -> dict[str,
         raise PtychoError(f"{path}: no such file") from None
     except Exception as exc:  # zipfile, pickle and format errors alike
         raise PtychoError(f"{path}: not a readable .npz artefact ({type(exc).__name__}); re-create it") from None
+    if producer is not None:
+        stamp = data.pop(FORMAT_KEY, None)
+        if stamp is not None:
+            try:
+                stamp = json.loads(str(stamp))
+            except ValueError:
+                stamp = str(stamp)  # check_format refuses it
+        check_format(path, stamp, producer)
     missing = [k for k in required if k not in data]
     if missing:
         raise PtychoError(f"{path}: missing array '{missing[0]}'; re-create it with the ptycho command that writes it")

@@ -24,6 +24,7 @@ rule check_accuracy:
         roundoffs=CFG["thresholds"]["accuracy_precision_roundoffs"],
         modes=XLA_MODES,
         precisions=PRECISIONS,
+        **rerun_params("check_accuracy"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -53,6 +54,7 @@ rule check_gradients:
         modes=XLA_MODES,
         precisions=PRECISIONS,
         loss=section_for(CFG, "model", "pinn")["loss"],
+        **rerun_params("check_gradients"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -76,6 +78,7 @@ rule check_convergence:
         ptycho=PTYCHO,
         track=tracking("check_convergence"),
         threshold=CFG["thresholds"]["convergence_max_rel"],
+        **rerun_params("check_convergence"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -99,6 +102,7 @@ rule check_quality:
         ptycho=PTYCHO,
         track=tracking("check_quality"),
         threshold=CFG["thresholds"]["quality_max_ssim_diff"],
+        **rerun_params("check_quality"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -138,6 +142,7 @@ rule bench:
         infer_batches=" ".join(map(str, CFG["bench"]["infer_batches"])),
         batch_repeats=CFG["bench"]["batch_repeats"],
         sweep_precisions=" ".join(arm_lists(CFG, "pinn")[1]),
+        **rerun_params("bench"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -169,6 +174,7 @@ rule check_speedup:
         threshold=CFG["thresholds"]["speedup_min"],
         context=CFG["bench"]["context"],
         margin=CFG["thresholds"]["convergence_max_rel"],
+        **rerun_params("check_speedup"),
     conda:
         "../envs/ptycho.yaml"
     shell:

@@ -16,6 +16,7 @@ rule evaluate:
     params:
         ptycho=PTYCHO,
         track=lambda w: tracking("evaluate", **arm_tags(w)),
+        **rerun_params("evaluate"),
     conda:
         "../envs/ptycho.yaml"
     shell:

@@ -17,6 +17,7 @@ rule infer:
     params:
         ptycho=PTYCHO,
         track=lambda w: tracking("infer", **arm_tags(w)),
+        **rerun_params("infer"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -42,6 +43,7 @@ rule stitch:
     params:
         ptycho=PTYCHO,
         track=lambda w: tracking("stitch", **arm_tags(w)),
+        **rerun_params("stitch"),
     conda:
         "../envs/ptycho.yaml"
     shell:

@@ -30,6 +30,7 @@ rule figures:
         ptycho=PTYCHO,
         track=tracking("figures"),
         out=lambda w, output: os.path.dirname(output[0]),
+        **rerun_params("figures"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -67,6 +68,7 @@ rule report:
         track=tracking("report"),
         benchmarks=f"{R}/benchmarks",
         out=lambda w, output: os.path.dirname(output[0]),
+        **rerun_params("report"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -95,6 +97,7 @@ rule publish_report:
         ptycho=PTYCHO,
         staged=lambda w, input: os.path.dirname(input.staged[0]),
         out=lambda w, output: os.path.dirname(output[0]),
+        **rerun_params("publish_report"),
     conda:
         "../envs/ptycho.yaml"
     shell:

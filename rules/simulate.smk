@@ -8,6 +8,7 @@ rule resolved_config:
     params:
         ptycho=PTYCHO,
         config=json.dumps(CFG, sort_keys=True),
+        **rerun_params("resolved_config"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -19,11 +20,14 @@ rule mlflow_parent:
     # a config change) log under it too. No inputs and no params on purpose: when a job
     # must re-run, Snakemake skips the params checks of everything downstream of it,
     # and every job is downstream of this one. So the config it logs comes through the
-    # environment (PTYCHO_CONFIG_JSON, set in common.smk), like the config hash.
+    # environment (PTYCHO_CONFIG_JSON, set in common.smk), like the config hash. Its
+    # format version's param (none at version 1) would re-run the whole study.
     output:
         PARENT,
     log:
         f"{R}/logs/mlflow_parent.log",
+    params:
+        **rerun_params("mlflow_parent"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -48,6 +52,7 @@ rule simulate:
         ptycho=PTYCHO,
         flags=flags("simulation"),
         track=tracking("simulate"),
+        **rerun_params("simulate"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -72,6 +77,7 @@ rule export_cxi:
         ptycho=PTYCHO,
         flags=flags("cxi"),
         track=lambda w: tracking("export_cxi", split=w.split),
+        **rerun_params("export_cxi"),
     conda:
         "../envs/ptycho.yaml"
     shell:

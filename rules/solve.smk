@@ -26,6 +26,7 @@ rule solve:
         modes=" ".join(CFG["xla"]),
         flags=flags("solver"),
         stitched=lambda w, output: os.path.dirname(output.stitched[0]),
+        **rerun_params("solve"),
     conda:
         "../envs/ptycho.yaml"
     shell:
@@ -57,6 +58,7 @@ rule warm_start:
         mode=WARM_MODE,
         flags=flags("solver"),
         starts=lambda w, input: " ".join(f"--start {m}={p}" for m, p in zip(WARM_ARMS, input.starts, strict=True)),
+        **rerun_params("warm_start"),
     conda:
         "../envs/ptycho.yaml"
     shell:

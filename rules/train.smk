@@ -21,6 +21,7 @@ rule train:
         model_flags=lambda w: model_flags("model", w),
         train_flags=lambda w: model_flags("train", w),
         track=lambda w: tracking("train", **arm_tags(w)),
+        **rerun_params("train"),
     conda:
         "../envs/ptycho.yaml"
     # --resume: after a kill, a NaN or Ctrl-C, continue from the state in

@@ -104,6 +104,7 @@ def train(
     A diverged training under ``on_diverge='record'`` is a result, not an error: its
     outputs hold the last good state marked FAILED and the record carries the reason.
     """
+    from ptycho.artifacts import stamp_json
     from ptycho.data.dataset import read_dataset
     from ptycho.nets.train import train as fit
 
@@ -135,6 +136,7 @@ def train(
         on_resume=on_resume,
         on_diverge=on_diverge,
     )
+    stamp_json(Path(out) / "model.json", "train")  # the training (ptycho.nets.state) writes it unstamped
     record = _with_dataset(JobRecord(params=params, tags=resumed), "train.h5", ds, dataset, "train")
     record.artifacts.append((str(Path(out) / "model.json"), "model"))
     if meta.get("status") == "FAILED":
@@ -198,6 +200,7 @@ def infer(model: str, dataset: str, out: str, *, xla: str | None = None, batch_s
     rec = reconstruct(model, ds, xla=xla, batch_size=batch_size)
     write_arrays(
         out,
+        producer="infer",
         # stitch and evaluate refuse a file of another dataset by it (ptycho.data.provenance)
         **{DIGEST_KEY: np.array(ds.attrs["digest"])},
         patches=rec.patches,
@@ -229,25 +232,26 @@ def stitch(dataset: str, reconstruction: str, out: str, *, weighted: bool = True
     from ptycho.data.provenance import DIGEST_KEY
 
     ds = read_dataset(dataset)
-    rec = read_arrays(reconstruction, ("patches", "positions", "position_object"))
+    rec = read_arrays(reconstruction, ("patches", "positions", "position_object"), producer="infer")
     try:
         images = stitch_objects(
             rec["patches"], rec["positions"], rec["position_object"], ds, weighted=weighted, phase_sync=phase_sync
         )
     except ValueError as err:
         raise PtychoError(f"{reconstruction}: {err}; re-run infer with this dataset") from None
-    write_arrays(out, images=np.stack(images).astype(np.complex64), **{DIGEST_KEY: np.array(ds.attrs["digest"])})
+    images = np.stack(images).astype(np.complex64)
+    write_arrays(out, producer="stitch", images=images, **{DIGEST_KEY: np.array(ds.attrs["digest"])})
     return JobRecord(summary=f"{out}: {len(images)} stitched object(s) of shape {images[0].shape}")
 
 
 def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
     """Stitched objects scored against the ground truth (SSIM, PSNR, MAE, FRC)."""
     from ptycho.analysis.metrics import score_all
-    from ptycho.artifacts import read_arrays, write_json
+    from ptycho.artifacts import STITCHED, read_arrays, write_json
     from ptycho.data.dataset import read_dataset
 
     ds = read_dataset(dataset)
-    images = read_arrays(stitched, ("images",))["images"]
+    images = read_arrays(stitched, ("images",), producer=STITCHED)["images"]
     truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
     if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
         raise PtychoError(
@@ -258,7 +262,7 @@ def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
     except ValueError as err:
         raise PtychoError(f"{stitched}: cannot score ({err})") from None
     result["dataset_digest"] = ds.attrs["digest"]
-    write_json(out, result)
+    write_json(out, result, producer="evaluate")
     mean = result["mean"]
     record = JobRecord(
         metrics={k: v for k, v in mean.items() if isinstance(v, int | float)},
@@ -300,7 +304,7 @@ def bench(
     if model_jsons:
         configs = {}
         for path in model_jsons:
-            model_cfg, trained = configs_from_meta(read_json(path))
+            model_cfg, trained = configs_from_meta(read_json(path, producer="train"))
             configs.setdefault(model_cfg.kind, (model_cfg, trained))
         kinds = [m.kind for m in models]
         models = [configs[k][0] for k in kinds if k in configs]
@@ -315,7 +319,7 @@ def bench(
         source = simulate_split(sim, "train")
     result = timing.run(source, models, train_cfg, modes, config, precisions)
     if out:
-        write_json(out, result)
+        write_json(out, result, producer="bench")
     gpus = result["machine"]["gpus"]  # what the workers' TensorFlow saw; this process loads none
     return JobRecord(
         tags={"device": "GPU" if gpus else "CPU", "gpus": str(gpus) if gpus else "none"},
@@ -367,7 +371,7 @@ def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
     except KeyError:
         raise PtychoError(f"check: unknown item {item!r}; choose one of {', '.join(checklist.names())}") from None
     result = spec.collect(checklist.Inputs(**inputs), threshold)
-    write_json(out, result)
+    write_json(out, result, producer=checklist.producer(item))
     return JobRecord(
         metrics={f"{item}_value": result["value"], f"{item}_pass": float(result["status"] == "PASS")},
         tags={"status": result["status"]},
@@ -429,15 +433,15 @@ def report(
     """The validation report (JSON, Markdown, HTML) from the checklist and every arm's results."""
     from ptycho.artifacts import read_json
     from ptycho.nets.state import timing_summary
+    from ptycho.study import checklist, solver_view
     from ptycho.study import report as views
-    from ptycho.study import solver_view
     from ptycho.study.arms import Arm
     from ptycho.study.bench import machine_info
     from ptycho.tracking import config_hash, git_commit
 
-    items = {r["item"]: r for r in map(read_json, checks_json)}
+    items = {r["item"]: r for r in (read_json(p, producer=checklist.producer_of) for p in checks_json)}
     arms: dict[str, dict] = {}
-    for meta in map(read_json, model_jsons):
+    for meta in (read_json(p, producer="train") for p in model_jsons):
         arms[Arm.of_meta(meta).name] = {
             "timing": timing_summary(meta),
             "final": meta["history"][-1] if meta["history"] else None,
@@ -445,7 +449,7 @@ def report(
             "failure": meta.get("failure"),
         }
     for path in metrics:
-        arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path)["mean"]
+        arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path, producer="evaluate")["mean"]
     from ptycho.study.figures.inputs import inference_rates
 
     for arm, rate in inference_rates(reconstructions).items():

@@ -34,9 +34,9 @@ _SCORED = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")
 
 def _start_images(name: str, path: str, objects: int) -> np.ndarray:
     """A warm start's stitched objects, one per object of the dataset (read once)."""
-    from ptycho.artifacts import read_arrays
+    from ptycho.artifacts import STITCHED, read_arrays
 
-    images = read_arrays(path, ("images",))["images"]
+    images = read_arrays(path, ("images",), producer=STITCHED)["images"]
     if len(images) < objects:
         raise PtychoError(f"start {name} ({path}) holds {len(images)} object(s); the dataset has {objects}")
     return images
@@ -173,12 +173,13 @@ def solve(
             mode: bootstrap_ratio(timed((REFERENCE, FLAT)), timed((mode, FLAT))) for mode in modes if mode != REFERENCE
         }
     record["warm_start"] = warm_table(record)
-    write_json(out, record)
+    write_json(out, record, producer="warm_start" if starts else "solve")
     if stitched_dir:
         for mode in modes:
             images = np.stack([crop(p, last[(mode, FLAT)][m]) for m, p in enumerate(probs)])
             write_arrays(  # with its dataset's digest, as stitch writes it: evaluate checks the pair
                 Path(stitched_dir) / f"solver-{mode}.npz",
+                producer="solve",
                 images=images.astype(np.complex64),
                 **{DIGEST_KEY: np.array(ds.attrs["digest"])},
             )

@@ -103,7 +103,8 @@ def load(paths: Sequence[str], arms: Mapping[str, Mapping]) -> dict[str, Any] | 
 
     if not paths:
         return None
-    records = [read_json(p) for p in paths]
+    # The flat starts' record (rule solve), then the warm starts' (rule warm_start).
+    records = [read_json(p, producer="warm_start" if i else "solve") for i, p in enumerate(paths)]
     for path, record in zip(paths, records, strict=True):
         if "runs" not in record or "engine" not in record:
             raise PtychoError(f"{path}: not a solver record; pass the JSON written by 'ptycho solve --out'")

@@ -13,7 +13,20 @@ from importlib import import_module
 
 from ptycho.study.checklist.item import Figure, Inputs, Item, Section, verdict
 
-__all__ = ["Figure", "Inputs", "Item", "Section", "get", "items", "names", "register", "sections", "verdict"]
+__all__ = [
+    "Figure",
+    "Inputs",
+    "Item",
+    "Section",
+    "get",
+    "items",
+    "names",
+    "producer",
+    "producer_of",
+    "register",
+    "sections",
+    "verdict",
+]
 
 _MODULES = ("accuracy", "gradients", "convergence", "quality", "speedup")
 _EXTRA: dict[str, Item] = {}  # items registered from outside the package, in registration order
@@ -35,6 +48,17 @@ def get(name: str) -> Item:
         if it.name == name:
             return it
     raise KeyError(name)
+
+
+def producer(item: str) -> str:
+    """The job that writes ``item``'s record: its rule and its format's producer
+    (:data:`ptycho.artifacts.FORMATS`), ``check_<item>``."""
+    return f"check_{item}"
+
+
+def producer_of(record: dict) -> str:
+    """The producer of a check record, by the item it names."""
+    return producer(str(record.get("item")))
 
 
 def register(item: Item) -> Item:

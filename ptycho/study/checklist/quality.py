@@ -108,8 +108,8 @@ def quality(
 
 
 def collect(inputs: Inputs, threshold: float) -> dict:
-    failed = failed_arms([read_json(p) for p in inputs.model_jsons])
-    return quality({Path(p).stem: read_json(p) for p in inputs.metrics}, threshold, failed)
+    failed = failed_arms([read_json(p, producer="train") for p in inputs.model_jsons])
+    return quality({Path(p).stem: read_json(p, producer="evaluate") for p in inputs.metrics}, threshold, failed)
 
 
 def tables(report: Mapping) -> list[Table]:

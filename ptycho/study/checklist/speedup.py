@@ -366,10 +366,15 @@ def collect(inputs: Inputs, threshold: float) -> dict:
 
     if not inputs.bench:
         raise PtychoError("check speedup: needs --bench (the JSON written by 'ptycho bench --out')")
-    metas = [read_json(p) for p in inputs.model_jsons]
+    metas = [read_json(p, producer="train") for p in inputs.model_jsons]
     timings = {Arm.of_meta(m).name: timing(m) for m in metas}
     return speedup(
-        read_json(inputs.bench), threshold, timings, context=inputs.context, metas=metas, margin=inputs.margin
+        read_json(inputs.bench, producer="bench"),
+        threshold,
+        timings,
+        context=inputs.context,
+        metas=metas,
+        margin=inputs.margin,
     )
 
 

@@ -91,11 +91,11 @@ class FigureInputs:
         """Arm -> :func:`ptycho.analysis.metrics.compare` of its first stitched object with
         the truth: what the metrics scored, as they scored it."""
         from ptycho.analysis.metrics import compare
-        from ptycho.artifacts import read_arrays
+        from ptycho.artifacts import STITCHED, read_arrays
 
         out = {}
         for path in self.stitched:
-            images = read_arrays(path, ("images",))["images"]
+            images = read_arrays(path, ("images",), producer=STITCHED)["images"]
             if len(images) == 0 or images[0].shape != self.truth.shape:
                 raise PtychoError(f"{path}: stitched images do not match the objects of {self.dataset}; re-run stitch")
             out[_arm_of_file(path)] = compare(images[0], self.truth)
@@ -106,7 +106,7 @@ class FigureInputs:
         """Metrics file -> its record."""
         from ptycho.artifacts import read_json
 
-        return {path: read_json(path) for path in self.metrics}
+        return {path: read_json(path, producer="evaluate") for path in self.metrics}
 
     @cached_property
     def frc(self) -> dict[Arm, dict[str, Any]]:
@@ -130,7 +130,7 @@ class FigureInputs:
         """Arm -> its per-epoch training records (``model.json``'s ``history``)."""
         from ptycho.artifacts import read_json
 
-        return {Arm.of_meta(m): m["history"] for m in map(read_json, self.model_jsons)}
+        return {Arm.of_meta(m): m["history"] for m in (read_json(p, producer="train") for p in self.model_jsons)}
 
     @cached_property
     def loss_curves(self) -> dict[Arm, dict[str, list]]:
@@ -152,7 +152,7 @@ class FigureInputs:
         """The benchmark record (``ptycho bench --out``)."""
         from ptycho.artifacts import read_json
 
-        timed = read_json(self.bench_json)
+        timed = read_json(self.bench_json, producer="bench")
         if "arms" not in timed:
             raise PtychoError(
                 f"{self.bench_json}: not a benchmark result; pass the JSON written by 'ptycho bench --out'"
@@ -180,6 +180,6 @@ def inference_rates(reconstructions: Sequence[str]) -> dict[str, float]:
 
     rates = {}
     for path in reconstructions:
-        rec = read_arrays(path, ("seconds", "patterns"))
+        rec = read_arrays(path, ("seconds", "patterns"), producer="infer")
         rates[Path(path).stem] = float(rec["patterns"] / rec["seconds"])
     return rates
