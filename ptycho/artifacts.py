@@ -116,7 +116,7 @@ def check_format(path: str | os.PathLike, stamp: Any, producer: str | Sequence[s
         )
     if made_by not in producers:
         raise PtychoError(
-            f"{path} is an output of {made_by}, not of {' or '.join(producers)}; pass the file {producers[0]} writes"
+            f"{path} is an output of {made_by}, not of {' or '.join(producers)}; pass an output of {producers[0]}"
         )
     expected = format_version(made_by)
     if found == expected:

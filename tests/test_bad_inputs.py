@@ -303,6 +303,19 @@ def _model_with_kernel(filters: int) -> Callable[[Path, Path], None]:
     return setup
 
 
+def _stitched_as_reconstruction(d: Path, clean: Path) -> None:
+    """``s.npz``: stitched objects of ``test.h5`` (stitch's output, stamped so)."""
+    from ptycho.artifacts import write_arrays
+    from ptycho.data.dataset import read_attributes
+    from ptycho.data.provenance import DIGEST_KEY
+
+    shutil.copyfile(clean / "test.h5", d / "test.h5")
+    digest = read_attributes(d / "test.h5")["digest"]
+    write_arrays(
+        d / "s.npz", producer="stitch", images=np.zeros((1, 8, 8), np.complex64), **{DIGEST_KEY: np.array(digest)}
+    )
+
+
 IMPORT_WORK = ("ptycho.data.dataset.write_dataset",)
 
 CONFIG_JSON = _files(**{"c.json": '{"train": {"epochs": 1}}'})
@@ -721,6 +734,28 @@ CATALOGUE: list[Row] = [
         args=("solve", "--dataset", "test.h5", "--out", "s.json", "--step", "10"),
         setup=_copy("test.h5"),
         message="config key 'solver.step' = 10.0 is out of range; allowed: [1e-06, 4.0]",
+    ),
+    # ---- #34: job records of another format version, or of another job
+    Row(
+        "record-newer-format",
+        "dataset",
+        "a metrics file written by a newer ptycho (format 2 of `evaluate`) to `check quality`",
+        "cli",
+        args=("check", "quality", "--threshold", "0.02", "--metrics", "m.json", "--out", "q.json"),
+        setup=_files(**{"m.json": json.dumps({"format": {"producer": "evaluate", "version": 2}, "mean": {}})}),
+        exit_code=1,
+        message="m.json is in format 2 of evaluate's output, newer than the format 1 this ptycho reads; "
+        "use the ptycho that wrote it, or make it again with this one: snakemake all --cores all --forcerun evaluate",
+    ),
+    Row(
+        "record-of-another-job",
+        "dataset",
+        "stitched objects (`stitch`'s output) as `stitch --reconstruction`",
+        "cli",
+        args=("stitch", "--reconstruction", "s.npz", "--dataset", "test.h5", "--out", "t.npz"),
+        setup=_stitched_as_reconstruction,
+        exit_code=1,
+        message="s.npz is an output of stitch, not of infer; pass an output of infer",
     ),
     # ---- command line
     Row(

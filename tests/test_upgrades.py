@@ -101,7 +101,7 @@ def test_a_file_of_another_producer_is_refused(tmp_path):
     assert read_arrays(path, ("images",), producer=STITCHED)["images"].shape == (1, 4, 4)  # solver's or networks'
     with pytest.raises(PtychoError) as err:
         read_arrays(path, ("patches",), producer="infer")
-    assert str(err.value) == f"{path} is an output of stitch, not of infer; pass the file infer writes"
+    assert str(err.value) == f"{path} is an output of stitch, not of infer; pass an output of infer"
 
 
 def test_a_check_record_is_read_in_the_format_of_its_own_item(tmp_path, monkeypatch):
