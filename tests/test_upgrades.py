@@ -36,6 +36,10 @@ from ptycho.study import run_lock
 
 #: The previous release (the last commit before the format versions), pinned by hash.
 PREVIOUS_RELEASE = "532d692"
+#: What the upgrade from it re-runs, by rule: nothing (every format is at version 1, no
+#: rule's params or command changed since). A change that re-runs jobs of an existing
+#: folder (a format bump, a new key in a rule's flags) shows here, on purpose: say it here.
+UPGRADE_RERUNS: dict[str, int] = {}
 
 
 def _remake(producer: str) -> str:
@@ -267,7 +271,7 @@ def test_the_previous_releases_smoke_folder_runs_through_this_code(tmp_path):
     assert _imported(work) == (str(work / "ptycho" / "artifacts.py"), True)
     upgraded = _run(work, "-n", "all", *SMOKE)
     assert upgraded.returncode == 0, upgraded.stderr[-3000:]
-    assert "Nothing to be done" in upgraded.stdout + upgraded.stderr, upgraded.stdout[-3000:]
+    assert _jobs(upgraded) == UPGRADE_RERUNS, upgraded.stdout[-1500:]
 
     assert _bump(work, "check_quality") == 2
     published = {p.name: p.read_bytes() for p in (work / "reports" / "smoke").iterdir()}
