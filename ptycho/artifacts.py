@@ -61,8 +61,11 @@ FORMATS: dict[str, int] = {
     "publish_report": 1,
 }
 
-#: The producers of stitched objects (one format): the networks' (stitch) and the solver's.
+#: Producers of one format, whose readers take either (a change of it bumps both lines):
+#: stitched objects, the networks' (stitch) and the solver's; the records of ``ptycho
+#: solve``, from flat starts (solve) and with ``--start`` (warm_start, which may hold both).
 STITCHED = ("stitch", "solve")
+SOLVER = ("solve", "warm_start")
 
 #: Where a record carries its stamp ``{"producer": <name>, "version": <n>}``: a JSON
 #: record's key, an NPZ file's array (the stamp as JSON text). No stamp reads as version 1

@@ -24,6 +24,7 @@ from test_rerun_truth import SMOKE, _finished_looking_study
 
 from ptycho.artifacts import (
     FORMATS,
+    SOLVER,
     STITCHED,
     read_arrays,
     read_json,
@@ -106,6 +107,20 @@ def test_a_file_of_another_producer_is_refused(tmp_path):
     with pytest.raises(PtychoError) as err:
         read_arrays(path, ("patches",), producer="infer")
     assert str(err.value) == f"{path} is an output of stitch, not of infer; pass an output of infer"
+
+
+def test_one_format_of_two_producers_is_read_whichever_wrote_it(tmp_path, monkeypatch):
+    """`ptycho solve --start` (rule warm_start) writes the flat starts too: its record may
+    stand first, where the solve rule's goes; a change of that format bumps both lines."""
+    path = tmp_path / "solve.json"
+    write_json(path, {"runs": []}, producer="warm_start")
+    assert read_json(path, producer=SOLVER) == {"runs": []}
+    monkeypatch.setitem(FORMATS, "solve", 2)
+    assert read_json(path, producer=SOLVER) == {"runs": []}  # its own producer's version decides
+    unstamped = tmp_path / "old.json"
+    unstamped.write_text('{"runs": []}')
+    with pytest.raises(PtychoError, match="old.json is in format 1 of solve's output, but this ptycho reads format 2"):
+        read_json(unstamped, producer=SOLVER)  # either producer may have written it: refused
 
 
 def test_a_check_record_is_read_in_the_format_of_its_own_item(tmp_path, monkeypatch):

@@ -98,13 +98,12 @@ def load(paths: Sequence[str], arms: Mapping[str, Mapping]) -> dict[str, Any] | 
     """:func:`summarise` of the records at ``paths`` (``ptycho solve`` JSON: the first
     from a flat start in every mode, an optional second with the warm starts); None
     without any."""
-    from ptycho.artifacts import read_json
+    from ptycho.artifacts import SOLVER, read_json
     from ptycho.errors import PtychoError
 
     if not paths:
         return None
-    # The flat starts' record (rule solve), then the warm starts' (rule warm_start).
-    records = [read_json(p, producer="warm_start" if i else "solve") for i, p in enumerate(paths)]
+    records = [read_json(p, producer=SOLVER) for p in paths]
     for path, record in zip(paths, records, strict=True):
         if "runs" not in record or "engine" not in record:
             raise PtychoError(f"{path}: not a solver record; pass the JSON written by 'ptycho solve --out'")
