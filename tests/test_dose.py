@@ -18,12 +18,19 @@ pytest.importorskip("tensorflow")
 
 @pytest.fixture(scope="module")
 def model_1e6(pair, tmp_path_factory):
-    """A PINN trained (briefly) on the shared pair's train split, taken at 1e6 photons."""
+    """A PINN trained (briefly: not yet better than a blank, which the check of a
+    collapsed training would refuse) on the shared pair's train split, at 1e6 photons."""
     from ptycho.nets.models import ModelConfig
     from ptycho.nets.train import TrainConfig, train
 
     out = tmp_path_factory.mktemp("model-1e6")
-    train(pair["train"], ModelConfig(kind="pinn", filters=4), TrainConfig(epochs=3, batch_size=8), out, progress=False)
+    train(
+        pair["train"],
+        ModelConfig(kind="pinn", filters=4),
+        TrainConfig(epochs=3, batch_size=8, fail_on_collapse=False),
+        out,
+        progress=False,
+    )
     return out
 
 

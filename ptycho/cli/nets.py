@@ -39,7 +39,8 @@ ON_DIVERGE = ("raise", "record")
         choices=ON_DIVERGE,
         default=ON_DIVERGE[0],
         help="on a NaN/inf loss: fail (raise, the default) or write the last good state as the model, "
-        "marked status FAILED in model.json, and exit 0 (record)",
+        "marked status FAILED in model.json, and exit 0 (record); a collapsed training (final validation "
+        "loss not below a featureless object's) is kept as it ended, marked FAILED, and fails or exits 0 alike",
     ),
     config_flags(ModelConfig, "model_"),
     config_flags(TrainConfig, "train_"),

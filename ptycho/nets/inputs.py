@@ -56,7 +56,6 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
     Inference passes the training set's ``norm`` so both splits share one unit.
     """
     from ptycho.physics.forward_tf import canvas_pad_for
-    from ptycho.physics.translate import centre_crop, extract_patches
 
     norm = intensity_norm(ds) if norm is None else norm
     y = normalised(ds.counts, norm)  # (P, N, N)
@@ -70,19 +69,29 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
     if kind == "pinn":
         inputs, counts = layout(ds, kind, x), layout(ds, kind, y)
         return TrainingData(inputs, ds.group_offsets.astype(np.float32), {"counts": counts}, physics)
-    patches = np.concatenate(
-        [extract_patches(ds.objects[m], ds.positions[ds.position_object == m], n) for m in range(ds.objects.shape[0])]
+    amp, phase = true_outputs(ds, kind)
+    return TrainingData(
+        layout(ds, kind, x), np.zeros((len(x), 1, 2), np.float32), {"amp": amp, "phase": phase}, physics
     )
-    order = np.concatenate([np.flatnonzero(ds.position_object == m) for m in range(ds.objects.shape[0])])
+
+
+def true_outputs(ds: Dataset, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """What a perfect network would output for every sample of ``ds``: the true object's
+    amplitude and phase on the central N/2 x N/2 of each pattern's patch, float32, in the
+    network's output layout (the PINN's ``(G, N/2, N/2, C)``, the baseline's
+    ``(P, N/2, N/2, 1)``). The baseline's targets; the PINN's loss floor
+    (:func:`ptycho.nets.train.loss_bounds`). Needs a ground truth (a simulated dataset)."""
+    from ptycho.physics.translate import centre_crop, extract_patches
+
+    m_all = range(ds.objects.shape[0])
+    patches = np.concatenate(
+        [extract_patches(ds.objects[m], ds.positions[ds.position_object == m], ds.n) for m in m_all]
+    )
+    order = np.concatenate([np.flatnonzero(ds.position_object == m) for m in m_all])
     inv = np.empty_like(order)
     inv[order] = np.arange(len(order))
-    patches = centre_crop(patches[inv], n // 2)  # back in position order
-    return TrainingData(
-        layout(ds, kind, x),
-        np.zeros((len(x), 1, 2), np.float32),
-        {
-            "amp": np.abs(patches)[..., None].astype(np.float32),
-            "phase": np.angle(patches)[..., None].astype(np.float32),
-        },
-        physics,
+    patches = centre_crop(patches[inv], ds.n // 2)  # back in position order
+    return (
+        layout(ds, kind, np.abs(patches)).astype(np.float32),
+        layout(ds, kind, np.angle(patches)).astype(np.float32),
     )

@@ -102,10 +102,6 @@ class Trainer:
         baseline's MAE against the true patches. Its own XLA function in ``physics`` mode."""
         import tensorflow as tf
 
-        from ptycho.nets.models import to_complex
-        from ptycho.nets.xla import xla_translation
-        from ptycho.physics.forward_tf import pad_centre, poisson_nll, predicted_amplitude
-
         if self.model_cfg.kind == "baseline":
             d = phase - targets["phase"]
             if self.model_cfg.baseline_phase == "relative":
@@ -119,14 +115,36 @@ class Trainer:
                 )
                 d = tf.math.atan2(tf.sin(d - c), tf.cos(d - c))
             return tf.reduce_mean(tf.abs(amp - targets["amp"]) + tf.abs(d), axis=[1, 2, 3])
-        obj = pad_centre(to_complex(amp, phase), self.n)
-        pred = predicted_amplitude(
-            obj, offsets, self.probe, self.log_scale, xla=xla_translation(self.mode), canvas_pad=self.canvas_pad
+        return self.data_loss(self.head_amplitude(amp, phase, offsets), targets["counts"])
+
+    def head_amplitude(self, amp, phase, offsets):
+        """The PINN's physics head: the network's amplitude and phase ``(B, N/2, N/2, C)``
+        to far-field amplitudes ``(B, N, N, C)``, at the head's (trainable) scale."""
+        from ptycho.nets.models import to_complex
+        from ptycho.nets.xla import xla_translation
+        from ptycho.physics.forward_tf import predicted_amplitude
+
+        return predicted_amplitude(
+            to_complex(amp, phase),
+            offsets,
+            self.probe,
+            self.log_scale,
+            xla=xla_translation(self.mode),
+            canvas_pad=self.canvas_pad,
         )
+
+    def data_loss(self, pred, counts):
+        """The PINN's per-sample loss ``(B,)`` of predicted far-field amplitudes against the
+        measured (normalised) counts: MAE on amplitudes, or the Poisson negative
+        log-likelihood. Also the loss of the saturated model (``pred = sqrt(counts)``), the
+        floor without a ground truth (:func:`ptycho.nets.train.loss_bounds`)."""
+        import tensorflow as tf
+
+        from ptycho.physics.forward_tf import poisson_nll
+
         if self.model_cfg.loss == "mae":
-            return tf.reduce_mean(tf.abs(pred - tf.sqrt(targets["counts"])), axis=[1, 2, 3])
-        nll = poisson_nll(pred, targets["counts"], self.model_cfg.poisson_eps)
-        return tf.reduce_mean(nll, axis=[1, 2, 3])
+            return tf.reduce_mean(tf.abs(pred - tf.sqrt(counts)), axis=[1, 2, 3])
+        return tf.reduce_mean(poisson_nll(pred, counts, self.model_cfg.poisson_eps), axis=[1, 2, 3])
 
     def _train_step(self, x, offsets, targets):
         import tensorflow as tf

@@ -60,8 +60,11 @@ def diffraction_amplitude(exit_wave):
 def reassemble(patches, offsets, canvas_size: int, *, xla: bool):
     """Merge a group's patches into one canvas: average of ``translate(pad(p_c), -offset_c)``.
 
-    ``patches`` (B, n, n, C) complex, ``offsets`` (B, C, 2). Where no patch reaches, the
-    canvas is zero. Returns ``(B, M, M, 1)`` complex.
+    ``patches`` (B, s, s, C) complex, ``offsets`` (B, C, 2). Each canvas pixel is the mean
+    of the patches that cover it (their s x s support, not the padding around it: the
+    networks fill only the central N/2 of a patch, and counting the padding as zeros
+    would dim the object near each patch's rim). Where no patch reaches, the canvas is
+    zero. Returns ``(B, M, M, 1)`` complex.
     """
     import tensorflow as tf
 
@@ -103,17 +106,22 @@ def canvas_pad_for(offsets, n: int) -> int:
 def predicted_amplitude(object_patches, offsets, probe, log_scale, *, xla: bool, canvas_pad: int):
     """Physics head: object patches of a group -> far-field amplitudes ``(B, N, N, C)``.
 
-    ``object_patches`` (B, N, N, C) complex; the group is first reassembled on a canvas of
-    side ``N + 2*canvas_pad`` (so all C patches must agree where they overlap), each
-    pattern's patch is then extracted at its own offset, multiplied by ``probe`` (N, N)
-    and propagated; ``exp(log_scale)`` is the trainable intensity scale.
+    ``object_patches`` (B, s, s, C) complex, the object on the central s x s of each
+    pattern's N x N window (s <= N, the probe's size; the networks give s = N/2, zero
+    beyond); the group is first reassembled on a canvas of side ``N + 2*canvas_pad`` (so
+    all C patches must agree where they overlap), each pattern's patch is then extracted
+    at its own offset, multiplied by ``probe`` (N, N) and propagated; ``exp(log_scale)``
+    is the trainable intensity scale. The true object's patches reproduce the simulated
+    amplitudes (a test checks it at 1e9 photons).
     """
     import tensorflow as tf
 
-    n = object_patches.shape[1]
+    n = int(probe.shape[0])
     if object_patches.shape[-1] > 1:
         canvas = reassemble(object_patches, offsets, n + 2 * canvas_pad, xla=xla)
         object_patches = extract(canvas, offsets, n, xla=xla)
+    else:
+        object_patches = pad_centre(object_patches, n)
     wave = object_patches * tf.cast(probe, object_patches.dtype)[None, :, :, None]
     return diffraction_amplitude(wave) * tf.cast(tf.exp(log_scale), object_patches.dtype.real_dtype)
 
