@@ -379,7 +379,10 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
         "--out-dir",
         t / "nofigures",
     )
-    assert r.returncode != 0 and "not a benchmark result" in r.stderr.strip().splitlines()[-1]
+    said = r.stderr.strip().splitlines()[-1]  # the record's stamp names its job
+    assert r.returncode != 0 and said.endswith(
+        "accuracy.json is an output of check_accuracy, not of bench; pass an output of bench"
+    )
     assert not (t / "nofigures").exists()
     (t / "mystery.png").write_bytes(b"not a png")
     for bad, message in ((t / "mystery.png", "not a figure of the report"), (t / "figures" / "frc.txt", "cannot read")):
