@@ -168,7 +168,7 @@ def no_leaked_pyplot_figures():
 def test_palette_gives_every_xla_mode_one_okabe_ito_colour():
     from ptycho.nets.xla import MODES
 
-    assert list(style.MODE_COLOURS) == list(MODES)  # a new mode needs its colour
+    assert list(style.MODE_COLOURS) == list(MODES)  # every mode has one (a new one the next free colour)
     assert set(style.MODE_COLOURS.values()) <= set(style.OKABE_ITO)
     assert len(set(style.MODE_COLOURS.values())) == len(MODES)
     assert style.arm_colour("jit") == style.XLA_COLOUR == JIT and style.arm_colour("off") == style.NOXLA_COLOUR == OFF
@@ -181,8 +181,9 @@ def test_every_precision_has_one_style_float32_plain_the_others_told_apart_witho
 
     from ptycho.nets.precision import PRECISIONS
 
-    assert list(style.PRECISION_STYLES) == list(PRECISIONS)  # a new precision needs its style
-    assert style.PRECISION_STYLES["float32"] == (0.0, "full", "")  # drawn as before the axis
+    assert list(style.PRECISION_STYLES) == list(PRECISIONS)  # every precision has one (a new one a default)
+    f32 = style.PRECISION_STYLES["float32"]
+    assert (f32.lighten, f32.fillstyle, f32.hatch) == (0.0, "full", "")  # drawn as before the axis
     reduced = [s for p, s in style.PRECISION_STYLES.items() if p != "float32"]
     assert len({s.fillstyle for s in reduced} | {"full"}) == len(PRECISIONS)  # greyscale: the marker's fill
     assert len({s.hatch for s in reduced} | {""}) == len(PRECISIONS)  # greyscale: the hatching

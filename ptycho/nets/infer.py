@@ -22,20 +22,19 @@ from ptycho.errors import PtychoError
 class Predictor:
     """Fixed-batch predict step for a network ``x -> (amp, phase)`` under an XLA mode.
 
-    Inference has no physics head, so the ``physics`` mode predicts exactly as ``off``
-    (the network as a plain graph); ``jit`` compiles the step, ``auto`` auto-clusters it.
+    The step is compiled as the mode compiles a step (:func:`~ptycho.nets.xla.compile_step`):
+    ``jit`` compiles it, ``auto`` auto-clusters it; inference has no physics head, so
+    ``physics`` (whose step is a plain graph) predicts exactly as ``off``.
     The step is traced once: a retrace raises :class:`~ptycho.nets.xla.Retraced`.
     """
 
     def __init__(self, network, batch_size: int, mode: str):
-        from ptycho.nets.xla import REFERENCE, compile_step, parse_mode
+        from ptycho.nets.xla import compile_step, parse_mode
 
         self.network = network
         self.batch_size = batch_size
         self.mode = parse_mode(mode)
-        self._step = compile_step(
-            self._predict, REFERENCE if self.mode == "physics" else self.mode, name="predict step"
-        )
+        self._step = compile_step(self._predict, self.mode, name="predict step")
 
     @property
     def traces(self) -> int:

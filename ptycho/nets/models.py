@@ -79,8 +79,9 @@ def build_network(
     only a window of it (about 18 px of 64 at depth 2). One such layer costs
     (N / 2**depth)^4 weights, 65k at depth 2, N = 64 (see docs/architecture.md).
 
-    ``precision`` is every layer's Keras dtype policy (``mixed_bfloat16``: compute in
-    bfloat16 over float32 variables) except the output activations, which are float32
+    ``precision`` (a name of :data:`ptycho.nets.precision.PRECISIONS`) gives every layer
+    its record's Keras dtype policy (``mixed_bfloat16``: compute in bfloat16 over float32
+    variables) except the output activations, which are float32
     (the outputs feed the physics head, whose ``tf.complex`` and FFT take no bfloat16,
     so the network hands over float32 whatever it computes in), and the bilinear
     upsampling, whose TensorFlow kernel answers bfloat16 with float32.
@@ -88,9 +89,11 @@ def build_network(
     import keras
     from keras import layers
 
+    from ptycho.nets.precision import PRECISIONS, parse_precision
+
     init = lambda k: keras.initializers.GlorotUniform(seed=seed + k)  # noqa: E731
     counter = iter(range(10_000))
-    p = {"dtype": precision}
+    p = {"dtype": PRECISIONS[parse_precision(precision)].policy}
 
     def conv(x, f, **kw):
         return layers.Conv2D(

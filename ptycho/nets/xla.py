@@ -31,25 +31,70 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from ptycho.errors import ConfigError, PtychoError
 
-#: The modes, in display order, with one line each (report, --help, docs).
-MODES: dict[str, str] = {
-    "off": "graph mode, no XLA, reference translation (ImageProjectiveTransformV3)",
-    "jit": "whole step jit-compiled (tf.function(jit_compile=True)), XLA-safe translation",
-    "auto": "TensorFlow auto-clustering (set_jit('autoclustering'), --tf_xla_cpu_global_jit), XLA-safe translation",
-    "physics": "network in graph mode (oneDNN), only the physics head and loss jit-compiled",
+
+class Mode(NamedTuple):
+    """One XLA mode: its name and what it hands to XLA. Everything that differs between
+    modes reads these fields (:func:`compile_step`, :func:`compile_physics`,
+    :func:`compile_head`, :func:`xla_translation`, the benchmark's cluster count, the
+    accuracy item's inference modes), never a mode's name; its words and colour are in
+    :mod:`ptycho.study.presentation`."""
+
+    name: str  #: the config's and the arm names' word (letters, digits, ``_``: arm names split on ``-``)
+    description: str  #: one line (``--help``, docs)
+    jit_step: bool = False  #: the whole train/predict step is one ``tf.function(jit_compile=True)``
+    autocluster: bool = False  #: the step is a graph instantiated under ``set_jit("autoclustering")``
+    jit_physics: bool = False  #: the physics head (and loss) is its own ``jit_compile=True`` function
+    xla_translation: bool = True  #: the XLA-safe ``tf.gather`` translation (False: ``ImageProjectiveTransformV3``)
+
+    @property
+    def xla_step(self) -> bool:
+        """Whether XLA compiles the step itself (whole or clustered); when not, the predict
+        step, which has no physics head, is the reference's plain graph."""
+        return self.jit_step or self.autocluster
+
+
+#: The modes, in display order: the one record of each (iterate for names; ``MODES[name]``
+#: for the record).
+MODES: dict[str, Mode] = {
+    m.name: m
+    for m in (
+        Mode(
+            "off",
+            "graph mode, no XLA, reference translation (ImageProjectiveTransformV3)",
+            xla_translation=False,
+        ),
+        Mode("jit", "whole step jit-compiled (tf.function(jit_compile=True)), XLA-safe translation", jit_step=True),
+        Mode(
+            "auto",
+            "TensorFlow auto-clustering (set_jit('autoclustering'), --tf_xla_cpu_global_jit), XLA-safe translation",
+            autocluster=True,
+        ),
+        Mode(
+            "physics",
+            "network in graph mode (oneDNN), only the physics head and loss jit-compiled",
+            jit_physics=True,
+        ),
+    )
 }
 REFERENCE = "off"
-#: The modes each compared with the reference.
-COMPARED = tuple(m for m in MODES if m != REFERENCE)
+
+
+def __getattr__(name: str):
+    # COMPARED is derived from MODES when read, so a mode registered later is in it too.
+    if name == "COMPARED":
+        return tuple(m for m in MODES if m != REFERENCE)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def compared(modes) -> list[str]:
-    """The modes of ``modes`` compared with the reference, in order; ``jit`` when there is
-    none (a check of XLA against the reference always compares some XLA mode)."""
-    return [m for m in modes if m != REFERENCE] or [COMPARED[0]]
+    """The modes of ``modes`` compared with the reference, in order; the first mode
+    compared with it when there is none (a check of XLA against the reference always
+    compares some XLA mode)."""
+    return [m for m in modes if m != REFERENCE] or [next(m for m in MODES if m != REFERENCE)]
 
 
 #: Pre-mode configs and model.json files said ``xla: true/false``.
@@ -67,9 +112,14 @@ def parse_mode(value: object, key: str | None = "xla") -> str:
     raise ConfigError(f"config key '{key}': {message}" if key else message)
 
 
-def xla_translation(mode: str) -> bool:
+def mode_of(mode: str | Mode) -> Mode:
+    """The record of a mode (its name, or a legacy boolean); a record is returned as is."""
+    return mode if isinstance(mode, Mode) else MODES[parse_mode(mode, None)]
+
+
+def xla_translation(mode: str | Mode) -> bool:
     """Whether the mode runs the XLA-safe translation (every mode but ``off``)."""
-    return mode != REFERENCE
+    return mode_of(mode).xla_translation
 
 
 def xla_flags_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -90,10 +140,12 @@ class Retraced(PtychoError):
     """A compiled step was traced more often than allowed (it would recompile)."""
 
 
-def compile_step(fn: Callable, mode: str, *, max_traces: int | None = 1, name: str | None = None) -> Callable:
-    """``fn`` as the step of ``mode``: a ``tf.function``, jit-compiled for ``jit``,
-    auto-clustered for ``auto``, a plain graph for ``off`` and ``physics`` (whose
-    physics head is compiled separately, :func:`compile_physics`).
+def compile_step(fn: Callable, mode: str | Mode, *, max_traces: int | None = 1, name: str | None = None) -> Callable:
+    """``fn`` as the step of ``mode``: a ``tf.function``, jit-compiled when the mode's
+    ``jit_step`` (``jit``), auto-clustered when its ``autocluster`` (``auto``), a plain
+    graph otherwise (``off``, and ``physics``, whose physics head is compiled separately,
+    :func:`compile_physics`; so a predict step, which has no head, runs under ``physics``
+    exactly as under ``off``).
 
     Traced once per input signature (``reduce_retracing=False``), and guarded: the call
     that traces it for the ``max_traces + 1``-th time raises :class:`Retraced` (None: no
@@ -102,11 +154,12 @@ def compile_step(fn: Callable, mode: str, *, max_traces: int | None = 1, name: s
     """
     import tensorflow as tf
 
-    step = tf.function(fn, jit_compile=mode == "jit", reduce_retracing=False)
-    if mode == "auto":
+    spec = mode_of(mode)
+    step = tf.function(fn, jit_compile=spec.jit_step, reduce_retracing=False)
+    if spec.autocluster:
         if "--tf_xla_cpu_global_jit" not in os.environ.get("TF_XLA_FLAGS", "").split():
             raise ConfigError(
-                "the auto XLA mode needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit set before TensorFlow "
+                f"the {spec.name} XLA mode (auto-clustering) needs TF_XLA_FLAGS=--tf_xla_cpu_global_jit set before TensorFlow "
                 "starts (without it nothing is clustered on CPU); run through 'python -m ptycho', or set "
                 "os.environ.update(ptycho.nets.xla.xla_flags_environment()) before importing TensorFlow"
             )
@@ -114,15 +167,25 @@ def compile_step(fn: Callable, mode: str, *, max_traces: int | None = 1, name: s
     return _Guarded(step, step, name or _name(fn), max_traces)
 
 
-def compile_physics(fn: Callable, mode: str, *, max_traces: int | None = 1, name: str | None = None) -> Callable:
-    """The physics head of ``mode``: its own jit-compiled (and guarded) function for
-    ``physics``; inlined into the step (a plain Python call) for every other mode."""
-    if mode != "physics":
+def compile_physics(fn: Callable, mode: str | Mode, *, max_traces: int | None = 1, name: str | None = None) -> Callable:
+    """The physics head of ``mode``: its own jit-compiled (and guarded) function when the
+    mode's ``jit_physics`` (``physics``); inlined into the step (a plain Python call) for
+    every other mode."""
+    if not mode_of(mode).jit_physics:
         return fn
     import tensorflow as tf
 
     step = tf.function(fn, jit_compile=True, reduce_retracing=False)
     return _Guarded(step, step, name or _name(fn), max_traces)
+
+
+def compile_head(fn: Callable, mode: str | Mode, *, max_traces: int | None = 1, name: str | None = None) -> Callable:
+    """A function that is all physics head, compiled as ``mode`` compiles the head: its own
+    XLA function under ``jit_physics`` (:func:`compile_physics`), else as the mode's step
+    (:func:`compile_step`), into which the head is inlined."""
+    if mode_of(mode).jit_physics:
+        return compile_physics(fn, mode, max_traces=max_traces, name=name)
+    return compile_step(fn, mode, max_traces=max_traces, name=name)
 
 
 def tracing_count(fn: Callable) -> int:

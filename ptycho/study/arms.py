@@ -3,9 +3,12 @@
 :class:`Arm` is the one identity of a job of the matrix. Its folder name, its words in
 figures and tables, its MLflow tags and params, and every key the evidence groups arms
 by are derived here and nowhere else; nothing reads a label back. The Snakemake layer,
-the checklist, the figures and the report all use it. Adding a mode is a line in
-:data:`ptycho.nets.xla.MODES`; adding an axis is a field here (with its default, so
-that names already in stores keep reading the same) and a part of :data:`PATTERN`.
+the checklist, the figures and the report all use it. Adding a mode or a precision is
+its one record (:data:`ptycho.nets.xla.MODES`, :data:`ptycho.nets.precision.PRECISIONS`):
+:data:`PATTERN`, the names, the order and the pairs read the registries when used, and
+the words come from :mod:`ptycho.study.presentation`. Adding an axis is a field here
+(with its default, so that names already in stores keep reading the same) and a part of
+:func:`pattern`.
 """
 
 from __future__ import annotations
@@ -17,17 +20,33 @@ from typing import NamedTuple
 from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION, SHORT, parse_precision
 from ptycho.nets.xla import MODES, REFERENCE, parse_mode
+from ptycho.study.presentation import (  # noqa: F401 (MODE_WORDS re-exported: how arms read)
+    MODE_WORDS,
+    MODEL_WORDS,
+    PRECISION_WORDS,
+)
 
 #: The MLflow tags (and ``arm.*`` params) naming a job's arm, in name order.
 ARM_TAGS = ("model", "xla", "precision", "seed")
-_REDUCED = [SHORT[p] for p in PRECISIONS if p != REFERENCE_PRECISION]
-#: What an arm name looks like (also the Snakemake wildcard constraint): the precision's
-#: short word only when it is not float32, so that float32 names read as before the axis.
-PATTERN = rf"({'|'.join(MODELS)})-({'|'.join(MODES)})(-({'|'.join(_REDUCED)}))?-s\d+"
-#: How figures and tables call a model, a mode and a precision.
-MODEL_WORDS = {"pinn": "PINN", "baseline": "Baseline"}
-MODE_WORDS = {"off": "no XLA (off)", "jit": "XLA jit", "auto": "XLA auto", "physics": "XLA physics"}
-PRECISION_WORDS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+
+
+def _reduced() -> list[str]:
+    return [SHORT[p] for p in PRECISIONS if p != REFERENCE_PRECISION]
+
+
+def pattern() -> str:
+    """What an arm name looks like (also the Snakemake wildcard constraint, :data:`PATTERN`):
+    the precision's short word only when it is not float32, so that float32 names read as
+    before the axis. From the registries as they are now."""
+    return rf"({'|'.join(MODELS)})-({'|'.join(MODES)})(-({'|'.join(_reduced())}))?-s\d+"
+
+
+def __getattr__(name: str):
+    # PATTERN is read from the registries when asked, so a mode or precision registered
+    # later is in it too.
+    if name == "PATTERN":
+        return pattern()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: The job whose MLflow run carries its arm's answer, and is named as the arm: the
@@ -101,10 +120,10 @@ class Arm(NamedTuple):
     @classmethod
     def parse(cls, name: str) -> Arm:
         """The arm of a name; ValueError if it is not one."""
-        if not re.fullmatch(PATTERN, name):
+        if not re.fullmatch(pattern(), name):
             raise ValueError(
                 f"{name!r} is not an arm name (<model>-<mode>[-<precision>]-s<seed>, modes: {', '.join(MODES)}, "
-                f"precisions: {', '.join(_REDUCED)}; float32 is written without one)"
+                f"precisions: {', '.join(_reduced())}; float32 is written without one)"
             )
         model, mode, *precision, seed = name.split("-")
         return cls(model, mode, int(seed[1:]), parse_precision(precision[0]) if precision else REFERENCE_PRECISION)

@@ -16,8 +16,9 @@ import numpy as np
 
 from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
-from ptycho.study.arms import MODEL_WORDS, PRECISION_WORDS, Arm
+from ptycho.study.arms import Arm
 from ptycho.study.checklist.item import Figure, Section
+from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
 from ptycho.study.solve import FLAT, first_reaching
 
 #: The quality the issue asks of the solver: amplitude and phase SSIM.

@@ -60,15 +60,48 @@ def typed_overrides(value: Any) -> Any:
 
 
 def load_schema(path: str | Path = SCHEMA) -> dict:
-    """The packaged schema (read once, :func:`ptycho.config.schema`), or the one at ``path``."""
+    """The packaged schema (read once, :func:`ptycho.config.schema`), or the one at ``path``,
+    its XLA modes and precisions those of their registries (:func:`registry_choices`)."""
     if Path(path) == SCHEMA:
         from ptycho.config import schema
 
-        return schema()
+        return registry_choices(schema())
     import yaml
 
     with open(path) as fh:
-        return yaml.safe_load(fh)
+        return registry_choices(yaml.safe_load(fh))
+
+
+def registry_choices(schema: dict) -> dict:
+    """``schema`` with every choice of an XLA mode and of a precision (the ``enum`` the
+    schema gives ``xla`` and ``precision``, wherever it is used: a model's own lists, the
+    bench's) replaced by the registry's names (:data:`ptycho.nets.xla.MODES`,
+    :data:`ptycho.nets.precision.PRECISIONS`): the YAML lists them for its readers (a test
+    keeps it equal), and a mode or precision added by its record is a choice of the config."""
+    from ptycho.nets.precision import PRECISIONS
+    from ptycho.nets.xla import MODES
+
+    props = schema.get("properties", {})
+    try:
+        listed = {
+            tuple(props["xla"]["items"]["anyOf"][0]["enum"]): list(MODES),
+            tuple(props["precision"]["items"]["enum"]): list(PRECISIONS),
+        }
+    except (KeyError, IndexError, TypeError):
+        return schema  # not the study's schema
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("enum"), list) and tuple(node["enum"]) in listed:
+                node["enum"] = list(listed[tuple(node["enum"])])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return schema
 
 
 def _fill_defaults(instance: Any, schema: dict) -> Any:
@@ -433,12 +466,12 @@ def preflight_store_writable(results: str | os.PathLike, preset: str) -> None:
 def precision_warnings(cfg: Mapping, cpu_flags=None) -> list[str]:
     """One line per precision of the study this machine's CPU only emulates: the study
     runs, but that arm trains slower than float32 here (a GPU run is unaffected)."""
-    from ptycho.nets.precision import NATIVE_FLAGS, emulated
+    from ptycho.nets.precision import PRECISIONS, emulated
     from ptycho.study.bench.machine import cpu_flags as read_flags
 
     flags = read_flags() if cpu_flags is None else cpu_flags
     return [
-        f"precision {p}: this CPU has none of {', '.join(NATIVE_FLAGS[p])}, so it emulates the type and its arms "
+        f"precision {p}: this CPU has none of {', '.join(PRECISIONS[p].native_flags)}, so it emulates the type and its arms "
         "train slower than float32 here; use --config 'precision=[float32]' for speed on this machine"
         for p in emulated(cfg["precision"], flags)
     ]

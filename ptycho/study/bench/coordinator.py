@@ -49,7 +49,7 @@ from typing import Any
 
 from ptycho.config import defaults
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
-from ptycho.nets.xla import REFERENCE
+from ptycho.nets.xla import MODES, REFERENCE
 from ptycho.study.arms import Arm
 from ptycho.study.bench.machine import ForeignLoad, cores, load_average, machine_info
 from ptycho.study.bench.roofline import PEAK_SIZE, achieved
@@ -95,7 +95,7 @@ def _start(ctx, ds, arms, train_cfg, bench: BenchConfig, threads: int) -> list[_
                 "train_cfg": dict(dataclasses.asdict(train_cfg), xla=mode, precision=precision),
                 "bench": dataclasses.asdict(bench),
                 "threads": threads,
-                "count_clusters": mode == "auto",
+                "count_clusters": MODES[mode].autocluster,
             }
             workers.append(_Worker(ctx, spec))
     except BaseException as exc:
@@ -140,7 +140,7 @@ def run(
     import multiprocessing
 
     from ptycho.nets.precision import parse_precision
-    from ptycho.nets.xla import MODES, parse_mode
+    from ptycho.nets.xla import parse_mode
 
     modes = sorted({REFERENCE, *map(parse_mode, modes)}, key=list(MODES).index)
     precisions = sorted({REFERENCE_PRECISION, *map(parse_precision, precisions)}, key=list(PRECISIONS).index)

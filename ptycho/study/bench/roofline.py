@@ -38,8 +38,8 @@ from ptycho.nets.precision import PRECISIONS
 
 
 def compute_dtype(precision: str) -> str:
-    """The dtype a precision's network computes in: ``mixed_bfloat16`` -> ``bfloat16``."""
-    return precision.removeprefix("mixed_")
+    """The dtype a precision's network computes in (its record's): ``mixed_bfloat16`` -> ``bfloat16``."""
+    return PRECISIONS[precision].compute_dtype
 
 
 #: The dtypes whose peak the bench measures: each precision's compute type.

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
-from ptycho.study.arms import MODEL_WORDS
 from ptycho.study.bench.coordinator import arm_key, fastest, precision_of
 from ptycho.study.bench.machine import flags_words
 from ptycho.study.bench.roofline import compute_dtype
+from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.stats import quartiles
 from ptycho.study.tables import Table, fmt, to_text
 

@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 
-from ptycho.nets.xla import REFERENCE
 from ptycho.study.bench.machine import peak_rss_mb, rss_mb
 
 
@@ -179,7 +178,6 @@ class _WorkerArm:
         x, offsets, targets = self._batch()
         amp, phase = t.network(x, training=False)
         ones = (tf.ones_like(amp), tf.ones_like(phase))
-        net_mode = REFERENCE if mode == "physics" else mode  # the physics mode leaves the network to oneDNN
 
         def network(x, d_amp, d_phase):
             with tf.GradientTape() as tape:
@@ -199,11 +197,10 @@ class _WorkerArm:
             return tf.constant(0.0)
 
         parts = {
-            "network": (compile_step(network, net_mode), (x, *ones)),
-            "physics": (
-                compile_step(physics, REFERENCE if mode == "physics" else mode),
-                (amp, phase, offsets, targets),
-            ),
+            # As the step compiles them: a mode without XLA in its step (physics) leaves the
+            # network to oneDNN, and its head is t.physics_loss, its own XLA function.
+            "network": (compile_step(network, mode), (x, *ones)),
+            "physics": (compile_step(physics, mode), (amp, phase, offsets, targets)),
             "optimizer": (compile_step(optimizer, mode), (grads,)),
         }
         samples: dict[str, list[float]] = {k: [] for k in parts}

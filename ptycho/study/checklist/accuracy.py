@@ -21,7 +21,7 @@ import numpy as np
 
 from ptycho.errors import PtychoError
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
-from ptycho.nets.xla import COMPARED, REFERENCE, compared
+from ptycho.nets.xla import COMPARED, MODES, REFERENCE, compared, mode_of
 from ptycho.study.checklist.comparisons import (
     RATIO_LIMIT,
     comparisons,
@@ -89,7 +89,7 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED) -> d
     """
     import tensorflow as tf
 
-    from ptycho.nets.xla import compile_step, xla_translation
+    from ptycho.nets.xla import compile_head, xla_translation
     from ptycho.physics.forward_tf import predicted_amplitude
     from ptycho.physics.probe import make_probe
 
@@ -100,11 +100,11 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED) -> d
     probe = make_probe("defocused", n).astype(np.complex64)
 
     def head(mode):
-        fn = compile_step(
+        fn = compile_head(
             lambda o, f: predicted_amplitude(
                 o, f, probe, tf.constant(0.0), xla=xla_translation(mode), canvas_pad=n // 4
             ),
-            "jit" if mode == "physics" else mode,
+            mode,
         )
         return fn(tf.constant(obj), tf.constant(offsets)).numpy()
 
@@ -181,19 +181,21 @@ def inference_agreement(
     model_dirs: Sequence[str],
     dataset,
     max_samples: int = 128,
-    modes: Sequence[str] = ("jit", "auto"),
+    modes: Sequence[str] | None = None,
     precisions: Sequence[str] = (REFERENCE_PRECISION,),
 ) -> dict:
     """Trained networks at inference: each XLA mode vs ``off`` at each precision they were
     run at, and each reduced precision vs float32 in each mode (:func:`network_outputs`).
 
-    ``physics`` predicts as ``off`` (inference has no physics head) and is left out. A
+    A mode whose step XLA does not compile (``physics``: inference has no physics head) predicts
+    as ``off`` and is left out (:attr:`~ptycho.nets.xla.Mode.xla_step`); ``modes`` None: every
+    mode whose step XLA compiles (``jit``, ``auto``). A
     reduced precision vs float32 is the same weights through the lower arithmetic: the
     error that arithmetic makes, whatever precision the network was trained at. Patches
     are compared relative to the largest float32 ``off`` amplitude; evidence per model,
     keyed by its arm.
     """
-    modes = [m for m in modes if m not in (REFERENCE, "physics")]
+    modes = [m for m in (MODES if modes is None else modes) if mode_of(m).xla_step]
     out = {}
     for run in network_outputs(model_dirs, dataset, modes, precisions, max_samples):
         if run.arm in out:

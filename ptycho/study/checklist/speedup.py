@@ -21,9 +21,10 @@ from ptycho.errors import PtychoError
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
-from ptycho.study.arms import MODEL_WORDS, Arm, Pair
+from ptycho.study.arms import Arm, Pair
 from ptycho.study.checklist.item import INCONCLUSIVE, Figure, Inputs, Item, verdict
 from ptycho.study.figures.timing import MEASUREMENTS
+from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.tables import Table, fmt
 
 #: Below this many timed steps per arm a percentile bootstrap of the median is not

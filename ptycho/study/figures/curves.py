@@ -17,7 +17,7 @@ import numpy as np
 from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
-from ptycho.study.arms import MODE_WORDS, MODEL_WORDS, PRECISION_WORDS, Arm, pairs
+from ptycho.study.arms import Arm, pairs
 from ptycho.study.figures.inputs import floats
 from ptycho.study.figures.style import (
     MODEL_LINESTYLES,
@@ -33,6 +33,7 @@ from ptycho.study.figures.style import (
     several_seeds,
     style,
 )
+from ptycho.study.presentation import MODE_WORDS, MODEL_WORDS, PRECISION_WORDS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

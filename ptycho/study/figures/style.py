@@ -1,13 +1,12 @@
 """One style for every figure of the report: palette, colour maps, rcParams, and the
 figure life cycle (a new figure, a message figure, rendering to PNG, closing).
 
-* each XLA mode has one colour in every figure (:data:`MODE_COLOURS`, Okabe-Ito):
-  ``off`` (no XLA) vermillion, ``jit`` blue, ``auto`` bluish green, ``physics``
-  reddish purple; the model is told apart by line style, marker and hatching
-  (:data:`MODEL_LINESTYLES`, :data:`MODEL_MARKERS`, :data:`MODEL_HATCHES`), never by colour;
-* the precision is a third channel, :data:`PRECISION_STYLES`: float32 is drawn exactly as
-  before the axis; a reduced precision lightens its mode's colour, hollows (bfloat16) or
-  half-fills (float16) the model's marker, and adds its own hatching to the model's;
+* the words, colours, markers, line styles and hatching of models, modes and precisions
+  are one table each in :mod:`ptycho.study.presentation` (re-exported here:
+  :data:`MODE_COLOURS`, :data:`MODEL_LINESTYLES`, :data:`MODEL_MARKERS`,
+  :data:`MODEL_HATCHES`, :data:`PRECISION_STYLES`): colour is the mode's, the model is told
+  apart by line style, marker and hatching, never by colour, and the precision by a tint,
+  the marker's fill and a hatching added to the model's;
 * images use perceptually uniform, colour-blind-safe colour maps: ``cividis`` for
   amplitude and (unwrapped) phase, ``PuOr`` with symmetric limits for signed errors;
 * every image panel has a colour bar with its unit, every panel a title and axis
@@ -17,8 +16,8 @@ Figures are built with ``Figure()`` directly, never registered with pyplot, and 
 setting is applied inside :func:`style` (``matplotlib.rc_context(STYLE)``): drawing
 changes no global matplotlib state and leaks no figure. :func:`to_png` and
 :func:`save_png` render a figure under the same style and close it. The words for models,
-modes and precisions are :data:`ptycho.study.arms.MODEL_WORDS`,
-:data:`~ptycho.study.arms.MODE_WORDS` and :data:`~ptycho.study.arms.PRECISION_WORDS`.
+modes and precisions are :data:`ptycho.study.presentation.MODEL_WORDS`,
+:data:`~ptycho.study.presentation.MODE_WORDS` and :data:`~ptycho.study.presentation.PRECISION_WORDS`.
 """
 
 from __future__ import annotations
@@ -28,59 +27,37 @@ import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.precision import REFERENCE_PRECISION
-from ptycho.nets.xla import MODES, REFERENCE
+from ptycho.nets.xla import MODES
 from ptycho.study.arms import Arm
+from ptycho.study.presentation import (  # noqa: F401 (re-exported: the figures' one place to draw from)
+    MODE_COLOURS,
+    MODEL_HATCHES,
+    MODEL_LINESTYLES,
+    MODEL_MARKERS,
+    NOXLA_COLOUR,
+    OKABE_ITO,
+    PRECISION_STYLES,
+    UNKNOWN_COLOUR,
+    XLA_COLOUR,
+    mode_look,
+    model_look,
+    precision_look,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-#: Okabe & Ito (2008) colour-blind-safe qualitative palette.
-OKABE_ITO = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
-#: One colour per XLA mode, in every figure (Okabe-Ito vermillion, blue, bluish green, reddish purple).
-MODE_COLOURS = {"off": "#D55E00", "jit": "#0072B2", "auto": "#009E73", "physics": "#CC79A7"}
-#: Whole-step XLA (``jit``), and no XLA (``off``): the two ends of the comparison.
-XLA_COLOUR = MODE_COLOURS["jit"]
-NOXLA_COLOUR = MODE_COLOURS[REFERENCE]
 #: A mode without a colour (not one of the package's modes).
-UNKNOWN_ARM_COLOUR = "#999999"
+UNKNOWN_ARM_COLOUR = UNKNOWN_COLOUR
 #: Reference lines and annotations.
 INK = "#333333"
 #: "n/a" and other notes about what is not drawn.
 MUTED = "#777777"
-
-MODEL_LINESTYLES = {"pinn": "-", "baseline": "--"}
-MODEL_MARKERS = {"pinn": "o", "baseline": "s"}
-MODEL_HATCHES = {"pinn": "", "baseline": "///"}
-
-
-class PrecisionStyle(NamedTuple):
-    """How arms of one precision are drawn, over their mode's colour and model's style."""
-
-    lighten: float  #: how much white is mixed into the mode's colour (0: the colour itself)
-    fillstyle: str  #: Matplotlib fill style of the model's marker on lines and points ("none": hollow)
-    hatch: str  #: hatching added to the model's on bars and boxes
-
-
-#: How each precision is drawn. Colour is taken by the mode and line style, marker shape
-#: and diagonal hatching by the model, so the precision gets what is left of each glyph:
-#: a lighter tint of the mode's colour (in colour, a reduced precision reads as "the same
-#: mode, paler"), and a cue that needs no colour at all, so it survives greyscale print
-#: and every colour-vision deficiency: the model's marker hollow (bfloat16) or half
-#: filled (float16), drawn along the line, and dotted (bfloat16) or horizontal (float16)
-#: hatching added to the model's diagonal one. float32, the reference, is plain: it is
-#: drawn exactly as before the precision axis, with no marker added to its lines. Where a
-#: glyph's hatching already means something else (the parts of a train step), the
-#: precision is in the row's words and the tint.
-PRECISION_STYLES = {
-    "float32": PrecisionStyle(0.0, "full", ""),
-    "mixed_bfloat16": PrecisionStyle(0.4, "none", "...."),
-    "mixed_float16": PrecisionStyle(0.4, "bottom", "---"),
-}
 
 #: Amplitude maps: perceptually uniform, designed to read the same for deuteranopes.
 AMPLITUDE_CMAP = "cividis"
@@ -159,12 +136,12 @@ def message_figure(text: str, figsize: tuple[float, float] = (5.0, 2.0)) -> Figu
 
 
 def arm_colour(mode: str | None, precision: str = REFERENCE_PRECISION, pale: bool = True) -> str:
-    """The mode's colour (:data:`MODE_COLOURS`), or grey when the mode is unknown, lightened
-    for a reduced precision (:data:`PRECISION_STYLES`) when ``pale``: a figure that shows
-    no float32 arm of the same mode passes ``pale=False``, so that its modes keep their
-    full, distinct colours (the precision still shows in markers and words)."""
-    colour = MODE_COLOURS.get(mode, UNKNOWN_ARM_COLOUR) if mode else UNKNOWN_ARM_COLOUR
-    lighten = PRECISION_STYLES[precision].lighten if pale else 0.0
+    """The mode's colour (:func:`~ptycho.study.presentation.mode_look`), or grey when the mode
+    is unknown, lightened for a reduced precision (its look's ``lighten``) when ``pale``: a
+    figure that shows no float32 arm of the same mode passes ``pale=False``, so that its
+    modes keep their full, distinct colours (the precision still shows in markers and words)."""
+    colour = mode_look(mode).colour if mode else UNKNOWN_ARM_COLOUR
+    lighten = precision_look(precision).lighten if pale else 0.0
     if not lighten:
         return colour
     from matplotlib.colors import to_hex
@@ -173,8 +150,8 @@ def arm_colour(mode: str | None, precision: str = REFERENCE_PRECISION, pale: boo
 
 
 def arm_hatch(model: str, precision: str = REFERENCE_PRECISION) -> str:
-    """A bar's or box's hatching: the model's, then the precision's (:data:`PRECISION_STYLES`)."""
-    return MODEL_HATCHES.get(model, "") + PRECISION_STYLES[precision].hatch
+    """A bar's or box's hatching: the model's, then the precision's (:mod:`ptycho.study.presentation`)."""
+    return model_look(model).hatch + precision_look(precision).hatch
 
 
 def precision_marks(precision: str, marker: str, points: int) -> dict[str, Any]:
@@ -183,7 +160,7 @@ def precision_marks(precision: str, marker: str, points: int) -> dict[str, Any]:
     a dozen of its points (every point of a shorter line)."""
     if precision == REFERENCE_PRECISION:
         return {}
-    fill = PRECISION_STYLES[precision].fillstyle
+    fill = precision_look(precision).fillstyle
     marks = {"marker": marker, "markersize": 5.5, "markevery": max(1, points // 12), "markerfacecoloralt": "white"}
     # The unfilled part is white, not transparent: the line does not show through and fill it.
     marks.update({"markerfacecolor": "white"} if fill == "none" else {"fillstyle": fill})

@@ -22,7 +22,6 @@ import numpy as np
 from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
-from ptycho.study.arms import MODEL_WORDS, PRECISION_WORDS
 from ptycho.study.figures.inputs import floats, number
 from ptycho.study.figures.style import (
     INK,
@@ -41,6 +40,7 @@ from ptycho.study.figures.style import (
     style,
     tint,
 )
+from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
