@@ -43,6 +43,7 @@ FORMATS: dict[str, int] = {
     "resolved_config": 1,
     "mlflow_parent": 1,
     "simulate": 1,
+    "import_data": 1,
     "export_cxi": 1,
     "train": 1,
     "infer": 1,

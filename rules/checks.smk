@@ -87,9 +87,12 @@ rule check_convergence:
 
 
 rule check_quality:
+    # On the user's own data the arms' stitched objects too: without a ground truth each
+    # arm's reconstruction is compared with its reference arm's (checklist/agreement.py).
     input:
         metrics=METRICS,
         models=MODELS,
+        stitched=QUALITY_STITCHED,
         parent=PARENT,
     output:
         f"{R}/checks/quality.json",
@@ -107,7 +110,7 @@ rule check_quality:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check quality --threshold {params.threshold} --metrics {input.metrics} "
-        "--models {input.models} --out {output} > {log} 2>&1"
+        f"--models {{input.models}} {QUALITY_STITCHED_FLAG}--out {{output}} > {{log}} 2>&1"
 
 
 rule bench:

@@ -11,6 +11,7 @@ from ptycho.artifacts import rerun_params  # every rule's params: its outputs' f
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist, run_lock
+from ptycho.study.data_files import data_files
 from ptycho.study.workflow import (arm_lists, arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory, job_threads, parse_time_checks,
                                    precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
@@ -69,10 +70,20 @@ WARM_ARMS = warm_arms(CFG)
 WARM_MODE = solver_mode(CFG)
 SOLVER = [f"{R}/solver/solve.json", f"{R}/solver/warm_start.json"]
 
-DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["h5", "cxi"])
+# The study's datasets: simulated (the simulate rule), or the user's own files, config `data`
+# (the import_data rule reads a CXI file or a ptycho dataset per split). Both rules exist; the
+# one not in use writes to a folder nothing asks for, so that Snakemake has one way to make a split.
+# The user's files are not exported as CXI again (their geometry is not the `cxi` section's).
+DATA = data_files(CFG)
+DATA_DIR = {"simulate": f"{R}/data/unused" if DATA else f"{R}/data", "import_data": f"{R}/data" if DATA else f"{R}/data/unused"}
+DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["h5"] if DATA else ["h5", "cxi"])
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
 METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)
 CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
+# The quality item on the user's own data also reads the arms' stitched objects (without a
+# ground truth it compares the arms with each other); on simulated data its command is as it was.
+QUALITY_STITCHED = expand(f"{R}/stitched/{{arm}}.npz", arm=ARMS) if DATA else []
+QUALITY_STITCHED_FLAG = "--stitched {input.stitched} " if DATA else ""
 # One report per preset and results folder: a smoke try never overwrites the default
 # study's report, nor a second results folder the first one's (workflow.report_folder).
 REPORT_DIR = report_folder(CFG)

@@ -38,8 +38,8 @@ rule simulate:
     input:
         PARENT,
     output:
-        train=f"{R}/data/train.h5",
-        test=f"{R}/data/test.h5",
+        train=f"{DATA_DIR['simulate']}/train.h5",
+        test=f"{DATA_DIR['simulate']}/test.h5",
     log:
         f"{R}/logs/simulate.log",
     benchmark:
@@ -57,6 +57,35 @@ rule simulate:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} simulate --quiet --train {output.train} --test {output.test} {params.flags} > {log} 2>&1"
+
+
+rule import_data:
+    # The study on the user's own data (config `data`): each split read from its CXI file or
+    # ptycho dataset, validated, and written where simulate writes; the file is the input, so
+    # a changed file re-runs it and what depends on it.
+    input:
+        source=lambda w: DATA[w.split],
+        parent=PARENT,
+    output:
+        f"{DATA_DIR['import_data']}/{{split}}.h5",
+    log:
+        f"{R}/logs/import_data/{{split}}.log",
+    benchmark:
+        f"{R}/benchmarks/import_data/{{split}}.tsv"
+    threads: cpus(1)
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    params:
+        ptycho=PTYCHO,
+        gridsize=CFG["simulation"]["gridsize"],
+        track=lambda w: tracking("import_data", split=w.split),
+        **rerun_params("import_data"),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} import-data {input.source:q} --split {wildcards.split} "
+        "--gridsize {params.gridsize} --out {output} > {log} 2>&1"
 
 
 rule export_cxi:

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ptycho.cli.declare import Live, arg, command, config_flags, config_section
-from ptycho.config import SimulationConfig, choices
+from ptycho.config import SimulationConfig, choices, spec
 from ptycho.data.cxi import CxiGeometry
 from ptycho.data.simulate import SPLITS
 from ptycho.study import jobs
@@ -48,8 +48,8 @@ def cmd_inspect(args: argparse.Namespace, live: Live) -> JobRecord:
         []
         if info["ground_truth"]
         else [
-            "  no ground truth (measured data): reconstruct-only; train a PINN, infer and stitch, "
-            "but evaluate refuses it (nothing to score against)"
+            "  no ground truth (measured data): reconstruct-only; train a PINN, infer and stitch; "
+            "evaluate gives the data misfit, not scores (nothing to score against)"
         ]
     )
     return JobRecord(
@@ -128,6 +128,24 @@ def cmd_import_cxi(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.data.cxi import import_cxi
 
     return _imported(args, import_cxi)
+
+
+@command(
+    "import-data",
+    "read a CXI 1.6 file or a ptycho dataset as one split of the study (the workflow's import_data rule: config data)",
+    arg("source", metavar="file", help="a CXI 1.6 file (measured data, with or without an object) or a ptycho dataset"),
+    arg("--out", required=True, output=True, help="the split's dataset file (.h5)"),
+    arg("--split", choices=SPLITS, default=_SPLIT),
+    arg(
+        "--gridsize",
+        type=int,
+        choices=_GRIDSIZES,
+        default=spec("simulation.gridsize")["default"],
+        help="(CXI files from elsewhere) patterns per group side: the study's simulation.gridsize",
+    ),
+)
+def cmd_import_data(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.import_data(args.source, args.out, split=args.split, gridsize=args.gridsize)
 
 
 @command(

@@ -179,6 +179,12 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
     arg("--models", nargs="*", default=[], help="model.json files (accuracy, convergence, quality, speedup)"),
     arg("--dataset", help="test split the trained models are run on (accuracy)"),
     arg("--metrics", nargs="*", default=[], help="metrics JSON files (quality)"),
+    arg(
+        "--stitched",
+        nargs="*",
+        default=[],
+        help="stitched objects of every arm (quality on measured data: each arm against its reference arm)",
+    ),
     arg("--bench", help="bench JSON (speedup)"),
     arg("--loss", choices=LOSSES, default=checklist.Inputs.loss, help="PINN loss (gradients)"),
     arg(
@@ -225,6 +231,7 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
         model_jsons=args.models or (),
         dataset=args.dataset,
         metrics=args.metrics or (),
+        stitched=args.stitched or (),
         bench=args.bench,
         modes=args.modes,
         precisions=args.precisions,

@@ -67,7 +67,7 @@ neighbours, the scale estimated from object and probe.
 
 Measured data has no object: a CXI file with detector data, translation and
 illumination but no ``image_2`` is imported as a reconstruct-only dataset (no ground
-truth: a PINN trains on it, infer and stitch work, evaluate refuses), see
+truth: a PINN trains on it, infer and stitch work, evaluate gives the data misfit), see
 :func:`~ptycho.data.npz.dataset_from_arrays`. Such a dataset exports without
 ``image_2`` (a blank object would read as a ground truth in ptychodus); ``ptycho_1``
 then records the canvas shape, ``object_shape``.

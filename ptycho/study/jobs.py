@@ -68,6 +68,30 @@ def simulate(cfg, train_path: str, test_path: str, *, progress: bool = True) -> 
     return record
 
 
+def import_data(source: str, out: str, *, split: str, gridsize: int) -> JobRecord:
+    """The user's own file (a CXI file or a ptycho dataset: :mod:`ptycho.data.sources`)
+    as the study's ``split``, validated and written where ``simulate`` writes its datasets."""
+    from ptycho.data.dataset import write_dataset
+    from ptycho.data.sources import describe, read_source
+
+    found = describe(source)
+    ds = read_source(source, gridsize=gridsize, split=split)
+    digest = write_dataset(out, ds)
+    record = JobRecord(
+        params={"data.source": str(Path(source).resolve()), "data.kind": found.kind},
+        tags={"ground_truth": str(ds.has_ground_truth).lower()},
+        metrics={
+            f"{split}_patterns": ds.diffraction.shape[0],
+            f"{split}_groups": ds.groups.shape[0],
+            "scale": ds.scale,
+        },
+        summary=f"{split}: {out} from {source} ({found.words}): {ds.diffraction.shape[0]} patterns, "
+        f"{ds.groups.shape[0]} groups, scale={ds.scale:.6g} sha256={digest[:16]}",
+    )
+    record.datasets.append(_input(f"{split}.h5", digest, out, split))
+    return record
+
+
 def export_cxi(file: str, out: str, geometry) -> JobRecord:
     """A dataset file as CXI 1.6 in the physical units of ``geometry``."""
     from ptycho.data.cxi import export_cxi as write
@@ -245,13 +269,16 @@ def stitch(dataset: str, reconstruction: str, out: str, *, weighted: bool = True
 
 
 def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
-    """Stitched objects scored against the ground truth (SSIM, PSNR, MAE, FRC)."""
+    """Stitched objects scored against the ground truth (SSIM, PSNR, MAE, FRC); on
+    measured data, which has none, their data misfit instead (:func:`evaluate_measured`)."""
     from ptycho.analysis.metrics import score_all
     from ptycho.artifacts import STITCHED, read_arrays, write_json
     from ptycho.data.dataset import read_dataset
 
     ds = read_dataset(dataset)
     images = read_arrays(stitched, ("images",), producer=STITCHED)["images"]
+    if not ds.has_ground_truth:
+        return evaluate_measured(ds, dataset, images, stitched, out)
     truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
     if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
         raise PtychoError(
@@ -273,6 +300,45 @@ def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
         artifacts=[(out, "metrics")],
         summary=f"{out}: amp SSIM {mean['amp_ssim']:.4f} phase SSIM {mean['phase_ssim']:.4f} "
         f"amp PSNR {mean['amp_psnr']:.2f} dB over {result['n_images']} image(s)",
+    )
+    return _with_dataset(record, "test.h5", ds, dataset, "test")
+
+
+def evaluate_measured(ds, dataset: str, images: np.ndarray, stitched: str, out: str) -> JobRecord:
+    """The record of an arm on measured data: no ground truth, so no scores (the quality
+    item compares the arms' reconstructions with each other), and each object's data
+    misfit (:mod:`ptycho.analysis.misfit`: how well it explains the measured patterns)::
+
+        {"ground_truth": false, "n_images", "mean": {"data_misfit"}, "per_image": [{"data_misfit"}], "dataset_digest"}
+    """
+    from ptycho.analysis.misfit import data_misfit
+    from ptycho.artifacts import write_json
+
+    regions = [(int(y1 - y0), int(x1 - x0)) for x0, y0, x1, y1 in ds.scan_region]
+    if len(images) != len(regions) or any(i.shape != r for i, r in zip(images, regions, strict=True)):
+        raise PtychoError(
+            f"{stitched}: stitched images do not match the scanned regions of {dataset}; re-run stitch with this dataset"
+        )
+    try:
+        misfits = data_misfit(ds, list(images))
+    except ValueError as err:
+        raise PtychoError(f"{stitched}: cannot compute the data misfit ({err})") from None
+    mean = float(np.mean(misfits))
+    result = {
+        "ground_truth": False,
+        "n_images": len(misfits),
+        "mean": {"data_misfit": mean},
+        "per_image": [{"data_misfit": float(v)} for v in misfits],
+        "dataset_digest": ds.attrs["digest"],
+    }
+    write_json(out, result, producer="evaluate")
+    record = JobRecord(
+        tags={"ground_truth": "false"},
+        metrics={"data_misfit": mean},
+        artifacts=[(out, "metrics")],
+        summary=f"{out}: no ground truth (measured data), nothing to score against; data misfit {mean:.4g} "
+        f"(Poisson NLL per measured pixel above the saturated model's, 0.5 at the noise level) over "
+        f"{len(misfits)} object(s)",
     )
     return _with_dataset(record, "test.h5", ds, dataset, "test")
 

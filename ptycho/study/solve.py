@@ -7,7 +7,10 @@ a bootstrap interval like the benchmark's. At fixed iterations (:data:`CHECKPOIN
 each run's object is scored with the same function ``ptycho evaluate`` uses
 (:func:`ptycho.analysis.metrics.score_all`), which gives quality against iterations:
 how many iterations the solver needs to match a network, and how many a warm start
-from a network saves.
+from a network saves. Measured data has no ground truth to score against: the solver
+reconstructs it all the same, and its quality at each checkpoint is then the data misfit
+(:func:`ptycho.analysis.misfit.object_misfit`, the number ``ptycho evaluate`` gives the
+networks' reconstructions of such data), lower being better.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ WARM_TARGETS = (10, 50, 200)
 WARMUP = 2
 FLAT = "flat"
 _SCORED = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")
+#: The quality of a checkpoint without a ground truth: how well the object explains the data.
+MISFIT = "data_misfit"
 
 
 def _start_images(name: str, path: str, objects: int) -> np.ndarray:
@@ -48,6 +53,12 @@ def first_reaching(curve: Sequence[Mapping[str, Any]], amp: float, phase: float)
     return next((p for p in curve if p["amp_ssim"] >= amp and p["phase_ssim"] >= phase), None)
 
 
+def first_below(curve: Sequence[Mapping[str, Any]], misfit: float) -> Mapping[str, Any] | None:
+    """The first point of a curve without a ground truth whose data misfit is at most
+    ``misfit``; None if none is."""
+    return next((p for p in curve if p[MISFIT] <= misfit), None)
+
+
 def solve(
     dataset: str,
     out: str,
@@ -62,11 +73,13 @@ def solve(
     each named ``starts`` (name -> stitched .npz of a network), from that start too.
 
     Writes ``out`` (JSON: per run the per-iteration seconds and misfit, quality at the
-    checkpoints, the final scores; per mode the iteration time relative to ``off``), and
+    checkpoints, the final scores, or on data without a ground truth the data misfit at
+    the checkpoints and at the end; per mode the iteration time relative to ``off``), and
     for each mode's flat start ``<stitched_dir>/solver-<mode>.npz`` in the stitched
     format ``ptycho evaluate`` reads.
     """
     from ptycho.analysis.metrics import score_all
+    from ptycho.analysis.misfit import object_misfit
     from ptycho.artifacts import write_arrays, write_json
     from ptycho.data.dataset import read_dataset
     from ptycho.data.provenance import DIGEST_KEY
@@ -79,7 +92,7 @@ def solve(
         probs = problems(ds)
     except ValueError as err:
         raise PtychoError(f"{dataset}: {err}") from None
-    truths = [ds.ground_truth(m) for m in range(len(probs))]
+    truths = [ds.ground_truth(m) for m in range(len(probs))] if ds.has_ground_truth else None
     starts = {FLAT: None, **dict(starts or {})}
     start_images = {name: _start_images(name, path, len(probs)) for name, path in starts.items() if path}
     runs = [(mode, name) for name in starts for mode in modes]
@@ -126,6 +139,8 @@ def solve(
         """(mean scores at each checkpoint every object reached, and at the last
         iteration; final scores). Each object set is scored once."""
         reached = min(len(d) for d in done[run])
+        if truths is None:
+            return misfit_quality(run, reached)
         final = score_all([crop(p, last[run][m]) for m, p in enumerate(probs)], truths)
         curve = []
         for mark in [k for k in marks if k < reached] + [reached]:
@@ -136,6 +151,22 @@ def solve(
             curve.append({"iteration": mark, **{k: float(mean[k]) for k in _SCORED}})
         return curve, final
 
+    def misfit_quality(run, reached: int) -> tuple[list[dict], dict]:
+        """Without a ground truth: the mean data misfit of the objects at each checkpoint
+        (a warm start's from its start, iteration 0) and at the last iteration."""
+
+        def mean(objects) -> float:
+            return float(np.mean([object_misfit(p, np.asarray(o)) for p, o in zip(probs, objects, strict=True)]))
+
+        final = mean(last[run])
+        curve = [
+            {"iteration": mark, MISFIT: mean([snaps[run][m][mark] for m in range(len(probs))])}
+            for mark in marks
+            if mark < reached and not (mark == 0 and run[1] == FLAT)
+        ]
+        curve.append({"iteration": reached, MISFIT: final})
+        return curve, {"mean": {MISFIT: final}}
+
     def timed(run) -> list[float]:
         return [it.seconds for d in done[run] for it in d if it.number > WARMUP]
 
@@ -143,6 +174,7 @@ def solve(
         "engine": ENGINE,
         "config": dataclasses.asdict(cfg),
         "dataset_digest": ds.attrs["digest"],
+        "ground_truth": truths is not None,
         "objects": len(probs),
         "patterns": int(sum(len(p.counts) for p in probs)),
         "modes": list(modes),
@@ -188,7 +220,8 @@ def solve(
 
 def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """For each warm start and each of :data:`WARM_TARGETS`: the iterations (and
-    seconds) it needs to reach the flat start's quality at that many iterations."""
+    seconds) it needs to reach the flat start's quality at that many iterations (without
+    a ground truth: its data misfit, ``target_data_misfit``, instead of its SSIMs)."""
     rows = []
     by = {(r["mode"], r["start"]): r for r in record["runs"]}
     for (mode, name), run in by.items():
@@ -203,7 +236,12 @@ def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
             if goal["iteration"] in seen:
                 continue
             seen.add(goal["iteration"])
-            hit = first_reaching(run["curve"], goal["amp_ssim"], goal["phase_ssim"])
+            if MISFIT in goal:
+                hit = first_below(run["curve"], goal[MISFIT])
+                target = {f"target_{MISFIT}": goal[MISFIT]}
+            else:
+                hit = first_reaching(run["curve"], goal["amp_ssim"], goal["phase_ssim"])
+                target = {"target_amp_ssim": goal["amp_ssim"], "target_phase_ssim": goal["phase_ssim"]}
             needed = None if hit is None else hit["iteration"]
             saved = None if needed is None else goal["iteration"] - needed
             rows.append(
@@ -211,8 +249,7 @@ def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "mode": mode,
                     "start": name,
                     "flat_iterations": goal["iteration"],
-                    "target_amp_ssim": goal["amp_ssim"],
-                    "target_phase_ssim": goal["phase_ssim"],
+                    **target,
                     "iterations": needed,
                     "iterations_saved": saved,
                     "seconds_saved": None if saved is None else saved * run["seconds_per_iteration"],
@@ -230,14 +267,15 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
     lines = []
     for run in record["runs"]:
         key = f"{run['mode']}_{run['start']}".replace("-", "_")
+        # Its quality: the SSIMs against the ground truth, or without one the data misfit.
+        final = {k: run["final"][k] for k in ("amp_ssim", "phase_ssim", MISFIT) if k in run["final"]}
         metrics.update(
             {
                 f"{key}_s_per_iteration": run["seconds_per_iteration"],
                 f"{key}_s_per_object": run["seconds_per_object"],
                 f"{key}_iterations": run["iterations"],
                 f"{key}_compile_s": run["compile_s"],
-                f"{key}_amp_ssim": run["final"]["amp_ssim"],
-                f"{key}_phase_ssim": run["final"]["phase_ssim"],
+                **{f"{key}_{k}": v for k, v in final.items()},
             }
         )
         for i, value in enumerate(run["misfit"][: int(run["iterations"])]):
@@ -259,8 +297,7 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
                     "s_per_object": run["seconds_per_object"],
                     "iterations": run["iterations"],
                     "compile_s": run["compile_s"],
-                    "amp_ssim": run["final"]["amp_ssim"],
-                    "phase_ssim": run["final"]["phase_ssim"],
+                    **final,
                     **({"iteration_speedup": speed["ratio"]} if speed else {}),
                 },
             )
@@ -268,7 +305,11 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
         lines.append(
             f"  {run['mode']:8s} {run['start']:20s} {run['iterations']:6.0f} it  "
             f"{1e3 * run['seconds_per_iteration']:7.1f} ms/it  {run['seconds_per_object']:6.2f} s/object  "
-            f"amp SSIM {run['final']['amp_ssim']:.4f}  phase SSIM {run['final']['phase_ssim']:.4f}"
+            + (
+                f"amp SSIM {final['amp_ssim']:.4f}  phase SSIM {final['phase_ssim']:.4f}"
+                if "amp_ssim" in final
+                else f"no ground truth: data misfit {final[MISFIT]:.4g}"
+            )
         )
     for mode, r in record.get("ratios", {}).items():
         metrics[f"{mode}_iteration_speedup"] = r["ratio"]

@@ -287,6 +287,8 @@ def check_shell_safe(cfg: Mapping, prefix: str = "") -> None:
     for key, value in cfg.items():
         if key == "presets" and not prefix:
             continue  # merged into the config above; only the selected one is in force
+        if key == "data" and not prefix:
+            continue  # the user's file names, which the import_data rule quotes
         name = f"{prefix}{key}"
         values = value if isinstance(value, list) else [value]
         for v in values:
@@ -391,7 +393,8 @@ def parse_time_checks(
 ) -> dict:
     """Everything the workflow checks while it is parsed, before any job: the config
     files Snakemake read (``config_files``: a key given twice, :func:`ptycho.config.check_unique_keys`),
-    the resolved config (:func:`resolve`), its results folder (:func:`preflight_results`), its
+    the resolved config (:func:`resolve`), the user's own data files if it names some
+    (:func:`ptycho.study.data_files.check_data`), its results folder (:func:`preflight_results`), its
     jobs' memory against this machine's (:func:`ptycho.study.resources.check_memory`), the
     tracking server named by ``MLFLOW_TRACKING_URI``, the store of a study that has
     run (damaged or lost: the line names the rebuild), the study's experiment
@@ -399,14 +402,17 @@ def parse_time_checks(
     Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
     from ptycho.config import check_unique_keys
     from ptycho.runtime import machine_memory_bytes
+    from ptycho.study.data_files import check_data
     from ptycho.study.resources import check_memory
     from ptycho.tracking import preflight_environment, preflight_store
 
     for path in config_files:
         check_unique_keys(path)
     cfg = resolve(config, overrides)
+    own_data = check_data(cfg, workdir)  # the user's own files (config data), if any
     preflight_results(cfg, workdir)
-    check_memory(simulation_config(cfg), job_memory(cfg), machine_memory_bytes(), "this machine")
+    if not own_data:  # the estimate is the simulation's; imported files are bounded as they are read
+        check_memory(simulation_config(cfg), job_memory(cfg), machine_memory_bytes(), "this machine")
     check_report_folder(cfg, workdir)
     preflight_environment()
     results = results_folder(cfg, workdir)

@@ -20,6 +20,8 @@ class Inputs:
     model_jsons: Sequence[str] = ()
     dataset: str | None = None
     metrics: Sequence[str] = ()
+    #: the arms' stitched objects (quality on measured data: the arms compared with each other)
+    stitched: Sequence[str] = ()
     bench: str | None = None
     modes: Sequence[str] | None = None
     #: the precisions of the study (accuracy, gradients: each XLA mode vs off at each of

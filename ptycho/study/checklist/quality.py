@@ -4,6 +4,8 @@ each reduced precision's as float32's.
 Collected from ``ptycho evaluate``'s metrics of every arm (stitched test objects against
 the ground truth); no TensorFlow. The verdict compares each mode with ``off`` across
 seeds, against the seed-to-seed spread (:func:`ptycho.study.stats.seed_comparison`).
+On measured data (no ground truth) the arms' reconstructions are compared with each
+other instead (:mod:`ptycho.study.checklist.agreement`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from ptycho.artifacts import read_json
 from ptycho.study.arms import Arm, pairs
-from ptycho.study.checklist import seeds
+from ptycho.study.checklist import agreement, seeds
 from ptycho.study.checklist.convergence import failed_arms
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
 from ptycho.study.stats import seed_comparison
@@ -109,11 +111,23 @@ def quality(
 
 def collect(inputs: Inputs, threshold: float) -> dict:
     failed = failed_arms([read_json(p, producer="train") for p in inputs.model_jsons])
-    return quality({Path(p).stem: read_json(p, producer="evaluate") for p in inputs.metrics}, threshold, failed)
+    records = {Path(p).stem: read_json(p, producer="evaluate") for p in inputs.metrics}
+    if agreement.measured(records):
+        return agreement.agreement(records, stitched_images(inputs.stitched), threshold, failed, ITEM.name)
+    return quality(records, threshold, failed)
+
+
+def stitched_images(paths) -> dict:
+    """Arm name (the file's stem) -> its stitched objects (``ptycho stitch`` or ``solve``)."""
+    from ptycho.artifacts import STITCHED, read_arrays
+
+    return {Path(p).stem: read_arrays(p, ("images",), producer=STITCHED)["images"] for p in paths}
 
 
 def tables(report: Mapping) -> list[Table]:
     ev = report["items"]["quality"]["evidence"]
+    if ev.get("ground_truth") is False:
+        return agreement.tables(ev)
     header = list(COLUMNS.values())
     out = [
         (

@@ -1,0 +1,77 @@
+"""The study on the user's own data: the config key ``data``, checked while the workflow is parsed.
+
+``data: {train: <file>, test: <file>}`` names a CXI 1.6 file or a ptycho dataset (.h5)
+per split, relative to the work folder or absolute; the ``import_data`` rule then reads
+them (``ptycho import-data``) where ``simulate`` would have written its datasets, and
+everything after runs as on simulated data. Empty (the default), the study simulates.
+
+Before any job, :func:`check_data` refuses in one line naming the key what would fail
+later: one split without the other, a file that is missing or of another kind, splits
+whose patterns differ in size, patterns the networks cannot pool, and a matrix that
+cannot train on the data: the supervised baseline learns from ground-truth object
+patches, which measured data does not have (refused rather than dropped, so that the
+report never silently lacks a model the config asked for).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from ptycho.errors import ConfigError, DatasetError
+
+SPLITS = ("train", "test")
+
+
+def data_files(cfg: Mapping) -> dict[str, str]:
+    """``{split: path}`` of the config's ``data`` key as written, or ``{}`` to simulate."""
+    given = cfg.get("data") or {}
+    return {split: str(given[split]) for split in SPLITS if given.get(split)}
+
+
+def check_data(cfg: Mapping, workdir: str | os.PathLike | None = None) -> dict:
+    """The :class:`~ptycho.data.sources.Source` of each split of ``data`` (``{}`` without
+    one), after every check of the module docstring; raises a one-line :class:`ConfigError`."""
+    from ptycho.data.sources import describe
+    from ptycho.study.workflow import model_config
+
+    files = data_files(cfg)
+    if not files:
+        return {}
+    if len(files) != len(SPLITS):
+        given, missing = next(iter(files)), next(s for s in SPLITS if s not in files)
+        raise ConfigError(
+            f"config key 'data' gives {given} but not {missing}; give both splits (data={{train: a.cxi, test: b.cxi}}; "
+            "the same file twice reconstructs the scan the PINN trains on) or neither to simulate"
+        )
+    base = Path(os.path.abspath(workdir or os.getcwd()))
+    sources = {}
+    for split, path in files.items():
+        try:
+            sources[split] = describe(base / os.path.expanduser(path))
+        except DatasetError as err:
+            raise ConfigError(f"config key 'data.{split}': {err}") from None
+    train, test = sources["train"], sources["test"]
+    if train.n != test.n:
+        raise ConfigError(
+            f"config key 'data.test': its patterns are {test.n}x{test.n} px and those of data.train {train.n}x{train.n} "
+            "px; the network trained on one split reconstructs the other, so give two splits of one set-up"
+        )
+    for kind in cfg["models"]:
+        model = model_config(cfg, kind)
+        factor = 2**model.depth
+        if train.n % factor:
+            fits = [d for d in range(1, model.depth) if train.n % 2**d == 0]
+            fix = f"use a smaller model.depth ({max(fits)})" if fits else "crop the patterns to an even side"
+            raise ConfigError(
+                f"config key 'data.train': its patterns are {train.n}x{train.n} px, not a multiple of {factor}, which "
+                f"the {kind} needs (model.depth = {model.depth} pooling levels); {fix}"
+            )
+        if kind != "pinn" and not train.ground_truth:
+            raise ConfigError(
+                f"config key 'models' = {list(cfg['models'])!r} lists the {kind}, which learns from ground-truth object "
+                f"patches, but data.train ({files['train']}) has no ground truth (measured data); leave it out "
+                "(models=[pinn])"
+            )
+    return sources
