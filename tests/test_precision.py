@@ -11,12 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import ptycho.nets.xla
 from ptycho.config import choices
 from ptycho.errors import ConfigError
 from ptycho.nets.precision import PRECISIONS as DEFINED
 
 PRECISIONS = tuple(DEFINED)
-MODES = ["off", "jit", "auto", "physics"]
+MODES = list(ptycho.nets.xla.MODES)  # every registered mode
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+import ptycho.nets.xla  # noqa: E402
 from ptycho.errors import ConfigError  # noqa: E402
 from ptycho.physics import forward as np_forward  # noqa: E402
 from ptycho.physics import forward_tf  # noqa: E402
@@ -152,7 +153,7 @@ def _batch(data, n=4):
     return data.inputs[idx], data.offsets[idx], {k: v[idx] for k, v in data.targets.items()}
 
 
-MODES = ["off", "jit", "auto", "physics"]
+MODES = list(ptycho.nets.xla.MODES)  # every registered mode, off (the reference) first
 
 
 @pytest.mark.parametrize(
