@@ -36,6 +36,7 @@ class Trainer:
         import tensorflow as tf
 
         from ptycho.nets.models import build_network
+        from ptycho.nets.precision import PRECISIONS
         from ptycho.nets.xla import compile_physics, compile_step
 
         keras.utils.set_random_seed(train_cfg.seed)
@@ -64,7 +65,7 @@ class Trainer:
         # training continues it where it stopped.
         rate = train_cfg.learning_rate_at(steps_per_epoch) if steps_per_epoch else train_cfg.learning_rate
         self.optimizer = keras.optimizers.Adam(rate)
-        if train_cfg.precision == "mixed_float16":  # float16 gradients underflow without it
+        if PRECISIONS[train_cfg.precision].loss_scaled:  # float16 gradients underflow without it
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         # Create the optimizer's slots now: variables created inside the first trace
         # make tf.function trace a second time.
