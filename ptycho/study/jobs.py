@@ -561,6 +561,30 @@ def report(
     )
 
 
+#: An arm's answer on measured data: its data misfit, and the SSIM of its reconstruction
+#: against its reference arm's (off at its precision; for off, float32 in its mode).
+MEASURED_ANSWERS = ("data_misfit", "amp_ssim_vs_reference", "phase_ssim_vs_reference")
+
+
+def _measured_answers(report: Mapping, arms: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """``arms`` with each arm's :data:`MEASURED_ANSWERS` when the quality item had no
+    ground truth (its evidence's ``between_arms``, the modes' pairs first); as it was otherwise."""
+    evidence = report["items"]["quality"].get("evidence", {})
+    if evidence.get("ground_truth") is not False:
+        return arms
+    for name, arm in report["arms"].items():
+        misfit = (arm.get("metrics") or {}).get("data_misfit")
+        if isinstance(misfit, int | float):
+            arms.setdefault(name, {})["data_misfit"] = misfit
+    for pair in evidence.get("between_arms", {}).values():
+        own = arms.setdefault(pair["arm"], {})
+        if "amp_ssim_vs_reference" not in own:
+            for key in ("amp_ssim", "phase_ssim"):
+                if isinstance(pair.get(key), int | float):
+                    own[f"{key}_vs_reference"] = pair[key]
+    return arms
+
+
 def answers(report: Mapping) -> dict[str, JobRecord]:
     """What the report adds to other runs of the study, by run name ('' = the parent), so
     that one run per arm carries its answer and the parent the study's.
@@ -575,7 +599,8 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
     ``verdict``, ``check.<item>``) and value (metrics), the headline ratios per PINN mode
     (``xla_ttq_<stat>.<mode>[-<precision>]``: ``ratio``, its 95 % interval ``low`` and
     ``high``, ``per_step``, ``ratio_with_compile``), and the report's three sentences as
-    its description.
+    its description. On measured data (no ground truth) an arm's quality is its
+    agreement with its reference arm and its data misfit (:func:`_measured_answers`).
     """
     from ptycho.study import report as views
 
@@ -585,6 +610,7 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
         if "infer_patterns_per_s" in arm:
             metrics["infer_patterns_per_s"] = arm["infer_patterns_per_s"]
         arms[name] = metrics
+    arms = _measured_answers(report, arms)
     speed = report["items"]["speedup"].get("evidence", {})
     parent_metrics: dict[str, float] = {"verdict_pass": float(report["verdict"] == "PASS")}
     for c in speed.get("time_to_quality", {}).values():

@@ -231,7 +231,10 @@ def _pinn_comparisons(report: Mapping, axis: str) -> list[tuple[Pair, Mapping]]:
 
 def quality_sentence(report: Mapping) -> str:
     """XLA's own effect on the reconstructions in one sentence: each PINN mode vs ``off``
-    at the same precision, amplitude and phase SSIM, outcome and 90 % interval."""
+    at the same precision, amplitude and phase SSIM, outcome and 90 % interval (without a
+    ground truth: the SSIM between the two arms' reconstructions, :func:`agreement_sentence`)."""
+    if report["items"]["quality"]["evidence"].get("ground_truth") is False:
+        return agreement_sentence(report)
     parts = []
     for pair, c in _pinn_comparisons(report, "mode"):
         arm = pair.arm
@@ -254,6 +257,46 @@ def quality_sentence(report: Mapping) -> str:
     return f"Quality: XLA vs off at the same precision (PINN, margin {margin:g} SSIM): " + "; ".join(parts) + "."
 
 
+def agreement_sentence(report: Mapping) -> str:
+    """The quality sentence on measured data: each PINN mode's reconstruction against off's
+    of the same seed and precision, the mean SSIM between them with its 90 % interval and
+    the outcome against 1 - margin (:mod:`ptycho.study.checklist.agreement`)."""
+    parts = []
+    for pair, c in _pinn_comparisons(report, "mode"):
+        arm = pair.arm
+        label = arm.mode if arm.precision == REFERENCE_PRECISION else f"{arm.mode} at {SHORT[arm.precision]}"
+        metrics = []
+        for metric, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")):
+            m = c.get(metric)
+            if not m:
+                continue
+            low, high = _num(m.get("low90")), _num(m.get("high90"))
+            interval = f", 90% interval {1 + low:.3f} to {1 + high:.3f}" if math.isfinite(low) else ""
+            metrics.append(f"{word} {1 + _num(m['difference']):.3f}{interval}: {m['outcome']}")
+        parts.append(f"{label} vs off: " + ", ".join(metrics))
+    if not parts:
+        return f"Quality: {report['items']['quality']['summary']}."
+    margin = report["items"]["quality"]["threshold"]
+    return (
+        "Quality, no ground truth (measured data): each XLA mode's reconstruction against off's of the same seed "
+        f"and precision (PINN, SSIM between the two, at least {1 - margin:g} to be the same reconstruction): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def data_sentence(report: Mapping) -> str:
+    """Which data the study ran on when it was not simulated (config ``data``), or nothing."""
+    data = (report.get("config") or {}).get("data") or {}
+    if not data:
+        return ""
+    truth = report["items"]["quality"]["evidence"].get("ground_truth", True)
+    return (
+        f"Data: your own files, train {data.get('train')}, test {data.get('test')} "
+        f"({'with a ground truth' if truth else 'no ground truth: measured data, nothing scored against a truth'})."
+    )
+
+
 def precision_sentence(report: Mapping) -> str:
     """The precision's own effect (never counted as XLA's) in one sentence."""
     words = report["items"]["speedup"]["evidence"].get("precision") or ""
@@ -274,10 +317,12 @@ def answer(report: Mapping) -> list[str]:
 
 
 def rest_lines(report: Mapping) -> str:
-    """What follows the three sentences: the items whose evidence is INCONCLUSIVE, the
-    recommendation, the solver's sentence and any failed training."""
+    """What follows the three sentences: the data when it is the user's own, the items
+    whose evidence is INCONCLUSIVE, the recommendation, the solver's sentence and any
+    failed training."""
     unsettled = [name for name, item in report["items"].items() if item["status"] == "INCONCLUSIVE"]
     parts = [
+        data_sentence(report),
         f"INCONCLUSIVE: {', '.join(unsettled)} (the evidence does not settle it; each item says what would)."
         * bool(unsettled),
     ]

@@ -4,7 +4,9 @@
 flat start; and the warm starts) and the networks' arms into the report's ``solver``
 entry; :func:`tables` and :func:`headline` render it for both views and
 :func:`quality_time_figure` draws quality against seconds per object (networks as
-points, the solver as a curve).
+points, the solver as a curve). On data without a ground truth (measured data) the
+quality is the data misfit (the solver's at its checkpoints, each network's from
+``ptycho evaluate``), and the entry says ``ground_truth: false``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import Arm
 from ptycho.study.checklist.item import Figure, Section
 from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
-from ptycho.study.solve import FLAT, first_reaching
+from ptycho.study.solve import FLAT, MISFIT, first_below, first_reaching
 
 #: The quality the issue asks of the solver: amplitude and phase SSIM.
 TARGET = (0.995, 0.98)
+#: What a table says where a score would be, on data without a ground truth.
+NO_TRUTH = "no ground truth"
 
 
 def _flat(record: Mapping) -> dict[str, Mapping]:
@@ -41,6 +45,13 @@ def _reach(run: Mapping, amp: float, phase: float) -> dict[str, Any] | None:
     return None if hit is None else {"iterations": hit["iteration"], "seconds": _seconds(run, hit["iteration"])}
 
 
+def _below(run: Mapping, misfit: float) -> dict[str, Any] | None:
+    """Without a ground truth: the first checkpoint of a flat-start ``run`` whose data
+    misfit is at most ``misfit``, with its seconds."""
+    hit = first_below(run["curve"], misfit)
+    return None if hit is None else {"iterations": hit["iteration"], "seconds": _seconds(run, hit["iteration"])}
+
+
 def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping]) -> dict[str, Any]:
     """The report's ``solver`` entry.
 
@@ -48,6 +59,7 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
     network's seconds per object are its inference time for one object's patterns.
     """
     flat = _flat(solve)
+    truth = bool(solve.get("ground_truth", True))
     per_object = solve["patterns"] / max(solve["objects"], 1)
     networks = []
     for name, arm in sorted(arms.items()):
@@ -56,19 +68,31 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
             continue
         rate = arm.get("infer_patterns_per_s")
         wall = (arm.get("timing") or {}).get("train_wall_s")
-        networks.append(
+        quality = (
             {
-                "arm": name,
                 "amp_ssim": metrics["amp_ssim"],
                 "phase_ssim": metrics["phase_ssim"],
                 "phase_psnr": metrics.get("phase_psnr"),
+            }
+            if truth
+            else {MISFIT: metrics.get(MISFIT)}
+        )
+        networks.append(
+            {
+                "arm": name,
+                **quality,
                 "seconds_per_object": per_object / rate if rate else None,
                 "training_minutes": wall / 60 if wall else None,
             }
         )
     fastest = min(flat, key=lambda m: flat[m]["seconds_per_iteration"])
-    match = {n["arm"]: _reach(flat[fastest], n["amp_ssim"], n["phase_ssim"]) for n in networks}
+    if truth:
+        match = {n["arm"]: _reach(flat[fastest], n["amp_ssim"], n["phase_ssim"]) for n in networks}
+    else:
+        match = {n["arm"]: _below(flat[fastest], n[MISFIT]) if n[MISFIT] is not None else None for n in networks}
+    finals = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr") if truth else (MISFIT,)
     return {
+        "ground_truth": truth,
         "engine": solve["engine"],
         "config": solve["config"],
         "objects": solve["objects"],
@@ -80,8 +104,8 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
                 "iterations": r["iterations"],
                 "stopped": r["stopped"],
                 "seconds_per_object": r["seconds_per_object"],
-                "final": {k: r["final"][k] for k in ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")},
-                "target": _reach(r, *TARGET),
+                "final": {k: r["final"][k] for k in finals},
+                "target": _reach(r, *TARGET) if truth else None,
                 "curve": [{**p, "seconds": _seconds(r, p["iteration"])} for p in r["curve"]],
             }
             for mode, r in flat.items()
@@ -127,38 +151,54 @@ def headline(solver: Mapping) -> str:
     """The first lines' sentence: the data's ceiling and XLA's effect on the solver."""
     best = solver["modes"][solver["fastest"]]
     target = best["target"]
+    if not solver.get("ground_truth", True):
+        return (
+            f"The iterative solver ({solver['engine']}, probe known, flat start) reconstructs the measured data (no "
+            f"ground truth, so no scores) to a data misfit of {_f(best['final'][MISFIT], 4)} after "
+            f"{best['iterations']:.0f} iterations ({best['seconds_per_object']:.1f} s per object; 0.5 is the noise "
+            f"level){_xla_words(solver)}"
+        )
     reach = (
         f"reaches amplitude/phase SSIM {TARGET[0]}/{TARGET[1]} after {target['iterations']} iterations "
         f"({target['seconds']:.1f} s per object)"
         if target
         else f"does not reach amplitude/phase SSIM {TARGET[0]}/{TARGET[1]}"
     )
-    ratios = solver["ratios"]
-    if ratios:
-        mode = max(ratios, key=lambda m: ratios[m]["ratio"])
-        r = ratios[mode]
-        word = "faster" if r["low"] > 1 else ("slower" if r["high"] < 1 else "no different")
-        xla = (
-            f"; XLA {mode} makes its iteration {_interval(r)} of {REFERENCE}'s speed ({word}; all cores, "
-            "modes interleaved in one process), where the work is all physics"
-        )
-    else:
-        xla = ""
     return (
         f"The iterative solver ({solver['engine']}, probe known, flat start) {reach} and ends at "
-        f"{best['final']['amp_ssim']:.4f}/{best['final']['phase_ssim']:.4f}{xla}"
+        f"{best['final']['amp_ssim']:.4f}/{best['final']['phase_ssim']:.4f}{_xla_words(solver)}"
+    )
+
+
+def _xla_words(solver: Mapping) -> str:
+    """XLA's effect on the solver's iteration, as the headline's last clause (or nothing)."""
+    ratios = solver["ratios"]
+    if not ratios:
+        return ""
+    mode = max(ratios, key=lambda m: ratios[m]["ratio"])
+    r = ratios[mode]
+    word = "faster" if r["low"] > 1 else ("slower" if r["high"] < 1 else "no different")
+    return (
+        f"; XLA {mode} makes its iteration {_interval(r)} of {REFERENCE}'s speed ({word}; all cores, "
+        "modes interleaved in one process), where the work is all physics"
     )
 
 
 def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) of the solver section."""
+    """(title, header, rows) of the solver section. Without a ground truth the score cells
+    say so, and a data misfit column takes their place as the quality."""
     solver = report["solver"]
+    truth = solver.get("ground_truth", True)
+
+    def quality(q: Mapping) -> list[str]:
+        if truth:
+            return [_f(q["amp_ssim"]), _f(q["phase_ssim"]), _f(q["phase_psnr"], 1)]
+        return [NO_TRUTH] * 3 + [_f(q.get(MISFIT), 4)]
+
     methods = [
         [
             n["arm"],
-            _f(n["amp_ssim"]),
-            _f(n["phase_ssim"]),
-            _f(n["phase_psnr"], 1),
+            *quality(n),
             _f(n["training_minutes"], 1),
             _f(n["seconds_per_object"], 2),
             _f((solver["match"].get(n["arm"]) or {}).get("iterations")),
@@ -169,9 +209,7 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
         methods.append(
             [
                 f"solver {mode}",
-                _f(r["final"]["amp_ssim"]),
-                _f(r["final"]["phase_ssim"]),
-                _f(r["final"]["phase_psnr"], 1),
+                *quality(r["final"]),
                 "-",
                 _f(r["seconds_per_object"], 2),
                 f"{r['iterations']:.0f} ({', '.join(r['stopped'])})",
@@ -183,8 +221,11 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
             _f(r["compile_s"], 2),
             _f(1e3 * r["seconds_per_iteration"], 1),
             _interval(solver["ratios"].get(mode)) if mode != REFERENCE else "1 (reference)",
-            _f((r["target"] or {}).get("iterations")),
-            _f((r["target"] or {}).get("seconds"), 2),
+            *(
+                (_f((r["target"] or {}).get("iterations")), _f((r["target"] or {}).get("seconds"), 2))
+                if truth
+                else (NO_TRUTH, NO_TRUTH)
+            ),
         ]
         for mode, r in solver["modes"].items()
     ]
@@ -192,7 +233,9 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
         [
             row["start"],
             str(row["flat_iterations"]),
-            f"{row['target_amp_ssim']:.4f}/{row['target_phase_ssim']:.4f}",
+            f"{row['target_amp_ssim']:.4f}/{row['target_phase_ssim']:.4f}"
+            if truth
+            else f"data misfit {_f(row.get(f'target_{MISFIT}'), 4)}",
             *(
                 (_f(row["iterations"]), _f(row["iterations_saved"]), _f(row["seconds_saved"], 2))
                 if row["iterations"] is not None
@@ -204,12 +247,20 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
     out = [
         (
             "Quality and time per method (networks: test split reconstructed by the trained network; "
-            "solver: iterations run to its tolerance or budget)",
+            "solver: iterations run to its tolerance or budget)"
+            + (
+                ""
+                if truth
+                else "; no ground truth (measured data): the quality is the data misfit, Poisson NLL per measured "
+                "pixel above the saturated model's (0.5 at the noise level), and the solver matches a network when "
+                "its misfit is as low"
+            ),
             [
                 "method",
                 "amp SSIM",
                 "phase SSIM",
                 "phase PSNR dB",
+                *([] if truth else ["data misfit"]),
                 "training min",
                 "s per object",
                 "solver iterations to match",
@@ -234,7 +285,14 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
             (
                 f"Warm start from a network's reconstruction ({solver['warm_mode']}): iterations to reach the "
                 "flat start's quality",
-                ["start", "flat start's iterations", "its amp/phase SSIM", "iterations", "saved", "seconds saved"],
+                [
+                    "start",
+                    "flat start's iterations",
+                    "its amp/phase SSIM" if truth else "its quality",
+                    "iterations",
+                    "saved",
+                    "seconds saved",
+                ],
                 warm,
             )
         )
@@ -253,12 +311,19 @@ def _over_seeds(networks: Sequence[Mapping]) -> dict[Arm, list[Mapping]]:
 def quality_time_figure(solver: Mapping):
     """Amplitude and phase SSIM against seconds per object: the solver's modes as
     curves over its iterations, each network (model, mode and precision, mean over seeds)
-    as a point, drawn in the figures' encoding (colour: mode; marker: model; fill: precision)."""
+    as a point, drawn in the figures' encoding (colour: mode; marker: model; fill: precision).
+    Without a ground truth one panel: the data misfit (log scale, lower is better)."""
     from ptycho.study.figures.style import PRECISION_STYLES, arm_colour, new_figure
 
-    fig = new_figure((10.0, 4.0))
-    axes = fig.subplots(1, 2)
-    for ax, key, title in zip(axes, ("amp_ssim", "phase_ssim"), ("amplitude SSIM", "phase SSIM"), strict=True):
+    truth = solver.get("ground_truth", True)
+    panels = (
+        (("amp_ssim", "amplitude SSIM"), ("phase_ssim", "phase SSIM"))
+        if truth
+        else ((MISFIT, "data misfit, no ground truth (lower explains the data better)"),)
+    )
+    fig = new_figure((10.0, 4.0) if truth else (6.5, 4.0))
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
+    for ax, (key, title) in zip(axes, panels, strict=True):
         for mode, r in solver["modes"].items():
             pts = [p for p in r["curve"] if p["iteration"] > 0]
             ax.plot(
@@ -270,7 +335,7 @@ def quality_time_figure(solver: Mapping):
             )
         for arm, group in _over_seeds(solver["networks"]).items():
             x = float(np.mean([n["seconds_per_object"] for n in group]))
-            y = float(np.mean([n[key] for n in group]))
+            y = float(np.mean([np.nan if n.get(key) is None else n[key] for n in group]))
             words = f"{MODEL_WORDS.get(arm.model, arm.model)} {arm.mode}"
             if arm.precision != REFERENCE_PRECISION:
                 words += f" {PRECISION_WORDS[arm.precision]}"
@@ -281,10 +346,13 @@ def quality_time_figure(solver: Mapping):
                     markeredgecolor="black" if fill == "full" else colour, markeredgewidth=0.5 if fill == "full" else 1.2,
                     label=label)  # fmt: skip
         ax.set_xscale("log")
+        if not truth:
+            ax.set_yscale("log")
         ax.set_xlabel("seconds per object (log)")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
-    axes[1].legend(fontsize=7, loc="lower right", title="solver: curve; networks: points", title_fontsize=7)
+    where = "lower right" if truth else "upper right"
+    axes[-1].legend(fontsize=7, loc=where, title="solver: curve; networks: points", title_fontsize=7)
     return fig
 
 

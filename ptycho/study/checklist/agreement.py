@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -251,3 +252,35 @@ def _interval(c: Mapping, low: str, high: str) -> str:
 
 def _number(v: Any) -> float:
     return float("nan") if v is None else float(v)
+
+
+def against_reference(inputs) -> tuple[Arm, dict[Arm, dict[str, Any]]] | None:
+    """For the quality figures on measured data: the reference arm and every other
+    arm's first stitched object compared with the reference arm's
+    (:func:`ptycho.analysis.metrics.compare`, as against a truth); None when the figures'
+    dataset has a ground truth. The reference is the first ``off`` arm at float32 (else at
+    its first precision) of the first model and seed."""
+    from ptycho.analysis.metrics import compare
+    from ptycho.artifacts import STITCHED, read_arrays
+    from ptycho.data.dataset import GROUND_TRUTH, read_attributes
+    from ptycho.nets.precision import REFERENCE_PRECISION
+
+    if read_attributes(inputs.dataset).get(GROUND_TRUTH, True):
+        return None
+    firsts = {}
+    for path in inputs.stitched:
+        images = read_arrays(path, ("images",), producer=STITCHED)["images"]
+        if len(images) == 0:
+            raise PtychoError(f"{path}: no stitched object; re-run stitch")
+        firsts[Arm.parse(Path(path).stem)] = images[0]
+    if not firsts:
+        raise PtychoError("no stitched objects to show; pass the arms' stitched files")
+    ordered = sorted(firsts, key=lambda a: a.order)
+    ref = next(
+        (a for a in ordered if a.is_reference and a.precision == REFERENCE_PRECISION),
+        next((a for a in ordered if a.is_reference), ordered[0]),
+    )
+    compared = {arm: compare(image, firsts[ref]) for arm, image in firsts.items() if arm != ref}
+    if not compared:
+        raise PtychoError(f"only the reference arm {ref.name} was reconstructed: no other arm to compare with it")
+    return ref, compared

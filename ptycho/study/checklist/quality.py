@@ -155,18 +155,34 @@ def tables(report: Mapping) -> list[Table]:
 def _grid(inputs):
     from ptycho.study.figures import images
 
+    measured = agreement.against_reference(inputs)  # no ground truth: the reference arm stands in for it
+    if measured:
+        ref, compared = measured
+        return images.reconstruction_grid(*images.common_window(compared), reference=f"Reference: {ref.label()}")
     return images.reconstruction_grid(*images.common_window(inputs.compared))
 
 
 def _errors(inputs):
     from ptycho.study.figures import images
 
+    measured = agreement.against_reference(inputs)
+    if measured:
+        ref, compared = measured
+        return images.error_maps(*images.common_window(compared), against=f"the reference arm ({ref.label()})")
     return images.error_maps(*images.common_window(inputs.compared))
 
 
 def _frc(inputs):
+    from ptycho.data.dataset import GROUND_TRUTH, read_attributes
     from ptycho.study.figures import curves
+    from ptycho.study.figures.style import message_figure
 
+    if not read_attributes(inputs.dataset).get(GROUND_TRUTH, True):
+        return message_figure(
+            "no ground truth (measured data): no Fourier ring correlation with a truth;\n"
+            "the arms against each other are in the quality tables",
+            (6.5, 2.0),
+        )
     return curves.frc_curves(inputs.frc)
 
 

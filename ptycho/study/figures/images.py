@@ -165,7 +165,9 @@ def _label_image_axes(axes: np.ndarray) -> None:
         ax.set_ylabel("y (pixel)")
 
 
-def reconstruction_grid(truth: Pair, arms: Mapping[Arm, Pair | None], *, phase_cmap: str | None = None) -> Figure:
+def reconstruction_grid(
+    truth: Pair, arms: Mapping[Arm, Pair | None], *, phase_cmap: str | None = None, reference: str = "Ground truth"
+) -> Figure:
     """Ground truth and each arm's reconstruction: rows truth, arm 1, ...; columns amplitude | phase.
 
     ``truth`` and each arm's value are ``(amplitude, phase)``, 2-D real arrays of one
@@ -173,7 +175,9 @@ def reconstruction_grid(truth: Pair, arms: Mapping[Arm, Pair | None], *, phase_c
     is the phase column's colour map; by default :data:`PHASE_CMAP`, or
     :data:`WRAPPED_PHASE_CMAP` when the truth's phase spans a full turn. Each column
     shares one colour scale, the truth's range, so a reconstruction that over- or
-    undershoots saturates visibly instead of being rescaled to look right.
+    undershoots saturates visibly instead of being rescaled to look right. ``reference``
+    names the first row (on measured data the reference arm's reconstruction stands in
+    for the truth).
     """
     (t_amp, t_ph), rows = _images(truth, arms)
     with style():
@@ -185,7 +189,7 @@ def reconstruction_grid(truth: Pair, arms: Mapping[Arm, Pair | None], *, phase_c
         several = several_seeds(a for a, _ in rows)
         wrap = _wrap_titles(a for a, _ in rows)
         sep = ":\n" if wrap else ": "
-        panels = [("Ground truth", (t_amp, t_ph))] + [(a.label(several), p) for a, p in rows]
+        panels = [(reference, (t_amp, t_ph))] + [(a.label(several), p) for a, p in rows]
         fig, axes = _grid(len(panels), t_amp.shape, wrap)
         for (label, pair), (ax_a, ax_p) in zip(panels, axes, strict=True):
             if pair is None:
@@ -214,8 +218,11 @@ def _symmetric_limit(errors: list[np.ndarray], percentile: float) -> float:
     return lim if lim > 0 else 1e-6
 
 
-def error_maps(truth: Pair, arms: Mapping[Arm, Pair | None], *, clip_percentile: float = 99.5) -> Figure:
+def error_maps(
+    truth: Pair, arms: Mapping[Arm, Pair | None], *, clip_percentile: float = 99.5, against: str = "the ground truth"
+) -> Figure:
     """Signed error (arm - truth) of each arm: rows arms, columns amplitude | phase.
+    ``against`` names the truth in the title (on measured data: the reference arm).
 
     The phase error is wrapped to (-pi, pi] (phase is defined modulo 2 pi). Each column
     shares one symmetric diverging scale ``[-L, L]`` with ``L`` the ``clip_percentile``
@@ -258,5 +265,5 @@ def error_maps(truth: Pair, arms: Mapping[Arm, Pair | None], *, clip_percentile:
                 title = f"{label}{sep}{part} error\nRMSE {fmt(rmse, ' rad' if i else '')}"
                 _image_panel(fig, ax, e, cmap=ERROR_CMAP, vmin=-lims[i], vmax=lims[i], title=title, cbar_label=unit)
         _label_image_axes(axes)
-        fig.suptitle("Signed errors against the ground truth (symmetric scale per column)", fontsize=11)
+        fig.suptitle(f"Signed errors against {against} (symmetric scale per column)", fontsize=11)
     return fig
