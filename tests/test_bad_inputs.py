@@ -133,6 +133,44 @@ def _folder(name: str) -> Callable[[Path, Path], None]:
     return setup
 
 
+# ---- #34 item 3: the study on the user's own files (config data)
+def _measured_cxi(name: str = "m.cxi") -> Callable[[Path, Path], None]:
+    """``name``: the clean train split as an experiment records it, a CXI file without
+    the object (image_2) and without ptycho's own extras (ptycho_1)."""
+
+    def setup(d: Path, clean: Path) -> None:
+        import h5py
+
+        from ptycho.data.cxi import export_cxi
+        from ptycho.data.dataset import read_dataset
+
+        export_cxi(read_dataset(clean / "train.h5"), d / name)
+        with h5py.File(d / name, "a") as f:
+            del f["entry_1/ptycho_1"]
+            del f["entry_1/image_2"]
+
+    return setup
+
+
+def _other_hdf5(d: Path, clean: Path) -> None:
+    """``scan.h5``: an HDF5 file of another kind (neither CXI nor a ptycho dataset)."""
+    import h5py
+
+    with h5py.File(d / "scan.h5", "w") as f:
+        f["entry/data"] = np.zeros((4, 16, 16), np.float32)
+
+
+def _two_sizes(d: Path, clean: Path) -> None:
+    """``train.h5`` (16 x 16 patterns) and ``big.h5``, a test split of 32 x 32 patterns."""
+    from dataclasses import replace
+
+    from ptycho.data.dataset import write_dataset
+    from ptycho.data.simulate import simulate
+
+    shutil.copyfile(clean / "train.h5", d / "train.h5")
+    write_dataset(d / "big.h5", simulate(replace(SMALL, n=32), progress=False)["test"])
+
+
 # ---- #34: files that read outside themselves or declare more than they hold
 CXI_DATA = "entry_1/instrument_1/detector_1/data"
 
@@ -428,7 +466,7 @@ CATALOGUE: list[Row] = [
         "`--config preset=huge`",
         "workflow",
         overrides={"preset": "huge"},
-        message="config key 'preset': 'huge' has no block under 'presets'; add one to config.yaml or choose one of default, smoke, paper",
+        message="config key 'preset': 'huge' has no block under 'presets'; add one to config.yaml or choose one of default, smoke",
     ),
     Row(
         "config-impossible-combination",
@@ -526,6 +564,72 @@ CATALOGUE: list[Row] = [
         setup=_files(**{"list.yaml": "- n: 16\n"}),
         message="must hold a mapping at the top level",
         forbid=SIMULATE_WORK,
+    ),
+    # ---- the study on the user's own files (config data: a CXI file or a ptycho dataset per split)
+    Row(
+        "config-data-one-split",
+        "config",
+        "`data={train: m.cxi}` (no test split)",
+        "workflow",
+        overrides={"data": {"train": "m.cxi"}},
+        setup=_measured_cxi(),
+        message="config key 'data' gives train but not test; give both splits",
+    ),
+    Row(
+        "config-data-missing-file",
+        "config",
+        "`data={train: scan.cxi, test: scan.cxi}` (no such file)",
+        "workflow",
+        overrides={"data": {"train": "scan.cxi", "test": "scan.cxi"}},
+        message="config key 'data.train': <work>/scan.cxi: no such file; give a CXI 1.6 file (measured data) or a "
+        "dataset written by ptycho (.h5)",
+    ),
+    Row(
+        "config-data-not-hdf5",
+        "config",
+        "`data={train: scan.cxi, test: scan.cxi}` where `scan.cxi` is text",
+        "workflow",
+        overrides={"data": {"train": "scan.cxi", "test": "scan.cxi"}},
+        setup=_files(**{"scan.cxi": "x y intensity\n"}),
+        message="scan.cxi: not an HDF5 file, so neither CXI nor a ptycho dataset",
+    ),
+    Row(
+        "config-data-other-hdf5",
+        "config",
+        "`data={train: scan.h5, test: scan.h5}`, an HDF5 file of another kind",
+        "workflow",
+        overrides={"data": {"train": "scan.h5", "test": "scan.h5"}},
+        setup=_other_hdf5,
+        message="scan.h5: an HDF5 file that is neither CXI (no cxi_version and entry_1) nor a ptycho dataset",
+    ),
+    Row(
+        "config-data-sizes-differ",
+        "config",
+        "`data={train: train.h5, test: big.h5}` (16 x 16 and 32 x 32 patterns)",
+        "workflow",
+        overrides={"data": {"train": "train.h5", "test": "big.h5"}},
+        setup=_two_sizes,
+        message="config key 'data.test': its patterns are 32x32 px and those of data.train 16x16 px",
+    ),
+    Row(
+        "config-data-baseline-without-truth",
+        "config",
+        "`data={train: m.cxi, test: m.cxi}` (measured: no object) with the baseline in `models`",
+        "workflow",
+        overrides={"data": {"train": "m.cxi", "test": "m.cxi"}},
+        setup=_measured_cxi(),
+        message="config key 'models' = ['pinn', 'baseline'] lists the baseline, which learns from ground-truth object "
+        "patches, but data.train (m.cxi) has no ground truth (measured data); leave it out (models=[pinn])",
+    ),
+    Row(
+        "import-data-not-hdf5",
+        "dataset",
+        "`ptycho import-data notes.txt --out d.h5`",
+        "cli",
+        args=("import-data", "notes.txt", "--out", "d.h5"),
+        setup=_files(**{"notes.txt": "x y intensity\n"}),
+        exit_code=1,
+        message="notes.txt: not an HDF5 file, so neither CXI nor a ptycho dataset",
     ),
     # ---- datasets: corruptions of conftest.CORRUPTIONS, given to commands that write
     Row(

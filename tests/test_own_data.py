@@ -1,0 +1,334 @@
+"""The study on the user's own data (issue 34, item 3): measured data from a CXI file to a report.
+
+A CXI file without an object (as measured data comes) is named by the config key
+``data``; the import_data rule reads it instead of simulating, evaluate writes the data
+misfit instead of scores, the solver reconstructs it with no scores, and the quality item
+compares each arm's reconstruction with its reference arm's (registered SSIM between the
+arms), so XLA's question is answered without a ground truth. The config key's bad inputs
+are rows of ``test_bad_inputs.py`` (docs/bad-inputs.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ptycho.data.cxi import export_cxi
+from ptycho.data.dataset import read_attributes, read_dataset, write_dataset
+from ptycho.data.sources import describe, read_source
+from ptycho.study.checklist import agreement
+
+
+def measured_cxi(ds, path: Path) -> Path:
+    """``ds`` as an experiment records it: CXI without the object (image_2) and without
+    ptycho's own extras (ptycho_1)."""
+    import h5py
+
+    export_cxi(ds, path)
+    with h5py.File(path, "a") as f:
+        del f["entry_1/ptycho_1"]
+        del f["entry_1/image_2"]
+    return path
+
+
+@pytest.fixture(scope="module")
+def measured(files, tmp_path_factory) -> dict[str, Path]:
+    """The small pair as measured CXI files, and the test split imported from its file."""
+    d = tmp_path_factory.mktemp("own")
+    out = {split: measured_cxi(read_dataset(files[split]), d / f"{split}.cxi") for split in ("train", "test")}
+    out["test.h5"] = d / "test.h5"
+    write_dataset(out["test.h5"], read_source(out["test"], gridsize=2, split="test"))
+    return out
+
+
+# ------------------------------------------------------------------------ the files
+def test_a_data_file_is_described_from_its_headers(files, measured, tmp_path):
+    n = read_dataset(files["test"]).probe.shape[0]
+    patterns = read_dataset(files["test"]).diffraction.shape[0]
+    got = describe(measured["test"])
+    assert (got.kind, got.ground_truth, got.n, got.patterns) == ("cxi", False, n, patterns)
+    assert got.words == f"CXI 1.6 file, {patterns} patterns of {n}x{n} px, no ground truth (measured data)"
+    export_cxi(read_dataset(files["test"]), tmp_path / "full.cxi")  # with the object: a ground truth
+    assert describe(tmp_path / "full.cxi").ground_truth is True
+    simulated = describe(files["test"])
+    assert (simulated.kind, simulated.ground_truth, simulated.patterns) == ("dataset", True, patterns)
+    assert describe(measured["test.h5"]).ground_truth is False
+    # A ptycho dataset is read as it is: the same content, the same digest.
+    assert (
+        read_source(files["test"], gridsize=2, split="test").attrs["digest"] == read_attributes(files["test"])["digest"]
+    )
+
+
+def test_the_misfit_evaluate_gives_networks_is_the_solvers(measured):
+    """One number for networks and solver: ptycho.analysis.misfit (NumPy) equals the
+    solver's own misfit (TensorFlow) of the same object."""
+    pytest.importorskip("tensorflow")
+    from ptycho.analysis.misfit import object_misfit
+    from ptycho.solvers.gradient import Solver, problems
+
+    problem = problems(read_dataset(measured["test.h5"]))[0]
+    rng = np.random.default_rng(0)
+    obj = (0.5 + 0.5 * rng.random(problem.shape)) * np.exp(1j * rng.random(problem.shape))
+    solver = Solver(problem, "off")
+    assert object_misfit(problem, obj, rescale=False) == pytest.approx(solver.misfit(obj), rel=1e-5)
+
+
+# ------------------------------------------------------------------------ the quality item
+def _stitched(tmp_path: Path, name: str, images: np.ndarray) -> str:
+    from ptycho.artifacts import write_arrays
+
+    path = tmp_path / f"{name}.npz"
+    write_arrays(path, producer="stitch", images=images.astype(np.complex64))
+    return str(path)
+
+
+def _metrics(tmp_path: Path, name: str, misfit: float) -> str:
+    from ptycho.artifacts import write_json
+
+    path = tmp_path / f"{name}.json"
+    record = {"ground_truth": False, "n_images": 1, "mean": {"data_misfit": misfit}, "per_image": []}
+    write_json(path, record, producer="evaluate")
+    return str(path)
+
+
+def _object(rng, shape=(48, 48)) -> np.ndarray:
+    """A smooth random object: amplitude in (0.5, 1), phase in (-1, 1) rad."""
+    from scipy.ndimage import gaussian_filter
+
+    amp = gaussian_filter(rng.random(shape), 2)
+    phase = gaussian_filter(rng.random(shape), 2)
+    amp = 0.5 + 0.5 * (amp - amp.min()) / np.ptp(amp)
+    phase = 2 * (phase - phase.min()) / np.ptp(phase) - 1
+    return amp * np.exp(1j * phase)
+
+
+def _collect(tmp_path: Path, objects: dict[str, np.ndarray], threshold: float = 0.02) -> dict:
+    from ptycho.study.checklist import Inputs
+    from ptycho.study.checklist.quality import collect
+
+    metrics = [_metrics(tmp_path, name, 1.0 + i) for i, name in enumerate(objects)]
+    stitched = [_stitched(tmp_path, name, image[None]) for name, image in objects.items()]
+    return collect(Inputs(metrics=metrics, stitched=stitched), threshold)
+
+
+def test_without_ground_truth_each_arm_is_judged_against_its_reference_arms_reconstruction(tmp_path):
+    """Three seeds: jit reconstructs exactly what off does (SSIM 1 between them, EQUIVALENT);
+    auto reconstructs another object (DIFFERENT), so the item FAILs."""
+    rng = np.random.default_rng(1)
+    objects = {}
+    for seed in range(3):
+        objects[f"pinn-off-s{seed}"] = _object(rng)
+        objects[f"pinn-jit-s{seed}"] = objects[f"pinn-off-s{seed}"].copy()
+        objects[f"pinn-auto-s{seed}"] = _object(rng)
+    record = _collect(tmp_path, objects)
+    ev = record["evidence"]
+    assert ev["ground_truth"] is False and ev["threshold"] == 0.02
+    assert set(ev["between_arms"]) == {f"pinn-s{s}-{m}" for s in range(3) for m in ("jit", "auto")}
+    assert ev["between_arms"]["pinn-s1-jit"]["arm"] == "pinn-jit-s1"
+    assert ev["between_arms"]["pinn-s1-jit"]["reference"] == "pinn-off-s1"
+    assert (
+        ev["between_arms"]["pinn-s1-jit"]["amp_ssim"] == 1.0 and ev["between_arms"]["pinn-s1-jit"]["phase_ssim"] == 1.0
+    )
+    assert all(ev["between_arms"][f"pinn-s{s}-auto"]["amp_ssim"] < 0.5 for s in range(3))
+    assert {k: {m: c["outcome"] for m, c in per.items()} for k, per in ev["comparisons"].items()} == {
+        "pinn-jit": {"amp_ssim": "EQUIVALENT", "phase_ssim": "EQUIVALENT"},
+        "pinn-auto": {"amp_ssim": "DIFFERENT", "phase_ssim": "DIFFERENT"},
+    }
+    jit = ev["comparisons"]["pinn-jit"]["amp_ssim"]
+    assert jit["design"] == "paired" and jit["difference"] == 0.0 and jit["mean_off"] == 1.0
+    assert record["status"] == "FAIL" and record["item"] == "quality"
+    assert ev["per_arm"]["pinn-off-s0"] == {"data_misfit": 1.0}
+    # The yardstick: off's three seeds against each other, three pairs.
+    assert set(ev["seed_to_seed"]) == {"pinn-off"} and ev["seed_to_seed"]["pinn-off"]["pairs"] == 3
+    assert record["summary"].startswith(
+        "no ground truth (measured data): each arm's reconstruction against its reference arm's; PINN jit - off: "
+        "amplitude SSIM between their reconstructions 1.0000 (90 % interval 1.0000 to 1.0000, 95 % 1.0000 to "
+        "1.0000, 3 seeds, paired by seed); EQUIVALENT: at least 0.98 (1 - the 0.02 margin), its 90 % interval inside"
+    )
+    assert "PINN auto - off: amplitude SSIM between their reconstructions" in record["summary"]
+    assert "DIFFERENT: its 95 % interval lies below 0.98 (1 - the 0.02 margin)" in record["summary"]
+
+
+def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(tmp_path):
+    """The smoke study's shape: one seed, jit vs off. The item, its tables, the report's
+    quality sentence and each arm's MLflow answer all work on the record (read back from JSON)."""
+    from ptycho.artifacts import read_json, write_json
+    from ptycho.study import report as views
+    from ptycho.study.checklist.quality import tables
+    from ptycho.study.jobs import _measured_answers
+
+    rng = np.random.default_rng(2)
+    off = _object(rng)
+    jit = off * (1 + 0.01 * rng.standard_normal(off.shape))  # nearly the same reconstruction
+    record = _collect(tmp_path, {"pinn-off-s0": off, "pinn-jit-s0": jit})
+    write_json(tmp_path / "quality.json", record)
+    record = read_json(tmp_path / "quality.json")  # NaN as null, as the report reads it
+    assert record["status"] == "INCONCLUSIVE" and record["value"] is None  # NaN: no interval to reach
+    c = record["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"]
+    ssim = record["evidence"]["between_arms"]["pinn-s0-jit"]["amp_ssim"]
+    assert c["outcome"] == "INCONCLUSIVE" and c["seeds_mode"] == [0] and 0.9 < ssim < 1
+    assert agreement.agreement_words("PINN jit - off", "amplitude SSIM", {**c, "sd": float("nan")}) in record["summary"]
+    report = {
+        "items": {"quality": record},
+        "arms": {"pinn-off-s0": {"metrics": {"data_misfit": 1.0}}, "pinn-jit-s0": {"metrics": {"data_misfit": 2.0}}},
+        "config": {"data": {"train": "scan.cxi", "test": "scan.cxi"}},
+    }
+    phase = record["evidence"]["between_arms"]["pinn-s0-jit"]["phase_ssim"]
+    assert views.quality_sentence(report) == (
+        "Quality, no ground truth (measured data): each XLA mode's reconstruction against off's of the same seed and "
+        f"precision (PINN, SSIM between the two, at least 0.98 to be the same reconstruction): jit vs off: amplitude "
+        f"{ssim:.3f}: INCONCLUSIVE, phase {phase:.3f}: INCONCLUSIVE."
+    )
+    assert views.data_sentence(report) == (
+        "Data: your own files, train scan.cxi, test scan.cxi (no ground truth: measured data, nothing scored "
+        "against a truth)."
+    )
+    titles = [title for title, _, _ in tables({"items": {"quality": record}})]
+    assert titles[0].startswith("Per arm: no ground truth (measured data), so no scores; the data misfit")
+    assert len(titles) == 3  # misfits, each arm against its reference, the agreement across seeds
+    assert _measured_answers(report, {}) == {
+        "pinn-off-s0": {"data_misfit": 1.0},
+        "pinn-jit-s0": {"data_misfit": 2.0, "amp_ssim_vs_reference": ssim, "phase_ssim_vs_reference": phase},
+    }
+
+
+def test_the_quality_item_on_measured_data_needs_the_arms_stitched_objects(tmp_path):
+    from ptycho.errors import PtychoError
+    from ptycho.study.checklist import Inputs
+    from ptycho.study.checklist.quality import collect
+
+    metrics = [_metrics(tmp_path, name, 1.0) for name in ("pinn-off-s0", "pinn-jit-s0")]
+    with pytest.raises(PtychoError) as err:
+        collect(Inputs(metrics=metrics), 0.02)
+    assert str(err.value) == (
+        "no stitched objects for arm(s) pinn-jit-s0, pinn-off-s0: on measured data the quality item compares the "
+        "arms' reconstructions; pass every arm's stitched file (check quality --stitched)"
+    )
+
+
+# ------------------------------------------------------------------------ the solver
+def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured, tmp_path):
+    """No refusal: every mode and a warm start run, quality is the data misfit at the
+    checkpoints (falling), the record and the report's solver section say no ground truth."""
+    pytest.importorskip("tensorflow")
+    from ptycho.artifacts import read_json, write_arrays
+    from ptycho.solvers.gradient import SolverConfig, problems
+    from ptycho.study import solver_view
+    from ptycho.study.solve import solve
+
+    ds = read_dataset(measured["test.h5"])
+    x0, y0, x1, y1 = problems(ds)[0].region
+    start = tmp_path / "start.npz"  # a network's reconstruction as the warm start: a unit object
+    write_arrays(start, producer="stitch", images=np.ones((1, y1 - y0, x1 - x0), np.complex64))
+    out = tmp_path / "solve.json"
+    solve(
+        str(measured["test.h5"]),
+        str(out),
+        modes=("off", "jit"),
+        cfg=SolverConfig(iterations=12),
+        starts={"pinn": str(start)},
+        checkpoints=(0, 1, 5, 10),
+    )
+    record = read_json(out, producer=("solve", "warm_start"))
+    assert record["ground_truth"] is False
+    for run in record["runs"]:
+        assert set(run["final"]) == {"data_misfit"} and run["iterations"] == 12
+        curve = [p["data_misfit"] for p in run["curve"]]
+        assert [p["iteration"] for p in run["curve"]] == ([0] if run["start"] == "pinn" else []) + [1, 5, 10, 12]
+        assert curve[-1] == run["final"]["data_misfit"] and curve[-1] < curve[0]
+    assert {(w["start"], w["flat_iterations"]) for w in record["warm_start"]} == {("pinn", 10), ("pinn", 12)}
+    assert all("target_data_misfit" in w and "target_amp_ssim" not in w for w in record["warm_start"])
+    view = solver_view.summarise(record, None, {"pinn-off-s0": {"metrics": {"data_misfit": 1e12}}})
+    assert view["ground_truth"] is False and view["networks"][0]["data_misfit"] == 1e12
+    assert view["match"]["pinn-off-s0"]["iterations"] == 1  # the first checkpoint already explains the data better
+    assert "reconstructs the measured data (no ground truth, so no scores) to a data misfit of" in solver_view.headline(
+        view
+    )
+    methods = solver_view.tables({"solver": view})[0]
+    assert methods[1][:5] == ["method", "amp SSIM", "phase SSIM", "phase PSNR dB", "data misfit"]
+    assert methods[2][0][1:4] == [solver_view.NO_TRUTH] * 3
+
+
+# ------------------------------------------------------------------------ the whole study
+@pytest.mark.slow
+def test_measured_data_from_cxi_to_a_report_with_the_arms_compared(tmp_path):
+    """README, "Your own data": the smoke preset's simulated data exported to CXI without
+    the object, then `snakemake all --config preset=smoke models=[pinn] data={...}`."""
+    import yaml
+    from mlflow.tracking import MlflowClient
+    from test_pipeline import ROOT, _workdir, snakemake
+
+    from ptycho.data.simulate import simulate
+    from ptycho.study import workflow
+
+    work = _workdir(tmp_path)
+    smoke = workflow.resolve(yaml.safe_load((ROOT / "config.yaml").read_text()), {"preset": "smoke"})
+    pair = simulate(workflow.simulation_config(smoke), progress=False)
+    (work / "scans").mkdir()
+    for split, ds in pair.items():
+        measured_cxi(ds, work / "scans" / f"{split}.cxi")
+    run = snakemake(
+        work,
+        "all",
+        "--config",
+        "preset=smoke",
+        "models=[pinn]",
+        "data={train: scans/train.cxi, test: scans/test.cxi}",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    r = work / "results" / "smoke"
+    assert not (r / "logs" / "simulate.log").exists()  # imported, not simulated
+    assert sorted(p.name for p in (r / "logs" / "import_data").iterdir()) == ["test.log", "train.log"]
+    assert sorted(p.name for p in (r / "data").iterdir() if p.is_file()) == ["test.h5", "train.h5"]
+    assert read_attributes(r / "data" / "test.h5")["ground_truth"] is False
+    for arm in ("pinn-off-s0", "pinn-jit-s0"):
+        scored = json.loads((r / "metrics" / f"{arm}.json").read_text())
+        assert scored["ground_truth"] is False and set(scored["mean"]) == {"data_misfit"}
+
+    report = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
+    quality = report["items"]["quality"]
+    ev = quality["evidence"]
+    pair_scores = ev["between_arms"]["pinn-s0-jit"]
+    assert ev["ground_truth"] is False and set(ev["between_arms"]) == {"pinn-s0-jit"}
+    assert (pair_scores["arm"], pair_scores["reference"]) == ("pinn-jit-s0", "pinn-off-s0")
+    amp, phase = pair_scores["amp_ssim"], pair_scores["phase_ssim"]
+    assert -1 <= amp <= 1 and -1 <= phase <= 1
+    # One seed: the exact outcome is INCONCLUSIVE, in these words.
+    assert quality["status"] == "INCONCLUSIVE"
+    assert {m: c["outcome"] for m, c in ev["comparisons"]["pinn-jit"].items()} == {
+        "amp_ssim": "INCONCLUSIVE",
+        "phase_ssim": "INCONCLUSIVE",
+    }
+    assert quality["summary"] == (
+        "no ground truth (measured data): each arm's reconstruction against its reference arm's; "
+        f"PINN jit - off: amplitude SSIM between their reconstructions {amp:.4f} (one seed per arm: no seed-to-seed "
+        "spread to judge it by); INCONCLUSIVE, at least 2 seeds per arm are needed to judge it; "
+        f"PINN jit - off: phase SSIM between their reconstructions {phase:.4f} (one seed per arm: no seed-to-seed "
+        "spread to judge it by); INCONCLUSIVE, at least 2 seeds per arm are needed to judge it"
+    )
+    sentence = (
+        "Quality, no ground truth (measured data): each XLA mode's reconstruction against off's of the same seed and "
+        f"precision (PINN, SSIM between the two, at least 0.98 to be the same reconstruction): jit vs off: amplitude "
+        f"{amp:.3f}: INCONCLUSIVE, phase {phase:.3f}: INCONCLUSIVE."
+    )
+    assert sentence in run.stdout  # the run's last lines
+    # The solver ran on the measured data, and its section says so where scores would be.
+    solver = report["solver"]
+    assert solver["ground_truth"] is False and set(solver["modes"]) == {"off", "jit"}
+    assert all(set(m["final"]) == {"data_misfit"} for m in solver["modes"].values())
+    assert {n["arm"] for n in solver["networks"]} == {"pinn-off-s0", "pinn-jit-s0"}
+    md = (work / "reports" / "smoke" / "validation.md").read_text()
+    assert "| solver off | no ground truth | no ground truth | no ground truth |" in md
+    assert "Data: your own files, train scans/train.cxi, test scans/test.cxi (no ground truth" in md
+    # Each arm's MLflow run carries its answer: the agreement with its reference and its misfit.
+    client = MlflowClient(f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("xla-ptycho")
+    runs = client.search_runs([experiment.experiment_id], "tags.rule = 'train'", max_results=100)
+    jit = next(x for x in runs if x.info.run_name == "pinn-jit-s0").data.metrics
+    assert jit["amp_ssim_vs_reference"] == pytest.approx(amp) and jit["data_misfit"] > 0
+    imports = client.search_runs([experiment.experiment_id], "tags.rule = 'import_data'", max_results=10)
+    assert sorted(x.data.tags["split"] for x in imports) == ["test", "train"]
