@@ -296,11 +296,6 @@ def read_json(path: str | os.PathLike, producer: str | Sequence[str] | Callable[
     return record
 
 
-def stamp_json(path: str | os.PathLike, producer: str) -> None:
-    """Stamp a JSON record written without ``producer`` (by code that does not know it)."""
-    write_json(path, read_json(path), producer)
-
-
 def write_arrays(path: str | os.PathLike, *, producer: str | None = None, **arrays: np.ndarray) -> None:
     """``arrays`` as an ``.npz`` file (no pickles); with ``producer``, stamped with its format version."""
     if producer is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ptycho.artifacts import atomic_write, write_json
+from ptycho.artifacts import FORMAT_KEY, atomic_write, check_format, write_json
 from ptycho.config import to_dict
 from ptycho.errors import DatasetError, PtychoError
 from ptycho.nets.models import MODEL_KINDS, ModelConfig
@@ -59,7 +59,7 @@ def save_checkpoint(trainer: Trainer, out_dir: Path, meta: dict) -> None:
     atomic_write(out_dir / "model.keras", trainer.network.save, suffix=".keras")
     meta = dict(meta)
     meta["physics"] = dict(meta.get("physics", {}), log_scale=float(trainer.log_scale.numpy()))
-    write_json(out_dir / "model.json", meta)
+    write_json(out_dir / "model.json", meta, producer="train")  # stamped: ptycho.artifacts.FORMATS
 
 
 def timing_summary(meta: dict) -> dict:
@@ -94,6 +94,7 @@ def load_meta(model_dir: str | os.PathLike) -> dict:
         raise PtychoError(
             f"{path}: model kind {kind!r} is not one of {', '.join(MODEL_KINDS)}; restore the file or re-run training"
         )
+    check_format(path, meta.pop(FORMAT_KEY, None) if isinstance(meta, dict) else None, "train")
     missing = [k for k in ("n", "train", "physics") if k not in meta]
     if missing:
         raise PtychoError(f"{path}: no {', '.join(missing)} recorded; not a model.json 'ptycho train' wrote, re-run it")

@@ -128,7 +128,6 @@ def train(
     A diverged training under ``on_diverge='record'`` is a result, not an error: its
     outputs hold the last good state marked FAILED and the record carries the reason.
     """
-    from ptycho.artifacts import stamp_json
     from ptycho.data.dataset import read_dataset
     from ptycho.nets.train import train as fit
 
@@ -160,7 +159,6 @@ def train(
         on_resume=on_resume,
         on_diverge=on_diverge,
     )
-    stamp_json(Path(out) / "model.json", "train")  # the training (ptycho.nets.state) writes it unstamped
     record = _with_dataset(JobRecord(params=params, tags=resumed), "train.h5", ds, dataset, "train")
     record.artifacts.append((str(Path(out) / "model.json"), "model"))
     if meta.get("status") == "FAILED":
