@@ -63,11 +63,11 @@ def test_a_data_file_is_described_from_its_headers(files, measured, tmp_path):
 
 
 def test_the_misfit_evaluate_gives_networks_is_the_solvers(measured):
-    """One number for networks and solver: ptycho.analysis.misfit (NumPy) equals the
+    """One number for networks and solver: ptycho.solvers.misfit (NumPy) equals the
     solver's own misfit (TensorFlow) of the same object."""
     pytest.importorskip("tensorflow")
-    from ptycho.analysis.misfit import object_misfit
     from ptycho.solvers.gradient import Solver, problems
+    from ptycho.solvers.misfit import object_misfit
 
     problem = problems(read_dataset(measured["test.h5"]))[0]
     rng = np.random.default_rng(0)

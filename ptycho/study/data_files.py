@@ -30,11 +30,12 @@ def data_files(cfg: Mapping) -> dict[str, str]:
     return {split: str(given[split]) for split in SPLITS if given.get(split)}
 
 
-def check_data(cfg: Mapping, workdir: str | os.PathLike | None = None) -> dict:
+def check_data(cfg: Mapping, depths: Mapping[str, int], workdir: str | os.PathLike | None = None) -> dict:
     """The :class:`~ptycho.data.sources.Source` of each split of ``data`` (``{}`` without
-    one), after every check of the module docstring; raises a one-line :class:`ConfigError`."""
+    one), after every check of the module docstring; raises a one-line :class:`ConfigError`.
+    ``depths``: each listed model's ``model.depth`` (its pooling levels), as the workflow
+    resolved it (passed in: this module sits below :mod:`ptycho.study.workflow`)."""
     from ptycho.data.sources import describe
-    from ptycho.study.workflow import model_config
 
     files = data_files(cfg)
     if not files:
@@ -59,14 +60,14 @@ def check_data(cfg: Mapping, workdir: str | os.PathLike | None = None) -> dict:
             "px; the network trained on one split reconstructs the other, so give two splits of one set-up"
         )
     for kind in cfg["models"]:
-        model = model_config(cfg, kind)
-        factor = 2**model.depth
+        depth = depths[kind]
+        factor = 2**depth
         if train.n % factor:
-            fits = [d for d in range(1, model.depth) if train.n % 2**d == 0]
+            fits = [d for d in range(1, depth) if train.n % 2**d == 0]
             fix = f"use a smaller model.depth ({max(fits)})" if fits else "crop the patterns to an even side"
             raise ConfigError(
                 f"config key 'data.train': its patterns are {train.n}x{train.n} px, not a multiple of {factor}, which "
-                f"the {kind} needs (model.depth = {model.depth} pooling levels); {fix}"
+                f"the {kind} needs (model.depth = {depth} pooling levels); {fix}"
             )
         if kind != "pinn" and not train.ground_truth:
             raise ConfigError(

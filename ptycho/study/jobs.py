@@ -305,12 +305,12 @@ def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
 def evaluate_measured(ds, dataset: str, images: np.ndarray, stitched: str, out: str) -> JobRecord:
     """The record of an arm on measured data: no ground truth, so no scores (the quality
     item compares the arms' reconstructions with each other), and each object's data
-    misfit (:mod:`ptycho.analysis.misfit`: how well it explains the measured patterns)::
+    misfit (:mod:`ptycho.solvers.misfit`: how well it explains the measured patterns)::
 
         {"ground_truth": false, "n_images", "mean": {"data_misfit"}, "per_image": [{"data_misfit"}], "dataset_digest"}
     """
-    from ptycho.analysis.misfit import data_misfit
     from ptycho.artifacts import write_json
+    from ptycho.solvers.misfit import data_misfit
 
     regions = [(int(y1 - y0), int(x1 - x0)) for x0, y0, x1, y1 in ds.scan_region]
     if len(images) != len(regions) or any(i.shape != r for i, r in zip(images, regions, strict=True)):

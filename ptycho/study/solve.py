@@ -9,7 +9,7 @@ each run's object is scored with the same function ``ptycho evaluate`` uses
 how many iterations the solver needs to match a network, and how many a warm start
 from a network saves. Measured data has no ground truth to score against: the solver
 reconstructs it all the same, and its quality at each checkpoint is then the data misfit
-(:func:`ptycho.analysis.misfit.object_misfit`, the number ``ptycho evaluate`` gives the
+(:func:`ptycho.solvers.misfit.object_misfit`, the number ``ptycho evaluate`` gives the
 networks' reconstructions of such data), lower being better.
 """
 
@@ -79,12 +79,12 @@ def solve(
     format ``ptycho evaluate`` reads.
     """
     from ptycho.analysis.metrics import score_all
-    from ptycho.analysis.misfit import object_misfit
     from ptycho.artifacts import write_arrays, write_json
     from ptycho.data.dataset import read_dataset
     from ptycho.data.provenance import DIGEST_KEY
     from ptycho.nets.xla import REFERENCE
     from ptycho.solvers.gradient import ENGINE, Solver, crop, flat_start, problems, warm_start
+    from ptycho.solvers.misfit import object_misfit
     from ptycho.study.stats import bootstrap_ratio
 
     ds = read_dataset(dataset)

@@ -409,7 +409,8 @@ def parse_time_checks(
     for path in config_files:
         check_unique_keys(path)
     cfg = resolve(config, overrides)
-    own_data = check_data(cfg, workdir)  # the user's own files (config data), if any
+    depths = {kind: model_config(cfg, kind).depth for kind in cfg["models"]}
+    own_data = check_data(cfg, depths, workdir)  # the user's own files (config data), if any
     preflight_results(cfg, workdir)
     if not own_data:  # the estimate is the simulation's; imported files are bounded as they are read
         check_memory(simulation_config(cfg), job_memory(cfg), machine_memory_bytes(), "this machine")

@@ -18,7 +18,7 @@ one), which is XLA's claim: rounding differences alone should not move a reconst
 by the margin. Two trainings that drift apart from the same seed are DIFFERENT here even
 when both are good; the evidence therefore also gives the reference arm's seed-to-seed
 SSIM (how alike two trainings of the same arm are), and every arm's data misfit
-(:mod:`ptycho.analysis.misfit`: how well it explains the measured patterns, lower is better).
+(:mod:`ptycho.solvers.misfit`: how well it explains the measured patterns, lower is better).
 """
 
 from __future__ import annotations
