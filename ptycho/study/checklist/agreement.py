@@ -38,7 +38,8 @@ from ptycho.study.checklist.item import FAIL, verdict
 from ptycho.study.stats import DIFFERENT, EQUIVALENT, seed_comparison
 from ptycho.study.tables import Table, fmt
 
-#: The between-arm scores kept per comparison, with their words in the tables.
+#: The scores of a reconstruction, with their words in the tables: against the ground
+#: truth (the quality item's) or, here, against the reference arm's reconstruction.
 COLUMNS = {
     "amp_ssim": "amp SSIM",
     "phase_ssim": "phase SSIM",

@@ -22,17 +22,9 @@ from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
 from ptycho.study.stats import seed_comparison
 from ptycho.study.tables import Table, fmt
 
-#: The metrics of an arm, with their words in the report's tables.
-COLUMNS = {
-    "amp_ssim": "amp SSIM",
-    "phase_ssim": "phase SSIM",
-    "amp_psnr": "amp PSNR dB",
-    "phase_psnr": "phase PSNR dB",
-    "amp_mae": "amp MAE",
-    "phase_mae": "phase MAE rad",
-    "amp_frc50": "amp FRC50 1/px",
-    "phase_frc50": "phase FRC50 1/px",
-}
+#: The metrics of an arm, with their words in the report's tables: the scores the
+#: comparison between arms keeps too (one table, :data:`agreement.COLUMNS`).
+COLUMNS = agreement.COLUMNS
 QUALITY_KEYS = tuple(COLUMNS)
 SSIM_KEYS = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}  #: the verdict's metrics, in words
 
