@@ -35,7 +35,18 @@ from ptycho import tracking
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The tiniest PINN that trains for real: 16 px patterns, 4 filters, one pooling level.
-TINY = ("--kind", "pinn", "--filters", "4", "--depth", "1", "--batch-size", "8")
+TINY = (
+    "--kind",
+    "pinn",
+    "--filters",
+    "4",
+    "--depth",
+    "1",
+    "--batch-size",
+    "8",
+    "--fail-on-collapse",
+    "false",
+)  # plumbing
 
 
 def _env(**extra: str) -> dict[str, str]:
