@@ -26,8 +26,13 @@ class TrainingData:
 
 def intensity_norm(ds: Dataset) -> float:
     """Per-pixel mean count of the dataset: the unit of the normalised intensities."""
-    n = ds.n
-    return float(ds.counts.sum(axis=(1, 2), dtype=np.float64).mean() / (n * n))
+    return mean_count(ds.counts)
+
+
+def mean_count(counts: np.ndarray) -> float:
+    """Per-pixel mean of ``counts`` in any layout (a dataset's ``(P, N, N)``, a batch of
+    groups): what the networks' inputs are divided by."""
+    return float(np.asarray(counts).sum(dtype=np.float64) / np.size(counts))
 
 
 def normalised(counts: np.ndarray, norm: float) -> np.ndarray:

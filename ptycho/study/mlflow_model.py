@@ -59,12 +59,12 @@ def _reconstructor_class():
 
         # The np.ndarray hint tells MLflow that the signature (tensors) is the schema.
         def predict(self, context, model_input: np.ndarray, params=None):  # noqa: ARG002 - MLflow's signature
-            from ptycho.nets.inputs import network_inputs
+            from ptycho.nets.inputs import mean_count, network_inputs
 
             counts = np.asarray(model_input, np.float32)
             norm = float((params or {}).get("intensity_norm") or 0.0)
-            if norm <= 0:  # the batch's own mean count per pixel (ptycho.nets.inputs.intensity_norm)
-                norm = float(counts.sum(dtype=np.float64) / counts.size)
+            if norm <= 0:  # the batch's own
+                norm = mean_count(counts)
             amplitude, phase = self.predictor(network_inputs(counts, norm))
             return {"amplitude": amplitude, "phase": phase}
 

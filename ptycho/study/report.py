@@ -229,28 +229,34 @@ def _pinn_comparisons(report: Mapping, axis: str) -> list[tuple[Pair, Mapping]]:
     ]
 
 
+def _mode_parts(report: Mapping, vs: str, ssim) -> list[str]:
+    """``"<mode> <vs>: amplitude ..., phase ..."`` for each PINN mode vs off at the same
+    precision, each SSIM comparison ``m`` put in words by ``ssim(word, m)``."""
+    parts = []
+    for pair, c in _pinn_comparisons(report, "mode"):
+        arm = pair.arm
+        label = arm.mode if arm.precision == REFERENCE_PRECISION else f"{arm.mode} at {SHORT[arm.precision]}"
+        metrics = [ssim(word, c[k]) for k, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")) if c.get(k)]
+        parts.append(f"{label} {vs}: " + ", ".join(metrics))
+    return parts
+
+
 def quality_sentence(report: Mapping) -> str:
     """XLA's own effect on the reconstructions in one sentence: each PINN mode vs ``off``
     at the same precision, amplitude and phase SSIM, outcome and 90 % interval (without a
     ground truth: the SSIM between the two arms' reconstructions, :func:`agreement_sentence`)."""
     if report["items"]["quality"]["evidence"].get("ground_truth") is False:
         return agreement_sentence(report)
-    parts = []
-    for pair, c in _pinn_comparisons(report, "mode"):
-        arm = pair.arm
-        label = arm.mode if arm.precision == REFERENCE_PRECISION else f"{arm.mode} at {SHORT[arm.precision]}"
-        metrics = []
-        for metric, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")):
-            m = c.get(metric)
-            if not m:
-                continue
-            interval = (
-                f", 90% interval {_num(m.get('low90')):+.3f} to {_num(m.get('high90')):+.3f}"
-                if m.get("low90") is not None
-                else ""
-            )
-            metrics.append(f"{word} SSIM {_num(m['difference']):+.3f}{interval}: {m['outcome']}")
-        parts.append(f"{label} - off: " + ", ".join(metrics))
+
+    def difference(word: str, m: Mapping) -> str:
+        interval = (
+            f", 90% interval {_num(m.get('low90')):+.3f} to {_num(m.get('high90')):+.3f}"
+            if m.get("low90") is not None
+            else ""
+        )
+        return f"{word} SSIM {_num(m['difference']):+.3f}{interval}: {m['outcome']}"
+
+    parts = _mode_parts(report, "- off", difference)
     if not parts:
         return f"Quality: {report['items']['quality']['summary']}."
     margin = report["items"]["quality"]["threshold"]
@@ -261,19 +267,13 @@ def agreement_sentence(report: Mapping) -> str:
     """The quality sentence on measured data: each PINN mode's reconstruction against off's
     of the same seed and precision, the mean SSIM between them with its 90 % interval and
     the outcome against 1 - margin (:mod:`ptycho.study.checklist.agreement`)."""
-    parts = []
-    for pair, c in _pinn_comparisons(report, "mode"):
-        arm = pair.arm
-        label = arm.mode if arm.precision == REFERENCE_PRECISION else f"{arm.mode} at {SHORT[arm.precision]}"
-        metrics = []
-        for metric, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")):
-            m = c.get(metric)
-            if not m:
-                continue
-            low, high = _num(m.get("low90")), _num(m.get("high90"))
-            interval = f", 90% interval {1 + low:.3f} to {1 + high:.3f}" if math.isfinite(low) else ""
-            metrics.append(f"{word} {1 + _num(m['difference']):.3f}{interval}: {m['outcome']}")
-        parts.append(f"{label} vs off: " + ", ".join(metrics))
+
+    def between(word: str, m: Mapping) -> str:
+        low, high = _num(m.get("low90")), _num(m.get("high90"))
+        interval = f", 90% interval {1 + low:.3f} to {1 + high:.3f}" if math.isfinite(low) else ""
+        return f"{word} {1 + _num(m['difference']):.3f}{interval}: {m['outcome']}"
+
+    parts = _mode_parts(report, "vs off", between)
     if not parts:
         return f"Quality: {report['items']['quality']['summary']}."
     margin = report["items"]["quality"]["threshold"]
