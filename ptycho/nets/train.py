@@ -209,6 +209,8 @@ def loss_bounds(trainer: Trainer, ds: Dataset, data: TrainingData, idx: np.ndarr
     def mean(per_batch) -> float:
         return sum(float(tf.reduce_sum(per_batch(b))) for b in batches) / len(idx)
 
+    # The head and loss uncompiled: the compiled ones are traced for the training's batch
+    # only (a second shape would retrace, ptycho.nets.xla.Retraced), and this runs once.
     def loss(outputs):  # the per-sample loss of outputs(b) -> (amp, phase)
         return lambda b: trainer._physics_loss(*outputs(b), data.offsets[b], data.batch(b)[2])
 
