@@ -5,6 +5,7 @@
 #
 # simulate -> train (model x xla x seed) -> infer -> stitch -> evaluate
 #          -> solve (the iterative solver, every XLA mode; warm-started from the networks)
+#          -> conditions (other doses, overlaps, losses: accuracy, gradients, the networks, the solver)
 #          -> checklist (accuracy, gradients, convergence, quality, speedup) -> report
 
 
@@ -22,6 +23,7 @@ include: "rules/infer.smk"
 include: "rules/evaluate.smk"
 include: "rules/checks.smk"
 include: "rules/solve.smk"
+include: "rules/conditions.smk"
 include: "rules/report.smk"
 include: "rules/rerun.smk"
 

@@ -54,6 +54,8 @@ FORMATS: dict[str, int] = {
     "check_convergence": 1,
     "check_quality": 1,
     "check_speedup": 1,
+    "condition": 1,
+    "simulate_condition": 1,
     "bench": 1,
     "solve": 1,
     "warm_start": 1,

@@ -1,6 +1,7 @@
 # Configuration (validated once, here) and the target lists the rules share.
 import json
 import os
+import re
 import shlex
 import sys
 
@@ -11,6 +12,7 @@ from ptycho.artifacts import rerun_params  # every rule's params: its outputs' f
 from ptycho.errors import PtychoError
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist, run_lock
+from ptycho.study.conditions import checked as checked_conditions
 from ptycho.study.data_files import data_files
 from ptycho.study.workflow import (arm_lists, arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory, job_threads, parse_time_checks,
                                    precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
@@ -69,6 +71,11 @@ PRECISIONS = " ".join(CHECKED_PRECISIONS)
 WARM_ARMS = warm_arms(CFG)
 WARM_MODE = solver_mode(CFG)
 SOLVER = [f"{R}/solver/solve.json", f"{R}/solver/warm_start.json"]
+# The operating points the cheap parts also run at (ptycho.study.conditions): name -> settings.
+CONDITIONS = checked_conditions(CFG)
+# The report's flag only when there are conditions: a study without them runs its report as before.
+CONDITIONS_FLAG = "--conditions {input.conditions} " if CONDITIONS else ""
+CONDITION_RECORDS = expand(f"{R}/conditions/{{condition}}/{{record}}.json", condition=CONDITIONS, record=["check", "solve"])
 
 # The study's datasets: simulated (the simulate rule), or the user's own files, config `data`
 # (the import_data rule reads a CXI file or a ptycho dataset per split). Both rules exist; the
@@ -100,6 +107,7 @@ wildcard_constraints:
     arm=ARM_PATTERN,
     item="|".join(CHECK_ITEMS),
     split="train|test",
+    condition="|".join(re.escape(c) for c in CONDITIONS) or "(?!)",
 
 
 def all_cores():

@@ -57,6 +57,7 @@ rule report:
         figures=expand(f"{R}/figures/{{name}}.png", name=FIGURES),
         config=CONFIG_JSON,
         solver=SOLVER,
+        conditions=CONDITION_RECORDS,
         parent=PARENT,
     output:
         expand(f"{STAGED}/validation.{{ext}}", ext=["html", "md", "json"]),
@@ -74,7 +75,8 @@ rule report:
     shell:
         "{params.ptycho} {params.track} report --checks {input.checks} --metrics {input.metrics} --models {input.models} "
         "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir {params.out} "
-        "--finish-parent {input.parent} --benchmarks {params.benchmarks} --solver {input.solver} > {log} 2>&1"
+        "--finish-parent {input.parent} --benchmarks {params.benchmarks} --solver {input.solver} "
+        f"{CONDITIONS_FLAG}> {{log}} 2>&1"
 
 
 rule publish_report:

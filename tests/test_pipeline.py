@@ -385,4 +385,7 @@ def test_every_rule_is_named_after_the_command_it_runs_and_its_mlflow_rule_tag()
                 name = command.group(1).replace("-", "_")
                 if name == "check":
                     name += "_" + command.group(2)
-                assert rule in (name, "warm_start"), f"{path.name}: rule {rule} runs 'ptycho {command.group(1)}'"
+                # A rule that runs another rule's command on other inputs: warm starts, and a
+                # condition's test split and solver (rules/conditions.smk).
+                other_inputs = ("warm_start", f"{name}_condition")
+                assert rule in (name, *other_inputs), f"{path.name}: rule {rule} runs 'ptycho {command.group(1)}'"

@@ -18,7 +18,7 @@ _SPLIT = SPLITS[0]
 @command(
     "simulate",
     "simulate a train/test pair of datasets (HDF5)",
-    arg("--train", required=True, output=True, help="output path of the train split (.h5)"),
+    arg("--train", output=True, help="output path of the train split (.h5); without it, the test split alone"),
     arg("--test", required=True, output=True, help="output path of the test split (.h5)"),
     arg("--config", help="YAML file; its 'simulation' section (or the whole file) sets defaults"),
     arg("--quiet", action="store_true", help="no progress bars"),

@@ -1,4 +1,4 @@
-"""Study commands: bench, scaling, check, figures, report, config."""
+"""Study commands: bench, scaling, check, condition, figures, report, config."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS
 from ptycho.nets.precision import PRECISIONS
 from ptycho.nets.xla import COMPARED, MODES, REFERENCE
 from ptycho.study import checklist, jobs
+from ptycho.study.conditions import CONDITIONS
 from ptycho.tracking.record import JobRecord
 
 _PRESET = spec("preset")["default"]
@@ -242,6 +243,31 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
     )
 
 
+@command(
+    "condition",
+    "the cheap checks at one condition (dose, overlap, loss): the trained networks' accuracy at inference and "
+    "the loss gradients under every XLA mode and precision, and the networks applied to its test split, scored",
+    arg("--name", required=True, choices=sorted(CONDITIONS), help="the condition (ptycho/study/conditions.py)"),
+    arg("--dataset", required=True, help="the condition's test split (.h5, 'ptycho simulate --test')"),
+    arg("--models", nargs="+", required=True, help="model.json files of the study's trained arms"),
+    arg("--modes", nargs="+", type=mode, default=list(COMPARED), help=f"XLA modes compared with {REFERENCE}"),
+    arg("--precisions", nargs="+", type=precision, default=["float32"], help="network precisions"),
+    arg(
+        "--thresholds",
+        default="{}",
+        help="JSON object of the study's thresholds (accuracy_max_abs, gradients_max_rel and their "
+        "*_precision_roundoffs; default: the schema's)",
+    ),
+    arg("--out", required=True, output=True, help="the condition's record (.json)"),
+    tensorflow=True,
+)
+def cmd_condition(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.condition(
+        args.name, args.dataset, args.models, args.out, modes=args.modes, precisions=args.precisions,
+        thresholds=json_object(args.thresholds, "--thresholds", "pass the study's thresholds section as JSON"),
+    )  # fmt: skip
+
+
 _SOLVER_HELP = "'ptycho solve' records: every mode from a flat start, then (optional) the warm starts"
 
 
@@ -284,6 +310,11 @@ def cmd_figures(args: argparse.Namespace, live: Live) -> JobRecord:
     arg("--finish-parent", help="parent JSON: attach the report and mark the parent run FINISHED"),
     arg("--benchmarks", help="folder of the jobs' Snakemake benchmark TSVs: the report says where the time went"),
     arg("--solver", nargs="*", help=_SOLVER_HELP),
+    arg(
+        "--conditions",
+        nargs="*",
+        help="the conditions' records: <condition>/check.json ('ptycho condition') and <condition>/solve.json",
+    ),
 )
 def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.artifacts import read_json
@@ -300,6 +331,7 @@ def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
         args.out_dir,
         parent,
         solver=args.solver or (),
+        conditions=args.conditions or (),
     )
 
 

@@ -38,16 +38,22 @@ def _with_dataset(record: JobRecord, name: str, ds, path: str, split: str) -> Jo
     return record
 
 
-def simulate(cfg, train_path: str, test_path: str, *, progress: bool = True) -> JobRecord:
-    """A train/test pair from ``cfg``, written as a pair or not at all."""
+def simulate(cfg, train_path: str | None, test_path: str, *, progress: bool = True) -> JobRecord:
+    """A train/test pair from ``cfg``, written as a pair or not at all; without
+    ``train_path``, the test split alone (a condition's, :mod:`ptycho.study.conditions`):
+    each split has its own seeds, so it holds the pair's test object, its beam scaled to
+    ``cfg.nphotons`` on itself (a pair's test split takes the train split's)."""
     from ptycho.data.dataset import write_dataset
     from ptycho.data.simulate import simulate as make
+    from ptycho.data.simulate import simulate_split
 
-    datasets = make(cfg, progress=progress)
+    paths = {"train": train_path, "test": test_path}
+    datasets = make(cfg, progress=progress) if train_path else {"test": simulate_split(cfg, "test", progress=progress)}
     record = JobRecord(params=_prefixed("simulation", cfg))
     written: list[str] = []
     lines = []
-    for split, path in (("train", train_path), ("test", test_path)):
+    for split, ds in datasets.items():
+        path = paths[split]
         try:
             digest = write_dataset(path, datasets[split])
         except BaseException:  # a write refused, or Ctrl-C between the two
@@ -55,7 +61,6 @@ def simulate(cfg, train_path: str, test_path: str, *, progress: bool = True) -> 
                 Path(done).unlink(missing_ok=True)
             raise
         written.append(path)
-        ds = datasets[split]
         record.datasets.append(_input(f"{split}.h5", digest, path, split))
         record.metrics.update(
             {f"{split}_patterns": ds.diffraction.shape[0], f"{split}_groups": ds.groups.shape[0], "scale": ds.scale}
@@ -445,6 +450,51 @@ def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
     )
 
 
+def condition(
+    name: str,
+    dataset: str,
+    model_jsons: Sequence[str],
+    out: str,
+    *,
+    modes: Sequence[str],
+    precisions: Sequence[str],
+    thresholds: Mapping[str, float],
+) -> JobRecord:
+    """The cheap checks at one condition (:mod:`ptycho.study.conditions`), each judged as its
+    checklist item is, and the trained networks' scores on the condition's test split."""
+    from ptycho.artifacts import write_json
+    from ptycho.config import defaults
+    from ptycho.study import conditions
+
+    cond = conditions.CONDITIONS[name]
+    limits = {**defaults("thresholds"), **thresholds}
+    result = conditions.check(
+        name,
+        dataset,
+        [str(Path(m).parent) for m in model_jsons],
+        loss=cond.loss,
+        nphotons=cond.nphotons,
+        modes=modes,
+        precisions=precisions,
+        thresholds=limits,
+    )
+    write_json(out, result, producer="condition")
+    items = ("accuracy", "gradients")
+    metrics = {f"{item}_value": result[item]["value"] for item in items}
+    metrics.update({f"{item}_pass": float(result[item]["status"] == "PASS") for item in items})
+    for arm, scores in result["models"].items():
+        metrics.update({f"{arm}.amp_ssim": scores["amp_ssim"], f"{arm}.phase_ssim": scores["phase_ssim"]})
+    status = "PASS" if all(result[item]["status"] == "PASS" for item in items) else "FAIL"
+    scored = ", ".join(f"{arm} {s['amp_ssim']:.3f}/{s['phase_ssim']:.3f}" for arm, s in result["models"].items())
+    return JobRecord(
+        metrics=metrics,
+        tags={"status": status, "condition": name},
+        artifacts=[(out, None)],
+        summary=f"{name}: accuracy {result['accuracy']['status']}, gradients {result['gradients']['status']}; "
+        f"amplitude/phase SSIM {scored}",
+    )
+
+
 def figures(
     dataset: str,
     stitched: Sequence[str],
@@ -493,11 +543,13 @@ def report(
     out_dir: str,
     parent: Mapping[str, str],
     solver: Sequence[str] = (),
+    conditions: Sequence[str] = (),
 ) -> JobRecord:
-    """The validation report (JSON, Markdown, HTML) from the checklist and every arm's results."""
+    """The validation report (JSON, Markdown, HTML) from the checklist and every arm's
+    results, the solver's records and the conditions' (:mod:`ptycho.study.conditions`)."""
     from ptycho.artifacts import read_json
     from ptycho.nets.state import timing_summary
-    from ptycho.study import checklist, solver_view
+    from ptycho.study import checklist, conditions_view, solver_view
     from ptycho.study import report as views
     from ptycho.study.arms import Arm
     from ptycho.study.bench import machine_info
@@ -544,7 +596,8 @@ def report(
     # The device the study ran on is what the benchmark's TensorFlow processes saw.
     gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
     solved = solver_view.load(solver, arms)
-    result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance, solved)
+    checked = conditions_view.load(conditions, config)
+    result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance, solved, checked)
     paths = views.write(result, out_dir, figures)
     artifacts = [(str(p), "report") for p in paths.values()]
     others = answers(result)

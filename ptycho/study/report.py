@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
-from ptycho.study import checklist
+from ptycho.study import checklist, conditions_view
 from ptycho.study.arms import Pair
 from ptycho.study.bench.machine import machine_line
 from ptycho.study.tables import fmt, to_html, to_markdown
@@ -33,18 +33,22 @@ def build(
     cost: Mapping | None = None,
     provenance: Mapping | None = None,
     solver: Mapping | None = None,
+    conditions: Sequence[Mapping] = (),
 ) -> dict:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
     ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
     which run this is (config hash, git commit, MLflow parent run; the preset is added
     from ``config``), shown in the views' first lines; ``solver`` is
-    :func:`ptycho.study.solver_view.summarise` of the conventional solver's records."""
+    :func:`ptycho.study.solver_view.summarise` of the conventional solver's records;
+    ``conditions`` the rows of :func:`ptycho.study.conditions_view.load` (a condition's
+    accuracy or gradients FAIL fails the verdict)."""
     names = checklist.names()
     missing = [name for name in names if name not in items]
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
     failed = {name: arm.get("failure") or "diverged" for name, arm in arms.items() if arm.get("status") == "FAILED"}
     statuses = {items[name]["status"] for name in names}
+    statuses |= {row[c]["status"] for row in conditions for c in conditions_view.CHECKS}
     # PASS only when every item passes; INCONCLUSIVE (too few seeds to say) is not a PASS.
     verdict = (
         "FAIL" if failed or statuses - {"PASS", "INCONCLUSIVE"} else max(statuses, key=("PASS", "INCONCLUSIVE").index)
@@ -62,6 +66,7 @@ def build(
         "config": {k: v for k, v in config.items() if k != "presets"},
         "provenance": {"preset": config.get("preset", ""), **dict(provenance or {})},
         **({"solver": dict(solver)} if solver else {}),
+        **({"conditions": [dict(row) for row in conditions]} if conditions else {}),
         "generated_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -318,8 +323,8 @@ def answer(report: Mapping) -> list[str]:
 
 def rest_lines(report: Mapping) -> str:
     """What follows the three sentences: the data when it is the user's own, the items
-    whose evidence is INCONCLUSIVE, the recommendation, the solver's sentence and any
-    failed training."""
+    whose evidence is INCONCLUSIVE, the recommendation, the solver's sentence, the
+    conditions' and any failed training."""
     unsettled = [name for name, item in report["items"].items() if item["status"] == "INCONCLUSIVE"]
     parts = [
         data_sentence(report),
@@ -333,6 +338,7 @@ def rest_lines(report: Mapping) -> str:
         from ptycho.study import solver_view
 
         parts.append(solver_view.headline(report["solver"]) + ".")
+    parts.append(conditions_view.sentence(report))
     parts.append(failed_sentence(report))
     return " ".join(p for p in parts if p)
 

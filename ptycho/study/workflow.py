@@ -73,19 +73,22 @@ def load_schema(path: str | Path = SCHEMA) -> dict:
 
 
 def registry_choices(schema: dict) -> dict:
-    """``schema`` with every choice of an XLA mode and of a precision (the ``enum`` the
-    schema gives ``xla`` and ``precision``, wherever it is used: a model's own lists, the
-    bench's) replaced by the registry's names (:data:`ptycho.nets.xla.MODES`,
-    :data:`ptycho.nets.precision.PRECISIONS`): the YAML lists them for its readers (a test
-    keeps it equal), and a mode or precision added by its record is a choice of the config."""
+    """``schema`` with every choice of an XLA mode, a precision and a condition (the
+    ``enum`` the schema gives ``xla``, ``precision`` and ``conditions``, wherever it is
+    used: a model's own lists, the bench's) replaced by the registry's names
+    (:data:`ptycho.nets.xla.MODES`, :data:`ptycho.nets.precision.PRECISIONS`,
+    :data:`ptycho.study.conditions.CONDITIONS`): the YAML lists them for its readers (a
+    test keeps it equal), and one added by its record is a choice of the config."""
     from ptycho.nets.precision import PRECISIONS
     from ptycho.nets.xla import MODES
+    from ptycho.study.conditions import CONDITIONS
 
     props = schema.get("properties", {})
     try:
         listed = {
             tuple(props["xla"]["items"]["anyOf"][0]["enum"]): list(MODES),
             tuple(props["precision"]["items"]["enum"]): list(PRECISIONS),
+            tuple(props["conditions"]["items"]["enum"]): list(CONDITIONS),
         }
     except (KeyError, IndexError, TypeError):
         return schema  # not the study's schema

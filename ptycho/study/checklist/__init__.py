@@ -73,10 +73,10 @@ def unregister(name: str) -> None:
 
 
 def sections() -> list[Section]:
-    """The report's sections after the checklist: the items, then the solver."""
-    from ptycho.study import solver_view
+    """The report's sections after the checklist: the items, the solver, the conditions."""
+    from ptycho.study import conditions_view, solver_view
 
-    return [*items(), solver_view.SECTION]
+    return [*items(), solver_view.SECTION, conditions_view.SECTION]
 
 
 def figures() -> list[tuple[str, Figure]]:

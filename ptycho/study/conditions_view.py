@@ -1,0 +1,213 @@
+"""The report's Conditions section: the study's cheap parts at each operating point.
+
+:func:`load` turns the ``condition`` and ``solve_condition`` jobs' records
+(:mod:`ptycho.study.conditions`) into the report's ``conditions`` entry; its first row is
+the study's own point (the one its networks trained at), from the checklist, the solver
+section and the arms' scores. A condition's accuracy or gradients FAIL fails the verdict:
+numerics that a dose or a loss breaks are XLA making it worse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ptycho.study.checklist.item import Section
+from ptycho.study.presentation import MODEL_WORDS
+from ptycho.study.tables import Table
+
+#: The checks a condition repeats, as the checklist names them.
+CHECKS = ("accuracy", "gradients")
+
+
+def _solver(record: Mapping) -> dict[str, Any]:
+    """A solver record's flat start in its (one) mode: final scores and time per object."""
+    from ptycho.study.solve import FLAT
+
+    run = next(r for r in record["runs"] if r["start"] == FLAT)
+    final = run["final"]
+    return {
+        "mode": run["mode"],
+        "amp_ssim": final.get("amp_ssim"),
+        "phase_ssim": final.get("phase_ssim"),
+        "seconds_per_object": run["seconds_per_object"],
+        "iterations": run["iterations"],
+    }
+
+
+def load(paths: Sequence[str], config: Mapping) -> list[dict[str, Any]]:
+    """The checked conditions' rows, in the config's order, from their records
+    (``<condition>/check.json`` and ``<condition>/solve.json``); [] without any."""
+    from ptycho.artifacts import SOLVER, read_json
+    from ptycho.errors import PtychoError
+    from ptycho.study.conditions import CONDITIONS
+
+    records: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        p = Path(path)
+        name = p.parent.name
+        if p.name == "check.json":
+            records.setdefault(name, {})["check"] = read_json(p, producer="condition")
+        elif p.name == "solve.json":
+            records.setdefault(name, {})["solve"] = read_json(p, producer=SOLVER)
+        else:
+            raise PtychoError(f"{path}: not a condition's record; pass <condition>/check.json and solve.json")
+    rows = []
+    for name in [c for c in config.get("conditions", []) if c in records]:
+        rec = records[name]
+        if "check" not in rec:
+            raise PtychoError(f"condition {name}: its check.json is missing; pass it with its solve.json")
+        check = rec["check"]
+        rows.append(
+            {
+                "name": name,
+                "description": CONDITIONS[name].description if name in CONDITIONS else "",
+                "trained": False,
+                "nphotons": check["nphotons"],
+                "stride_test": check["stride_test"],
+                "loss": check["loss"],
+                **{c: {k: check[c][k] for k in ("status", "value", "summary")} for c in CHECKS},
+                "solver": _solver(rec["solve"]) if "solve" in rec else None,
+                "models": check["models"],
+            }
+        )
+    return rows
+
+
+def own_row(report: Mapping) -> dict[str, Any]:
+    """The study's own point, from the report's checklist, solver and arms."""
+    from ptycho.study.conditions import own_name, own_settings
+
+    config = report["config"]
+    solver = report.get("solver")
+    mode = (solver or {}).get("warm_mode") or (solver or {}).get("fastest")
+    run = (solver or {}).get("modes", {}).get(mode)
+    return {
+        "name": own_name(config) or "the study's own",
+        "trained": True,
+        "nphotons": float(config["simulation"]["nphotons"]),
+        "stride_test": config["simulation"]["stride_test"],
+        "loss": own_settings(config)["loss"],
+        **{c: {k: report["items"][c][k] for k in ("status", "value")} for c in CHECKS},
+        "solver": (
+            {
+                "mode": mode,
+                "amp_ssim": run["final"].get("amp_ssim"),
+                "phase_ssim": run["final"].get("phase_ssim"),
+                "seconds_per_object": run["seconds_per_object"],
+                "iterations": run["iterations"],
+            }
+            if run
+            else None
+        ),
+        "models": {arm: a["metrics"] for arm, a in report["arms"].items() if a.get("metrics")},
+    }
+
+
+def failing(report: Mapping) -> list[str]:
+    """``"<condition> <check>"`` for every condition's check that FAILed."""
+    return [
+        f"{row['name']} {c}" for row in report.get("conditions") or [] for c in CHECKS if row[c]["status"] == "FAIL"
+    ]
+
+
+def _groups(models: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[float, float, int]]:
+    """Arms over their seeds: a label per (model, mode, precision) -> mean amplitude and
+    phase SSIM and the seeds."""
+    from ptycho.nets.precision import SHORT
+    from ptycho.study.conditions import mean_scores
+
+    return {
+        f"{MODEL_WORDS.get(model, model)} {mode} {SHORT.get(precision, precision)}": (
+            g["amp_ssim"],
+            g["phase_ssim"],
+            g["seeds"],
+        )
+        for (model, mode, precision), g in mean_scores(models).items()
+    }
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" + "s" * (n != 1)
+
+
+def _span(values: Sequence[float]) -> str:
+    low, high = f"{min(values):.3f}", f"{max(values):.3f}"
+    return low if low == high else f"{low}-{high}"
+
+
+def _pair(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or b is None else f"{a:.3f}/{b:.3f}"
+
+
+def sentence(report: Mapping) -> str:
+    """The report's sentence on the conditions (the section's text and the answer's last lines)."""
+    rows = report.get("conditions") or []
+    if not rows:
+        return ""
+    names = ", ".join(r["name"] for r in rows)
+    failed = failing(report)
+    checks = (
+        f"accuracy and gradients FAIL at {', '.join(failed)}"
+        if failed
+        else "accuracy and gradients PASS at every one (each mode vs off and each precision vs float32 with its data and loss)"
+    )
+    best = []
+    for row in rows:
+        pinn = [g for label, g in _groups(row["models"]).items() if label.startswith(MODEL_WORDS.get("pinn", "pinn"))]
+        solver = row.get("solver") or {}
+        if pinn:
+            best.append(
+                f"at {row['name']} the trained PINN arms score amplitude/phase SSIM "
+                f"{_span([g[0] for g in pinn])}/{_span([g[1] for g in pinn])}, the solver "
+                f"{_pair(solver.get('amp_ssim'), solver.get('phase_ssim'))}"
+            )
+    return f"Conditions ({names}, beside the study's own): {checks}; " + "; ".join(best) + "."
+
+
+def tables(report: Mapping) -> list[Table]:
+    rows = [own_row(report), *report["conditions"]]
+    checks = [
+        [
+            row["name"] + (" (trained here)" if row["trained"] else ""),
+            f"{row['nphotons']:.0e}",
+            str(row["stride_test"]),
+            row["loss"],
+            *(f"{row[c]['status']} ({row[c]['value']:.2g})" for c in CHECKS),
+            _pair((row["solver"] or {}).get("amp_ssim"), (row["solver"] or {}).get("phase_ssim")),
+            "n/a" if not row["solver"] else f"{row['solver']['seconds_per_object']:.2f}",
+        ]
+        for row in rows
+    ]
+    groups = [_groups(row["models"]) for row in rows]
+    labels = list(dict.fromkeys(label for g in groups for label in g))
+    networks = [
+        [
+            f"{label} ({_seeds(max(g[label][2] for g in groups if label in g))})",
+            *(_pair(*g[label][:2]) if label in g else "-" for g in groups),
+        ]
+        for label in labels
+    ]
+    return [
+        (
+            "Checks and the solver per condition (accuracy, gradients: the worst difference over its limit; "
+            "solver: flat start, its mode, one thread unless the study's own)",
+            ["condition", "photons", "test stride", "PINN loss", "accuracy", "gradients", "solver amp/phase SSIM",
+             "solver s/object"],
+            checks,
+        ),
+        (
+            "The study's trained networks at each condition: amplitude/phase SSIM, mean over seeds (inputs "
+            "normalised by each test split's own intensity)",
+            ["network", *(row["name"] for row in rows)],
+            networks,
+        ),
+    ]  # fmt: skip
+
+
+def _text(report: Mapping) -> str:
+    return sentence(report) or "No condition besides the study's own was checked."
+
+
+SECTION = Section("conditions", "Conditions", tables, text=_text)
