@@ -10,6 +10,7 @@ from snakemake.settings.types import DeploymentMethod
 
 from ptycho.artifacts import rerun_params  # every rule's params: its outputs' format version
 from ptycho.errors import PtychoError
+from ptycho.nets.models import method_of
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist, run_lock
 from ptycho.study.conditions import checked as checked_conditions
@@ -155,10 +156,11 @@ def train_priority(wildcards):
     """Longest trainings first: with two at a time, the last one otherwise runs alone
     while the other slot idles (a PINN jit arm took its last 4.5 min alone at b5dd022).
     Expected cost = epochs x relative step time measured with two 1-thread jobs at once:
-    PINN 1.0, baseline 0.65; jit and auto 1.3x off (physics as off); bfloat16 0.7x float32."""
+    the model's Method.cost (PINN 1.0, baseline 0.65); jit and auto 1.3x off (physics as
+    off); bfloat16 0.7x float32."""
     arm = parse_arm(wildcards.arm)
     epochs = section_for(CFG, "train", arm.model)["epochs"]
-    cost = epochs * (1.0 if arm.model == "pinn" else 0.65) * (1.3 if arm.mode in ("jit", "auto") else 1.0)
+    cost = epochs * method_of(arm.model).cost * (1.3 if arm.mode in ("jit", "auto") else 1.0)
     cost *= 0.7 if arm.precision == "mixed_bfloat16" else 1.0
     return int(round(10 * cost))
 

@@ -291,6 +291,19 @@ def test_the_schema_offers_exactly_the_modes_of_ptycho_xla():
     assert load_schema()["properties"]["xla"]["items"]["anyOf"][0]["enum"] == list(MODES)
 
 
+def test_the_schema_offers_exactly_the_network_kinds_of_their_records():
+    """Each network kind is a Method record (ptycho.nets.models.METHODS), which the code that
+    treats the kinds differently reads; the schema lists their names."""
+    from ptycho.config import schema
+    from ptycho.nets.models import METHODS, MODEL_KINDS, method_of
+
+    assert schema()["properties"]["models"]["items"]["enum"] == list(METHODS) == list(MODEL_KINDS)
+    assert method_of("pinn").physics and method_of("pinn").grouped
+    assert not method_of("baseline").physics and not method_of("baseline").grouped
+    with pytest.raises(ValueError, match="unknown model kind 'pinn2'; choose one of pinn, baseline"):
+        method_of("pinn2")
+
+
 def test_arm_names_and_pairs_follow_the_modes_of_ptycho_xla(monkeypatch):
     """Arms, their wildcard pattern and pairing read ptycho.nets.xla.MODES when used: a mode
     registered after import is in them (tests/test_axis_records.py follows one further)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from ptycho.cli.declare import Live, arg, command, config_flags, config_from_args, config_section
 from ptycho.cli.values import load_yaml_section, mode, pairs
 from ptycho.errors import ConfigError
-from ptycho.nets.models import ModelConfig
+from ptycho.nets.models import ModelConfig, method_of
 from ptycho.nets.train import TrainConfig
 from ptycho.nets.xla import COMPARED, MODES, REFERENCE
 from ptycho.solvers.gradient import SolverConfig
@@ -50,7 +50,7 @@ ON_DIVERGE = ("raise", "record")
 def cmd_train(args: argparse.Namespace, live: Live) -> JobRecord:
     sections = {name: load_yaml_section(args.config, name) for name in ("model", "train")}
     model_cfg = config_from_args(args, ModelConfig, "model_", sections["model"])
-    if model_cfg.kind != "pinn":
+    if not method_of(model_cfg.kind).physics:
         from ptycho.data.provenance import require_ground_truth
 
         require_ground_truth(args.dataset, f"a {model_cfg.kind} model (trained on object patches) cannot learn from it")

@@ -17,6 +17,7 @@ import numpy as np
 
 from ptycho.data.dataset import Dataset
 from ptycho.errors import PtychoError
+from ptycho.nets.models import method_of
 
 
 class Predictor:
@@ -126,7 +127,7 @@ def reconstruct(
         raise PtychoError(
             f"dataset patch size N={ds.n} differs from the model's N={meta['n']}; simulate with --n {meta['n']}"
         )
-    if kind == "pinn" and ds.gridsize != meta["gridsize"]:
+    if method_of(kind).grouped and ds.gridsize != meta["gridsize"]:
         raise PtychoError(f"dataset gridsize {ds.gridsize} differs from the model's {meta['gridsize']}")
     from ptycho.nets.xla import parse_mode
 
@@ -144,7 +145,7 @@ def reconstruct(
 
     c = amp.shape[-1]
     patches = (np.moveaxis(amp, -1, 1) * np.exp(1j * np.moveaxis(phase, -1, 1))).reshape(-1, *amp.shape[1:3])
-    if kind == "pinn":
+    if method_of(kind).grouped:
         index = ds.groups.reshape(-1)  # flat k = g*C + c
     else:
         index = np.arange(len(ds.positions))

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.data.dataset import Dataset
+from ptycho.nets.models import method_of
 
 
 @dataclass
@@ -50,7 +51,7 @@ def layout(ds: Dataset, kind: str, per_pattern: np.ndarray) -> np.ndarray:
     """Per-pattern arrays ``(P, N, N)`` in a network's input layout: the PINN's groups of
     neighbouring patterns ``(G, N, N, C)`` (the dataset's ``groups``), one pattern per
     sample ``(P, N, N, 1)`` for the baseline."""
-    if kind == "pinn":
+    if method_of(kind).grouped:
         return np.moveaxis(per_pattern[ds.groups], 1, -1)
     return per_pattern[..., None]
 
@@ -71,7 +72,7 @@ def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
         "log_scale": float(np.log(ds.scale / np.sqrt(norm))),
         "canvas_pad": canvas_pad_for(ds.group_offsets, n),
     }
-    if kind == "pinn":
+    if method_of(kind).physics:
         inputs, counts = layout(ds, kind, x), layout(ds, kind, y)
         return TrainingData(inputs, ds.group_offsets.astype(np.float32), {"counts": counts}, physics)
     amp, phase = true_outputs(ds, kind)

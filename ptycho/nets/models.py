@@ -25,6 +25,55 @@ from dataclasses import dataclass
 from ptycho.config import check_settings, choices, defaults
 
 MODEL_KINDS = choices("models.items")
+
+
+@dataclass(frozen=True)
+class Method:
+    """A network kind: what it reads and what it learns from. Code that treats the kinds
+    differently reads these fields, never the name (the schema's ``models`` enum lists the
+    names; a test keeps it equal to :data:`METHODS`)."""
+
+    name: str
+    description: str
+    #: reads a group of neighbouring patterns per sample (gridsize**2 channels, the dataset's
+    #: ``groups``); else one pattern per sample
+    grouped: bool
+    #: learns from the patterns alone through the physics head (its loss: ``model.loss``);
+    #: else from the true object's patches, so it needs a ground truth
+    physics: bool
+    #: a training step's cost relative to the PINN's, measured with two 1-thread trainings
+    #: at once (it only orders the workflow's trainings: ``rules/common.smk``)
+    cost: float = 1.0
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "pinn",
+            "physics-informed: a group of patterns in, the object out; learns through the physics head",
+            True,
+            True,
+        ),
+        Method(
+            "baseline",
+            "supervised, PtychoNN-style: one pattern in, its object patch out; learns from the true patches",
+            False,
+            False,
+            0.65,
+        ),
+    )
+}
+
+
+def method_of(kind: str) -> Method:
+    """The :class:`Method` record of network ``kind``."""
+    try:
+        return METHODS[kind]
+    except KeyError:
+        raise ValueError(f"unknown model kind {kind!r}; choose one of {', '.join(METHODS)}") from None
+
+
 POOLINGS = choices("model.pooling")
 LOSSES = choices("model.loss")
 BASELINE_PHASES = choices("model.baseline_phase")

@@ -28,7 +28,7 @@ from ptycho.config import check_at_most, check_settings, choices, defaults, from
 from ptycho.data.dataset import Dataset
 from ptycho.errors import PtychoError
 from ptycho.nets.inputs import TrainingData, intensity_norm, prepare, true_outputs
-from ptycho.nets.models import ModelConfig
+from ptycho.nets.models import ModelConfig, method_of
 from ptycho.nets.state import (
     TRAIN_STATE,
     checkpoint_dir_for,
@@ -201,8 +201,10 @@ def loss_bounds(trainer: Trainer, ds: Dataset, data: TrainingData, idx: np.ndarr
     kind, bs = trainer.model_cfg.kind, trainer.train_cfg.batch_size
     if len(idx) == 0:
         return {"floor": float("nan"), "floor_kind": None, "flat": float("nan"), "flat_amplitude": float("nan")}
-    if kind == "baseline" and not ds.has_ground_truth:
-        raise PtychoError("the supervised baseline needs a ground truth; train it on a simulated dataset")
+    if not method_of(kind).physics and not ds.has_ground_truth:
+        raise PtychoError(
+            f"the {kind} learns from the true object's patches: it needs a ground truth; train it on a simulated dataset"
+        )
     batches = [idx[i : i + bs] for i in range(0, len(idx), bs)]
     shape = (trainer.n // 2, trainer.n // 2, data.inputs.shape[-1])  # one sample's network output
 
@@ -223,7 +225,7 @@ def loss_bounds(trainer: Trainer, ds: Dataset, data: TrainingData, idx: np.ndarr
     else:
         counts = data.targets["counts"]
         floor, floor_kind = mean(lambda b: trainer.data_loss(np.sqrt(counts[b]), counts[b])), "saturated"
-    if kind == "pinn":
+    if method_of(kind).physics:
         # The head's output scales with the object's amplitude: a^2 = the measured photons
         # over those of the unit flat object.
         unit = mean(lambda b: tf.square(trainer.head_amplitude(flat(b, 1.0), flat(b, 0.0), data.offsets[b])))
@@ -432,7 +434,7 @@ def train(
     out_dir = Path(out_dir)
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else checkpoint_dir_for(out_dir)
     state_path = ckpt / TRAIN_STATE
-    if model_cfg.kind == "pinn" and ds.gridsize < 1:
+    if method_of(model_cfg.kind).grouped and ds.gridsize < 1:
         raise PtychoError("dataset has no groups")
     data = prepare(ds, model_cfg.kind)
     rng = np.random.default_rng(train_cfg.seed)

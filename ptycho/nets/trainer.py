@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ptycho.nets.models import ModelConfig
+from ptycho.nets.models import ModelConfig, method_of
 
 if TYPE_CHECKING:
     from ptycho.nets.train import TrainConfig
@@ -59,7 +59,7 @@ class Trainer:
             physics.get("log_scale", 0.0),
             dtype=tf.float32,
             name="log_scale",
-            trainable=model_cfg.kind == "pinn" and model_cfg.trainable_scale,
+            trainable=method_of(model_cfg.kind).physics and model_cfg.trainable_scale,
         )
         # The schedule (warm-up, decay) reads the optimiser's own step count, so a resumed
         # training continues it where it stopped.
@@ -103,7 +103,7 @@ class Trainer:
         baseline's MAE against the true patches. Its own XLA function in ``physics`` mode."""
         import tensorflow as tf
 
-        if self.model_cfg.kind == "baseline":
+        if not method_of(self.model_cfg.kind).physics:
             d = phase - targets["phase"]
             if self.model_cfg.baseline_phase == "relative":
                 # A constant phase of the patch leaves its diffraction unchanged: do not ask

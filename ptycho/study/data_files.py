@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ptycho.errors import ConfigError, DatasetError
+from ptycho.nets.models import method_of
 
 SPLITS = ("train", "test")
 
@@ -69,7 +70,7 @@ def check_data(cfg: Mapping, depths: Mapping[str, int], workdir: str | os.PathLi
                 f"config key 'data.train': its patterns are {train.n}x{train.n} px, not a multiple of {factor}, which "
                 f"the {kind} needs (model.depth = {depth} pooling levels); {fix}"
             )
-        if kind != "pinn" and not train.ground_truth:
+        if not method_of(kind).physics and not train.ground_truth:
             raise ConfigError(
                 f"config key 'models' = {list(cfg['models'])!r} lists the {kind}, which learns from ground-truth object "
                 f"patches, but data.train ({files['train']}) has no ground truth (measured data); leave it out "

@@ -82,6 +82,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ptycho.errors import ConfigError
+from ptycho.nets.models import method_of
 from ptycho.runtime import machine_memory_bytes
 
 GIB = 2**30
@@ -196,7 +197,7 @@ def _prepared(s: Split, kind: str) -> tuple[int, int]:
     and after it (what the steps run beside)."""
     px = s.patterns * s.pattern_pixels
     read = s.held + 5 * px  # the digest's copy of the counts and the finiteness check, on read
-    if kind == "pinn":
+    if method_of(kind).grouped:
         # counts and amplitudes (float32), then both taken once per group: (G, n, n, C) each
         grouped = 8 * s.group_patterns * s.pattern_pixels
         return max(read, s.held + 12 * px, s.held + 8 * px + grouped), s.held + grouped
@@ -223,7 +224,7 @@ def infer_bytes(sim, model, train_cfg) -> int:
     patches (complex64) and the copies made on the way."""
     s = split_of(sim, "test")
     peak, after = _prepared(s, model.kind)
-    samples = s.group_patterns if model.kind == "pinn" else s.patterns
+    samples = s.group_patterns if method_of(model.kind).grouped else s.patterns
     outputs = 10 * samples * s.pattern_pixels  # n/2 x n/2 per pattern: 1 B/px per float32 array
     return TENSORFLOW_BYTES + max(peak, after + outputs + _step(model, train_cfg, sim.n))
 
