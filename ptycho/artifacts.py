@@ -56,6 +56,7 @@ FORMATS: dict[str, int] = {
     "check_speedup": 1,
     "condition": 1,
     "simulate_condition": 1,
+    "solve_condition": 1,  # writes solve's records (ptycho solve): bumped with "solve"
     "bench": 1,
     "solve": 1,
     "warm_start": 1,

@@ -82,7 +82,7 @@ rule solve_condition:
         track=lambda w: tracking("solve_condition", condition=w.condition),
         mode=WARM_MODE,
         flags=flags("solver"),
-        **rerun_params("solve"),
+        **rerun_params("solve_condition"),
     conda:
         "../envs/ptycho.yaml"
     shell:

@@ -180,6 +180,8 @@ def test_every_rule_has_a_format_version_and_passes_it_as_params():
     for rule, params in rules.items():
         assert f'**rerun_params("{rule}"),' in params, f"rule {rule}: its params need **rerun_params({rule!r})"
     assert set(FORMATS.values()) == {1}, "every format is at version 1 until a release changes one"
+    # A condition's solver runs `ptycho solve`: its records are solve's, so its version is too.
+    assert FORMATS["solve_condition"] == FORMATS["solve"]
 
 
 # ------------------------------------------------------------------------ a real Snakemake
