@@ -183,6 +183,8 @@ def _report(base, rows, tmp_path):
 
 
 def test_a_condition_added_by_its_record_is_reported_and_its_failure_fails_the_verdict(monkeypatch, base, tmp_path):
+    from ptycho.study import report
+
     register(monkeypatch.setitem)
     rec, md = _report(base, [_row(SPARSE_LOW.name)], tmp_path)
     assert rec["verdict"] == "PASS"
@@ -191,6 +193,9 @@ def test_a_condition_added_by_its_record_is_reported_and_its_failure_fails_the_v
     assert f"Conditions ({SPARSE_LOW.name}, beside the study's own): accuracy and gradients PASS" in md
     failed, md = _report(base, [_row(SPARSE_LOW.name, "FAIL")], tmp_path / "failed")
     assert failed["verdict"] == "FAIL" and f"accuracy and gradients FAIL at {SPARSE_LOW.name} accuracy" in md
+    lines = report.console_lines(failed, tmp_path / "validation.html")  # what `make all` ends with
+    assert lines[0] == "Verdict: FAIL" and lines[-2].startswith(f"Conditions: FAIL at {SPARSE_LOW.name} accuracy")
+    assert report.console_lines(rec, "x")[-2].startswith("Precision")  # nothing more when they pass
 
 
 def test_a_real_snakemake_plans_the_jobs_of_a_condition_added_by_its_record(tmp_path):

@@ -355,8 +355,11 @@ def mlflow_url(report: Mapping) -> str:
 
 
 def console_lines(report: Mapping, path: str | Path) -> list[str]:
-    """What ``make all`` prints last: the verdict with the three sentences, and where the report is."""
-    return [f"Verdict: {report['verdict']}", *answer(report), f"Report: {path}"]
+    """What ``make all`` prints last: the verdict with the three sentences (and the
+    conditions whose checks failed it, if any), and where the report is."""
+    failed = conditions_view.failing(report)
+    why = [f"Conditions: FAIL at {', '.join(failed)} (the report's Conditions section)."] if failed else []
+    return [f"Verdict: {report['verdict']}", *answer(report), *why, f"Report: {path}"]
 
 
 def print_answer(json_path: str | Path) -> None:
