@@ -21,19 +21,24 @@ from ptycho.study.tables import Table
 CHECKS = ("accuracy", "gradients")
 
 
-def _solver(record: Mapping) -> dict[str, Any]:
-    """A solver record's flat start in its (one) mode: final scores and time per object."""
-    from ptycho.study.solve import FLAT
-
-    run = next(r for r in record["runs"] if r["start"] == FLAT)
-    final = run["final"]
+def _solver_cell(mode: str, run: Mapping) -> dict[str, Any]:
+    """A flat-start solver run (a ``ptycho solve`` record's, or the report's solver
+    section's): its final scores and time per object."""
     return {
-        "mode": run["mode"],
-        "amp_ssim": final.get("amp_ssim"),
-        "phase_ssim": final.get("phase_ssim"),
+        "mode": mode,
+        "amp_ssim": run["final"].get("amp_ssim"),
+        "phase_ssim": run["final"].get("phase_ssim"),
         "seconds_per_object": run["seconds_per_object"],
         "iterations": run["iterations"],
     }
+
+
+def _solver(record: Mapping) -> dict[str, Any]:
+    """A condition's solver record: its flat start in its (one) mode."""
+    from ptycho.study.solve import FLAT
+
+    run = next(r for r in record["runs"] if r["start"] == FLAT)
+    return _solver_cell(run["mode"], run)
 
 
 def load(paths: Sequence[str], config: Mapping) -> list[dict[str, Any]]:
@@ -90,17 +95,7 @@ def own_row(report: Mapping) -> dict[str, Any]:
         "stride_test": config["simulation"]["stride_test"],
         "loss": own_settings(config)["loss"],
         **{c: {k: report["items"][c][k] for k in ("status", "value")} for c in CHECKS},
-        "solver": (
-            {
-                "mode": mode,
-                "amp_ssim": run["final"].get("amp_ssim"),
-                "phase_ssim": run["final"].get("phase_ssim"),
-                "seconds_per_object": run["seconds_per_object"],
-                "iterations": run["iterations"],
-            }
-            if run
-            else None
-        ),
+        "solver": _solver_cell(mode, run) if run else None,
         "models": {arm: a["metrics"] for arm, a in report["arms"].items() if a.get("metrics")},
     }
 
@@ -143,6 +138,8 @@ def _pair(a: float | None, b: float | None) -> str:
 
 def sentence(report: Mapping) -> str:
     """The report's sentence on the conditions (the section's text and the answer's last lines)."""
+    from ptycho.study.conditions import mean_scores
+
     rows = report.get("conditions") or []
     if not rows:
         return ""
@@ -155,12 +152,12 @@ def sentence(report: Mapping) -> str:
     )
     best = []
     for row in rows:
-        pinn = [g for label, g in _groups(row["models"]).items() if label.startswith(MODEL_WORDS.get("pinn", "pinn"))]
+        pinn = [g for (model, _, _), g in mean_scores(row["models"]).items() if model == "pinn"]
         solver = row.get("solver") or {}
         if pinn:
             best.append(
                 f"at {row['name']} the trained PINN arms score amplitude/phase SSIM "
-                f"{_span([g[0] for g in pinn])}/{_span([g[1] for g in pinn])}, the solver "
+                f"{_span([g['amp_ssim'] for g in pinn])}/{_span([g['phase_ssim'] for g in pinn])}, the solver "
                 f"{_pair(solver.get('amp_ssim'), solver.get('phase_ssim'))}"
             )
     return f"Conditions ({names}, beside the study's own): {checks}; " + "; ".join(best) + "."
