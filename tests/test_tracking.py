@@ -112,7 +112,8 @@ def test_preflight_unwritable_folder(tmp_path):
 # ------------------------------------------------------------- a job's record
 def test_log_record_sends_everything_a_job_reports_and_nests_its_arm_runs(uri, client, tmp_path):
     # The CLI's one tracking hook: what a job returns (ptycho.study.jobs) reaches its run.
-    from ptycho.tracking.record import DatasetInput, JobRecord, NestedRun, log_record
+    from ptycho.tracking.record import DatasetInput, JobRecord, NestedRun
+    from ptycho.tracking.runs import log_record
 
     parent = tracking.start_parent(uri, "study", "p", params={}, tags={})
     report = tmp_path / "report.json"
@@ -143,6 +144,44 @@ def test_log_record_sends_everything_a_job_reports_and_nests_its_arm_runs(uri, c
     assert arm.data.tags["mlflow.parentRunId"] == run.run_id
     assert arm.data.tags["rule"] == "benchmark" and arm.data.tags["xla"] == "jit"  # the job's tags, its own win
     assert arm.data.params == {"arm.xla": "jit"} and arm.data.metrics == {"step_median_s": 0.1}
+
+
+def test_a_new_kind_of_logged_value_is_a_record_field_and_its_kind(uri, client, tmp_path, monkeypatch):
+    # One place (ptycho/tracking/record.py): a JobRecord field and its KINDS entry. Here a
+    # text artifact, added by this module alone: logged live, journaled, and sent again by
+    # a replay into a store that lost the run, with what the replay counts.
+    import dataclasses
+
+    from ptycho.tracking import record as rec
+    from ptycho.tracking.runs import log_record
+
+    @dataclasses.dataclass
+    class WithNotes(rec.JobRecord):
+        notes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    kind = rec.Kind(
+        send=lambda client, run_id, line: client.log_text(run_id, line["text"], line["file"]),
+        what=lambda line: f"logging the note {line['file']}",
+        line=lambda note: {"file": note[0], "text": note[1]},
+        values=lambda r: getattr(r, "notes", []),
+        count=("artifacts", ""),
+    )
+    monkeypatch.setitem(rec.KINDS, "note", kind)
+    journal = tmp_path / "journal" / "job.jsonl"
+    parent = tracking.start_parent(uri, "study", "p", params={}, tags={}, journal=tmp_path / "journal" / "parent.jsonl")
+    with tracking.child_run(uri, parent, "job", {"rule": "x"}, journal=journal) as run:
+        log_record(run, WithNotes(metrics={"m": 1.0}, notes=[("notes/why.txt", "because")]), {})
+    assert Path(client.download_artifacts(run.run_id, "notes/why.txt", str(tmp_path))).read_text() == "because"
+
+    other = f"sqlite:///{tmp_path / 'other' / 'mlflow.db'}"  # a store that never held the run
+    replayed = tracking.replay_journals([journal], other)
+    (counts,) = [c for path, c in replayed.files if path == journal.resolve()]
+    assert counts["artifacts"] == 1 and counts["metrics"] == 1 and counts["created"] == 1  # the parent: its own file
+    again = tracking.store.open_client(other)
+    (copy,) = [
+        r for r in again.search_runs([e.experiment_id for e in again.search_experiments()]) if r.info.run_name == "job"
+    ]
+    assert [a.path for a in again.list_artifacts(copy.info.run_id, "notes")] == ["notes/why.txt"]
 
 
 def test_job_run_names_tags_and_journals_a_commands_run(uri, client, tmp_path, monkeypatch, capsys):

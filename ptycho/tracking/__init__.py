@@ -6,12 +6,14 @@ with explicit run ids (never ``mlflow.start_run``'s process-global stack).
 
 * :mod:`~ptycho.tracking.store`: the URI, opening the store once, retries on locks, the
   server's probes, the experiment, a store that moved;
-* :mod:`~ptycho.tracking.journal`: the journal's format, written and read in one place;
+* :mod:`~ptycho.tracking.journal`: the journal file, written and read in one place;
+* :mod:`~ptycho.tracking.record`: what a job logs (``JobRecord``) and each kind of write,
+  its journal line and how MLflow receives it (``KINDS``): a new kind is one entry there;
 * :mod:`~ptycho.tracking.access`: can runs be recorded there (one line before a long job),
   is a study's store damaged or lost (one line before the workflow's first job);
 * :mod:`~ptycho.tracking.provenance`: commit, config hash, source tags, owning process;
-* :mod:`~ptycho.tracking.runs`: a job's child run (journaled, offline-capable), the one
-  sender of every kind of write (:func:`~ptycho.tracking.runs.send`), system metrics;
+* :mod:`~ptycho.tracking.runs`: a job's child run (journaled, offline-capable), a
+  record logged on it, system metrics;
 * :mod:`~ptycho.tracking.parent`: the study's parent run, its children's table, stale runs
   (replayed if journaled, else KILLED) and orphan parents;
 * :mod:`~ptycho.tracking.replay`: journals sent again, or a lost store rebuilt from them;
@@ -46,8 +48,9 @@ from ptycho.tracking.provenance import (
     process_identity,
     source_tags,
 )
+from ptycho.tracking.record import END_REASON_TAG
 from ptycho.tracking.replay import Replayed, journal_files, journal_folders, rebuild, replay_journal, replay_journals
-from ptycho.tracking.runs import END_REASON_TAG, NONFINITE_TAG, Run, child_run, existing_run, system_metrics
+from ptycho.tracking.runs import NONFINITE_TAG, Run, child_run, existing_run, system_metrics
 from ptycho.tracking.store import JOURNAL_TAG, default_tracking_uri, ensure_store, flatten_params
 
 __all__ = [

@@ -19,8 +19,8 @@ from pathlib import Path
 from ptycho.tracking.journal import journal_path
 from ptycho.tracking.parent import sweep_children
 from ptycho.tracking.provenance import git_commit, source_tags
-from ptycho.tracking.record import JobRecord, Progress, log_record
-from ptycho.tracking.runs import child_run
+from ptycho.tracking.record import JobRecord, Progress
+from ptycho.tracking.runs import child_run, log_record
 from ptycho.tracking.runs import system_metrics as sampling
 
 _log = logging.getLogger(__name__)

@@ -4,12 +4,11 @@
 parent run) holds one JSON line per write, ``{"op", "run_id", "uri", ...}``, appended
 *before* the write is sent to MLflow: whatever happens to the tracking server or the
 store, what a job computed is on disk, and :func:`ptycho.tracking.replay.replay_journals`
-sends it again (:func:`ptycho.tracking.runs.send` is the one place an op is sent, live
-or replayed). The ops: ``run`` (the run's creation: name, tags, start time and, for a
-root run, the experiment's name), ``params``, ``tags``, ``metrics`` (``[key, value,
-timestamp, step]``: a replay is an exact duplicate MLflow drops), ``artifact``,
-``dataset``, ``model``, ``table``, ``end``, and ``rebuilt`` (the id a rebuilt store gave
-the run). This module writes and reads it; nothing else knows its layout.
+sends it again. The ops are the kinds of write (:data:`ptycho.tracking.record.KINDS`:
+each one's fields and how it is sent, live or replayed), ``run`` (the run's creation:
+name, tags, start time and, for a root run, the experiment's name) among them, and
+``rebuilt`` (the id an older version's rebuild gave the run). This module writes and
+reads the file: nothing else knows its layout.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from ptycho.tracking.provenance import (
     source_tags,
 )
 from ptycho.tracking.replay import replay_journals
-from ptycho.tracking.runs import Run, create_journaled_run, existing_run
+from ptycho.tracking.runs import Run, create_journaled_run, existing_run, log_record
 from ptycho.tracking.server import is_server, server_down, server_gone
 from ptycho.tracking.store import (
     JOURNAL_TAG,
@@ -152,8 +152,6 @@ def close_pipeline(uri: str, parent_run_id: str, others: Mapping[str, Any]) -> N
     """The study's last step: each record of ``others`` logged on its run (by name among
     the parent's children, the newest FINISHED one; '' = the parent: the verdict, the
     report), the table of the children logged, and the parent marked FINISHED."""
-    from ptycho.tracking.record import log_record
-
     client = open_client(uri)
     for name, record in others.items():
         run_id = parent_run_id if not name else _child_named(client, uri, parent_run_id, name)

@@ -6,7 +6,7 @@ created (:mod:`ptycho.tracking.journal`). A sync finds each run in the target st
 that id, or under the tag ``ptycho.key`` a rebuild gave it; a run the store does not
 hold (a lost or damaged SQLite file, a new server) is created again from its ``run``
 line, tagged with its key, its parent first (the line names the parent's key). Then
-every line is sent (:func:`~ptycho.tracking.runs.send`). Nothing is written to the
+every line is sent (:func:`~ptycho.tracking.record.send`). Nothing is written to the
 journals, so a store lost twice is rebuilt the same way. ``parent.json`` is pointed at
 the parent as the store holds it, its modification time kept: the workflow re-runs no job.
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 from ptycho.errors import PtychoError
 from ptycho.tracking.access import preflight
 from ptycho.tracking.journal import PARENT_TAG, read_journal, write_parent_json
+from ptycho.tracking.record import END_REASON_TAG, KINDS, send
 from ptycho.tracking.store import (
     KEY_TAG,
     experiment_id,
@@ -36,14 +37,10 @@ from ptycho.tracking.store import (
     sqlite_path,
     sqlite_problem,
 )
-from ptycho.tracking.writes import END_REASON_TAG, send
 
 _log = logging.getLogger(__name__)
 #: What a replay counts per journal, in the order it prints them.
 COUNTS = ("runs", "params", "metrics", "tags", "artifacts", "models", "ends", "missing_files", "created")
-#: The count each kind of line adds to (one per value for params, metrics and tags).
-_COUNTED = {"params": "params", "tags": "tags", "run": "tags", "metrics": "metrics", "artifact": "artifacts"}
-_COUNTED.update(table="artifacts", model="models", end="ends")
 
 
 def journal_files(paths: list[str]) -> list[Path]:
@@ -201,10 +198,11 @@ def _replay_line(store: _Store, study: _Study, line: dict, counts: dict[str, int
     elif op == "end" and line["status"] == "FINISHED":
         with contextlib.suppress(MlflowException):  # a job that finished offline may have been marked KILLED
             store.client.delete_tag(run_id, END_REASON_TAG)
-    retry(lambda: send(store.client, run_id, line), what=f"replaying {op}", uri=store.uri, conflicts=op == "dataset")
-    if op in _COUNTED:
-        values = line.get(op) if op in ("params", "metrics") else line.get("tags") if op in ("tags", "run") else None
-        counts[_COUNTED[op]] += len(values) if values is not None else 1
+    kind = KINDS[op]
+    retry(lambda: send(store.client, run_id, line), what=f"replaying {op}", uri=store.uri, conflicts=kind.conflicts)
+    counter, values = kind.count
+    if counter:
+        counts[counter] += len(line.get(values) or ()) if values else 1
 
 
 @dataclass

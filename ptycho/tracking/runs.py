@@ -15,29 +15,26 @@ import logging
 import math
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ptycho.errors import PtychoError
 from ptycho.tracking.journal import Journal, journal_of
 from ptycho.tracking.provenance import process_identity
+from ptycho.tracking.record import END_REASON_TAG, KINDS, NOTE_TAG, DatasetInput, JobRecord, Kind, LoggedModel, send
 from ptycho.tracking.server import is_server, server_down, server_gone, unreachable
 from ptycho.tracking.store import (
     JOURNAL_TAG,
     KEY_TAG,
     fit,
     fit_tags,
-    flatten_params,
     limit,
     open_client,
     rebuild_command,
     retry,
-    safe_key,
     sqlite_path,
 )
-from ptycho.tracking.writes import END_REASON_TAG, send
 
 _log = logging.getLogger(__name__)
 
@@ -96,25 +93,34 @@ class Run:
     def _count(self, reason: str) -> None:
         self._retries[reason] += 1
 
-    def _write(self, what: str, op: str, conflicts: bool = False, partial=None, **fields: Any) -> None:
-        """Journal one write, then :func:`send` it, retried on locks. Offline if the server
-        is gone (with a journal); a full disk is a one-line :class:`PtychoError`
-        (``partial()``: where a copy that did not fit lies, removed first, so that the
-        run's FAILED can still be stored)."""
-        line = (self._journal.write if self._journal is not None else _line)(op, self._key, self._uri, **fields)
+    def log(self, op: str, value: Any) -> None:
+        """Log one value of kind ``op`` (:data:`~ptycho.tracking.record.KINDS`): journal its
+        line, then send it, retried on locks. Offline if the server is gone (with a
+        journal); a full disk is a one-line :class:`PtychoError` (a copy that did not fit
+        removed first, so that the run's FAILED can still be stored)."""
+        kind = KINDS[op]
+        fields = kind.line(value)
+        if op == "metrics":  # +-inf is stored as +-1.797e308: the tag says which keys are not what they seem
+            self._nonfinite.update(k for k, v, _, _ in fields["metrics"] if not math.isfinite(v))
+            if self._nonfinite:
+                fields["tags"] = {NONFINITE_TAG: fit(",".join(sorted(self._nonfinite)), limit("MAX_TAG_VAL_LENGTH"))}
+        line = {"op": op, "run_id": self._key, "uri": self._uri, **fields}
+        if self._journal is not None:
+            self._journal.write(**line)
         if self._offline:
             return
+        what = kind.what(line)
         try:
             retry(
                 lambda: send(self._client, self._run_id, line),
                 what=what,
                 uri=self._uri,
-                conflicts=conflicts,
+                conflicts=kind.conflicts,
                 on_retry=self._count,
             )
         except Exception as exc:
             if disk_full(exc):
-                raise PtychoError(self._disk_full(what, partial)) from None
+                raise PtychoError(self._disk_full(what, kind, line)) from None
             reason = unreachable(exc) if self._journal is not None else ""
             if not reason:
                 raise
@@ -127,11 +133,11 @@ class Run:
                 flush=True,
             )
 
-    def _disk_full(self, what: str, partial: Callable[[], Path | None] | None) -> str:
+    def _disk_full(self, what: str, kind: Kind, line: Mapping[str, Any]) -> str:
         where = None
-        if partial is not None:
+        if kind.partial is not None:
             try:
-                where = partial()
+                where = kind.partial(self._client, self._run_id, line)
                 if where is not None and where.is_dir() and not where.is_symlink():
                     import shutil
 
@@ -147,72 +153,28 @@ class Run:
         )
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        """Log several metrics at one step in one ``log_batch`` call (one per 1000 keys).
-
-        One call per step instead of one per metric: fewer lock acquisitions under
-        concurrency, and the values of a step land together. The timestamp is taken
-        once, before any attempt, which is what makes a retry (and a replay from the
-        journal) idempotent. Values are converted with ``float`` (NumPy and TensorFlow
-        scalars work). NaN is stored as NaN; +-inf are stored by the SQL store as
-        +-1.797e308, so their keys are also listed in the ``ptycho.nonfinite_metrics`` tag.
-        """
-        if not metrics:
-            return
-        timestamp = int(time.time() * 1000)
-        step = 0 if step is None else int(step)
-        points = []
-        for key, value in metrics.items():
-            value = float(value)
-            if not math.isfinite(value):
-                self._nonfinite.add(safe_key(key))
-            points.append([safe_key(key), value, timestamp, step])
-        tags = (
-            {NONFINITE_TAG: fit(",".join(sorted(self._nonfinite)), limit("MAX_TAG_VAL_LENGTH"))}
-            if self._nonfinite
-            else {}
-        )
-        self._write("logging metrics", "metrics", metrics=points, tags=tags)
+        """Log metrics at one step in one ``log_batch`` (NaN kept; +-inf stored as
+        +-1.797e308 by the SQL store, so their keys are listed in ``ptycho.nonfinite_metrics``)."""
+        if metrics:
+            self.log("metrics", (step, metrics))
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Log (nested) params, flattened with dotted keys; see :func:`flatten_params`.
-
-        MLflow params are immutable: logging a key again with a different value is an
-        error (an identical value is accepted, which keeps retries harmless).
-        """
-        self._write("logging params", "params", params=flatten_params(params))
+        """Log (nested) params, flattened with dotted keys (:func:`flatten_params`); an
+        identical value logged again is accepted, a different one is MLflow's error."""
+        self.log("params", params)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set tags (values stringified, cut at MLflow's 8000 characters); later values win."""
-        self._write("setting tags", "tags", tags=fit_tags(tags))
+        self.log("tags", tags)
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
-        """Copy a local file or folder into the run's artifacts (under ``artifact_path``).
-
-        The journal records the file's path (not its content): the file is an output of
-        the job and stays where it is for a replay.
-        """
-        self._write(
-            f"logging the artifact {os.path.basename(os.fspath(path))}",
-            "artifact",
-            partial=lambda: local_artifact(self._client, self._run_id, path, artifact_path),
-            path=os.path.abspath(os.fspath(path)),
-            artifact_path=artifact_path,
-        )
+        """Copy a local file or folder into the run's artifacts (the journal keeps its path)."""
+        self.log("artifact", (path, artifact_path))
 
     def log_dataset(self, name: str, digest: str, source_path: str | os.PathLike, split: str) -> None:
-        """Record a dataset file as an input of the run, with its split as context.
-
-        Uses ``MlflowClient.log_inputs`` with an ``mlflow.entities.Dataset`` (source type
-        ``local``, source ``{"uri": <absolute path>}``) and the ``mlflow.data.context``
-        input tag, so the UI shows which data a run used without ``mlflow.data``'s
-        pandas-based constructors. MLflow caps digests at 36 characters; the full digest
-        is kept in the dataset profile. Concurrent jobs logging the same dataset race to
-        insert its shared row, so unique-constraint conflicts are retried as well.
-        """
-        source = os.path.abspath(os.fspath(source_path))
-        self._write(
-            f"logging dataset {name!r}", "dataset", conflicts=True, name=name, digest=digest, source=source, split=split
-        )
+        """Record a dataset file as an input of the run, with its split as context (the
+        UI's Dataset column; MLflow caps digests at 36 characters, the profile keeps it all)."""
+        self.log("dataset", DatasetInput(name, digest, os.fspath(source_path), split))
 
     def log_model(
         self,
@@ -225,26 +187,9 @@ class Run:
         step: int,
         dataset: tuple[str, str] | None = None,
     ) -> None:
-        """Register ``local_dir`` as an MLflow 3 logged model of this run, with ``metrics`` linked to it.
-
-        The UI's Models tab (and the run's) then lists the trained network with its
-        params, tags and final metrics, and ``dataset`` (name, digest of a dataset logged
-        with :meth:`log_dataset`) says what the metrics were measured on. Autologging
-        does not fit a custom training loop, hence ``create_logged_model`` +
-        ``log_model_artifacts``. Idempotent (see :func:`_log_model`), so journaled and replayed.
-        """
-        self._write(
-            f"logging model {name!r}",
-            "model",
-            name=name,
-            local_dir=os.path.abspath(os.fspath(local_dir)),
-            params=flatten_params(params),
-            tags=fit_tags(tags),
-            metrics={k: float(v) for k, v in metrics.items()},
-            step=int(step),
-            timestamp=int(time.time() * 1000),
-            dataset=list(dataset) if dataset else None,
-        )
+        """Register ``local_dir`` as an MLflow 3 logged model of this run, ``metrics`` linked
+        to it and measured on ``dataset`` (name, digest of a dataset the run logged)."""
+        self.log("model", LoggedModel(name, os.fspath(local_dir), params, tags, metrics, step, dataset))
 
     def fail_on_exit(self, reason: str) -> None:
         """End this run FAILED with ``reason`` (tag ``ptycho.end_reason``) even if the block exits normally.
@@ -258,17 +203,11 @@ class Run:
     def end(self, status: str, stale: str = "") -> None:
         """End the run with ``status``; ``stale``: why a sweep ends a run its job left open
         (journaled as a guess: a replay keeps the job's own end if it journaled one)."""
-        fields = {"stale": stale} if stale else {}
-        self._write(f"marking the run {status}", "end", status=status, end_time=int(time.time() * 1000), **fields)
+        self.log("end", (status, stale))
 
     def log_table(self, columns: Mapping[str, list], artifact_file: str) -> None:
         """Log ``columns`` as the table artifact ``artifact_file``, replacing it (:func:`write_table`)."""
-        self._write("logging a table", "table", columns=dict(columns), artifact_file=artifact_file)
-
-
-def _line(op: str, run_id: str, uri: str, **fields: Any) -> dict:
-    """A journal line, for a run without a journal."""
-    return {"op": op, "run_id": run_id, "uri": uri, **fields}
+        self.log("table", (columns, artifact_file))
 
 
 def existing_run(client: Any, uri: str, run_id: str) -> Run:
@@ -291,19 +230,6 @@ def disk_full(exc: BaseException) -> bool:
             return True
         err = err.__cause__ or err.__context__
     return _no_space(exc)
-
-
-def local_artifact(client: Any, run_id: str, path: str | os.PathLike, artifact_path: str | None) -> Path | None:
-    """Where ``log_artifact(run_id, path, artifact_path)`` copies ``path`` when the run's
-    artifacts are a local folder (a SQLite store's ``mlartifacts``), else None (a server's)."""
-    import urllib.parse
-
-    uri = client.get_run(run_id).info.artifact_uri
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme not in ("", "file"):
-        return None
-    base = Path(urllib.parse.unquote(parts.path))
-    return base.joinpath(*(artifact_path or "").split("/")) / os.path.basename(os.path.normpath(os.fspath(path)))
 
 
 def create_journaled_run(
@@ -450,3 +376,20 @@ def child_run(
             _log.warning("could not mark MLflow run %s %s: %s", run.run_id, status, term_exc)
         raise
     run.end(run._exit_status)
+
+
+def log_record(run: Run, record: JobRecord, job_tags: Mapping[str, Any]) -> None:
+    """Send ``record`` to ``run``: its values kind by kind (:data:`~ptycho.tracking.record.KINDS`),
+    the nested runs (each with the job's tags, overridden by its own), and a failure."""
+    for op, kind in KINDS.items():
+        for value in kind.values(record) if kind.values is not None else ():
+            run.log(op, value)
+    inherited = {k: v for k, v in job_tags.items() if k != NOTE_TAG}  # a nested run says what it is itself
+    for nested in record.nested:
+        journal = run.journal.path.with_name(f"{nested.name}.jsonl") if run.journal is not None else None
+        with child_run(
+            run.uri, run.run_id, nested.name, {**inherited, **nested.tags}, nested.params, journal=journal
+        ) as child:
+            child.log_metrics(nested.metrics)
+    if record.failure:
+        run.fail_on_exit(record.failure)
