@@ -218,8 +218,8 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
         "--margin",
         type=fraction,
         default=checklist.Inputs.margin,
-        help="the time-to-quality target: the reference's final validation loss plus this fraction of its "
-        "loss drop (speedup; the study passes thresholds.convergence_max_rel)",
+        help="the time-to-quality target: the reference's final validation loss above its floor plus this "
+        "fraction of its loss drop (speedup; the study passes thresholds.convergence_max_rel)",
     ),
     arg("--out", required=True, output=True),
     tensorflow=lambda args: checklist.get(args.item).measures,

@@ -437,11 +437,11 @@ def ttq_table(report: Mapping) -> Table:
                 ]
             )
     return (
-        "Time to quality (target: the reference's mean final validation loss plus the margin times its loss drop)",
+        "Time to quality (target: the reference's mean final validation loss above its floor, plus the margin times its loss drop)",
         [
             "comparison",
             "run",
-            "target val loss",
+            "target (val loss above the floor)",
             "epochs to target",
             "steps",
             "step ms",
