@@ -8,8 +8,8 @@ quality"), each training is timed to a quality target on held-out data:
   reconstruction gets on the same validation split through the same physics
   (``loss_bounds.floor`` of ``model.json``; the convergence item's measure). The Poisson
   likelihood sits at an offset of its own for each split, and each seed draws its own
-  (seeds differ by 0.18 at 1e4 photons, ten times the margin): a loss value compared
-  across seeds would measure the split, not the training;
+  (seeds differ by 0.19 at 1e4 photons, sixteen times the margin's share of the drop):
+  a loss value compared across seeds would measure the split, not the training;
 * **target**: the reference arm's (``off`` at the same precision, same model) mean final
   excess over the floor, widened by the convergence margin taken as a fraction of the
   reference's mean loss DROP (initial minus final). Neither depends on an offset of the
