@@ -87,6 +87,13 @@ class Run:
         }
 
 
+def loss_floor(meta: Mapping) -> float:
+    """A training record's loss floor (``loss_bounds.floor``: a perfect reconstruction's
+    loss on its validation split), 0 when it records none (the floor of an MAE without noise)."""
+    floor = (meta.get("loss_bounds") or {}).get("floor")
+    return float(floor) if floor is not None and math.isfinite(floor) else 0.0
+
+
 def runs_of(metas: Sequence[Mapping]) -> list[Run]:
     """:class:`Run` records of trainings' ``model.json`` (FAILED ones and those without a
     curve or step times are left out: they have no time to quality)."""
@@ -99,7 +106,6 @@ def runs_of(metas: Sequence[Mapping]) -> list[Run]:
         train = m["train"]
         steps = max(1, int(m["n_train"]) // int(train["batch_size"]))  # as training splits its epochs
         initial = m.get("initial_val_loss")
-        floor = (m.get("loss_bounds") or {}).get("floor")
         out.append(
             Run(
                 seed=int(train["seed"]),
@@ -108,7 +114,7 @@ def runs_of(metas: Sequence[Mapping]) -> list[Run]:
                 steps_per_epoch=steps,
                 step_times_s=tuple(float(t) for t in timing["step_times_s"]),
                 compile_s=float(timing.get("compile_s") or 0.0),
-                floor=float(floor) if floor is not None and math.isfinite(floor) else 0.0,
+                floor=loss_floor(m),
             )
         )
     return out

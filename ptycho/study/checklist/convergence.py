@@ -23,6 +23,7 @@ from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
 from ptycho.study.stats import seed_comparison
 from ptycho.study.tables import Table, fmt
+from ptycho.study.time_to_quality import loss_floor
 
 #: What the item compares, in its words.
 WHAT = "final validation loss above a perfect reconstruction's"
@@ -151,7 +152,7 @@ def collect(inputs: Inputs, threshold: float) -> dict:
         threshold,
         {Arm.of_meta(m).name: m.get("initial_val_loss") for m in metas},
         failed_arms(metas),
-        {Arm.of_meta(m).name: (m.get("loss_bounds") or {}).get("floor") for m in metas},
+        {Arm.of_meta(m).name: loss_floor(m) for m in metas},
     )
 
 
