@@ -305,6 +305,29 @@ def test_parent_with_children(uri, client, tmp_path):
     assert [m.value for m in client.get_metric_history(bad, "loss")] == [1.0]
 
 
+def test_an_interrupt_that_a_library_wrapped_or_a_clean_up_replaced_ends_the_run_killed(uri, client):
+    # Ctrl-C reaches a job wherever it is: inside a library that turns it into its own
+    # error, or in a clean-up that fails on the way out. The job stopped because it was
+    # told to, so its run ends KILLED with the interruption as the reason, not FAILED.
+    parent = tracking.start_parent(uri, "study", "p", params={}, tags={})
+    ended = {}
+    for name, error in (("wrapped", "raise_from"), ("replaced", "context"), ("broken", None)):
+        with pytest.raises(BaseException) as raised:
+            with tracking.child_run(uri, parent, name, {"rule": "train"}) as run:
+                if error is None:
+                    raise ValueError("not an interrupt")
+                try:
+                    raise KeyboardInterrupt
+                except KeyboardInterrupt as interrupt:
+                    if error == "raise_from":
+                        raise RuntimeError("UnknownError: KeyboardInterrupt in a callback") from interrupt
+                    raise OSError("clean-up on the way out failed")  # noqa: B904 (the chain is the point)
+        assert not isinstance(raised.value, KeyboardInterrupt)  # the job's own error still propagates
+        r = client.get_run(run.run_id)
+        ended[name] = (r.info.status, r.data.tags[tracking.END_REASON_TAG].split(":")[0])
+    assert ended == {"wrapped": ("KILLED", "interrupted"), "replaced": ("KILLED", "interrupted"), "broken": ("FAILED", "ValueError")}
+
+
 def test_logged_model_system_metrics_and_the_child_table(uri, client, tmp_path):
     from mlflow.entities import LoggedModelStatus
 

@@ -305,9 +305,22 @@ def system_metrics(run: Run, interval: float = 5.0) -> Iterator[None]:
         monitor.publish_metrics(monitor.aggregate_metrics())
 
 
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is an interrupt or was raised while one unwound: a ``KeyboardInterrupt``
+    (SIGINT, or SIGTERM as the CLI turns it) that a library wrapped in its own error, or
+    that a clean-up on the way out replaced, still ended the job because it was told to."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def end_reason(exc: BaseException) -> str:
     """One line saying why a run ended with ``exc`` (for the ``ptycho.end_reason`` tag)."""
-    if isinstance(exc, KeyboardInterrupt):
+    if interrupted(exc):
         return "interrupted: SIGINT or SIGTERM (Ctrl-C, or Snakemake or SLURM cancelled the job)"
     text = " ".join(str(exc).split()) or type(exc).__name__
     return fit(f"{type(exc).__name__}: {text}", limit("MAX_TAG_VAL_LENGTH"))
@@ -327,7 +340,7 @@ def child_run(
     The run is tagged ``mlflow.parentRunId`` (how MLflow nests runs in the UI), this
     process's identity (:func:`process_identity`, for :func:`end_stale_children`) and
     ``tags``, and ends FINISHED on a normal exit. On an exception it ends FAILED
-    (KILLED for ``KeyboardInterrupt``) with the reason in the ``ptycho.end_reason`` tag,
+    (KILLED when interrupted, :func:`interrupted`) with the reason in the ``ptycho.end_reason`` tag,
     and the exception propagates unchanged; a failure to record that status is logged,
     never allowed to replace the original error. With ``journal`` (a ``.jsonl`` path),
     everything is also appended there (see :class:`Journal`, :class:`Run`).
@@ -368,7 +381,7 @@ def child_run(
             run.log_params(params)
         yield run
     except BaseException as exc:
-        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        status = "KILLED" if interrupted(exc) else "FAILED"
         try:
             run.set_tags({END_REASON_TAG: end_reason(exc)})
             run.end(status)
