@@ -153,7 +153,11 @@ def test_pipeline_survives_ctrl_c_and_kill_9_and_refuses_a_second_snakemake(tmp_
     assert stale.data.tags[tracking.END_REASON_TAG].startswith(f"stale: process {pid} on ")
     runs = _children(work)
     assert not [r.info.run_name for r in runs if r.info.status == "RUNNING"]
-    odd = {r.info.run_name: (r.info.status, r.data.tags.get(tracking.END_REASON_TAG)) for r in runs if r.info.status not in ("FINISHED", "KILLED")}
+    odd = {
+        r.info.run_name: (r.info.status, r.data.tags.get(tracking.END_REASON_TAG))
+        for r in runs
+        if r.info.status not in ("FINISHED", "KILLED")
+    }
     assert not odd, odd
     assert all(tracking.END_REASON_TAG in r.data.tags for r in runs if r.info.status == "KILLED")
     finished_train = [r for r in runs if r.data.tags["rule"] == "train" and r.info.status == "FINISHED"]

@@ -325,7 +325,11 @@ def test_an_interrupt_that_a_library_wrapped_or_a_clean_up_replaced_ends_the_run
         assert not isinstance(raised.value, KeyboardInterrupt)  # the job's own error still propagates
         r = client.get_run(run.run_id)
         ended[name] = (r.info.status, r.data.tags[tracking.END_REASON_TAG].split(":")[0])
-    assert ended == {"wrapped": ("KILLED", "interrupted"), "replaced": ("KILLED", "interrupted"), "broken": ("FAILED", "ValueError")}
+    assert ended == {
+        "wrapped": ("KILLED", "interrupted"),
+        "replaced": ("KILLED", "interrupted"),
+        "broken": ("FAILED", "ValueError"),
+    }
 
 
 def test_logged_model_system_metrics_and_the_child_table(uri, client, tmp_path):
