@@ -212,7 +212,7 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
         "--context",
         choices=choices("bench.context"),
         default=spec("bench.context")["default"],
-        help="the benchmark context the speedup verdict is for (speedup)",
+        help="the benchmark context the speedup verdict falls back on when no XLA pair was trained (speedup)",
     ),
     arg(
         "--margin",
