@@ -44,6 +44,22 @@ def test_convergence_needs_seeds_to_pass_and_fails_when_a_loss_rises_or_nothing_
     assert alone["status"] == "FAIL" and "no pair" in alone["summary"]
 
 
+def test_convergence_compares_all_arms_in_raw_loss_when_some_record_no_floor():
+    # The jit arm's trainings predate the floor; off's record it (-2.2, the Poisson
+    # likelihood's offset). Identical curves must compare EQUIVALENT, not 100 % apart.
+    seeds = {
+        f"pinn-{mode}-s{s}": _history([-1.0, -2.0, final])
+        for mode in ("jit", "off")
+        for s, final in enumerate((-2.100, -2.102, -2.101))
+    }
+    floors = {name: (-2.2 if "-off-" in name else None) for name in seeds}
+    rec = convergence(seeds, 0.05, dict.fromkeys(seeds, 0.0), floors=floors)
+    assert rec["status"] == "PASS" and "EQUIVALENT" in rec["summary"]
+    assert "compared in raw loss, since pinn-jit-s0, pinn-jit-s1, pinn-jit-s2 record no loss floor" in rec["summary"]
+    above = convergence(seeds, 0.05, dict.fromkeys(seeds, 0.0), floors=dict.fromkeys(seeds, -2.2))
+    assert above["status"] == "PASS" and "raw loss" not in above["summary"]
+
+
 def test_quality_with_one_seed_per_arm_is_inconclusive_whatever_the_difference():
     def m(a, p):
         return {"mean": {"amp_ssim": a, "phase_ssim": p, "amp_psnr": 20.0}}

@@ -128,6 +128,31 @@ def test_quality_is_the_loss_above_each_trainings_own_floor():
             assert c["missed"] == {"arm": [1], "reference": [1]}
 
 
+def test_trainings_without_a_floor_beside_ones_with_it_are_all_measured_in_raw_loss_and_named():
+    """A results folder whose older trainings predate the floor, given a new arm: the new
+    ones record a floor, the old ones do not. Measuring one side above its floor and the
+    other in raw loss would compare the Poisson loss's offset: identical trainings came out
+    3x faster (the side without a floor "reached" the target in its first epoch) or never
+    reached it. All are measured in raw loss instead, and the words name the old seeds."""
+    seeds, offset = (0, 1, 2), -2.2
+    for old, new in (("physics", "off"), ("off", "physics")):
+        metas = [_meta(m, s, _curve(5), 0.1, offset=offset, floor=m == new) for m in (old, new) for s in seeds]
+        by_mode = {m: _runs([x for x in metas if x["train"]["xla"] == m]) for m in ("off", "physics")}
+        c = ttq.compare(by_mode["physics"], by_mode["off"], 0.05)
+        assert c["ratio"] == pytest.approx(1.0, rel=1e-2) and not c["missed"]["arm"] and not c["inconclusive"]
+        assert c["no_floor"] == {
+            "arm" if old == "physics" else "reference": [0, 1, 2],
+            "arm" if old == "off" else "reference": [],
+        }
+        words = speedup({}, 1.0, metas=metas, margin=0.05)["summary"]
+        assert f"measured in raw loss, since {old} at fp32 seeds 0, 1, 2 record no loss floor" in words
+        assert "re-run those trainings" in words
+    # every training with its floor, or none with one: nothing to say
+    for floors in (True, False):
+        metas = [_meta(m, s, _curve(5), 0.1, offset=offset, floor=floors) for m in ("off", "physics") for s in seeds]
+        assert "raw loss" not in speedup({}, 1.0, metas=metas, margin=0.05)["summary"]
+
+
 def test_compile_time_is_reported_apart_and_in_a_second_figure():
     off = [_meta("off", 0, _curve(5), 0.1)]
     jit = [

@@ -34,9 +34,11 @@ Pure NumPy; no TensorFlow. :func:`runs_of` reads the trainings' ``model.json`` r
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -44,6 +46,7 @@ import numpy as np
 TRIM_FROM = 5
 #: A comparison with this many runs that never reached the target in one arm is INCONCLUSIVE.
 MISSES_INCONCLUSIVE = 2
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Run:
     steps_per_epoch: int
     step_times_s: tuple[float, ...]  #: every timed step (the first, compiling one, excluded)
     compile_s: float
-    floor: float = 0.0  #: the loss of a perfect reconstruction on its validation split
+    floor: float | None = None  #: the loss of a perfect reconstruction on its validation split (None: not recorded)
 
     @property
     def step_s(self) -> float:
@@ -65,7 +68,7 @@ class Run:
     def epochs_to(self, target: float) -> int | None:
         """The first epoch (1-based) whose validation loss is at most ``target`` above the floor."""
         for epoch, loss in enumerate(self.val_loss, start=1):
-            if math.isfinite(loss) and loss - self.floor <= target:
+            if math.isfinite(loss) and loss - (self.floor or 0.0) <= target:
                 return epoch
         return None
 
@@ -87,11 +90,25 @@ class Run:
         }
 
 
-def loss_floor(meta: Mapping) -> float:
+def loss_floor(meta: Mapping) -> float | None:
     """A training record's loss floor (``loss_bounds.floor``: a perfect reconstruction's
-    loss on its validation split), 0 when it records none (the floor of an MAE without noise)."""
+    loss on its validation split), None when it records none (trained before floors were
+    recorded, or without a validation split)."""
     floor = (meta.get("loss_bounds") or {}).get("floor")
-    return float(floor) if floor is not None and math.isfinite(floor) else 0.0
+    return float(floor) if floor is not None and math.isfinite(floor) else None
+
+
+def common_floors(floors: Mapping[K, float | None]) -> tuple[dict[K, float], list[K]]:
+    """The floors that trainings compared with each other are measured above, and those
+    that record none. Only all or none: a training measured above its floor against one
+    in raw loss would compare the loss's offset (about -2.2 for the Poisson likelihood),
+    not the trainings. So when some record none (a results folder whose older trainings
+    predate the floor), every one is measured in raw loss (floor 0, the floor of an MAE
+    without noise), and the second value names the ones without, for the words."""
+    missing = [k for k, f in floors.items() if f is None]
+    if missing:
+        return dict.fromkeys(floors, 0.0), missing if len(missing) < len(floors) else []
+    return {k: float(f) for k, f in floors.items()}, []
 
 
 def runs_of(metas: Sequence[Mapping]) -> list[Run]:
@@ -123,7 +140,7 @@ def runs_of(metas: Sequence[Mapping]) -> list[Run]:
 def target(reference: Sequence[Run], margin: float) -> float:
     """The quality target, an excess over the floor: the reference runs' mean final excess
     plus ``margin`` times their mean loss drop (initial minus final); valid for any loss."""
-    finals = np.array([r.val_loss[-1] - r.floor for r in reference], dtype=np.float64)
+    finals = np.array([r.val_loss[-1] - (r.floor or 0.0) for r in reference], dtype=np.float64)
     drops = np.array([r.initial_val_loss - r.val_loss[-1] for r in reference], dtype=np.float64)
     return float(finals.mean() + margin * max(float(drops.mean()), 0.0))
 
@@ -156,16 +173,21 @@ def compare(
 
     Returns ``{"target", "ratio", "low", "high", "ratio_with_compile", "per_step",
     "steps_ratio", "paired", "arm": [...reach per seed], "reference": [...], "missed":
-    {"arm": [seeds], "reference": [seeds]}, "inconclusive": bool}``; the ratio is the
-    reference's mean seconds over the arm's (above 1 = sooner). NaN when either side has
-    no run.
+    {"arm": [seeds], "reference": [seeds]}, "no_floor": {...}, "inconclusive": bool}``; the
+    ratio is the reference's mean seconds over the arm's (above 1 = sooner). NaN when
+    either side has no run. Losses are measured above every run's floor, or all in raw
+    loss when some record none (:func:`common_floors`; ``no_floor`` names those seeds).
     """
     nan = float("nan")
     if not arm or not reference:
         return {"ratio": nan, "low": nan, "high": nan, "inconclusive": True, "arm": [], "reference": [], "missed": {}}
+    sides = {"arm": arm, "reference": reference}
+    floors, unfloored = common_floors({(side, r.seed): r.floor for side, runs in sides.items() for r in runs})
+    arm, reference = (
+        sorted((dataclasses.replace(r, floor=floors[side, r.seed]) for r in sides[side]), key=lambda r: r.seed)
+        for side in sides
+    )
     goal = target(reference, margin)
-    arm = sorted(arm, key=lambda r: r.seed)
-    reference = sorted(reference, key=lambda r: r.seed)
     reach_a = [r.reach(goal) for r in arm]
     reach_r = [r.reach(goal) for r in reference]
 
@@ -211,5 +233,7 @@ def compare(
         "arm": reach_a,
         "reference": reach_r,
         "missed": missed,
+        #: seeds without a recorded floor, when others have one: all were measured in raw loss
+        "no_floor": {side: sorted(s for k, s in unfloored if k == side) for side in sides},
         "inconclusive": max(len(missed["arm"]), len(missed["reference"])) >= MISSES_INCONCLUSIVE,
     }

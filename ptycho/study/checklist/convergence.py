@@ -23,7 +23,7 @@ from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
 from ptycho.study.stats import seed_comparison
 from ptycho.study.tables import Table, fmt
-from ptycho.study.time_to_quality import loss_floor
+from ptycho.study.time_to_quality import common_floors, loss_floor
 
 #: What the item compares, in its words.
 WHAT = "final validation loss above a perfect reconstruction's"
@@ -49,7 +49,7 @@ def convergence(
     threshold: float,
     initial: Mapping[str, float] | None = None,
     failed: Mapping[str, str] | None = None,
-    floors: Mapping[str, float] | None = None,
+    floors: Mapping[str, float | None] | None = None,
 ) -> dict:
     """Final validation losses of each mode's arm vs the ``off`` arm of the same model,
     precision and seed, and of each reduced precision's arm vs float32 (same model, mode and
@@ -62,11 +62,15 @@ def convergence(
     diverged (its ``model.json`` says ``status: FAILED``) to the reason: the item FAILs
     and says so, whatever the other arms did. ``floors`` maps an arm to the loss a perfect
     reconstruction has on its validation split; the arms are compared by their excess
-    over it (an arm without one: 0, the floor of an MAE without noise).
+    over it, or all in raw loss when some record none (:func:`common_floors`; the summary
+    names them).
     """
     initial = dict(initial or {})
     failed = dict(failed or {})
-    floors = {n: f for n, f in (floors or {}).items() if f is not None and math.isfinite(f)}
+    given = dict(floors or {})
+    floors, unfloored = common_floors(
+        {n: given.get(n) if given.get(n) is not None and math.isfinite(given[n]) else None for n in histories}
+    )
 
     def decreased(arm: str, h: Sequence[Mapping[str, Any]]) -> bool:
         start = initial.get(arm)
@@ -116,6 +120,11 @@ def convergence(
         words.append(seeds.comparison_words(g, f"{WHAT} (relative to the reference's mean)", c, percent=True))
     value, status = seeds.judge(comparisons.values())
     summary = "; ".join(words) + "; every arm's loss decreased"
+    if unfloored:
+        summary += (
+            f"; compared in raw loss, since {', '.join(sorted(unfloored))} record no loss floor (trained before it "
+            "was recorded: re-run those trainings to compare every arm above its floor)"
+        )
     if not all_decreased:
         value, status, summary = float("nan"), FAIL, "an arm's training loss did not decrease"
     if not compared:

@@ -141,6 +141,16 @@ def _ttq_words(c: Mapping[str, Any]) -> str:
         if s
     ]
     miss = f"; never reached the target: {'; '.join(missed)} (counted as the whole training)" if missed else ""
+    unfloored = [
+        f"{ref if side == 'reference' else who} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+        for side, s in (c.get("no_floor") or {}).items()
+        if s
+    ]
+    if unfloored:
+        miss += (
+            f"; measured in raw loss, since {'; '.join(unfloored)} record no loss floor (trained before it was "
+            "recorded: re-run those trainings to measure every seed above its floor)"
+        )
     outcome = "INCONCLUSIVE (two seeds of one arm never reached the target)" if c["inconclusive"] else effect_words(c)
     return (
         f"{who} reaches the target at {ratio_words(c)} the speed of {ref} "
