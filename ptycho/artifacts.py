@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ptycho.errors import PtychoError
+from ptycho.errors import PtychoError, causes
 
 #: The format version of what each producer writes, by producer: the workflow's rules,
 #: named as the ``ptycho`` commands they run (``check <item>`` is ``check_<item>``, ``solve
@@ -215,16 +215,12 @@ def _no_space(exc: BaseException) -> bool:
     """Whether ``exc`` (or a cause: h5py and Keras wrap the OSError) is a full disk or quota."""
     import errno
 
-    seen: set[int] = set()
-    err: BaseException | None = exc
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
+    for err in causes(exc):
         if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         text = str(err).lower()
         if "no space left on device" in text or "disk quota exceeded" in text or "errno = 28" in text:
             return True
-        err = err.__cause__ or err.__context__
     return False
 
 

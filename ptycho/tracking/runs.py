@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ptycho.errors import PtychoError
+from ptycho.errors import PtychoError, causes
 from ptycho.tracking.journal import Journal, journal_of
 from ptycho.tracking.provenance import process_identity
 from ptycho.tracking.record import END_REASON_TAG, KINDS, NOTE_TAG, DatasetInput, JobRecord, Kind, LoggedModel, send
@@ -222,14 +222,7 @@ def disk_full(exc: BaseException) -> bool:
     "database or disk is full" as MLflow's SQL store wraps it."""
     from ptycho.artifacts import _no_space
 
-    seen: set[int] = set()
-    err: BaseException | None = exc
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if "database or disk is full" in str(err).lower():
-            return True
-        err = err.__cause__ or err.__context__
-    return _no_space(exc)
+    return any("database or disk is full" in str(err).lower() for err in causes(exc)) or _no_space(exc)
 
 
 def create_journaled_run(
@@ -309,13 +302,7 @@ def interrupted(exc: BaseException) -> bool:
     """Whether ``exc`` is an interrupt or was raised while one unwound: a ``KeyboardInterrupt``
     (SIGINT, or SIGTERM as the CLI turns it) that a library wrapped in its own error, or
     that a clean-up on the way out replaced, still ended the job because it was told to."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return any(isinstance(err, KeyboardInterrupt) for err in causes(exc))
 
 
 def end_reason(exc: BaseException) -> str:

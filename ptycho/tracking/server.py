@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from ptycho.errors import ConfigError, PtychoError
+from ptycho.errors import ConfigError, PtychoError, causes
 
 #: MLflow's settings for a tracking server in this project's processes, unless the user
 #: set them. HTTP retries: 3, 0, 2 and 4 s apart (plus up to 1 s of jitter each), 20 s per
@@ -79,8 +79,6 @@ def unreachable(exc: BaseException) -> str:
     ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR``) when its error reaches us; what is left is a
     connection refused, reset or timed out somewhere in the chain of causes.
     """
-    seen: set[int] = set()
-    err: BaseException | None = exc
     markers = (
         "connection refused",
         "max retries exceeded",
@@ -93,15 +91,13 @@ def unreachable(exc: BaseException) -> str:
         "name or service not known",
         "temporary failure in name resolution",
     )
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
+    for err in causes(exc):
         if isinstance(err, ConnectionError | TimeoutError):
             return type(err).__name__
         text = str(err).lower()
         for marker in markers:
             if marker in text:
                 return marker
-        err = err.__cause__ or err.__context__
     return ""
 
 

@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ptycho.errors import PtychoError
+from ptycho.errors import PtychoError, causes
 from ptycho.tracking.server import is_server, server_defaults
 
 _log = logging.getLogger(__name__)
@@ -289,16 +289,12 @@ def _transient(exc: BaseException, conflicts: bool) -> str:
     same shared row at once (a dataset logged by concurrent jobs), and the retry finds
     the row the other process committed.
     """
-    seen: set[int] = set()
-    err: BaseException | None = exc
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
+    for err in causes(exc):
         text = str(err).lower()
         if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
             return "locked"
         if conflicts and ("unique constraint failed" in text or isinstance(err, sqlite3.IntegrityError)):
             return "conflict"
-        err = err.__cause__ or err.__context__
     return ""
 
 
