@@ -59,16 +59,19 @@ class Run:
     steps_per_epoch: int
     step_times_s: tuple[float, ...]  #: every timed step (the first, compiling one, excluded)
     compile_s: float
-    floor: float | None = None  #: the loss of a perfect reconstruction on its validation split (None: not recorded)
+    #: the loss of a perfect reconstruction on its validation split, None if not recorded
+    #: (:func:`compare` measures all its runs above theirs, or all in raw loss)
+    floor: float | None = None
 
     @property
     def step_s(self) -> float:
         return float(np.median(self.step_times_s)) if self.step_times_s else math.nan
 
     def epochs_to(self, target: float) -> int | None:
-        """The first epoch (1-based) whose validation loss is at most ``target`` above the floor."""
+        """The first epoch (1-based) whose validation loss is at most ``target`` above the
+        floor (as :func:`compare` settles it for the runs it compares)."""
         for epoch, loss in enumerate(self.val_loss, start=1):
-            if math.isfinite(loss) and loss - (self.floor or 0.0) <= target:
+            if math.isfinite(loss) and loss - self.floor <= target:
                 return epoch
         return None
 
@@ -95,7 +98,7 @@ def loss_floor(meta: Mapping) -> float | None:
     loss on its validation split), None when it records none (trained before floors were
     recorded, or without a validation split)."""
     floor = (meta.get("loss_bounds") or {}).get("floor")
-    return float(floor) if floor is not None and math.isfinite(floor) else None
+    return float(floor) if floor is not None else None
 
 
 def common_floors(floors: Mapping[K, float | None]) -> tuple[dict[K, float], list[K]]:
@@ -104,11 +107,22 @@ def common_floors(floors: Mapping[K, float | None]) -> tuple[dict[K, float], lis
     in raw loss would compare the loss's offset (about -2.2 for the Poisson likelihood),
     not the trainings. So when some record none (a results folder whose older trainings
     predate the floor), every one is measured in raw loss (floor 0, the floor of an MAE
-    without noise), and the second value names the ones without, for the words."""
-    missing = [k for k, f in floors.items() if f is None]
-    if missing:
-        return dict.fromkeys(floors, 0.0), missing if len(missing) < len(floors) else []
-    return {k: float(f) for k, f in floors.items()}, []
+    without noise), and the second value names the ones without (:func:`raw_loss_words`).
+    A floor that is not finite (no validation split) is none."""
+    missing = [k for k, f in floors.items() if f is None or not math.isfinite(f)]
+    if not missing:
+        return {k: float(f) for k, f in floors.items()}, []
+    mixed = len(missing) < len(floors)  # none recorded at all: an older folder, consistent as it is
+    return dict.fromkeys(floors, 0.0), missing if mixed else []
+
+
+def raw_loss_words(verb: str, which: str) -> str:
+    """The clause a verdict adds when :func:`common_floors` fell back to raw loss: ``verb``
+    ("measured", "compared"), ``which`` the trainings without a floor."""
+    return (
+        f"; {verb} in raw loss, since {which} record no loss floor (trained before it was recorded: "
+        "re-run those trainings to measure every one above its floor)"
+    )
 
 
 def runs_of(metas: Sequence[Mapping]) -> list[Run]:
@@ -140,7 +154,7 @@ def runs_of(metas: Sequence[Mapping]) -> list[Run]:
 def target(reference: Sequence[Run], margin: float) -> float:
     """The quality target, an excess over the floor: the reference runs' mean final excess
     plus ``margin`` times their mean loss drop (initial minus final); valid for any loss."""
-    finals = np.array([r.val_loss[-1] - (r.floor or 0.0) for r in reference], dtype=np.float64)
+    finals = np.array([r.val_loss[-1] - r.floor for r in reference], dtype=np.float64)
     drops = np.array([r.initial_val_loss - r.val_loss[-1] for r in reference], dtype=np.float64)
     return float(finals.mean() + margin * max(float(drops.mean()), 0.0))
 

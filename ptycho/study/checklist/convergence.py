@@ -23,7 +23,7 @@ from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
 from ptycho.study.stats import seed_comparison
 from ptycho.study.tables import Table, fmt
-from ptycho.study.time_to_quality import common_floors, loss_floor
+from ptycho.study.time_to_quality import common_floors, loss_floor, raw_loss_words
 
 #: What the item compares, in its words.
 WHAT = "final validation loss above a perfect reconstruction's"
@@ -67,10 +67,7 @@ def convergence(
     """
     initial = dict(initial or {})
     failed = dict(failed or {})
-    given = dict(floors or {})
-    floors, unfloored = common_floors(
-        {n: given.get(n) if given.get(n) is not None and math.isfinite(given[n]) else None for n in histories}
-    )
+    floors, unfloored = common_floors({n: (floors or {}).get(n) for n in histories})
 
     def decreased(arm: str, h: Sequence[Mapping[str, Any]]) -> bool:
         start = initial.get(arm)
@@ -121,10 +118,7 @@ def convergence(
     value, status = seeds.judge(comparisons.values())
     summary = "; ".join(words) + "; every arm's loss decreased"
     if unfloored:
-        summary += (
-            f"; compared in raw loss, since {', '.join(sorted(unfloored))} record no loss floor (trained before it "
-            "was recorded: re-run those trainings to compare every arm above its floor)"
-        )
+        summary += raw_loss_words("compared", ", ".join(sorted(unfloored)))
     if not all_decreased:
         value, status, summary = float("nan"), FAIL, "an arm's training loss did not decrease"
     if not compared:

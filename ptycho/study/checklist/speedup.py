@@ -135,22 +135,20 @@ def _ttq_words(c: Mapping[str, Any]) -> str:
     if not math.isfinite(c["ratio"]):
         return f"{who}: no time to quality (no finished training with step times)"
     n = len(c["arm"])
-    missed = [
-        f"{ref if side == 'reference' else who} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
-        for side, s in c["missed"].items()
-        if s
-    ]
-    miss = f"; never reached the target: {'; '.join(missed)} (counted as the whole training)" if missed else ""
-    unfloored = [
-        f"{ref if side == 'reference' else who} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
-        for side, s in (c.get("no_floor") or {}).items()
-        if s
-    ]
-    if unfloored:
-        miss += (
-            f"; measured in raw loss, since {'; '.join(unfloored)} record no loss floor (trained before it was "
-            "recorded: re-run those trainings to measure every seed above its floor)"
+
+    def seeds_of(sides: Mapping[str, list[int]]) -> str:
+        """``"physics at bf16 seeds 1, 2; off at bf16 seed 0"``: each side's seeds named."""
+        return "; ".join(
+            f"{ref if side == 'reference' else who} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+            for side, s in sides.items()
+            if s
         )
+
+    missed = seeds_of(c["missed"])
+    miss = f"; never reached the target: {missed} (counted as the whole training)" if missed else ""
+    unfloored = seeds_of(c.get("no_floor") or {})
+    if unfloored:
+        miss += ttq.raw_loss_words("measured", unfloored)
     outcome = "INCONCLUSIVE (two seeds of one arm never reached the target)" if c["inconclusive"] else effect_words(c)
     return (
         f"{who} reaches the target at {ratio_words(c)} the speed of {ref} "
