@@ -836,6 +836,60 @@ def test_a_lost_store_is_rebuilt_from_the_journals_once(tmp_path, monkeypatch):
     assert metric_points(store_snapshot(uri)) == metric_points(grown)
 
 
+def test_journals_an_older_rebuild_extended_with_rebuilt_lines_still_find_its_runs(tmp_path, monkeypatch):
+    # Versions 1bd3668..bdde171 rebuilt a lost store without tagging the runs with their
+    # key: they appended {"op": "rebuilt", "run_id": <new id>, "from": <key>} to the
+    # journal that created each run and wrote parent.json with the new id and no key.
+    # Such a folder must replay into that store without creating a run, give its parent
+    # back from the journal when parent.json is lost, and rebuild once more when lost.
+    from mlflow.tracking import MlflowClient
+
+    from ptycho.tracking.access import restore_parent_json
+    from ptycho.tracking.journal import journaled_parent
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    parent_json = _tracked_study(tmp_path)
+    first = json.loads(parent_json.read_text())
+    uri, db, journal = first["tracking_uri"], tmp_path / "results" / "mlflow.db", parent_json.parent / "journal"
+    before = store_snapshot(uri)
+    db.rename(tmp_path / "aside.db")
+    assert _track("replay", str(journal))[0] == 0
+    # The store as the older version left it: new ids, no key tags, `rebuilt` lines.
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("study").experiment_id
+    new_id = {r.data.tags["ptycho.key"]: r.info.run_id for r in client.search_runs([exp], max_results=100)}
+    for run_id in new_id.values():
+        client.delete_tag(run_id, "ptycho.key")
+    for path in sorted(journal.glob("*.jsonl")):
+        keys = [json.loads(line)["run_id"] for line in path.open() if '"op":"run"' in line]
+        with path.open("a") as fh:
+            for key in keys:
+                line = {"op": "rebuilt", "run_id": new_id[key], "from": key, "uri": uri, "name": "x"}
+                fh.write(json.dumps(line) + "\n")
+    old = {k: v for k, v in first.items() if k != "key"}
+    parent_json.write_text(json.dumps({**old, "run_id": new_id[first["key"]]}))
+    held = store_snapshot(uri)
+    assert held == before
+
+    code, out, err = _track("rebuild", "results")
+    assert code == 0, err
+    assert "0 run(s) created again, 4 already there" in out
+    assert store_snapshot(uri) == before
+
+    parent_json.unlink()
+    got = journaled_parent(parent_json)
+    assert (got["run_id"], got["key"], got["complete"]) == (new_id[first["key"]], first["key"], True)
+    assert "written again from the study's journal" in restore_parent_json(parent_json)
+    assert json.loads(parent_json.read_text())["run_id"] == new_id[first["key"]]
+
+    db.unlink()
+    code, out, err = _track("rebuild", "results")
+    assert code == 0, err
+    assert "4 run(s) created again, 0 already there" in out
+    assert store_snapshot(uri) == before
+
+
 def test_a_damaged_store_is_moved_aside_and_rebuilt(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
