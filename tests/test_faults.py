@@ -171,7 +171,7 @@ def test_a_killed_jobs_run_is_marked_killed_and_a_live_jobs_run_is_left_alone(tm
             tags={"mlflow.parentRunId": parent, **tracking.process_identity(), tracking.PID_START_TAG: "1"},
         ).info.run_id
 
-        ended = tracking.end_stale_children(uri, parent, by="the test")
+        ended = tracking.sweep_children(uri, parent, by="the test").killed
         assert sorted(ended) == sorted([ids["killed"], reused])
         killed = client.get_run(ids["killed"])
         assert killed.info.status == "KILLED"
@@ -182,14 +182,14 @@ def test_a_killed_jobs_run_is_marked_killed_and_a_live_jobs_run_is_left_alone(tm
         assert interrupted.info.status == "KILLED"
         assert interrupted.data.tags[tracking.END_REASON_TAG].startswith("interrupted: SIGINT or SIGTERM")
         assert client.get_run(ids["live"]).info.status == "RUNNING"
-        assert tracking.end_stale_children(uri, parent) == []  # nothing left to end
+        assert tracking.sweep_children(uri, parent).killed == []  # nothing left to end
     finally:
         for proc in procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)
     assert client.get_run(ids["live"]).info.status == "RUNNING"
-    assert tracking.end_stale_children(uri, parent) == [ids["live"]]  # now its process is gone too
+    assert tracking.sweep_children(uri, parent).killed == [ids["live"]]  # now its process is gone too
 
 
 # ------------------------------------------------------------------------ NaN loss

@@ -378,7 +378,7 @@ def test_logged_model_system_metrics_and_the_child_table(uri, client, tmp_path):
     assert r.data.metrics["system/system_memory_usage_megabytes"] > 0
 
     # The journal replays the model idempotently: still one model, one value per metric.
-    counts = tracking.replay_journal(journal)
+    counts = tracking.replay_journals([journal]).files[0][1]
     assert counts["models"] == 1
     assert len(client.search_logged_models([r.info.experiment_id])) == 1
     assert len(client.get_metric_history(run.run_id, "final_val_loss")) == 1

@@ -30,7 +30,6 @@ from ptycho.tracking.parent import (
     Swept,
     close_pipeline,
     end_orphan_parents,
-    end_stale_children,
     finish_run,
     finish_study,
     log_children_table,
@@ -49,6 +48,6 @@ from ptycho.tracking.provenance import (
     source_tags,
 )
 from ptycho.tracking.record import END_REASON_TAG
-from ptycho.tracking.replay import Replayed, journal_files, journal_folders, rebuild, replay_journal, replay_journals
+from ptycho.tracking.replay import Replayed, journal_files, journal_folders, rebuild, replay_journals
 from ptycho.tracking.runs import NONFINITE_TAG, Run, child_run, existing_run, system_metrics
 from ptycho.tracking.store import JOURNAL_TAG, default_tracking_uri, ensure_store, flatten_params

@@ -14,12 +14,10 @@ from pathlib import Path
 
 from ptycho.errors import PtychoError
 from ptycho.tracking.journal import journaled_parent, write_parent_json
-from ptycho.tracking.server import preflight_server, server_down, server_has_run
+from ptycho.tracking.server import preflight_server, server_down, server_has_run, track_command
 from ptycho.tracking.store import (
     JOURNAL_TAG,
     _read_only,
-    rebuild_command,
-    sqlite_has_run,
     sqlite_path,
     sqlite_problem,
     sqlite_run_id,
@@ -117,7 +115,7 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
         if note:
             print(f"ptycho workflow: note: {note}", file=sys.stderr)
     has_run = parent_json.exists() or (journals.is_dir() and any(journals.glob("*.jsonl")))
-    fix = f"rebuild it from the journals: {rebuild_command(results)}"
+    fix = f"rebuild it from the journals: {track_command('rebuild', results)}"
     record = {}
     if parent_json.exists():
         try:
@@ -141,7 +139,7 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
         problem = sqlite_problem(path)
         if problem:
             raise PtychoError(f"MLflow store {path} is damaged ({problem}); {fix}")
-        if run_id and sqlite_has_run(path, run_id) is False:
+        if run_id and sqlite_run_id(path, run_id) == "":
             raise PtychoError(f"MLflow store {path} does not hold parent run {run_id} of {parent_json}; {fix}")
     elif run_id and uri.startswith(("http://", "https://")):
         preflight(uri, timeout)

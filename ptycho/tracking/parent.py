@@ -43,7 +43,7 @@ from ptycho.tracking.provenance import (
 )
 from ptycho.tracking.replay import replay_journals
 from ptycho.tracking.runs import Run, create_journaled_run, existing_run, log_record
-from ptycho.tracking.server import is_server, server_down, server_gone
+from ptycho.tracking.server import server_down, server_gone
 from ptycho.tracking.store import (
     JOURNAL_TAG,
     KEY_TAG,
@@ -264,11 +264,6 @@ def _end_stale(client, uri: str, run_id: str, tags: Mapping[str, str], reason: s
     Run(client, run_id, uri, journal_of(tags), key=tags.get(KEY_TAG, run_id)).end("KILLED", stale=reason)
 
 
-def end_stale_children(uri: str, parent_run_id: str, *, by: str = "") -> list[str]:
-    """The ids :func:`sweep_children` marked KILLED (it also replays what was journaled)."""
-    return sweep_children(uri, parent_run_id, by=by).killed
-
-
 def end_orphan_parents(uri: str, parent_run_id: str, journal: str | os.PathLike, *, by: str = "") -> Swept:
     """Mark KILLED the RUNNING parent runs of this study other than ``parent_run_id``.
 
@@ -313,22 +308,15 @@ def sweep_study(parent_json: str | os.PathLike, *, by: str = "") -> Swept:
 
     record = parent_record(parent_json)
     uri, run_id = record["tracking_uri"], record["run_id"]
-    _server_or_raise(uri, parent_json)
+    reason = server_down(uri)
+    if reason:
+        raise PtychoError(server_gone(uri, reason, journal_path(parent_json, PARENT_JOURNAL).parent))
     out = sweep_children(uri, run_id, by=by)
     orphans = end_orphan_parents(uri, run_id, journal_path(parent_json, PARENT_JOURNAL), by=by)
     out.killed += orphans.killed
     out.replayed += orphans.replayed
     out.orphans += orphans.orphans
     return out
-
-
-def _server_or_raise(uri: str, parent_json: str | os.PathLike, journaled: str = "") -> None:
-
-    if not is_server(uri):
-        return
-    reason = server_down(uri)
-    if reason:
-        raise PtychoError(journaled + server_gone(uri, reason, journal_path(parent_json, PARENT_JOURNAL).parent))
 
 
 def finish_study(parent_json: str | os.PathLike, status: str = END_STATUSES[0], *, by: str = "") -> tuple[str, Swept]:
@@ -343,16 +331,14 @@ def finish_study(parent_json: str | os.PathLike, status: str = END_STATUSES[0], 
         raise ValueError(f"status must be one of {_RUN_STATUSES}, not {status!r}")
     record = parent_record(parent_json)
     uri, run_id = record["tracking_uri"], record["run_id"]
-    if is_server(uri):
-        reason = server_down(uri)
-        if reason:
-            end_time = int(time.time() * 1000)
-            book = Journal(journal_path(parent_json, PARENT_JOURNAL))
-            book.write("end", record.get("key") or run_id, uri, status=status, end_time=end_time)
-            raise PtychoError(
-                f"MLflow parent run {run_id} not marked {status}, its end journaled: "
-                + server_gone(uri, reason, book.path.parent)
-            )
+    reason = server_down(uri)
+    if reason:
+        book = Journal(journal_path(parent_json, PARENT_JOURNAL))
+        book.write("end", record.get("key") or run_id, uri, status=status, end_time=int(time.time() * 1000))
+        raise PtychoError(
+            f"MLflow parent run {run_id} not marked {status}, its end journaled: "
+            + server_gone(uri, reason, book.path.parent)
+        )
     swept = sweep_study(parent_json, by=by)
     finish_run(uri, run_id, status)
     return run_id, swept

@@ -27,12 +27,12 @@ from ptycho.errors import PtychoError
 from ptycho.tracking.access import preflight
 from ptycho.tracking.journal import PARENT_TAG, read_journal, write_parent_json
 from ptycho.tracking.record import END_REASON_TAG, KINDS, send
+from ptycho.tracking.server import track_command
 from ptycho.tracking.store import (
     KEY_TAG,
     experiment_id,
     find_run,
     open_client,
-    rebuild_command,
     retry,
     sqlite_path,
     sqlite_problem,
@@ -122,7 +122,7 @@ class _Store:
         problem = sqlite_problem(path) if path is not None and path.exists() else ""
         if problem:
             raise PtychoError(
-                f"MLflow store {path} is damaged ({problem}); rebuild it from the journals: {rebuild_command(path.parent)}"
+                f"MLflow store {path} is damaged ({problem}); rebuild it from the journals: {track_command('rebuild', path.parent)}"
             )
         if uri.startswith(("http://", "https://")):
             preflight(uri)
@@ -261,11 +261,6 @@ def replay_journals(paths: Iterable[str | os.PathLike], uri: str | None = None) 
             if note:
                 out.notes.append(note)
     return out
-
-
-def replay_journal(path: str | os.PathLike, uri: str | None = None) -> dict[str, int]:
-    """:func:`replay_journals` of one file; returns its counts, by kind."""
-    return replay_journals([path], uri).files[0][1]
 
 
 def _point_parent_json(study: _Study, store: _Store) -> str:

@@ -1,10 +1,10 @@
 """A job's child run: every write retried on locks, journaled, and carried on offline.
 
 Faults mid-run: each child run is tagged with its host, pid and the pid's start time,
-so that :func:`~ptycho.tracking.parent.end_stale_children` can close (KILLED, with the reason in the tag
+so that :func:`~ptycho.tracking.parent.sweep_children` can close (KILLED, with the reason in the tag
 ``ptycho.end_reason``) the runs of jobs that were killed outright; and a :class:`Run`
 with a :class:`Journal` appends every write to a local JSON-lines file first, goes on
-without the server when it stops answering, and :func:`~ptycho.tracking.replay.replay_journal` sends the file
+without the server when it stops answering, and :func:`~ptycho.tracking.replay.replay_journals` sends the file
 again later, idempotently.
 """
 
@@ -23,7 +23,7 @@ from ptycho.errors import PtychoError, causes
 from ptycho.tracking.journal import Journal, journal_of
 from ptycho.tracking.provenance import process_identity
 from ptycho.tracking.record import END_REASON_TAG, KINDS, NOTE_TAG, DatasetInput, JobRecord, Kind, LoggedModel, send
-from ptycho.tracking.server import is_server, server_down, server_gone, unreachable
+from ptycho.tracking.server import server_down, server_gone, track_command, unreachable
 from ptycho.tracking.store import (
     JOURNAL_TAG,
     KEY_TAG,
@@ -31,7 +31,6 @@ from ptycho.tracking.store import (
     fit_tags,
     limit,
     open_client,
-    rebuild_command,
     retry,
     sqlite_path,
 )
@@ -325,7 +324,7 @@ def child_run(
     """Open a child run of ``parent_run_id`` for the duration of a ``with`` block.
 
     The run is tagged ``mlflow.parentRunId`` (how MLflow nests runs in the UI), this
-    process's identity (:func:`process_identity`, for :func:`end_stale_children`) and
+    process's identity (:func:`process_identity`, for :func:`~ptycho.tracking.parent.sweep_children`) and
     ``tags``, and ends FINISHED on a normal exit. On an exception it ends FAILED
     (KILLED when interrupted, :func:`interrupted`) with the reason in the ``ptycho.end_reason`` tag,
     and the exception propagates unchanged; a failure to record that status is logged,
@@ -339,10 +338,9 @@ def child_run(
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
     journal_folder = Path(journal).parent if journal is not None else None
-    if is_server(uri):
-        reason = server_down(uri)  # seconds, where MLflow's retries of get_run would take their budget
-        if reason:
-            raise PtychoError(server_gone(uri, reason, journal_folder))
+    reason = server_down(uri)  # seconds, where MLflow's retries of get_run would take their budget
+    if reason:
+        raise PtychoError(server_gone(uri, reason, journal_folder))
     client = open_client(uri)
     try:
         parent = retry(lambda: client.get_run(parent_run_id), what="reading the parent run", uri=uri)
@@ -356,7 +354,11 @@ def child_run(
         raise PtychoError(
             f"MLflow parent run {parent_run_id} not found at {uri}; start the study's parent run first, or, "
             "if the store was lost or replaced, rebuild it from the journals: "
-            + (rebuild_command(db.parent) if db is not None else "python -m ptycho track rebuild <results folder>")
+            + (
+                track_command("rebuild", db.parent)
+                if db is not None
+                else "python -m ptycho track rebuild <results folder>"
+            )
         ) from None
     run_tags = {**fit_tags(tags), **process_identity(), MLFLOW_PARENT_RUN_ID: parent_run_id}
     book = Journal(journal) if journal is not None else None

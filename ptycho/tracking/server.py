@@ -47,15 +47,14 @@ def server_defaults(environ: dict | None = None) -> None:
         environ.setdefault(key, value)
 
 
-def replay_command(journal: str | os.PathLike) -> str:
-    """The command that sends a journal file or folder to MLflow again, as a user types it
-    here (the path relative to the current folder if inside it)."""
+def track_command(verb: str, path: str | os.PathLike) -> str:
+    """``python -m ptycho track <verb> <path>`` as a user types it here (the path relative
+    to the current folder if inside it): the replay of a journal, the rebuild of a store."""
     import shlex
 
-    path = Path(os.path.abspath(journal))
-    cwd = Path.cwd()
-    shown = os.path.relpath(path, cwd) if cwd in path.parents else str(path)
-    return f"python -m ptycho track replay {shlex.quote(shown)}"
+    path, cwd = Path(os.path.abspath(path)), Path.cwd()
+    shown = os.path.relpath(path, cwd) if path == cwd or cwd in path.parents else str(path)
+    return f"python -m ptycho track {verb} {shlex.quote(shown)}"
 
 
 def server_gone(uri: str, reason: str, journal: str | os.PathLike | None) -> str:
@@ -68,7 +67,7 @@ def server_gone(uri: str, reason: str, journal: str | os.PathLike | None) -> str
         return line + ", or unset MLFLOW_TRACKING_URI"
     return (
         line + ": the re-run replays what the jobs journaled meanwhile (by hand, once the server is back: "
-        f"{replay_command(journal)})"
+        f"{track_command('replay', journal)})"
     )
 
 
@@ -101,6 +100,32 @@ def unreachable(exc: BaseException) -> str:
     return ""
 
 
+def _get(url: str, timeout: float) -> tuple[int | None, str, str]:
+    """One GET of ``url``, never through MLflow: ``(HTTP status, start of the body, "")``
+    when the server answers (an HTTP error is an answer), ``(None, "", why)`` when it does
+    not (refused, timed out, no such host, not a URL)."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout) as response:
+            return response.status, "", ""
+    except urllib.error.HTTPError as exc:
+        try:
+            body = exc.read(300).decode("utf-8", "replace")
+        except Exception:  # a broken body does not change the verdict
+            body = ""
+        return exc.code, body, ""
+    except urllib.error.URLError as exc:
+        reason = str(exc.reason)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        reason = str(exc) or type(exc).__name__
+    return None, "", " ".join(reason.split())
+
+
+def _search_url(uri: str) -> str:
+    """The request every job makes first: an experiment search (not ``/health``, which
+    MLflow exempts from its host-name check)."""
+    return uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
+
+
 def server_down(uri: str, timeout: float = 5.0) -> str:
     """Why the tracking server at ``uri`` cannot be reached at all (refused, timed out, no
     such host), or ``""`` if it answers anything; no MLflow import, one request.
@@ -108,69 +133,43 @@ def server_down(uri: str, timeout: float = 5.0) -> str:
     Asked before a job's first MLflow call: MLflow would retry that call (see
     :data:`SERVER_DEFAULTS`), and a job started after its server went
     away should say so in seconds. An HTTP error is an answer: its meaning (a 403 for the
-    host name, a 404 for a wrong path) is :func:`preflight`'s to explain.
+    host name, a 404 for a wrong path) is :func:`preflight_server`'s to explain.
     """
-    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-            return ""
-    except urllib.error.HTTPError:
-        return ""
-    except urllib.error.URLError as exc:
-        reason = str(exc.reason)
-    except (OSError, http.client.HTTPException) as exc:
-        reason = str(exc) or type(exc).__name__
-    return " ".join(reason.split())
+    if not is_server(uri):
+        return ""  # a database: no server to ask
+    status, _, reason = _get(_search_url(uri), timeout)
+    return "" if status is not None else reason
 
 
 def server_has_run(uri: str, run_id: str, timeout: float) -> bool:
     """False only if the server says the run does not exist; anything else is for the jobs to meet."""
-    url = uri.rstrip("/") + "/api/2.0/mlflow/runs/get?run_id=" + urllib.parse.quote(run_id)
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-            return True
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read(300).decode("utf-8", "replace")
-        except Exception:  # a broken body does not change the verdict
-            body = ""
-        return not (exc.code == 404 and "RESOURCE_DOES_NOT_EXIST" in body)
-    except (OSError, ValueError, http.client.HTTPException):
-        return True
+    status, body, _ = _get(uri.rstrip("/") + "/api/2.0/mlflow/runs/get?run_id=" + urllib.parse.quote(run_id), timeout)
+    return not (status == 404 and "RESOURCE_DOES_NOT_EXIST" in body)
 
 
 def preflight_server(uri: str, timeout: float) -> None:
-    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
+    """A one-line :class:`PtychoError` with the fix unless the server at ``uri`` answers
+    MLflow's API for this host name (see :func:`ptycho.tracking.access.preflight`)."""
+    url = _search_url(uri)
+    status, body, reason = _get(url, timeout)
+    if status is not None and (status < 400 or (status in (401, 403) and "invalid host header" not in body.lower())):
+        return  # an answer; 401 and 403 are authentication: the real calls carry the credentials
+    if status == 403:
+        host = urllib.parse.urlsplit(uri).netloc
+        raise PtychoError(
+            f"MLflow tracking server at {uri} refuses requests addressed to {host!r} (HTTP 403, its "
+            f"DNS-rebinding protection); restart it with MLFLOW_ALLOWED_HOSTS='{host}' make mlflow-server, "
+            "or put its private IP address in MLFLOW_TRACKING_URI"
+        )
+    if status == 404:
+        raise PtychoError(
+            f"{uri} answers but has no MLflow tracking API (HTTP 404 from {url}); "
+            "check the address (scheme, host, port, path) in MLFLOW_TRACKING_URI"
+        )
     fix = "start it with 'make mlflow-server' (MLFLOW_HOST=0.0.0.0 when jobs run on other nodes) or unset MLFLOW_TRACKING_URI"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-            return
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read(300).decode("utf-8", "replace")
-        except Exception:  # a broken body does not change the verdict
-            body = ""
-        if exc.code == 403 and "invalid host header" in body.lower():
-            host = urllib.parse.urlsplit(uri).netloc
-            raise PtychoError(
-                f"MLflow tracking server at {uri} refuses requests addressed to {host!r} (HTTP 403, its "
-                f"DNS-rebinding protection); restart it with MLFLOW_ALLOWED_HOSTS='{host}' make mlflow-server, "
-                "or put its private IP address in MLFLOW_TRACKING_URI"
-            ) from None
-        if exc.code in (401, 403):
-            return  # authentication: the real calls carry the credentials (MLFLOW_TRACKING_TOKEN, ...)
-        if exc.code == 404:
-            raise PtychoError(
-                f"{uri} answers but has no MLflow tracking API (HTTP 404 from {url}); "
-                "check the address (scheme, host, port, path) in MLFLOW_TRACKING_URI"
-            ) from None
-        reason = f"HTTP {exc.code} from {url}"
-    except urllib.error.URLError as exc:
-        reason = str(exc.reason)
-    except (OSError, ValueError, http.client.HTTPException) as exc:
-        reason = str(exc) or type(exc).__name__
-    reason = " ".join(reason.split())
-    raise PtychoError(f"MLflow tracking server at {uri} is unreachable ({reason}); {fix}")
+    raise PtychoError(
+        f"MLflow tracking server at {uri} is unreachable ({reason or f'HTTP {status} from {url}'}); {fix}"
+    )
 
 
 # ------------------------------------------------------------------ the server itself

@@ -205,28 +205,19 @@ def sqlite_problem(path: str | os.PathLike) -> str:
     return f"{bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}" if bad else ""
 
 
-def sqlite_has_run(path: str | os.PathLike, run_id: str) -> bool | None:
-    """Whether the MLflow store at ``path`` holds run ``run_id`` (read-only, no MLflow
-    import); None when that cannot be told (busy); False for a file without MLflow's tables."""
-    try:
-        with contextlib.closing(_read_only(Path(path))) as con:
-            return con.execute("SELECT 1 FROM runs WHERE run_uuid = ?", (run_id,)).fetchone() is not None
-    except sqlite3.Error as exc:
-        return None if "locked" in str(exc).lower() else False
-
-
 def sqlite_run_id(path: str | os.PathLike, key: str) -> str | None:
     """The id the SQLite store at ``path`` holds run ``key`` under (itself, or the run a
-    rebuild tagged with it, :data:`KEY_TAG`), or None (absent, busy, not MLflow's)."""
+    rebuild tagged with it, :data:`KEY_TAG`); ``""`` when it holds neither (or the file
+    has no MLflow tables), None when that cannot be told (busy). Read-only, no MLflow import."""
     query = (
         "SELECT run_uuid FROM runs WHERE run_uuid = ? UNION ALL SELECT run_uuid FROM tags WHERE key = ? AND value = ?"
     )
     try:
         with contextlib.closing(_read_only(Path(path))) as con:
             row = con.execute(query + " LIMIT 1", (key, KEY_TAG, key)).fetchone()
-    except sqlite3.Error:
-        return None
-    return row[0] if row else None
+    except sqlite3.Error as exc:
+        return None if "locked" in str(exc).lower() else ""
+    return row[0] if row else ""
 
 
 def study_sqlite(results: str | os.PathLike, preset: str) -> Path | None:
@@ -266,17 +257,6 @@ def sqlite_write_problem(path: str | os.PathLike) -> str:
         except OSError as exc:
             return exc.strerror or type(exc).__name__
     return ""
-
-
-def rebuild_command(results: str | os.PathLike) -> str:
-    """The command that rebuilds the store of the results folder ``results`` from its
-    journals, as a user types it here (the folder relative to the current one if inside)."""
-    import shlex
-
-    folder = Path(os.path.abspath(results))
-    cwd = Path.cwd()
-    shown = os.path.relpath(folder, cwd) if folder == cwd or cwd in folder.parents else str(folder)
-    return f"python -m ptycho track rebuild {shlex.quote(shown)}"
 
 
 def _transient(exc: BaseException, conflicts: bool) -> str:
