@@ -7,9 +7,7 @@ import json
 import os
 import sqlite3
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from ptycho.errors import PtychoError
@@ -18,9 +16,12 @@ from ptycho.tracking.server import preflight_server, server_down, server_has_run
 from ptycho.tracking.store import (
     JOURNAL_TAG,
     _read_only,
+    make_folder,
+    read_parent,
     sqlite_path,
     sqlite_problem,
     sqlite_run_id,
+    study_uri,
 )
 
 
@@ -59,10 +60,7 @@ def preflight(uri: str, timeout: float = 5.0) -> None:
     from ptycho.artifacts import writable_problem
 
     fix = "choose a writable results folder or set MLFLOW_TRACKING_URI"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PtychoError(f"cannot create MLflow store folder {path.parent} ({exc.strerror}); {fix}") from None
+    make_folder(path.parent)
     if writable_problem(path.parent, folder=True):
         raise PtychoError(f"MLflow store folder {path.parent} is not writable; {fix}")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
@@ -102,8 +100,6 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
     store holds is written again from the journal (:func:`restore_parent_json`), before
     Snakemake sees it missing and runs every job of the study again.
     """
-    import json
-
     results = Path(os.path.abspath(results))
     for note in follow_folder(results):
         print(f"ptycho workflow: note: {note}", file=sys.stderr)
@@ -116,17 +112,10 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
             print(f"ptycho workflow: note: {note}", file=sys.stderr)
     has_run = parent_json.exists() or (journals.is_dir() and any(journals.glob("*.jsonl")))
     fix = f"rebuild it from the journals: {track_command('rebuild', results)}"
-    record = {}
-    if parent_json.exists():
-        try:
-            record = json.loads(parent_json.read_text())
-        except (OSError, ValueError):
-            record = None
-        if not isinstance(record, dict) or not record.get("run_id") or not record.get("tracking_uri"):
-            raise PtychoError(f"{parent_json} is damaged (not the JSON 'track start' writes); {fix}")
-    uri = record.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI", "").strip()
-    uri = uri or f"sqlite:///{results / 'mlflow.db'}"
-    run_id = record.get("run_id", "")
+    record = read_parent(parent_json) if parent_json.exists() else {}
+    if record is None or (record and not record.get("tracking_uri")):
+        raise PtychoError(f"{parent_json} is damaged (not the JSON 'track start' writes); {fix}")
+    uri, run_id = study_uri(results, record), record.get("run_id", "")
     path = sqlite_path(uri)
     if path is not None:
         if not path.exists():
@@ -212,11 +201,8 @@ def follow_folder(results: str | os.PathLike) -> list[str]:
     old = relocate(db)
     notes = [f"{db}: the store was made in {old}; its artifacts now resolve in {results}"] if old else []
     for parent_json in sorted(results.glob("*/mlflow/parent.json")):
-        try:
-            record = json.loads(parent_json.read_text())
-            was = sqlite_path(str(record.get("tracking_uri") or ""))
-        except (OSError, ValueError, AttributeError):
-            continue
+        record = read_parent(parent_json)
+        was = sqlite_path(str(record.get("tracking_uri") or "")) if record is not None else None
         # the store this study named, left behind (copied from there) or gone (moved from there)
         if was is None or was == db or was.name != db.name or (was.exists() and str(was.parent) != old):
             continue
@@ -278,11 +264,8 @@ def pinn_arm_runs(results: str | os.PathLike) -> dict[str, tuple[str, list[str]]
     out = {}
     with contextlib.closing(_read_only(results / "mlflow.db")) as con:
         for parent_json in sorted(results.glob("*/mlflow/parent.json")):
-            try:
-                parent = json.loads(parent_json.read_text())["run_id"]
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            arms = con.execute(_ARMS_QUERY, (parent,)).fetchall()
+            parent = read_parent(parent_json)
+            arms = con.execute(_ARMS_QUERY, (parent["run_id"],)).fetchall() if parent is not None else []
             if arms:
                 out[parent_json.parent.parent.name] = (str(arms[0][1]), [run_id for run_id, _ in arms])
     return out

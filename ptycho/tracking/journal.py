@@ -123,23 +123,26 @@ def _moved(records: list[dict], path: Path) -> list[dict]:
     return out
 
 
-def ids_of(records: list[dict], run_id: str) -> set[str]:
-    """Every id run ``run_id`` has had in these lines (its own and each rebuild's)."""
-    ids = {run_id}
+def aliases(records: list[dict]) -> dict[str, str]:
+    """The ids older versions' rebuilds (1bd3668..bdde171) gave runs, each mapped to the
+    run's key: their ``rebuilt`` lines, ``{"run_id": <new id>, "from": <earlier id>}``."""
+    alias: dict[str, str] = {}
     for rec in records:
-        if rec["op"] == "rebuilt" and (rec["run_id"] in ids or rec.get("from") in ids):
-            ids.update((rec["run_id"], rec.get("from")))
-    return ids
+        if rec["op"] == "rebuilt":
+            was = rec.get("from") or rec["run_id"]
+            alias[rec["run_id"]] = alias.get(was, was)
+    return alias
 
 
-def journaled_end(path: Path, run_id: str) -> bool:
+def journaled_end(path: Path, key: str) -> bool:
     """Whether the journal ``path`` holds the run's own end (not a sweep's "stale" guess)."""
     try:
         records = read_journal(path)
     except PtychoError:
         return False
-    ids = ids_of(records, run_id)
-    return any(rec["op"] == "end" and not rec.get("stale") and rec["run_id"] in ids for rec in records)
+    alias = aliases(records)
+    key = alias.get(key, key)
+    return any(r["op"] == "end" and not r.get("stale") and alias.get(r["run_id"], r["run_id"]) == key for r in records)
 
 
 def journaled_parent(parent_json: str | os.PathLike) -> dict | None:
@@ -162,16 +165,14 @@ def journaled_parent(parent_json: str | os.PathLike) -> dict | None:
     roots = [r for r in records if r["op"] == "run" and r.get("experiment") and PARENT_TAG not in r.get("tags", {})]
     if not roots:
         return None
-    root = roots[-1]
-    ids, uri = [root["run_id"]], root.get("uri", "")
-    for rec in records:
-        if rec["op"] == "rebuilt" and rec.get("from") in ids:
-            ids.append(rec["run_id"])
-            uri = rec.get("uri") or uri
+    root, alias = roots[-1], aliases(records)
+    key = root["run_id"]
+    ids = [key, *(i for i, k in alias.items() if k == key)]  # a store an older version rebuilt: its newest id
+    rebuilt = [r for r in records if r["op"] == "rebuilt" and r["run_id"] in ids]
     return {
-        "run_id": ids[-1],  # a store rebuilt by an older version holds it under its newest id
-        "key": root["run_id"],
-        "tracking_uri": uri,
+        "run_id": ids[-1],
+        "key": key,
+        "tracking_uri": (rebuilt[-1].get("uri") if rebuilt else "") or root.get("uri", ""),
         "experiment": root["experiment"],
         "config_hash": (root.get("tags") or {}).get("config_hash", ""),
         "start_time": root.get("start_time"),

@@ -184,6 +184,12 @@ class Swept:
     #: RUNNING parent runs of the same study that ``parent.json`` no longer names, KILLED.
     orphans: list[str] = field(default_factory=list)
 
+    def add(self, other: Swept) -> None:
+        """Count what ``other`` (another sweep) did too."""
+        self.killed += other.killed
+        self.replayed += other.replayed
+        self.orphans += other.orphans
+
     def lines(self) -> list[str]:
         out = []
         if self.replayed:
@@ -249,19 +255,19 @@ def sweep_children(uri: str, parent_run_id: str, *, by: str = "") -> Swept:
             continue
         if journal is not None and journal.is_file():
             _replay_quietly(journal, run_id)  # what the job logged offline before it was killed
-        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        reason = (
-            f"stale: process {pid} on {host} ended without closing this run (killed, e.g. kill -9 or "
-            f"out of memory); marked KILLED at {when}{' by ' + by if by else ''}"
-        )
-        _end_stale(client, uri, run_id, tags, reason)
+        why = f"stale: process {pid} on {host} ended without closing this run (killed, e.g. kill -9 or out of memory)"
+        reason = _end_stale(client, uri, run_id, tags, why, by)
         _log.info("MLflow run %s (%s) was stale: %s", run_id, run.info.run_name, reason)
         out.killed.append(run_id)
     return out
 
 
-def _end_stale(client, uri: str, run_id: str, tags: Mapping[str, str], reason: str) -> None:
+def _end_stale(client, uri: str, run_id: str, tags: Mapping[str, str], why: str, by: str) -> str:
+    """End a run its process left open KILLED, journaled, saying ``why``, when and ``by``
+    whom; returns the reason (tag ``ptycho.end_reason``)."""
+    reason = f"{why}; marked KILLED at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}{' by ' + by if by else ''}"
     Run(client, run_id, uri, journal_of(tags), key=tags.get(KEY_TAG, run_id)).end("KILLED", stale=reason)
+    return reason
 
 
 def end_orphan_parents(uri: str, parent_run_id: str, journal: str | os.PathLike, *, by: str = "") -> Swept:
@@ -289,15 +295,12 @@ def end_orphan_parents(uri: str, parent_run_id: str, journal: str | os.PathLike,
         if tags.get(HOST_TAG) == host and tags.get(PID_TAG, "").isdigit():
             if process_alive(int(tags[PID_TAG]), tags.get(PID_START_TAG, "")):
                 continue
-        children = sweep_children(uri, run_id, by=by)
-        out.killed += children.killed
-        out.replayed += children.replayed
-        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        reason = (
+        out.add(sweep_children(uri, run_id, by=by))
+        why = (
             f"orphan: the study's parent.json names parent run {parent_run_id}, not this one (its 'track start' "
-            f"was killed, or parent.json was lost or replaced); marked KILLED at {when}{' by ' + by if by else ''}"
+            "was killed, or parent.json was lost or replaced)"
         )
-        _end_stale(client, uri, run_id, tags, reason)
+        _end_stale(client, uri, run_id, tags, why, by)
         out.orphans.append(run_id)
     return out
 
@@ -312,10 +315,7 @@ def sweep_study(parent_json: str | os.PathLike, *, by: str = "") -> Swept:
     if reason:
         raise PtychoError(server_gone(uri, reason, journal_path(parent_json, PARENT_JOURNAL).parent))
     out = sweep_children(uri, run_id, by=by)
-    orphans = end_orphan_parents(uri, run_id, journal_path(parent_json, PARENT_JOURNAL), by=by)
-    out.killed += orphans.killed
-    out.replayed += orphans.replayed
-    out.orphans += orphans.orphans
+    out.add(end_orphan_parents(uri, run_id, journal_path(parent_json, PARENT_JOURNAL), by=by))
     return out
 
 

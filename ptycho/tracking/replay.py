@@ -14,7 +14,6 @@ the parent as the store holds it, its modification time kept: the workflow re-ru
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from ptycho.errors import PtychoError
 from ptycho.tracking.access import preflight
-from ptycho.tracking.journal import PARENT_TAG, read_journal, write_parent_json
+from ptycho.tracking.journal import PARENT_TAG, aliases, read_journal, write_parent_json
 from ptycho.tracking.record import END_REASON_TAG, KINDS, send
 from ptycho.tracking.server import track_command
 from ptycho.tracking.store import (
@@ -33,6 +32,7 @@ from ptycho.tracking.store import (
     experiment_id,
     find_run,
     open_client,
+    read_parent,
     retry,
     sqlite_path,
     sqlite_problem,
@@ -79,10 +79,8 @@ class _Study:
     def __init__(self, folder: Path):
         self.folder = folder
         self.files = {path.resolve(): read_journal(path) for path in sorted(folder.glob("*.jsonl"))}
-        #: ids older versions gave rebuilt runs (their ``rebuilt`` lines) -> the run's key
-        self.alias: dict[str, str] = {}
-        for line in (x for lines in self.files.values() for x in lines if x["op"] == "rebuilt"):
-            self.alias[line["run_id"]] = self.key(line.get("from") or line["run_id"])
+        #: ids older versions gave rebuilt runs -> the run's key
+        self.alias = aliases([x for lines in self.files.values() for x in lines])
         self.created: dict[str, tuple[Path, dict]] = {}
         for path, lines in self.files.items():
             for line in (x for x in lines if x["op"] == "run"):
@@ -106,12 +104,7 @@ class _Study:
         return self.folder.parent / "parent.json"
 
     def parent_record(self) -> dict | None:
-        path = self.parent_json
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            record = json.loads(path.read_text()) if path is not None else None
-            if isinstance(record, dict) and record.get("run_id"):
-                return record
-        return None
+        return read_parent(self.parent_json) if self.parent_json is not None else None
 
 
 class _Store:

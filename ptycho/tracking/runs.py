@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ptycho.errors import PtychoError, causes
 from ptycho.tracking.journal import Journal, journal_of
@@ -36,8 +36,6 @@ from ptycho.tracking.store import (
 )
 
 _log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: Tag listing the metric keys that received NaN or +-inf (the SQL store keeps NaN but
 #: stores +-inf as +-1.797e308, so the tag says which numbers are not what they seem).

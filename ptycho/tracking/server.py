@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ptycho.errors import ConfigError, PtychoError, causes
@@ -100,12 +100,12 @@ def unreachable(exc: BaseException) -> str:
     return ""
 
 
-def _get(url: str, timeout: float) -> tuple[int | None, str, str]:
+def _get(url: str, timeout: float, opener: Callable = urllib.request.urlopen) -> tuple[int | None, str, str]:
     """One GET of ``url``, never through MLflow: ``(HTTP status, start of the body, "")``
     when the server answers (an HTTP error is an answer), ``(None, "", why)`` when it does
     not (refused, timed out, no such host, not a URL)."""
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout) as response:
+        with opener(urllib.request.Request(url, method="GET"), timeout=timeout) as response:
             return response.status, "", ""
     except urllib.error.HTTPError as exc:
         try:
@@ -202,11 +202,7 @@ def local_url(host: str, port: str | int) -> str:
 def answers(url: str, timeout: float = 2.0) -> bool:
     """Whether the server at ``url`` answers its health endpoint (``/health``, which MLflow
     exempts from its host-name check) with 200; asked directly, never through a proxy."""
-    try:
-        with _LOCAL.open(url.rstrip("/") + "/health", timeout=timeout) as response:
-            return response.status == 200
-    except (OSError, ValueError, http.client.HTTPException):
-        return False
+    return _get(url.rstrip("/") + "/health", timeout, _LOCAL.open)[0] == 200
 
 
 def _stop(proc, grace: float = 30.0) -> None:

@@ -45,7 +45,6 @@ import os
 import random
 import sqlite3
 import time
-import urllib.error
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -159,13 +158,18 @@ def default_tracking_uri(results_dir: str | os.PathLike) -> str:
             f"results folder {folder} contains '?' or '#', which a sqlite URI cannot carry; "
             "rename it or set MLFLOW_TRACKING_URI"
         )
+    make_folder(folder, "results folder")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def make_folder(folder: Path, noun: str = "MLflow store folder") -> None:
+    """Create ``folder`` (and its parents), or a one-line :class:`PtychoError` naming it."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PtychoError(
-            f"cannot create results folder {folder} ({exc.strerror}); choose a writable folder or set MLFLOW_TRACKING_URI"
+            f"cannot create {noun} {folder} ({exc.strerror}); choose a writable results folder or set MLFLOW_TRACKING_URI"
         ) from None
-    return f"sqlite:///{folder / 'mlflow.db'}"
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -209,30 +213,41 @@ def sqlite_run_id(path: str | os.PathLike, key: str) -> str | None:
     """The id the SQLite store at ``path`` holds run ``key`` under (itself, or the run a
     rebuild tagged with it, :data:`KEY_TAG`); ``""`` when it holds neither (or the file
     has no MLflow tables), None when that cannot be told (busy). Read-only, no MLflow import."""
-    query = (
-        "SELECT run_uuid FROM runs WHERE run_uuid = ? UNION ALL SELECT run_uuid FROM tags WHERE key = ? AND value = ?"
-    )
     try:
         with contextlib.closing(_read_only(Path(path))) as con:
-            row = con.execute(query + " LIMIT 1", (key, KEY_TAG, key)).fetchone()
+            row = (
+                con.execute("SELECT run_uuid FROM runs WHERE run_uuid = ?", (key,)).fetchone()
+                or con.execute(
+                    "SELECT run_uuid FROM tags WHERE key = ? AND value = ? LIMIT 1", (KEY_TAG, key)
+                ).fetchone()
+            )
     except sqlite3.Error as exc:
         return None if "locked" in str(exc).lower() else ""
     return row[0] if row else ""
 
 
-def study_sqlite(results: str | os.PathLike, preset: str) -> Path | None:
-    """The SQLite file a study's jobs write to, or None (a server, another database).
+def read_parent(path: str | os.PathLike) -> dict | None:
+    """A study's ``parent.json`` as ``track start`` writes it (a mapping with ``run_id``),
+    or None (missing, unreadable, or not that JSON)."""
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads(Path(path).read_text())
+        if isinstance(record, dict) and record.get("run_id"):
+            return record
+    return None
 
-    The store the study's ``parent.json`` names (its jobs log there whatever the
-    environment says now), else ``MLFLOW_TRACKING_URI``, else ``<results>/mlflow.db``,
-    the store ``track start`` would create. Reads, never creates.
-    """
-    results = Path(os.path.abspath(results))
-    uri = ""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        uri = str(json.loads((results / preset / "mlflow" / "parent.json").read_text()).get("tracking_uri") or "")
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI", "").strip() or f"sqlite:///{results / 'mlflow.db'}"
-    return sqlite_path(uri)
+
+def study_uri(results: str | os.PathLike, record: dict | None) -> str:
+    """The store a study's jobs write to: the one its ``parent.json`` (``record``) names
+    (its jobs log there whatever the environment says now), else ``MLFLOW_TRACKING_URI``,
+    else ``<results>/mlflow.db``, the store ``track start`` would create."""
+    uri = str((record or {}).get("tracking_uri") or "") or os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    return uri or f"sqlite:///{Path(os.path.abspath(results)) / 'mlflow.db'}"
+
+
+def study_sqlite(results: str | os.PathLike, preset: str) -> Path | None:
+    """The SQLite file a study's jobs write to (:func:`study_uri`), or None (a server,
+    another database). Reads, never creates."""
+    return sqlite_path(study_uri(results, read_parent(Path(results) / preset / "mlflow" / "parent.json")))
 
 
 def sqlite_write_problem(path: str | os.PathLike) -> str:
@@ -362,12 +377,12 @@ def ensure_store(uri: str) -> None:
         return
     with contextlib.suppress(ImportError):  # the slow import, kept outside the lock
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    make_folder(path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(path.with_name(path.name + ".lock"), "a")
     except OSError as exc:
         raise PtychoError(
-            f"cannot create MLflow store folder {path.parent} ({exc.strerror}); "
+            f"cannot create the MLflow store's lock {path}.lock ({exc.strerror}); "
             "choose a writable results folder or set MLFLOW_TRACKING_URI"
         ) from None
     with fh:
