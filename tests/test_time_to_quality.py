@@ -4,6 +4,8 @@ and never with a precision's gain counted as XLA's."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ptycho.study import time_to_quality as ttq
@@ -163,7 +165,50 @@ def test_compile_time_is_reported_apart_and_in_a_second_figure():
     assert c["ratio_with_compile"] == pytest.approx((5 + 2) / (2.5 + 20), rel=1e-2)
 
 
-def test_failed_trainings_and_records_without_step_times_have_no_time_to_quality():
+def test_records_without_step_times_have_no_time_to_quality():
     good = _meta("off", 0, _curve(5), 0.1)
-    assert len(ttq.runs_of([good, dict(good, status="FAILED"), dict(good, history=[])])) == 1
+    assert len(ttq.runs_of([good, dict(good, history=[]), dict(good, timing={})])) == 1
     assert ttq.compare([], _runs([good]), 0.05)["inconclusive"]
+
+
+def _failed(meta: dict, epochs_done: int) -> dict:
+    """``meta`` as a training that diverged after ``epochs_done`` good epochs records it:
+    FAILED, the good epochs' history and step times, ``train.epochs`` as planned."""
+    return dict(
+        meta,
+        status="FAILED",
+        failure="loss is NaN",
+        train=dict(meta["train"], epochs=EPOCHS),
+        history=meta["history"][:epochs_done],
+        timing=dict(meta["timing"], step_times_s=meta["timing"]["step_times_s"][: epochs_done * STEPS]),
+    )
+
+
+def test_a_failed_seed_is_a_miss_counted_as_its_whole_planned_training_and_named():
+    # Before: a diverged seed was dropped, and the arm was timed on its other seeds as if
+    # it had not run (MLPerf counts a run that never reaches the target as the slowest).
+    seeds = (0, 1, 2)
+    off = [_meta("off", s, _curve(5), 0.100) for s in seeds]
+    jit = [_meta("jit", s, _curve(5), 0.050) for s in seeds]
+    jit[0] = _failed(jit[0], epochs_done=2)  # diverged in epoch 3 of 12
+    c = ttq.compare(_runs(jit), _runs(off), 0.05)
+    assert c["missed"] == {"arm": [0], "reference": []} and c["failed"] == {"arm": [0], "reference": []}
+    assert c["arm"][0]["steps"] == EPOCHS * STEPS and not c["arm"][0]["reached"]  # all 12 planned epochs
+    # 50 steps at 100 ms vs mean(120, 50, 50) steps at 50 ms: 5.0 s / 3.67 s, not 5.0 / 2.5
+    assert c["ratio"] == pytest.approx(5.0 / ((120 + 50 + 50) / 3 * 0.05), rel=2e-2)
+    rec = speedup({}, 1.0, metas=off + jit, margin=0.05)
+    assert (
+        "FAILED (diverged or collapsed): jit at fp32 seed 0 (counted as the whole planned training)" in rec["summary"]
+    )
+    assert "never reached the target" not in rec["summary"]
+    # Diverged before its first timed step: timed at its arm's steps. Two failed: INCONCLUSIVE.
+    jit[1] = _failed(jit[1], epochs_done=0)
+    c = ttq.compare(_runs(jit), _runs(off), 0.05)
+    assert c["arm"][1]["step_s"] == pytest.approx(0.05, rel=1e-2) and c["inconclusive"]
+    # A failed reference seed sets no target; with none finished there is no time to quality.
+    off_failed = [_failed(m, epochs_done=1) for m in off]
+    assert math.isnan(ttq.compare(_runs(jit), _runs(off_failed), 0.05)["ratio"])
+    one_failed = [_failed(off[0], epochs_done=1), *off[1:]]
+    c = ttq.compare(_runs([_meta("jit", s, _curve(5), 0.05) for s in seeds]), _runs(one_failed), 0.05)
+    assert c["target"] == pytest.approx(ttq.compare(_runs(jit[2:]), _runs(off[1:]), 0.05)["target"])
+    assert c["missed"]["reference"] == [0]

@@ -22,7 +22,9 @@ quality"), each training is timed to a quality target on held-out data:
 * **a seed that never reaches the target** is counted as its whole training (a lower
   bound of its true time, so the slowest of its arm) and named; two such seeds make the
   arm's comparison INCONCLUSIVE (MLPerf: one non-converging run is the slowest, two
-  invalidate the result);
+  invalidate the result). A FAILED training (diverged, or collapsed) is such a seed:
+  counted as its whole planned training (``train.epochs``) at its own median step, or
+  its arm's when it timed none, and named as failed; it never sets the target;
 * **the ratio**: the reference's mean time over the arm's (above 1 = the arm reaches the
   quality sooner), with a 95 % bootstrap interval over seeds (paired by seed when both
   arms ran the same seeds, as their initial weights and batch order then match) and
@@ -62,6 +64,10 @@ class Run:
     #: the loss of a perfect reconstruction on its validation split, None if not recorded
     #: (:func:`compare` measures all its runs above theirs, or all in raw loss)
     floor: float | None = None
+    #: a FAILED training (diverged or collapsed): never reaches the target
+    failed: bool = False
+    #: the epochs it was to train (``train.epochs``): a failed one's whole training
+    planned_epochs: int = 0
 
     @property
     def step_s(self) -> float:
@@ -76,15 +82,18 @@ class Run:
         return None
 
     def reach(self, target: float) -> dict:
-        """Steps and seconds to ``target`` (the whole training when it is never reached)."""
-        epochs = self.epochs_to(target)
+        """Steps and seconds to ``target`` (the whole training when it is never reached, the
+        whole planned training for a failed one)."""
+        epochs = None if self.failed else self.epochs_to(target)
         reached = epochs is not None
-        steps = (epochs if reached else len(self.val_loss)) * self.steps_per_epoch
+        whole = max(len(self.val_loss), self.planned_epochs) if self.failed else len(self.val_loss)
+        epochs = epochs if reached else whole
+        steps = epochs * self.steps_per_epoch
         seconds = steps * self.step_s
         return {
             "seed": self.seed,
             "reached": reached,
-            "epochs": epochs if reached else len(self.val_loss),
+            "epochs": epochs,
             "steps": steps,
             "step_s": self.step_s,
             "seconds": seconds,
@@ -126,13 +135,15 @@ def raw_loss_words(verb: str, which: str) -> str:
 
 
 def runs_of(metas: Sequence[Mapping]) -> list[Run]:
-    """:class:`Run` records of trainings' ``model.json`` (FAILED ones and those without a
-    curve or step times are left out: they have no time to quality)."""
+    """:class:`Run` records of trainings' ``model.json``. A FAILED one is kept (a seed that
+    never reached the target, :func:`compare`); a finished one without a curve or step
+    times is left out: it has no time to quality."""
     out = []
     for m in metas:
         timing = m.get("timing") or {}
         history = m.get("history") or []
-        if m.get("status") == "FAILED" or not history or not timing.get("step_times_s"):
+        failed = m.get("status") == "FAILED"
+        if not failed and (not history or not timing.get("step_times_s")):
             continue
         train = m["train"]
         steps = max(1, int(m["n_train"]) // int(train["batch_size"]))  # as training splits its epochs
@@ -141,11 +152,15 @@ def runs_of(metas: Sequence[Mapping]) -> list[Run]:
             Run(
                 seed=int(train["seed"]),
                 val_loss=tuple(float(h["val_loss"]) for h in history),
-                initial_val_loss=float(initial) if initial is not None else float(history[0]["train_loss"]),
+                initial_val_loss=float(
+                    initial if initial is not None else history[0]["train_loss"] if history else "nan"
+                ),
                 steps_per_epoch=steps,
-                step_times_s=tuple(float(t) for t in timing["step_times_s"]),
+                step_times_s=tuple(float(t) for t in timing.get("step_times_s") or ()),
                 compile_s=float(timing.get("compile_s") or 0.0),
                 floor=loss_floor(m),
+                failed=failed,
+                planned_epochs=int(train.get("epochs") or 0),
             )
         )
     return out
@@ -187,21 +202,34 @@ def compare(
 
     Returns ``{"target", "ratio", "low", "high", "ratio_with_compile", "per_step",
     "steps_ratio", "paired", "arm": [...reach per seed], "reference": [...], "missed":
-    {"arm": [seeds], "reference": [seeds]}, "no_floor": {...}, "inconclusive": bool}``; the
-    ratio is the reference's mean seconds over the arm's (above 1 = sooner). NaN when
-    either side has no run. Losses are measured above every run's floor, or all in raw
-    loss when some record none (:func:`common_floors`; ``no_floor`` names those seeds).
+    {"arm": [seeds], "reference": [seeds]}, "failed": {...}, "no_floor": {...},
+    "inconclusive": bool}``; the ratio is the reference's mean seconds over the arm's
+    (above 1 = sooner). NaN when the reference has no finished run or the arm none timed.
+    Losses are measured above every run's floor, or all in raw loss when some record none
+    (:func:`common_floors`; ``no_floor`` names those seeds). A failed run is missed (its
+    whole planned training, ``failed`` names it), timed at its arm's steps if it timed
+    none, and has no say in the target or the floors.
     """
     nan = float("nan")
-    if not arm or not reference:
-        return {"ratio": nan, "low": nan, "high": nan, "inconclusive": True, "arm": [], "reference": [], "missed": {}}
     sides = {"arm": arm, "reference": reference}
-    floors, unfloored = common_floors({(side, r.seed): r.floor for side, runs in sides.items() for r in runs})
+    timed = {side: tuple(t for r in runs for t in r.step_times_s) for side, runs in sides.items()}
+    if not timed["arm"] or not any(not r.failed for r in reference):
+        return {"ratio": nan, "low": nan, "high": nan, "inconclusive": True, "arm": [], "reference": [], "missed": {}}
+    finished = {(side, r.seed): r.floor for side, runs in sides.items() for r in runs if not r.failed}
+    floors, unfloored = common_floors(finished)
     arm, reference = (
-        sorted((dataclasses.replace(r, floor=floors[side, r.seed]) for r in sides[side]), key=lambda r: r.seed)
+        sorted(
+            (
+                dataclasses.replace(
+                    r, floor=floors.get((side, r.seed), 0.0), step_times_s=r.step_times_s or timed[side]
+                )
+                for r in sides[side]
+            ),
+            key=lambda r: r.seed,
+        )
         for side in sides
     )
-    goal = target(reference, margin)
+    goal = target([r for r in reference if not r.failed], margin)
     reach_a = [r.reach(goal) for r in arm]
     reach_r = [r.reach(goal) for r in reference]
 
@@ -247,6 +275,7 @@ def compare(
         "arm": reach_a,
         "reference": reach_r,
         "missed": missed,
+        "failed": {side: [r.seed for r in runs if r.failed] for side, runs in (("arm", arm), ("reference", reference))},
         #: seeds without a recorded floor, when others have one: all were measured in raw loss
         "no_floor": {side: sorted(s for k, s in unfloored if k == side) for side in sides},
         "inconclusive": max(len(missed["arm"]), len(missed["reference"])) >= MISSES_INCONCLUSIVE,

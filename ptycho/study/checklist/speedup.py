@@ -144,8 +144,13 @@ def _ttq_words(c: Mapping[str, Any]) -> str:
             if s
         )
 
-    missed = seeds_of(c["missed"])
+    failed = c.get("failed") or {}
+    missed = seeds_of(
+        {side: [s for s in seeds if s not in failed.get(side, ())] for side, seeds in c["missed"].items()}
+    )
     miss = f"; never reached the target: {missed} (counted as the whole training)" if missed else ""
+    if seeds_of(failed):
+        miss += f"; FAILED (diverged or collapsed): {seeds_of(failed)} (counted as the whole planned training)"
     unfloored = seeds_of(c.get("no_floor") or {})
     if unfloored:
         miss += ttq.raw_loss_words("measured", unfloored)
