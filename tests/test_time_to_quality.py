@@ -97,7 +97,10 @@ def test_a_seed_that_never_reaches_the_target_counts_as_its_whole_training_and_t
     assert "never reached the target: jit at fp32 seed 0 (counted as the whole training)" in rec["summary"]
     two = [_meta("jit", s, _curve(EPOCHS + 5), 0.080) for s in (0, 1)] + [_meta("jit", 2, _curve(5), 0.080)]
     rec = speedup({}, 1.0, metas=off + two, margin=0.05)
-    assert rec["status"] == "INCONCLUSIVE" and "INCONCLUSIVE (two seeds of one arm never reached" in rec["summary"]
+    assert (
+        rec["status"] == "INCONCLUSIVE"
+        and "INCONCLUSIVE (two seeds of one arm, or all its seeds, never reached" in rec["summary"]
+    )
 
 
 def test_the_target_is_the_same_for_any_offset_of_the_loss():
@@ -212,3 +215,18 @@ def test_a_failed_seed_is_a_miss_counted_as_its_whole_planned_training_and_named
     c = ttq.compare(_runs([_meta("jit", s, _curve(5), 0.05) for s in seeds]), _runs(one_failed), 0.05)
     assert c["target"] == pytest.approx(ttq.compare(_runs(jit[2:]), _runs(off[1:]), 0.05)["target"])
     assert c["missed"]["reference"] == [0]
+
+
+def test_an_arm_whose_only_seed_never_reached_the_target_is_inconclusive_not_faster():
+    # Review of 3c28b75: with one seed (the smoke preset), a FAILED jit training, 2x
+    # faster per step, came out "PASS 1.33x faster": one miss was below two.
+    off = [_meta("off", 0, _curve(8), 0.100)]
+    for jit in (_failed(_meta("jit", 0, _curve(5), 0.050), epochs_done=2), _meta("jit", 0, _curve(EPOCHS + 5), 0.05)):
+        c = ttq.compare(_runs([jit]), _runs(off), 0.05)
+        assert c["missed"]["arm"] == [0] and c["inconclusive"]
+        assert speedup({}, 1.0, metas=[*off, jit], margin=0.05)["status"] == "INCONCLUSIVE"
+    # A failed run that records no planned epochs counts as the longest training compared, not 0 s.
+    bare = _failed(_meta("jit", 1, _curve(5), 0.050), epochs_done=0)
+    bare["train"] = {k: v for k, v in bare["train"].items() if k != "epochs"}
+    c = ttq.compare(_runs([_meta("jit", 0, _curve(5), 0.05), bare]), _runs(off), 0.05)
+    assert c["arm"][1]["steps"] == EPOCHS * STEPS

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -78,6 +79,49 @@ def _unused_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_preflight_reads_each_answer_of_a_server_as_mlflow_gives_it():
+    """An answer passes (200; 401 and 403 are authentication, the jobs carry the
+    credentials); MLflow's host-name refusal, a 404 off its API, a redirect urllib does
+    not follow and a server error are one line each."""
+    import http.server
+
+    answers = {}
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code, body = answers["now"]
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for code, body, said in [
+            (200, b"{}", ""),
+            (401, b"Unauthorized", ""),
+            (403, b"Permission denied", ""),
+            (403, b"Invalid Host header - possible DNS rebinding attack detected", "refuses requests addressed to"),
+            (404, b"Not Found", "has no MLflow tracking API (HTTP 404"),
+            (304, b"", "is unreachable (HTTP 304"),
+            (500, b"boom", "is unreachable (HTTP 500"),
+        ]:
+            answers["now"] = (code, body)
+            if not said:
+                tracking.preflight(uri, timeout=5)
+                continue
+            with pytest.raises(PtychoError, match=re.escape(said)):
+                tracking.preflight(uri, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_preflight_unreachable_server_is_one_line():
@@ -970,7 +1014,9 @@ def _workflow_check(work: Path) -> str:
     return ""
 
 
-@pytest.mark.parametrize("damage", ["truncated", "moved aside", "emptied", "parent.json lost too"])
+@pytest.mark.parametrize(
+    "damage", ["truncated", "moved aside", "emptied", "parent.json lost too", "parent.json behind a rebuild"]
+)
 def test_a_damaged_or_lost_store_is_one_line_at_workflow_start(tmp_path, monkeypatch, damage):
     # Issue 24, item 1: a truncated store let a rerun say "Nothing to be done" (and
     # `-R report` print 340 lines and delete the report); a moved one stopped the first
@@ -990,6 +1036,14 @@ def test_a_damaged_or_lost_store_is_one_line_at_workflow_start(tmp_path, monkeyp
         expected = f"MLflow store {db} is missing (moved or deleted), with parent run {run_id} of {parent_json}{fix}"
     elif damage == "emptied":
         db.write_bytes(b"")
+        expected = f"MLflow store {db} does not hold parent run {run_id} of {parent_json}{fix}"
+    elif damage == "parent.json behind a rebuild":
+        # the store holds the parent only under a new id, tagged with this one as its key;
+        # the jobs ask for this id, so the check does too
+        record = json.loads(parent_json.read_text())
+        db.unlink()
+        assert _track("rebuild", "results")[0] == 0
+        parent_json.write_text(json.dumps(record))
         expected = f"MLflow store {db} does not hold parent run {run_id} of {parent_json}{fix}"
     else:
         db.unlink()

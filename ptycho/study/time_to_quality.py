@@ -215,13 +215,17 @@ def compare(
     timed = {side: tuple(t for r in runs for t in r.step_times_s) for side, runs in sides.items()}
     if not timed["arm"] or not any(not r.failed for r in reference):
         return {"ratio": nan, "low": nan, "high": nan, "inconclusive": True, "arm": [], "reference": [], "missed": {}}
+    longest = max(max(len(r.val_loss), r.planned_epochs) for runs in sides.values() for r in runs)
     finished = {(side, r.seed): r.floor for side, runs in sides.items() for r in runs if not r.failed}
     floors, unfloored = common_floors(finished)
     arm, reference = (
         sorted(
             (
                 dataclasses.replace(
-                    r, floor=floors.get((side, r.seed), 0.0), step_times_s=r.step_times_s or timed[side]
+                    r,
+                    floor=floors.get((side, r.seed), 0.0),
+                    step_times_s=r.step_times_s or timed[side],
+                    planned_epochs=r.planned_epochs or longest,
                 )
                 for r in sides[side]
             ),
@@ -278,5 +282,6 @@ def compare(
         "failed": {side: [r.seed for r in runs if r.failed] for side, runs in (("arm", arm), ("reference", reference))},
         #: seeds without a recorded floor, when others have one: all were measured in raw loss
         "no_floor": {side: sorted(s for k, s in unfloored if k == side) for side in sides},
-        "inconclusive": max(len(missed["arm"]), len(missed["reference"])) >= MISSES_INCONCLUSIVE,
+        # two misses, or every seed of a side (one seed that never got there is no speed)
+        "inconclusive": any(len(missed[s]) >= min(MISSES_INCONCLUSIVE, len(runs)) for s, runs in sides.items()),
     }

@@ -128,7 +128,7 @@ def preflight_store(results: str | os.PathLike, preset: str, timeout: float = 5.
         problem = sqlite_problem(path)
         if problem:
             raise PtychoError(f"MLflow store {path} is damaged ({problem}); {fix}")
-        if run_id and sqlite_run_id(path, run_id) == "":
+        if run_id and sqlite_run_id(path, run_id) not in (run_id, None):  # the jobs ask for it by this id
             raise PtychoError(f"MLflow store {path} does not hold parent run {run_id} of {parent_json}; {fix}")
     elif run_id and uri.startswith(("http://", "https://")):
         preflight(uri, timeout)

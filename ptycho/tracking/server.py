@@ -152,7 +152,9 @@ def preflight_server(uri: str, timeout: float) -> None:
     MLflow's API for this host name (see :func:`ptycho.tracking.access.preflight`)."""
     url = _search_url(uri)
     status, body, reason = _get(url, timeout)
-    if status is not None and (status < 400 or (status in (401, 403) and "invalid host header" not in body.lower())):
+    if status is not None and (
+        200 <= status < 300 or status == 401 or (status == 403 and "invalid host header" not in body.lower())
+    ):
         return  # an answer; 401 and 403 are authentication: the real calls carry the credentials
     if status == 403:
         host = urllib.parse.urlsplit(uri).netloc

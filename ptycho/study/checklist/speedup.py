@@ -133,7 +133,7 @@ def _ttq_words(c: Mapping[str, Any]) -> str:
     else:
         who, ref = f"{_at(c['precision'])} ({c['mode']})", f"{_at(c['reference_precision'])} ({c['mode']})"
     if not math.isfinite(c["ratio"]):
-        return f"{who}: no time to quality (no finished training with step times)"
+        return f"{who} vs {ref}: no time to quality (no finished {ref} training, or no {who} training with step times)"
     n = len(c["arm"])
 
     def seeds_of(sides: Mapping[str, list[int]]) -> str:
@@ -154,7 +154,11 @@ def _ttq_words(c: Mapping[str, Any]) -> str:
     unfloored = seeds_of(c.get("no_floor") or {})
     if unfloored:
         miss += ttq.raw_loss_words("measured", unfloored)
-    outcome = "INCONCLUSIVE (two seeds of one arm never reached the target)" if c["inconclusive"] else effect_words(c)
+    outcome = (
+        "INCONCLUSIVE (two seeds of one arm, or all its seeds, never reached the target)"
+        if c["inconclusive"]
+        else effect_words(c)
+    )
     return (
         f"{who} reaches the target at {ratio_words(c)} the speed of {ref} "
         f"({n} seed{'s' * (n != 1)}{' paired' if c['paired'] and n > 1 else ''}; {c['per_step']:.2f}x per step, "
@@ -417,6 +421,7 @@ def ttq_table(report: Mapping) -> Table:
     """Per comparison and seed: steps, step time and seconds to the target, both arms."""
     rows = []
     for c in report["items"]["speedup"]["evidence"].get("time_to_quality", {}).values():
+        failed = c.get("failed") or {}
         for side, reaches in (("arm", c.get("arm", [])), ("reference", c.get("reference", []))):
             for x in reaches:
                 who = (
@@ -429,7 +434,8 @@ def ttq_table(report: Mapping) -> Table:
                         c["words"],
                         f"{who}, seed {x['seed']}",
                         fmt(c.get("target")),
-                        str(x["epochs"]) + ("" if x["reached"] else " (never)"),
+                        str(x["epochs"])
+                        + ("" if x["reached"] else " (FAILED)" if x["seed"] in failed.get(side, ()) else " (never)"),
                         str(x["steps"]),
                         fmt(x["step_s"] * 1e3),
                         fmt(x["seconds"]),
