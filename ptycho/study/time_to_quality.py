@@ -22,7 +22,8 @@ quality"), each training is timed to a quality target on held-out data:
 * **a seed that never reaches the target** is counted as its whole training (a lower
   bound of its true time, so the slowest of its arm) and named; two such seeds make the
   arm's comparison INCONCLUSIVE (MLPerf: one non-converging run is the slowest, two
-  invalidate the result). A FAILED training (diverged, or collapsed) is such a seed:
+  invalidate the result); when no seed of an arm reached it (one seed), the ratio is an
+  upper bound: it can show the arm slower, never faster. A FAILED training (diverged, or collapsed) is such a seed:
   counted as its whole planned training (``train.epochs``) at its own median step, or
   its arm's when it timed none, and named as failed; it never sets the target;
 * **the ratio**: the reference's mean time over the arm's (above 1 = the arm reaches the
@@ -282,6 +283,8 @@ def compare(
         "failed": {side: [r.seed for r in runs if r.failed] for side, runs in (("arm", arm), ("reference", reference))},
         #: seeds without a recorded floor, when others have one: all were measured in raw loss
         "no_floor": {side: sorted(s for k, s in unfloored if k == side) for side in sides},
-        # two misses, or every seed of a side (one seed that never got there is no speed)
-        "inconclusive": any(len(missed[s]) >= min(MISSES_INCONCLUSIVE, len(runs)) for s, runs in sides.items()),
+        "inconclusive": max(len(missed["arm"]), len(missed["reference"])) >= MISSES_INCONCLUSIVE,
+        #: no seed of the arm reached the target (one seed: the smoke preset): its times are
+        #: lower bounds, so the ratio is an upper bound, which can show slower, never faster
+        "upper_bound": len(missed["arm"]) == len(arm),
     }

@@ -154,11 +154,11 @@ def _ttq_words(c: Mapping[str, Any]) -> str:
     unfloored = seeds_of(c.get("no_floor") or {})
     if unfloored:
         miss += ttq.raw_loss_words("measured", unfloored)
-    outcome = (
-        "INCONCLUSIVE (two seeds of one arm, or all its seeds, never reached the target)"
-        if c["inconclusive"]
-        else effect_words(c)
-    )
+    outcome = effect_words(c)
+    if c["inconclusive"]:
+        outcome = "INCONCLUSIVE (two seeds of one arm never reached the target)"
+    elif c.get("upper_bound") and outcome != "SLOWER":
+        outcome = f"not shown faster (no seed of {who} reached the target: the ratio is an upper bound)"
     return (
         f"{who} reaches the target at {ratio_words(c)} the speed of {ref} "
         f"({n} seed{'s' * (n != 1)}{' paired' if c['paired'] and n > 1 else ''}; {c['per_step']:.2f}x per step, "
@@ -317,7 +317,8 @@ def speedup(
     the same precision (``metas``: the trainings' ``model.json``; ``margin``: the
     convergence margin that widens the target). The value judged is the lower end of
     the fastest XLA mode's 95 % interval; PASS means XLA reaches the quality sooner with
-    confidence, INCONCLUSIVE that two seeds of one arm never reached the target. Without
+    confidence, INCONCLUSIVE that two seeds of one arm never reached the target, or that
+    no seed of it did and its ratio (then an upper bound) would pass. Without
     a trained XLA pair, the benchmark's per-step ratio vs ``off`` at the same precision in
     ``context`` is judged instead, and the summary says so. The benchmark's per-step
     ratios (alone and in the pipeline's schedule), the precision's own effect and the
@@ -333,8 +334,8 @@ def speedup(
         best_key = max(finite, key=lambda k: finite[k]["ratio"]) if finite else next(iter(xla))
         best = xla[best_key]
         value = best["low"] if math.isfinite(best["low"]) else best["ratio"]
-        if best.get("inconclusive"):
-            status = INCONCLUSIVE
+        if best.get("inconclusive") or (best.get("upper_bound") and value >= threshold):
+            status = INCONCLUSIVE  # an upper bound can fail the threshold, never pass it
         head = "XLA's own effect on the PINN's time to quality (each mode vs off at the same precision, steps timed "
         head += "in the pipeline's schedule): " + "; ".join(_ttq_words(c) for c in xla.values())
         judged = {"by": "time_to_quality", "comparison": best_key}
