@@ -10,6 +10,7 @@ import pytest
 
 from ptycho.study import time_to_quality as ttq
 from ptycho.study.checklist.speedup import speedup
+from ptycho.study.report import speed_sentence
 
 EPOCHS = 12
 STEPS = 10  # n_train 80 / batch 8
@@ -224,7 +225,9 @@ def test_an_arm_whose_only_seed_never_reached_the_target_can_fail_but_never_pass
         assert c["missed"]["arm"] == [0] and c["upper_bound"] and not c["inconclusive"]
         assert c["ratio"] == pytest.approx(80 * 0.1 / (120 * 0.05), rel=2e-2)  # 1.33: at most
         rec = speedup({}, 1.0, metas=[*off, jit], margin=0.05)
-        assert rec["status"] == "INCONCLUSIVE" and "not shown faster (no seed of jit at fp32 reached" in rec["summary"]
+        assert rec["status"] == "INCONCLUSIVE" and "not shown faster (no seed of the arm reached" in rec["summary"]
+        said = speed_sentence({"items": {"speedup": rec}})  # the report's first lines
+        assert "not shown faster" in said and ": faster" not in said
         assert speedup({}, 2.0, metas=[*off, jit], margin=0.05)["status"] == "FAIL"
     # A failed run that records no planned epochs counts as the longest training compared, not 0 s.
     bare = _failed(_meta("jit", 1, _curve(5), 0.050), epochs_done=0)

@@ -190,7 +190,7 @@ def speed_sentence(report: Mapping) -> str:
     """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
     quality vs ``off`` at that precision with its interval, where it was timed, and the
     plain outcome (faster, SLOWER, no measurable effect)."""
-    from ptycho.study.checklist.speedup import effect_words, ratio_words
+    from ptycho.study.checklist.speedup import ratio_words, ttq_outcome
 
     item = report["items"]["speedup"]
     ev = item["evidence"]
@@ -203,7 +203,7 @@ def speed_sentence(report: Mapping) -> str:
                 best[c["precision"]] = c
         parts = []
         for precision, c in best.items():
-            outcome = "INCONCLUSIVE" if c.get("inconclusive") else effect_words(c)
+            outcome = ttq_outcome(c)
             n = len(c.get("arm", []))
             parts.append(
                 f"at {SHORT.get(precision, precision)} the best mode, {c['mode']}, reaches the PINN's quality target at "

@@ -90,6 +90,18 @@ def effect_words(r: Mapping[str, Any]) -> str:
     return "no measurable effect"
 
 
+def ttq_outcome(c: Mapping[str, Any]) -> str:
+    """What a time-to-quality comparison shows: :func:`effect_words`, unless two seeds of
+    one arm never reached the target (INCONCLUSIVE), or none of the arm's did (its ratio
+    is then an upper bound, which can show SLOWER, never faster)."""
+    if c.get("inconclusive"):
+        return "INCONCLUSIVE (two seeds of one arm never reached the target)"
+    outcome = effect_words(c)
+    if c.get("upper_bound") and outcome != "SLOWER":
+        return "not shown faster (no seed of the arm reached the target: the ratio is an upper bound)"
+    return outcome
+
+
 # ----------------------------------------------------------------- time to quality
 def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, dict]:
     """Every comparison the trained arms allow, each holding the other axis fixed, keyed
@@ -154,11 +166,7 @@ def _ttq_words(c: Mapping[str, Any]) -> str:
     unfloored = seeds_of(c.get("no_floor") or {})
     if unfloored:
         miss += ttq.raw_loss_words("measured", unfloored)
-    outcome = effect_words(c)
-    if c["inconclusive"]:
-        outcome = "INCONCLUSIVE (two seeds of one arm never reached the target)"
-    elif c.get("upper_bound") and outcome != "SLOWER":
-        outcome = f"not shown faster (no seed of {who} reached the target: the ratio is an upper bound)"
+    outcome = ttq_outcome(c)
     return (
         f"{who} reaches the target at {ratio_words(c)} the speed of {ref} "
         f"({n} seed{'s' * (n != 1)}{' paired' if c['paired'] and n > 1 else ''}; {c['per_step']:.2f}x per step, "
