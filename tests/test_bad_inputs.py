@@ -22,7 +22,6 @@ the real thing (seconds) where only that shows the behaviour.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import io
 import json
 import os
@@ -31,7 +30,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +41,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mlflow_server  # noqa: E402
 from conftest import CORRUPTIONS, SMALL  # noqa: E402
 
 DOC = ROOT / "docs" / "bad-inputs.md"
@@ -1286,47 +1285,24 @@ def make_clean_inputs(folder: Path) -> Path:
     return folder
 
 
-class _FakeMlflow(http.server.BaseHTTPRequestHandler):
-    """MLflow 3's answers: the API only for Host 127.0.0.1, 404 off the API path."""
-
-    def do_GET(self):
-        if not self.path.startswith("/api/2.0/mlflow/"):
-            code, body = 404, b"Not Found"
-        elif self.headers["Host"].split(":")[0] != "127.0.0.1":
-            code, body = 403, b"Invalid Host header - possible DNS rebinding attack detected"
-        else:
-            code, body = 200, b'{"experiments": []}'
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @contextlib.contextmanager
 def _ports(env: dict) -> Iterator[dict]:
     """``{port:closed}``: a port nothing listens on; ``{port:fake}``: a fake MLflow on 127.0.0.1."""
-    out, server = {}, None
-    try:
+    out = {}
+    with contextlib.ExitStack() as stack:
+        port = None
         for key, value in env.items():
-            if "{port:fake}" in value and server is None:
-                server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeMlflow)
-                threading.Thread(target=server.serve_forever, daemon=True).start()
+            if "{port:fake}" in value and port is None:
+                port = stack.enter_context(mlflow_server.fake_server())
             if "{port:closed}" in value:
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", 0))
                     closed = s.getsockname()[1]
                 value = value.replace("{port:closed}", str(closed))
-            if server is not None:
-                value = value.replace("{port:fake}", str(server.server_address[1]))
+            if port is not None:
+                value = value.replace("{port:fake}", str(port))
             out[key] = value
         yield out
-    finally:
-        if server is not None:
-            server.shutdown()
-            server.server_close()
 
 
 @contextlib.contextmanager

@@ -16,7 +16,6 @@ cluster run fail in one line up front.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import re
 import shutil
@@ -24,11 +23,11 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
+import mlflow_server
 import pytest
 import yaml
 from test_pipeline import _workdir
@@ -104,41 +103,11 @@ def _unused_port() -> int:
         return s.getsockname()[1]
 
 
-class _FakeMlflow(http.server.BaseHTTPRequestHandler):
-    """Answers like MLflow 3's server: /health for anyone, the API only for allowed Host headers."""
-
-    allowed_host = "127.0.0.1"
-
-    def do_GET(self):
-        if self.path == "/health":
-            self._answer(200, b"OK")
-        elif not self.path.startswith("/api/2.0/mlflow/"):
-            self._answer(404, b"Not Found")
-        elif self.headers["Host"].split(":")[0] != self.allowed_host:
-            self._answer(403, b"Invalid Host header - possible DNS rebinding attack detected")
-        else:
-            self._answer(200, b'{"experiments": []}')
-
-    def _answer(self, code: int, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def fake_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeMlflow)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    """A fake MLflow 3 server (its answers: /health for anyone, the API only for Host 127.0.0.1)."""
+    with mlflow_server.fake_server() as port:
+        yield port
 
 
 def test_preflight_passes_a_server_that_answers_the_api(fake_server):

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow_server import fake_server
 
 from ptycho import tracking
 from ptycho.errors import PtychoError
@@ -85,25 +86,9 @@ def test_preflight_reads_each_answer_of_a_server_as_mlflow_gives_it():
     """An answer passes (200; 401 and 403 are authentication, the jobs carry the
     credentials); MLflow's host-name refusal, a 404 off its API, a redirect urllib does
     not follow and a server error are one line each."""
-    import http.server
-
     answers = {}
-
-    class Server(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            code, body = answers["now"]
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    uri = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with fake_server(lambda request: answers["now"]) as port:
+        uri = f"http://127.0.0.1:{port}"
         for code, body, said in [
             (200, b"{}", ""),
             (401, b"Unauthorized", ""),
@@ -119,9 +104,6 @@ def test_preflight_reads_each_answer_of_a_server_as_mlflow_gives_it():
                 continue
             with pytest.raises(PtychoError, match=re.escape(said)):
                 tracking.preflight(uri, timeout=5)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_preflight_unreachable_server_is_one_line():
