@@ -23,9 +23,10 @@ quality"), each training is timed to a quality target on held-out data:
   bound of its true time, so the slowest of its arm) and named; two such seeds make the
   arm's comparison INCONCLUSIVE (MLPerf: one non-converging run is the slowest, two
   invalidate the result); when no seed of an arm reached it (one seed), the ratio is an
-  upper bound: it can show the arm slower, never faster. A FAILED training (diverged, or collapsed) is such a seed:
-  counted as its whole planned training (``train.epochs``) at its own median step, or
-  its arm's when it timed none, and named as failed; it never sets the target;
+  upper bound: it can show the arm slower, never faster. A FAILED training (diverged,
+  or collapsed) is such a seed: counted as its whole planned training (``train.epochs``)
+  at its own median step, or its arm's when it timed none, and named as failed; it
+  never sets the target;
 * **the ratio**: the reference's mean time over the arm's (above 1 = the arm reaches the
   quality sooner), with a 95 % bootstrap interval over seeds (paired by seed when both
   arms ran the same seeds, as their initial weights and batch order then match) and

@@ -161,8 +161,9 @@ def _ttq_words(c: Mapping[str, Any]) -> str:
         {side: [s for s in seeds if s not in failed.get(side, ())] for side, seeds in c["missed"].items()}
     )
     miss = f"; never reached the target: {missed} (counted as the whole training)" if missed else ""
-    if seeds_of(failed):
-        miss += f"; FAILED (diverged or collapsed): {seeds_of(failed)} (counted as the whole planned training)"
+    gone = seeds_of(failed)
+    if gone:
+        miss += f"; FAILED (diverged or collapsed): {gone} (counted as the whole planned training)"
     unfloored = seeds_of(c.get("no_floor") or {})
     if unfloored:
         miss += ttq.raw_loss_words("measured", unfloored)
