@@ -13,10 +13,11 @@ from ptycho.errors import PtychoError
 from ptycho.nets.models import method_of
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist, run_lock
+from ptycho.study.bench.machine import hardware, hardware_environment
 from ptycho.study.conditions import checked as checked_conditions
 from ptycho.study.data_files import data_files
-from ptycho.study.workflow import (arm_lists, arms, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory, job_threads, parse_time_checks,
-                                   precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
+from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory,
+                                   job_threads, parse_time_checks, precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
 
@@ -26,13 +27,22 @@ try:
     # down, a damaged, lost or read-only store: all stop the run before any job.
     # Overrides are the command line's --config alone: a --configfile is read like config.yaml
     # (Snakemake has merged it into `config`), so a preset's lists win over it.
-    CFG = parse_time_checks(config, dict(workflow.config_settings.config), config_files=workflow.configfiles)
+    # `precision: auto` is resolved for this machine (or the one PTYCHO_CPU_FLAGS and
+    # PTYCHO_GPU_CAPABILITY name); its jobs inherit what was detected, so that a cluster
+    # job, which parses this workflow again on its node, resolves it as this host did.
+    HARDWARE = hardware()
+    CFG = parse_time_checks(config, dict(workflow.config_settings.config), config_files=workflow.configfiles, hardware=HARDWARE)
 except PtychoError as err:
     sys.stderr.write(f"ptycho workflow: error: {err}\n")
     sys.exit(2)
+os.environ.update(hardware_environment(HARDWARE))
 
-for line in precision_warnings(CFG):
-    sys.stderr.write(f"ptycho workflow: warning: {line}\n")
+if workflow.is_main_process:
+    # The run's first lines: the precision chosen for this machine, and why; a named one it only emulates.
+    for line in [auto_precision_line(CFG)] * bool(auto_precision_line(CFG)):
+        sys.stderr.write(f"ptycho workflow: {line}\n")
+    for line in precision_warnings(CFG, HARDWARE):
+        sys.stderr.write(f"ptycho workflow: warning: {line}\n")
 
 R = f"{CFG['results']}/{CFG['preset']}"
 # Jobs end when this Snakemake is gone (ptycho.study.run_lock.watch_workflow): set by the main
@@ -178,3 +188,20 @@ def tracking(rule_name, **tags):
 def arm_tags(wildcards):
     """MLflow tags of one arm of the matrix (model, xla, precision, seed), from the {arm} wildcard."""
     return parse_arm(wildcards.arm).tags
+
+
+# How long the study will take on this machine, before its first job (a dry run too): a
+# calibration of a few steps of every arm, cached per machine and config
+# (ptycho.study.estimate). Not for the commands that run no job (--lint, --unlock, a
+# report), which give no --cores; PTYCHO_CALIBRATE=0 skips it.
+NO_JOB_FLAGS = {"--lint", "--unlock", "--report", "--summary", "--detailed-summary", "--list-rules", "--dag", "--rulegraph",
+                "--filegraph", "--cleanup-metadata", "--list-changes", "--touch", "--delete-all-output", "--delete-temp-output"}
+try:
+    RUNS_JOBS = workflow.cores > 0 and not NO_JOB_FLAGS & set(sys.argv)
+except WorkflowError:  # no --cores: a command that runs no job
+    RUNS_JOBS = False
+if workflow.is_main_process and RUNS_JOBS:
+    from ptycho.study.estimate import announce
+
+    for line in announce(CFG, CFG["results"], trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES)):
+        sys.stderr.write(f"ptycho workflow: {line}\n")

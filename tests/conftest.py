@@ -23,6 +23,10 @@ from ptycho.nets.xla import xla_flags_environment
 # As the CLI does before TensorFlow starts: lets the auto XLA mode cluster on CPU
 # (ptycho.nets.xla); on its own it changes nothing for the other modes.
 os.environ.update(xla_flags_environment())
+# The workflow's estimate calibrates every arm before the first job (ptycho.study.estimate):
+# a minute per new config, which the tests' many workflows would each pay. The tests of the
+# estimate set PTYCHO_CALIBRATE=1 themselves (tests/test_estimate.py, tests/test_pipeline.py).
+os.environ.setdefault("PTYCHO_CALIBRATE", "0")
 
 from ptycho.config import SimulationConfig  # noqa: E402
 from ptycho.data.dataset import Dataset, write_dataset  # noqa: E402

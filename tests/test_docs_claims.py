@@ -32,7 +32,7 @@ def test_the_readme_describes_the_default_matrix_and_loss(default):
     words = " ".join(sentence.group(1).split())
     modes = re.search(r"`xla: \[(.+?)\]`", words).group(1)
     assert [m.strip().strip('"') for m in modes.split(",")] == _pinn(default, "xla")
-    assert f"at `{_pinn(default, 'precision')[0]}`" in words and len(_pinn(default, "precision")) == 1
+    assert "at `precision: [auto]`" in words and len(_pinn(default, "precision")) == 1  # resolved per machine
     seeds = _pinn(default, "seeds")
     assert f"seeds {', '.join(map(str, seeds[:-1]))} and {seeds[-1]}" in words
     assert f"{default['train']['epochs']} epochs" in words
@@ -45,6 +45,12 @@ def test_the_readme_and_the_snakefile_give_the_same_minutes_for_the_default_run(
     snakefile = re.search(r"the default study \(about (\d+) min on 2 cores\)", (ROOT / "Snakefile").read_text())
     timing = re.search(r"about (\d+) min", README[README.index("## How long it takes") :])
     assert snakefile and snakefile.group(1) == readme == timing.group(1)
+
+
+def test_the_studys_budget_is_the_readmes_minutes(default):
+    """The estimate warns over ``budget_min``: the figure the README promises."""
+    readme = int(re.search(r"make all +# .*\(about (\d+) min on 2 cores\)", README).group(1))
+    assert default["budget_min"] == readme and f"`budget_min` ({readme})" in " ".join(README.split())
 
 
 def test_the_readmes_minutes_cover_the_last_measured_run():

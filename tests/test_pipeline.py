@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,13 +27,14 @@ def _workdir(tmp: Path) -> Path:
     return tmp
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, timeout: int = 1500, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "8", *args],
         cwd=workdir,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -128,12 +130,25 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     other = work / "reports" / "default" / "validation.json"
     other.parent.mkdir(parents=True)
     other.write_text('{"verdict": "PASS"}')
-    first = snakemake(work, "all", "--config", "preset=smoke", *MATRIX)
+    # With the estimate (ptycho.study.estimate): a real calibration of every arm, first.
+    estimate_env = {"PTYCHO_CALIBRATE": "1", "PTYCHO_CACHE": str(tmp_path / "cache")}
+    first = snakemake(work, "all", "--config", "preset=smoke", *MATRIX, env=estimate_env)
     assert other.read_text() == '{"verdict": "PASS"}'
     assert sorted(p.name for p in other.parent.iterdir()) == ["validation.json"]
     assert first.returncode == 0, first.stderr[-3000:]
 
     report = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
+    # The estimate was printed before the first job and set beside what the run took.
+    lines = first.stderr.splitlines()
+    said = [i for i, line in enumerate(lines) if "this study will take about" in line]
+    jobs = [i for i, line in enumerate(lines) if line.startswith(("rule ", "localrule "))]
+    assert len(said) == 1 and said[0] < min(jobs), lines[:20]
+    estimate = report["cost"]["estimate"]
+    assert estimate["trainings"] == len(report["arms"]) and estimate["total_s"] > 0
+    print(
+        f"smoke estimate {estimate['total_s']:.0f} s, took {report['cost']['span_s']:.0f} s"
+    )  # the closing note's figure
+    assert "Estimated " in (work / "reports" / "smoke" / "validation.md").read_text()
     # The run ends with the answer: the verdict, the three sentences and the report's path.
     tail = [line for line in first.stdout.splitlines() if line.strip()]
     at = max(i for i, line in enumerate(tail) if line.startswith("Verdict: "))

@@ -522,7 +522,7 @@ def test_a_precision_the_cpu_only_emulates_is_one_warning_line(base):
     assert len(zen4) == 1 and zen4[0].startswith("precision mixed_float16: this CPU has none of avx512_fp16")
     avx2 = precision_warnings(cfg, ["avx2"])
     assert [w.split(":")[0] for w in avx2] == ["precision mixed_bfloat16", "precision mixed_float16"]
-    assert all("\n" not in w and "precision=[float32]" in w for w in avx2)
+    assert all("\n" not in w and "precision=[auto]" in w for w in avx2)
     assert precision_warnings(cfg, ["amx_bf16", "amx_fp16"]) == []
     float32 = {"precision": ["float32"], "bench": {"precision": ["float32"]}}
     assert precision_warnings(resolve(base, float32), ["avx2"]) == []  # float32 needs nothing

@@ -172,3 +172,24 @@ def cmd_solve(args: argparse.Namespace, live: Live) -> JobRecord:
         stitched_dir=args.stitched_dir,
         checkpoints=args.checkpoints or CHECKPOINTS,
     )
+
+
+@command(
+    "calibrate",
+    "time a few steps of every arm a study plans, for its estimate (the workflow runs this once per machine and config)",
+    arg("--config-json", required=True, help="the resolved study configuration, a JSON object"),
+    arg("--at-once", type=int, default=1, help="arms stepping together (the trainings the pipeline runs at once)"),
+    arg("--threads-per-arm", type=int, default=1, help="TensorFlow threads per arm (train_threads)"),
+    arg("--out", required=True, output=True, help="calibration JSON"),
+)
+def cmd_calibrate(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.artifacts import write_json
+    from ptycho.cli.values import json_object
+    from ptycho.study.estimate import calibrate
+
+    if args.at_once < 1 or args.threads_per_arm < 1:
+        raise ConfigError("--at-once and --threads-per-arm must be at least 1")
+    config = json_object(args.config_json, "--config-json", "pass the workflow's resolved configuration")
+    record = calibrate(config, args.at_once, args.threads_per_arm)
+    write_json(args.out, record)
+    return JobRecord(summary=f"{args.out}: {len(record['arms'])} arms calibrated")

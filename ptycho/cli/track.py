@@ -80,6 +80,8 @@ def _start(args: argparse.Namespace) -> JobRecord:
     experiment = args.experiment or config.get("study") or _EXPERIMENT
     run_name = args.run_name or (f"{experiment}-{config['preset']}" if config.get("preset") else "pipeline")
     tags = {**({"preset": config["preset"]} if config.get("preset") else {}), **pairs(args.tag)}
+    if config.get("auto_precision"):  # what `precision: auto` chose on this machine (its reason is a param)
+        tags.setdefault("auto_precision", config["auto_precision"]["precision"])
     record = tracking.start_pipeline(
         config,
         args.results or config.get("results") or _RESULTS,

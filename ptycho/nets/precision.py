@@ -37,6 +37,10 @@ class Precision(NamedTuple):
     #: slower than float32 itself. None: native everywhere.
     native_flags: tuple[str, ...] | None = None
     loss_scaled: bool = False  #: the optimiser scales the loss (Keras's ``LossScaleOptimizer``: float16 underflows)
+    #: the lowest CUDA compute capability whose tensor cores compute the type (float16 from
+    #: Volta, 7.0; bfloat16 from Ampere, 8.0: NVIDIA's and TensorFlow's mixed-precision
+    #: guides); below it a GPU computes it no faster than float32. None: native everywhere.
+    gpu_capability: tuple[int, int] | None = None
 
 
 #: The precisions, in display order: the one record of each (iterate for names;
@@ -53,6 +57,7 @@ PRECISIONS: dict[str, Precision] = {
             "bfloat16",
             2.0**-8,
             native_flags=("avx512_bf16", "amx_bf16"),
+            gpu_capability=(8, 0),
         ),
         Precision(
             "mixed_float16",
@@ -63,10 +68,14 @@ PRECISIONS: dict[str, Precision] = {
             2.0**-11,
             native_flags=("avx512_fp16", "amx_fp16"),
             loss_scaled=True,
+            gpu_capability=(7, 0),
         ),
     )
 }
 REFERENCE_PRECISION = "float32"
+#: The config's word for "the fastest precision this machine runs natively"
+#: (:func:`native_precision`), resolved when the config is parsed.
+AUTO = "auto"
 
 
 class _Field(Mapping):
@@ -103,13 +112,67 @@ EPSILON: Mapping[str, float] = _Field("epsilon")
 NATIVE_FLAGS: Mapping[str, tuple[str, ...]] = _Field("native_flags", skip_none=True)
 
 
-def emulated(precisions, cpu_flags) -> list[str]:
-    """The reduced precisions of ``precisions`` this CPU (its ``cpu_flags``) has no native
-    kernels for (their records' ``native_flags``)."""
-    flags = set(cpu_flags)
-    return [
-        p for p in precisions if PRECISIONS[p].native_flags is not None and not flags & set(PRECISIONS[p].native_flags)
-    ]
+class Hardware(NamedTuple):
+    """What decides which precisions a machine computes natively: its CPU's dtype flags
+    (``/proc/cpuinfo``) and the compute capability of the GPU TensorFlow would use (None:
+    no GPU; the network then runs on the CPU). Detected by
+    :func:`ptycho.study.bench.machine.hardware`, or given (tests, planning for another machine)."""
+
+    cpu_flags: tuple[str, ...] = ()
+    gpu_capability: tuple[int, int] | None = None
+
+    def words(self) -> str:
+        """``GPU compute capability 8.0`` or ``this CPU``: whose arithmetic decides."""
+        if self.gpu_capability is not None:
+            return f"the GPU (compute capability {self.gpu_capability[0]}.{self.gpu_capability[1]})"
+        return "this CPU"
+
+
+def is_native(precision: str, hardware: Hardware) -> bool:
+    """Whether ``hardware`` computes ``precision``'s type natively: on a GPU from its
+    record's compute capability, on a CPU from its flags (float32 everywhere)."""
+    p = PRECISIONS[precision]
+    if hardware.gpu_capability is not None:
+        return p.gpu_capability is None or tuple(hardware.gpu_capability) >= p.gpu_capability
+    return p.native_flags is None or bool(set(hardware.cpu_flags) & set(p.native_flags))
+
+
+def emulated(precisions, cpu_flags, gpu_capability: tuple[int, int] | None = None) -> list[str]:
+    """The reduced precisions of ``precisions`` this machine (its CPU's ``cpu_flags``, its
+    GPU's compute capability if it has one) has no native kernels for."""
+    hardware = Hardware(tuple(cpu_flags), gpu_capability)
+    return [p for p in precisions if not is_native(p, hardware)]
+
+
+def native_precision(hardware: Hardware) -> tuple[str, str]:
+    """The precision ``auto`` means on ``hardware``, and why, in words.
+
+    The first reduced precision (in :data:`PRECISIONS`' order: bfloat16, which needs no
+    loss scaling, before float16) that the hardware computes natively; float32 where none
+    is. An emulated type is converted to and from float32 around every operation: on an
+    AVX2-only CPU a bfloat16 training step was 6x slower than float32 (docs/timing.md).
+    """
+    for p in PRECISIONS.values():
+        if p.name != REFERENCE_PRECISION and is_native(p.name, hardware):
+            if hardware.gpu_capability is not None:
+                why = f"{hardware.words()} has {p.compute_dtype} tensor cores"
+            else:
+                have = [f for f in p.native_flags if f in hardware.cpu_flags]
+                why = f"this CPU has {', '.join(have)}, native {p.compute_dtype} kernels"
+            return p.name, why
+    reduced = [p for p in PRECISIONS.values() if p.name != REFERENCE_PRECISION]
+    if hardware.gpu_capability is not None:
+        why = f"{hardware.words()} has no tensor cores for {' or '.join(p.compute_dtype for p in reduced)}"
+    else:
+        lacks = "; ".join(f"none of {', '.join(p.native_flags)} for {p.compute_dtype}" for p in reduced)
+        why = f"this CPU only emulates the reduced types ({lacks}), several times slower than float32"
+    return REFERENCE_PRECISION, why
+
+
+def resolve_auto(values: list[str], native: str) -> list[str]:
+    """A config's precision list with :data:`AUTO` replaced by ``native``, each name once
+    (``[float32, auto]`` is ``[float32]`` where float32 is what ``auto`` means)."""
+    return list(dict.fromkeys(native if v == AUTO else v for v in values))
 
 
 def parse_precision(value: object, key: str | None = "precision") -> str:

@@ -9,7 +9,10 @@ call a job and read its record. Heavy libraries are imported inside, as everywhe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -586,6 +589,11 @@ def report(
         if not figures[stem].startswith(b"\x89PNG"):
             raise PtychoError(f"{path}: not a PNG file; re-run 'ptycho figures'")
     cost = views.pipeline_cost(benchmarks) if benchmarks else None
+    if cost:  # what the workflow estimated before its first job (ptycho.study.estimate), beside what it took
+        from ptycho.study.estimate import ESTIMATE_ENV
+
+        with contextlib.suppress(ValueError, TypeError):
+            cost["estimate"] = json.loads(os.environ.get(ESTIMATE_ENV) or "null")
     provenance = {
         "config_hash": config_hash(config),
         "git_commit": git_commit(Path.cwd()),

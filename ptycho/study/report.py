@@ -130,8 +130,16 @@ def cost_line(report: Mapping) -> str:
         f"{name} {v['wall_s'] / 60:.1f} min ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})"
         for name, v in list(cost["steps"].items())[:3]
     ]
+    estimate = cost.get("estimate") or {}
+    estimated = (
+        f"Estimated {estimate['total_s'] / 60:.1f} min before its first job ({estimate['trainings']} trainings "
+        f"{estimate['training_s'] / 60:.1f} min, bench {estimate['bench_s'] / 60:.1f} min, rest "
+        f"{estimate['rest_s'] / 60:.1f} min); "
+        if isinstance(estimate.get("total_s"), int | float)
+        else ""
+    )
     return (
-        f"This run took {cost['span_s'] / 60:.1f} min from its first job to the report "
+        f"{estimated}{'t' if estimated else 'T'}his run took {cost['span_s'] / 60:.1f} min from its first job to the report "
         f"(jobs' wall time {cost['job_wall_s'] / 60:.1f} min in all, CPU {cost['job_cpu_s'] / 60:.1f} min); "
         f"largest: {', '.join(parts)}."
     )
@@ -389,6 +397,9 @@ def provenance_line(report: Mapping) -> str:
     prov = report.get("provenance") or {"preset": report["config"].get("preset", "")}
     commit = (prov.get("git_commit") or "")[:12] or "unknown (not a git checkout)"
     parts = [f"Preset {prov.get('preset') or '?'}", f"config {prov.get('config_hash') or '?'}", f"commit {commit}"]
+    auto = (report.get("config") or {}).get("auto_precision")
+    if auto:  # what `precision: auto` chose on the machine it ran on, and why
+        parts.insert(1, f"precision auto = {auto['precision']} ({auto['reason']})")
     if prov.get("mlflow_run_id"):
         parts.append(f"MLflow parent run {prov['mlflow_run_id']}")
     return "; ".join(parts) + f"; generated {report['generated_utc']}"

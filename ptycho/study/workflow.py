@@ -79,7 +79,7 @@ def registry_choices(schema: dict) -> dict:
     (:data:`ptycho.nets.xla.MODES`, :data:`ptycho.nets.precision.PRECISIONS`,
     :data:`ptycho.study.conditions.CONDITIONS`): the YAML lists them for its readers (a
     test keeps it equal), and one added by its record is a choice of the config."""
-    from ptycho.nets.precision import PRECISIONS
+    from ptycho.nets.precision import AUTO, PRECISIONS
     from ptycho.nets.xla import MODES
     from ptycho.study.conditions import CONDITIONS
 
@@ -87,7 +87,7 @@ def registry_choices(schema: dict) -> dict:
     try:
         listed = {
             tuple(props["xla"]["items"]["anyOf"][0]["enum"]): list(MODES),
-            tuple(props["precision"]["items"]["enum"]): list(PRECISIONS),
+            tuple(props["precision"]["items"]["enum"]): [*PRECISIONS, AUTO],
             tuple(props["conditions"]["items"]["enum"]): list(CONDITIONS),
         }
     except (KeyError, IndexError, TypeError):
@@ -172,8 +172,11 @@ def validate(config: dict, schema: dict) -> dict:
     return config
 
 
-def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str | Path = SCHEMA) -> dict:
-    """Apply the preset and the command-line overrides, validate, check the dataclasses."""
+def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str | Path = SCHEMA, hardware=None) -> dict:
+    """Apply the preset and the command-line overrides, validate, resolve ``precision:
+    auto`` for ``hardware`` (:func:`resolve_precisions`; None: this machine's, or the one
+    the environment names, :func:`ptycho.study.bench.machine.hardware`), check the
+    dataclasses."""
     schema = load_schema(schema_path)
     overrides = typed_overrides(dict(overrides or {}))
     first = validate(deep_merge(config, overrides), schema)
@@ -194,6 +197,7 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
         resolved["bench"]["xla"] = _modes(resolved["bench"]["xla"], "bench.xla")
     check_answerable(resolved)
     check_shell_safe(resolved)
+    resolve_precisions(resolved, hardware)
     sim = simulation_config(resolved)
     for kind in resolved["models"]:
         _check_pooling(sim.n, model_config(resolved, kind), _key_prefix(resolved, "model", kind))
@@ -201,6 +205,43 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
         for precision in precisions:
             train_config(resolved, modes[0], seeds[0], kind, precision)
     return resolved
+
+
+def resolve_precisions(cfg: dict, hardware=None) -> None:
+    """Replace ``auto`` in every precision list of ``cfg`` (the study's, each model's, the
+    bench's) by the fastest precision ``hardware`` computes natively
+    (:func:`ptycho.nets.precision.native_precision`), in place, and record it with its
+    reason under ``auto_precision`` (``config.json``, the parent run's params, the report's
+    first line). An emulated precision is trained or timed only where it is named.
+
+    The record is added only when some list said ``auto``: a config that names its
+    precisions keeps the hash it had."""
+    from ptycho.nets.precision import AUTO, native_precision, resolve_auto
+
+    lists = [cfg, *cfg.get("per_model", {}).values(), cfg["bench"]]
+    if not any(AUTO in own.get("precision", []) for own in lists):
+        return
+    if hardware is None:
+        from ptycho.study.bench.machine import hardware as detect
+
+        hardware = detect()
+    native, why = native_precision(hardware)
+    for own in lists:
+        if "precision" in own:
+            own["precision"] = resolve_auto(own["precision"], native)
+    cfg["auto_precision"] = {"precision": native, "reason": why}
+
+
+def auto_precision_line(cfg: Mapping) -> str:
+    """The run's first line when its config said ``precision: auto``: what it resolved to
+    on this machine, and why; '' otherwise."""
+    auto = cfg.get("auto_precision")
+    if not auto:
+        return ""
+    from ptycho.nets.precision import REFERENCE_PRECISION
+
+    other = "mixed_bfloat16" if auto["precision"] == REFERENCE_PRECISION else REFERENCE_PRECISION
+    return f"precision auto = {auto['precision']}: {auto['reason']} (to override: --config 'precision=[{other}]')"
 
 
 def check_answerable(cfg: Mapping) -> None:
@@ -393,6 +434,7 @@ def parse_time_checks(
     overrides: Mapping | None = None,
     workdir: str | os.PathLike | None = None,
     config_files: Sequence[str | os.PathLike] = (),
+    hardware=None,
 ) -> dict:
     """Everything the workflow checks while it is parsed, before any job: the config
     files Snakemake read (``config_files``: a key given twice, :func:`ptycho.config.check_unique_keys`),
@@ -402,7 +444,7 @@ def parse_time_checks(
     tracking server named by ``MLFLOW_TRACKING_URI``, the store of a study that has
     run (damaged or lost: the line names the rebuild), the study's experiment
     (:func:`check_study_name`) and a store that cannot be written (:func:`preflight_store_writable`).
-    Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
+    ``precision: auto`` resolves for ``hardware`` (None: this machine's). Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
     from ptycho.config import check_unique_keys
     from ptycho.runtime import machine_memory_bytes
     from ptycho.study.data_files import check_data
@@ -411,7 +453,7 @@ def parse_time_checks(
 
     for path in config_files:
         check_unique_keys(path)
-    cfg = resolve(config, overrides)
+    cfg = resolve(config, overrides, hardware=hardware)
     depths = {kind: model_config(cfg, kind).depth for kind in cfg["models"]}
     own_data = check_data(cfg, depths, workdir)  # the user's own files (config data), if any
     preflight_results(cfg, workdir)
@@ -473,18 +515,33 @@ def preflight_store_writable(results: str | os.PathLike, preset: str) -> None:
         )
 
 
-def precision_warnings(cfg: Mapping, cpu_flags=None) -> list[str]:
-    """One line per precision of the study this machine's CPU only emulates: the study
-    runs, but that arm trains slower than float32 here (a GPU run is unaffected)."""
-    from ptycho.nets.precision import PRECISIONS, emulated
-    from ptycho.study.bench.machine import cpu_flags as read_flags
+def precision_warnings(cfg: Mapping, hardware=None) -> list[str]:
+    """One line per precision the study names that this machine (``hardware``, default
+    the detected one) only emulates: the study runs, but that arm trains slower than
+    float32 here. ``precision: auto`` never picks one."""
+    from ptycho.nets.precision import PRECISIONS, Hardware, is_native
+    from ptycho.study.bench.machine import hardware as detect
 
-    flags = read_flags() if cpu_flags is None else cpu_flags
-    return [
-        f"precision {p}: this CPU has none of {', '.join(PRECISIONS[p].native_flags)}, so it emulates the type and its arms "
-        "train slower than float32 here; use --config 'precision=[float32]' for speed on this machine"
-        for p in emulated(cfg["precision"], flags)
-    ]
+    if hardware is None:
+        hardware = detect()
+    elif not isinstance(hardware, Hardware):
+        hardware = Hardware(tuple(hardware))  # a list of CPU flags
+    lines = []
+    named = [p for kind in cfg["models"] for p in arm_lists(cfg, kind)[1]] + bench_lists(cfg)[2]
+    for p in dict.fromkeys(named):
+        if is_native(p, hardware):
+            continue
+        record = PRECISIONS[p]
+        lacks = (
+            f"{hardware.words()} has no {record.compute_dtype} tensor cores"
+            if hardware.gpu_capability is not None
+            else f"this CPU has none of {', '.join(record.native_flags)}"
+        )
+        lines.append(
+            f"precision {p}: {lacks}, so it emulates the type and its arms train slower than float32 here; use "
+            "--config 'precision=[auto]' (the fastest native precision) for speed on this machine"
+        )
+    return lines
 
 
 def cli_flags(section: Mapping[str, Any]) -> str:

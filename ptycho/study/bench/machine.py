@@ -56,6 +56,86 @@ def cpu_flags() -> list[str]:
     return [f for f in DTYPE_FLAGS if f in present]
 
 
+#: Environment variables naming the hardware a study plans for instead of this machine's
+#: (:func:`hardware`): the CPU's flags (as ``/proc/cpuinfo`` lists them, space or comma
+#: separated; ``none``) and the GPU's compute capability (``8.0``; ``none``). The workflow
+#: sets both to what it detected, so that the jobs of a cluster, which parse the workflow
+#: again on their nodes, resolve ``precision: auto`` as the submitting host did.
+CPU_FLAGS_ENV = "PTYCHO_CPU_FLAGS"
+GPU_ENV = "PTYCHO_GPU_CAPABILITY"
+
+
+def gpu_capability() -> tuple[int, int] | None:
+    """The CUDA compute capability of the first GPU TensorFlow would use, without starting
+    TensorFlow (the workflow asks while it is parsed): None with the CPU build
+    (``tensorflow-cpu``, the default lock), with ``CUDA_VISIBLE_DEVICES`` empty or ``-1``,
+    or when ``nvidia-smi`` is missing or does not answer within 10 s."""
+    import shutil
+    import subprocess
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("tensorflow-cpu")
+        return None  # the CPU build runs on the CPU, whatever GPUs the machine has
+    except PackageNotFoundError:
+        pass
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split()
+        return _capability(out[0]) if out else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def _capability(text: str) -> tuple[int, int]:
+    major, minor = text.strip().split(".")
+    return int(major), int(minor)
+
+
+def hardware():
+    """The :class:`~ptycho.nets.precision.Hardware` the study plans for: this machine's
+    (:func:`cpu_flags`, :func:`gpu_capability`), or what :data:`CPU_FLAGS_ENV` and
+    :data:`GPU_ENV` name. A value that cannot be read is a one-line
+    :class:`~ptycho.errors.ConfigError` naming the variable."""
+    from ptycho.errors import ConfigError
+    from ptycho.nets.precision import Hardware
+
+    flags_text = os.environ.get(CPU_FLAGS_ENV)
+    if flags_text is None:
+        flags = tuple(cpu_flags())
+    else:
+        given = set(flags_text.replace(",", " ").split()) - {"none"}
+        flags = tuple(f for f in DTYPE_FLAGS if f in given)
+    gpu_text = os.environ.get(GPU_ENV)
+    if gpu_text is None:
+        return Hardware(flags, gpu_capability())
+    if gpu_text.strip().lower() in ("", "none"):
+        return Hardware(flags, None)
+    try:
+        return Hardware(flags, _capability(gpu_text))
+    except ValueError:
+        raise ConfigError(
+            f"environment variable {GPU_ENV}={gpu_text!r} is not a GPU compute capability; give one such as 8.0, "
+            f"or none for a machine without a GPU (or unset it to use this machine's)"
+        ) from None
+
+
+def hardware_environment(hw) -> dict[str, str]:
+    """The environment that makes :func:`hardware` say ``hw`` in another process."""
+    capability = hw.gpu_capability
+    return {
+        CPU_FLAGS_ENV: " ".join(hw.cpu_flags) or "none",
+        GPU_ENV: f"{capability[0]}.{capability[1]}" if capability else "none",
+    }
+
+
 def machine_info(gpus: int | None = None) -> dict:
     """CPU model and dtype flags, cores, load average and library versions, recorded beside timings.
 

@@ -1,0 +1,420 @@
+"""How long the study will take on this machine, said before its first job.
+
+A study's cost is its trainings' steps: 7 trainings of 20 epochs cost about 20 minutes
+on a CPU with native bfloat16 and about 15 hours where the type is emulated. The
+workflow therefore times a few steps of every arm it plans (:func:`calibrate`: each
+(model, mode, precision) in a bench worker, as many stepping at once as the pipeline
+runs trainings at once, on a small simulated split of the study's geometry), caches
+the figures per machine and config (:func:`calibration_path`), and multiplies them by
+the planned work (:func:`estimate`):
+
+* trainings: per arm, a job's start, its first (compiling) step, then
+  ``epochs x steps_per_epoch`` steps plus the validation passes (a forward pass costs
+  about :data:`FORWARD_SHARE` of a train step), scheduled longest first on the
+  trainings-at-once slots, as Snakemake's priorities do (``rules/common.smk``);
+* the bench: alone on every core, per timed arm its start, compile and about
+  :data:`BENCH_STEPS_PER_ARM` steps' worth of timing (both contexts, components,
+  inference) plus its batch sweep;
+* the rest (simulation, inference, stitching, scoring, solver, conditions, checks,
+  figures, report): :data:`JOB_S` per job start (interpreter, TensorFlow, an MLflow
+  child run), spread over the slots, plus the inference passes.
+
+The constants were fitted on this project's recorded runs (docs/timing.md) and the
+report checks the estimate against the finished run ("estimated 31 min, took 29 min").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Format of a cached calibration: a new one re-calibrates.
+CALIBRATION_FORMAT = 1
+#: Timed steps per arm after its first (compiling) one; their median is the step's time.
+CALIBRATION_STEPS = 6
+#: Where calibrations are cached: ``$PTYCHO_CACHE``, else ``$XDG_CACHE_HOME/ptycho``, else ``~/.cache/ptycho``.
+CACHE_ENV = "PTYCHO_CACHE"
+#: The estimate, as JSON, in the jobs' environment: the report sets it beside the run's real cost.
+ESTIMATE_ENV = "PTYCHO_ESTIMATE"
+#: Seconds a job takes to start and end beside its work: the interpreter, TensorFlow's
+#: import and an MLflow child run (the smoke preset's jobs: 2.4-8 s, median about 6 s).
+JOB_S = 6.0
+#: A forward pass (validation, inference) per sample, as a share of a train step's.
+FORWARD_SHARE = 0.35
+#: Steps' worth of timing per bench arm beyond its compile: warm-up and repeats alone
+#: and shared, the components (three sub-steps, 20 calls each) and inference.
+BENCH_STEPS_PER_ARM = 3.0
+#: The bench's own fixed cost: the machine's peak per dtype, the workers' coordination.
+BENCH_FIXED_S = 10.0
+#: The study's jobs other than trainings and the bench, per arm (infer, stitch, evaluate)
+#: and per study (simulate, checks, solver and warm start, figures, report, config, parent).
+JOBS_PER_ARM = 3
+JOBS_PER_STUDY = 8
+#: Jobs per condition (its simulation, checks and solver).
+JOBS_PER_CONDITION = 2
+
+
+@dataclass(frozen=True)
+class ArmCost:
+    """One (model, mode, precision) as calibrated: seconds to a ready worker (interpreter,
+    TensorFlow, the model built), of its first step (trace and compile) and of a step in
+    the pipeline's schedule (median)."""
+
+    startup_s: float
+    compile_s: float
+    step_s: float
+
+
+def arm_key(model: str, mode: str, precision: str) -> str:
+    return f"{model}/{mode}/{precision}"
+
+
+def planned_arms(cfg: Mapping) -> list[tuple[str, str, str]]:
+    """Every (model, mode, precision) the study trains or times, each once."""
+    from ptycho.study.workflow import arm_lists, bench_lists
+
+    out = []
+    for kind in cfg["models"]:
+        modes, precisions, _ = arm_lists(cfg, kind)
+        out += [(kind, m, p) for p in precisions for m in modes]
+    models, modes, precisions = bench_lists(cfg)
+    out += [(kind, m, p) for kind in models for p in dict.fromkeys(["float32", *precisions]) for m in modes]
+    return list(dict.fromkeys(out))
+
+
+def calibration_path(cfg: Mapping, at_once: int, threads: int, machine: Mapping) -> Path:
+    """The cached calibration of this study's arms on this machine: keyed by what changes a
+    step's time (the CPU, its flags and cores, TensorFlow, the arms, the network, the batch,
+    the patterns' size, the threads and how many trainings step at once), not by epochs,
+    seeds or the doses."""
+    from ptycho.study.workflow import model_config, section_for
+
+    key = {
+        "format": CALIBRATION_FORMAT,
+        "machine": {k: machine.get(k) for k in ("cpu", "cpu_flags", "cores", "tensorflow", "gpus")},
+        "arms": planned_arms(cfg),
+        "models": {k: dataclasses.asdict(model_config(cfg, k)) for k in cfg["models"]},
+        "batch": {k: section_for(cfg, "train", k)["batch_size"] for k in cfg["models"]},
+        "geometry": {k: cfg["simulation"][k] for k in ("n", "gridsize", "spacing", "probe_kind")},
+        "threads": threads,
+        "at_once": at_once,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return cache_folder() / "calibration" / f"{digest}.json"
+
+
+def cache_folder() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ptycho"
+
+
+def calibrate(cfg: Mapping, at_once: int, threads: int) -> dict:
+    """Time every planned arm (:func:`planned_arms`) on this machine: each in a bench worker
+    (its own interpreter and thread pools) with ``threads`` threads, ``at_once`` of them
+    stepping together as the pipeline's trainings do, on one small simulated object of the
+    study's geometry (a step's time does not depend on the split's size). Seconds; the
+    record is what :func:`estimate` reads."""
+    import multiprocessing
+    import time
+
+    import numpy as np
+
+    from ptycho.data.simulate import simulate_split
+    from ptycho.study.bench.coordinator import BenchConfig, _run_shared, _start, _stop
+    from ptycho.study.bench.machine import machine_info
+    from ptycho.study.resources import scan_size
+    from ptycho.study.workflow import model_config, simulation_config, train_config
+
+    sim = simulation_config(cfg)
+    # one object just large enough for a few batches of groups: seconds to simulate
+    side = sim.n + 8 * sim.stride_train
+    while scan_size(side, sim.n, sim.stride_train, sim.gridsize, sim.spacing).groups < 64:
+        side += sim.stride_train
+    ds = simulate_split(dataclasses.replace(sim, n_objects_train=1, object_size=max(side, sim.n * 2)), "train")
+    ctx = multiprocessing.get_context("spawn")
+    bench = BenchConfig(threads=threads)
+    arms = planned_arms(cfg)
+    costs: dict[str, dict] = {}
+    for start in range(0, len(arms), at_once):
+        group = arms[start : start + at_once]
+        workers = []
+        try:
+            for kind, mode, precision in group:
+                t0 = time.perf_counter()
+                train_cfg = train_config(cfg, mode, 0, kind, precision)
+                workers += _start(ctx, ds, [(model_config(cfg, kind), mode, precision)], train_cfg, bench, threads)
+                ready = time.perf_counter() - t0
+                first = workers[-1].call("step")
+                costs[arm_key(kind, mode, precision)] = {"startup_s": ready, "compile_s": first}
+            steps = _run_shared(workers, CALIBRATION_STEPS)
+        finally:
+            _stop(workers)
+        for (kind, mode, precision), samples in zip(group, steps, strict=True):
+            costs[arm_key(kind, mode, precision)]["step_s"] = float(np.median(samples))
+    return {"format": CALIBRATION_FORMAT, "machine": machine_info(), "at_once": at_once, "arms": costs}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A study's expected wall time on a machine, in seconds, by part."""
+
+    training_s: float
+    bench_s: float
+    rest_s: float
+    at_once: int  #: trainings at once
+    trainings: int
+
+    @property
+    def total_s(self) -> float:
+        return self.training_s + self.bench_s + self.rest_s
+
+    def words(self) -> str:
+        """``about 42 min on this machine (2 trainings at once; training 31 min, bench 6 min, rest 5 min)``."""
+        return (
+            f"about {minutes(self.total_s)} on this machine ({self.at_once} training{'s' * (self.at_once != 1)} at "
+            f"once; {self.trainings} trainings {minutes(self.training_s)}, bench {minutes(self.bench_s)}, "
+            f"rest {minutes(self.rest_s)})"
+        )
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "total_s": self.total_s}
+
+
+def minutes(seconds: float) -> str:
+    """``42 min``, ``1.5 min``, ``14.8 h``: an estimate's precision, no more."""
+    m = seconds / 60
+    if m >= 100:
+        return f"{m / 60:.1f} h"
+    return f"{m:.0f} min" if m >= 10 else f"{m:.1f} min"
+
+
+def _costs(calibration: Mapping) -> dict[str, ArmCost]:
+    return {k: ArmCost(**v) for k, v in calibration["arms"].items()}
+
+
+def _samples(cfg: Mapping, kind: str, split: str) -> int:
+    """Training samples of model ``kind`` in ``split``: groups for a grouped model (the PINN),
+    patterns otherwise (:mod:`ptycho.study.resources`)."""
+    from ptycho.nets.models import method_of
+    from ptycho.study.resources import split_of
+    from ptycho.study.workflow import simulation_config
+
+    s = split_of(simulation_config(cfg), split)
+    if method_of(kind).grouped:
+        return s.group_patterns // max(1, cfg["simulation"]["gridsize"] ** 2)
+    return s.patterns
+
+
+def training_seconds(cfg: Mapping, kind: str, cost: ArmCost) -> float:
+    """One training job of model ``kind``: start, compile, its epochs' steps and validation."""
+    from ptycho.study.workflow import section_for
+
+    train = section_for(cfg, "train", kind)
+    samples = _samples(cfg, kind, "train")
+    if train["max_samples"]:
+        samples = min(samples, train["max_samples"])
+    n_val = int(round(samples * train["validation_fraction"]))
+    steps = max(1, (samples - n_val) // train["batch_size"])
+    val_batches = math.ceil(n_val / train["batch_size"])
+    epoch = (steps + FORWARD_SHARE * val_batches) * cost.step_s
+    return JOB_S + cost.startup_s + cost.compile_s + train["epochs"] * epoch
+
+
+def schedule(durations: Sequence[float], slots: int) -> float:
+    """Makespan of ``durations`` run longest first on ``slots`` (Snakemake's priorities)."""
+    ends = [0.0] * max(1, slots)
+    for d in sorted(durations, reverse=True):
+        i = ends.index(min(ends))
+        ends[i] += d
+    return max(ends)
+
+
+def estimate(
+    cfg: Mapping, calibration: Mapping, at_once: int, trained: Sequence[str] = (), bench_done: bool = False
+) -> Estimate:
+    """The study's wall time from ``calibration`` (:func:`calibrate`) with ``at_once``
+    trainings at once, without the arms already ``trained`` (and the bench when
+    ``bench_done``); raises ``KeyError`` for an arm the calibration did not time."""
+    from ptycho.study.arms import parse_arm
+    from ptycho.study.workflow import arms, bench_lists
+
+    costs = _costs(calibration)
+    names = [n for n in arms(cfg) if n not in set(trained)]
+    trainings = []
+    for name in names:
+        a = parse_arm(name)
+        trainings.append(training_seconds(cfg, a.model, costs[arm_key(a.model, a.mode, a.precision)]))
+    bench = cfg["bench"]
+    models, modes, precisions = bench_lists(cfg)
+    bench_s = 0.0 if bench_done else JOB_S + BENCH_FIXED_S
+    for kind in models * (not bench_done):
+        for p in dict.fromkeys(["float32", *precisions]):
+            for m in modes:
+                c = costs[arm_key(kind, m, p)]
+                timing = (bench["warmup"] + bench["repeats"]) * BENCH_STEPS_PER_ARM * c.step_s
+                sweep = sum(
+                    c.compile_s + bench["batch_repeats"] * c.step_s * max(1.0, b / 8) for b in bench["train_batches"]
+                )
+                bench_s += c.startup_s + c.compile_s + timing + sweep
+    n_jobs = JOBS_PER_STUDY + JOBS_PER_ARM * len(names) + JOBS_PER_CONDITION * len(cfg.get("conditions") or [])
+    slowest = max(c.step_s for c in costs.values())
+    infer = sum(
+        FORWARD_SHARE * _samples(cfg, parse_arm(n).model, "test") / 8 * costs[arm_key(*_axes(n))].step_s for n in names
+    )
+    startup = max(c.startup_s for c in costs.values())
+    rest_s = (n_jobs * (JOB_S + startup + 10 * min(slowest, 1.0)) + infer) / max(1, at_once)
+    return Estimate(schedule(trainings, at_once), bench_s, rest_s, at_once, len(names))
+
+
+def _axes(name: str) -> tuple[str, str, str]:
+    from ptycho.study.arms import parse_arm
+
+    a = parse_arm(name)
+    return a.model, a.mode, a.precision
+
+
+def cheaper(cfg: Mapping, calibration: Mapping, at_once: int, budget_s: float) -> list[str]:
+    """Cheaper choices that fit ``budget_s``, each with its estimate: fewer epochs (the
+    budget knob), fewer seeds, the smoke preset's matrix is not offered (it answers nothing).
+    Only choices whose arms the calibration timed."""
+    from ptycho.study.workflow import deep_merge
+
+    out = []
+    epochs = cfg["train"]["epochs"]
+    for e in range(epochs - 1, 0, -1):
+        trial = deep_merge(cfg, {"train": {"epochs": e}})
+        est = estimate(trial, calibration, at_once)
+        if est.total_s <= budget_s:
+            out.append(f"--config 'train={{epochs: {e}}}' ({minutes(est.total_s)})")
+            break
+    if len(cfg["seeds"]) > 2:
+        trial = deep_merge(cfg, {"seeds": cfg["seeds"][:2]})
+        est = estimate(trial, calibration, at_once)
+        seeds = ",".join(str(s) for s in cfg["seeds"][:2])
+        out.append(f"--config 'seeds=[{seeds}]' ({minutes(est.total_s)}; fewer seeds decide less often)")
+    return out
+
+
+def estimate_lines(
+    cfg: Mapping,
+    calibration: Mapping,
+    at_once: int,
+    trained: Sequence[str] = (),
+    bench_done: bool = False,
+    hardware=None,
+) -> tuple[Estimate, list[str]]:
+    """The estimate and the lines the workflow prints before its first job: the estimate
+    (naming the trained precisions ``hardware``, default the detected one, only emulates,
+    with what the native one would take), and over ``budget_min`` the cheaper choices."""
+    from ptycho.nets.precision import AUTO, is_native
+    from ptycho.study.bench.machine import hardware as detect
+    from ptycho.study.workflow import arm_lists
+
+    hardware = detect() if hardware is None else hardware
+    est = estimate(cfg, calibration, at_once, trained, bench_done)
+    left = f" ({len(trained)} of {len(trained) + est.trainings} trainings done)" if trained else ""
+    lines = [f"this study will take {est.words()}{left}"]
+    trained_precisions = dict.fromkeys(p for kind in cfg["models"] for p in arm_lists(cfg, kind)[1])
+    emulated = [p for p in trained_precisions if not is_native(p, hardware)]
+    if emulated:
+        native = (cfg.get("auto_precision") or {}).get("precision")
+        lines[0] += f", training {', '.join(emulated)}, which this machine only emulates"
+        try:
+            if native:
+                faster = estimate(_with_precision(cfg, emulated, native), calibration, at_once)
+                lines[0] += f" (precision=[{AUTO}], {native} here: {minutes(faster.total_s)})"
+        except KeyError:
+            pass
+    budget_s = 60 * cfg["budget_min"]
+    if est.total_s > budget_s:
+        options = cheaper(cfg, calibration, at_once, budget_s)
+        lines.append(
+            f"that is over the study's budget of {cfg['budget_min']} min (budget_min)"
+            + (f"; cheaper: {'; '.join(options)}" if options else "; no cheaper choice of epochs or seeds fits it")
+        )
+    return est, lines
+
+
+def _with_precision(cfg: Mapping, emulated: Sequence[str], native: str) -> dict:
+    """``cfg`` with each ``emulated`` precision of the models' lists trained at ``native`` instead."""
+    import copy
+
+    out = copy.deepcopy(dict(cfg))
+    for own in [out, *out.get("per_model", {}).values()]:
+        if "precision" in own:
+            own["precision"] = list(dict.fromkeys(native if p in emulated else p for p in own["precision"]))
+    return out
+
+
+#: ``PTYCHO_CALIBRATE=0`` skips the calibration and the estimate (a login node, a test).
+CALIBRATE_ENV = "PTYCHO_CALIBRATE"
+
+
+def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: int) -> list[str]:
+    """The workflow's lines before its first job: how long the study will take here.
+
+    Calibrates once per machine and config (``python -m ptycho calibrate`` in a child
+    process, its output in a log beside the cached record; about a minute for the
+    default, seconds for the smoke preset), then estimates what is left to do: trainings
+    whose ``model.json`` exists and a bench that has run are not counted. Sets
+    :data:`ESTIMATE_ENV` for the report to set beside the run's real cost. Never stops the
+    study: a failed calibration is one line saying so."""
+    import subprocess
+    import sys
+
+    from ptycho.study.bench.machine import machine_info
+
+    if os.environ.get(CALIBRATE_ENV, "1").strip().lower() in ("0", "no", "false", "off"):
+        return []
+    folder = Path(results) / cfg["preset"]
+    from ptycho.study.workflow import arms
+
+    trained = [a for a in arms(cfg) if (folder / "models" / a / "model.json").exists()]
+    bench_done = (folder / "bench" / "bench.json").exists()
+    if len(trained) == len(arms(cfg)) and bench_done:
+        return []  # the trainings and the bench are done: what is left takes minutes
+    path = calibration_path(cfg, at_once, threads, machine_info())
+    lines = []
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log = path.with_suffix(".log")
+        print(
+            f"ptycho workflow: timing a few steps of each of the study's {len(planned_arms(cfg))} arms for its "
+            "estimate (once per machine and config)...",
+            file=sys.stderr,
+            flush=True,
+        )
+        command = [sys.executable, "-m", "ptycho", "calibrate", "--config-json", json.dumps(cfg)]
+        command += ["--at-once", str(at_once), "--threads-per-arm", str(threads), "--out", str(path)]
+        try:
+            with open(log, "w") as out:
+                subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=1800, check=True)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return [f"no estimate: the calibration failed ({type(exc).__name__}; its log: {log})"]
+    try:
+        calibration = json.loads(path.read_text())
+        est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"no estimate: the calibration {path} cannot be read ({type(exc).__name__}: {exc}); delete it"]
+    os.environ[ESTIMATE_ENV] = json.dumps(est.to_json())
+    return lines
+
+
+__all__ = [
+    "announce",
+    "ArmCost",
+    "Estimate",
+    "calibrate",
+    "calibration_path",
+    "estimate",
+    "estimate_lines",
+    "planned_arms",
+]

@@ -1,0 +1,248 @@
+"""The study on the user's own machine: ``precision: auto`` resolved for its hardware, and
+the estimate of the study's wall time printed before the first job (ptycho.study.estimate)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ptycho.errors import ConfigError
+from ptycho.nets.precision import Hardware, native_precision
+from ptycho.study.workflow import arms, precision_warnings, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+AVX2 = Hardware(("avx2",))
+ZEN4 = Hardware(("avx2", "avx512f", "avx512_bf16"))
+AMX = Hardware(("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"))
+AMPERE = Hardware(("avx2",), (8, 0))
+TURING = Hardware(("avx2",), (7, 5))
+PASCAL = Hardware(("avx2", "avx512_bf16"), (6, 1))
+
+
+@pytest.fixture(scope="module")
+def base():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("hardware", "precision", "short"),
+    [
+        (AVX2, "float32", ""),
+        (ZEN4, "mixed_bfloat16", "-bf16"),
+        (AMX, "mixed_bfloat16", "-bf16"),
+        (AMPERE, "mixed_bfloat16", "-bf16"),
+        (TURING, "mixed_float16", "-fp16"),
+        (PASCAL, "float32", ""),  # the GPU decides, not the CPU's bfloat16
+    ],
+)
+def test_the_default_precision_is_the_fastest_one_the_hardware_has(base, hardware, precision, short):
+    cfg = resolve(base, hardware=hardware)
+    assert cfg["precision"] == [precision]
+    assert arms(cfg)[:3] == [f"pinn-off{short}-s{s}" for s in (0, 1, 2)]
+    # the bench times float32 and the native one; an emulated one only where named
+    assert cfg["bench"]["precision"] == list(dict.fromkeys(["float32", precision]))
+    assert cfg["auto_precision"]["precision"] == precision and cfg["auto_precision"]["reason"]
+    assert precision_warnings(cfg, hardware) == []
+
+
+def test_the_reason_names_what_the_machine_has_or_lacks():
+    assert native_precision(AMX) == ("mixed_bfloat16", "this CPU has avx512_bf16, amx_bf16, native bfloat16 kernels")
+    name, why = native_precision(AVX2)
+    assert name == "float32" and "none of avx512_bf16, amx_bf16 for bfloat16" in why
+    assert native_precision(TURING)[1] == "the GPU (compute capability 7.5) has float16 tensor cores"
+
+
+def test_an_emulated_precision_named_explicitly_is_kept_and_warned_about(base):
+    cfg = resolve(
+        base, {"precision": ["mixed_bfloat16"], "bench": {"precision": ["float32", "mixed_bfloat16"]}}, hardware=AVX2
+    )
+    assert cfg["precision"] == ["mixed_bfloat16"] and cfg["bench"]["precision"] == ["float32", "mixed_bfloat16"]
+    assert "auto_precision" not in cfg  # nothing was chosen for the machine
+    (line,) = precision_warnings(cfg, AVX2)
+    assert line.startswith("precision mixed_bfloat16: this CPU has none of avx512_bf16, amx_bf16, so it emulates")
+
+
+def test_a_config_that_names_its_precisions_keeps_its_hash(base):
+    from ptycho.tracking import config_hash
+
+    named = {"precision": ["float32"], "bench": {"precision": ["float32"]}}
+    assert config_hash(resolve(base, named, hardware=AVX2)) == config_hash(resolve(base, named, hardware=AMX))
+
+
+def test_per_model_and_preset_lists_resolve_too(base):
+    cfg = resolve(base, {"preset": "lowdose", "per_model": {"baseline": {"precision": ["auto"]}}}, hardware=AVX2)
+    assert cfg["precision"] == ["float32"] and cfg["per_model"]["baseline"]["precision"] == ["float32"]
+    cfg = resolve(base, {"preset": "lowdose"}, hardware=ZEN4)
+    assert cfg["precision"] == ["float32", "mixed_bfloat16"]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"PTYCHO_CPU_FLAGS": "fpu avx avx2 fma", "PTYCHO_GPU_CAPABILITY": "none"}, Hardware(("avx2",))),
+        (
+            {"PTYCHO_CPU_FLAGS": "avx2,amx_tile,amx_bf16", "PTYCHO_GPU_CAPABILITY": "8.6"},
+            Hardware(("avx2", "amx_tile", "amx_bf16"), (8, 6)),
+        ),
+        ({"PTYCHO_CPU_FLAGS": "none", "PTYCHO_GPU_CAPABILITY": ""}, Hardware((), None)),
+    ],
+)
+def test_the_hardware_can_be_named_in_the_environment(monkeypatch, env, expected):
+    from ptycho.study.bench.machine import hardware, hardware_environment
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert hardware() == expected
+    for key, value in hardware_environment(expected).items():  # what the workflow passes to its jobs
+        monkeypatch.setenv(key, value)
+    assert hardware() == expected
+
+
+def test_a_gpu_capability_that_cannot_be_read_is_one_line(monkeypatch):
+    from ptycho.study.bench.machine import hardware
+
+    monkeypatch.setenv("PTYCHO_GPU_CAPABILITY", "ampere")
+    with pytest.raises(ConfigError, match=r"^environment variable PTYCHO_GPU_CAPABILITY='ampere' is not a GPU compute"):
+        hardware()
+
+
+# ------------------------------------------------------------------ the estimate
+def _calibration(cfg, step_s: float = 0.1) -> dict:
+    from ptycho.study.estimate import arm_key, planned_arms
+
+    costs = {"startup_s": 3.0, "compile_s": 2.0, "step_s": step_s}
+    return {"format": 1, "arms": {arm_key(*a): dict(costs) for a in planned_arms(cfg)}}
+
+
+def test_trainings_are_scheduled_longest_first_on_the_slots():
+    from ptycho.study.estimate import schedule
+
+    assert schedule([4, 3, 3, 2], 2) == 6 and schedule([3, 3, 2, 2, 2], 2) == 7  # greedy, as Snakemake runs them
+    assert schedule([5, 1, 1], 2) == 5 and schedule([5, 1, 1], 1) == 7
+
+
+def test_the_estimate_grows_with_the_work_and_skips_what_is_done(base):
+    from ptycho.study.estimate import estimate, training_seconds
+
+    cfg = resolve(base, hardware=AMX)
+    cal = _calibration(cfg)
+    full = estimate(cfg, cal, 2)
+    assert full.trainings == 7 and full.total_s == pytest.approx(full.training_s + full.bench_s + full.rest_s)
+    longer = estimate(resolve(base, {"train": {"epochs": 40}}, hardware=AMX), cal, 2)
+    assert longer.training_s > 1.8 * full.training_s - 60
+    assert estimate(cfg, _calibration(cfg, 0.2), 2).training_s > 1.9 * full.training_s - 60
+    done = estimate(cfg, cal, 2, trained=arms(cfg)[:6], bench_done=True)
+    assert done.trainings == 1 and done.bench_s == 0
+    assert done.training_s == pytest.approx(training_seconds(cfg, "baseline", next(iter(_costs(cal).values()))))
+    assert estimate(cfg, cal, 1).training_s > full.training_s  # one slot: one at a time
+
+
+def _costs(cal):
+    from ptycho.study.estimate import _costs as costs
+
+    return costs(cal)
+
+
+def test_over_the_budget_the_lines_name_cheaper_choices(base):
+    from ptycho.study.estimate import estimate_lines
+
+    cfg = resolve(base, {"budget_min": 5}, hardware=AMX)
+    est, lines = estimate_lines(cfg, _calibration(cfg, 0.5), 2)
+    assert lines[0].startswith("this study will take about ") and "(2 trainings at once; 7 trainings" in lines[0]
+    assert lines[1].startswith("that is over the study's budget of 5 min (budget_min); cheaper: ")
+    assert "--config 'seeds=[0,1]'" in lines[1]
+    emulated = resolve(base, {"budget_min": 5, "precision": ["mixed_bfloat16"]}, hardware=AVX2)
+    _, lines = estimate_lines(emulated, _calibration(emulated, 0.5), 2, hardware=AVX2)
+    assert ", training mixed_bfloat16, which this machine only emulates (precision=[auto], float32 here: " in lines[0]
+    _, lines = estimate_lines(resolve(base, {"budget_min": 10000}, hardware=AMX), _calibration(cfg), 2)
+    assert len(lines) == 1
+
+
+def _snakemake_dry_run(work: Path, env: dict, *config: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), "-n", "--cores", "2", "all"]
+        + (["--config", *config] if config else []),
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "gpu", "config", "first", "warned"),
+    [
+        ("avx2 fma", "none", (), "precision auto = float32: this CPU only emulates", False),
+        ("avx2 avx512f avx512_bf16", "none", (), "precision auto = mixed_bfloat16: this CPU has avx512_bf16", False),
+        ("avx2 amx_tile amx_bf16", "none", (), "precision auto = mixed_bfloat16: this CPU has amx_bf16", False),
+        ("avx2", "8.0", (), "precision auto = mixed_bfloat16: the GPU (compute capability 8.0)", False),
+        # named: trained as asked, with the warning (the bench's auto is float32 here)
+        ("avx2 fma", "none", ("precision=[mixed_bfloat16]",), "precision auto = float32", True),
+    ],
+)
+def test_a_dry_run_says_the_precision_and_the_estimate_before_any_job(
+    tmp_path, monkeypatch, base, flags, gpu, config, first, warned
+):
+    """The dry run of the default study on each kind of machine: the chosen precision (or the
+    warning for an emulated one named explicitly) and the estimate, from a calibration
+    cached for this config (a fixed one here: the arithmetic is tested above; the slow
+    pipeline test calibrates for real)."""
+    from ptycho.nets.precision import Hardware as HW
+    from ptycho.study.bench.machine import machine_info
+    from ptycho.study.estimate import calibration_path
+    from ptycho.study.workflow import concurrent_jobs, usable_cores
+
+    env = {
+        "PTYCHO_CPU_FLAGS": flags,
+        "PTYCHO_GPU_CAPABILITY": gpu,
+        "PTYCHO_CALIBRATE": "1",
+        "PTYCHO_CACHE": str(tmp_path / "c"),
+    }
+    overrides = dict(c.split("=", 1) for c in config)
+    if overrides.get("precision"):
+        overrides["precision"] = ["mixed_bfloat16"]
+    hardware = HW(tuple(f for f in flags.split() if f != "fma"), None if gpu == "none" else (8, 0))
+    cfg = resolve(base, overrides, hardware=hardware)
+    at_once = concurrent_jobs(1, 2, usable_cores())
+    monkeypatch.setenv("PTYCHO_CACHE", env["PTYCHO_CACHE"])
+    path = calibration_path(cfg, at_once, 1, machine_info())
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_calibration(cfg)))
+    work = tmp_path / "w"
+    work.mkdir()
+    result = _snakemake_dry_run(work, env, *config)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [
+        line.removeprefix("ptycho workflow: ")
+        for line in result.stderr.splitlines()
+        if line.startswith("ptycho workflow:")
+    ]
+    assert lines[0].startswith(first), lines
+    assert any(line.startswith("warning: precision mixed_bfloat16: this CPU has none of") for line in lines) == warned
+    (estimate,) = [line for line in lines if line.startswith("this study will take about ")]
+    assert "2 trainings at once; 7 trainings" in estimate or "1 training at once; 7 trainings" in estimate
+    assert not (work / "results").exists()  # a dry run writes nothing
+
+
+def test_the_parent_run_carries_what_auto_chose_and_why(tmp_path, base, cli):
+    """``precision: auto``'s choice is the parent run's tag and its params (with the reason)."""
+    from mlflow.tracking import MlflowClient
+
+    cfg = resolve(base, {"results": "r"}, hardware=AVX2)
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    result = cli("track", "start", "--config-json", "c.json", "--out", "p.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    parent = json.loads((tmp_path / "p.json").read_text())
+    run = MlflowClient(parent["tracking_uri"]).get_run(parent["run_id"])
+    assert run.data.tags["auto_precision"] == "float32"
+    assert run.data.params["auto_precision.precision"] == "float32"
+    assert run.data.params["auto_precision.reason"] == cfg["auto_precision"]["reason"]
+    assert json.loads(run.data.params["precision"]) == ["float32"]
