@@ -296,6 +296,26 @@ def test_report_verdict_is_pass_only_if_every_item_passes():
         report.build({k: v for k, v in _items().items() if k != "gradients"}, {}, {})
 
 
+def test_the_verdict_line_names_the_items_that_decide_it(tmp_path):
+    """The first screen says what failed (a FAIL sat above a speed sentence ending 'no
+    measurable effect', its item below the fold)."""
+    assert report.verdict_line(report.build(_items(), {}, {"preset": "smoke"})) == "Verdict: PASS"
+    items = _items()
+    items["speedup"] = verdict("speedup", 0.8, 1.0, ">=", "slower", {})
+    items["quality"] = dict(items["quality"], status="INCONCLUSIVE")
+    items["convergence"] = dict(items["convergence"], status="INCONCLUSIVE")
+    rec = report.build(items, {}, {"preset": "smoke"})
+    assert report.verdict_line(rec) == "Verdict: FAIL (speedup FAIL; convergence, quality INCONCLUSIVE)"
+    items["speedup"] = _items()["speedup"]
+    assert report.verdict_line(report.build(items, {}, {"preset": "smoke"})) == (
+        "Verdict: INCONCLUSIVE (convergence, quality INCONCLUSIVE)"
+    )
+    paths = report.write(rec, tmp_path)
+    assert "## Verdict: FAIL (speedup FAIL; convergence, quality INCONCLUSIVE)" in paths["md"].read_text()
+    assert "Decided by: speedup FAIL; convergence, quality INCONCLUSIVE." in paths["html"].read_text()
+    assert report.console_lines(rec, "x")[0] == report.verdict_line(rec)
+
+
 def test_report_files_are_written_and_the_html_is_self_contained(tmp_path):
     arms = {"pinn-jit-s0": {"metrics": {"amp_ssim": 0.8, "phase_ssim": 0.7}, "timing": {"compile_s": 9.0}}}
     rec = report.build(_items(), arms, {"preset": "smoke", "presets": {"x": {}}}, {"cpu": "test", "cores": 2})

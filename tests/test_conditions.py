@@ -195,7 +195,8 @@ def test_a_condition_added_by_its_record_is_reported_and_its_failure_fails_the_v
     failed, md = _report(base, [_row(SPARSE_LOW.name, "FAIL")], tmp_path / "failed")
     assert failed["verdict"] == "FAIL" and f"accuracy and gradients FAIL at {SPARSE_LOW.name} accuracy" in md
     lines = report.console_lines(failed, tmp_path / "validation.html")  # what `make all` ends with
-    assert lines[0] == "Verdict: FAIL" and lines[-2].startswith(f"Conditions: FAIL at {SPARSE_LOW.name} accuracy")
+    assert lines[0] == f"Verdict: FAIL (conditions FAIL at {SPARSE_LOW.name} accuracy)"
+    assert lines[-2].startswith(f"Conditions: FAIL at {SPARSE_LOW.name} accuracy")
     assert report.console_lines(rec, "x")[-2].startswith("Precision")  # nothing more when they pass
 
 

@@ -123,7 +123,7 @@ MATRIX = (EVERY_MODE, TWO_PRECISIONS, *BASELINE_AND_BENCH)
 def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from ptycho.study.report import figures
+    from ptycho.study.report import figures, verdict_line
 
     work = _workdir(tmp_path)
     # Another preset's report (the default study's) is left untouched by a smoke run.
@@ -152,7 +152,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     # The run ends with the answer: the verdict, the three sentences and the report's path.
     tail = [line for line in first.stdout.splitlines() if line.strip()]
     at = max(i for i, line in enumerate(tail) if line.startswith("Verdict: "))
-    assert tail[at] == f"Verdict: {report['verdict']}"
+    assert tail[at] == verdict_line(report) and tail[at].startswith(f"Verdict: {report['verdict']}")
     assert [line.split(":")[0] for line in tail[at + 1 : at + 4]] == ["Speed", "Quality", "Precision"]
     assert tail[at + 4] == f"Report: {(work / 'reports' / 'smoke' / 'validation.html').resolve()}"
     # The first lines say which run this is: preset, config hash, commit (none: a copy), parent run.
@@ -310,7 +310,7 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     parent = parents[0]
     assert parent.data.tags["verdict"] == report["verdict"] and parent.data.metrics["verdict_pass"] in (0.0, 1.0)
     assert {parent.data.tags[f"check.{k}"] for k in report["items"]} <= {"PASS", "FAIL", "INCONCLUSIVE"}
-    assert parent.data.tags["mlflow.note.content"].startswith(f"Verdict: {report['verdict']}. Speed: ")
+    assert parent.data.tags["mlflow.note.content"].startswith(f"{verdict_line(report)}. Speed: ")
     assert any(k.startswith("xla_ttq_ratio.") for k in parent.data.metrics)
     assert (
         experiment.tags["mlflow.experimentKind"] == "custom_model_development"

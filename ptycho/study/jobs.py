@@ -698,7 +698,7 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
         if isinstance(rec.get("value"), int | float):
             parent_metrics[f"check.{item}.value"] = rec["value"]
     note = (
-        f"Verdict: {report['verdict']}. "
+        f"{views.verdict_line(report)}. "
         + " ".join(views.answer(report))
         + " "
         + views.rest_lines(report)

@@ -362,12 +362,34 @@ def mlflow_url(report: Mapping) -> str:
     return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run}"
 
 
+def decided_by(report: Mapping) -> str:
+    """What decides a verdict other than PASS, in words: the failed trainings, items and
+    conditions, then the items that are INCONCLUSIVE (``speedup FAIL; quality INCONCLUSIVE``);
+    '' for a PASS. So the first screen says what failed without a scroll to the checklist."""
+    if report["verdict"] == "PASS":
+        return ""
+    items = report.get("items", {})
+    failed = [f"training FAILED for {arm}" for arm in sorted(report.get("failed_arms") or {})]
+    failed += [f"{name} FAIL" for name, it in items.items() if it.get("status") == "FAIL"]
+    failed += [f"conditions FAIL at {', '.join(conditions_view.failing(report))}"] * bool(
+        conditions_view.failing(report)
+    )
+    open_ = [name for name, it in items.items() if it.get("status") == "INCONCLUSIVE"]
+    return "; ".join([*failed, *([f"{', '.join(open_)} INCONCLUSIVE"] if open_ else [])])
+
+
+def verdict_line(report: Mapping) -> str:
+    """``Verdict: FAIL (speedup FAIL; quality INCONCLUSIVE)``: the verdict and what decides it."""
+    why = decided_by(report)
+    return f"Verdict: {report['verdict']}" + (f" ({why})" if why else "")
+
+
 def console_lines(report: Mapping, path: str | Path) -> list[str]:
     """What ``make all`` prints last: the verdict with the three sentences (and the
     conditions whose checks failed it, if any), and where the report is."""
     failed = conditions_view.failing(report)
     why = [f"Conditions: FAIL at {', '.join(failed)} (the report's Conditions section)."] if failed else []
-    return [f"Verdict: {report['verdict']}", *answer(report), *why, f"Report: {path}"]
+    return [verdict_line(report), *answer(report), *why, f"Report: {path}"]
 
 
 def print_answer(json_path: str | Path) -> None:
@@ -411,7 +433,7 @@ def markdown(report: Mapping) -> str:
         f"# XLA validation report: preset `{report['config'].get('preset')}`",
         provenance_line(report),
         f"**{report['question']}**",
-        f"## Verdict: {report['verdict']}",
+        f"## {verdict_line(report)}",
         *answer(report),
         *[rest_lines(report)] * bool(rest_lines(report)),
         table(*checklist_table(report)),
@@ -464,6 +486,7 @@ def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
     return env.get_template("validation.html.j2").render(
         preset=str(report["config"].get("preset")),
         verdict=report["verdict"],
+        decided_by=decided_by(report),
         question=report["question"],
         provenance=provenance_line(report),
         answer=answer(report),
