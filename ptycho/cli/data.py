@@ -7,8 +7,8 @@ import json
 
 from ptycho.cli.declare import Live, arg, command, config_flags, config_section
 from ptycho.config import SimulationConfig, choices, spec
+from ptycho.data import SPLITS
 from ptycho.data.cxi import CxiGeometry
-from ptycho.data.simulate import SPLITS
 from ptycho.study import jobs
 from ptycho.tracking.record import JobRecord
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from ptycho.config import SimulationConfig, to_json
+from ptycho.data import SPLITS
 from ptycho.data.dataset import Dataset, scan_region
 from ptycho.physics.forward import expected_counts, poisson_counts, scale_for_photons
 from ptycho.physics.objects import make_object
 from ptycho.physics.probe import make_probe
 from ptycho.physics.scan import grid_scan
 from ptycho.physics.translate import extract_patches
-
-SPLITS = ("train", "test")
 
 
 def simulate_split(

@@ -19,10 +19,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ptycho.data import SPLITS
 from ptycho.errors import ConfigError, DatasetError
 from ptycho.nets.models import method_of
-
-SPLITS = ("train", "test")
 
 
 def data_files(cfg: Mapping) -> dict[str, str]:
