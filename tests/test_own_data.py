@@ -332,3 +332,38 @@ def test_measured_data_from_cxi_to_a_report_with_the_arms_compared(tmp_path):
     assert jit["amp_ssim_vs_reference"] == pytest.approx(amp) and jit["data_misfit"] > 0
     imports = client.search_runs([experiment.experiment_id], "tags.rule = 'import_data'", max_results=10)
     assert sorted(x.data.tags["split"] for x in imports) == ["test", "train"]
+
+
+def test_a_scan_of_fewer_patterns_than_one_group_is_one_line_at_parse_time(measured, tmp_path):
+    """A one-pattern CXI file passed the parse-time checks and failed in the import job with
+    a 20-line traceback ('need at least 4 positions to form groups of gridsize 2')."""
+    import shutil
+
+    import h5py
+    import yaml
+
+    from ptycho.errors import ConfigError
+    from ptycho.study.data_files import check_data
+    from ptycho.study.workflow import resolve
+
+    one = tmp_path / "one.cxi"
+    shutil.copy(measured["train"], one)
+    with h5py.File(one, "a") as f:
+        patterns = len(f["entry_1/data_1/data"])
+        for name in ("entry_1/instrument_1/detector_1/data", "entry_1/sample_1/geometry_1/translation"):
+            kept = f[name][:1]
+            attrs = dict(f[name].attrs)
+            del f[name]
+            f[name] = kept
+            f[name].attrs.update(attrs)
+        del f["entry_1/data_1/data"]  # CXI's link to the detector's data, made again
+        f["entry_1/data_1/data"] = h5py.SoftLink("/entry_1/instrument_1/detector_1/data")
+    assert patterns >= 4
+    base = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    cfg = resolve(base, {"models": ["pinn"], "data": {"train": str(one), "test": str(measured["test"])}})
+    with pytest.raises(ConfigError) as err:
+        check_data(cfg, {"pinn": 2}, tmp_path)
+    assert str(err.value) == (
+        f"config key 'data.train': {one} holds 1 pattern, fewer than the 4 of one group of simulation.gridsize 2; "
+        "give a scan of at least 4 positions (or simulation.gridsize: 1)"
+    )

@@ -59,6 +59,14 @@ def check_data(cfg: Mapping, depths: Mapping[str, int], workdir: str | os.PathLi
             f"config key 'data.test': its patterns are {test.n}x{test.n} px and those of data.train {train.n}x{train.n} "
             "px; the network trained on one split reconstructs the other, so give two splits of one set-up"
         )
+    group = cfg["simulation"]["gridsize"] ** 2  # the patterns of one group (the imported file is grouped so)
+    for split, source in sources.items():
+        if source.patterns < group:
+            raise ConfigError(
+                f"config key 'data.{split}': {files[split]} holds {source.patterns} pattern"
+                f"{'s' * (source.patterns != 1)}, fewer than the {group} of one group of simulation.gridsize "
+                f"{cfg['simulation']['gridsize']}; give a scan of at least {group} positions (or simulation.gridsize: 1)"
+            )
     for kind in cfg["models"]:
         depth = depths[kind]
         factor = 2**depth
