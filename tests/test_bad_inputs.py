@@ -387,6 +387,15 @@ CATALOGUE: list[Row] = [
         message="config key 'train.learning_rate': 5 is greater than the maximum",
     ),
     Row(
+        "config-no-validation",
+        "config",
+        "`--config train={validation_fraction: 0}` (no held-out loss)",
+        "workflow",
+        overrides={"train": {"validation_fraction": 0}},
+        message="config key 'train.validation_fraction': 0 is less than or equal to the minimum of 0; give a value "
+        "more than 0 and at most 0.5",
+    ),
+    Row(
         "config-xla-without-off",
         "config",
         "`xla: [physics]` (no off to compare the mode with)",

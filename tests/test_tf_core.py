@@ -481,3 +481,15 @@ def test_code_mixing_lets_every_output_pixel_see_the_whole_pattern(mixing, tmp_p
     np.testing.assert_array_equal(again(x)[0].numpy(), amp.numpy())
     with pytest.raises(ConfigError, match="model.mixing"):
         ModelConfig(mixing=5)
+
+
+def test_a_training_holds_out_at_least_one_sample_for_its_validation_loss():
+    """Few samples and a small fraction rounded the validation split to nothing: every epoch
+    logged 'val loss nan' and the convergence item died on it."""
+    from ptycho.nets.train import TrainConfig, _split
+
+    split = _split(12, TrainConfig(validation_fraction=0.01, batch_size=4), np.random.default_rng(0))
+    assert len(split.val) == 1 and len(split.train) == 11 and split.steps == 2
+    assert len(_split(100, TrainConfig(validation_fraction=0.1), np.random.default_rng(0)).val) == 10
+    with pytest.raises(ConfigError, match="validation_fraction"):
+        TrainConfig(validation_fraction=0.0)

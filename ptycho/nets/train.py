@@ -264,7 +264,7 @@ def _split(samples: int, cfg: TrainConfig, rng: np.random.Generator) -> _Split:
     order = rng.permutation(samples)
     if cfg.max_samples:
         order = order[: cfg.max_samples]
-    n_val = int(round(len(order) * cfg.validation_fraction))
+    n_val = max(1, int(round(len(order) * cfg.validation_fraction)))  # a loss to read, even from few samples
     split = _Split(np.sort(order[:n_val]), order[n_val:], (len(order) - n_val) // cfg.batch_size)
     if split.steps == 0:
         raise PtychoError(
