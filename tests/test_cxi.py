@@ -331,3 +331,40 @@ def test_measured_translations_centred_on_zero_land_on_the_canvas(files, tmp_pat
     got = import_cxi(path)
     write_dataset(tmp_path / "m.h5", got)
     assert read_dataset(tmp_path / "m.h5").positions.min() >= got.n // 2
+
+
+@pytest.mark.parametrize(
+    ("dtype", "how", "refused"),
+    [
+        ("int16", "wrapped", "holds 1 negative counts (lowest -3); photon counts are never negative: wrapped counters"),
+        ("float32", "sign", "negative values (lowest -"),
+        ("float32", "background", None),  # a dark pixel just below zero after background subtraction: clipped
+    ],
+)
+def test_negative_detector_values_are_refused_unless_background_noise(files, tmp_path, dtype, how, refused):
+    """Negative counts were clipped to 0 without a word (a sign error or wrapped int16
+    counters imported with exit 0 and a changed scale); the .h5 and NPZ readers refuse them."""
+    ds, path = _measured(files, tmp_path)
+    with h5py.File(path, "a") as f:
+        name = "entry_1/instrument_1/detector_1/data"
+        data = f[name][()].astype(np.float64)
+        if how == "wrapped":
+            data = np.minimum(data, 1000)  # within int16
+            data[0, 0, 0] = -3
+        elif how == "sign":
+            data[: len(data) // 2] *= -1
+        else:
+            data[0, 0, 0] = -0.5
+        attrs = dict(f[name].attrs)
+        del f[name]
+        f[name] = data.astype(dtype)
+        f[name].attrs.update(attrs)
+        del f["entry_1/data_1/data"]
+        f["entry_1/data_1/data"] = h5py.SoftLink("/" + name)
+    if refused is None:
+        got = import_cxi(path, gridsize=2)
+        assert got.amplitude[0, 0, 0] == 0 and got.amplitude.min() >= 0
+        return
+    with pytest.raises(DatasetError) as err:
+        import_cxi(path, gridsize=2)
+    assert refused in str(err.value) and "\n" not in str(err.value)

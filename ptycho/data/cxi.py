@@ -237,6 +237,35 @@ def export_cxi(ds: Dataset, path: str | os.PathLike, geometry: CxiGeometry = Cxi
     atomic_write(path, write)
 
 
+#: Negative intensities a float detector's data may hold and be clipped to 0: background
+#: subtraction leaves small negatives in the dark pixels, whose sum stays a small fraction of
+#: the photons. Beyond it (a sign error), or any negative integer (wrapped int16 counters),
+#: the file is refused: clipping would change the data's scale without a word.
+NEGATIVE_SHARE_LIMIT = 0.01
+
+
+def _checked_intensities(intensities: np.ndarray, where: str) -> np.ndarray:
+    """The detector data as float64, its negatives refused unless they are background noise."""
+    values = intensities.astype(np.float64)
+    negative = values < 0
+    if not negative.any():
+        return values
+    count, lowest = int(negative.sum()), float(values.min())
+    if np.issubdtype(intensities.dtype, np.integer):
+        raise DatasetError(
+            f"{where}: the detector data ({intensities.dtype}) holds {count} negative counts (lowest {lowest:g}); "
+            "photon counts are never negative: wrapped counters (store them unsigned) or a sign error, export it again"
+        )
+    share = -values[negative].sum() / max(values[~negative].sum(), 1e-300)
+    if share > NEGATIVE_SHARE_LIMIT:
+        raise DatasetError(
+            f"{where}: the detector data holds {count} negative values (lowest {lowest:g}) whose sum is "
+            f"{100 * share:.1f} % of the positive intensity, more than background subtraction leaves "
+            f"({100 * NEGATIVE_SHARE_LIMIT:g} %); a sign error? fix the data and export it again"
+        )
+    return values
+
+
 def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train") -> Dataset:
     """Read a CXI 1.6 file into a :class:`Dataset`.
 
@@ -319,7 +348,7 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     positions = translation[:, :2] / dx
     nearest = np.rint(positions)
     positions = np.where(np.abs(positions - nearest) < 1e-6, nearest, positions)
-    amplitude = np.sqrt(np.maximum(intensities.astype(np.float64), 0)).astype(np.float32)
+    amplitude = np.sqrt(np.maximum(_checked_intensities(intensities, where), 0)).astype(np.float32)
     if objects is None:
         return dataset_from_arrays(where, amplitude, probe, None, positions, gridsize, split)
     obj = objects[0] if objects.ndim == 3 else objects
