@@ -1,4 +1,4 @@
-"""Study commands: bench, scaling, check, condition, figures, report, config."""
+"""Study commands: bench, scaling, check, condition, figures, report, config, machines."""
 
 from __future__ import annotations
 
@@ -347,3 +347,25 @@ def cmd_publish_report(args: argparse.Namespace, live: Live) -> JobRecord:
 
     paths = publish(args.report_dir, args.out_dir)
     return JobRecord(summary=f"{paths['html']}: report published from {args.report_dir}")
+
+
+@command(
+    "machines",
+    "set the study's answers from runs on different machines side by side, per machine kind: XLA vs off at the "
+    "same precision, the precision's own effect, quality, verdict and the setting resolved (a Markdown table)",
+    arg(
+        "sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="a results folder (results, results/default), a report folder or its validation.json, or an MLflow "
+        "tracking URI (sqlite:///results/mlflow.db, http://host:5000) whose finished parent runs carry the report",
+    ),
+    arg("--preset", help="only the reports of this preset (a store or results folder may hold several studies)"),
+    arg("--out", output=True, help="also write the table to this Markdown file"),
+    arg("--json", output=True, metavar="FILE", help="also write the rows and recommendations to this JSON file"),
+)
+def cmd_machines(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.study import machines
+
+    reports = machines.load(args.sources, preset=args.preset)
+    return JobRecord(summary=machines.write(reports, args.out, args.json).rstrip("\n"))
