@@ -133,11 +133,15 @@ def test_the_dataclass_checks_read_every_keyword_the_schema_sections_use():
     )
 
 
-def test_default_config_resolves_and_builds_every_arm(base):
-    cfg = resolve(base)
+@pytest.mark.parametrize(("flags", "short"), [(("avx2", "avx512_bf16"), "-bf16"), (("avx2",), "")])
+def test_default_config_resolves_and_builds_every_arm(base, flags, short):
+    from ptycho.nets.precision import Hardware
+
+    cfg = resolve(base, hardware=Hardware(flags))
     assert cfg["preset"] == "default"
-    # the PINN in off and physics at bfloat16, three seeds; the baseline, the quality reference, once
-    assert arms(cfg) == [f"pinn-{x}-bf16-s{s}" for x in ("off", "physics") for s in (0, 1, 2)] + ["baseline-off-s0"]
+    # the PINN in off and physics at the machine's native precision (bfloat16 with avx512_bf16,
+    # else float32), three seeds; the baseline, the quality reference, once at float32
+    assert arms(cfg) == [f"pinn-{x}{short}-s{s}" for x in ("off", "physics") for s in (0, 1, 2)] + ["baseline-off-s0"]
     assert cfg["train"]["epochs"] == 20 and cfg["per_model"]["baseline"]["train"]["epochs"] == 6
     assert cfg["simulation"]["probe_kind"] == "defocused"
     assert cfg["simulation"]["stride_test"] == 10  # schema default filled in
