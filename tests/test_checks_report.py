@@ -590,3 +590,46 @@ def test_the_provenance_line_says_a_missing_commit_in_whole_words():
         {"provenance": {"preset": "smoke", "git_commit": "0123456789abcdef"}, "generated_utc": "t"}
     )
     assert "commit 0123456789ab;" in line
+
+
+def test_the_benchmarks_cross_check_has_a_fixed_tolerance_and_says_disagree():
+    """The report called 1208 ms against the trainings' 553-631 ms 'agreement': the range
+    was widened by the bench's own IQR, which a contaminated bench makes huge."""
+    from ptycho.study.checklist.speedup import _cross_check_words, cross_check
+
+    def meta(mode, seed, step):
+        return {
+            "model": {"kind": "pinn"},
+            "train": {"xla": mode, "seed": seed, "precision": "float32"},
+            "timing": {"step_median_s": step},
+        }
+
+    metas = [meta("off", s, t) for s, t in enumerate((0.628, 0.553, 0.631))]
+    metas += [meta("jit", s, t) for s, t in enumerate((0.529, 0.672, 0.674))]
+    bench = {
+        "arms": [
+            {
+                "model": "pinn",
+                "mode": "off",
+                "precision": "float32",
+                "shared": {"step_s": {"median": 1.208, "iqr": 0.7}},
+            },
+            {
+                "model": "pinn",
+                "mode": "jit",
+                "precision": "float32",
+                "shared": {"step_s": {"median": 0.700, "iqr": 0.7}},
+            },
+        ]
+    }
+    checked = cross_check(bench, metas)
+    assert not checked["off"]["agree"] and checked["off"]["ratio"] == pytest.approx(1.208 / 0.628)
+    assert checked["jit"]["agree"]  # 1.04x the trainings' median
+    words = _cross_check_words(checked, contaminated=True)
+    assert words.startswith(
+        "The benchmark's pipeline-schedule steps DISAGREE with the trainings' own for off, not within 25 %"
+    )
+    assert "CONTAMINATED" in words and "off 1208 ms vs 628/553/631 ms (1.92x)" in words
+    assert _cross_check_words({"jit": checked["jit"]}).startswith(
+        "The benchmark's pipeline-schedule steps agree with the trainings' own within 25 %"
+    )
