@@ -471,3 +471,22 @@ def test_bench_without_the_studys_config_is_one_line(bench_calls, tmp_path, caps
         == "ptycho bench: error: cannot read config file config.yaml: No such file or directory\n"
     )
     assert bench_calls == []
+
+
+def test_the_bench_in_a_job_reads_the_workflows_resolved_config(monkeypatch, tmp_path):
+    """`snakemake -s <checkout>/Snakefile -d <folder>` failed at the bench: it read config.yaml
+    from the work folder, which has none; a job now reads the config the workflow resolved."""
+    import argparse
+    import json
+
+    from ptycho.cli.study import _study
+    from ptycho.cli.values import study_config
+
+    resolved = study_config(STUDY_CONFIG, "smoke")
+    monkeypatch.chdir(tmp_path)  # no config.yaml here
+    monkeypatch.setenv("PTYCHO_CONFIG_JSON", json.dumps(resolved))
+    assert _study(argparse.Namespace(config=None, preset=None)) == json.loads(json.dumps(resolved))
+    assert _study(argparse.Namespace(config=STUDY_CONFIG, preset="smoke"))["preset"] == "smoke"  # named: read
+    monkeypatch.delenv("PTYCHO_CONFIG_JSON")
+    with pytest.raises(ConfigError, match="config.yaml"):
+        _study(argparse.Namespace(config=None, preset=None))

@@ -18,9 +18,29 @@ from ptycho.tracking.record import JobRecord
 _PRESET = spec("preset")["default"]
 #: The study's configuration, as ``scaling`` and ``bench`` read it (flags override it).
 STUDY = (
-    arg("--config", default="config.yaml", help="the study's config (default: config.yaml)"),
-    arg("--preset", default=_PRESET, help=f"its preset to time (default: {_PRESET})"),
+    arg(
+        "--config",
+        help="the study's config (default: the workflow's resolved config inside a job, PTYCHO_CONFIG_JSON; "
+        "else config.yaml)",
+    ),
+    arg("--preset", help=f"its preset to time (default: the workflow's, else {_PRESET})"),
 )
+
+
+def _study(args: argparse.Namespace) -> dict:
+    """The study's resolved config: a job of the workflow reads the one the workflow resolved
+    (``PTYCHO_CONFIG_JSON``: its config file, preset and command line, wherever the job runs:
+    ``snakemake -s <checkout>/Snakefile -d <folder>`` has no config.yaml in the folder);
+    otherwise ``--config`` (default config.yaml) at ``--preset``."""
+    import os
+
+    given = os.environ.get("PTYCHO_CONFIG_JSON") if args.config is None else None
+    if given:
+        config = json_object(given, "PTYCHO_CONFIG_JSON", "unset it or pass --config")
+        if args.preset in (None, config.get("preset")):
+            return config
+    return study_config(args.config or "config.yaml", args.preset or _PRESET)
+
 
 #: ``bench`` flags that override the study's ``model`` section (every model's).
 _SHAPE = ("filters", "pooling", "depth", "mixing", "loss")
@@ -114,7 +134,7 @@ def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.study import workflow
     from ptycho.study.bench import BenchConfig
 
-    study = study_config(args.config, args.preset)
+    study = _study(args)
     bench_models, bench_modes, bench_precisions = workflow.bench_lists(study)
     kinds = args.models or bench_models
     shape = {k: getattr(args, k) for k in _SHAPE if getattr(args, k) is not None}
@@ -155,7 +175,8 @@ def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
     tensorflow=True,
 )
 def cmd_scaling(args: argparse.Namespace, live: Live) -> JobRecord:
-    return jobs.scaling(study_config(args.config, args.preset), args.preset, args.sizes, args.out)
+    study = _study(args)
+    return jobs.scaling(study, study["preset"], args.sizes, args.out)
 
 
 @command(
