@@ -1040,3 +1040,32 @@ def test_a_damaged_or_lost_store_is_one_line_at_workflow_start(tmp_path, monkeyp
     assert code == 0, err
     assert _workflow_check(tmp_path) == ""
     assert json.loads(parent_json.read_text())["run_id"] != run_id
+
+
+def test_the_reports_job_tags_which_attempt_of_an_arm_made_its_outputs(tmp_path, monkeypatch):
+    """The README's filter gave 11 runs for 6 arms: KILLED attempts under the same names.
+    The report's job tags the run whose answer it logs ``outputs = current`` and the arm's
+    other attempts ``superseded``; the compare link of ``track ui`` lists the current ones."""
+    from mlflow.tracking import MlflowClient
+
+    from ptycho.tracking.access import pinn_arm_runs
+    from ptycho.tracking.record import JobRecord
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    parent = json.loads(_tracked_study(tmp_path).read_text())
+    client = MlflowClient(parent["tracking_uri"])
+    experiment = client.get_run(parent["run_id"]).info.experiment_id
+    tags = {"mlflow.parentRunId": parent["run_id"], "rule": "train", "model": "pinn"}
+    older = client.create_run(experiment, start_time=1, tags=tags, run_name="pinn-off-s0").info.run_id
+    client.set_terminated(older, "FINISHED")
+    killed = client.create_run(experiment, tags=tags, run_name="pinn-off-s0").info.run_id
+    client.set_terminated(killed, "KILLED")
+    others = {"pinn-off-s0": JobRecord(metrics={"amp_ssim": 0.9})}
+    tracking.close_pipeline(parent["tracking_uri"], parent["run_id"], others)
+    runs = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent['run_id']}' and tags.rule = 'train'")
+    outputs = {r.info.run_id: r.data.tags.get("outputs") for r in runs}
+    (current,) = [run_id for run_id, tag in outputs.items() if tag == "current"]
+    assert current not in (older, killed) and outputs[older] == outputs[killed] == "superseded"
+    assert client.get_run(current).data.metrics["amp_ssim"] == 0.9
+    assert pinn_arm_runs(tmp_path / "results")["smoke"][1] == [current]

@@ -703,7 +703,7 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
         + " "
         + views.rest_lines(report)
         + " The report is attached (report/validation.html); each arm's run (named as the arm, e.g. pinn-off-s0) "
-        "carries its quality and time to quality: filter tags.rule = 'train' and compare."
+        "carries its quality and time to quality: filter tags.rule = 'train' and tags.outputs = 'current' and compare."
     )
     tags["mlflow.note.content"] = note
     out = {"": JobRecord(metrics=parent_metrics, tags=tags)}

@@ -253,13 +253,17 @@ SELECT r.run_uuid, r.experiment_id FROM runs r
 JOIN tags p ON p.run_uuid = r.run_uuid AND p.key = 'mlflow.parentRunId' AND p.value = ?
 JOIN tags a ON a.run_uuid = r.run_uuid AND a.key = 'rule' AND a.value = 'train'
 JOIN tags m ON m.run_uuid = r.run_uuid AND m.key = 'model' AND m.value = 'pinn'
-WHERE r.status = 'FINISHED' AND r.lifecycle_stage = 'active' ORDER BY r.name
+LEFT JOIN tags o ON o.run_uuid = r.run_uuid AND o.key = 'outputs'
+WHERE r.status = 'FINISHED' AND r.lifecycle_stage = 'active' AND COALESCE(o.value, 'current') = 'current'
+ORDER BY r.name
 """
 
 
 def pinn_arm_runs(results: str | os.PathLike) -> dict[str, tuple[str, list[str]]]:
     """Per study of a results folder (its preset): its experiment's id and the ids of the
-    PINN's arm runs, read from its SQLite store (read-only, no MLflow import)."""
+    PINN's arm runs, read from its SQLite store (read-only, no MLflow import): the FINISHED
+    ones, without the attempts the report's job tagged ``outputs = superseded``
+    (:data:`ptycho.tracking.parent.OUTPUTS_TAG`)."""
     results = Path(os.path.abspath(results))
     out = {}
     with contextlib.closing(_read_only(results / "mlflow.db")) as con:

@@ -148,28 +148,43 @@ def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child
     return len(runs)
 
 
+#: The tag that says which attempt of a job made the study's outputs: the report's job
+#: sets ``current`` on the run whose answer it logs (the newest FINISHED of that name) and
+#: ``superseded`` on the other runs of the same name (killed or earlier attempts), so that
+#: ``tags.outputs = 'current'`` picks one run per arm.
+OUTPUTS_TAG = "outputs"
+
+
 def close_pipeline(uri: str, parent_run_id: str, others: Mapping[str, Any]) -> None:
     """The study's last step: each record of ``others`` logged on its run (by name among
-    the parent's children, the newest FINISHED one; '' = the parent: the verdict, the
-    report), the table of the children logged, and the parent marked FINISHED."""
+    the parent's children, the newest FINISHED one, tagged :data:`OUTPUTS_TAG` ``current``
+    and its other attempts ``superseded``; '' = the parent: the verdict, the report), the
+    table of the children logged, and the parent marked FINISHED."""
+    from dataclasses import replace
+
+    from ptycho.tracking.record import JobRecord
+
     client = open_client(uri)
     for name, record in others.items():
-        run_id = parent_run_id if not name else _child_named(client, uri, parent_run_id, name)
-        if run_id is None:
+        if not name:
+            log_record(existing_run(client, uri, parent_run_id), record, {})
+            continue
+        found = _runs(client, uri, parent_run_id, f"attributes.run_name = '{name}'", order="DESC")
+        best = next((r for r in found if r.info.status == "FINISHED"), found[0] if found else None)
+        if best is None:
             _log.warning(
                 "no MLflow run %r under the parent run %s; its answer is in the report only", name, parent_run_id
             )
             continue
-        log_record(existing_run(client, uri, run_id), record, {})
+        tagged = replace(record, tags={**record.tags, OUTPUTS_TAG: "current"})
+        log_record(existing_run(client, uri, best.info.run_id), tagged, {})
+        for other in found:
+            if other.info.run_id != best.info.run_id and other.data.tags.get(OUTPUTS_TAG) != "superseded":
+                log_record(
+                    existing_run(client, uri, other.info.run_id), JobRecord(tags={OUTPUTS_TAG: "superseded"}), {}
+                )
     log_children_table(uri, parent_run_id)
     finish_run(uri, parent_run_id, "FINISHED")
-
-
-def _child_named(client, uri: str, parent_run_id: str, name: str) -> str | None:
-    """The id of the parent's child run ``name`` (the newest FINISHED, else the newest), or None."""
-    found = _runs(client, uri, parent_run_id, f"attributes.run_name = '{name}'", order="DESC")
-    best = next((r for r in found if r.info.status == "FINISHED"), found[0] if found else None)
-    return best.info.run_id if best is not None else None
 
 
 @dataclass
