@@ -85,3 +85,6 @@ onstart:
     # get their journal replayed instead (each job also does this when it starts).
     if os.path.exists(PARENT):
         shell(f"{SELF} track sweep --parent {PARENT} || true")
+        # A parent run is one study: after a config change, a new one (the old keeps its
+        # params and verdict; parent.json keeps its time, so no finished job re-runs).
+        shell(f"{SELF} track start --renew --out {PARENT} || true")

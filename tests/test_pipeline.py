@@ -376,12 +376,20 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
         if line.startswith(("rule ", "localrule "))
     }
     assert rules_run == {"resolved_config", "check_speedup", "report", "publish_report", "all"}
-    parents_after = [
-        r
+    parents_after = {
+        r.info.run_id: r
         for r in client.search_runs([experiment.experiment_id], max_results=1000)
         if "mlflow.parentRunId" not in r.data.tags
-    ]
-    assert len(parents_after) == 1  # still one parent per results folder
+    }
+    # A parent run is one study: the changed config has its own, with its verdict; the first
+    # keeps its params and verdict, and the two name each other.
+    new_id = json.loads((work / "results" / "smoke" / "mlflow" / "parent.json").read_text())["run_id"]
+    old, new = parents_after[parent_id], parents_after[new_id]
+    assert len(parents_after) == 2 and new_id != parent_id
+    assert new.data.params["thresholds.speedup_min"] == "1000.0" and old.data.params["thresholds.speedup_min"] == "1.0"
+    assert new.data.tags["verdict"] == "FAIL" and old.data.tags["verdict"] == report["verdict"]
+    assert new.data.tags["previous_parent"] == parent_id and old.data.tags["superseded_by"] == new_id
+    assert new.info.status == "FINISHED"
 
 
 def test_every_rule_is_named_after_the_command_it_runs_and_its_mlflow_rule_tag():

@@ -1069,3 +1069,44 @@ def test_the_reports_job_tags_which_attempt_of_an_arm_made_its_outputs(tmp_path,
     assert current not in (older, killed) and outputs[older] == outputs[killed] == "superseded"
     assert client.get_run(current).data.metrics["amp_ssim"] == 0.9
     assert pinn_arm_runs(tmp_path / "results")["smoke"][1] == [current]
+
+
+def test_a_changed_config_gets_a_new_parent_run_and_the_old_keeps_its_own(tmp_path, monkeypatch):
+    """The verdict of a re-run with another config sat on the first run's parent, beside
+    params (precision, epochs, config hash) that did not produce it. ``track start --renew``
+    (the workflow's onstart) makes a new parent when the config changed; parent.json keeps
+    its time, so no finished job re-runs, and the report still finds the arms' runs."""
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    from ptycho.tracking import config_hash
+    from ptycho.tracking.access import pinn_arm_runs
+    from ptycho.tracking.record import JobRecord
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    parent_json = _tracked_study(tmp_path)
+    first = json.loads(parent_json.read_text())
+    config = {"preset": "smoke", "train": {"epochs": 2}}
+    same = tracking.start_pipeline(config, "results", "study", "study-smoke", {}, str(parent_json), renew=True)
+    assert same["run_id"] == first["run_id"]  # nothing changed: the same parent
+    os.utime(parent_json, ns=(1_000_000_000, 1_000_000_000))
+    changed = {"preset": "smoke", "train": {"epochs": 3}}
+    new = tracking.start_pipeline(changed, "results", "study", "study-smoke", {}, str(parent_json), renew=True)
+    assert new["run_id"] != first["run_id"] and new["config_hash"] == config_hash(changed)
+    assert json.loads(parent_json.read_text()) == new and parent_json.stat().st_mtime_ns == 1_000_000_000
+    client = MlflowClient(first["tracking_uri"])
+    old_run, new_run = client.get_run(first["run_id"]), client.get_run(new["run_id"])
+    assert old_run.data.params["train.epochs"] == "2" and new_run.data.params["train.epochs"] == "3"
+    assert (
+        old_run.data.tags["superseded_by"] == new["run_id"] and new_run.data.tags["previous_parent"] == first["run_id"]
+    )
+    assert old_run.data.tags["verdict"] == "PASS"  # the old study's verdict stays with it
+    # the report of the new config: its verdict on the new parent, the arm's answer on the arm's run (under the old)
+    others = {"": JobRecord(tags={"verdict": "FAIL"}), "pinn-off-s0": JobRecord(metrics={"amp_ssim": 0.5})}
+    tracking.close_pipeline(new["tracking_uri"], new["run_id"], others)
+    assert client.get_run(new["run_id"]).data.tags["verdict"] == "FAIL"
+    assert client.get_run(first["run_id"]).data.tags["verdict"] == "PASS"
+    ((arm,),) = [ids for _, ids in pinn_arm_runs(tmp_path / "results").values()]
+    assert client.get_run(arm).data.metrics["amp_ssim"] == 0.5 and client.get_run(arm).info.run_name == "pinn-off-s0"

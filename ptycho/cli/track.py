@@ -89,7 +89,10 @@ def _start(args: argparse.Namespace) -> JobRecord:
         run_name,
         tags,
         args.out,
+        renew=args.renew,
     )
+    if not record:
+        return JobRecord(summary=f"{args.out}: no parent run to renew (the workflow creates it)")
     return JobRecord(summary=f"{args.out}: MLflow parent run {record['run_id']} at {record['tracking_uri']}")
 
 
@@ -188,6 +191,12 @@ _ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _r
     arg("--run-name", help="(start) default: <study>-<preset> from the config, else pipeline"),
     arg("--tag", action="append", metavar="KEY=VALUE"),
     arg("--out", output=True, help="(start) where to write the parent run's id and tracking URI"),
+    arg(
+        "--renew",
+        action="store_true",
+        help="(start) with --out there: a new parent run only if the config changed since it was created "
+        "(the workflow, before its first job); the old one keeps its params and verdict",
+    ),
     arg(
         "--results",
         help=f"(start) folder of the embedded store <results>/mlflow.db (default: the config's results, else {_RESULTS})",

@@ -249,7 +249,7 @@ def restore_parent_json(parent_json: str | os.PathLike, timeout: float = 5.0) ->
 
 #: The PINN's arm runs of a study (its parent run's id): the runs that carry each arm's answer.
 _ARMS_QUERY = """
-SELECT r.run_uuid, r.experiment_id FROM runs r
+SELECT r.run_uuid, r.experiment_id, r.name FROM runs r
 JOIN tags p ON p.run_uuid = r.run_uuid AND p.key = 'mlflow.parentRunId' AND p.value = ?
 JOIN tags a ON a.run_uuid = r.run_uuid AND a.key = 'rule' AND a.value = 'train'
 JOIN tags m ON m.run_uuid = r.run_uuid AND m.key = 'model' AND m.value = 'pinn'
@@ -263,13 +263,27 @@ def pinn_arm_runs(results: str | os.PathLike) -> dict[str, tuple[str, list[str]]
     """Per study of a results folder (its preset): its experiment's id and the ids of the
     PINN's arm runs, read from its SQLite store (read-only, no MLflow import): the FINISHED
     ones, without the attempts the report's job tagged ``outputs = superseded``
-    (:data:`ptycho.tracking.parent.OUTPUTS_TAG`)."""
+    (:data:`ptycho.tracking.parent.OUTPUTS_TAG`), under the current parent run or, for arms
+    a later config did not re-train, under the parent before it."""
     results = Path(os.path.abspath(results))
     out = {}
     with contextlib.closing(_read_only(results / "mlflow.db")) as con:
         for parent_json in sorted(results.glob("*/mlflow/parent.json")):
             parent = read_parent(parent_json)
-            arms = con.execute(_ARMS_QUERY, (parent["run_id"],)).fetchall() if parent is not None else []
+            arms: dict[str, tuple[str, str]] = {}  # name -> (run id, experiment), the newest parent's first
+            chain = [parent["run_id"]] if parent is not None else []
+            while chain and len(chain) <= 100:
+                for run_id, experiment, name in con.execute(_ARMS_QUERY, (chain[-1],)).fetchall():
+                    arms.setdefault(name, (run_id, experiment))
+                row = con.execute(_PREVIOUS_QUERY, (chain[-1],)).fetchone()
+                if not row or row[0] in chain:
+                    break
+                chain.append(row[0])
             if arms:
-                out[parent_json.parent.parent.name] = (str(arms[0][1]), [run_id for run_id, _ in arms])
+                ordered = [arms[name] for name in sorted(arms)]
+                out[parent_json.parent.parent.name] = (str(ordered[0][1]), [run_id for run_id, _ in ordered])
     return out
+
+
+#: The parent run before a study's current one (a config change: ptycho.tracking.parent.PREVIOUS_TAG).
+_PREVIOUS_QUERY = "SELECT value FROM tags WHERE run_uuid = ? AND key = 'previous_parent'"

@@ -41,6 +41,7 @@ from ptycho.tracking.provenance import (
     process_identity,
     source_tags,
 )
+from ptycho.tracking.record import JobRecord
 from ptycho.tracking.replay import replay_journals
 from ptycho.tracking.runs import Run, create_journaled_run, existing_run, log_record
 from ptycho.tracking.server import server_down, server_gone
@@ -53,6 +54,7 @@ from ptycho.tracking.store import (
     fit_tags,
     flatten_params,
     open_client,
+    read_parent,
     retry,
 )
 
@@ -155,21 +157,45 @@ def log_children_table(uri: str, parent_run_id: str, artifact_file: str = "child
 OUTPUTS_TAG = "outputs"
 
 
+def _chain(client, uri: str, parent_run_id: str, limit: int = 100) -> list[str]:
+    """The study's parent runs, newest first: ``parent_run_id`` and those before it
+    (:data:`PREVIOUS_TAG`), whose children made the outputs a later config did not re-run."""
+    chain = [parent_run_id]
+    while len(chain) < limit:
+        try:
+            previous = retry(lambda: client.get_run(chain[-1]), what="reading a parent run", uri=uri).data.tags.get(
+                PREVIOUS_TAG
+            )
+        except Exception:  # a rebuilt store without the older parent: the chain ends there
+            break
+        if not previous or previous in chain:
+            break
+        chain.append(previous)
+    return chain
+
+
 def close_pipeline(uri: str, parent_run_id: str, others: Mapping[str, Any]) -> None:
     """The study's last step: each record of ``others`` logged on its run (by name among
     the parent's children, the newest FINISHED one, tagged :data:`OUTPUTS_TAG` ``current``
-    and its other attempts ``superseded``; '' = the parent: the verdict, the report), the
+    and its other attempts ``superseded``, under this parent or one before it in the
+    study's chain, :func:`_chain`; '' = the parent: the verdict, the report), the
     table of the children logged, and the parent marked FINISHED."""
     from dataclasses import replace
-
-    from ptycho.tracking.record import JobRecord
 
     client = open_client(uri)
     for name, record in others.items():
         if not name:
             log_record(existing_run(client, uri, parent_run_id), record, {})
             continue
-        found = _runs(client, uri, parent_run_id, f"attributes.run_name = '{name}'", order="DESC")
+        found = sorted(
+            (
+                r
+                for p in _chain(client, uri, parent_run_id)
+                for r in _runs(client, uri, p, f"attributes.run_name = '{name}'")
+            ),
+            key=lambda r: r.info.start_time or 0,
+            reverse=True,
+        )
         best = next((r for r in found if r.info.status == "FINISHED"), found[0] if found else None)
         if best is None:
             _log.warning(
@@ -385,6 +411,35 @@ def _adopt_parent(uri: str, out: str | os.PathLike, config: Mapping[str, Any]) -
     return {**{k: record[k] for k in ("key", "tracking_uri", "experiment", "config_hash")}, "run_id": run_id}
 
 
+#: Tags that chain a study's parent runs when its configuration changed: the new parent
+#: names the one before it, the old one names the one that took over (:func:`start_pipeline`).
+PREVIOUS_TAG, SUPERSEDED_TAG = "previous_parent", "superseded_by"
+
+
+def _create_parent(
+    uri: str, config: Mapping[str, Any], experiment: str, run_name: str, tags: Mapping[str, Any], journal: Path
+) -> dict:
+    """A new parent run of the study, its params ``config``; its ``parent.json`` record."""
+    commit = git_commit(Path.cwd())
+    all_tags = dict(tags, git_commit=commit, config_hash=config_hash(config), **source_tags(commit))
+    all_tags.setdefault(
+        "mlflow.note.content",
+        f"The study's parent run ({run_name}): its params are the resolved configuration; one child run per "
+        "job. When the report has run, this description holds the verdict and the answer, the tags verdict "
+        "and check.<item> each item's status, and the report is attached.",
+    )
+    run_id = start_parent(uri, experiment, run_name, config, all_tags, journal=journal)
+    return {
+        "run_id": run_id,
+        "key": run_id,  # how the journals name it, whatever id a rebuilt store gives it
+        "tracking_uri": uri,
+        "experiment": experiment,
+        # for links to the run in the MLflow UI (the report's first screen)
+        "experiment_id": experiment_id(open_client(uri), uri, experiment),
+        "config_hash": all_tags["config_hash"],
+    }
+
+
 def start_pipeline(
     config: Mapping[str, Any],
     results_dir: str,
@@ -393,6 +448,7 @@ def start_pipeline(
     tags: Mapping[str, Any],
     out: str,
     log: str | None = None,
+    renew: bool = False,
 ) -> dict:
     """Create a pipeline's parent run and write ``out`` (JSON: run id, tracking URI).
 
@@ -401,33 +457,43 @@ def start_pipeline(
     A parent run the study's journal already holds is taken up again instead (``out``
     lost, or its ``track start`` killed before writing it: :func:`_adopt_parent`), and
     any other RUNNING parent of the study is closed as an orphan (:func:`end_orphan_parents`).
+
+    ``renew`` (the workflow, before its first job): with ``out`` there, a new parent only
+    if the configuration changed since its run was created (its config hash), so that a
+    parent run describes one study and its verdict sits beside the params that produced
+    it. The new run is tagged :data:`PREVIOUS_TAG` (the old one keeps its params, children
+    and verdict, tagged :data:`SUPERSEDED_TAG`), and ``out`` keeps its modification time:
+    it is every job's input, and a new parent must not re-run jobs whose outputs stand
+    (their runs stay under the parent that made them; the report finds them along the chain).
     """
 
     from ptycho.artifacts import write_json
 
+    journal = journal_path(out, PARENT_JOURNAL)
+    if renew:
+        old = read_parent(out)
+        if old is None or old.get("config_hash") == config_hash(config):
+            return old or {}
+        uri = old["tracking_uri"]
+        preflight(uri)
+        record = _create_parent(uri, config, experiment, run_name, {**tags, PREVIOUS_TAG: old["run_id"]}, journal)
+        client = open_client(uri)
+        with contextlib.suppress(Exception):  # the old run may be gone from a rebuilt store: the new one stands
+            log_record(existing_run(client, uri, old["run_id"]), JobRecord(tags={SUPERSEDED_TAG: record["run_id"]}), {})
+        stat = os.stat(out)
+        write_json(out, record)
+        os.utime(out, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        print(
+            f"ptycho: the study's configuration changed (config {old.get('config_hash')} -> {record['config_hash']}): "
+            f"new MLflow parent run {record['run_id']} (the previous one, {old['run_id']}, keeps its own)",
+            file=sys.stderr,
+        )
+        return record
     uri = default_tracking_uri(results_dir)
     preflight(uri)
-    journal = journal_path(out, PARENT_JOURNAL)
     record = None if Path(out).exists() else _adopt_parent(uri, out, config)
     if record is None:
-        commit = git_commit(Path.cwd())
-        all_tags = dict(tags, git_commit=commit, config_hash=config_hash(config), **source_tags(commit))
-        all_tags.setdefault(
-            "mlflow.note.content",
-            f"The study's parent run ({run_name}): its params are the resolved configuration; one child run per "
-            "job. When the report has run, this description holds the verdict and the answer, the tags verdict "
-            "and check.<item> each item's status, and the report is attached.",
-        )
-        run_id = start_parent(uri, experiment, run_name, config, all_tags, journal=journal)
-        record = {
-            "run_id": run_id,
-            "key": run_id,  # how the journals name it, whatever id a rebuilt store gives it
-            "tracking_uri": uri,
-            "experiment": experiment,
-            # for links to the run in the MLflow UI (the report's first screen)
-            "experiment_id": experiment_id(open_client(uri), uri, experiment),
-            "config_hash": all_tags["config_hash"],
-        }
+        record = _create_parent(uri, config, experiment, run_name, tags, journal)
     write_json(out, record)
     run_id = record["run_id"]
     try:  # an earlier parent of this study that nothing names any more
