@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -350,3 +351,22 @@ def test_smoke_pipeline_through_slurm_tracks_every_job_and_reports_a_failure(clu
     assert parents[0].info.status == "FAILED"  # the workflow's onerror handler
 
     print("\n" + "\n".join(f"{k}: {v:.0f} s" for k, v in timings.items()))
+
+
+def test_a_server_on_a_port_already_taken_is_one_line_not_an_announcement(tmp_path, cli):
+    """`ptycho serve` and `make ui` on a taken port announced the OTHER server's address as
+    theirs (its /health answered), then failed with 'Address already in use' and exit 0."""
+    with mlflow_server.fake_server() as port:
+        served = cli(
+            "serve", "--", sys.executable, "-c", "print('never run')", "--host", "127.0.0.1", "--port", str(port)
+        )
+        assert served.returncode != 0 and "serving at" not in served.stdout and "never run" not in served.stdout
+        (line,) = [x for x in served.stderr.splitlines() if x.strip()]
+        assert f"port {port} on 127.0.0.1 is already in use" in line and "choose another port (--port)" in line
+        results = tmp_path / "results"
+        results.mkdir()
+        sqlite3.connect(results / "mlflow.db").close()
+        ui = cli("track", "ui", str(results), "--port", str(port))
+        assert ui.returncode != 0 and "MLflow UI at" not in ui.stdout
+        (line,) = [x for x in ui.stderr.splitlines() if x.strip()]
+        assert f"port {port} on 127.0.0.1 is already in use" in line and "make ui UI_PORT=5002" in line

@@ -133,6 +133,9 @@ def _ui(args: argparse.Namespace) -> JobRecord:
     for note in tracking.follow_folder(results):
         print(f"ptycho track ui: note: {note}", file=sys.stderr)
     base = f"http://127.0.0.1:{args.port}"  # this machine only: a server for others is 'make mlflow-server'
+    from ptycho.tracking.server import refuse_taken_port
+
+    refuse_taken_port("127.0.0.1", args.port, "choose another port (make ui UI_PORT=5002)")
     for preset, (experiment, ids) in tracking.pinn_arm_runs(results).items():
         runs, experiments = json.dumps(ids, separators=(",", ":")), json.dumps([experiment])
         print(

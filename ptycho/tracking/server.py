@@ -207,6 +207,36 @@ def answers(url: str, timeout: float = 2.0) -> bool:
     return _get(url.rstrip("/") + "/health", timeout, _LOCAL.open)[0] == 200
 
 
+def port_taken(host: str, port: str | int) -> str:
+    """Why a server could not listen on ``host:port`` ('' when it can): tried by binding a
+    socket there (as the server would, with SO_REUSEADDR) and letting it go at once.
+
+    Asked before a server starts, because a port already taken by another server makes
+    the health check answer for that one: the new server was announced at its address,
+    then failed with 'Address already in use' and exited 0."""
+    import socket
+
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return ""
+
+
+def refuse_taken_port(host: str, port: str | int, fix: str) -> None:
+    """One line (:class:`PtychoError`) when ``host:port`` is taken, naming ``fix``."""
+    why = port_taken(host, port)
+    if why:
+        raise PtychoError(
+            f"port {port} on {host} is already in use ({why}: a tracking server running already?); use that one, "
+            f"stop it by its pid, or {fix}"
+        )
+
+
 def _stop(proc, grace: float = 30.0) -> None:
     """SIGTERM (MLflow passes it on to its web server's workers), SIGKILL after ``grace``."""
     import subprocess
@@ -236,6 +266,7 @@ def serve(command: Sequence[str], tracking_uri: str | None = None, timeout: floa
         raise ConfigError("name the server's command after '--' (e.g. -- mlflow server --port 5001)")
     host, port = _option(command, "--host") or _MLFLOW_HOST, _option(command, "--port") or _MLFLOW_PORT
     url = local_url(host, port)
+    refuse_taken_port(host, port, "choose another port (--port)")
     loopback = host.strip("[]") in ("127.0.0.1", "localhost", "::1")
     where = " (this machine only; MLFLOW_HOST=0.0.0.0 for jobs on other nodes)" if loopback else ""
     print(f"starting MLflow server on {host}:{port}{where} ...", flush=True)
