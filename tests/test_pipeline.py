@@ -306,6 +306,8 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     amp, phase = (np.moveaxis(out[k], -1, 1).reshape(-1, *out[k].shape[1:3]) for k in ("amplitude", "phase"))
     inferred = inferred["patches"]
     assert np.abs((amp * np.exp(1j * phase)).astype(np.complex64) - inferred).max() <= 1e-6
+    with pytest.raises(Exception, match="holds no photons"):  # all NaN before, without an error
+        loaded.predict(np.zeros_like(layout(test, "pinn", test.counts)[:2]))
     # The parent carries the verdict, each item's status and value, and the answer as its description.
     parent = parents[0]
     assert parent.data.tags["verdict"] == report["verdict"] and parent.data.metrics["verdict_pass"] in (0.0, 1.0)

@@ -61,15 +61,36 @@ def _reconstructor_class():
         def predict(self, context, model_input: np.ndarray, params=None):  # noqa: ARG002 - MLflow's signature
             from ptycho.nets.inputs import mean_count, network_inputs
 
-            counts = np.asarray(model_input, np.float32)
+            counts = checked_counts(model_input)
             norm = float((params or {}).get("intensity_norm") or 0.0)
             if norm <= 0:  # the batch's own
                 norm = mean_count(counts)
+                if not norm > 0:
+                    raise ValueError(
+                        "model_input holds no photons (every count is 0), so it has no intensity to normalise by; "
+                        "give the dataset's own with params={'intensity_norm': <mean count per pixel>}"
+                    )
             amplitude, phase = self.predictor(network_inputs(counts, norm))
             return {"amplitude": amplitude, "phase": phase}
 
     Reconstructor.__module__, Reconstructor.__qualname__ = __name__, "Reconstructor"
     return Reconstructor
+
+
+def checked_counts(model_input) -> np.ndarray:
+    """``model_input`` as float32 photon counts, refused in one line when a value is not
+    finite or negative: one inf pixel moved every other reconstruction of the batch (the
+    batch's mean normalises them all) and a NaN made them all NaN, without an error."""
+    counts = np.asarray(model_input, np.float32)
+    bad = int(np.count_nonzero(~np.isfinite(counts))) if counts.size else 0
+    if bad:
+        raise ValueError(f"model_input holds {bad} values that are not finite (NaN or inf); give photon counts")
+    if counts.size and counts.min() < 0:
+        raise ValueError(
+            f"model_input holds {int(np.count_nonzero(counts < 0))} negative values (lowest {float(counts.min()):g}); "
+            "give photon counts, which are never negative"
+        )
+    return counts
 
 
 def __getattr__(name: str):
