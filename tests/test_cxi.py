@@ -368,3 +368,32 @@ def test_negative_detector_values_are_refused_unless_background_noise(files, tmp
     with pytest.raises(DatasetError) as err:
         import_cxi(path, gridsize=2)
     assert refused in str(err.value) and "\n" not in str(err.value)
+
+
+def test_detector_data_compressed_with_a_filter_hdf5_lacks_is_named_at_parse_time(files, tmp_path):
+    """Eiger detectors write bitshuffle/LZ4 (filter 32008); without the plugin the read failed
+    as 'the file may be truncated, copy it again'. The filter and its package are named, from
+    the headers alone (sources.describe: the workflow's parse-time check)."""
+    from ptycho.data.sources import describe
+
+    _, path = _measured(files, tmp_path)
+    with h5py.File(path, "a") as f:
+        name = "entry_1/instrument_1/detector_1/data"
+        data, attrs = f[name][()], dict(f[name].attrs)
+        del f[name]
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((1, *data.shape[1:]))
+        dcpl.set_filter(32008, h5py.h5z.FLAG_OPTIONAL, (0, 2))  # as an Eiger writes it, without the plugin here
+        space = h5py.h5s.create_simple(data.shape)
+        dset = h5py.Dataset(h5py.h5d.create(f.id, name.encode(), h5py.h5t.py_create(data.dtype), space, dcpl=dcpl))
+        dset[...] = data
+        dset.attrs.update(attrs)
+    if h5py.h5z.filter_avail(32008):
+        pytest.skip("this HDF5 has the bitshuffle filter (hdf5plugin)")
+    for read in (describe, lambda p: import_cxi(p, gridsize=2)):
+        with pytest.raises(DatasetError) as err:
+            read(path)
+        assert (
+            "is compressed with bitshuffle (filter id 32008), which this HDF5 cannot decode; install hdf5plugin"
+            in str(err.value)
+        )

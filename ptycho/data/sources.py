@@ -82,7 +82,7 @@ def _header(f, where: str) -> Source | int:
 
     from ptycho.data.cxi import DATA_PATHS, OBJECT_PATHS, PROBE_PATHS, TRANSLATION_PATHS
     from ptycho.data.dataset import FORMAT
-    from ptycho.data.untrusted import check_hdf5, read_attrs
+    from ptycho.data.untrusted import check_filters, check_hdf5, read_attrs
 
     check_hdf5(f, where)
     if "cxi_version" in f and "entry_1" in f:
@@ -95,6 +95,7 @@ def _header(f, where: str) -> Source | int:
                 "data, translation and probe (illumination)"
             )
         shape = found["detector data"].shape
+        check_filters(found["detector data"], where, "its detector data")
         if len(shape) != 3 or shape[1] != shape[2]:
             raise DatasetError(f"{where}: CXI detector data of shape {shape}; expected (patterns, N, N)")
         return Source(where, "cxi", any(p in f for p in OBJECT_PATHS), int(shape[-1]), int(shape[0]))

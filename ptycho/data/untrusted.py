@@ -39,6 +39,7 @@ Bounded before reading (:class:`Budget`, :func:`check_shape`):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -350,8 +351,40 @@ def _join(group: str, target: str) -> str:
 
 def check_dataset(dset: Any, budget: Budget, what: str, *, image: bool = False) -> None:
     """Refuse an HDF5 dataset beyond the caps and the budget, before reading it (its
-    storage was checked by :func:`check_hdf5`)."""
+    storage was checked by :func:`check_hdf5`), and one compressed with a filter this
+    HDF5 lacks (:func:`check_filters`)."""
     budget.take(what, dset.shape or (), _h5_dtype(dset, budget.where, what), image=image)
+    check_filters(dset, budget.where, what)
+
+
+#: Compression filters detectors write that HDF5 itself lacks, by id: their names and the
+#: package that registers them (https://github.com/HDFGroup/hdf5_plugins, hdf5plugin).
+_PLUGIN_FILTERS = {32001: "Blosc", 32004: "LZ4", 32008: "bitshuffle", 32015: "Zstandard", 32026: "Blosc2"}
+
+
+def check_filters(dset: Any, where: str, what: str) -> None:
+    """One line naming a compression filter of ``dset`` that this HDF5 cannot decode (an
+    Eiger detector's bitshuffle/LZ4, id 32008), and how to get it: reading it failed
+    later as 'the file may be truncated, copy it again'."""
+    import h5py
+
+    try:
+        plist = dset.id.get_create_plist()
+        filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    except (AttributeError, RuntimeError, ValueError):  # not a chunked dataset, or no filters to list
+        return
+    missing = [fid for fid in filters if not h5py.h5z.filter_avail(fid)]
+    if missing:
+        with contextlib.suppress(ImportError):  # registers the plugin filters, where it is installed
+            import hdf5plugin  # noqa: F401
+    for fid in missing:
+        if not h5py.h5z.filter_avail(fid):
+            name = _PLUGIN_FILTERS.get(fid, f"HDF5 filter {fid}")
+            raise DatasetError(
+                f"{where}: {what} is compressed with {name} (filter id {fid}), which this HDF5 cannot decode; "
+                "install hdf5plugin (pip install hdf5plugin) in this environment, or decompress the file where it "
+                "was written (h5repack -f NONE)"
+            )
 
 
 def _h5_dtype(dset: Any, where: str, what: str) -> np.dtype:

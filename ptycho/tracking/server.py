@@ -208,23 +208,21 @@ def answers(url: str, timeout: float = 2.0) -> bool:
 
 
 def port_taken(host: str, port: str | int) -> str:
-    """Why a server could not listen on ``host:port`` ('' when it can): tried by binding a
-    socket there (as the server would, with SO_REUSEADDR) and letting it go at once.
+    """Why a server could not listen on ``host:port`` ('' when nothing listens there): asked
+    by connecting to it (a wildcard host through loopback), never by binding it.
 
     Asked before a server starts, because a port already taken by another server makes
     the health check answer for that one: the new server was announced at its address,
     then failed with 'Address already in use' and exited 0."""
     import socket
+    from urllib.parse import urlsplit
 
-    host = host.strip("[]") or "0.0.0.0"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, int(port)))
-        except OSError as exc:
-            return exc.strerror or str(exc)
-    return ""
+    target = urlsplit(local_url(host, port)).hostname or "127.0.0.1"
+    try:
+        with socket.create_connection((target, int(port)), timeout=2.0):
+            return "another process listens there"
+    except OSError:
+        return ""
 
 
 def refuse_taken_port(host: str, port: str | int, fix: str) -> None:
