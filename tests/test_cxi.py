@@ -397,3 +397,21 @@ def test_detector_data_compressed_with_a_filter_hdf5_lacks_is_named_at_parse_tim
             "is compressed with bitshuffle (filter id 32008), which this HDF5 cannot decode; install hdf5plugin"
             in str(err.value)
         )
+
+
+@pytest.mark.parametrize("how", ["unit", "glitch"])
+def test_a_scan_spread_wider_than_its_patterns_can_cover_is_refused_before_allocating(files, tmp_path, how):
+    """Positions in the wrong unit (x1000) or one glitched position far away passed the memory
+    budget and made a 9.7 GiB blank canvas, or a 15504^2 object written with exit 0."""
+    _, path = _measured(files, tmp_path)
+    with h5py.File(path, "a") as f:
+        translation = f["entry_1/sample_1/geometry_1/translation"]
+        if how == "unit":
+            translation[:, :2] *= 40
+        else:
+            row = translation[0]
+            row[0] += 2e-3  # one position 2 mm from the rest
+            translation[0] = row
+    with pytest.raises(DatasetError) as err:
+        import_cxi(path, gridsize=2)
+    assert "times the area its 81 patterns of 16 px can cover, so they cannot overlap" in str(err.value)

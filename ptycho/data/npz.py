@@ -159,6 +159,12 @@ def dataset_from_arrays(
     )
 
 
+#: How much wider than its patterns' own area a measured scan may spread (object pixels
+#: over P n^2) before it is refused, before any canvas is allocated: overlapping patterns
+#: cover less than P n^2; 4 leaves room for sparse scans and a margin.
+SCAN_SPREAD_LIMIT = 4.0
+
+
 def _blank_canvas(path: str, pos: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """A zero object that holds every ``n``-px patch at ``pos``, and the whole-pixel
     origin ``[x, y]`` to subtract from the positions to put them on it (one pixel of
@@ -172,6 +178,15 @@ def _blank_canvas(path: str, pos: np.ndarray, n: int) -> tuple[np.ndarray, np.nd
             f"{path}: the scan spans {hi[0]:.6g} x {hi[1]:.6g} object pixels, more than the {MAX_SIDE} per side "
             f"ptycho reads (a blank object of {human(8 * float(hi[0]) * float(hi[1]))}); check the positions' "
             "units (CXI: metres) and the geometry (energy, detector distance, pixel size) that convert them to pixels"
+        )
+    area, covered = float(hi[0]) * float(hi[1]), len(pos) * n * n
+    if area > SCAN_SPREAD_LIMIT * covered + (n + 2) ** 2:
+        # P patterns of n x n px cover at most P n^2 object pixels, and ptychography needs
+        # them to overlap: a scan spread far wider cannot be one (a unit error, a glitch)
+        raise DatasetError(
+            f"{path}: the scan spans {hi[0]:.6g} x {hi[1]:.6g} object pixels, {area / covered:.3g} times the area its "
+            f"{len(pos)} patterns of {n} px can cover, so they cannot overlap; check for a position far from the others "
+            "and the positions' units (CXI: metres) and the geometry (energy, detector distance, pixel size)"
         )
     width, height = (int(v) for v in hi)
     Budget(path).take("the scan's blank object", (height, width), np.complex64, verb="needs shape")
