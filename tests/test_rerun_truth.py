@@ -143,6 +143,22 @@ def test_a_report_folder_holding_another_results_folders_report_is_refused(tmp_p
         )
 
 
+def test_a_copied_results_folders_own_report_is_not_another_folders(tmp_path):
+    """`cp -a qa/base qa/f3`, then the study on qa/f3 twice: the second was refused ('holds
+    the report of results folder qa/base': the copy's report names its old place) and only
+    --forcerun got out. The copy's own staged report, published as it is, is its own."""
+    report = json.dumps({"config": {"results": "qa/base", "preset": "smoke"}})
+    staged = tmp_path / "qa" / "f3" / "smoke" / "report" / "validation.json"
+    published = tmp_path / "reports" / "qa-f3" / "smoke" / "validation.json"
+    for path in (staged, published):
+        path.parent.mkdir(parents=True)
+        path.write_text(report)
+    check_report_folder({"results": "qa/f3", "preset": "smoke"}, tmp_path)
+    staged.write_text(json.dumps({"config": {"results": "qa/f3", "preset": "smoke"}}))  # not the one published
+    with pytest.raises(ConfigError, match="holds the report of results folder 'qa/base'"):
+        check_report_folder({"results": "qa/f3", "preset": "smoke"}, tmp_path)
+
+
 # ------------------------------------------------------------------------ one live run
 def test_a_held_results_folder_is_refused_naming_the_live_run_and_freed_when_it_dies(tmp_path):
     folder = tmp_path / "results" / "smoke"

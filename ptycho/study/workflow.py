@@ -10,6 +10,7 @@ frozen dataclass, so the checks that relate two keys run at the edge too.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
@@ -384,7 +385,9 @@ def check_report_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) 
     but not one-to-one (``runs/b``, ``runs-b``, ``-runs-b`` and ``..runs-b`` all give
     ``reports/runs-b/<preset>``): the report of one would silently replace the other's.
     The published ``validation.json`` names the results folder it describes (its
-    config's ``results``); another one there is one line before any job."""
+    config's ``results``); another one there is one line before any job, unless it is
+    this folder's own staged report (``<results>/<preset>/report``) to the byte: a folder
+    copied or moved (``cp -a qa/base qa/f3``) keeps reports naming its old place."""
     import json
 
     base = Path(os.path.abspath(workdir or os.getcwd()))
@@ -394,6 +397,10 @@ def check_report_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) 
     except (OSError, ValueError, KeyError, TypeError):
         return  # no report yet (or not one of ours: publishing it again is the fix)
     theirs = results_folder({"results": other, "allow_results_outside": True}, workdir)
+    own = results_folder(cfg, workdir) / cfg["preset"] / "report" / "validation.json"
+    with contextlib.suppress(OSError):
+        if own.read_bytes() == published.read_bytes():
+            return  # this folder's own report, made before it was copied or moved (its config names the old place)
     if theirs != results_folder(cfg, workdir):
         raise ConfigError(
             f"config key 'results' = {cfg['results']!r} reports to {published.parent.relative_to(base)}, which holds "
