@@ -5,7 +5,7 @@ def _arm_files(*patterns):
 
 
 HOLES = holes([
-    {"": DATASETS},
+    {"": [*DATASETS, CONFIG_JSON]},
     {"": [f"{R}/bench/bench.json", SOLVER[0], f"{R}/checks/gradients.json"],
      **_arm_files("{R}/models/{arm}/model.json", "{R}/models/{arm}/model.keras")},
     {"": [f"{R}/checks/{item}.json" for item in ("accuracy", "convergence", "speedup")],

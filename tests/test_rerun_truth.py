@@ -47,6 +47,12 @@ def test_a_missing_file_is_a_hole_only_under_results_made_from_it(tmp_path):
     # new to the matrix (nothing of it exists): not a hole, the report's inputs re-run it.
     assert holes(stages) == [str(f["bench"]), str(f["m_a"])]
     assert holes([{"": [str(tmp_path / "nothing")]}, {"": [str(tmp_path / "nor-this")]}]) == []  # a fresh study
+    # An arm's last file (its metrics) is read by the study's own (the checks): lost, it is a
+    # hole ('Nothing to be done' before: only a later file of the arm itself counted), unless
+    # the arm is new (nothing of it exists).
+    metrics = {"a": [str(tmp_path / "metrics_a")], "b": [str(tmp_path / "metrics_b")], "new": [str(tmp_path / "x")]}
+    _touch(tmp_path / "metrics_b")
+    assert holes([*stages[:3], metrics, {"": [str(f["report"])]}]) == [str(f["bench"]), str(f["m_a"]), metrics["a"][0]]
 
 
 def _finished_looking_study(tmp_path: Path) -> Path:
@@ -93,6 +99,21 @@ def test_an_output_lost_under_finished_results_is_made_again_with_all_after_it(t
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
     assert jobs["train"] == "1" and jobs["bench"] == "1" and jobs["report"] == "1" and jobs["publish_report"] == "1"
     assert "simulate" not in jobs  # what the lost files were made from stays
+
+
+def test_a_lost_metrics_file_or_config_json_is_made_again(tmp_path):
+    """A lost metrics/<arm>.json or config.json was never remade ('Nothing to be done'):
+    an arm's last file is read by the study's own checks, not by a later file of the arm."""
+    work = _finished_looking_study(tmp_path)
+    (work / "results/smoke/metrics/pinn-off-s0.json").unlink()
+    (work / "results/smoke/config.json").unlink()
+    plan = snakemake(work, "-n", "all", *SMOKE)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    said = [line for line in plan.stderr.splitlines() if line.startswith("ptycho workflow: 2 output(s) are missing")]
+    assert len(said) == 1 and "metrics/pinn-off-s0.json" in said[0] and "config.json" in said[0], plan.stderr[-3000:]
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
+    assert jobs["evaluate"] == "1" and jobs["resolved_config"] == "1" and jobs["report"] == "1"
+    assert "train" not in jobs
 
 
 # ------------------------------------------------------------------------ the study asked for

@@ -673,18 +673,27 @@ def holes(stages: Sequence[Mapping[str, Sequence[str]]]) -> list[str]:
     ``stages`` lists the study's outputs in the order the pipeline makes them, each stage
     as ``{group: paths}`` where a group is an arm's name, or ``""`` for the study's own
     files (datasets, bench, checks, solver, figures, report). A missing path is a hole
-    when a later stage holds an existing file of its own group, or, for the study's own
-    files, any existing file. Snakemake itself never rebuilds a missing file whose
+    when a later stage holds an existing file of its own group or of the study's own (an
+    arm's last files, its metrics, are read by the study's checks; for an arm with any
+    file made), or, for the study's own files, any existing file. Snakemake itself never rebuilds a missing file whose
     consumers exist (a training killed under ``--forcerun`` loses its outputs, and the
     next run says "Nothing to be done" with the report describing a model that is gone);
     forcing each hole re-runs it and everything after it. An arm new to the matrix is no
     hole (its files are all missing): the changed report inputs already re-run it."""
     exists = [{g: [p for p in paths if os.path.exists(p)] for g, paths in stage.items()} for stage in stages]
+    present = {g for st in exists for g, files in st.items() if files and g}  # arms with something made
     found = []
     for k, stage in enumerate(stages):
         later = exists[k + 1 :]
         for group, paths in stage.items():
-            made_from = any(files and group in ("", g) for st in later for g, files in st.items())
+            # made from it: a later file of its own arm, or of the study's own (made from
+            # every arm: for an arm only if it is not new to the matrix), or, for the study's
+            # own files, any later file
+            made_from = any(
+                files and (group == "" or g == group or (g == "" and group in present))
+                for st in later
+                for g, files in st.items()
+            )
             if made_from:
                 found += [p for p in paths if p not in exists[k][group]]
     return found
