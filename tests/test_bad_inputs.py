@@ -396,6 +396,14 @@ CATALOGUE: list[Row] = [
         "more than 0 and at most 0.5",
     ),
     Row(
+        "config-seed-too-large",
+        "config",
+        "`--config 'seeds=[4294967296]'` (2**32: Keras takes at most 2**32 - 1)",
+        "workflow",
+        overrides={"seeds": [4294967296]},
+        message="config key 'seeds.0': 4294967296 is greater than the maximum of 4294967295",
+    ),
+    Row(
         "config-xla-without-off",
         "config",
         "`xla: [physics]` (no off to compare the mode with)",

@@ -415,3 +415,30 @@ def test_a_scan_spread_wider_than_its_patterns_can_cover_is_refused_before_alloc
     with pytest.raises(DatasetError) as err:
         import_cxi(path, gridsize=2)
     assert "times the area its 81 patterns of 16 px can cover, so they cannot overlap" in str(err.value)
+
+
+@pytest.mark.parametrize(("version", "shown"), [(999, "999"), (42, "42"), ("1.6", "not one integer")])
+def test_a_cxi_version_this_reader_does_not_follow_is_one_line(files, tmp_path, version, shown):
+    """cxi_version was never checked: 999 was accepted as CXI 1.6."""
+    from ptycho.data.sources import describe
+
+    _, path = _measured(files, tmp_path)
+    with h5py.File(path, "a") as f:
+        del f["cxi_version"]
+        f["cxi_version"] = version
+    for read in (describe, lambda p: import_cxi(p, gridsize=2)):
+        with pytest.raises(DatasetError) as err:
+            read(path)
+        assert f"cxi_version is {shown}; this reader follows CXI 1.0 to 1.6 (100 to 160)" in str(err.value)
+
+
+def test_a_pipe_named_as_the_data_file_is_one_line_not_a_hang(tmp_path):
+    """A FIFO named as the data file hung the parse silently (opening it waits for a writer)."""
+    import os
+
+    from ptycho.data.sources import describe
+
+    fifo = tmp_path / "scan.cxi"
+    os.mkfifo(fifo)
+    with pytest.raises(DatasetError, match="is not a regular file \\(a pipe or a device\\)"):
+        describe(fifo)

@@ -244,6 +244,23 @@ def export_cxi(ds: Dataset, path: str | os.PathLike, geometry: CxiGeometry = Cxi
 NEGATIVE_SHARE_LIMIT = 0.01
 
 
+def check_cxi_version(dset, where: str) -> int:
+    """The file's ``cxi_version`` (100 x the format's version), refused in one line unless
+    it is one integer of a CXI 1.x this reader follows (1.0 to 1.6): a version 999 was read
+    as if it were 1.6."""
+    import h5py
+
+    one_int = isinstance(dset, h5py.Dataset) and dset.size == 1 and len(dset.shape) <= 1 and dset.dtype.kind in "iu"
+    value = np.asarray(dset[()]).reshape(-1)[0] if one_int else None
+    if value is None or not 100 <= int(value) <= CXI_VERSION:
+        shown = "not one integer" if value is None else f"{int(value)}"
+        raise DatasetError(
+            f"{where}: cxi_version is {shown}; this reader follows CXI 1.0 to 1.6 (100 to {CXI_VERSION}); "
+            "export the file as CXI 1.6, or check that it is a CXI file"
+        )
+    return int(value)
+
+
 def _checked_intensities(intensities: np.ndarray, where: str) -> np.ndarray:
     """The detector data as float64, its negatives refused unless they are background noise."""
     values = intensities.astype(np.float64)
@@ -297,6 +314,7 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
                     f"{where}: not a CXI file (no cxi_version or entry_1 at the root); "
                     "pass a CXI 1.6 file, e.g. one written by 'ptycho export-cxi'"
                 )
+            check_cxi_version(f["cxi_version"], where)
             found = {
                 "detector data": _first(f, DATA_PATHS, "detector data", where),
                 "scan translation": _first(f, TRANSLATION_PATHS, "scan translation", where),

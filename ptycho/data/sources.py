@@ -57,6 +57,8 @@ def describe(path: str | os.PathLike) -> Source:
         raise DatasetError(f"{where}: no such file; {_GIVE}")
     if os.path.isdir(where):
         raise DatasetError(f"{where}: is a folder; {_GIVE}")
+    if not os.path.isfile(where):  # a pipe or a device: opening it would wait for a writer
+        raise DatasetError(f"{where}: is not a regular file (a pipe or a device); {_GIVE}")
     try:
         f = h5py.File(where, "r")
     except OSError:
@@ -86,6 +88,9 @@ def _header(f, where: str) -> Source | int:
 
     check_hdf5(f, where)
     if "cxi_version" in f and "entry_1" in f:
+        from ptycho.data.cxi import check_cxi_version
+
+        check_cxi_version(f["cxi_version"], where)
         fields = {"detector data": DATA_PATHS, "scan translation": TRANSLATION_PATHS, "probe": PROBE_PATHS}
         found = {what: next((f[p] for p in paths if p in f), None) for what, paths in fields.items()}
         missing = [what for what, dset in found.items() if not isinstance(dset, h5py.Dataset)]
