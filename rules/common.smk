@@ -14,7 +14,7 @@ from ptycho.nets.models import method_of
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist, run_lock
 from ptycho.study.bench.machine import hardware, hardware_environment
-from ptycho.study.conditions import checked as checked_conditions
+from ptycho.study.conditions import checked as checked_conditions, skipped_words as skipped_conditions
 from ptycho.study.data_files import data_files
 from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory,
                                    job_threads, parse_time_checks, precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
@@ -42,6 +42,8 @@ if workflow.is_main_process:
     for line in [auto_precision_line(CFG)] * bool(auto_precision_line(CFG)):
         sys.stderr.write(f"ptycho workflow: {line}\n")
     for line in precision_warnings(CFG, HARDWARE):
+        sys.stderr.write(f"ptycho workflow: warning: {line}\n")
+    for line in [skipped_conditions(CFG)] * bool(skipped_conditions(CFG)):
         sys.stderr.write(f"ptycho workflow: warning: {line}\n")
 
 R = f"{CFG['results']}/{CFG['preset']}"

@@ -76,8 +76,14 @@ def test_a_condition_keeps_its_overlap_at_another_patch_size(base):
 
 
 def test_no_condition_runs_on_your_own_data(base, tmp_path):
+    from ptycho.study.conditions import skipped_words
+
     cfg = _resolve(base)
-    assert checked({**cfg, "data": {"train": "a.cxi", "test": "b.cxi"}}) == {}
+    own = {**cfg, "data": {"train": "a.cxi", "test": "b.cxi"}}
+    assert checked(own) == {}
+    # and the config's conditions are not dropped without a word (the workflow's warning line)
+    assert skipped_words(own).startswith(f"conditions {', '.join(cfg['conditions'])} are not run on your own data")
+    assert skipped_words(cfg) == "" and skipped_words({**own, "conditions": []}) == ""
 
 
 def test_an_unknown_condition_is_one_line_naming_the_choices(base):

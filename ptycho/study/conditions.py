@@ -108,6 +108,18 @@ def checked(cfg: Mapping) -> dict[str, dict[str, Any]]:
     return out
 
 
+def skipped_words(cfg: Mapping) -> str:
+    """One line when the config lists conditions the study will not run (on the user's own
+    data, where a condition, a simulation of the study's object, has nothing to simulate);
+    '' otherwise: they were dropped without a word."""
+    if not (cfg.get("data") and cfg.get("conditions")):
+        return ""
+    return (
+        f"conditions {', '.join(cfg['conditions'])} are not run on your own data (config key 'data'): each is a "
+        "simulation of the study's object at another dose or overlap; leave them out (conditions=[]) to silence this"
+    )
+
+
 def apply_models(model_dirs: Sequence[str], dataset) -> dict[str, dict[str, float]]:
     """Each trained network on ``dataset`` as ``ptycho infer``, ``stitch`` and ``evaluate``
     do it (normalised by the data's own intensity, weighted and phase-aligned stitching),
