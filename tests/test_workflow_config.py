@@ -530,3 +530,9 @@ def test_a_precision_the_cpu_only_emulates_is_one_warning_line(base):
     assert precision_warnings(cfg, ["amx_bf16", "amx_fp16"]) == []
     float32 = {"precision": ["float32"], "bench": {"precision": ["float32"]}}
     assert precision_warnings(resolve(base, float32), ["avx2"]) == []  # float32 needs nothing
+
+
+@pytest.mark.parametrize("spelling", ["./qa/base", "qa//base", "qa/base/", "qa/./base"])
+def test_a_results_folder_has_one_spelling(base, spelling):
+    """./qa/base, qa//base or qa/base/ gave 598 Snakemake warnings and published the report again."""
+    assert resolve(base, {"results": spelling})["results"] == "qa/base"

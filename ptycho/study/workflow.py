@@ -190,6 +190,9 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
         )
     merged = deep_merge(deep_merge(config, presets.get(preset, {})), overrides)
     resolved = validate(merged, schema)
+    # one spelling per folder: ./qa/base, qa//base and qa/base/ are qa/base (Snakemake
+    # warned hundreds of times about the others and the report was published again)
+    resolved["results"] = os.path.normpath(str(resolved["results"]))
     resolved["xla"] = _modes(resolved["xla"])
     for kind, own in resolved.get("per_model", {}).items():
         if "xla" in own:
