@@ -271,6 +271,34 @@ def test_a_job_still_running_in_the_folder_is_found_and_its_file_goes_with_it(tm
     assert not (folder / run_lock.JOBS_FOLDER).exists()
 
 
+def test_jobs_of_a_live_snakemake_whose_lock_file_was_deleted_are_not_called_orphans(tmp_path):
+    """With .workflow.lock deleted under a live run, a second run called its Snakemake
+    'gone' and advised killing its jobs; it names the live Snakemake instead."""
+    parent = tmp_path / "results" / "smoke" / "mlflow" / "parent.json"
+    code = (
+        "from ptycho.study import run_lock\n"
+        f"with run_lock.job_marked({str(parent)!r}, 'ptycho train pinn-off-s0'):\n"
+        "    print('marked', flush=True); input()\n"
+    )
+    env = {**os.environ, run_lock.WORKFLOW_ENV: run_lock.workflow_marker()}  # this process plays the live Snakemake
+    job = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    folder = parent.parent.parent
+    try:
+        assert job.stdout.readline().strip() == "marked"
+        with pytest.raises(PtychoError) as err:
+            run_lock.check_no_live_jobs(folder)
+        assert str(err.value) == (
+            f"a Snakemake (pid {os.getpid()}) is running in {folder} with 1 job(s), although its lock file "
+            f".workflow.lock is gone (deleted?); wait for it to end, or stop it (Ctrl-C in its terminal, or "
+            f"kill -INT {os.getpid()}), then run again"
+        )
+    finally:
+        job.kill()
+        job.wait(timeout=30)
+
+
 def test_the_jobs_of_a_snakemake_killed_outright_stop(tmp_path):
     """`kill -9` of Snakemake during training: its jobs went on as orphans, writing into
     the results folder beside the user's next run. Each job now watches its Snakemake."""

@@ -127,7 +127,7 @@ def job_marked(parent_json: str | os.PathLike | None, command: str) -> Iterator[
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 (held open for the job's life)
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        _record(handle, {**_me(), "command": command})
+        _record(handle, {**_me(), "command": command, "workflow": os.environ.get(WORKFLOW_ENV, "")})
     except OSError:
         pass
     try:
@@ -164,6 +164,13 @@ def live_jobs(folder: str | os.PathLike) -> list[dict]:
 def check_no_live_jobs(folder: str | os.PathLike) -> None:
     """One line if jobs of an earlier run (a Snakemake killed outright) still run here."""
     live = live_jobs(folder)
+    running = next((pid for pid in (live_workflow(j.get("workflow")) for j in live) if pid), None)
+    if running is not None:  # their Snakemake lives: a run is going on, its lock file was removed
+        raise PtychoError(
+            f"a Snakemake (pid {running}) is running in {folder} with {len(live)} job(s), although its lock file "
+            f"{LOCK_FILE} is gone (deleted?); wait for it to end, or stop it (Ctrl-C in its terminal, or "
+            f"kill -INT {running}), then run again"
+        )
     if live:
         pids = " ".join(str(j.get("pid")) for j in live)
         what = ", ".join(f"pid {j.get('pid')}: {j.get('command', '?')}" for j in live[:3])
@@ -172,6 +179,26 @@ def check_no_live_jobs(folder: str | os.PathLike) -> None:
             f"they stop by themselves within seconds once their Snakemake is gone: wait, or stop them (kill {pids}), "
             "then run again"
         )
+
+
+def live_workflow(marker: str | None) -> int | None:
+    """The pid of the Snakemake that ``marker`` (:func:`workflow_marker`) names, if it still
+    runs on this host (the same pid and start time); None otherwise."""
+    import psutil
+
+    try:
+        pid_text, started_text, host = (marker or "").split(":", 2)
+        pid, started = int(pid_text), float(started_text)
+    except ValueError:
+        return None
+    if host != socket.gethostname():
+        return None
+    try:
+        return pid if abs(psutil.Process(pid).create_time() - started) < 1.0 else None
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        return pid  # someone's process: not a sign that Snakemake is gone
 
 
 def watch_workflow(marker: str | None, interval: float = 2.0) -> bool:
@@ -184,23 +211,12 @@ def watch_workflow(marker: str | None, interval: float = 2.0) -> bool:
     import signal
     import threading
 
-    try:
-        pid_text, started_text, host = (marker or "").split(":", 2)
-        pid, started = int(pid_text), float(started_text)
-    except ValueError:
-        return False
-    if host != socket.gethostname() or pid == os.getpid():
+    pid = live_workflow(marker)
+    if pid is None or pid == os.getpid():
         return False
 
     def alive() -> bool:
-        import psutil
-
-        try:
-            return abs(psutil.Process(pid).create_time() - started) < 1.0
-        except psutil.NoSuchProcess:
-            return False
-        except psutil.AccessDenied:
-            return True  # someone's process: not a sign that Snakemake is gone
+        return live_workflow(marker) == pid
 
     def watch() -> None:
         while alive():
@@ -208,7 +224,5 @@ def watch_workflow(marker: str | None, interval: float = 2.0) -> bool:
         sys.stderr.write(f"ptycho: the workflow's Snakemake (pid {pid}) is gone: stopping this job\n")
         os.kill(os.getpid(), signal.SIGTERM)
 
-    if not alive():
-        return False
     threading.Thread(target=watch, name="ptycho-watch-workflow", daemon=True).start()
     return True
