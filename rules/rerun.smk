@@ -18,7 +18,7 @@ HOLES = holes([
 ])
 if HOLES:
     sys.stderr.write(
-        f"ptycho workflow: {len(HOLES)} output(s) are missing while results made from them remain "
+        f"ptycho workflow: {len(HOLES)} output(s) are missing (lost, or new in this version of the pipeline) while results made from them remain "
         f"({', '.join(os.path.relpath(p, R) for p in HOLES[:4])}{', ...' if len(HOLES) > 4 else ''}): "
         "their jobs and all that depends on them run again\n"
     )
