@@ -298,6 +298,8 @@ def test_smoke_pipeline_end_to_end_with_mlflow_runs_and_report(tmp_path):
     jit = next(r for r in children if r.info.run_name == "pinn-jit-s0")
     mlflow.set_tracking_uri(f"sqlite:///{work / 'results' / 'mlflow.db'}")  # conftest restores it after the test
     loaded = mlflow.pyfunc.load_model(f"models:/{models[jit.info.run_id].model_id}")
+    mlmodel = (work / "results" / "smoke" / "models" / "pinn-jit-s0" / "mlflow-model" / "MLmodel").read_text()
+    assert "model_code_path: python_model.py" in mlmodel and str(work) not in mlmodel  # no absolute path
     test = read_dataset(work / "results" / "smoke" / "data" / "test.h5")
     inferred = np.load(work / "results" / "smoke" / "reconstructions" / "pinn-jit-s0.npz")
     out = loaded.predict(

@@ -115,6 +115,19 @@ def requirements() -> list[str]:
     return out
 
 
+def _relative_code_path(mlmodel: Path) -> None:
+    """Name the model's code by its file in the model folder: MLflow records the absolute
+    path it was saved from (here a staging folder that is gone, in the original results
+    folder), although its loader reads only the file name beside ``MLmodel``."""
+    import yaml
+
+    spec = yaml.safe_load(mlmodel.read_text())
+    pyfunc = spec.get("flavors", {}).get("python_function", {})
+    if pyfunc.get("model_code_path"):
+        pyfunc["model_code_path"] = os.path.basename(pyfunc["model_code_path"])
+        mlmodel.write_text(yaml.safe_dump(spec, default_flow_style=False, sort_keys=False))
+
+
 def save(model_dir: str | os.PathLike, example: np.ndarray) -> Path:
     """Write ``<model_dir>/mlflow-model`` (MLmodel, signature, input example, the network
     and its ``model.json``) atomically, replacing an older one; returns its path.
@@ -162,6 +175,7 @@ def save(model_dir: str | os.PathLike, example: np.ndarray) -> Path:
                 input_example=example,
                 pip_requirements=requirements(),
             )
+        _relative_code_path(target / "MLmodel")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(target, final)
     finally:
