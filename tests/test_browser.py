@@ -167,7 +167,15 @@ def mlflow_ui(smoke, tmp_path_factory):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"mlflow ui did not come up on {base}:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
-        printed = [line.split(": ", 2)[-1] for line in log.read_text().splitlines() if line.startswith("MLflow: ")]
+        # `make ui` prints its addresses once the server answers, not before (a link printed
+        # a minute before the server answered led to a refused connection)
+        while "MLflow UI at" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"mlflow ui printed no address:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        text = log.read_text()
+        assert text.index("serving at") < text.index("MLflow: ")  # the addresses after the server answered
+        printed = [line.split(": ", 2)[-1] for line in text.splitlines() if line.startswith("MLflow: ")]
         yield {"base": base, "printed": printed}
     finally:
         left = stop_process_group(proc, grace=20)

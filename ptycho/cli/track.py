@@ -133,29 +133,32 @@ def _ui(args: argparse.Namespace) -> JobRecord:
     for note in tracking.follow_folder(results):
         print(f"ptycho track ui: note: {note}", file=sys.stderr)
     base = f"http://127.0.0.1:{args.port}"  # this machine only: a server for others is 'make mlflow-server'
-    from ptycho.tracking.server import refuse_taken_port
+    from ptycho.tracking.server import refuse_taken_port, serve
 
     refuse_taken_port("127.0.0.1", args.port, "choose another port (make ui UI_PORT=5002)")
+    lines = []
     for preset, (experiment, ids) in tracking.pinn_arm_runs(results).items():
         runs, experiments = json.dumps(ids, separators=(",", ":")), json.dumps([experiment])
-        print(
+        lines.append(
             f"MLflow: the PINN's arms of {preset} side by side (mode, precision, seed, SSIM, time to quality): "
             f"{base}/#/compare-runs?runs={runs}&experiments={experiments}"
         )
         # A fresh browser starts MLflow 3 in its GenAI mode, where the experiment opens on an
         # empty overview; the parameter switches it to machine learning.
-        print(
+        lines.append(
             "MLflow: every run of the study (its jobs under the parent run's +): "
             f"{base}/#/experiments/{experiment}/runs?workflowType=machine_learning"
         )
-    print(f"MLflow UI at {base} (Ctrl-C stops it)", flush=True)
+    lines.append(f"MLflow UI at {base} (Ctrl-C stops it)")
     mlflow = Path(sys.executable).with_name("mlflow")
     command = [str(mlflow if mlflow.exists() else shutil.which("mlflow") or "mlflow"), "ui"]
-    os.execv(
-        command[0],
-        [*command, "--backend-store-uri", f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(args.port)],
-    )
-    return JobRecord()  # not reached
+    command += ["--backend-store-uri", f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(args.port)]
+    # The addresses once the server answers (under load MLflow takes a minute or more to
+    # start, and a link printed before then led to a refused connection).
+    code = serve(command, announce=lines)
+    if code:
+        raise PtychoError(f"mlflow ui exited with code {code}; see its output above")
+    return JobRecord(summary="MLflow UI stopped")
 
 
 _ACTIONS = {"start": _start, "finish": _finish, "replay": _replay, "rebuild": _rebuild, "sweep": _sweep, "ui": _ui}

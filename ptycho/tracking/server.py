@@ -247,13 +247,20 @@ def _stop(proc, grace: float = 30.0) -> None:
         proc.wait()
 
 
-def serve(command: Sequence[str], tracking_uri: str | None = None, timeout: float = SERVE_TIMEOUT) -> int:
+def serve(
+    command: Sequence[str],
+    tracking_uri: str | None = None,
+    timeout: float = SERVE_TIMEOUT,
+    announce: Sequence[str] = (),
+) -> int:
     """Run a tracking server's ``command`` (``mlflow server ...``) until it ends; its exit code.
 
     Says ``starting MLflow server on HOST:PORT ...`` first and ``MLflow server serving at
     URL`` only once the server answers (:func:`answers`, polled for at most ``timeout``
     seconds; the address is the command's ``--host`` and ``--port``), with the
-    ``MLFLOW_TRACKING_URI`` jobs should export (``tracking_uri``). The server ends with this
+    ``MLFLOW_TRACKING_URI`` jobs should export (``tracking_uri``), then the ``announce``
+    lines (``make ui``'s addresses: links printed before the server answers led to a
+    refused connection for a minute under load). The server ends with this
     process, even a killed one (:func:`ptycho.runtime.dies_with_this_process`), and is
     stopped when this process is interrupted (SIGTERM, Ctrl-C), gives up or fails."""
     import subprocess
@@ -266,7 +273,8 @@ def serve(command: Sequence[str], tracking_uri: str | None = None, timeout: floa
     url = local_url(host, port)
     refuse_taken_port(host, port, "choose another port (--port)")
     loopback = host.strip("[]") in ("127.0.0.1", "localhost", "::1")
-    where = " (this machine only; MLFLOW_HOST=0.0.0.0 for jobs on other nodes)" if loopback else ""
+    # the hint is for a tracking server (make mlflow-server names the URI jobs use), not make ui
+    where = " (this machine only; MLFLOW_HOST=0.0.0.0 for jobs on other nodes)" if loopback and tracking_uri else ""
     print(f"starting MLflow server on {host}:{port}{where} ...", flush=True)
     started = time.monotonic()
     try:
@@ -287,6 +295,8 @@ def serve(command: Sequence[str], tracking_uri: str | None = None, timeout: floa
             time.sleep(0.5)
         export = f": export MLFLOW_TRACKING_URI={tracking_uri}" if tracking_uri else ""
         print(f"MLflow server serving at {url} (answered after {time.monotonic() - started:.0f} s){export}", flush=True)
+        for line in announce:  # what the caller has to say once the server answers (make ui's addresses)
+            print(line, flush=True)
         return proc.wait()
     finally:
         if proc.poll() is None:
