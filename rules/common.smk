@@ -39,11 +39,9 @@ os.environ.update(hardware_environment(HARDWARE))
 
 if workflow.is_main_process:
     # The run's first lines: the precision chosen for this machine, and why; a named one it only emulates.
-    for line in [auto_precision_line(CFG)] * bool(auto_precision_line(CFG)):
+    for line in filter(None, [auto_precision_line(CFG)]):
         sys.stderr.write(f"ptycho workflow: {line}\n")
-    for line in precision_warnings(CFG, HARDWARE):
-        sys.stderr.write(f"ptycho workflow: warning: {line}\n")
-    for line in [skipped_conditions(CFG)] * bool(skipped_conditions(CFG)):
+    for line in filter(None, [*precision_warnings(CFG, HARDWARE), skipped_conditions(CFG)]):
         sys.stderr.write(f"ptycho workflow: warning: {line}\n")
 
 R = f"{CFG['results']}/{CFG['preset']}"
@@ -205,5 +203,5 @@ except WorkflowError:  # no --cores: a command that runs no job
 if workflow.is_main_process and RUNS_JOBS:
     from ptycho.study.estimate import announce
 
-    for line in announce(CFG, CFG["results"], trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES)):
+    for line in announce(CFG, CFG["results"], trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES), HARDWARE):
         sys.stderr.write(f"ptycho workflow: {line}\n")

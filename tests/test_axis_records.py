@@ -56,7 +56,7 @@ def base():
 
 
 def test_a_mode_and_a_precision_added_by_their_records_are_parsed_named_and_paired(added):
-    from ptycho.nets.precision import EPSILON, SHORT, emulated, parse_precision
+    from ptycho.nets.precision import EPSILON, SHORT, Hardware, is_native, parse_precision
     from ptycho.nets.xla import compared, mode_of, parse_mode
     from ptycho.study import arms
 
@@ -64,7 +64,7 @@ def test_a_mode_and_a_precision_added_by_their_records_are_parsed_named_and_pair
     assert "jit2" in ptycho.nets.xla.COMPARED and compared(["off", "jit2"]) == ["jit2"]
     assert parse_precision("bf16c") == parse_precision("mixed_bfloat16_copy") == BF16C.name
     assert SHORT[BF16C.name] == "bf16c" and EPSILON[BF16C.name] == 2.0**-8
-    assert emulated([BF16C.name], ["avx2"]) == [BF16C.name] and emulated([BF16C.name], ["avx512_bf16"]) == []
+    assert not is_native(BF16C.name, Hardware(("avx2",))) and is_native(BF16C.name, Hardware(("avx512_bf16",)))
     for name in ("pinn-jit2-s0", "baseline-jit2-bf16c-s1", "pinn-off-bf16c-s2"):
         assert re.fullmatch(arms.PATTERN, name) and arms.Arm.parse(name).name == name
     assert arms.arm_name("pinn", "jit2", 0, "bf16c") == "pinn-jit2-bf16c-s0"

@@ -133,9 +133,8 @@ def _ui(args: argparse.Namespace) -> JobRecord:
     for note in tracking.follow_folder(results):
         print(f"ptycho track ui: note: {note}", file=sys.stderr)
     base = f"http://127.0.0.1:{args.port}"  # this machine only: a server for others is 'make mlflow-server'
-    from ptycho.tracking.server import refuse_taken_port, serve
+    from ptycho.tracking.server import serve
 
-    refuse_taken_port("127.0.0.1", args.port, "choose another port (make ui UI_PORT=5002)")
     lines = []
     for preset, (experiment, ids) in tracking.pinn_arm_runs(results).items():
         runs, experiments = json.dumps(ids, separators=(",", ":")), json.dumps([experiment])
@@ -155,7 +154,7 @@ def _ui(args: argparse.Namespace) -> JobRecord:
     command += ["--backend-store-uri", f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(args.port)]
     # The addresses once the server answers (under load MLflow takes a minute or more to
     # start, and a link printed before then led to a refused connection).
-    code = serve(command, announce=lines)
+    code = serve(command, announce=lines, port_fix="choose another port (make ui UI_PORT=5002)")
     if code:
         raise PtychoError(f"mlflow ui exited with code {code}; see its output above")
     return JobRecord(summary="MLflow UI stopped")

@@ -137,13 +137,6 @@ def is_native(precision: str, hardware: Hardware) -> bool:
     return p.native_flags is None or bool(set(hardware.cpu_flags) & set(p.native_flags))
 
 
-def emulated(precisions, cpu_flags, gpu_capability: tuple[int, int] | None = None) -> list[str]:
-    """The reduced precisions of ``precisions`` this machine (its CPU's ``cpu_flags``, its
-    GPU's compute capability if it has one) has no native kernels for."""
-    hardware = Hardware(tuple(cpu_flags), gpu_capability)
-    return [p for p in precisions if not is_native(p, hardware)]
-
-
 def native_precision(hardware: Hardware) -> tuple[str, str]:
     """The precision ``auto`` means on ``hardware``, and why, in words.
 

@@ -260,12 +260,19 @@ class _Split:
     steps: int
 
 
+def split_sizes(samples: int, cfg: TrainConfig) -> tuple[int, int, int]:
+    """How a training of ``samples`` divides them: (validation samples, training samples,
+    steps per epoch). At least one validation sample: a loss to read, even from few."""
+    used = min(samples, cfg.max_samples) if cfg.max_samples else samples
+    n_val = max(1, int(round(used * cfg.validation_fraction)))
+    return n_val, used - n_val, (used - n_val) // cfg.batch_size
+
+
 def _split(samples: int, cfg: TrainConfig, rng: np.random.Generator) -> _Split:
     order = rng.permutation(samples)
-    if cfg.max_samples:
-        order = order[: cfg.max_samples]
-    n_val = max(1, int(round(len(order) * cfg.validation_fraction)))  # a loss to read, even from few samples
-    split = _Split(np.sort(order[:n_val]), order[n_val:], (len(order) - n_val) // cfg.batch_size)
+    n_val, n_train, steps = split_sizes(samples, cfg)
+    order = order[: n_val + n_train]
+    split = _Split(np.sort(order[:n_val]), order[n_val:], steps)
     if split.steps == 0:
         raise PtychoError(
             f"only {len(split.train)} training samples for batch size {cfg.batch_size}; "

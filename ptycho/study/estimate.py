@@ -56,6 +56,9 @@ BENCH_FIXED_S = 10.0
 #: and per study (simulate, checks, solver and warm start, figures, report, config, parent).
 JOBS_PER_ARM = 3
 JOBS_PER_STUDY = 8
+#: A job's work besides its start, in steps of the slowest arm (a check's few passes, a
+#: stitch, a solver's iterations; fitted on the smoke and default runs' other jobs).
+REST_STEPS_PER_JOB = 10
 #: Jobs per condition (its simulation, checks and solver).
 JOBS_PER_CONDITION = 2
 
@@ -75,17 +78,25 @@ def arm_key(model: str, mode: str, precision: str) -> str:
     return f"{model}/{mode}/{precision}"
 
 
+def bench_arms(cfg: Mapping) -> list[tuple[str, str, str]]:
+    """Every (model, mode, precision) the bench times: its lists, float32 always (the
+    reference of every precision's ratio)."""
+    from ptycho.nets.precision import REFERENCE_PRECISION
+    from ptycho.study.workflow import bench_lists
+
+    models, modes, precisions = bench_lists(cfg)
+    return [(k, m, p) for k in models for p in dict.fromkeys([REFERENCE_PRECISION, *precisions]) for m in modes]
+
+
 def planned_arms(cfg: Mapping) -> list[tuple[str, str, str]]:
     """Every (model, mode, precision) the study trains or times, each once."""
-    from ptycho.study.workflow import arm_lists, bench_lists
+    from ptycho.study.workflow import arm_lists
 
     out = []
     for kind in cfg["models"]:
         modes, precisions, _ = arm_lists(cfg, kind)
         out += [(kind, m, p) for p in precisions for m in modes]
-    models, modes, precisions = bench_lists(cfg)
-    out += [(kind, m, p) for kind in models for p in dict.fromkeys(["float32", *precisions]) for m in modes]
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys([*out, *bench_arms(cfg)]))
 
 
 def calibration_path(cfg: Mapping, at_once: int, threads: int, machine: Mapping) -> Path:
@@ -215,17 +226,13 @@ def _samples(cfg: Mapping, kind: str, split: str) -> int:
 
 def training_seconds(cfg: Mapping, kind: str, cost: ArmCost) -> float:
     """One training job of model ``kind``: start, compile, its epochs' steps and validation."""
-    from ptycho.study.workflow import section_for
+    from ptycho.nets.train import split_sizes
+    from ptycho.study.workflow import train_config
 
-    train = section_for(cfg, "train", kind)
-    samples = _samples(cfg, kind, "train")
-    if train["max_samples"]:
-        samples = min(samples, train["max_samples"])
-    n_val = int(round(samples * train["validation_fraction"]))
-    steps = max(1, (samples - n_val) // train["batch_size"])
-    val_batches = math.ceil(n_val / train["batch_size"])
-    epoch = (steps + FORWARD_SHARE * val_batches) * cost.step_s
-    return JOB_S + cost.startup_s + cost.compile_s + train["epochs"] * epoch
+    train = train_config(cfg, "off", 0, kind)  # the mode, seed and precision do not change the sizes
+    n_val, _, steps = split_sizes(_samples(cfg, kind, "train"), train)
+    epoch = (max(1, steps) + FORWARD_SHARE * math.ceil(n_val / train.batch_size)) * cost.step_s
+    return JOB_S + cost.startup_s + cost.compile_s + train.epochs * epoch
 
 
 def schedule(durations: Sequence[float], slots: int) -> float:
@@ -244,7 +251,7 @@ def estimate(
     trainings at once, without the arms already ``trained`` (and the bench when
     ``bench_done``); raises ``KeyError`` for an arm the calibration did not time."""
     from ptycho.study.arms import parse_arm
-    from ptycho.study.workflow import arms, bench_lists
+    from ptycho.study.workflow import arms
 
     costs = _costs(calibration)
     names = [n for n in arms(cfg) if n not in set(trained)]
@@ -253,24 +260,19 @@ def estimate(
         a = parse_arm(name)
         trainings.append(training_seconds(cfg, a.model, costs[arm_key(a.model, a.mode, a.precision)]))
     bench = cfg["bench"]
-    models, modes, precisions = bench_lists(cfg)
     bench_s = 0.0 if bench_done else JOB_S + BENCH_FIXED_S
-    for kind in models * (not bench_done):
-        for p in dict.fromkeys(["float32", *precisions]):
-            for m in modes:
-                c = costs[arm_key(kind, m, p)]
-                timing = (bench["warmup"] + bench["repeats"]) * BENCH_STEPS_PER_ARM * c.step_s
-                sweep = sum(
-                    c.compile_s + bench["batch_repeats"] * c.step_s * max(1.0, b / 8) for b in bench["train_batches"]
-                )
-                bench_s += c.startup_s + c.compile_s + timing + sweep
+    for arm in [] if bench_done else bench_arms(cfg):
+        c = costs[arm_key(*arm)]
+        timing = (bench["warmup"] + bench["repeats"]) * BENCH_STEPS_PER_ARM * c.step_s
+        sweep = sum(c.compile_s + bench["batch_repeats"] * c.step_s * max(1.0, b / 8) for b in bench["train_batches"])
+        bench_s += c.startup_s + c.compile_s + timing + sweep
     n_jobs = JOBS_PER_STUDY + JOBS_PER_ARM * len(names) + JOBS_PER_CONDITION * len(cfg.get("conditions") or [])
     slowest = max(c.step_s for c in costs.values())
     infer = sum(
         FORWARD_SHARE * _samples(cfg, parse_arm(n).model, "test") / 8 * costs[arm_key(*_axes(n))].step_s for n in names
     )
     startup = max(c.startup_s for c in costs.values())
-    rest_s = (n_jobs * (JOB_S + startup + 10 * min(slowest, 1.0)) + infer) / max(1, at_once)
+    rest_s = (n_jobs * (JOB_S + startup + REST_STEPS_PER_JOB * min(slowest, 1.0)) + infer) / max(1, at_once)
     return Estimate(schedule(trainings, at_once), bench_s, rest_s, at_once, len(names))
 
 
@@ -358,7 +360,7 @@ def _with_precision(cfg: Mapping, emulated: Sequence[str], native: str) -> dict:
 CALIBRATE_ENV = "PTYCHO_CALIBRATE"
 
 
-def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: int) -> list[str]:
+def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: int, hardware=None) -> list[str]:
     """The workflow's lines before its first job: how long the study will take here.
 
     Calibrates once per machine and config (``python -m ptycho calibrate`` in a child
@@ -401,7 +403,7 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
             return [f"no estimate: the calibration failed ({type(exc).__name__}; its log: {log})"]
     try:
         calibration = json.loads(path.read_text())
-        est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done)
+        est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"no estimate: the calibration {path} cannot be read ({type(exc).__name__}: {exc}); delete it"]
     os.environ[ESTIMATE_ENV] = json.dumps(est.to_json())

@@ -242,9 +242,10 @@ def auto_precision_line(cfg: Mapping) -> str:
     auto = cfg.get("auto_precision")
     if not auto:
         return ""
-    from ptycho.nets.precision import REFERENCE_PRECISION
+    from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 
-    other = "mixed_bfloat16" if auto["precision"] == REFERENCE_PRECISION else REFERENCE_PRECISION
+    reduced = next(p for p in PRECISIONS if p != REFERENCE_PRECISION)  # the first reduced one: bfloat16
+    other = reduced if auto["precision"] == REFERENCE_PRECISION else REFERENCE_PRECISION
     return f"precision auto = {auto['precision']}: {auto['reason']} (to override: --config 'precision=[{other}]')"
 
 
@@ -400,11 +401,11 @@ def check_report_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) 
     except (OSError, ValueError, KeyError, TypeError):
         return  # no report yet (or not one of ours: publishing it again is the fix)
     theirs = results_folder({"results": other, "allow_results_outside": True}, workdir)
-    own = results_folder(cfg, workdir) / cfg["preset"] / "report" / "validation.json"
-    with contextlib.suppress(OSError):
-        if own.read_bytes() == published.read_bytes():
-            return  # this folder's own report, made before it was copied or moved (its config names the old place)
     if theirs != results_folder(cfg, workdir):
+        own = results_folder(cfg, workdir) / cfg["preset"] / "report" / "validation.json"
+        with contextlib.suppress(OSError):
+            if own.read_bytes() == published.read_bytes():
+                return  # this folder's own report, made before it was copied or moved (it names the old place)
         raise ConfigError(
             f"config key 'results' = {cfg['results']!r} reports to {published.parent.relative_to(base)}, which holds "
             f"the report of results folder {other!r}; choose a results name that does not flatten to the same "
@@ -529,13 +530,10 @@ def precision_warnings(cfg: Mapping, hardware=None) -> list[str]:
     """One line per precision the study names that this machine (``hardware``, default
     the detected one) only emulates: the study runs, but that arm trains slower than
     float32 here. ``precision: auto`` never picks one."""
-    from ptycho.nets.precision import PRECISIONS, Hardware, is_native
+    from ptycho.nets.precision import PRECISIONS, is_native
     from ptycho.study.bench.machine import hardware as detect
 
-    if hardware is None:
-        hardware = detect()
-    elif not isinstance(hardware, Hardware):
-        hardware = Hardware(tuple(hardware))  # a list of CPU flags
+    hardware = detect() if hardware is None else hardware
     lines = []
     named = [p for kind in cfg["models"] for p in arm_lists(cfg, kind)[1]] + bench_lists(cfg)[2]
     for p in dict.fromkeys(named):

@@ -252,6 +252,7 @@ def serve(
     tracking_uri: str | None = None,
     timeout: float = SERVE_TIMEOUT,
     announce: Sequence[str] = (),
+    port_fix: str = "choose another port (--port)",
 ) -> int:
     """Run a tracking server's ``command`` (``mlflow server ...``) until it ends; its exit code.
 
@@ -260,7 +261,8 @@ def serve(
     seconds; the address is the command's ``--host`` and ``--port``), with the
     ``MLFLOW_TRACKING_URI`` jobs should export (``tracking_uri``), then the ``announce``
     lines (``make ui``'s addresses: links printed before the server answers led to a
-    refused connection for a minute under load). The server ends with this
+    refused connection for a minute under load). A port already taken is one line naming
+    ``port_fix``. The server ends with this
     process, even a killed one (:func:`ptycho.runtime.dies_with_this_process`), and is
     stopped when this process is interrupted (SIGTERM, Ctrl-C), gives up or fails."""
     import subprocess
@@ -271,7 +273,7 @@ def serve(
         raise ConfigError("name the server's command after '--' (e.g. -- mlflow server --port 5001)")
     host, port = _option(command, "--host") or _MLFLOW_HOST, _option(command, "--port") or _MLFLOW_PORT
     url = local_url(host, port)
-    refuse_taken_port(host, port, "choose another port (--port)")
+    refuse_taken_port(host, port, port_fix)
     loopback = host.strip("[]") in ("127.0.0.1", "localhost", "::1")
     # the hint is for a tracking server (make mlflow-server names the URI jobs use), not make ui
     where = " (this machine only; MLFLOW_HOST=0.0.0.0 for jobs on other nodes)" if loopback and tracking_uri else ""
