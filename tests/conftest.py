@@ -182,6 +182,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _workflow_environment_restored():
+    """No test leaks what parsing the workflow in this process sets in its environment
+    (rules/common.smk: PTYCHO_WORKFLOW naming this process as the live Snakemake, the
+    config's JSON and hash, the detected hardware) into later tests and their subprocesses:
+    a job started later would name this pytest process as its live Snakemake."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("PTYCHO_")}
+    yield
+    for key in [k for k in os.environ if k.startswith("PTYCHO_")]:
+        if key not in before:
+            del os.environ[key]
+    os.environ.update(before)
+
+
+@pytest.fixture(autouse=True)
 def _tracking_uri_restored():
     """No test leaks its MLflow tracking URI into the next: ``mlflow.set_tracking_uri``
     also sets ``MLFLOW_TRACKING_URI`` in this process's environment, which every later

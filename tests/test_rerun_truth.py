@@ -248,7 +248,10 @@ def test_a_job_still_running_in_the_folder_is_found_and_its_file_goes_with_it(tm
         f"with run_lock.job_marked({str(parent)!r}, 'ptycho train pinn-off-float32-0'):\n"
         "    print('marked', flush=True); input()\n"
     )
-    job = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    env = {k: v for k, v in os.environ.items() if k != run_lock.WORKFLOW_ENV}  # its Snakemake is gone
+    job = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     folder = parent.parent.parent
     try:
         assert job.stdout.readline().strip() == "marked"
