@@ -19,7 +19,10 @@ from ptycho.cli import main
 from ptycho.study.machines import sources, table
 
 ROOT = Path(__file__).resolve().parent.parent
-SMOKE = ROOT / "reports" / "smoke" / "validation.json"
+#: A finished smoke study's report (ptycho at 0eb835a, Intel Xeon with AMX; its bench record,
+#: solver and the accuracy and gradients details dropped, which ``machines`` does not read):
+#: the tests move it to other machines and edit its comparisons.
+SMOKE = ROOT / "tests" / "data" / "smoke-validation.json"
 
 INTEL = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_flags": ["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]}
 ZEN4 = {"cpu": "AMD EPYC 9R14 96-Core Processor", "cpu_flags": ["avx2", "avx512f", "avx512_bf16"]}
@@ -28,8 +31,6 @@ OLD = {"cpu": "Intel(R) Xeon(R) CPU E5-2680 v4", "cpu_flags": ["avx2"]}
 
 @pytest.fixture(scope="module")
 def smoke() -> dict:
-    if not SMOKE.is_file():
-        pytest.skip("no finished smoke study here (reports/smoke/validation.json): run make all --config preset=smoke")
     return json.loads(SMOKE.read_text())
 
 
