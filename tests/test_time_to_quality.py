@@ -5,6 +5,7 @@ and never with a precision's gain counted as XLA's."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -60,12 +61,12 @@ def test_an_arm_faster_per_step_that_needs_twice_the_steps_is_slower_to_quality_
     off = [_meta("off", s, _curve(5), 0.100) for s in seeds]
     fast = [_meta("physics", s, _curve(10), 0.100 / 1.5) for s in seeds]  # 1.5x per step, 2x the steps
     c = ttq.compare(_runs(fast), _runs(off), 0.05)
-    assert c["per_step"] == pytest.approx(1.5, rel=1e-3)
-    assert c["steps_ratio"] == pytest.approx(0.5)
-    assert c["ratio"] == pytest.approx(0.75, rel=1e-3)
-    assert c["high"] < 1.0 and c["paired"] and not c["inconclusive"]
+    assert c.per_step == pytest.approx(1.5, rel=1e-3)
+    assert c.steps_ratio == pytest.approx(0.5)
+    assert c.ratio == pytest.approx(0.75, rel=1e-3)
+    assert c.high < 1.0 and c.paired and not c.inconclusive
     rec = speedup({}, 1.0, metas=off + fast, margin=0.05)
-    assert rec["status"] == "FAIL" and rec["value"] == pytest.approx(c["low"])
+    assert rec["status"] == "FAIL" and rec["value"] == pytest.approx(c.low)
     assert rec["evidence"]["judged"] == {"by": "time_to_quality", "comparison": "pinn-physics"}
     assert "1.50x per step, 2.00x the steps" in rec["summary"] and "SLOWER" in rec["summary"]
 
@@ -92,8 +93,8 @@ def test_a_seed_that_never_reaches_the_target_counts_as_its_whole_training_and_t
     off = [_meta("off", s, _curve(5), 0.100) for s in seeds]
     one = [_meta("jit", 0, _curve(EPOCHS + 5), 0.080)] + [_meta("jit", s, _curve(5), 0.080) for s in (1, 2)]
     c = ttq.compare(_runs(one), _runs(off), 0.05)
-    assert c["missed"] == {"arm": [0], "reference": []} and not c["inconclusive"]
-    assert c["arm"][0]["steps"] == EPOCHS * STEPS and not c["arm"][0]["reached"]  # the whole training
+    assert c.missed == ttq.Sides((0,), ()) and not c.inconclusive
+    assert c.arm[0].steps == EPOCHS * STEPS and not c.arm[0].reached  # the whole training
     rec = speedup({}, 1.0, metas=off + one, margin=0.05)
     assert "never reached the target: jit at fp32 seed 0 (counted as the whole training)" in rec["summary"]
     two = [_meta("jit", s, _curve(EPOCHS + 5), 0.080) for s in (0, 1)] + [_meta("jit", 2, _curve(5), 0.080)]
@@ -109,8 +110,8 @@ def test_the_target_is_the_same_for_any_offset_of_the_loss():
         off = [_meta("off", s, _curve(5), 0.1, offset=offset) for s in seeds]
         jit = [_meta("jit", s, _curve(7), 0.1, offset=offset) for s in seeds]
         c = ttq.compare(_runs(jit), _runs(off), 0.05)
-        assert c["target"] == pytest.approx(0.10 + offset + 0.05 * 1.1)
-        assert [x["epochs"] for x in c["arm"]] == [7, 7] and [x["epochs"] for x in c["reference"]] == [5, 5]
+        assert c.target == pytest.approx(0.10 + offset + 0.05 * 1.1)
+        assert [x.epochs for x in c.arm] == [7, 7] and [x.epochs for x in c.reference] == [5, 5]
 
 
 def test_quality_is_the_loss_above_each_trainings_own_floor():
@@ -123,12 +124,12 @@ def test_quality_is_the_loss_above_each_trainings_own_floor():
         off = [_meta("off", s, _curve(5), 0.1, offset=o, floor=floors) for s, o in offsets.items()]
         jit = [_meta("jit", s, _curve(7), 0.1, offset=o, floor=floors) for s, o in offsets.items()]
         c = ttq.compare(_runs(jit), _runs(off), 0.05)
-        epochs = [x["epochs"] for x in c["arm"]], [x["epochs"] for x in c["reference"]]
+        epochs = [x.epochs for x in c.arm], [x.epochs for x in c.reference]
         if floors:
-            assert c["target"] == pytest.approx(0.10 + 0.05 * 1.1)  # an excess over the floor
-            assert epochs == ([7, 7, 7], [5, 5, 5]) and not c["inconclusive"]
+            assert c.target == pytest.approx(0.10 + 0.05 * 1.1)  # an excess over the floor
+            assert epochs == ([7, 7, 7], [5, 5, 5]) and not c.inconclusive
         else:  # what the raw loss said: a verdict about the splits
-            assert c["missed"] == {"arm": [1], "reference": [1]}
+            assert c.missed == ttq.Sides((1,), (1,))
 
 
 def test_trainings_without_a_floor_beside_ones_with_it_are_all_measured_in_raw_loss_and_named():
@@ -142,8 +143,8 @@ def test_trainings_without_a_floor_beside_ones_with_it_are_all_measured_in_raw_l
         metas = [_meta(m, s, _curve(5), 0.1, offset=offset, floor=m == new) for m in (old, new) for s in seeds]
         by_mode = {m: _runs([x for x in metas if x["train"]["xla"] == m]) for m in ("off", "physics")}
         c = ttq.compare(by_mode["physics"], by_mode["off"], 0.05)
-        assert c["ratio"] == pytest.approx(1.0, rel=1e-2) and not c["missed"]["arm"] and not c["inconclusive"]
-        assert c["no_floor"] == {
+        assert c.ratio == pytest.approx(1.0, rel=1e-2) and not c.missed.arm and not c.inconclusive
+        assert c.no_floor.to_json() == {
             "arm" if old == "physics" else "reference": [0, 1, 2],
             "arm" if old == "off" else "reference": [],
         }
@@ -162,14 +163,14 @@ def test_compile_time_is_reported_apart_and_in_a_second_figure():
         dict(_meta("jit", 0, _curve(5), 0.05), timing=dict(_meta("jit", 0, _curve(5), 0.05)["timing"], compile_s=20))
     ]
     c = ttq.compare(_runs(jit), _runs(off), 0.05)
-    assert c["ratio"] == pytest.approx(2.0, rel=1e-2)  # 50 steps at 100 ms vs at 50 ms
-    assert c["ratio_with_compile"] == pytest.approx((5 + 2) / (2.5 + 20), rel=1e-2)
+    assert c.ratio == pytest.approx(2.0, rel=1e-2)  # 50 steps at 100 ms vs at 50 ms
+    assert c.ratio_with_compile == pytest.approx((5 + 2) / (2.5 + 20), rel=1e-2)
 
 
 def test_records_without_step_times_have_no_time_to_quality():
     good = _meta("off", 0, _curve(5), 0.1)
     assert len(ttq.runs_of([good, dict(good, history=[]), dict(good, timing={})])) == 1
-    assert ttq.compare([], _runs([good]), 0.05)["inconclusive"]
+    assert ttq.compare([], _runs([good]), 0.05).inconclusive
 
 
 def _failed(meta: dict, epochs_done: int) -> dict:
@@ -193,10 +194,10 @@ def test_a_failed_seed_is_a_miss_counted_as_its_whole_planned_training_and_named
     jit = [_meta("jit", s, _curve(5), 0.050) for s in seeds]
     jit[0] = _failed(jit[0], epochs_done=2)  # diverged in epoch 3 of 12
     c = ttq.compare(_runs(jit), _runs(off), 0.05)
-    assert c["missed"] == {"arm": [0], "reference": []} and c["failed"] == {"arm": [0], "reference": []}
-    assert c["arm"][0]["steps"] == EPOCHS * STEPS and not c["arm"][0]["reached"]  # all 12 planned epochs
+    assert c.missed == ttq.Sides((0,), ()) and c.failed == ttq.Sides((0,), ())
+    assert c.arm[0].steps == EPOCHS * STEPS and not c.arm[0].reached  # all 12 planned epochs
     # 50 steps at 100 ms vs mean(120, 50, 50) steps at 50 ms: 5.0 s / 3.67 s, not 5.0 / 2.5
-    assert c["ratio"] == pytest.approx(5.0 / ((120 + 50 + 50) / 3 * 0.05), rel=2e-2)
+    assert c.ratio == pytest.approx(5.0 / ((120 + 50 + 50) / 3 * 0.05), rel=2e-2)
     rec = speedup({}, 1.0, metas=off + jit, margin=0.05)
     assert (
         "FAILED (diverged or collapsed): jit at fp32 seed 0 (counted as the whole planned training)" in rec["summary"]
@@ -205,14 +206,14 @@ def test_a_failed_seed_is_a_miss_counted_as_its_whole_planned_training_and_named
     # Diverged before its first timed step: timed at its arm's steps. Two failed: INCONCLUSIVE.
     jit[1] = _failed(jit[1], epochs_done=0)
     c = ttq.compare(_runs(jit), _runs(off), 0.05)
-    assert c["arm"][1]["step_s"] == pytest.approx(0.05, rel=1e-2) and c["inconclusive"]
+    assert c.arm[1].step_s == pytest.approx(0.05, rel=1e-2) and c.inconclusive
     # A failed reference seed sets no target; with none finished there is no time to quality.
     off_failed = [_failed(m, epochs_done=1) for m in off]
-    assert math.isnan(ttq.compare(_runs(jit), _runs(off_failed), 0.05)["ratio"])
+    assert math.isnan(ttq.compare(_runs(jit), _runs(off_failed), 0.05).ratio)
     one_failed = [_failed(off[0], epochs_done=1), *off[1:]]
     c = ttq.compare(_runs([_meta("jit", s, _curve(5), 0.05) for s in seeds]), _runs(one_failed), 0.05)
-    assert c["target"] == pytest.approx(ttq.compare(_runs(jit[2:]), _runs(off[1:]), 0.05)["target"])
-    assert c["missed"]["reference"] == [0]
+    assert c.target == pytest.approx(ttq.compare(_runs(jit[2:]), _runs(off[1:]), 0.05).target)
+    assert c.missed.reference == (0,)
 
 
 def test_an_arm_whose_only_seed_never_reached_the_target_can_fail_but_never_pass():
@@ -222,8 +223,8 @@ def test_an_arm_whose_only_seed_never_reached_the_target_can_fail_but_never_pass
     off = [_meta("off", 0, _curve(8), 0.100)]
     for jit in (_failed(_meta("jit", 0, _curve(5), 0.050), epochs_done=2), _meta("jit", 0, _curve(EPOCHS + 5), 0.05)):
         c = ttq.compare(_runs([jit]), _runs(off), 0.05)
-        assert c["missed"]["arm"] == [0] and c["upper_bound"] and not c["inconclusive"]
-        assert c["ratio"] == pytest.approx(80 * 0.1 / (120 * 0.05), rel=2e-2)  # 1.33: at most
+        assert c.missed.arm == (0,) and c.upper_bound and not c.inconclusive
+        assert c.ratio == pytest.approx(80 * 0.1 / (120 * 0.05), rel=2e-2)  # 1.33: at most
         rec = speedup({}, 1.0, metas=[*off, jit], margin=0.05)
         assert rec["status"] == "INCONCLUSIVE" and "not shown faster (no seed of the arm reached" in rec["summary"]
         said = speed_sentence({"items": {"speedup": rec}})  # the report's first lines
@@ -233,4 +234,38 @@ def test_an_arm_whose_only_seed_never_reached_the_target_can_fail_but_never_pass
     bare = _failed(_meta("jit", 1, _curve(5), 0.050), epochs_done=0)
     bare["train"] = {k: v for k, v in bare["train"].items() if k != "epochs"}
     c = ttq.compare(_runs([_meta("jit", 0, _curve(5), 0.05), bare]), _runs(off), 0.05)
-    assert c["arm"][1]["steps"] == EPOCHS * STEPS
+    assert c.arm[1].steps == EPOCHS * STEPS
+
+
+def test_a_comparison_is_one_record_stored_read_judged_and_logged_the_same_way():
+    # Issue 43: the report, the speedup item and the MLflow view once read the report's
+    # dict each in their own way, and the parent run logged an upper bound's ratio as a
+    # measured one. Now one record: stored and read back equal (NaN as JSON's null too),
+    # judged once, and its MLflow metrics carry its flags.
+    import json
+
+    from ptycho.artifacts import _jsonable
+    from ptycho.study.jobs import answers
+
+    off = [_meta("off", 0, _curve(8), 0.100)]
+    jit = [_meta("jit", 0, _curve(EPOCHS + 5), 0.05)]  # never reaches the target: an upper bound
+    rec = json.loads(json.dumps(_jsonable(speedup({}, 1.0, metas=off + jit, margin=0.05))))
+    stored = rec["evidence"]["time_to_quality"]["pinn-jit"]
+    c = ttq.Comparison.from_json(stored)
+    assert c.to_json() == stored and c.title == "PINN jit - off" and c.axis == "mode"
+    assert c.upper_bound and c.passes(1.0) is None and c.passes(2.0) is False
+    assert c.outcome.startswith("not shown faster") and c.sentence() in rec["summary"]
+    # the smoke study's report with this speedup item in it
+    report = json.loads((Path(__file__).parent / "data" / "smoke-validation.json").read_text())
+    report["items"]["speedup"] = rec
+    logged = answers(report)
+    parent = logged[""].metrics
+    assert parent["xla_ttq_ratio.jit"] == pytest.approx(c.ratio) and parent["xla_ttq_upper_bound.jit"] == 1.0
+    assert parent["xla_ttq_inconclusive.jit"] == 0.0
+    assert logged["pinn-jit-s0"].metrics["quality_reached"] == 0.0
+    assert logged["pinn-off-s0"].metrics["quality_steps"] == c.reference[0].steps
+    # without a finished reference: no ratio, nothing logged as one, and its words say why
+    none = ttq.compare(_runs(jit), [], 0.05)
+    assert not none.measured and "no time to quality" in none.sentence()
+    assert none.metrics() == {"upper_bound": 0.0, "inconclusive": 1.0}
+    assert ttq.Comparison.from_json(json.loads(json.dumps(_jsonable(none.to_json())))) == none

@@ -657,11 +657,13 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
     ``system/`` samples). The parent gets the verdict and each item's status (tags
     ``verdict``, ``check.<item>``) and value (metrics), the headline ratios per PINN mode
     (``xla_ttq_<stat>.<mode>[-<precision>]``: ``ratio``, its 95 % interval ``low`` and
-    ``high``, ``per_step``, ``ratio_with_compile``), and the report's three sentences as
+    ``high``, ``per_step``, ``ratio_with_compile``, and the flags ``upper_bound`` and
+    ``inconclusive``, 1 when the ratio is not a measured one), and the report's three sentences as
     its description. On measured data (no ground truth) an arm's quality is its
     agreement with its reference arm and its data misfit (:func:`_measured_answers`).
     """
     from ptycho.study import report as views
+    from ptycho.study.checklist.speedup import comparisons
 
     arms: dict[str, dict[str, float]] = {}
     for name, arm in report["arms"].items():
@@ -670,28 +672,16 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
             metrics["infer_patterns_per_s"] = arm["infer_patterns_per_s"]
         arms[name] = metrics
     arms = _measured_answers(report, arms)
-    speed = report["items"]["speedup"].get("evidence", {})
     parent_metrics: dict[str, float] = {"verdict_pass": float(report["verdict"] == "PASS")}
-    for c in speed.get("time_to_quality", {}).values():
-        if c.get("axis") != "mode":  # an arm's target is its XLA comparison's (off at its precision)
+    for c in comparisons(report).values():
+        if not c.is_xla():  # an arm's target is its XLA comparison's (off at its precision)
             continue
-        for side, mode, precision in (
-            ("arm", c["mode"], c["precision"]),
-            ("reference", c["reference_mode"], c["reference_precision"]),
-        ):
-            for seed in c.get(side, []):
-                name = Arm(c["model"], mode, int(seed["seed"]), precision).name
-                arms.setdefault(name, {}).update(
-                    quality_time_s=seed["seconds"],
-                    quality_time_with_compile_s=seed["seconds_with_compile"],
-                    quality_steps=seed["steps"],
-                    quality_reached=float(bool(seed["reached"])),
-                )
-        if c["model"] == "pinn":
-            key = Arm(c["model"], c["mode"], 0, c["precision"]).key("mode", "precision")
-            for stat in ("ratio", "low", "high", "per_step", "ratio_with_compile"):
-                if isinstance(c.get(stat), int | float):
-                    parent_metrics[f"xla_ttq_{stat}.{key}"] = c[stat]
+        for side, mode, precision in (("arm", c.mode, c.precision), ("reference", c.reference_mode, c.precision)):
+            for reach in getattr(c, side):
+                arms.setdefault(Arm(c.model, mode, reach.seed, precision).name, {}).update(reach.metrics())
+        if c.model == "pinn":
+            key = Arm(c.model, c.mode, 0, c.precision).key("mode", "precision")
+            parent_metrics.update({f"xla_ttq_{stat}.{key}": v for stat, v in c.metrics().items()})
     tags = {"verdict": report["verdict"]}
     for item, rec in report["items"].items():
         tags[f"check.{item}"] = rec["status"]

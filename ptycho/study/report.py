@@ -198,28 +198,17 @@ def speed_sentence(report: Mapping) -> str:
     """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
     quality vs ``off`` at that precision with its interval, where it was timed, and the
     plain outcome (faster, SLOWER, no measurable effect)."""
-    from ptycho.study.checklist.speedup import ratio_words, ttq_outcome
+    from ptycho.study.checklist.speedup import comparisons
 
-    item = report["items"]["speedup"]
-    ev = item["evidence"]
-    xla = [c for c in ev.get("time_to_quality", {}).values() if c["axis"] == "mode" and c["model"] == "pinn"]
-    xla = [c for c in xla if math.isfinite(_num(c.get("ratio")))]
-    if xla:
-        best: dict[str, Mapping] = {}
-        for c in xla:
-            if c["precision"] not in best or c["ratio"] > best[c["precision"]]["ratio"]:
-                best[c["precision"]] = c
-        parts = []
-        for precision, c in best.items():
-            outcome = ttq_outcome(c)
-            n = len(c.get("arm", []))
-            parts.append(
-                f"at {SHORT.get(precision, precision)} the best mode, {c['mode']}, reaches the PINN's quality target at "
-                f"{ratio_words(c)} off's speed ({n} seed{'s' * (n != 1)}; {c['per_step']:.2f}x per step): {outcome}"
-            )
+    ev = report["items"]["speedup"]["evidence"]
+    best: dict[str, Any] = {}  # per precision, the fastest measured XLA mode of the PINN
+    for c in comparisons(report).values():
+        if c.is_xla("pinn") and c.measured and (c.precision not in best or c.ratio > best[c.precision].ratio):
+            best[c.precision] = c
+    if best:
         return (
             "Speed: XLA vs off at the same precision, time to quality in the pipeline's schedule: "
-            + "; ".join(parts)
+            + "; ".join(c.headline() for c in best.values())
             + "."
         )
     words = ev.get("per_step", {}).get(ev.get("context", "alone"))

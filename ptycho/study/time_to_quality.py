@@ -42,7 +42,7 @@ import dataclasses
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class Run:
                 return epoch
         return None
 
-    def reach(self, target: float) -> dict:
+    def reach(self, target: float) -> Reach:
         """Steps and seconds to ``target`` (the whole training when it is never reached, the
         whole planned training for a failed one)."""
         epochs = None if self.failed else self.epochs_to(target)
@@ -91,17 +91,70 @@ class Run:
         whole = max(len(self.val_loss), self.planned_epochs) if self.failed else len(self.val_loss)
         epochs = epochs if reached else whole
         steps = epochs * self.steps_per_epoch
-        seconds = steps * self.step_s
+        return Reach(self.seed, reached, epochs, steps, self.step_s, steps * self.step_s, self.compile_s)
+
+
+@dataclass(frozen=True)
+class Reach:
+    """One training's way to the target: the epochs and steps it took (its whole training
+    when it never got there), at its median step time; compilation apart."""
+
+    seed: int
+    reached: bool
+    epochs: int
+    steps: int
+    step_s: float
+    seconds: float
+    compile_s: float
+
+    @property
+    def seconds_with_compile(self) -> float:
+        return self.seconds + self.compile_s
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "seconds_with_compile": self.seconds_with_compile}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Reach:
+        return cls(
+            int(d["seed"]),
+            bool(d["reached"]),
+            int(d["epochs"]),
+            int(d["steps"]),
+            _float(d.get("step_s")),
+            _float(d.get("seconds")),
+            _float(d.get("compile_s")),
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """The MLflow metrics of this training's run (named so that MLflow's compare view,
+        which sorts keys, shows them beside the SSIMs, above the ``system/`` samples)."""
         return {
-            "seed": self.seed,
-            "reached": reached,
-            "epochs": epochs,
-            "steps": steps,
-            "step_s": self.step_s,
-            "seconds": seconds,
-            "seconds_with_compile": seconds + self.compile_s,
-            "compile_s": self.compile_s,
+            "quality_time_s": self.seconds,
+            "quality_time_with_compile_s": self.seconds_with_compile,
+            "quality_steps": float(self.steps),
+            "quality_reached": float(self.reached),
         }
+
+
+class Sides(NamedTuple):
+    """Seeds named per side of a comparison: the arm's and the reference's."""
+
+    arm: tuple[int, ...] = ()
+    reference: tuple[int, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"arm": list(self.arm), "reference": list(self.reference)}
+
+    @classmethod
+    def from_json(cls, d: Mapping | None) -> Sides:
+        d = d or {}
+        return cls(tuple(int(s) for s in d.get("arm", ())), tuple(int(s) for s in d.get("reference", ())))
+
+
+def _float(v: Any) -> float:
+    """A number as stored (None: NaN, as strict JSON writes it)."""
+    return float(v) if v is not None else math.nan
 
 
 def loss_floor(meta: Mapping) -> float | None:
@@ -191,6 +244,253 @@ def _boot_medians(run: Run, resamples: int, rng: np.random.Generator) -> np.ndar
     return np.median(rng.choice(times, (resamples, times.size)), axis=1)
 
 
+def ratio_words(ratio: float, low: float = math.nan, high: float = math.nan) -> str:
+    """``"1.06x (95% CI 0.99-1.15)"``, or the ratio alone without a finite interval."""
+    if math.isfinite(low) and math.isfinite(high):
+        return f"{ratio:.2f}x (95% CI {low:.2f}-{high:.2f})"
+    return f"{ratio:.2f}x"
+
+
+def effect_words(ratio: float, low: float = math.nan, high: float = math.nan) -> str:
+    """ "faster", "SLOWER" or "no measurable effect": where the 95 % interval lies against 1
+    (a verdict compares its lower end with a threshold; this says what was measured)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "faster" if ratio > 1.0 else "not faster"
+    if low > 1.0:
+        return "faster"
+    if high < 1.0:
+        return "SLOWER"
+    return "no measurable effect"
+
+
+def _short(precision: str) -> str:
+    from ptycho.nets.precision import SHORT
+
+    return SHORT.get(precision, precision)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One time-to-quality comparison: an arm's seeds against its reference's, the only
+    code that knows its keys in the report (:meth:`to_json`, :meth:`from_json`), judged
+    once (:attr:`outcome`), worded once (:meth:`sentence`, :meth:`headline`) and logged
+    once (:meth:`metrics`, :meth:`Reach.metrics`).
+
+    ``ratio`` is the reference's mean seconds to the target over the arm's (above 1 = the
+    arm is sooner), with its interval ``low``-``high`` at ``level``; NaN when the reference
+    has no finished run or the arm none timed. The pair's identity (model, modes,
+    precisions, ``title``) is set by who pairs the arms (:func:`ptycho.study.checklist.
+    speedup.time_to_quality`); :func:`compare` leaves it empty.
+    """
+
+    ratio: float
+    low: float = math.nan
+    high: float = math.nan
+    target: float = math.nan
+    margin: float = math.nan
+    level: float = 0.95
+    resamples: int = 0
+    ratio_with_compile: float = math.nan
+    per_step: float = math.nan
+    steps_ratio: float = math.nan
+    paired: bool = False
+    arm: tuple[Reach, ...] = ()
+    reference: tuple[Reach, ...] = ()
+    missed: Sides = Sides()
+    #: FAILED trainings (diverged or collapsed), counted as their whole planned training
+    failed: Sides = Sides()
+    #: seeds without a recorded floor, when others have one: all were measured in raw loss
+    no_floor: Sides = Sides()
+    #: two seeds of one arm never reached the target
+    inconclusive: bool = True
+    #: no seed of the arm reached the target (one seed: the smoke preset): its times are
+    #: lower bounds, so the ratio is an upper bound, which can show slower, never faster
+    upper_bound: bool = False
+    model: str = ""
+    mode: str = ""
+    precision: str = ""
+    reference_mode: str = ""
+    reference_precision: str = ""
+    title: str = ""  #: the pair in words, e.g. "PINN jit - off"
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def axis(self) -> str:
+        """``"mode"`` (an XLA mode vs off, same precision) or ``"precision"``."""
+        return "mode" if self.mode != self.reference_mode else "precision"
+
+    def of_pair(self, pair: Any) -> Comparison:
+        """This comparison as ``pair``'s (:class:`ptycho.study.arms.Pair`)."""
+        return dataclasses.replace(
+            self,
+            model=pair.arm.model,
+            mode=pair.arm.mode,
+            precision=pair.arm.precision,
+            reference_mode=pair.reference.mode,
+            reference_precision=pair.reference.precision,
+            title=pair.words(),
+        )
+
+    def is_xla(self, model: str | None = None) -> bool:
+        """An XLA mode against off at the same precision (of ``model``, when named)."""
+        return self.axis == "mode" and (model is None or self.model == model)
+
+    # ------------------------------------------------------------------ judged
+    @property
+    def measured(self) -> bool:
+        return math.isfinite(self.ratio)
+
+    @property
+    def outcome(self) -> str:
+        """What it shows: faster, SLOWER or no measurable effect by where the interval lies,
+        unless two seeds of one arm never reached the target (INCONCLUSIVE), or none of the
+        arm's did (its ratio is then an upper bound, which can show SLOWER, never faster)."""
+        if self.inconclusive:
+            return "INCONCLUSIVE (two seeds of one arm never reached the target)"
+        outcome = effect_words(self.ratio, self.low, self.high)
+        if self.upper_bound and outcome != "SLOWER":
+            return "not shown faster (no seed of the arm reached the target: the ratio is an upper bound)"
+        return outcome
+
+    @property
+    def judged_value(self) -> float:
+        """What a verdict compares with its threshold: the interval's lower end (the ratio without one)."""
+        return self.low if math.isfinite(self.low) else self.ratio
+
+    def passes(self, threshold: float) -> bool | None:
+        """Whether it shows the arm at least ``threshold`` times as fast; None when it cannot
+        say (INCONCLUSIVE, or an upper bound that would pass: it can fail, never pass)."""
+        value = self.judged_value
+        if self.inconclusive or (self.upper_bound and value >= threshold):
+            return None
+        return value >= threshold
+
+    # ------------------------------------------------------------------ worded
+    @property
+    def who(self) -> str:
+        """The arm in words: ``physics at bf16``, or ``bf16 (off)`` on the precision axis."""
+        if self.axis == "mode":
+            return f"{self.mode} at {_short(self.precision)}"
+        return f"{_short(self.precision)} ({self.mode})"
+
+    @property
+    def whom(self) -> str:
+        """The reference in words: ``off at bf16``, or ``fp32 (off)``."""
+        if self.axis == "mode":
+            return f"{self.reference_mode} at {_short(self.precision)}"
+        return f"{_short(self.reference_precision)} ({self.mode})"
+
+    def ratio_words(self) -> str:
+        """``"1.06x (95% CI 0.99-1.15)"``."""
+        return ratio_words(self.ratio, self.low, self.high)
+
+    def value_words(self) -> str:
+        """``1.21x (1.11-1.35)``; an upper bound ``<= 0.80x (upper bound)``."""
+        if self.upper_bound:
+            return f"<= {self.ratio:.2f}x (upper bound)"
+        if math.isfinite(self.low) and math.isfinite(self.high):
+            return f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f})"
+        return f"{self.ratio:.2f}x"
+
+    def _seeds(self, sides: Sides) -> str:
+        """``"physics at bf16 seeds 1, 2; off at bf16 seed 0"``: each side's seeds named."""
+        return "; ".join(
+            f"{self.whom if side == 'reference' else self.who} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+            for side, s in sides._asdict().items()
+            if s
+        )
+
+    def sentence(self) -> str:
+        """``"physics at bf16 reaches the target at 1.02x (95% CI 0.95-1.09) the speed of
+        off at bf16 (3 seeds paired; 1.01x per step, 1.00x the steps; with compilation
+        0.90x): no measurable effect"``, with the seeds that missed or failed named."""
+        if not self.measured:
+            return (
+                f"{self.who} vs {self.whom}: no time to quality (no finished {self.whom} training, "
+                f"or no {self.who} training with step times)"
+            )
+        n = len(self.arm)
+        missed = self._seeds(
+            Sides(
+                *(
+                    tuple(s for s in seeds if s not in gone)
+                    for seeds, gone in zip(self.missed, self.failed, strict=True)
+                )
+            )
+        )
+        miss = f"; never reached the target: {missed} (counted as the whole training)" if missed else ""
+        gone = self._seeds(self.failed)
+        if gone:
+            miss += f"; FAILED (diverged or collapsed): {gone} (counted as the whole planned training)"
+        unfloored = self._seeds(self.no_floor)
+        if unfloored:
+            miss += raw_loss_words("measured", unfloored)
+        return (
+            f"{self.who} reaches the target at {self.ratio_words()} the speed of {self.whom} "
+            f"({n} seed{'s' * (n != 1)}{' paired' if self.paired and n > 1 else ''}; {self.per_step:.2f}x per step, "
+            f"{1 / self.steps_ratio:.2f}x the steps; with compilation {self.ratio_with_compile:.2f}x{miss}): "
+            f"{self.outcome}"
+        )
+
+    def headline(self) -> str:
+        """The report's first screen: ``"at fp32 the best mode, jit, reaches the PINN's
+        quality target at 1.09x (95% CI 0.99-1.25) off's speed (3 seeds; 1.09x per step):
+        no measurable effect"``."""
+        n = len(self.arm)
+        return (
+            f"at {_short(self.precision)} the best mode, {self.mode}, reaches the PINN's quality target at "
+            f"{self.ratio_words()} {self.reference_mode}'s speed ({n} seed{'s' * (n != 1)}; "
+            f"{self.per_step:.2f}x per step): {self.outcome}"
+        )
+
+    # ------------------------------------------------------------------ logged
+    def metrics(self) -> dict[str, float]:
+        """Its MLflow metrics by statistic, flags included, so that a logged ratio never
+        reads as measured when it is an upper bound or INCONCLUSIVE."""
+        out = {k: getattr(self, k) for k in ("ratio", "low", "high", "per_step", "ratio_with_compile")}
+        out = {k: v for k, v in out.items() if math.isfinite(v)}
+        return {**out, "upper_bound": float(self.upper_bound), "inconclusive": float(self.inconclusive)}
+
+    # ------------------------------------------------------------------ stored
+    def to_json(self) -> dict:
+        """Its record in the report (``validation.json``)."""
+        out: dict[str, Any] = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("arm", "reference", "missed", "failed", "no_floor", "title")
+        }
+        out.update(
+            axis=self.axis,
+            words=self.title,
+            arm=[r.to_json() for r in self.arm],
+            reference=[r.to_json() for r in self.reference],
+            missed=self.missed.to_json(),
+            failed=self.failed.to_json(),
+            no_floor=self.no_floor.to_json(),
+        )
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Comparison:
+        """The record of :meth:`to_json`, also from reports written before a field existed
+        (its default) and with NaN stored as null."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        floats = ("ratio", "low", "high", "target", "margin", "ratio_with_compile", "per_step", "steps_ratio")
+        fields: dict[str, Any] = {k: d[k] for k in names if k in d and k not in ("arm", "reference", "title")}
+        fields.update({k: _float(d.get(k)) for k in floats})
+        fields.update(
+            arm=tuple(Reach.from_json(r) for r in d.get("arm") or ()),
+            reference=tuple(Reach.from_json(r) for r in d.get("reference") or ()),
+            missed=Sides.from_json(d.get("missed")),
+            failed=Sides.from_json(d.get("failed")),
+            no_floor=Sides.from_json(d.get("no_floor")),
+            title=str(d.get("words", "")),
+        )
+        if "reference_precision" not in d:  # written before precisions: the arm's own
+            fields["reference_precision"] = d.get("precision", "")
+        return cls(**fields)
+
+
 def compare(
     arm: Sequence[Run],
     reference: Sequence[Run],
@@ -199,24 +499,19 @@ def compare(
     resamples: int = 2000,
     level: float = 0.95,
     seed: int = 0,
-) -> dict:
-    """Time to quality of ``arm`` against ``reference`` (both lists of seeds' :class:`Run`).
-
-    Returns ``{"target", "ratio", "low", "high", "ratio_with_compile", "per_step",
-    "steps_ratio", "paired", "arm": [...reach per seed], "reference": [...], "missed":
-    {"arm": [seeds], "reference": [seeds]}, "failed": {...}, "no_floor": {...},
-    "inconclusive": bool}``; the ratio is the reference's mean seconds over the arm's
-    (above 1 = sooner). NaN when the reference has no finished run or the arm none timed.
+) -> Comparison:
+    """Time to quality of ``arm`` against ``reference`` (both lists of seeds' :class:`Run`):
+    the :class:`Comparison`, its ratio the reference's mean seconds over the arm's (above
+    1 = sooner); NaN when the reference has no finished run or the arm none timed.
     Losses are measured above every run's floor, or all in raw loss when some record none
     (:func:`common_floors`; ``no_floor`` names those seeds). A failed run is missed (its
     whole planned training, ``failed`` names it), timed at its arm's steps if it timed
     none, and has no say in the target or the floors.
     """
-    nan = float("nan")
     sides = {"arm": arm, "reference": reference}
     timed = {side: tuple(t for r in runs for t in r.step_times_s) for side, runs in sides.items()}
     if not timed["arm"] or not any(not r.failed for r in reference):
-        return {"ratio": nan, "low": nan, "high": nan, "inconclusive": True, "arm": [], "reference": [], "missed": {}}
+        return Comparison(math.nan, margin=float(margin), level=level)
     longest = max(max(len(r.val_loss), r.planned_epochs) for runs in sides.values() for r in runs)
     finished = {(side, r.seed): r.floor for side, runs in sides.items() for r in runs if not r.failed}
     floors, unfloored = common_floors(finished)
@@ -236,17 +531,14 @@ def compare(
         for side in sides
     )
     goal = target([r for r in reference if not r.failed], margin)
-    reach_a = [r.reach(goal) for r in arm]
-    reach_r = [r.reach(goal) for r in reference]
+    reach_a = tuple(r.reach(goal) for r in arm)
+    reach_r = tuple(r.reach(goal) for r in reference)
 
     def col(reaches, key):
-        return np.array([x[key] for x in reaches], dtype=np.float64)
+        return np.array([getattr(x, key) for x in reaches], dtype=np.float64)
 
-    secs_a, secs_r = col(reach_a, "seconds"), col(reach_r, "seconds")
-    ratio = float(_centre(secs_r) / _centre(secs_a))
-    with_compile = float(_centre(col(reach_r, "seconds_with_compile")) / _centre(col(reach_a, "seconds_with_compile")))
-    per_step = float(_centre(col(reach_r, "step_s")) / _centre(col(reach_a, "step_s")))
-    steps_ratio = float(_centre(col(reach_r, "steps")) / _centre(col(reach_a, "steps")))
+    def ratio_of(key):
+        return float(_centre(col(reach_r, key)) / _centre(col(reach_a, key)))
 
     # Bootstrap: seeds resampled (jointly when paired), each picked seed's median step
     # time from a resample of its own steps.
@@ -262,30 +554,24 @@ def compare(
     boot_r = _centre(steps_r[idx_r] * med_r[rows, idx_r])
     low, high = np.percentile(boot_r / boot_a, [50 * (1 - level), 50 * (1 + level)])
 
-    missed = {
-        "arm": [x["seed"] for x in reach_a if not x["reached"]],
-        "reference": [x["seed"] for x in reach_r if not x["reached"]],
-    }
-    return {
-        "target": goal,
-        "margin": float(margin),
-        "ratio": ratio,
-        "low": float(low),
-        "high": float(high),
-        "level": level,
-        "resamples": resamples,
-        "ratio_with_compile": with_compile,
-        "per_step": per_step,
-        "steps_ratio": steps_ratio,
-        "paired": paired,
-        "arm": reach_a,
-        "reference": reach_r,
-        "missed": missed,
-        "failed": {side: [r.seed for r in runs if r.failed] for side, runs in (("arm", arm), ("reference", reference))},
-        #: seeds without a recorded floor, when others have one: all were measured in raw loss
-        "no_floor": {side: sorted(s for k, s in unfloored if k == side) for side in sides},
-        "inconclusive": max(len(missed["arm"]), len(missed["reference"])) >= MISSES_INCONCLUSIVE,
-        #: no seed of the arm reached the target (one seed: the smoke preset): its times are
-        #: lower bounds, so the ratio is an upper bound, which can show slower, never faster
-        "upper_bound": len(missed["arm"]) == len(arm),
-    }
+    missed = Sides(*(tuple(x.seed for x in reaches if not x.reached) for reaches in (reach_a, reach_r)))
+    return Comparison(
+        ratio=ratio_of("seconds"),
+        low=float(low),
+        high=float(high),
+        target=goal,
+        margin=float(margin),
+        level=level,
+        resamples=resamples,
+        ratio_with_compile=ratio_of("seconds_with_compile"),
+        per_step=ratio_of("step_s"),
+        steps_ratio=ratio_of("steps"),
+        paired=paired,
+        arm=reach_a,
+        reference=reach_r,
+        missed=missed,
+        failed=Sides(*(tuple(r.seed for r in runs if r.failed) for runs in (arm, reference))),
+        no_floor=Sides(*(tuple(sorted(s for k, s in unfloored if k == side)) for side in sides)),
+        inconclusive=max(len(missed.arm), len(missed.reference)) >= MISSES_INCONCLUSIVE,
+        upper_bound=len(missed.arm) == len(arm),
+    )

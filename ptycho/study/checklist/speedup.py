@@ -71,44 +71,27 @@ def _steps(bench: Mapping[str, Any], model: str, context: str) -> int:
 
 
 def ratio_words(r: Mapping[str, Any]) -> str:
-    """``"1.06x (95% CI 0.99-1.15)"``, or the ratio alone without a finite interval."""
-    if math.isfinite(r.get("low", math.nan)) and math.isfinite(r.get("high", math.nan)):
-        return f"{r['ratio']:.2f}x (95% CI {r['low']:.2f}-{r['high']:.2f})"
-    return f"{r['ratio']:.2f}x"
+    """A benchmark ratio ``{ratio, low, high}`` in words (:func:`ptycho.study.time_to_quality.ratio_words`)."""
+    return ttq.ratio_words(r["ratio"], r.get("low", math.nan), r.get("high", math.nan))
 
 
 def effect_words(r: Mapping[str, Any]) -> str:
-    """ "faster", "SLOWER" or "no measurable effect": where the 95 % interval lies against 1
-    (the verdict compares its lower end with the threshold; this says what was measured)."""
-    low, high = r.get("low", math.nan), r.get("high", math.nan)
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "faster" if r["ratio"] > 1.0 else "not faster"
-    if low > 1.0:
-        return "faster"
-    if high < 1.0:
-        return "SLOWER"
-    return "no measurable effect"
+    """A benchmark ratio's effect (:func:`ptycho.study.time_to_quality.effect_words`)."""
+    return ttq.effect_words(r["ratio"], r.get("low", math.nan), r.get("high", math.nan))
 
 
-def ttq_outcome(c: Mapping[str, Any]) -> str:
-    """What a time-to-quality comparison shows: :func:`effect_words`, unless two seeds of
-    one arm never reached the target (INCONCLUSIVE), or none of the arm's did (its ratio
-    is then an upper bound, which can show SLOWER, never faster)."""
-    if c.get("inconclusive"):
-        return "INCONCLUSIVE (two seeds of one arm never reached the target)"
-    outcome = effect_words(c)
-    if c.get("upper_bound") and outcome != "SLOWER":
-        return "not shown faster (no seed of the arm reached the target: the ratio is an upper bound)"
-    return outcome
+def comparisons(report: Mapping) -> dict[str, ttq.Comparison]:
+    """The speedup item's time-to-quality comparisons of a report, by key."""
+    found = report["items"]["speedup"]["evidence"].get("time_to_quality") or {}
+    return {k: ttq.Comparison.from_json(c) for k, c in found.items()}
 
 
 # ----------------------------------------------------------------- time to quality
-def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, dict]:
+def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, ttq.Comparison]:
     """Every comparison the trained arms allow, each holding the other axis fixed, keyed
     like the other items' (:attr:`~ptycho.study.arms.Pair.group`): each XLA mode vs
     ``off`` at the same precision (``pinn-physics-bf16``) and each reduced precision vs
-    float32 in the same mode (``pinn-off-bf16-vs-fp32``), with ``axis``, ``words`` and the
-    :func:`ptycho.study.time_to_quality.compare` record."""
+    float32 in the same mode (``pinn-off-bf16-vs-fp32``)."""
     by_arm: dict[Arm, list[Mapping]] = {}
     for m in metas:
         a = Arm.of_meta(m)
@@ -121,58 +104,10 @@ def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, dict]:
         if arm.precision != REFERENCE_PRECISION:
             candidates.append(Pair(arm, arm._replace(precision=REFERENCE_PRECISION)))
         for pair in candidates:
-            if pair.reference not in by_arm:
-                continue
-            c = ttq.compare(ttq.runs_of(by_arm[arm]), ttq.runs_of(by_arm[pair.reference]), margin)
-            out[pair.group] = {
-                "axis": pair.axis,
-                "model": arm.model,
-                "mode": arm.mode,
-                "precision": arm.precision,
-                "reference_mode": pair.reference.mode,
-                "reference_precision": pair.reference.precision,
-                "words": pair.words(),
-                **c,
-            }
+            if pair.reference in by_arm:
+                c = ttq.compare(ttq.runs_of(by_arm[arm]), ttq.runs_of(by_arm[pair.reference]), margin)
+                out[pair.group] = c.of_pair(pair)
     return out
-
-
-def _ttq_words(c: Mapping[str, Any]) -> str:
-    """``"physics at bf16 reaches the target 1.02x as fast as off at bf16 (95% CI
-    0.95-1.09; 3 seeds paired; 1.01x per step, 1.00x the steps): no measurable effect"``."""
-    if c["axis"] == "mode":
-        who, ref = f"{c['mode']} at {_at(c['precision'])}", f"{REFERENCE} at {_at(c['precision'])}"
-    else:
-        who, ref = f"{_at(c['precision'])} ({c['mode']})", f"{_at(c['reference_precision'])} ({c['mode']})"
-    if not math.isfinite(c["ratio"]):
-        return f"{who} vs {ref}: no time to quality (no finished {ref} training, or no {who} training with step times)"
-    n = len(c["arm"])
-
-    def seeds_of(sides: Mapping[str, list[int]]) -> str:
-        """``"physics at bf16 seeds 1, 2; off at bf16 seed 0"``: each side's seeds named."""
-        return "; ".join(
-            f"{ref if side == 'reference' else who} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
-            for side, s in sides.items()
-            if s
-        )
-
-    failed = c.get("failed") or {}
-    missed = seeds_of(
-        {side: [s for s in seeds if s not in failed.get(side, ())] for side, seeds in c["missed"].items()}
-    )
-    miss = f"; never reached the target: {missed} (counted as the whole training)" if missed else ""
-    gone = seeds_of(failed)
-    if gone:
-        miss += f"; FAILED (diverged or collapsed): {gone} (counted as the whole planned training)"
-    unfloored = seeds_of(c.get("no_floor") or {})
-    if unfloored:
-        miss += ttq.raw_loss_words("measured", unfloored)
-    outcome = ttq_outcome(c)
-    return (
-        f"{who} reaches the target at {ratio_words(c)} the speed of {ref} "
-        f"({n} seed{'s' * (n != 1)}{' paired' if c['paired'] and n > 1 else ''}; {c['per_step']:.2f}x per step, "
-        f"{1 / c['steps_ratio']:.2f}x the steps; with compilation {c['ratio_with_compile']:.2f}x{miss}): {outcome}"
-    )
 
 
 # ------------------------------------------------------------------ per step (bench)
@@ -217,7 +152,7 @@ def _bench_verdict(bench: Mapping[str, Any], context: str) -> tuple[float, dict 
     return (r["low"] if reliable else r["ratio"]), dict(r, arm=best[0])
 
 
-def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, Mapping]) -> str:
+def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, ttq.Comparison]) -> str:
     """The precision's own effect in one sentence: each reduced precision vs float32 in the
     same mode, per step (benchmark, both contexts) and in time to quality where both were
     trained; empty when no reduced precision was measured. Not XLA's effect."""
@@ -236,8 +171,8 @@ def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, Mappin
             )
             parts.append(f"{_at(r['precision'])} vs {_at(REFERENCE_PRECISION)} with {REFERENCE}, per step: {steps}")
     for c in ttq_records.values():
-        if c["axis"] == "precision" and c["model"] == "pinn" and math.isfinite(c["ratio"]):
-            parts.append(f"in time to quality, {_ttq_words(c)}")
+        if c.axis == "precision" and c.model == "pinn" and c.measured:
+            parts.append(f"in time to quality, {c.sentence()}")
     if not parts:
         return ""
     return "Precision: its own effect, not XLA's (each precision vs float32 in the same mode): " + "; ".join(parts)
@@ -355,18 +290,18 @@ def speedup(
     """
     train_timings = dict(train_timings or {})
     records = time_to_quality(metas, margin)
-    xla = {k: c for k, c in records.items() if c["axis"] == "mode" and c["model"] == "pinn"}
+    xla = {k: c for k, c in records.items() if c.is_xla("pinn")}
     per_step = _bench_xla_words(bench)
     status = None
     if xla:
-        finite = {k: c for k, c in xla.items() if math.isfinite(c["ratio"])}
-        best_key = max(finite, key=lambda k: finite[k]["ratio"]) if finite else next(iter(xla))
+        measured = {k: c for k, c in xla.items() if c.measured}
+        best_key = max(measured, key=lambda k: measured[k].ratio) if measured else next(iter(xla))
         best = xla[best_key]
-        value = best["low"] if math.isfinite(best["low"]) else best["ratio"]
-        if best.get("inconclusive") or (best.get("upper_bound") and value >= threshold):
+        value = best.judged_value
+        if best.passes(threshold) is None:
             status = INCONCLUSIVE  # an upper bound can fail the threshold, never pass it
         head = "XLA's own effect on the PINN's time to quality (each mode vs off at the same precision, steps timed "
-        head += "in the pipeline's schedule): " + "; ".join(_ttq_words(c) for c in xla.values())
+        head += "in the pipeline's schedule): " + "; ".join(c.sentence() for c in xla.values())
         judged = {"by": "time_to_quality", "comparison": best_key}
     else:
         value, best_bench = _bench_verdict(bench, context)
@@ -392,7 +327,7 @@ def speedup(
         summary,
         {
             "judged": judged,
-            "time_to_quality": records,
+            "time_to_quality": {k: c.to_json() for k, c in records.items()},
             "context": context,
             "per_step": per_step,
             "precision": precision_finding(bench, records),
@@ -450,39 +385,36 @@ def text(report: Mapping) -> str:
 def ttq_table(report: Mapping) -> Table:
     """Per comparison and seed: steps, step time and seconds to the target, both arms."""
     rows = []
-    for c in report["items"]["speedup"]["evidence"].get("time_to_quality", {}).values():
-        failed = c.get("failed") or {}
-        for side, reaches in (("arm", c.get("arm", [])), ("reference", c.get("reference", []))):
+    for c in comparisons(report).values():
+        for side, reaches in (("arm", c.arm), ("reference", c.reference)):
+            who = (
+                f"{c.mode} {_at(c.precision)}" if side == "arm" else f"{c.reference_mode} {_at(c.reference_precision)}"
+            )
+            failed = getattr(c.failed, side)
             for x in reaches:
-                who = (
-                    f"{c['mode']} {_at(c['precision'])}"
-                    if side == "arm"
-                    else f"{c['reference_mode']} {_at(c['reference_precision'])}"
-                )
                 rows.append(
                     [
-                        c["words"],
-                        f"{who}, seed {x['seed']}",
-                        fmt(c.get("target")),
-                        str(x["epochs"])
-                        + ("" if x["reached"] else " (FAILED)" if x["seed"] in failed.get(side, ()) else " (never)"),
-                        str(x["steps"]),
-                        fmt(x["step_s"] * 1e3),
-                        fmt(x["seconds"]),
-                        fmt(x["compile_s"]),
+                        c.title,
+                        f"{who}, seed {x.seed}",
+                        fmt(c.target),
+                        str(x.epochs) + ("" if x.reached else " (FAILED)" if x.seed in failed else " (never)"),
+                        str(x.steps),
+                        fmt(x.step_s * 1e3),
+                        fmt(x.seconds),
+                        fmt(x.compile_s),
                     ]
                 )
-        if math.isfinite(c.get("ratio", math.nan)):
+        if c.measured:
             rows.append(
                 [
-                    c["words"],
+                    c.title,
                     "ratio (reference / arm)",
                     "",
                     "",
-                    fmt(1 / c["steps_ratio"]),
-                    fmt(c["per_step"]),
-                    ratio_words(c),
-                    fmt(c["ratio_with_compile"]),
+                    fmt(1 / c.steps_ratio),
+                    fmt(c.per_step),
+                    c.ratio_words(),
+                    fmt(c.ratio_with_compile),
                 ]
             )
     return (

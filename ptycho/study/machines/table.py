@@ -13,6 +13,7 @@ from typing import Any
 from ptycho.errors import ConfigError, PtychoError
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
+from ptycho.study import time_to_quality as ttq
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.report import REPORT_SCHEMA_VERSION
 
@@ -59,20 +60,15 @@ class Kind:
 @dataclass(frozen=True)
 class Comparison:
     """One comparison of the PINN along one axis (:class:`ptycho.study.arms.Pair`): the
-    speedup item's time-to-quality ratio (the reference's time to the target over the
-    arm's, above 1 = sooner) with its 95 % interval, whether it is an upper bound (no seed
-    of the arm reached the target) or INCONCLUSIVE; and the quality item's SSIM outcomes
-    ('' when the quality item has none)."""
+    speedup item's time-to-quality record (:class:`ptycho.study.time_to_quality.Comparison`,
+    None when the item has none) and the quality item's SSIM outcomes ('' when the quality
+    item has none)."""
 
     mode: str
     precision: str
     reference_mode: str
     reference_precision: str
-    ratio: float = math.nan
-    low: float = math.nan
-    high: float = math.nan
-    upper_bound: bool = False
-    inconclusive: bool = False
+    speed: ttq.Comparison | None = None
     amp_ssim: str = ""
     phase_ssim: str = ""
 
@@ -82,12 +78,16 @@ class Comparison:
 
     @property
     def measured(self) -> bool:
-        return math.isfinite(self.ratio)
+        return self.speed is not None and self.speed.measured
+
+    @property
+    def low(self) -> float:
+        return self.speed.low if self.speed else math.nan
 
     @property
     def resolved_faster(self) -> bool:
         """A measured ratio, not an upper bound nor INCONCLUSIVE, whose interval's lower end is above 1."""
-        return self.measured and not self.upper_bound and not self.inconclusive and self.low > 1.0
+        return self.measured and not self.speed.upper_bound and not self.speed.inconclusive and self.low > 1.0
 
     @property
     def acceptable(self) -> bool:
@@ -96,10 +96,8 @@ class Comparison:
 
     @property
     def outcome(self) -> str:
-        """The report's words (:func:`ptycho.study.checklist.speedup.ttq_outcome`), first clause."""
-        from ptycho.study.checklist.speedup import ttq_outcome
-
-        return ttq_outcome(asdict(self)).split(" (")[0] if self.measured else "not measured"
+        """The report's words (:attr:`ptycho.study.time_to_quality.Comparison.outcome`), first clause."""
+        return self.speed.outcome.split(" (")[0] if self.measured else "not measured"
 
     def label(self) -> str:
         """``jit`` on the mode axis, ``bf16 vs fp32 (off)`` on the precision axis."""
@@ -108,11 +106,7 @@ class Comparison:
 
     def value_words(self) -> str:
         """``1.21x (1.11-1.35)``; an upper bound ``<= 0.80x (upper bound)``."""
-        if self.upper_bound:
-            return f"<= {self.ratio:.2f}x (upper bound)"
-        if math.isfinite(self.low) and math.isfinite(self.high):
-            return f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f})"
-        return f"{self.ratio:.2f}x"
+        return self.speed.value_words() if self.speed else "n/a"
 
     def words(self) -> str:
         """``jit 1.09x (0.99-1.25): no measurable effect``; ``jit: not measured``."""
@@ -121,19 +115,34 @@ class Comparison:
         return f"{self.label()} {self.value_words()}: {self.outcome}"
 
     def as_dict(self) -> dict:
-        extra = {"axis": self.axis, "outcome": self.outcome, "resolved_faster": self.resolved_faster}
-        return {**asdict(self), **extra, "words": self.words()}
+        speed = self.speed or ttq.Comparison(math.nan, inconclusive=False)
+        return {
+            "mode": self.mode,
+            "precision": self.precision,
+            "reference_mode": self.reference_mode,
+            "reference_precision": self.reference_precision,
+            "ratio": speed.ratio,
+            "low": speed.low,
+            "high": speed.high,
+            "upper_bound": speed.upper_bound,
+            "inconclusive": speed.inconclusive,
+            "amp_ssim": self.amp_ssim,
+            "phase_ssim": self.phase_ssim,
+            "axis": self.axis,
+            "outcome": self.outcome,
+            "resolved_faster": self.resolved_faster,
+            "words": self.words(),
+        }
 
 
-def _comparison(pair, ttq: Any, quality: Any) -> Comparison:
+def _comparison(pair, speed: Any, quality: Any) -> Comparison:
     """The comparison of ``pair`` from the two items' records under its key. A ratio whose
     record names other arms than its key is left out (never shown under another name)."""
     names = (pair.arm.mode, pair.arm.precision, pair.reference.mode, pair.reference.precision)
     fields: dict[str, Any] = {}
     keys = ("mode", "precision", "reference_mode", "reference_precision")
-    if isinstance(ttq, Mapping) and tuple(str(ttq.get(k, n)) for k, n in zip(keys, names, strict=True)) == names:
-        fields = {k: _number(ttq.get(k)) for k in ("ratio", "low", "high")}
-        fields.update(upper_bound=bool(ttq.get("upper_bound")), inconclusive=bool(ttq.get("inconclusive")))
+    if isinstance(speed, Mapping) and tuple(str(speed.get(k, n)) for k, n in zip(keys, names, strict=True)) == names:
+        fields["speed"] = ttq.Comparison.from_json({**dict(zip(keys, names, strict=True)), **speed})
     if isinstance(quality, Mapping):
         fields.update({k: str((quality.get(k) or {}).get("outcome", "n/a")) for k in ("amp_ssim", "phase_ssim")})
     return Comparison(*names, **fields)
