@@ -78,11 +78,12 @@ rule check_convergence:
         ptycho=PTYCHO,
         track=tracking("check_convergence"),
         threshold=CFG["thresholds"]["convergence_max_rel"],
+        sided=TWO_SIDED,
         **rerun_params("check_convergence"),
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} check convergence --threshold {params.threshold} --models {input.models} "
+        "{params.ptycho} {params.track} check convergence --threshold {params.threshold} {params.sided}--models {input.models} "
         "--out {output} > {log} 2>&1"
 
 
@@ -105,11 +106,12 @@ rule check_quality:
         ptycho=PTYCHO,
         track=tracking("check_quality"),
         threshold=CFG["thresholds"]["quality_max_ssim_diff"],
+        sided=TWO_SIDED,
         **rerun_params("check_quality"),
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} check quality --threshold {params.threshold} --metrics {input.metrics} "
+        "{params.ptycho} {params.track} check quality --threshold {params.threshold} {params.sided}--metrics {input.metrics} "
         f"--models {{input.models}} {QUALITY_STITCHED_FLAG}--out {{output}} > {{log}} 2>&1"
 
 

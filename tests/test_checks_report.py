@@ -36,8 +36,17 @@ def test_convergence_needs_seeds_to_pass_and_fails_when_a_loss_rises_or_nothing_
         for mode, finals in (("jit", (1.000, 1.002, 1.001)), ("off", (1.001, 1.000, 1.002)))
         for s, final in enumerate(finals)
     }
-    ok = convergence(seeds, 0.05, dict.fromkeys(seeds, 4.0))
-    assert ok["status"] == "PASS" and ok["value"] <= 0.05 and "EQUIVALENT" in ok["summary"]
+    ok = convergence(seeds, 0.05, dict.fromkeys(seeds, 4.0))  # "not worse": one-sided
+    assert ok["status"] == "PASS" and ok["value"] <= 0.05 and "NOT WORSE by more than the 5.0% margin" in ok["summary"]
+    same = convergence(seeds, 0.05, dict.fromkeys(seeds, 4.0), test="equivalence")  # thresholds.two_sided
+    assert same["status"] == "PASS" and same["value"] <= 0.05 and "EQUIVALENT" in same["summary"]
+    # a loss 20 % higher in every seed is WORSE: the item fails; 20 % lower is not worse
+    for factor, status, word in ((1.2, "FAIL", "WORSE by more than"), (0.8, "PASS", "NOT WORSE")):
+        moved = {
+            k: _history([3.0, 2.0, v[-1]["val_loss"] * (factor if "-jit-" in k else 1.0)]) for k, v in seeds.items()
+        }
+        rec = convergence(moved, 0.05, dict.fromkeys(moved, 4.0))
+        assert rec["status"] == status and word in rec["summary"], rec["summary"]
     rising = convergence(hist, 0.05, {"pinn-jit-s0": 0.5, "pinn-off-s0": 4.0})
     assert rising["status"] == "FAIL" and "did not decrease" in rising["summary"]
     alone = convergence({"pinn-jit-s0": _history([2.0, 1.0])}, 0.05)
@@ -54,7 +63,7 @@ def test_convergence_compares_all_arms_in_raw_loss_when_some_record_no_floor():
     }
     floors = {name: (-2.2 if "-off-" in name else None) for name in seeds}
     rec = convergence(seeds, 0.05, dict.fromkeys(seeds, 0.0), floors=floors)
-    assert rec["status"] == "PASS" and "EQUIVALENT" in rec["summary"]
+    assert rec["status"] == "PASS" and "NOT WORSE" in rec["summary"]
     assert "compared in raw loss, since pinn-jit-s0, pinn-jit-s1, pinn-jit-s2 record no loss floor" in rec["summary"]
     above = convergence(seeds, 0.05, dict.fromkeys(seeds, 0.0), floors=dict.fromkeys(seeds, -2.2))
     assert above["status"] == "PASS" and "raw loss" not in above["summary"]
@@ -79,30 +88,53 @@ def _seeds(model, mode, amp, phase):
 
 def test_quality_across_seeds_says_inconclusive_with_the_seeds_needed_when_the_spread_is_wide():
     # Seeds of the same arm spread by 0.06 in phase SSIM: a 0.03 XLA - off difference with
-    # three seeds each can be neither shown within the 0.02 margin nor beyond it.
+    # three seeds each can be neither shown within the 0.02 margin nor beyond it (two-sided).
     off = _seeds("pinn", "off", [0.85, 0.86, 0.85], [0.80, 0.83, 0.86])
     jit = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.86, 0.86, 0.86])
-    rec = quality({**off, **jit}, 0.02)
+    rec = quality({**off, **jit}, 0.02, test="equivalence")
     c = rec["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
     assert c["difference"] == pytest.approx(0.03) and c["spread"] == pytest.approx(0.06)
     assert c["margin"] == 0.02 and c["low"] < 0.02 < c["high"] and c["outcome"] == "INCONCLUSIVE"
     assert rec["status"] == "INCONCLUSIVE" and rec["threshold"] == pytest.approx(0.02)
     assert f"{c['seeds_needed']:.0f} seeds per arm would settle it" in rec["summary"]
     assert "3 vs 3 seeds" in rec["summary"]
-    # The same spread, the XLA arm 0.10 better everywhere: DIFFERENT, a FAIL.
+    # The same spread, the XLA arm 0.10 better everywhere: DIFFERENT, a FAIL, two-sided.
     far = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.91, 0.93, 0.95])
-    rec = quality({**off, **far}, 0.02)
+    rec = quality({**off, **far}, 0.02, test="equivalence")
     assert rec["status"] == "FAIL" and rec["value"] > 0.10
     assert "DIFFERENT: its 95 % interval lies beyond the 0.0200 margin" in rec["summary"]
+    # The study's own question is one-sided, "without making it worse" (issue 45): an arm
+    # better by 0.10 is NOT WORSE, not DIFFERENT; the first one (better by 0.03, lower
+    # end -0.021) is nearer a decision than two-sided: fewer seeds would settle it.
+    rec = quality({**off, **far}, 0.02)
+    c = rec["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
+    assert c["outcome"] == "NOT WORSE" and c["low90"] > -0.02 and rec["status"] == "PASS", rec["summary"]
+    assert rec["value"] <= 0.02
+    two_sided = quality({**off, **jit}, 0.02, test="equivalence")["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
+    c = quality({**off, **jit}, 0.02)["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
+    assert c["outcome"] == "INCONCLUSIVE" and c["seeds_needed"] < two_sided["seeds_needed"]
+    # 0.10 worse everywhere: WORSE, a FAIL; 0.03 worse with that spread: INCONCLUSIVE
+    worse = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.70, 0.73, 0.76])
+    rec = quality({**off, **worse}, 0.02)
+    assert rec["status"] == "FAIL" and "WORSE by more than the 0.0200 margin" in rec["summary"]
+    bit = _seeds("pinn", "jit", [0.85, 0.86, 0.85], [0.79, 0.78, 0.84])
+    rec = quality({**off, **bit}, 0.02)
+    c = rec["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
+    assert c["outcome"] == "INCONCLUSIVE" and rec["status"] == "INCONCLUSIVE"
+    assert f"{c['seeds_needed']:.0f} seeds per arm would settle it" in rec["summary"]
 
 
 def test_quality_across_tight_seeds_shows_equivalence_and_passes():
     off = _seeds("pinn", "off", [0.850, 0.851, 0.852, 0.850], [0.860, 0.861, 0.860, 0.862])
     jit = _seeds("pinn", "jit", [0.851, 0.852, 0.850, 0.851], [0.861, 0.860, 0.862, 0.861])
-    rec = quality({**off, **jit}, 0.02)
+    rec = quality({**off, **jit}, 0.02, test="equivalence")
     c = rec["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"]
     assert c["margin"] == 0.02 and c["within"] and c["equivalent"] and c["outcome"] == "EQUIVALENT"
     assert rec["status"] == "PASS" and rec["value"] <= 0.02 and "EQUIVALENT within the 0.0200 margin" in rec["summary"]
+    one_sided = quality({**off, **jit}, 0.02)
+    assert one_sided["status"] == "PASS" and one_sided["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"][
+        "outcome"
+    ] == ("NOT WORSE")
 
 
 def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0, shared=None):

@@ -155,7 +155,7 @@ def test_two_machine_kinds_give_one_row_each_with_their_own_ratios(smoke, tmp_pa
     assert zen["xla"][0]["outcome"] == "faster" and zen["recommended_mode"] == "jit"
     expected = smoke["items"]["speedup"]["evidence"]["time_to_quality"]["pinn-jit"]
     assert (xeon["xla"][0]["ratio"], xeon["xla"][0]["low"]) == (expected["ratio"], expected["low"])
-    assert xeon["xla"][0]["outcome"] == "no measurable effect" and xeon["recommended_mode"] == "off"
+    assert xeon["xla"][0]["outcome"] == "not resolved" and xeon["recommended_mode"] == "off"
     assert xeon["generated_utc"] == smoke["generated_utc"] and xeon["preset"] == "smoke"
     settings = {
         r["machine"]["cpu"]: (r["mode"], r["precision"], r["train_threads"], r["batch_size"])
@@ -167,7 +167,7 @@ def test_two_machine_kinds_give_one_row_each_with_their_own_ratios(smoke, tmp_pa
     lines = [line for line in out.splitlines() if line.startswith("| AMD") or line.startswith("| Intel")]
     assert len(lines) == 4  # one row per kind, one setting per kind
     assert "jit 1.30x (1.10-1.50): faster" in lines[0] and "2026-11-29T10:00:00+00:00" in lines[0]
-    assert "jit 1.09x (0.99-1.25): no measurable effect" in lines[1] and "off: XLA not shown faster here" in lines[1]
+    assert "jit 1.09x (0.99-1.25): not resolved" in lines[1] and "off: XLA not shown faster here" in lines[1]
     assert "| smoke | 3fc16332c5fb74ce |" in lines[1]
 
 
@@ -297,7 +297,7 @@ def test_a_precisions_gain_never_stands_for_xlas(smoke):
     assert fp32.precision_effect == () and bf16.choice == "off"
     cells = table.markdown([report])
     assert (
-        "| bf16 | jit 1.02x (0.90-1.15): no measurable effect | bf16 vs fp32 (off) 1.40x (1.30-1.50): faster | "
+        "| bf16 | jit 1.02x (0.90-1.15): not resolved | bf16 vs fp32 (off) 1.40x (1.30-1.50): faster | "
         "jit: amp INCONCLUSIVE, phase INCONCLUSIVE; bf16 vs fp32 (off): amp INCONCLUSIVE, phase INCONCLUSIVE |"
     ) in cells
 

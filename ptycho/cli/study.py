@@ -242,6 +242,12 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
         help="the time-to-quality target: the reference's final validation loss above its floor plus this "
         "fraction of its loss drop (speedup; the study passes thresholds.convergence_max_rel)",
     ),
+    arg(
+        "--two-sided",
+        action="store_true",
+        help="judge convergence and quality as equivalence within +-threshold (default: non-inferiority, "
+        "not worse by more than the threshold; the study passes thresholds.two_sided)",
+    ),
     arg("--out", required=True, output=True),
     tensorflow=lambda args: checklist.get(args.item).measures,
 )
@@ -261,6 +267,7 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
         loss=args.loss,
         context=args.context,
         margin=args.margin,
+        two_sided=args.two_sided,
     )
 
 

@@ -77,6 +77,13 @@ def break_even_steps(compile_s: float, compile_off_s: float, step_s: float, step
 
 #: The three outcomes of a comparison with a margin (equivalence testing, two one-sided tests).
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
+#: The outcomes of a one-sided comparison (non-inferiority: "without making it worse").
+NOT_WORSE, WORSE = "NOT WORSE", "WORSE"
+#: The two tests of a seed comparison: is the arm no worse than its reference by more than
+#: the margin (one-sided, the study's question), or within the margin either way (two-sided).
+NON_INFERIORITY, EQUIVALENCE = "non-inferiority", "equivalence"
+#: Which direction of a metric is better (SSIM: higher; a loss: lower).
+HIGHER, LOWER = "higher", "lower"
 #: The most seeds per arm :func:`seeds_needed` looks for.
 MAX_SEEDS = 1000
 
@@ -98,23 +105,37 @@ def _half_widths(sd: float, n_a: int, n_b: int, design: str = UNPAIRED) -> tuple
     return float(stats.t.ppf(0.95, dof) * se), float(stats.t.ppf(0.975, dof) * se)
 
 
-def seeds_needed(difference: float, sd: float, margin: float, design: str = UNPAIRED) -> float:
+def seeds_needed(
+    difference: float, sd: float, margin: float, design: str = UNPAIRED, test: str = EQUIVALENCE, better: str = HIGHER
+) -> float:
     """Seeds per arm that would make the comparison conclusive if the observed difference
     and standard deviation (of the per-seed differences when ``paired``, of the seeds
-    otherwise) held: EQUIVALENT when ``|difference| < margin`` (90 % interval inside),
-    DIFFERENT when it is beyond (95 % interval outside). Infinite when no number would (a
-    difference exactly at the margin, or more than :data:`MAX_SEEDS`), NaN without a
-    standard deviation."""
+    otherwise) held. ``equivalence``: EQUIVALENT when ``|difference| < margin`` (90 %
+    interval inside), DIFFERENT when it is beyond (95 % interval outside);
+    ``non-inferiority``: NOT WORSE when the one-sided 95 % bound on the worse side stays
+    within the margin, WORSE when the other bound lies beyond it. Infinite when no number
+    would (a difference exactly at the margin, or more than :data:`MAX_SEEDS`), NaN without
+    a standard deviation."""
     if not (math.isfinite(difference) and math.isfinite(sd)):
         return float("nan")
+    worse = -difference if better == HIGHER else difference  # how much worse the arm is
     for n in range(2, MAX_SEEDS + 1):
         h90, h95 = _half_widths(sd, n, n, design)
-        if abs(difference) + h90 <= margin or abs(difference) - h95 > margin:
+        if test == NON_INFERIORITY:
+            if worse + h90 <= margin or worse - h90 > margin:
+                return float(n)
+        elif abs(difference) + h90 <= margin or abs(difference) - h95 > margin:
             return float(n)
     return float("inf")
 
 
-def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, float], threshold: float) -> dict:
+def seed_comparison(
+    mode_values: Mapping[int, float],
+    off_values: Mapping[int, float],
+    threshold: float,
+    test: str = EQUIVALENCE,
+    better: str = HIGHER,
+) -> dict:
     """One metric of one mode against ``off`` across seeds, with one of three outcomes.
 
     Two trainings of the same arm with different seeds already differ (initial weights,
@@ -130,8 +151,16 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
       ``low90``/``high90`` its 90 % one: paired, from the standard deviation ``sd`` of the
       per-seed differences (``n - 1`` degrees of freedom); unpaired, from the pooled
       standard deviation ``sd`` of the seeds of both arms (``n_mode - 1 + n_off - 1``);
-    * ``outcome``: EQUIVALENT when the 90 % interval lies inside +-margin (the two
-      one-sided tests at 5 %), DIFFERENT when the 95 % interval lies outside it,
+    * ``outcome`` of ``test``:
+
+      - ``equivalence`` (two-sided): EQUIVALENT when the 90 % interval lies inside
+        +-margin (the two one-sided tests at 5 %), DIFFERENT when the 95 % interval lies
+        outside it;
+      - ``non-inferiority`` (one-sided, "without making it worse"; ``better`` says which
+        direction of the metric is better): NOT WORSE when the 90 % interval's end on the
+        worse side (a one-sided 95 % bound) lies within the margin, WORSE when its other end
+        lies beyond it (worse by more than the margin at 95 %);
+
       INCONCLUSIVE otherwise, and always with one seed per arm (no spread to judge by);
     * ``seeds_needed``: per arm, what the observed difference and spread say would make
       it conclusive (:func:`seeds_needed`);
@@ -159,6 +188,8 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
         "spread": max((float(np.ptp(v)) for v in (a, b) if len(v) > 1), default=nan),
         "design": design,
         "margin": margin,
+        "test": test,
+        "better": better,
         "outcome": INCONCLUSIVE,
         "seeds_needed": nan,
     }
@@ -169,27 +200,36 @@ def seed_comparison(mode_values: Mapping[int, float], off_values: Mapping[int, f
             sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / dof)
         h90, h95 = _half_widths(sd, len(a), len(b), design)
         out.update(sd=sd, low=diff - h95, high=diff + h95, low90=diff - h90, high90=diff + h90)
-        if -margin <= out["low90"] and out["high90"] <= margin:
+        # the interval's ends as "how much worse the arm is": the worse end first
+        worst, best = (-out["low90"], -out["high90"]) if better == HIGHER else (out["high90"], out["low90"])
+        if test == NON_INFERIORITY:
+            out["outcome"] = NOT_WORSE if worst <= margin else WORSE if best > margin else INCONCLUSIVE
+        elif -margin <= out["low90"] and out["high90"] <= margin:
             out["outcome"] = EQUIVALENT
         elif out["low"] > margin or out["high"] < -margin:
             out["outcome"] = DIFFERENT
-        else:
-            out["seeds_needed"] = seeds_needed(diff, sd, margin, design)
+        if out["outcome"] == INCONCLUSIVE:
+            out["seeds_needed"] = seeds_needed(diff, sd, margin, design, test, better)
     out["within"] = bool(abs(diff) <= margin)  # NaN compares False: no evidence, no pass
     out["equivalent"] = out["outcome"] == EQUIVALENT
     return out
 
 
 def overall(outcomes: Iterable[str]) -> str:
-    """The outcome of several comparisons: DIFFERENT if any is, EQUIVALENT if all are,
-    else INCONCLUSIVE (also for none)."""
+    """The outcome of several comparisons: DIFFERENT if any is DIFFERENT or WORSE,
+    EQUIVALENT if all are EQUIVALENT or NOT WORSE, else INCONCLUSIVE (also for none)."""
     outcomes = list(outcomes)
-    if DIFFERENT in outcomes:
+    if DIFFERENT in outcomes or WORSE in outcomes:
         return DIFFERENT
-    return EQUIVALENT if outcomes and all(o == EQUIVALENT for o in outcomes) else INCONCLUSIVE
+    return EQUIVALENT if outcomes and all(o in (EQUIVALENT, NOT_WORSE) for o in outcomes) else INCONCLUSIVE
 
 
 def reach(c: Mapping[str, Any]) -> float:
-    """How far from no difference the comparison's 90 % interval reaches (the value an
-    EQUIVALENT outcome keeps within the margin); NaN without an interval."""
+    """How far the comparison's 90 % interval reaches: from no difference either way
+    (equivalence), or on the worse side (non-inferiority: how much worse the arm may be,
+    0 when even that end is better); the value an EQUIVALENT or NOT WORSE outcome keeps
+    within the margin. NaN without an interval."""
+    if c.get("test") == NON_INFERIORITY:
+        worst = -c["low90"] if c.get("better", HIGHER) == HIGHER else c["high90"]
+        return max(worst, 0.0)
     return max(abs(c["low90"]), abs(c["high90"]))

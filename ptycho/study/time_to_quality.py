@@ -50,6 +50,16 @@ import numpy as np
 TRIM_FROM = 5
 #: A comparison with this many runs that never reached the target in one arm is INCONCLUSIVE.
 MISSES_INCONCLUSIVE = 2
+#: The band around 1 inside which a resolved ratio is "no measurable effect": an interval
+#: within 0.95-1.05 says XLA changes the time to quality by less than 5 %, less than the
+#: step-time spread of one arm's seeds on the study's shared machines (up to 14 %,
+#: docs/report.md "Speed: four answers"). An interval reaching beyond it on both sides of
+#: 1 did not resolve the effect: INCONCLUSIVE, not a failure of XLA.
+NO_EFFECT_BAND = (0.95, 1.05)
+#: The four answers of a speed comparison (:attr:`Comparison.answer`).
+FASTER, NO_EFFECT, SLOWER, NOT_RESOLVED = "faster", "no measurable effect", "SLOWER", "not resolved"
+#: How the interval was made (:attr:`Comparison.interval`).
+T_LOG_RATIOS, BOOTSTRAP = "t on paired log ratios", "bootstrap"
 K = TypeVar("K", bound=Hashable)
 
 
@@ -252,15 +262,18 @@ def ratio_words(ratio: float, low: float = math.nan, high: float = math.nan) -> 
 
 
 def effect_words(ratio: float, low: float = math.nan, high: float = math.nan) -> str:
-    """ "faster", "SLOWER" or "no measurable effect": where the 95 % interval lies against 1
-    (a verdict compares its lower end with a threshold; this says what was measured)."""
+    """One of the four answers by where the interval lies: :data:`FASTER` (above 1),
+    :data:`SLOWER` (below 1), :data:`NO_EFFECT` (inside :data:`NO_EFFECT_BAND`), else
+    :data:`NOT_RESOLVED`; without an interval, "faster" or "not faster" by the ratio."""
     if not (math.isfinite(low) and math.isfinite(high)):
-        return "faster" if ratio > 1.0 else "not faster"
+        return FASTER if ratio > 1.0 else "not faster"
     if low > 1.0:
-        return "faster"
+        return FASTER
     if high < 1.0:
-        return "SLOWER"
-    return "no measurable effect"
+        return SLOWER
+    if NO_EFFECT_BAND[0] <= low and high <= NO_EFFECT_BAND[1]:
+        return NO_EFFECT
+    return NOT_RESOLVED
 
 
 def _short(precision: str) -> str:
@@ -294,6 +307,9 @@ class Comparison:
     per_step: float = math.nan
     steps_ratio: float = math.nan
     paired: bool = False
+    #: how ``low``-``high`` was made: :data:`T_LOG_RATIOS` (paired seeds, two or more) or
+    #: :data:`BOOTSTRAP` (unpaired seeds, or one: then over its step times only)
+    interval: str = BOOTSTRAP
     arm: tuple[Reach, ...] = ()
     reference: tuple[Reach, ...] = ()
     missed: Sides = Sides()
@@ -341,16 +357,26 @@ class Comparison:
         return math.isfinite(self.ratio)
 
     @property
+    def answer(self) -> str:
+        """One of four answers: :data:`FASTER`, :data:`NO_EFFECT`, :data:`SLOWER` or
+        :data:`NOT_RESOLVED` (also when two seeds of one arm never reached the target, and
+        for an upper bound that is not SLOWER: it can show slower, never faster)."""
+        answer = effect_words(self.ratio, self.low, self.high)
+        if self.inconclusive or (self.upper_bound and answer != SLOWER) or answer == "not faster":
+            return NOT_RESOLVED
+        return answer
+
+    @property
     def outcome(self) -> str:
-        """What it shows: faster, SLOWER or no measurable effect by where the interval lies,
-        unless two seeds of one arm never reached the target (INCONCLUSIVE), or none of the
-        arm's did (its ratio is then an upper bound, which can show SLOWER, never faster)."""
+        """:attr:`answer` in the report's words, with why when it is not resolved."""
         if self.inconclusive:
             return "INCONCLUSIVE (two seeds of one arm never reached the target)"
-        outcome = effect_words(self.ratio, self.low, self.high)
-        if self.upper_bound and outcome != "SLOWER":
+        if self.upper_bound and self.answer != SLOWER:
             return "not shown faster (no seed of the arm reached the target: the ratio is an upper bound)"
-        return outcome
+        if self.answer == NOT_RESOLVED:
+            lo, hi = NO_EFFECT_BAND
+            return f"not resolved (the interval spans 1 and reaches beyond {lo:g}-{hi:g}: more seeds would settle it)"
+        return self.answer
 
     @property
     def judged_value(self) -> float:
@@ -358,12 +384,21 @@ class Comparison:
         return self.low if math.isfinite(self.low) else self.ratio
 
     def passes(self, threshold: float) -> bool | None:
-        """Whether it shows the arm at least ``threshold`` times as fast; None when it cannot
-        say (INCONCLUSIVE, or an upper bound that would pass: it can fail, never pass)."""
-        value = self.judged_value
-        if self.inconclusive or (self.upper_bound and value >= threshold):
+        """Whether it shows the arm at least ``threshold`` times as fast: True when the
+        interval's lower end is at or above it; False when its upper end is below it, or
+        the answer is :data:`NO_EFFECT` (a gain under 5 %, decided); None when it cannot say
+        (the interval straddles the threshold, two seeds missed, or an upper bound that
+        would pass: an upper bound can fail, never pass)."""
+        if self.inconclusive or not self.measured:
             return None
-        return value >= threshold
+        high = self.high if math.isfinite(self.high) else self.ratio
+        if high < threshold or (self.answer == NO_EFFECT and threshold >= 1.0):
+            return False
+        if self.upper_bound:
+            return None
+        if self.judged_value >= threshold:
+            return True
+        return None if math.isfinite(self.low) else False
 
     # ------------------------------------------------------------------ worded
     @property
@@ -427,7 +462,7 @@ class Comparison:
             miss += raw_loss_words("measured", unfloored)
         return (
             f"{self.who} reaches the target at {self.ratio_words()} the speed of {self.whom} "
-            f"({n} seed{'s' * (n != 1)}{' paired' if self.paired and n > 1 else ''}; {self.per_step:.2f}x per step, "
+            f"({n} seed{'s' * (n != 1)}{' paired' if self.paired and n > 1 else ''}, {self.interval}; {self.per_step:.2f}x per step, "
             f"{1 / self.steps_ratio:.2f}x the steps; with compilation {self.ratio_with_compile:.2f}x{miss}): "
             f"{self.outcome}"
         )
@@ -540,33 +575,27 @@ def compare(
     def ratio_of(key):
         return float(_centre(col(reach_r, key)) / _centre(col(reach_a, key)))
 
-    # Bootstrap: seeds resampled (jointly when paired), each picked seed's median step
-    # time from a resample of its own steps.
-    rng = np.random.default_rng(seed)
     paired = [r.seed for r in arm] == [r.seed for r in reference]
-    steps_a, steps_r = col(reach_a, "steps"), col(reach_r, "steps")
-    med_a = np.stack([_boot_medians(r, resamples, rng) for r in arm], axis=1)  # (B, seeds)
-    med_r = np.stack([_boot_medians(r, resamples, rng) for r in reference], axis=1)
-    idx_a = rng.integers(0, len(arm), (resamples, len(arm)))
-    idx_r = idx_a if paired else rng.integers(0, len(reference), (resamples, len(reference)))
-    rows = np.arange(resamples)[:, None]
-    boot_a = _centre(steps_a[idx_a] * med_a[rows, idx_a])
-    boot_r = _centre(steps_r[idx_r] * med_r[rows, idx_r])
-    low, high = np.percentile(boot_r / boot_a, [50 * (1 - level), 50 * (1 + level)])
-
+    if paired and len(arm) >= 2:
+        ratio, low, high = _t_log_ratios(col(reach_r, "seconds") / col(reach_a, "seconds"), level)
+        interval = T_LOG_RATIOS
+    else:
+        ratio, (low, high) = ratio_of("seconds"), _bootstrap(arm, reference, reach_a, reach_r, level, resamples, seed)
+        interval = BOOTSTRAP
     missed = Sides(*(tuple(x.seed for x in reaches if not x.reached) for reaches in (reach_a, reach_r)))
     return Comparison(
-        ratio=ratio_of("seconds"),
+        ratio=ratio,
         low=float(low),
         high=float(high),
         target=goal,
         margin=float(margin),
         level=level,
-        resamples=resamples,
+        resamples=resamples if interval == BOOTSTRAP else 0,
         ratio_with_compile=ratio_of("seconds_with_compile"),
         per_step=ratio_of("step_s"),
         steps_ratio=ratio_of("steps"),
         paired=paired,
+        interval=interval,
         arm=reach_a,
         reference=reach_r,
         missed=missed,
@@ -575,3 +604,35 @@ def compare(
         inconclusive=max(len(missed.arm), len(missed.reference)) >= MISSES_INCONCLUSIVE,
         upper_bound=len(missed.arm) == len(arm),
     )
+
+
+def _t_log_ratios(ratios: np.ndarray, level: float) -> tuple[float, float, float]:
+    """The geometric mean of paired per-seed ratios and its t interval at ``level``: a mean
+    and interval of the log ratios (``n - 1`` degrees of freedom), exponentiated. Valid at
+    2-5 seeds, where a bootstrap over seeds has only a handful of distinct resamples (10 at
+    3 seeds), and as wide as the seeds' disagreement says."""
+    from scipy import stats
+
+    logs = np.log(ratios)
+    n, mean = len(logs), float(logs.mean())
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def _bootstrap(arm, reference, reach_a, reach_r, level: float, resamples: int, seed: int) -> tuple[float, float]:
+    """The ratio's percentile bootstrap interval: seeds resampled (jointly when paired),
+    each picked seed's median step time from a resample of its own steps. With one seed
+    per arm it holds the step times' noise only."""
+    rng = np.random.default_rng(seed)
+    paired = [r.seed for r in arm] == [r.seed for r in reference]
+    steps_a = np.array([x.steps for x in reach_a], dtype=np.float64)
+    steps_r = np.array([x.steps for x in reach_r], dtype=np.float64)
+    med_a = np.stack([_boot_medians(r, resamples, rng) for r in arm], axis=1)  # (B, seeds)
+    med_r = np.stack([_boot_medians(r, resamples, rng) for r in reference], axis=1)
+    idx_a = rng.integers(0, len(arm), (resamples, len(arm)))
+    idx_r = idx_a if paired else rng.integers(0, len(reference), (resamples, len(reference)))
+    rows = np.arange(resamples)[:, None]
+    boot_a = _centre(steps_a[idx_a] * med_a[rows, idx_a])
+    boot_r = _centre(steps_r[idx_r] * med_r[rows, idx_r])
+    low, high = np.percentile(boot_r / boot_a, [50 * (1 - level), 50 * (1 + level)])
+    return float(low), float(high)

@@ -21,7 +21,7 @@ from ptycho.artifacts import read_json
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
-from ptycho.study.stats import seed_comparison
+from ptycho.study.stats import LOWER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 from ptycho.study.time_to_quality import common_floors, loss_floor, raw_loss_words
 
@@ -50,6 +50,7 @@ def convergence(
     initial: Mapping[str, float] | None = None,
     failed: Mapping[str, str] | None = None,
     floors: Mapping[str, float | None] | None = None,
+    test: str = NON_INFERIORITY,
 ) -> dict:
     """Final validation losses of each mode's arm vs the ``off`` arm of the same model,
     precision and seed, and of each reduced precision's arm vs float32 (same model, mode and
@@ -63,7 +64,8 @@ def convergence(
     and says so, whatever the other arms did. ``floors`` maps an arm to the loss a perfect
     reconstruction has on its validation split; the arms are compared by their excess
     over it, or all in raw loss when some record none (:func:`common_floors`; the summary
-    names them).
+    names them). ``test``: non-inferiority (an arm's excess NOT WORSE, i.e. not higher than
+    its reference's by more than ``threshold`` of it) or equivalence (two-sided).
     """
     initial = dict(initial or {})
     failed = dict(failed or {})
@@ -112,6 +114,8 @@ def convergence(
             {s: finals[n] / scale for s, n in g.seeds_mode.items()},
             {s: finals[n] / scale for s, n in g.seeds_off.items()},
             threshold,
+            test,
+            LOWER,
         )
         comparisons[g.key] = c
         words.append(seeds.comparison_words(g, f"{WHAT} (relative to the reference's mean)", c, percent=True))
@@ -156,6 +160,7 @@ def collect(inputs: Inputs, threshold: float) -> dict:
         {Arm.of_meta(m).name: m.get("initial_val_loss") for m in metas},
         failed_arms(metas),
         {Arm.of_meta(m).name: loss_floor(m) for m in metas},
+        inputs.test,
     )
 
 

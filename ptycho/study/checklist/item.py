@@ -35,6 +35,16 @@ class Inputs:
     #: the convergence margin (thresholds.convergence_max_rel): widens the time-to-quality
     #: target by this fraction of the reference's loss drop (speedup)
     margin: float = defaults("thresholds")["convergence_max_rel"]
+    #: convergence and quality as equivalence (two-sided) instead of non-inferiority
+    #: (:data:`ptycho.study.stats.NON_INFERIORITY`; thresholds.two_sided)
+    two_sided: bool = False
+
+    @property
+    def test(self) -> str:
+        """The seed comparisons' test (:func:`ptycho.study.stats.seed_comparison`)."""
+        from ptycho.study.stats import EQUIVALENCE, NON_INFERIORITY
+
+        return EQUIVALENCE if self.two_sided else NON_INFERIORITY
 
 
 @dataclass(frozen=True)

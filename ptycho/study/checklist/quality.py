@@ -19,7 +19,7 @@ from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
 from ptycho.study.checklist.convergence import failed_arms
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
-from ptycho.study.stats import seed_comparison
+from ptycho.study.stats import HIGHER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 
 #: The metrics of an arm, with their words in the report's tables: the scores the
@@ -30,17 +30,22 @@ SSIM_KEYS = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}  #: the v
 
 
 def quality(
-    metrics: Mapping[str, Mapping[str, Any]], threshold: float, failed: Mapping[str, str] | None = None
+    metrics: Mapping[str, Mapping[str, Any]],
+    threshold: float,
+    failed: Mapping[str, str] | None = None,
+    test: str = NON_INFERIORITY,
 ) -> dict:
     """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` (at the same
     precision) and each reduced precision with float32 (in the same mode) across seeds.
 
     For each such comparison (:func:`ptycho.study.arms.pairs`) and SSIM (amplitude, phase),
     :func:`seed_comparison` judges the arm - reference difference of the means over seeds, with its intervals from the
-    seed-to-seed spread, against the margin ``threshold``: the item PASSes only when every
-    comparison is EQUIVALENT, FAILs when one is DIFFERENT, and is INCONCLUSIVE otherwise
-    (one seed per arm always is). The value is how far the 90 % intervals reach from no
-    difference (at most the threshold when all are EQUIVALENT). Evidence also holds every metric's
+    seed-to-seed spread, against the margin ``threshold``, by ``test``: non-inferiority
+    (the study's question, "without making it worse": NOT WORSE or WORSE) or equivalence
+    (EQUIVALENT or DIFFERENT). The item PASSes only when every comparison is NOT WORSE (or
+    EQUIVALENT), FAILs when one is WORSE (or DIFFERENT), and is INCONCLUSIVE otherwise (one
+    seed per arm always is). The value is how far the 90 % intervals reach on the worse
+    side (either side, two-sided): at most the threshold when the item passes. Evidence also holds every metric's
     per-seed arm - reference difference and, per mode and seed, PINN - baseline (the
     physics-informed model's margin over the supervised one). An arm in ``failed``
     (diverged in training; its reconstruction is from its last good state) makes the
@@ -64,6 +69,8 @@ def quality(
                 {s: per_arm[n][key] for s, n in g.seeds_mode.items()},
                 {s: per_arm[n][key] for s, n in g.seeds_off.items()},
                 threshold,
+                test,
+                HIGHER,
             )
             comparisons[g.key][key] = c
             words.append(seeds.comparison_words(g, SSIM_KEYS[key], c))
@@ -106,7 +113,7 @@ def collect(inputs: Inputs, threshold: float) -> dict:
     records = {Path(p).stem: read_json(p, producer="evaluate") for p in inputs.metrics}
     if agreement.measured(records):
         return agreement.agreement(records, stitched_images(inputs.stitched), threshold, failed, ITEM.name)
-    return quality(records, threshold, failed)
+    return quality(records, threshold, failed, inputs.test)
 
 
 def stitched_images(paths) -> dict:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ptycho.study.arms import Arm, Pair, pairs
 from ptycho.study.checklist.item import FAIL, INCONCLUSIVE, PASS
-from ptycho.study.stats import DIFFERENT, EQUIVALENT, overall, reach
+from ptycho.study.stats import DIFFERENT, EQUIVALENT, NOT_WORSE, WORSE, overall, reach
 from ptycho.study.tables import Table, fmt
 
 
@@ -49,8 +49,8 @@ def failed_summary(failed: Mapping[str, str]) -> str:
 def judge(comparisons: Iterable[Mapping[str, Any]]) -> tuple[float, str]:
     """(value, status) of a seed-based item: the value is how far the 90 % intervals reach
     (:func:`ptycho.study.stats.reach`, largest; NaN if one has none), the status PASS only
-    when every comparison is EQUIVALENT, FAIL when one is DIFFERENT (or there is none, or
-    a difference is undefined), INCONCLUSIVE otherwise."""
+    when every comparison is EQUIVALENT or NOT WORSE, FAIL when one is DIFFERENT or WORSE
+    (or there is none, or a difference is undefined), INCONCLUSIVE otherwise."""
     comparisons = list(comparisons)
     if not comparisons or any(math.isnan(c["difference"]) for c in comparisons):
         return float("nan"), FAIL  # nothing compared, or an undefined metric: no evidence is no pass
@@ -95,6 +95,8 @@ def comparison_words(group: SeedGroup, label: str, c: Mapping[str, Any], percent
     judged = {
         EQUIVALENT: f"EQUIVALENT within the {f(c['margin'])} margin (its 90 % interval lies inside)",
         DIFFERENT: f"DIFFERENT: its 95 % interval lies beyond the {f(c['margin'])} margin",
+        NOT_WORSE: f"NOT WORSE by more than the {f(c['margin'])} margin (its one-sided 95 % bound lies inside)",
+        WORSE: f"WORSE by more than the {f(c['margin'])} margin (even its 90 % interval's better end lies beyond it)",
     }.get(c["outcome"], f"INCONCLUSIVE against the {f(c['margin'])} margin; {needed_words(c)}")
     return f"{head} ({intervals}{'; ' + spread if spread else ''}); {judged}"
 
@@ -121,8 +123,10 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table:
         )
     return (
         "Each XLA mode vs off (at each precision) and each reduced precision vs float32 (in each mode) across "
-        "seeds: EQUIVALENT when the 90 % interval of the difference of the means "
-        "lies inside +-margin (the threshold), DIFFERENT when the 95 % interval lies outside it, else INCONCLUSIVE",
+        "seeds: NOT WORSE when the 90 % interval's end on the worse side (a one-sided 95 % bound) lies within the "
+        "margin (the threshold), WORSE when its other end lies beyond it; two-sided (thresholds.two_sided): "
+        "EQUIVALENT when the 90 % interval lies inside +-margin, DIFFERENT when the 95 % interval lies outside it; "
+        "else INCONCLUSIVE",
         [
             "comparison",
             "metric",

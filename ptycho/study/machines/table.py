@@ -91,8 +91,8 @@ class Comparison:
 
     @property
     def acceptable(self) -> bool:
-        """Faster with confidence and not made worse (its quality is not DIFFERENT)."""
-        return self.resolved_faster and "DIFFERENT" not in (self.amp_ssim, self.phase_ssim)
+        """Faster with confidence and not made worse (its quality is neither DIFFERENT nor WORSE)."""
+        return self.resolved_faster and not {"DIFFERENT", "WORSE"} & {self.amp_ssim, self.phase_ssim}
 
     @property
     def outcome(self) -> str:
@@ -296,7 +296,7 @@ def mode_choice(report: Report, precision: str) -> tuple[str, str]:
     if best is not None:
         return best.mode, f"{best.mode} faster than {REFERENCE} at {_short(precision)}: {best.value_words()}"
     worse = [c.mode for c in here if c.resolved_faster]
-    return REFERENCE, f"{NOT_SHOWN} ({worse[0]} faster but its quality DIFFERENT)" if worse else NOT_SHOWN
+    return REFERENCE, f"{NOT_SHOWN} ({worse[0]} faster but its quality DIFFERENT or WORSE)" if worse else NOT_SHOWN
 
 
 def recommend(report: Report) -> dict:
@@ -343,7 +343,7 @@ _NOTE = (
     "sooner; 95 % interval). A precision's effect: that precision vs fp32 in the same mode, never XLA's. "
     "'<= x (upper bound)': no seed of the mode reached the target, so the ratio is a bound, not a measurement. "
     "A setting is recommended among those trained, a mode or precision over off or fp32 only when the lower end "
-    "of its interval is above 1 and its quality is not DIFFERENT."
+    "of its interval is above 1 and its quality is neither DIFFERENT nor WORSE."
 )
 _HEAD = ("machine kind", "source", "date (UTC)", "preset", "config")
 ROW_COLUMNS = (
