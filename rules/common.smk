@@ -164,17 +164,27 @@ def model_flags(section, wildcards):
     return cli_flags(section_for(CFG, section, parse_arm(wildcards.arm).model))
 
 
+def _train_cost(arm):
+    """A training's expected cost: epochs x relative step time measured with two 1-thread
+    jobs at once: the model's Method.cost (PINN 1.0, baseline 0.65); jit and auto 1.3x off
+    (physics as off); bfloat16 0.7x float32."""
+    epochs = section_for(CFG, "train", arm.model)["epochs"]
+    cost = epochs * method_of(arm.model).cost * (1.3 if arm.mode in ("jit", "auto") else 1.0)
+    return cost * (0.7 if arm.precision == "mixed_bfloat16" else 1.0)
+
+
 def train_priority(wildcards):
     """Longest trainings first: with two at a time, the last one otherwise runs alone
     while the other slot idles (a PINN jit arm took its last 4.5 min alone at b5dd022).
-    Expected cost = epochs x relative step time measured with two 1-thread jobs at once:
-    the model's Method.cost (PINN 1.0, baseline 0.65); jit and auto 1.3x off (physics as
-    off); bfloat16 0.7x float32."""
+    And each XLA arm beside its off pair: the modes of one model, precision and seed share
+    a priority (the costliest mode's), seeds in order, so that the scheduler starts an
+    arm and its reference together and both are timed on the same machine state, not
+    all off arms in one load window and the XLA arms in another."""
     arm = parse_arm(wildcards.arm)
-    epochs = section_for(CFG, "train", arm.model)["epochs"]
-    cost = epochs * method_of(arm.model).cost * (1.3 if arm.mode in ("jit", "auto") else 1.0)
-    cost *= 0.7 if arm.precision == "mixed_bfloat16" else 1.0
-    return int(round(10 * cost))
+    group = [a for a in map(parse_arm, ARMS) if (a.model, a.precision) == (arm.model, arm.precision)]
+    cost = max(_train_cost(a) for a in group if a.seed == arm.seed)
+    rank = sorted({a.seed for a in group}).index(arm.seed)
+    return int(round(10 * cost)) * 1000 + max(0, 999 - rank)
 
 
 def tracking(rule_name, **tags):
