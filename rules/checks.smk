@@ -54,11 +54,12 @@ rule check_gradients:
         modes=XLA_MODES,
         precisions=PRECISIONS,
         loss=section_for(CFG, "model", "pinn")["loss"],
+        nphotons=CFG["simulation"]["nphotons"],
         **rerun_params("check_gradients"),
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} check gradients --threshold {params.threshold} --loss {params.loss} "
+        "{params.ptycho} {params.track} check gradients --threshold {params.threshold} --loss {params.loss} --nphotons {params.nphotons} "
         "--modes {params.modes} --precisions {params.precisions} --precision-threshold {params.roundoffs} "
         "--out {output} > {log} 2>&1"
 

@@ -5,6 +5,7 @@ stay the default, and everything downstream (pairs, warm starts, the DAG) follow
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +156,24 @@ def test_accuracy_and_gradients_check_every_mode_and_precision_trained_or_timed(
         },
     )
     assert checked_lists(cfg) == (["off", "physics", "jit"], ["mixed_bfloat16", "float32"])
+
+
+@pytest.mark.parametrize(
+    ("preset", "loss", "nphotons"),
+    [("default", "mae", "1000000000.0"), ("lowdose", "poisson", "10000.0")],
+)
+def test_the_gradients_item_checks_the_studys_own_loss_and_dose(tmp_path, preset, loss, nphotons):
+    """Issue 43: the gradients check once ran at its own default point (Poisson, 1e6
+    photons) whatever the study trained; the real Snakemake's job gets the study's, and
+    the two sided question is asked only where the config says so."""
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", "all", "--forcerun", "check_gradients",
+         "--config", f"preset={preset}", f"results={tmp_path}/r", "allow_results_outside=true",
+         "thresholds={two_sided: true}"],
+        cwd=ROOT, capture_output=True, text=True, check=True, env={**os.environ, "PTYCHO_CALIBRATE": "0"},
+    )  # fmt: skip
+    lines = out.stdout.splitlines()
+    command = next(line for line in lines if " check gradients " in line)
+    assert f"--loss {loss} --nphotons {nphotons} " in command
+    for item in ("quality", "convergence"):
+        assert "--two-sided " in next(line for line in lines if f" check {item} " in line)

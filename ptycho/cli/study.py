@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from ptycho.cli.declare import Live, arg, command
-from ptycho.cli.values import fraction, json_object, mode, positive_int, precision, study_config
+from ptycho.cli.values import fraction, json_object, mode, positive, positive_int, precision, study_config
 from ptycho.config import choices, spec
 from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS
 from ptycho.nets.precision import PRECISIONS
@@ -208,7 +208,15 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
         help="stitched objects of every arm (quality on measured data: each arm against its reference arm)",
     ),
     arg("--bench", help="bench JSON (speedup)"),
-    arg("--loss", choices=LOSSES, default=checklist.Inputs.loss, help="PINN loss (gradients)"),
+    arg(
+        "--loss", choices=LOSSES, default=checklist.Inputs.loss, help="PINN loss (gradients; the study passes its own)"
+    ),
+    arg(
+        "--nphotons",
+        type=positive,
+        default=checklist.Inputs.nphotons,
+        help="mean photons per pattern of the batch the gradients are checked on (gradients; the study passes its own)",
+    ),
     arg(
         "--modes",
         nargs="+",
@@ -265,6 +273,7 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
         precisions=args.precisions,
         precision_threshold=args.precision_threshold,
         loss=args.loss,
+        nphotons=args.nphotons,
         context=args.context,
         margin=args.margin,
         two_sided=args.two_sided,

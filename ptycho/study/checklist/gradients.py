@@ -241,6 +241,7 @@ def collect(inputs: Inputs, threshold: float) -> dict:
         pinn_loss=inputs.loss,
         modes=COMPARED if inputs.modes is None else inputs.modes,
         precisions=inputs.precisions,
+        nphotons=inputs.nphotons,
     )
 
 

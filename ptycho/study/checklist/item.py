@@ -30,7 +30,10 @@ class Inputs:
     #: the limit of the reduced-precision comparisons, in unit round-offs of the precision
     #: (None: the schema's default of the item's :attr:`Item.precision_threshold` key)
     precision_threshold: float | None = None
-    loss: str = "poisson"
+    #: the PINN loss and the dose the gradients are checked at: the study's own (the
+    #: schema's defaults here; the workflow passes its config's)
+    loss: str = defaults("model")["loss"]
+    nphotons: float = defaults("simulation")["nphotons"]
     context: str = "alone"
     #: the convergence margin (thresholds.convergence_max_rel): widens the time-to-quality
     #: target by this fraction of the reference's loss drop (speedup)
