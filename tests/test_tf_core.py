@@ -391,6 +391,16 @@ def test_training_traces_the_step_once_and_writes_checkpoint_and_history(kind, t
     assert saved["model"]["kind"] == kind and saved["train"]["xla"] == "jit"
     assert (tmp_path / "model.keras").exists()
     assert saved["timing"]["compile_s"] > 0 and len(saved["timing"]["step_times_s"]) > 0
+    # the validation loss read train.val_checks times per epoch (time to quality reads the
+    # crossing between them), the epoch's end being its history's; no reading is a timed step
+    steps = saved["n_train"] // 8
+    from ptycho.nets.train import check_steps
+
+    per_epoch = check_steps(steps, saved["train"]["val_checks"])
+    assert [p["step"] for p in saved["val_curve"]] == [e * steps + k for e in range(2) for k in per_epoch]
+    ends = [p["val_loss"] for p in saved["val_curve"] if p["step"] % steps == 0]
+    assert ends == [h["val_loss"] for h in saved["history"]]
+    assert len(saved["timing"]["step_times_s"]) == 2 * steps - 1  # the compiling step apart
 
 
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):

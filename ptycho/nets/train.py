@@ -97,6 +97,9 @@ class TrainConfig:
     #: the physics head and loss stay float32 (ptycho.nets.models.build_network)
     precision: str = "float32"
     fail_on_collapse: bool = _TRAIN["fail_on_collapse"]  #: a collapsed training ends FAILED (:func:`collapsed`)
+    #: validation losses per epoch (``model.json`` ``val_curve``), the last at its end: time
+    #: to quality interpolates its crossing between them
+    val_checks: int = _TRAIN["val_checks"]
 
     def __post_init__(self) -> None:
         from ptycho.nets.precision import parse_precision
@@ -363,6 +366,7 @@ def _new_meta(ds: Dataset, data: TrainingData, trainer: Trainer, split: _Split) 
         "n_train": int(len(split.train)),
         "n_val": int(len(split.val)),
         "history": [],
+        "val_curve": [],  #: the validation loss within and at the end of every epoch, by global step
         "initial_val_loss": evaluate(trainer, data, split.val),
         "loss_bounds": loss_bounds(trainer, ds, data, split.val),
     }
@@ -374,6 +378,7 @@ def _epoch(trainer, data, split, rng, clock, meta, epoch: int, progress: bool, c
 
     cfg, bs = trainer.train_cfg, trainer.train_cfg.batch_size
     perm = split.train[rng.permutation(len(split.train))][: split.steps * bs].reshape(split.steps, bs)
+    checks = check_steps(split.steps, cfg.val_checks)[:-1]  # the epoch's end: train() reads it
     losses = []
     desc = f"{trainer.model_cfg.kind} xla={cfg.xla} epoch {epoch + 1}/{cfg.epochs}"
     bar = tqdm(perm, desc=desc, disable=not progress, leave=False)
@@ -388,7 +393,17 @@ def _epoch(trainer, data, split, rng, clock, meta, epoch: int, progress: bool, c
             )
         losses.append(loss)
         bar.set_postfix(loss=f"{loss:.4g}")
+        if len(losses) in checks:  # outside the step's timing: a check is no step
+            meta.setdefault("val_curve", []).append(
+                {"step": epoch * split.steps + len(losses), "val_loss": evaluate(trainer, data, split.val)}
+            )
     return losses
+
+
+def check_steps(steps: int, checks: int) -> list[int]:
+    """The steps of an epoch (1-based) after which its validation loss is read: ``checks``
+    of them, evenly spaced, the last its end (fewer when the epoch has fewer steps)."""
+    return sorted({max(1, round(steps * i / checks)) for i in range(1, checks + 1)})
 
 
 def _report(record: dict, clock: _Clock, done: int, steps: int, epochs: int) -> None:
@@ -475,6 +490,7 @@ def train(
             "elapsed_s": clock.elapsed(),
         }
         meta["history"].append(record)
+        meta.setdefault("val_curve", []).append({"step": (epoch + 1) * split.steps, "val_loss": record["val_loss"]})
         meta["timing"] = clock.summary()
         meta["traces"] = trainer.traces
         save_train_state(trainer, state_path, meta, epoch + 1, rng, compat)

@@ -9,7 +9,8 @@ the figures per machine and config (:func:`calibration_path`), and multiplies th
 the planned work (:func:`estimate`):
 
 * trainings: per arm, a job's start, its first (compiling) step, then
-  ``epochs x steps_per_epoch`` steps plus the validation passes (a forward pass costs
+  ``epochs x steps_per_epoch`` steps plus the validation passes (``train.val_checks`` per
+  epoch; a forward pass costs
   about :data:`FORWARD_SHARE` of a train step), scheduled longest first on the
   trainings-at-once slots, as Snakemake's priorities do (``rules/common.smk``);
 * the bench: alone on every core, per timed arm its start, compile and about
@@ -226,12 +227,13 @@ def _samples(cfg: Mapping, kind: str, split: str) -> int:
 
 def training_seconds(cfg: Mapping, kind: str, cost: ArmCost) -> float:
     """One training job of model ``kind``: start, compile, its epochs' steps and validation."""
-    from ptycho.nets.train import split_sizes
+    from ptycho.nets.train import check_steps, split_sizes
     from ptycho.study.workflow import train_config
 
     train = train_config(cfg, "off", 0, kind)  # the mode, seed and precision do not change the sizes
     n_val, _, steps = split_sizes(_samples(cfg, kind, "train"), train)
-    epoch = (max(1, steps) + FORWARD_SHARE * math.ceil(n_val / train.batch_size)) * cost.step_s
+    checks = len(check_steps(max(1, steps), train.val_checks))  # validation passes per epoch
+    epoch = (max(1, steps) + checks * FORWARD_SHARE * math.ceil(n_val / train.batch_size)) * cost.step_s
     return JOB_S + cost.startup_s + cost.compile_s + train.epochs * epoch
 
 

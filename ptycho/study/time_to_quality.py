@@ -14,8 +14,11 @@ quality"), each training is timed to a quality target on held-out data:
   excess over the floor, widened by the convergence margin taken as a fraction of the
   reference's mean loss DROP (initial minus final). Neither depends on an offset of the
   loss, so the target means the same for the MAE and the Poisson likelihood;
-* **steps to the target**: the first epoch whose excess is at or below it, in train
-  steps (the curves are evaluated once per epoch, so this is the epoch's end);
+* **steps to the target**: where the validation curve (read ``train.val_checks`` times
+  per epoch, ``model.json`` ``val_curve``; once per epoch in older records, and before
+  the first step) first crosses it, interpolated linearly between the two readings
+  around the crossing: a fraction of an epoch, not the whole epoch in which it fell
+  (which made one seed's 0.2 % flip a whole epoch and the whole ratio);
 * **time to the target**: those steps times the training's own median step time, which
   was measured in the pipeline's own schedule (the trainings that ran beside it);
   compilation (the first step) is reported apart and added in a second figure;
@@ -80,27 +83,45 @@ class Run:
     failed: bool = False
     #: the epochs it was to train (``train.epochs``): a failed one's whole training
     planned_epochs: int = 0
+    #: (global step, validation loss) readings within epochs too (``val_curve``), in order;
+    #: empty: the epochs' ends alone
+    curve: tuple[tuple[int, float], ...] = ()
 
     @property
     def step_s(self) -> float:
         return float(np.median(self.step_times_s)) if self.step_times_s else math.nan
 
-    def epochs_to(self, target: float) -> int | None:
-        """The first epoch (1-based) whose validation loss is at most ``target`` above the
-        floor (as :func:`compare` settles it for the runs it compares)."""
-        for epoch, loss in enumerate(self.val_loss, start=1):
-            if math.isfinite(loss) and loss - self.floor <= target:
-                return epoch
+    def points(self) -> list[tuple[float, float]]:
+        """The validation curve as (step, loss): before the first step, then every reading."""
+        read = self.curve or tuple((e * self.steps_per_epoch, v) for e, v in enumerate(self.val_loss, start=1))
+        start = [(0.0, self.initial_val_loss)] if math.isfinite(self.initial_val_loss) else []
+        return start + [(float(t), float(v)) for t, v in read if math.isfinite(v)]
+
+    def steps_to(self, target: float) -> float | None:
+        """The step at which the validation loss first comes to ``target`` above the floor
+        (as :func:`compare` settles it for the runs it compares), interpolated linearly
+        between the readings around the crossing; at least one step."""
+        previous = None
+        for step, loss in self.points():
+            excess = loss - self.floor
+            if excess <= target:
+                if previous is None or previous[1] <= excess:
+                    return max(step, 1.0)
+                (s0, e0) = previous
+                return max(s0 + (e0 - target) / (e0 - excess) * (step - s0), 1.0)
+            previous = (step, excess)
         return None
 
     def reach(self, target: float) -> Reach:
         """Steps and seconds to ``target`` (the whole training when it is never reached, the
         whole planned training for a failed one)."""
-        epochs = None if self.failed else self.epochs_to(target)
-        reached = epochs is not None
-        whole = max(len(self.val_loss), self.planned_epochs) if self.failed else len(self.val_loss)
-        epochs = epochs if reached else whole
-        steps = epochs * self.steps_per_epoch
+        steps = None if self.failed else self.steps_to(target)
+        reached = steps is not None
+        if reached:
+            epochs = max(1, math.ceil(steps / self.steps_per_epoch - 1e-9))
+        else:
+            epochs = max(len(self.val_loss), self.planned_epochs) if self.failed else len(self.val_loss)
+            steps = float(epochs * self.steps_per_epoch)
         return Reach(self.seed, reached, epochs, steps, self.step_s, steps * self.step_s, self.compile_s)
 
 
@@ -111,8 +132,8 @@ class Reach:
 
     seed: int
     reached: bool
-    epochs: int
-    steps: int
+    epochs: int  #: the epoch in which it reached the target (1-based), or its whole training
+    steps: float  #: train steps to the target, interpolated between validation readings
     step_s: float
     seconds: float
     compile_s: float
@@ -130,7 +151,7 @@ class Reach:
             int(d["seed"]),
             bool(d["reached"]),
             int(d["epochs"]),
-            int(d["steps"]),
+            float(d["steps"]),
             _float(d.get("step_s")),
             _float(d.get("seconds")),
             _float(d.get("compile_s")),
@@ -226,6 +247,7 @@ def runs_of(metas: Sequence[Mapping]) -> list[Run]:
                 floor=loss_floor(m),
                 failed=failed,
                 planned_epochs=int(train.get("epochs") or 0),
+                curve=tuple((int(p["step"]), _float(p.get("val_loss"))) for p in m.get("val_curve") or ()),
             )
         )
     return out

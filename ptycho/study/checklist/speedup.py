@@ -404,7 +404,7 @@ def ttq_table(report: Mapping) -> Table:
                         f"{who}, seed {x.seed}",
                         fmt(c.target),
                         str(x.epochs) + ("" if x.reached else " (FAILED)" if x.seed in failed else " (never)"),
-                        str(x.steps),
+                        fmt(x.steps),
                         fmt(x.step_s * 1e3),
                         fmt(x.seconds),
                         fmt(x.compile_s),
