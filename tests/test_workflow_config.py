@@ -537,3 +537,15 @@ def test_a_precision_the_cpu_only_emulates_is_one_warning_line(base):
 def test_a_results_folder_has_one_spelling(base, spelling):
     """./qa/base, qa//base or qa/base/ gave 598 Snakemake warnings and published the report again."""
     assert resolve(base, {"results": spelling})["results"] == "qa/base"
+
+
+def test_a_long_results_path_gives_a_report_folder_name_a_file_system_takes(tmp_path):
+    # Issue 47: a legal 253-character results name flattened to 'qa-<253>' (256 bytes)
+    # and the report job died with a 66-line OSError. Cut, and told apart by a hash.
+    from ptycho.study.workflow import NAME_MAX, report_folder
+
+    long_a, long_b = "qa/" + "a" * 253, "qa/" + "a" * 252 + "b"
+    names = [Path(report_folder({"results": r, "preset": "smoke"})).parent.name for r in (long_a, long_b)]
+    assert all(len(n.encode()) <= NAME_MAX for n in names) and names[0] != names[1]
+    (tmp_path / names[0]).mkdir()  # the file system takes it
+    assert report_folder({"results": "runs/b", "preset": "smoke"}) == "reports/runs-b/smoke"  # short ones as they were

@@ -369,16 +369,26 @@ def results_folder(cfg: Mapping, workdir: str | os.PathLike | None = None) -> Pa
     return folder
 
 
+#: The longest file name most file systems take, in bytes (ext4, XFS, APFS).
+NAME_MAX = 255
+
+
 def report_folder(cfg: Mapping) -> str:
     """Where the validation report of a results folder's preset goes, relative to the work
     folder: ``reports/<preset>`` for the default ``results``, ``reports/<results>/<preset>``
     for any other (its path with ``/`` as ``-``), so that two results folders of one preset
     never overwrite each other's report (e.g. ``results: runs/b`` ->
-    ``reports/runs-b/default``)."""
+    ``reports/runs-b/default``); a name longer than :data:`NAME_MAX` bytes is cut and
+    ends in a hash of the whole path."""
     results = os.path.normpath(str(cfg["results"]))
     if results == spec("results")["default"]:
         return f"reports/{cfg['preset']}"
     name = results.strip("/").replace("/", "-").lstrip(".-") or "results"
+    if len(name.encode()) > NAME_MAX:  # a legal deep or long path flattens past a file name's limit
+        import hashlib
+
+        tail = hashlib.sha1(results.encode()).hexdigest()[:12]
+        name = name.encode()[: NAME_MAX - 13].decode(errors="ignore") + "-" + tail
     return f"reports/{name}/{cfg['preset']}"
 
 
