@@ -79,13 +79,15 @@ rule import_data:
     params:
         ptycho=PTYCHO,
         gridsize=CFG["simulation"]["gridsize"],
+        n=CFG["data"]["n"],
+        reduce=CFG["data"]["reduce"],
         track=lambda w: tracking("import_data", split=w.split),
         **rerun_params("import_data"),
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} import-data {input.source:q} --split {wildcards.split} "
-        "--gridsize {params.gridsize} --out {output} > {log} 2>&1"
+        "--gridsize {params.gridsize} --n {params.n} --reduce {params.reduce} --out {output} > {log} 2>&1"
 
 
 rule export_cxi:

@@ -132,8 +132,13 @@ def cmd_import_cxi(args: argparse.Namespace, live: Live) -> JobRecord:
 
 @command(
     "import-data",
-    "read a CXI 1.6 file or a ptycho dataset as one split of the study (the workflow's import_data rule: config data)",
-    arg("source", metavar="file", help="a CXI 1.6 file (measured data, with or without an object) or a ptycho dataset"),
+    "read a CXI 1.6 file, a tike scan or a ptycho dataset as one split of the study (the workflow's import_data "
+    "rule: config data)",
+    arg(
+        "source",
+        metavar="file",
+        help="a CXI 1.6 file (measured data, with or without an object), a tike scan (.npz, .npz.bz2) or a ptycho dataset",
+    ),
     arg("--out", required=True, output=True, help="the split's dataset file (.h5)"),
     arg("--split", choices=SPLITS, default=_SPLIT),
     arg(
@@ -143,9 +148,13 @@ def cmd_import_cxi(args: argparse.Namespace, live: Live) -> JobRecord:
         default=spec("simulation.gridsize")["default"],
         help="(CXI files from elsewhere) patterns per group side: the study's simulation.gridsize",
     ),
+    arg("--n", type=int, default=0, help="(tike scans) the pattern side to read at, 0: as recorded (config data.n)"),
+    arg("--reduce", choices=choices("data.reduce"), default="crop", help="(tike scans) how --n is made (data.reduce)"),
 )
 def cmd_import_data(args: argparse.Namespace, live: Live) -> JobRecord:
-    return jobs.import_data(args.source, args.out, split=args.split, gridsize=args.gridsize)
+    return jobs.import_data(
+        args.source, args.out, split=args.split, gridsize=args.gridsize, n=args.n, reduce=args.reduce
+    )
 
 
 @command(

@@ -2,8 +2,9 @@
 
 The study runs on files instead of a simulation when the config names them (key
 ``data: {train, test}``). A file is either a CXI 1.6 file (:mod:`ptycho.data.cxi`: the
-field's format; measured data comes without an object) or a dataset written by ptycho
-(``.h5``, :mod:`ptycho.data.dataset`). :func:`describe` answers, in milliseconds and
+field's format; measured data comes without an object), a tike scan (``.npz`` or
+``.npz.bz2``, :mod:`ptycho.data.tike`: measured intensities, a probe estimate, positions)
+or a dataset written by ptycho (``.h5``, :mod:`ptycho.data.dataset`). :func:`describe` answers, in milliseconds and
 before any job, what the workflow must know while it is parsed: the kind, whether the
 file holds a ground truth (an object to score against) and the pattern side.
 :func:`read_source` reads the whole file into a :class:`~ptycho.data.dataset.Dataset`
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 from ptycho.errors import DatasetError
 
 #: The kinds of file the study reads, in words for messages.
-KINDS = {"cxi": "CXI 1.6 file", "dataset": "ptycho dataset"}
-_GIVE = "give a CXI 1.6 file (measured data) or a dataset written by ptycho (.h5)"
+KINDS = {"cxi": "CXI 1.6 file", "dataset": "ptycho dataset", "tike": "tike scan (NPZ)"}
+_GIVE = "give a CXI 1.6 file (measured data), a tike scan (.npz, .npz.bz2) or a dataset written by ptycho (.h5)"
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ def describe(path: str | os.PathLike) -> Source:
         raise DatasetError(f"{where}: is a folder; {_GIVE}")
     if not os.path.isfile(where):  # a pipe or a device: opening it would wait for a writer
         raise DatasetError(f"{where}: is not a regular file (a pipe or a device); {_GIVE}")
+    from ptycho.data import tike
+
+    if tike.is_npz(where):
+        patterns, n = tike.describe(where)
+        return Source(where, "tike", False, n, patterns)
     try:
         f = h5py.File(where, "r")
     except OSError:
@@ -112,14 +118,22 @@ def _header(f, where: str) -> Source | int:
     return int(f["diffraction"].shape[0]) if isinstance(f.get("diffraction"), h5py.Dataset) else 0
 
 
-def read_source(path: str | os.PathLike, *, gridsize: int, split: str):
+def read_source(path: str | os.PathLike, *, gridsize: int, split: str, n: int = 0, reduce: str = "crop"):
     """The :class:`~ptycho.data.dataset.Dataset` of a data file, read in full and
     validated: a CXI file imported (:func:`ptycho.data.cxi.import_cxi`; ``gridsize`` and
-    ``split`` apply to a CXI file from elsewhere), a ptycho dataset read as it is."""
+    ``split`` apply to a CXI file from elsewhere), a tike scan imported at pattern side
+    ``n`` (0: its own) made by ``reduce`` (:func:`ptycho.data.tike.import_tike`), a ptycho
+    dataset read as it is."""
     from ptycho.data.cxi import import_cxi
     from ptycho.data.dataset import read_dataset
 
     source = describe(path)
+    if n and source.kind != "tike":
+        raise DatasetError(f"{path}: data.n applies to tike scans only; a {KINDS[source.kind]} is read at its own side")
     if source.kind == "cxi":
         return import_cxi(path, gridsize=gridsize, split=split)
+    if source.kind == "tike":
+        from ptycho.data.tike import import_tike
+
+        return import_tike(path, gridsize=gridsize, split=split, n=n or None, reduce=reduce)
     return read_dataset(path)

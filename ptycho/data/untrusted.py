@@ -462,11 +462,14 @@ def check_zip(zf: zipfile.ZipFile, budget: Budget) -> None:
         )
 
 
-def npz_headers(path: str, budget: Budget, images: Iterable[str] = ()) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+def npz_headers(
+    path: str, budget: Budget, images: Iterable[str] = (), fileobj: Any = None
+) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """The shape and dtype of each array of an NPZ, from the ``.npy`` headers, each checked
     against the caps and ``budget`` (summed) and against what its member holds, so
     ``np.load`` allocates no more than the file is known to contain. ``images`` names the
-    arrays whose last two axes are image sides.
+    arrays whose last two axes are image sides; ``fileobj``, when given, is the archive
+    (a decompressed one) and ``path`` only names it.
 
     Pickled (object) arrays are refused; a damaged archive raises what ``zipfile`` or
     ``numpy`` raise (``BadZipFile``, ``ValueError``, ``EOFError``) for the caller to word.
@@ -475,7 +478,7 @@ def npz_headers(path: str, budget: Budget, images: Iterable[str] = ()) -> dict[s
 
     images = set(images)
     out = {}
-    with zipfile.ZipFile(path) as zf:
+    with zipfile.ZipFile(path if fileobj is None else fileobj) as zf:
         check_zip(zf, budget)
         for info in zf.infolist():
             if not info.filename.endswith(".npy"):  # np.load gives such a member as bytes

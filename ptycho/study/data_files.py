@@ -53,6 +53,7 @@ def check_data(cfg: Mapping, depths: Mapping[str, int], workdir: str | os.PathLi
             sources[split] = describe(base / os.path.expanduser(path))
         except DatasetError as err:
             raise ConfigError(f"config key 'data.{split}': {err}") from None
+    sources = {split: _reduced(cfg, split, files[split], source) for split, source in sources.items()}
     train, test = sources["train"], sources["test"]
     if train.n != test.n:
         raise ConfigError(
@@ -84,3 +85,23 @@ def check_data(cfg: Mapping, depths: Mapping[str, int], workdir: str | os.PathLi
                 "(models=[pinn])"
             )
     return sources
+
+
+def _reduced(cfg: Mapping, split: str, path: str, source):
+    """``source`` at the pattern side ``data.n`` asks for (tike scans only; 0: its own)."""
+    import dataclasses
+
+    n = int((cfg.get("data") or {}).get("n") or 0)
+    if not n or n == source.n:
+        return source
+    if source.kind != "tike":
+        raise ConfigError(
+            f"config key 'data.n' = {n}: {path} ({split}) is a {source.words.split(',')[0]}, read at its own "
+            f"{source.n} px; data.n reduces tike scans only: leave it out"
+        )
+    if n > source.n or source.n % n:
+        raise ConfigError(
+            f"config key 'data.n' = {n} does not divide the {source.n}-px patterns of {path} ({split}); "
+            f"give an even divisor of {source.n} (e.g. {source.n // 2})"
+        )
+    return dataclasses.replace(source, n=n)

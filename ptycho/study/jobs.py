@@ -76,17 +76,22 @@ def simulate(cfg, train_path: str | None, test_path: str, *, progress: bool = Tr
     return record
 
 
-def import_data(source: str, out: str, *, split: str, gridsize: int) -> JobRecord:
-    """The user's own file (a CXI file or a ptycho dataset: :mod:`ptycho.data.sources`)
-    as the study's ``split``, validated and written where ``simulate`` writes its datasets."""
+def import_data(source: str, out: str, *, split: str, gridsize: int, n: int = 0, reduce: str = "crop") -> JobRecord:
+    """The user's own file (a CXI file, a tike scan or a ptycho dataset:
+    :mod:`ptycho.data.sources`) as the study's ``split``, validated and written where
+    ``simulate`` writes its datasets; a tike scan at side ``n`` made by ``reduce``."""
     from ptycho.data.dataset import write_dataset
     from ptycho.data.sources import describe, read_source
 
     found = describe(source)
-    ds = read_source(source, gridsize=gridsize, split=split)
+    ds = read_source(source, gridsize=gridsize, split=split, n=n, reduce=reduce)
     digest = write_dataset(out, ds)
     record = JobRecord(
-        params={"data.source": str(Path(source).resolve()), "data.kind": found.kind},
+        params={
+            "data.source": str(Path(source).resolve()),
+            "data.kind": found.kind,
+            **({"data.n": n, "data.reduce": reduce} if n and n != found.n else {}),
+        },
         tags={"ground_truth": str(ds.has_ground_truth).lower()},
         metrics={
             f"{split}_patterns": ds.diffraction.shape[0],
