@@ -114,6 +114,37 @@ def _truncated_npz(d: Path, clean: Path) -> None:
     (d / "d.npz").write_bytes(raw[: len(raw) // 2])
 
 
+def _tike(case: str) -> Callable[[Path, Path], None]:
+    """``s.npz.bz2``: a small tike scan (a 6 x 6 grid of 16-px patterns, as tike writes one:
+    counts, probe under its mode axes, corners [row, column]) broken by ``case``."""
+
+    def setup(d: Path, clean: Path) -> None:
+        import bz2
+        import io
+
+        rows, cols = np.meshgrid(np.arange(6) * 4.0, np.arange(6) * 4.0, indexing="ij")
+        arrays = {
+            "data": np.ones((1, 36, 16, 16), np.float32),
+            "probe": np.ones((1, 1, 1, 1, 16, 16), np.complex64),
+            "scan": np.stack([rows.ravel(), cols.ravel()], axis=1)[None].astype(np.float32),
+        }
+        extra = {}
+        if case == "nan":
+            arrays["data"][0, 5, 2, 2] = np.nan
+        elif case == "probe-size":
+            arrays["probe"] = arrays["probe"][..., :12, :12]
+        elif case == "far-position":
+            arrays["scan"][0, 7] = [4000.0, 4000.0]  # a glitched position, 4000 px from the others
+        elif case == "pickled":
+            extra["notes"] = np.array([{"by": "hand"}], dtype=object)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays, **extra)
+        packed = bz2.compress(buf.getvalue())
+        (d / "s.npz.bz2").write_bytes(packed[: len(packed) // 2] if case == "truncated" else packed)
+
+    return setup
+
+
 def _files(**contents: str) -> Callable[[Path, Path], None]:
     def setup(d: Path, clean: Path) -> None:
         for name, text in contents.items():
@@ -597,8 +628,8 @@ CATALOGUE: list[Row] = [
         "`data={train: scan.cxi, test: scan.cxi}` (no such file)",
         "workflow",
         overrides={"data": {"train": "scan.cxi", "test": "scan.cxi"}},
-        message="config key 'data.train': <work>/scan.cxi: no such file; give a CXI 1.6 file (measured data) or a "
-        "dataset written by ptycho (.h5)",
+        message="config key 'data.train': <work>/scan.cxi: no such file; give a CXI 1.6 file (measured data), a tike "
+        "scan (.npz, .npz.bz2) or a dataset written by ptycho (.h5)",
     ),
     Row(
         "config-data-not-hdf5",
@@ -646,6 +677,25 @@ CATALOGUE: list[Row] = [
         setup=_files(**{"notes.txt": "x y intensity\n"}),
         exit_code=1,
         message="notes.txt: not an HDF5 file, so neither CXI nor a ptycho dataset",
+    ),
+    *(
+        Row(
+            f"import-data-tike-{case}",
+            "dataset",
+            f"`ptycho import-data s.npz.bz2 --out d.h5`, a tike scan {what}",
+            "cli",
+            args=("import-data", "s.npz.bz2", "--out", "d.h5"),
+            setup=_tike(case),
+            exit_code=1,
+            message=message,
+        )
+        for case, what, message in (
+            ("nan", "with a NaN count", "1 pattern(s) hold NaN or infinite counts; remove or repair those patterns"),
+            ("probe-size", "whose probe is 12 x 12 for 16-px patterns", "'probe' has shape (1, 1, 1, 1, 12, 12)"),
+            ("far-position", "with one position 4000 px from the others", "so they cannot overlap"),
+            ("pickled", "holding a pickled array", "contains pickled (object) arrays, which are refused"),
+            ("truncated", "cut in half", "an unreadable bz2 stream"),
+        )
     ),
     # ---- datasets: corruptions of conftest.CORRUPTIONS, given to commands that write
     Row(
