@@ -334,6 +334,46 @@ def test_measured_data_from_cxi_to_a_report_with_the_arms_compared(tmp_path):
     assert sorted(x.data.tags["split"] for x in imports) == ["test", "train"]
 
 
+@pytest.mark.slow
+def test_the_real_siemens_star_runs_the_study_to_a_report(tmp_path):
+    """Issue 44: measured X-ray data nobody here made (tike's Siemens star, in the
+    repository) through the whole smoke study at 64 px (central detector pixels), with
+    real MLflow: imported as a tike scan, trained on, the arms compared without a truth
+    (3 min 21 s on 2 cores, 2026-11-28)."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+    from test_pipeline import ROOT, _workdir, snakemake
+
+    work = _workdir(tmp_path)
+    star = "data/siemens-star/siemens-star-small.npz.bz2"
+    (work / "data" / "siemens-star").mkdir(parents=True)
+    shutil.copyfile(ROOT / star, work / star)
+    run = snakemake(
+        work, "all", "--config", "preset=smoke", "models=[pinn]", f"data={{train: {star}, test: {star}, n: 64}}"
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    r = work / "results" / "smoke"
+    attrs = read_attributes(r / "data" / "train.h5")
+    provenance = json.loads(attrs["config"])
+    assert attrs["ground_truth"] is False and provenance["format"] == "tike"
+    assert provenance["reduced"]["by"] == "crop" and (provenance["reduced"]["from"], provenance["reduced"]["to"]) == (
+        128,
+        64,
+    )
+    report = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
+    ev = report["items"]["quality"]["evidence"]
+    assert ev["ground_truth"] is False and set(ev["between_arms"]) == {"pinn-s0-jit"}
+    assert all(0 < ev["per_arm"][a]["data_misfit"] for a in ("pinn-off-s0", "pinn-jit-s0"))
+    assert report["solver"]["ground_truth"] is False
+    assert "Data: your own files, train " + star in (work / "reports" / "smoke" / "validation.md").read_text()
+    client = MlflowClient(f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("xla-ptycho")
+    imports = client.search_runs([experiment.experiment_id], "tags.rule = 'import_data'", max_results=10)
+    assert {x.data.params["data.kind"] for x in imports} == {"tike"}
+    assert {x.data.params["data.n"] for x in imports} == {"64"}
+
+
 def test_a_scan_of_fewer_patterns_than_one_group_is_one_line_at_parse_time(measured, tmp_path):
     """A one-pattern CXI file passed the parse-time checks and failed in the import job with
     a 20-line traceback ('need at least 4 positions to form groups of gridsize 2')."""
