@@ -549,3 +549,19 @@ def test_a_long_results_path_gives_a_report_folder_name_a_file_system_takes(tmp_
     assert all(len(n.encode()) <= NAME_MAX for n in names) and names[0] != names[1]
     (tmp_path / names[0]).mkdir()  # the file system takes it
     assert report_folder({"results": "runs/b", "preset": "smoke"}) == "reports/runs-b/smoke"  # short ones as they were
+
+
+def test_data_keys_without_files_are_no_data_of_the_users_own(base):
+    # data.n and data.reduce have defaults, so the resolved 'data' section is never empty:
+    # only its files make a study on the user's own data (the default run once dropped its
+    # conditions and warned that they are not run on 'your own data').
+    from ptycho.study import conditions
+    from ptycho.study.data_files import data_files
+    from ptycho.study.report import data_sentence
+
+    cfg = resolve(base, {})
+    assert cfg["data"] == {"n": 0, "reduce": "crop"} and data_files(cfg) == {}
+    assert conditions.checked(cfg) and conditions.skipped_words(cfg) == ""
+    assert data_sentence({"config": cfg, "items": {"quality": {"evidence": {}}}}) == ""
+    own = resolve(base, {"data": {"train": "a.cxi", "test": "a.cxi"}})
+    assert conditions.checked(own) == {} and "not run on your own data" in conditions.skipped_words(own)

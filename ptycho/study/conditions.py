@@ -97,7 +97,9 @@ def checked(cfg: Mapping) -> dict[str, dict[str, Any]]:
     """The conditions this study runs its cheap checks at: name -> :func:`settings`, the
     listed ones except the study's own. None on the user's own data (a condition is a
     simulation of the study's object)."""
-    if cfg.get("data"):
+    from ptycho.study.data_files import data_files
+
+    if data_files(cfg):
         return {}
     own = own_settings(cfg)
     out = {}
@@ -112,7 +114,9 @@ def skipped_words(cfg: Mapping) -> str:
     """One line when the config lists conditions the study will not run (on the user's own
     data, where a condition, a simulation of the study's object, has nothing to simulate);
     '' otherwise: they were dropped without a word."""
-    if not (cfg.get("data") and cfg.get("conditions")):
+    from ptycho.study.data_files import data_files
+
+    if not (data_files(cfg) and cfg.get("conditions")):
         return ""
     return (
         f"conditions {', '.join(cfg['conditions'])} are not run on your own data (config key 'data'): each is a "

@@ -289,7 +289,9 @@ def agreement_sentence(report: Mapping) -> str:
 
 def data_sentence(report: Mapping) -> str:
     """Which data the study ran on when it was not simulated (config ``data``), or nothing."""
-    data = (report.get("config") or {}).get("data") or {}
+    from ptycho.study.data_files import data_files
+
+    data = data_files(report.get("config") or {})  # its files; data.n and data.reduce alone are no data
     if not data:
         return ""
     truth = report["items"]["quality"]["evidence"].get("ground_truth", True)
