@@ -128,7 +128,7 @@ def read_source(path: str | os.PathLike, *, gridsize: int, split: str, n: int = 
     from ptycho.data.dataset import read_dataset
 
     source = describe(path)
-    if n and source.kind != "tike":
+    if n and n != source.n and source.kind != "tike":
         raise DatasetError(f"{path}: data.n applies to tike scans only; a {KINDS[source.kind]} is read at its own side")
     if source.kind == "cxi":
         return import_cxi(path, gridsize=gridsize, split=split)

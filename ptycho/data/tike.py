@@ -27,9 +27,12 @@ choice between two physics, recorded in the dataset's provenance:
   those of the band-limited exit wave.
 * ``bin``: ``N/n x N/n`` detector pixels summed. The real-space pixel stays; the window's
   **field of view shrinks** by ``N/n``, so the probe is cut to its central ``n x n``
-  pixels and whatever of it lies outside wraps into the patterns (the share of the
-  probe's power outside is recorded and a probe with more than :data:`BIN_PROBE_LIMIT`
-  outside is refused).
+  pixels (the positions stay: the window keeps its centre). The summed intensities are
+  not exactly those of the cut probe's exit wave: the probe's power outside the window
+  is recorded, and a probe with more than :data:`BIN_PROBE_LIMIT` outside is refused. Each
+  bin starts at the zero frequency's pixel, so the binned zero frequency lies ``(k-1)/2k``
+  of a binned pixel off the centre (a phase ramp across the window, which the object's
+  phase absorbs and the scoring's plane removal takes out; recorded).
 
 The file is untrusted (:mod:`ptycho.data.untrusted`): a bz2 stream is decompressed in
 chunks against the read budget (a small file can expand without bound), the ``.npy``
@@ -76,13 +79,19 @@ def _archive(path: str, budget) -> io.BytesIO | str:
         fh.seek(0)
         out, decompressor = io.BytesIO(), bz2.BZ2Decompressor()
         try:
-            while not decompressor.eof:
+            while True:
                 chunk = fh.read(_CHUNK) if decompressor.needs_input else b""
                 if decompressor.needs_input and not chunk:
                     raise EOFError("the bz2 stream ends early")
                 data = decompressor.decompress(chunk, max_length=_CHUNK)
                 budget.charge("its bz2 stream", len(data), "decompresses to more than")
                 out.write(data)
+                if decompressor.eof:  # one stream ends; pbzip2 and cat write several
+                    rest = decompressor.unused_data + fh.read(_CHUNK)
+                    if not rest:
+                        break
+                    decompressor = bz2.BZ2Decompressor()
+                    out.write(decompressor.decompress(rest, max_length=0))
         except (OSError, EOFError, ValueError) as exc:
             raise DatasetError(
                 f"{path}: an unreadable bz2 stream ({type(exc).__name__}: {str(exc)[:80]}); the file may be "
@@ -135,9 +144,20 @@ def _shapes(where: str, headers: dict) -> tuple[int, int]:
         )
     if len(scan) < 2 or scan[-1] != 2 or scan[-2] != patterns or any(s != 1 for s in scan[:-2]):
         raise DatasetError(f"{where}: 'scan' has shape {scan}; expected ({patterns}, 2), one [row, column] per pattern")
+    for key, what in (("data", "intensities"), ("scan", "positions")):
+        if headers[key][1].kind not in "biuf":
+            raise DatasetError(f"{where}: '{key}' is {headers[key][1]}, not real numbers; give the {what} as numbers")
     if not np.issubdtype(headers["probe"][1], np.complexfloating):
         raise DatasetError(f"{where}: 'probe' is {headers['probe'][1]}, not complex; give the complex probe estimate")
     return int(patterns), int(n)
+
+
+def side_problem(side: int, n: int) -> str:
+    """Why ``n``-px patterns cannot be made from ``side``-px ones ('' when they can): ``n``
+    must be an even divisor of ``side`` (whole detector pixels per reduced one)."""
+    if n < 2 or n > side or side % n or n % 2:
+        return f"cannot make {n}-px patterns from {side}-px ones; data.n must be an even divisor of {side} (e.g. {side // 2})"
+    return ""
 
 
 def import_tike(
@@ -158,10 +178,9 @@ def import_tike(
     n = side if not n else int(n)
     if reduce not in REDUCTIONS:
         raise DatasetError(f"{where}: unknown reduction {reduce!r}; choose one of {', '.join(REDUCTIONS)}")
-    if n < 2 or n > side or side % n or n % 2:
-        raise DatasetError(
-            f"{where}: cannot make {n}-px patterns from {side}-px ones; data.n must be an even divisor of {side}"
-        )
+    problem = side_problem(side, n)
+    if problem:
+        raise DatasetError(f"{where}: {problem}")
     if isinstance(archive, io.BytesIO):
         archive.seek(0)
     with np.load(archive, allow_pickle=False) as z:
@@ -220,7 +239,10 @@ def _reduce(where, intensity, probe, pos, side: int, n: int, reduce: str):
         "to": n,
         "pixel_factor": k,
         "probe_power_outside": outside,
+        #: each bin starts at the zero frequency's pixel, so the binned zero frequency lies
+        #: this far (in binned pixels) from the centre pixel: a phase ramp the object absorbs
+        "zero_frequency_offset_px": (k - 1) / (2 * k),
         "means": f"{k} x {k} detector pixels summed: the same real-space pixel, a field of view {k}x smaller; "
         f"{outside:.1%} of the probe's power lay outside it",
     }
-    return binned, probe[lo : lo + n, lo : lo + n], pos - side / 2 + n / 2, note
+    return binned, probe[lo : lo + n, lo : lo + n], pos, note

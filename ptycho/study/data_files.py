@@ -99,9 +99,9 @@ def _reduced(cfg: Mapping, split: str, path: str, source):
             f"config key 'data.n' = {n}: {path} ({split}) is a {source.words.split(',')[0]}, read at its own "
             f"{source.n} px; data.n reduces tike scans only: leave it out"
         )
-    if n > source.n or source.n % n:
-        raise ConfigError(
-            f"config key 'data.n' = {n} does not divide the {source.n}-px patterns of {path} ({split}); "
-            f"give an even divisor of {source.n} (e.g. {source.n // 2})"
-        )
+    from ptycho.data.tike import side_problem
+
+    problem = side_problem(source.n, n)
+    if problem:
+        raise ConfigError(f"config key 'data.n' = {n}: {path} ({split}): {problem}")
     return dataclasses.replace(source, n=n)

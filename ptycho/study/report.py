@@ -197,7 +197,7 @@ def _num(v: Any) -> float:
 def speed_sentence(report: Mapping) -> str:
     """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
     quality vs ``off`` at that precision with its interval, where it was timed, and the
-    plain outcome (faster, SLOWER, no measurable effect)."""
+    plain answer (faster, SLOWER, no measurable effect, not resolved)."""
     from ptycho.study.checklist.speedup import comparisons
 
     ev = report["items"]["speedup"]["evidence"]

@@ -30,11 +30,16 @@ quality"), each training is timed to a quality target on held-out data:
   or collapsed) is such a seed: counted as its whole planned training (``train.epochs``)
   at its own median step, or its arm's when it timed none, and named as failed; it
   never sets the target;
-* **the ratio**: the reference's mean time over the arm's (above 1 = the arm reaches the
-  quality sooner), with a 95 % bootstrap interval over seeds (paired by seed when both
-  arms ran the same seeds, as their initial weights and batch order then match) and
-  over each seed's step times. With 5 or more seeds the mean drops the fastest and the
-  slowest run (MLPerf's trimming).
+* **the ratio** (above 1 = the arm reaches the quality sooner): with paired seeds (both
+  arms ran the same two or more seeds, so their initial weights and batch order match),
+  the geometric mean of the per-seed ratios of the reference's time to the arm's, with a
+  t interval on their logarithms (valid at 2-5 seeds, where a bootstrap over seeds has a
+  handful of distinct resamples); otherwise the reference's mean time over the arm's,
+  with a 95 % bootstrap interval over seeds and each seed's step times, the mean
+  dropping the fastest and the slowest run from 5 seeds on (MLPerf's trimming). With one
+  seed per arm that interval holds the step times' noise only;
+* **the answer**: one of four, by where the interval lies (:attr:`Comparison.answer`):
+  faster, SLOWER, no measurable effect (inside :data:`NO_EFFECT_BAND`) or not resolved.
 
 Pure NumPy; no TensorFlow. :func:`runs_of` reads the trainings' ``model.json`` records.
 """
@@ -56,7 +61,7 @@ MISSES_INCONCLUSIVE = 2
 #: The band around 1 inside which a resolved ratio is "no measurable effect": an interval
 #: within 0.95-1.05 says XLA changes the time to quality by less than 5 %, less than the
 #: step-time spread of one arm's seeds on the study's shared machines (up to 14 %,
-#: docs/report.md "Speed: four answers"). An interval reaching beyond it on both sides of
+#: docs/report.md "Statistics and margins"). An interval reaching beyond it on both sides of
 #: 1 did not resolve the effect: INCONCLUSIVE, not a failure of XLA.
 NO_EFFECT_BAND = (0.95, 1.05)
 #: The four answers of a speed comparison (:attr:`Comparison.answer`).
@@ -311,9 +316,10 @@ class Comparison:
     once (:attr:`outcome`), worded once (:meth:`sentence`, :meth:`headline`) and logged
     once (:meth:`metrics`, :meth:`Reach.metrics`).
 
-    ``ratio`` is the reference's mean seconds to the target over the arm's (above 1 = the
-    arm is sooner), with its interval ``low``-``high`` at ``level``; NaN when the reference
-    has no finished run or the arm none timed. The pair's identity (model, modes,
+    ``ratio`` is the reference's seconds to the target over the arm's (above 1 = the arm is
+    sooner: the geometric mean of paired seeds' ratios, else the ratio of the mean times),
+    with its interval ``low``-``high`` at ``level`` (``interval`` says how it was made);
+    NaN when the reference has no finished run or the arm none timed. The pair's identity (model, modes,
     precisions, ``title``) is set by who pairs the arms (:func:`ptycho.study.checklist.
     speedup.time_to_quality`); :func:`compare` leaves it empty.
     """
@@ -408,13 +414,16 @@ class Comparison:
     def passes(self, threshold: float) -> bool | None:
         """Whether it shows the arm at least ``threshold`` times as fast: True when the
         interval's lower end is at or above it; False when its upper end is below it, or
-        the answer is :data:`NO_EFFECT` (a gain under 5 %, decided); None when it cannot say
-        (the interval straddles the threshold, two seeds missed, or an upper bound that
-        would pass: an upper bound can fail, never pass)."""
+        (threshold 1) the answer is :data:`NO_EFFECT` (a change under 5 %, decided); None
+        when it cannot say (the interval straddles the threshold, two seeds missed, or an
+        upper bound that would pass: an upper bound can fail, never pass). With one seed
+        per arm the interval holds its step times' noise only, not the seeds' spread."""
         if self.inconclusive or not self.measured:
             return None
         high = self.high if math.isfinite(self.high) else self.ratio
-        if high < threshold or (self.answer == NO_EFFECT and threshold >= 1.0):
+        # "no measurable effect" answers "is XLA faster?" (threshold 1): no. A threshold
+        # above 1 inside the band is failed only by an interval wholly below it.
+        if high < threshold or (self.answer == NO_EFFECT and math.isclose(threshold, 1.0)):
             return False
         if self.upper_bound:
             return None
@@ -458,9 +467,10 @@ class Comparison:
         )
 
     def sentence(self) -> str:
-        """``"physics at bf16 reaches the target at 1.02x (95% CI 0.95-1.09) the speed of
-        off at bf16 (3 seeds paired; 1.01x per step, 1.00x the steps; with compilation
-        0.90x): no measurable effect"``, with the seeds that missed or failed named."""
+        """``"physics at bf16 reaches the target at 1.02x (95% CI 0.97-1.04) the speed of
+        off at bf16 (3 seeds paired, t on paired log ratios; 1.01x per step, 1.00x the
+        steps; with compilation 0.90x): no measurable effect"``, with the seeds that missed
+        or failed named."""
         if not self.measured:
             return (
                 f"{self.who} vs {self.whom}: no time to quality (no finished {self.whom} training, "
@@ -492,7 +502,7 @@ class Comparison:
     def headline(self) -> str:
         """The report's first screen: ``"at fp32 the best mode, jit, reaches the PINN's
         quality target at 1.09x (95% CI 0.99-1.25) off's speed (3 seeds; 1.09x per step):
-        no measurable effect"``."""
+        not resolved (...)"``."""
         n = len(self.arm)
         return (
             f"at {_short(self.precision)} the best mode, {self.mode}, reaches the PINN's quality target at "
@@ -558,8 +568,9 @@ def compare(
     seed: int = 0,
 ) -> Comparison:
     """Time to quality of ``arm`` against ``reference`` (both lists of seeds' :class:`Run`):
-    the :class:`Comparison`, its ratio the reference's mean seconds over the arm's (above
-    1 = sooner); NaN when the reference has no finished run or the arm none timed.
+    the :class:`Comparison` (its ratio, above 1 = sooner, as the module says; its
+    companions per step, in steps and with compilation made the same way); NaN when the
+    reference has no finished run or the arm none timed.
     Losses are measured above every run's floor, or all in raw loss when some record none
     (:func:`common_floors`; ``no_floor`` names those seeds). A failed run is missed (its
     whole planned training, ``failed`` names it), timed at its arm's steps if it timed
@@ -594,11 +605,17 @@ def compare(
     def col(reaches, key):
         return np.array([getattr(x, key) for x in reaches], dtype=np.float64)
 
+    paired = [r.seed for r in arm] == [r.seed for r in reference]
+    by_seed = paired and len(arm) >= 2
+
     def ratio_of(key):
+        """The reference's over the arm's: per seed, their geometric mean (paired seeds, as
+        the headline ratio); else the ratio of the (trimmed) means."""
+        if by_seed:
+            return float(np.exp(np.mean(np.log(col(reach_r, key) / col(reach_a, key)))))
         return float(_centre(col(reach_r, key)) / _centre(col(reach_a, key)))
 
-    paired = [r.seed for r in arm] == [r.seed for r in reference]
-    if paired and len(arm) >= 2:
+    if by_seed:
         ratio, low, high = _t_log_ratios(col(reach_r, "seconds") / col(reach_a, "seconds"), level)
         interval = T_LOG_RATIOS
     else:

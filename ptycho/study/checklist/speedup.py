@@ -279,10 +279,14 @@ def speedup(
 ) -> dict:
     """XLA's own effect on the PINN: time to quality of every trained XLA mode vs ``off`` at
     the same precision (``metas``: the trainings' ``model.json``; ``margin``: the
-    convergence margin that widens the target). The value judged is the lower end of
-    the fastest XLA mode's 95 % interval; PASS means XLA reaches the quality sooner with
-    confidence, INCONCLUSIVE that two seeds of one arm never reached the target, or that
-    no seed of it did and its ratio (then an upper bound) would pass. Without
+    convergence margin that widens the target). Each comparison says whether it passes
+    (:meth:`~ptycho.study.time_to_quality.Comparison.passes`): PASS when one XLA mode
+    reaches the quality sooner with confidence (the value: its interval's lower end),
+    FAIL when every one is shown short of the threshold (below it, or no measurable
+    effect), INCONCLUSIVE otherwise: not resolved, two seeds of one arm never reaching the
+    target, or no seed of it doing so where its ratio (then an upper bound) would pass.
+    One PASS among several modes and precisions is not corrected for their number: read
+    each mode's own answer in the summary. Without
     a trained XLA pair, the benchmark's per-step ratio vs ``off`` at the same precision in
     ``context`` is judged instead, and the summary says so. The benchmark's per-step
     ratios (alone and in the pipeline's schedule), the precision's own effect and the

@@ -109,7 +109,7 @@ class Comparison:
         return self.speed.value_words() if self.speed else "n/a"
 
     def words(self) -> str:
-        """``jit 1.09x (0.99-1.25): no measurable effect``; ``jit: not measured``."""
+        """``jit 1.09x (0.99-1.25): not resolved``; ``jit: not measured``."""
         if not self.measured:
             return f"{self.label()}: not measured"
         return f"{self.label()} {self.value_words()}: {self.outcome}"
