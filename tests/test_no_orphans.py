@@ -202,7 +202,10 @@ def test_killing_the_bench_jobs_wrapper_ends_its_coordinator_and_workers(tmp_pat
     the wrapper killed (SIGKILL), the coordinator gets SIGTERM, stops its worker and ends."""
     log = tmp_path / "bench.log"
     command = " ".join([sys.executable, "-m", "ptycho", *BENCH, ">", str(log), "2>&1"])
-    wrapper = subprocess.Popen(["/bin/bash", "-c", f"set -euo pipefail; {command}"], cwd=tmp_path)
+    # as Snakemake starts it: with the workflow's job marker, so that the command binds to
+    # its shell even where the tests run under nohup (SIGHUP ignored reads as "detached")
+    env = dict(os.environ, PTYCHO_CONFIG_HASH="test")
+    wrapper = subprocess.Popen(["/bin/bash", "-c", f"set -euo pipefail; {command}"], cwd=tmp_path, env=env)
     procs = [psutil.Process(wrapper.pid)]
     try:
         coordinator = _wait_for("the coordinator's start", lambda: psutil.Process(wrapper.pid).children())[0]
