@@ -105,6 +105,13 @@ def _half_widths(sd: float, n_a: int, n_b: int, design: str = UNPAIRED) -> tuple
     return float(stats.t.ppf(0.95, dof) * se), float(stats.t.ppf(0.975, dof) * se)
 
 
+def worse_by(difference: float, better: str = HIGHER) -> float:
+    """How much worse the arm is than its reference for a difference (arm - reference) of
+    a metric whose ``better`` direction is given: the difference's opposite for a metric
+    where higher is better (SSIM), the difference itself where lower is (a loss)."""
+    return -difference if better == HIGHER else difference
+
+
 def seeds_needed(
     difference: float, sd: float, margin: float, design: str = UNPAIRED, test: str = EQUIVALENCE, better: str = HIGHER
 ) -> float:
@@ -118,7 +125,7 @@ def seeds_needed(
     a standard deviation."""
     if not (math.isfinite(difference) and math.isfinite(sd)):
         return float("nan")
-    worse = -difference if better == HIGHER else difference  # how much worse the arm is
+    worse = worse_by(difference, better)
     for n in range(2, MAX_SEEDS + 1):
         h90, h95 = _half_widths(sd, n, n, design)
         if test == NON_INFERIORITY:
@@ -201,7 +208,7 @@ def seed_comparison(
         h90, h95 = _half_widths(sd, len(a), len(b), design)
         out.update(sd=sd, low=diff - h95, high=diff + h95, low90=diff - h90, high90=diff + h90)
         # the interval's ends as "how much worse the arm is": the worse end first
-        worst, best = (-out["low90"], -out["high90"]) if better == HIGHER else (out["high90"], out["low90"])
+        worst, best = sorted((worse_by(out["low90"], better), worse_by(out["high90"], better)), reverse=True)
         if test == NON_INFERIORITY:
             out["outcome"] = NOT_WORSE if worst <= margin else WORSE if best > margin else INCONCLUSIVE
         elif -margin <= out["low90"] and out["high90"] <= margin:
@@ -230,6 +237,6 @@ def reach(c: Mapping[str, Any]) -> float:
     0 when even that end is better); the value an EQUIVALENT or NOT WORSE outcome keeps
     within the margin. NaN without an interval."""
     if c.get("test") == NON_INFERIORITY:
-        worst = -c["low90"] if c.get("better", HIGHER) == HIGHER else c["high90"]
-        return max(worst, 0.0)
+        worst = max(worse_by(c["low90"], c.get("better", HIGHER)), worse_by(c["high90"], c.get("better", HIGHER)))
+        return max(worst, 0.0) if math.isfinite(worst) else math.nan
     return max(abs(c["low90"]), abs(c["high90"]))

@@ -110,9 +110,9 @@ class Run:
         for step, loss in self.points():
             excess = loss - self.floor
             if excess <= target:
-                if previous is None or previous[1] <= excess:
+                if previous is None:  # at or below it before the first step
                     return max(step, 1.0)
-                (s0, e0) = previous
+                s0, e0 = previous  # e0 > target >= excess: the crossing lies between them
                 return max(s0 + (e0 - target) / (e0 - excess) * (step - s0), 1.0)
             previous = (step, excess)
         return None
@@ -427,9 +427,7 @@ class Comparison:
             return False
         if self.upper_bound:
             return None
-        if self.judged_value >= threshold:
-            return True
-        return None if math.isfinite(self.low) else False
+        return True if self.judged_value >= threshold else None  # below it: the interval straddles it
 
     # ------------------------------------------------------------------ worded
     @property
@@ -619,7 +617,10 @@ def compare(
         ratio, low, high = _t_log_ratios(col(reach_r, "seconds") / col(reach_a, "seconds"), level)
         interval = T_LOG_RATIOS
     else:
-        ratio, (low, high) = ratio_of("seconds"), _bootstrap(arm, reference, reach_a, reach_r, level, resamples, seed)
+        ratio, (low, high) = (
+            ratio_of("seconds"),
+            _bootstrap(arm, reach_a, reference, reach_r, paired, level, resamples, seed),
+        )
         interval = BOOTSTRAP
     missed = Sides(*(tuple(x.seed for x in reaches if not x.reached) for reaches in (reach_a, reach_r)))
     return Comparison(
@@ -658,12 +659,13 @@ def _t_log_ratios(ratios: np.ndarray, level: float) -> tuple[float, float, float
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
-def _bootstrap(arm, reference, reach_a, reach_r, level: float, resamples: int, seed: int) -> tuple[float, float]:
-    """The ratio's percentile bootstrap interval: seeds resampled (jointly when paired),
+def _bootstrap(
+    arm, reach_a, reference, reach_r, paired: bool, level: float, resamples: int, seed: int
+) -> tuple[float, float]:
+    """The ratio's percentile bootstrap interval: seeds resampled (jointly when ``paired``),
     each picked seed's median step time from a resample of its own steps. With one seed
     per arm it holds the step times' noise only."""
     rng = np.random.default_rng(seed)
-    paired = [r.seed for r in arm] == [r.seed for r in reference]
     steps_a = np.array([x.steps for x in reach_a], dtype=np.float64)
     steps_r = np.array([x.steps for x in reach_r], dtype=np.float64)
     med_a = np.stack([_boot_medians(r, resamples, rng) for r in arm], axis=1)  # (B, seeds)
