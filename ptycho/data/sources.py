@@ -118,16 +118,25 @@ def _header(f, where: str) -> Source | int:
     return int(f["diffraction"].shape[0]) if isinstance(f.get("diffraction"), h5py.Dataset) else 0
 
 
-def read_source(path: str | os.PathLike, *, gridsize: int, split: str, n: int = 0, reduce: str = "crop"):
+def read_source(
+    path: str | os.PathLike,
+    *,
+    gridsize: int,
+    split: str,
+    n: int = 0,
+    reduce: str = "crop",
+    source: Source | None = None,
+):
     """The :class:`~ptycho.data.dataset.Dataset` of a data file, read in full and
     validated: a CXI file imported (:func:`ptycho.data.cxi.import_cxi`; ``gridsize`` and
     ``split`` apply to a CXI file from elsewhere), a tike scan imported at pattern side
     ``n`` (0: its own) made by ``reduce`` (:func:`ptycho.data.tike.import_tike`), a ptycho
-    dataset read as it is."""
+    dataset read as it is. ``source``: :func:`describe`'s answer when the caller has it
+    (a tike scan's headers cost a bz2 decompression)."""
     from ptycho.data.cxi import import_cxi
     from ptycho.data.dataset import read_dataset
 
-    source = describe(path)
+    source = source or describe(path)
     if n and n != source.n and source.kind != "tike":
         raise DatasetError(f"{path}: data.n applies to tike scans only; a {KINDS[source.kind]} is read at its own side")
     if source.kind == "cxi":

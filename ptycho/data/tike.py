@@ -77,21 +77,22 @@ def _archive(path: str, budget) -> io.BytesIO | str:
         if fh.read(3) != _BZ2_MAGIC:
             return path
         fh.seek(0)
-        out, decompressor = io.BytesIO(), bz2.BZ2Decompressor()
+        out, decompressor, pending = io.BytesIO(), bz2.BZ2Decompressor(), b""
         try:
             while True:
-                chunk = fh.read(_CHUNK) if decompressor.needs_input else b""
-                if decompressor.needs_input and not chunk:
-                    raise EOFError("the bz2 stream ends early")
+                chunk = b""
+                if decompressor.needs_input:
+                    chunk, pending = pending or fh.read(_CHUNK), b""
+                    if not chunk:
+                        raise EOFError("the bz2 stream ends early")
                 data = decompressor.decompress(chunk, max_length=_CHUNK)
                 budget.charge("its bz2 stream", len(data), "decompresses to more than")
                 out.write(data)
                 if decompressor.eof:  # one stream ends; pbzip2 and cat write several
-                    rest = decompressor.unused_data + fh.read(_CHUNK)
-                    if not rest:
+                    pending = decompressor.unused_data or fh.read(_CHUNK)
+                    if not pending:
                         break
                     decompressor = bz2.BZ2Decompressor()
-                    out.write(decompressor.decompress(rest, max_length=0))
         except (OSError, EOFError, ValueError) as exc:
             raise DatasetError(
                 f"{path}: an unreadable bz2 stream ({type(exc).__name__}: {str(exc)[:80]}); the file may be "

@@ -47,10 +47,11 @@ def check_data(cfg: Mapping, depths: Mapping[str, int], workdir: str | os.PathLi
             "the same file twice reconstructs the scan the PINN trains on) or neither to simulate"
         )
     base = Path(os.path.abspath(workdir or os.getcwd()))
-    sources = {}
+    sources, described = {}, {}
     for split, path in files.items():
-        try:
-            sources[split] = describe(base / os.path.expanduser(path))
+        where = base / os.path.expanduser(path)
+        try:  # the same file for both splits (a scan the PINN trains on and reconstructs) is read once
+            sources[split] = described[where] = described.get(where) or describe(where)
         except DatasetError as err:
             raise ConfigError(f"config key 'data.{split}': {err}") from None
     sources = {split: _reduced(cfg, split, files[split], source) for split, source in sources.items()}
@@ -91,12 +92,14 @@ def _reduced(cfg: Mapping, split: str, path: str, source):
     """``source`` at the pattern side ``data.n`` asks for (tike scans only; 0: its own)."""
     import dataclasses
 
+    from ptycho.data.sources import KINDS
+
     n = int((cfg.get("data") or {}).get("n") or 0)
     if not n or n == source.n:
         return source
     if source.kind != "tike":
         raise ConfigError(
-            f"config key 'data.n' = {n}: {path} ({split}) is a {source.words.split(',')[0]}, read at its own "
+            f"config key 'data.n' = {n}: {path} ({split}) is a {KINDS[source.kind]}, read at its own "
             f"{source.n} px; data.n reduces tike scans only: leave it out"
         )
     from ptycho.data.tike import side_problem

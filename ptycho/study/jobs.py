@@ -84,7 +84,7 @@ def import_data(source: str, out: str, *, split: str, gridsize: int, n: int = 0,
     from ptycho.data.sources import describe, read_source
 
     found = describe(source)
-    ds = read_source(source, gridsize=gridsize, split=split, n=n, reduce=reduce)
+    ds = read_source(source, gridsize=gridsize, split=split, n=n, reduce=reduce, source=found)
     digest = write_dataset(out, ds)
     record = JobRecord(
         params={
