@@ -394,7 +394,7 @@ def _epoch(trainer, data, split, rng, clock, meta, epoch: int, progress: bool, c
         losses.append(loss)
         bar.set_postfix(loss=f"{loss:.4g}")
         if len(losses) in checks:  # outside the step's timing: a check is no step
-            meta.setdefault("val_curve", []).append(
+            meta["val_curve"].append(
                 {"step": epoch * split.steps + len(losses), "val_loss": evaluate(trainer, data, split.val)}
             )
     return losses
@@ -490,7 +490,7 @@ def train(
             "elapsed_s": clock.elapsed(),
         }
         meta["history"].append(record)
-        meta.setdefault("val_curve", []).append({"step": (epoch + 1) * split.steps, "val_loss": record["val_loss"]})
+        meta["val_curve"].append({"step": (epoch + 1) * split.steps, "val_loss": record["val_loss"]})
         meta["timing"] = clock.summary()
         meta["traces"] = trainer.traces
         save_train_state(trainer, state_path, meta, epoch + 1, rng, compat)
