@@ -204,6 +204,44 @@ def writable_problem(path: str | os.PathLike, folder: bool = False) -> str | Non
     return None
 
 
+def damage(path: str | os.PathLike) -> str | None:
+    """What is wrong with an existing output that is not whole, in a few words, or None.
+
+    Every output is written atomically, so a damaged one was damaged after its job (a
+    copy cut short, a full disk under ``cp``, a hand edit): a zip container (``.keras``,
+    ``.npz``) without its end record, an HDF5 file (``.h5``, ``.cxi``) that does not open
+    (HDF5 checks its recorded end against the file's size), a JSON file that does not
+    parse. Cheap: a zip's last bytes, an HDF5 superblock, a small JSON file; the files'
+    contents are their readers' to check. A missing file or another kind is None.
+    """
+    import zipfile
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    kind = path.suffix.lower()
+    try:
+        if kind in (".keras", ".npz"):
+            return None if zipfile.is_zipfile(path) else "not a whole zip archive (cut short?)"
+        if kind in (".h5", ".cxi"):
+            import h5py
+
+            with h5py.File(path, "r"):
+                return None
+        if kind == ".json":
+            with open(path, "rb") as fh:
+                json.load(fh)
+            return None
+    except PermissionError:  # not readable here: its reader says so
+        return None
+    except (OSError, ValueError) as exc:  # h5py's errors are OSErrors; a JSON error a ValueError
+        if kind == ".json":
+            return "not valid JSON (cut short?)"
+        reason = " ".join(str(exc).split())
+        return "not a readable HDF5 file" + (" (truncated)" if "truncated" in reason else "")
+    return None
+
+
 def _cannot_write(path: Path, exc: OSError) -> PtychoError:
     """One line for a write the filesystem refused (permissions, read-only, full disk)."""
     # h5py puts a multi-line report in strerror; the errno says it in a few words.

@@ -8,7 +8,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
-from ptycho.artifacts import rerun_params  # every rule's params: its outputs' format version
+from ptycho.artifacts import damage, rerun_params  # rerun_params: every rule's params, its outputs' format version
 from ptycho.errors import PtychoError
 from ptycho.nets.models import method_of
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
@@ -212,6 +212,8 @@ try:
     RUNS_JOBS = workflow.cores > 0 and not NO_JOB_FLAGS & set(sys.argv)
 except WorkflowError:  # no --cores: a command that runs no job
     RUNS_JOBS = False
+# -n, --dry-run, --dryrun, or -n among short flags (-np): plans only, changes no file.
+DRY_RUN = any(a in ("--dry-run", "--dryrun") or re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*", a) for a in sys.argv[1:])
 if workflow.is_main_process and RUNS_JOBS:
     from ptycho.study.estimate import announce
 

@@ -4,7 +4,7 @@ def _arm_files(*patterns):
     return {arm: [p.format(R=R, arm=arm) for p in patterns] for arm in ARMS}
 
 
-HOLES = holes([
+STAGES = [
     {"": [*DATASETS, CONFIG_JSON]},
     {"": [f"{R}/bench/bench.json", SOLVER[0], f"{R}/checks/gradients.json"],
      **_arm_files("{R}/models/{arm}/model.json", "{R}/models/{arm}/model.keras")},
@@ -15,10 +15,27 @@ HOLES = holes([
     {"": [f"{R}/checks/quality.json", *rules.figures.output]},
     {"": list(rules.report.output)},
     {"": REPORTS},
-])
+]
+# An output damaged after its job (a zip, HDF5 or JSON file cut short: every job writes
+# atomically, so a copy or a full disk under cp did it) is a hole too: a run moves it aside to
+# <name>.damaged, its bytes kept, and makes it again; a dry run says so and changes nothing.
+DAMAGED = []
+if workflow.is_main_process and RUNS_JOBS:
+    DAMAGED = [(p, why) for stage in STAGES for paths in stage.values() for p in paths if (why := damage(p))]
+if DAMAGED:
+    if not DRY_RUN:
+        for p, _ in DAMAGED:
+            os.replace(p, f"{p}.damaged")
+    sys.stderr.write(
+        f"ptycho workflow: {len(DAMAGED)} output(s) are damaged "
+        f"({'; '.join(f'{os.path.relpath(p, R)}: {why}' for p, why in DAMAGED[:3])}{'; ...' if len(DAMAGED) > 3 else ''}): "
+        + ("a run moves each aside to <name>.damaged and makes it again\n" if DRY_RUN else
+           "each is moved aside to <name>.damaged and made again\n")
+    )
+HOLES = holes(STAGES, gone={p for p, _ in DAMAGED})
 if HOLES:
     sys.stderr.write(
-        f"ptycho workflow: {len(HOLES)} output(s) are missing (lost, or new in this version of the pipeline) while results made from them remain "
+        f"ptycho workflow: {len(HOLES)} output(s) are missing (lost, damaged, or new in this version of the pipeline) while results made from them remain "
         f"({', '.join(os.path.relpath(p, R) for p in HOLES[:4])}{', ...' if len(HOLES) > 4 else ''}): "
         "their jobs and all that depends on them run again\n"
     )

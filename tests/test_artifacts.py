@@ -6,8 +6,10 @@ import json
 import os
 import stat
 
+import numpy as np
 import pytest
 
+from ptycho import artifacts
 from ptycho.artifacts import atomic_write, read_json, write_json
 
 
@@ -34,3 +36,26 @@ def test_written_files_get_the_umask_mode_not_mkstemps_0600(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
     assert json.loads((tmp_path / "r.json").read_text()) == {"x": None}  # strict JSON: NaN -> null
+
+
+def test_damage_names_a_zip_hdf5_or_json_output_cut_short_and_nothing_else(tmp_path):
+    import h5py
+
+    arrays = tmp_path / "a.npz"
+    artifacts.write_arrays(arrays, x=np.arange(1000.0))
+    h5 = tmp_path / "d.h5"
+    with h5py.File(h5, "w") as fh:
+        fh["x"] = np.arange(100000.0)
+    record = tmp_path / "r.json"
+    artifacts.write_json(record, {"a": 1})
+    other = tmp_path / "figure.png"
+    other.write_bytes(b"\x89PNG")
+    for path in (arrays, h5, record, other, tmp_path / "missing.npz"):
+        assert artifacts.damage(path) is None, path
+    for path in (arrays, h5, record):
+        whole = path.read_bytes()
+        path.write_bytes(whole[: len(whole) // 2])
+    assert artifacts.damage(arrays) == "not a whole zip archive (cut short?)"
+    assert artifacts.damage(h5).startswith("not a readable HDF5 file")
+    assert artifacts.damage(record) == "not valid JSON (cut short?)"
+    assert artifacts.damage(other) is None  # a kind it does not know: its reader's to check

@@ -15,8 +15,10 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
+import h5py
 import pytest
 from test_pipeline import ROOT, _workdir, snakemake
 
@@ -28,9 +30,16 @@ SMOKE = ("--config", "preset=smoke")
 
 
 def _touch(*paths: Path) -> None:
+    """Each path made a whole file of its kind, empty: a zip for .keras and .npz, an HDF5
+    file for .h5 and .cxi, a JSON object for .json (a rerun moves damaged ones aside)."""
     for p in paths:
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text("x")
+        if p.suffix in (".keras", ".npz"):
+            zipfile.ZipFile(p, "w").close()
+        elif p.suffix in (".h5", ".cxi"):
+            h5py.File(p, "w").close()
+        else:
+            p.write_text("{}" if p.suffix == ".json" else "x")
 
 
 # ------------------------------------------------------------------------ holes
@@ -99,6 +108,34 @@ def test_an_output_lost_under_finished_results_is_made_again_with_all_after_it(t
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
     assert jobs["train"] == "1" and jobs["bench"] == "1" and jobs["report"] == "1" and jobs["publish_report"] == "1"
     assert "simulate" not in jobs  # what the lost files were made from stays
+
+
+def test_an_output_damaged_after_its_job_is_moved_aside_and_made_again(tmp_path):
+    """A model.keras cut short (a copy, a full disk under cp) was not noticed by a rerun
+    ('Nothing to be done'), and its inference then failed on it. A dry run names it and
+    changes nothing; a run moves it aside, bytes kept, and makes it again with all after it."""
+    work = _finished_looking_study(tmp_path)
+    model = work / "results/smoke/models/pinn-jit-s0/model.keras"
+    whole = model.read_bytes()
+    model.write_bytes(whole[: len(whole) // 2])
+    (work / "results/smoke/metrics/pinn-off-s0.json").write_text('{"ssim": ')
+    plan = snakemake(work, "-n", "all", *SMOKE)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    said = [line for line in plan.stderr.splitlines() if line.startswith("ptycho workflow: 2 output(s) are damaged")]
+    assert len(said) == 1, plan.stderr[-3000:]
+    assert "models/pinn-jit-s0/model.keras: not a whole zip archive" in said[0]
+    assert "metrics/pinn-off-s0.json: not valid JSON" in said[0]
+    assert said[0].endswith("a run moves each aside to <name>.damaged and makes it again")
+    assert model.read_bytes() == whole[: len(whole) // 2]  # a dry run changes nothing
+
+    done = snakemake(work, "results/smoke/config.json", *SMOKE)  # any run: the check is at parse time
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not model.exists() and (model.parent / "model.keras.damaged").read_bytes() == whole[: len(whole) // 2]
+    plan = snakemake(work, "-n", "all", *SMOKE)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "are damaged" not in plan.stderr
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
+    assert jobs["train"] == "1" and jobs["evaluate"] == "2" and jobs["report"] == "1", plan.stdout[-3000:]
 
 
 def test_a_lost_metrics_file_or_config_json_is_made_again(tmp_path):

@@ -14,7 +14,7 @@ import contextlib
 import copy
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -678,7 +678,7 @@ def warm_arms(cfg: Mapping) -> dict[str, str]:
     return out
 
 
-def holes(stages: Sequence[Mapping[str, Sequence[str]]]) -> list[str]:
+def holes(stages: Sequence[Mapping[str, Sequence[str]]], gone: Collection[str] = ()) -> list[str]:
     """The study's missing outputs that later results were made from: to make again.
 
     ``stages`` lists the study's outputs in the order the pipeline makes them, each stage
@@ -690,8 +690,10 @@ def holes(stages: Sequence[Mapping[str, Sequence[str]]]) -> list[str]:
     consumers exist (a training killed under ``--forcerun`` loses its outputs, and the
     next run says "Nothing to be done" with the report describing a model that is gone);
     forcing each hole re-runs it and everything after it. An arm new to the matrix is no
-    hole (its files are all missing): the changed report inputs already re-run it."""
-    exists = [{g: [p for p in paths if os.path.exists(p)] for g, paths in stage.items()} for stage in stages]
+    hole (its files are all missing): the changed report inputs already re-run it.
+    ``gone`` are paths to count as missing although they exist (damaged outputs a dry run
+    leaves in place)."""
+    exists = [{g: [p for p in paths if os.path.exists(p) and p not in gone] for g, paths in stage.items()} for stage in stages]
     present = {g for st in exists for g, files in st.items() if files and g}  # arms with something made
     found = []
     for k, stage in enumerate(stages):
