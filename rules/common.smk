@@ -16,7 +16,7 @@ from ptycho.study import checklist, run_lock
 from ptycho.study.bench.machine import hardware, hardware_environment
 from ptycho.study.conditions import checked as checked_conditions, skipped_words as skipped_conditions
 from ptycho.study.data_files import data_files
-from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory,
+from ptycho.study.workflow import (AT_ONCE_ENV, arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory,
                                    job_threads, parse_time_checks, precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
@@ -147,6 +147,13 @@ def trainings_at_once():
     """How many trainings this invocation runs at once (the benchmark's shared context
     reproduces it); one on a cluster, where each job has its own CPUs."""
     return concurrent_jobs(CFG["train_threads"], all_cores(), MACHINE_CORES) if workflow.local_exec else 1
+
+
+# Each training records the schedule it ran in (workflow.AT_ONCE_ENV): not a param, so
+# that a rerun with another --cores trains nothing again; a cluster job's own Snakemake
+# keeps the value its submitting host set.
+if workflow.is_main_process:
+    os.environ[AT_ONCE_ENV] = str(trainings_at_once())
 
 
 def tf_threads(wildcards, threads):

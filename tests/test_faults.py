@@ -283,6 +283,20 @@ def test_a_nan_loss_fails_the_run_with_the_reason_and_keeps_the_last_good_state(
     assert recorded[0].data.tags[tracking.END_REASON_TAG] == reason
 
 
+def test_a_training_records_the_schedule_the_workflow_ran_it_in(tmp_path, train_file):
+    """The report's training table said 'one at a time' after a rerun with --cores 1 of
+    trainings that had run two at once: each training now records its own schedule, from
+    the workflow's environment (not a param: a rerun with another --cores trains nothing)."""
+    from ptycho.study.workflow import AT_ONCE_ENV
+
+    out = tmp_path / "model"
+    args = ("--threads", "1", "train", "--quiet", "--dataset", str(train_file), "--out", str(out), *TINY, "--epochs", "1")
+    proc = _ptycho(*args, env=_env(**{AT_ONCE_ENV: "2"}))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads((out / "model.json").read_text())["timing"]["trainings_at_once"] == 2
+
+
 # -------------------------------------------------------------------------- resume
 def _state(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     from ptycho.nets.train import TRAIN_STATE, load_train_state

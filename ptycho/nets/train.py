@@ -295,11 +295,14 @@ class _Clock:
     before_s: float  #: wall time of the epochs done before a resume
     start: float = 0.0
     first_step_pending: bool = True
+    at_once: int | None = None  #: trainings its caller ran at once (None: not told)
 
     @classmethod
-    def resume(cls, timing: dict) -> _Clock:
+    def resume(cls, timing: dict, at_once: int | None = None) -> _Clock:
         before = float(timing.get("train_wall_s", 0.0))
-        return cls(list(timing.get("step_times_s", [])), timing.get("compile_s"), before, time.perf_counter() - before)
+        return cls(
+            list(timing.get("step_times_s", [])), timing.get("compile_s"), before, time.perf_counter() - before, at_once=at_once
+        )
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -319,6 +322,7 @@ class _Clock:
             "step_times_s": self.step_times,
             "step_median_s": float(np.median(self.step_times)) if self.step_times else None,
             "train_wall_s": self.elapsed(),
+            "trainings_at_once": self.at_once,
         }
 
 
@@ -431,6 +435,7 @@ def train(
     checkpoint_dir: str | os.PathLike | None = None,
     on_resume=None,
     on_diverge: str = "raise",
+    at_once: int | None = None,
 ) -> dict:
     """Train one model on ``ds`` and write ``out_dir/model.keras`` + ``model.json``.
 
@@ -450,6 +455,10 @@ def train(
     so that a pipeline can report the failed arm rather than stop (see :func:`_record_divergence`).
     A training that ends collapsed (:func:`collapsed`) is written as it ended, marked the
     same way, and raises :class:`TrainingCollapsed` under ``on_diverge="raise"``.
+
+    ``at_once`` is how many trainings the caller runs at once (the workflow's schedule),
+    recorded in the timing beside the step times it shaped (the last attempt's, after a
+    resume); it changes nothing in the training.
     """
     if on_diverge not in ("raise", "record"):
         raise ValueError(f"on_diverge must be 'raise' or 'record', not {on_diverge!r}")
@@ -474,7 +483,7 @@ def train(
         # The state before any step: a loss that diverges in the first epoch still
         # leaves a good (initial) state behind.
         save_train_state(trainer, state_path, meta, 0, rng, compat)
-    clock = _Clock.resume(meta.get("timing") or {})
+    clock = _Clock.resume(meta.get("timing") or {}, at_once)
     for epoch in range(start_epoch, train_cfg.epochs):
         try:
             losses = _epoch(trainer, data, split, rng, clock, meta, epoch, progress, ckpt)

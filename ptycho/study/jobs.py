@@ -143,6 +143,7 @@ def train(
     """
     from ptycho.data.dataset import read_dataset
     from ptycho.nets.train import train as fit
+    from ptycho.study.workflow import scheduled_at_once
 
     ds = read_dataset(dataset)
     model_params = _prefixed("model", model_cfg)
@@ -171,6 +172,7 @@ def train(
         checkpoint_dir=checkpoint_dir,
         on_resume=on_resume,
         on_diverge=on_diverge,
+        at_once=scheduled_at_once(),
     )
     record = _with_dataset(JobRecord(params=params, tags=resumed), "train.h5", ds, dataset, "train")
     record.artifacts.append((str(Path(out) / "model.json"), "model"))

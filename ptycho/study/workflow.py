@@ -758,6 +758,19 @@ def concurrent_jobs(threads: int, cores: int, machine: int) -> int:
     return max(1, usable // max(1, min(threads, usable)))
 
 
+#: How many trainings the workflow runs at once (:func:`concurrent_jobs`), set by the
+#: Snakefile for its jobs: through the environment, not params, so that a rerun with
+#: another ``--cores`` does not train again, and each training records the schedule it
+#: really ran in (the report's training table says it, not the latest run's).
+AT_ONCE_ENV = "PTYCHO_TRAININGS_AT_ONCE"
+
+
+def scheduled_at_once() -> int | None:
+    """The trainings the workflow running this job runs at once, or None outside one."""
+    value = os.environ.get(AT_ONCE_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def job_threads(declared: int, cores: int, machine: int) -> int:
     """The threads a job declared by :func:`declared_threads` uses (its inverse)."""
     usable = max(1, min(cores, machine))

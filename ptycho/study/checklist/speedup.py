@@ -444,14 +444,25 @@ def ttq_table(report: Mapping) -> Table:
 
 
 def _trainings_at_once(report: Mapping) -> str:
-    """How many trainings ran at once, as the bench record says (its shared context
-    reproduces them), as words for the training table's title: one at a time (``--cores 1``,
-    a cluster), up to N at once, or ``""`` when the record does not say."""
-    bench = report.get("items", {}).get("speedup", {}).get("evidence", {}).get("bench", {})
-    at_once = bench.get("contexts", {}).get("shared", {}).get("trainings_at_once")
-    if at_once == 1:
+    """How many trainings ran at once, as words for the training table's title: one at a
+    time (``--cores 1``, a cluster), up to N at once, or ``""`` when nothing says.
+
+    Each training records the schedule it ran in (``timing.trainings_at_once``); a study
+    whose arms ran in different runs (a rerun with another ``--cores``) says each count.
+    Models trained before that was recorded fall back to the bench's shared context,
+    which reproduces the schedule of the run that made the bench."""
+    counts = sorted({n for arm in report["arms"].values() if (n := arm.get("timing", {}).get("trainings_at_once"))})
+    if not counts:
+        bench = report.get("items", {}).get("speedup", {}).get("evidence", {}).get("bench", {})
+        shared = bench.get("contexts", {}).get("shared", {}).get("trainings_at_once")
+        counts = [shared] if shared else []
+    if not counts:
+        return ""
+    if counts == [1]:
         return ": one training at a time, nothing beside it"
-    return f": up to {at_once} trainings at once, beside each other" if at_once else ""
+    if len(counts) == 1:
+        return f": up to {counts[0]} trainings at once, beside each other"
+    return f": up to {' or '.join(map(str, counts))} trainings at once (arms trained in runs of different --cores)"
 
 
 def training_table(report: Mapping) -> Table:
