@@ -18,7 +18,6 @@ import time
 import zipfile
 from pathlib import Path
 
-import h5py
 import pytest
 from test_pipeline import ROOT, _workdir, snakemake
 
@@ -37,6 +36,8 @@ def _touch(*paths: Path) -> None:
         if p.suffix in (".keras", ".npz"):
             zipfile.ZipFile(p, "w").close()
         elif p.suffix in (".h5", ".cxi"):
+            import h5py
+
             h5py.File(p, "w").close()
         else:
             p.write_text("{}" if p.suffix == ".json" else "x")
