@@ -493,11 +493,15 @@ def test_the_shared_context_says_when_the_pipeline_ran_one_training_at_a_time():
     # Each training's own record wins over the bench's: a rerun with --cores 1 re-made the
     # bench alone, and the title said 'one at a time' of trainings that ran two at once.
     def arms(*counts):
-        return {f"pinn-off-s{i}": {"timing": {"step_median_s": 0.1, "trainings_at_once": n}} for i, n in enumerate(counts)}
+        return {
+            f"pinn-off-s{i}": {"timing": {"step_median_s": 0.1, "trainings_at_once": n}} for i, n in enumerate(counts)
+        }
 
     bench = {"contexts": {"shared": {"trainings_at_once": 1}}}
     speedup = {"speedup": {"evidence": {"bench": bench}}}
-    assert training_table({"arms": arms(2, 2), "items": speedup})[0].endswith("up to 2 trainings at once, beside each other)")
+    assert training_table({"arms": arms(2, 2), "items": speedup})[0].endswith(
+        "up to 2 trainings at once, beside each other)"
+    )
     assert training_table({"arms": arms(1, 2), "items": speedup})[0].endswith(
         "up to 1 or 2 trainings at once (arms trained in runs of different --cores))"
     )

@@ -290,7 +290,19 @@ def test_a_training_records_the_schedule_the_workflow_ran_it_in(tmp_path, train_
     from ptycho.study.workflow import AT_ONCE_ENV
 
     out = tmp_path / "model"
-    args = ("--threads", "1", "train", "--quiet", "--dataset", str(train_file), "--out", str(out), *TINY, "--epochs", "1")
+    args = (
+        "--threads",
+        "1",
+        "train",
+        "--quiet",
+        "--dataset",
+        str(train_file),
+        "--out",
+        str(out),
+        *TINY,
+        "--epochs",
+        "1",
+    )
     proc = _ptycho(*args, env=_env(**{AT_ONCE_ENV: "2"}))
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]

@@ -301,7 +301,11 @@ class _Clock:
     def resume(cls, timing: dict, at_once: int | None = None) -> _Clock:
         before = float(timing.get("train_wall_s", 0.0))
         return cls(
-            list(timing.get("step_times_s", [])), timing.get("compile_s"), before, time.perf_counter() - before, at_once=at_once
+            list(timing.get("step_times_s", [])),
+            timing.get("compile_s"),
+            before,
+            time.perf_counter() - before,
+            at_once=at_once,
         )
 
     def elapsed(self) -> float:

@@ -693,7 +693,9 @@ def holes(stages: Sequence[Mapping[str, Sequence[str]]], gone: Collection[str] =
     hole (its files are all missing): the changed report inputs already re-run it.
     ``gone`` are paths to count as missing although they exist (damaged outputs a dry run
     leaves in place)."""
-    exists = [{g: [p for p in paths if os.path.exists(p) and p not in gone] for g, paths in stage.items()} for stage in stages]
+    exists = [
+        {g: [p for p in paths if os.path.exists(p) and p not in gone] for g, paths in stage.items()} for stage in stages
+    ]
     present = {g for st in exists for g, files in st.items() if files and g}  # arms with something made
     found = []
     for k, stage in enumerate(stages):
