@@ -79,6 +79,13 @@ onstart:
     except PtychoError as err:
         sys.stderr.write(f"ptycho workflow: error: {err}\n")
         raise SystemExit(2)
+    # Room on the results folder's device: on a full disk even the jobs' logs are lost.
+    DISK_ERROR, DISK_WARNING = disk_lines(R, disk_bytes(CFG))
+    if DISK_ERROR:
+        sys.stderr.write(f"ptycho workflow: error: {DISK_ERROR}\n")
+        raise SystemExit(2)
+    if DISK_WARNING:
+        sys.stderr.write(f"ptycho workflow: warning: {DISK_WARNING}\n")
     # A job killed outright (kill -9, out of memory) cannot close its MLflow run: before
     # any job starts, runs of earlier attempts whose process is gone are marked KILLED
     # with the reason as a tag, and runs whose job went on without the tracking server

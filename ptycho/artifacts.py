@@ -155,7 +155,7 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     except OSError as exc:
-        raise (_disk_full(path) if _no_space(exc) else _cannot_write(path, exc)) from None
+        raise (_disk_full(path) if no_space(exc) else _cannot_write(path, exc)) from None
     os.close(fd)
     try:
         write(tmp)
@@ -167,7 +167,7 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, Exception) and _no_space(exc):  # h5py and Keras wrap the OSError
+        if isinstance(exc, Exception) and no_space(exc):  # h5py and Keras wrap the OSError
             raise _disk_full(path) from None
         if isinstance(exc, OSError):
             raise _cannot_write(path, exc) from None
@@ -249,17 +249,34 @@ def _cannot_write(path: Path, exc: OSError) -> PtychoError:
     return PtychoError(f"cannot write {path} ({reason}); choose a writable path or free space, then re-run")
 
 
-def _no_space(exc: BaseException) -> bool:
-    """Whether ``exc`` (or a cause: h5py and Keras wrap the OSError) is a full disk or quota."""
+def no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` (or a cause: h5py, Keras and MLflow's SQL store wrap the OSError) is a
+    full disk or quota: the OS's ENOSPC or EDQUOT, or SQLite's "database or disk is full"."""
     import errno
 
     for err in causes(exc):
         if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         text = str(err).lower()
-        if "no space left on device" in text or "disk quota exceeded" in text or "errno = 28" in text:
+        if any(
+            words in text
+            for words in ("no space left on device", "disk quota exceeded", "errno = 28", "database or disk is full")
+        ):
             return True
     return False
+
+
+def full_disk_error(exc: BaseException, path: str | os.PathLike | None = None) -> PtychoError:
+    """The one line for a full disk or quota (:func:`no_space`) met outside
+    :func:`atomic_write` (a lock file, a library's own write), naming ``path`` or the file
+    the OS named, if any, and the fix."""
+    named = path or next((e.filename for e in causes(exc) if isinstance(e, OSError) and e.filename), None)
+    where = (
+        f"the device of {Path(named).parent} while writing {Path(named).name}"
+        if named
+        else "the device of a file this command writes (its outputs, or its MLflow store)"
+    )
+    return PtychoError(f"no space left on {where}: free space there or choose another results folder, then re-run")
 
 
 def _disk_full(path: Path) -> PtychoError:

@@ -16,7 +16,7 @@ from ptycho.study import checklist, run_lock
 from ptycho.study.bench.machine import hardware, hardware_environment
 from ptycho.study.conditions import checked as checked_conditions, skipped_words as skipped_conditions
 from ptycho.study.data_files import data_files
-from ptycho.study.workflow import (AT_ONCE_ENV, arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, holes, job_memory,
+from ptycho.study.workflow import (AT_ONCE_ENV, arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, disk_bytes, disk_lines, holes, job_memory,
                                    job_threads, parse_time_checks, precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 

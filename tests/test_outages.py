@@ -447,3 +447,62 @@ def test_a_killed_jobs_run_is_swept_by_the_error_hook(tmp_path, monkeypatch):
     assert run.info.status == "KILLED"
     assert run.data.tags[tracking.END_REASON_TAG].startswith(f"stale: process {job.pid} on {socket.gethostname()}")
     assert client.get_run(parent).info.status == "FAILED"
+
+
+def _fill(disk: Path, leave: int) -> None:
+    """Fill ``disk`` until about ``leave`` bytes are free."""
+    st = os.statvfs(disk)
+    (disk / "fill").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
+
+
+def test_a_full_disk_under_the_store_is_one_line_not_sqlites_traceback(tmpfs):
+    """'track start' on a full disk ended in a 100-line SQLAlchemy traceback ('database or
+    disk is full'); any command's full disk met outside the atomic writes is one line."""
+    _fill(tmpfs, 8192)
+    config = json.dumps({"study": "x", "results": str(tmpfs / "r"), "preset": "smoke"})
+    done = subprocess.run(
+        [sys.executable, "-m", "ptycho", "track", "start", "--out", str(tmpfs / "r/smoke/mlflow/parent.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PTYCHO_CONFIG_JSON": config},
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [
+        "ptycho track: error: no space left on the device of a file this command writes (its outputs, or its "
+        "MLflow store): free space there or choose another results folder, then re-run"
+    ]
+    assert not (tmpfs / "r/smoke/mlflow/parent.json").exists()
+
+
+def test_a_run_on_a_full_disk_stops_before_its_first_job_in_one_line(tmpfs, tmp_path):
+    """A study whose results folder is on a full disk: the run's lock file, then the jobs'
+    logs could not be written ('Logfile: empty file', an OSError traceback from onstart).
+    Now one line before any job; with room for the logs but not the study, a warning."""
+    from test_pipeline import _workdir, snakemake
+
+    from ptycho.study.workflow import MIN_FREE_BYTES
+
+    work = _workdir(tmp_path / "work")
+    args = ("--config", "preset=smoke", f"results={tmpfs / 'r'}", "allow_results_outside=true")
+    target = f"{tmpfs}/r/smoke/config.json"
+    _fill(tmpfs, 0)
+    done = snakemake(work, target, *args)
+    lines = [x for x in done.stderr.splitlines() if x.startswith("ptycho workflow: error")]
+    assert done.returncode != 0 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"ptycho workflow: error: no space left on the device of {tmpfs / 'r/smoke'}")
+    assert "Traceback" not in done.stderr
+
+    (tmpfs / "fill").unlink()
+    _fill(tmpfs, MIN_FREE_BYTES // 2)  # the lock fits, the logs may not
+    done = snakemake(work, target, *args)
+    lines = [x for x in done.stderr.splitlines() if x.startswith("ptycho workflow: error")]
+    assert done.returncode != 0 and len(lines) == 1, done.stderr[-3000:]
+    assert " free, less than the 4.0 MiB even the jobs' logs and records need; free space there" in lines[0]
+    assert not (tmpfs / "r/smoke/config.json").exists()
+
+    (tmpfs / "fill").unlink()  # about 8 MiB free: room for the logs, not for the study's 11 MiB
+    done = snakemake(work, target, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    warned = [x for x in done.stderr.splitlines() if x.startswith("ptycho workflow: warning: the device of results")]
+    assert len(warned) == 1 and "and this study writes about" in warned[0], done.stderr[-3000:]

@@ -293,6 +293,11 @@ def _main(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as err:
+        from ptycho.artifacts import full_disk_error, no_space
+
+        if no_space(err):  # a write outside atomic_write (a library's own): one line, not its traceback
+            print(f"ptycho {args.command}: error: {full_disk_error(err)}", file=sys.stderr)
+            return 1
         if not is_out_of_memory(err):
             raise
         # One line, not the traceback (whose frames hold the arrays that filled the memory).

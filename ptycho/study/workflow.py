@@ -14,6 +14,7 @@ import contextlib
 import copy
 import os
 import re
+import shutil
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -712,6 +713,69 @@ def holes(stages: Sequence[Mapping[str, Sequence[str]]], gone: Collection[str] =
             if made_from:
                 found += [p for p in paths if p not in exists[k][group]]
     return found
+
+
+#: What a study writes beside its datasets and reconstructions (models, figures, report,
+#: MLflow store and artifacts, logs): about the smoke study's.
+OTHER_BYTES = 8 << 20
+#: The least free space a run starts with: below it even the jobs' logs, the lock files
+#: and a new MLflow store (about 1 MiB) may not be written.
+MIN_FREE_BYTES = 4 << 20
+
+
+def disk_bytes(cfg: Mapping) -> int:
+    """About what a study writes in its results folder, in bytes: its datasets (simulated:
+    the counts of both splits, once as HDF5 and once as CXI; the user's: their files' size),
+    a float32 image per test pattern per arm (the reconstructions), and :data:`OTHER_BYTES`.
+    The files are compressed, so a study may write less (the smoke study's datasets and
+    reconstructions: about 0.7x this)."""
+    from ptycho.study.data_files import data_files
+    from ptycho.study.resources import split_of
+
+    files = data_files(cfg)
+    if files:
+        return sum(os.path.getsize(p) for p in set(files.values()) if os.path.isfile(p)) + OTHER_BYTES
+    sim = simulation_config(cfg)
+    train, test = split_of(sim, "train"), split_of(sim, "test")
+    datasets = 2 * 4 * (train.patterns * train.pattern_pixels + test.patterns * test.pattern_pixels)
+    return datasets + len(arms(cfg)) * 4 * test.patterns * test.pattern_pixels + OTHER_BYTES
+
+
+def disk_lines(folder: str | os.PathLike, need: int) -> tuple[str | None, str | None]:
+    """``(error, warning)`` for the device of the results ``folder`` before the first job,
+    each one line or None. An error below :data:`MIN_FREE_BYTES` free: on a full disk the
+    jobs' own logs cannot be written, so their errors would be lost (a 'Logfile: empty
+    file' and a traceback before). A warning when the device holds less than the study
+    writes (``need``, :func:`disk_bytes`, less what the folder holds already: a rerun):
+    an estimate, so the run goes on, and a job that fills the disk says so in one line."""
+    from ptycho.data.untrusted import human
+
+    folder = Path(folder)
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return None, None  # not a folder this process can look at: the lock's write says why
+    fix = "free space there or choose another results folder, then run again"
+    if free < MIN_FREE_BYTES:
+        return (
+            f"the device of results folder {folder} has {human(free)} free, less than the {human(MIN_FREE_BYTES)} even the jobs' logs and records need; {fix}",
+            None,
+        )
+    held = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                held += os.lstat(os.path.join(root, name)).st_size
+    if free >= need - held:
+        return None, None
+    return None, (
+        f"the device of results folder {folder} has {human(free)} free, and this study writes about "
+        f"{human(need - held)} more there (datasets, reconstructions, models, figures, MLflow); if a job "
+        f"fills it, {fix}"
+    )
 
 
 def job_memory(cfg: Mapping) -> dict[str, int]:

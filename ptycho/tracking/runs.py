@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ptycho.artifacts import no_space
 from ptycho.errors import PtychoError, causes
 from ptycho.tracking.journal import Journal, journal_of
 from ptycho.tracking.provenance import process_identity
@@ -116,7 +117,7 @@ class Run:
                 on_retry=self._count,
             )
         except Exception as exc:
-            if disk_full(exc):
+            if no_space(exc):
                 raise PtychoError(self._disk_full(what, kind, line)) from None
             reason = unreachable(exc) if self._journal is not None else ""
             if not reason:
@@ -212,14 +213,6 @@ def existing_run(client: Any, uri: str, run_id: str) -> Run:
     the journal the run names (:data:`JOURNAL_TAG`), so that a rebuilt store gets it too."""
     tags = retry(lambda: client.get_run(run_id), what=f"reading run {run_id}", uri=uri).data.tags
     return Run(client, run_id, uri, journal_of(tags), key=tags.get(KEY_TAG, run_id))
-
-
-def disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` (or a cause) is a full disk or quota: the OS's ENOSPC, or SQLite's
-    "database or disk is full" as MLflow's SQL store wraps it."""
-    from ptycho.artifacts import _no_space
-
-    return any("database or disk is full" in str(err).lower() for err in causes(exc)) or _no_space(exc)
 
 
 def create_journaled_run(
