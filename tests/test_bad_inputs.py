@@ -271,6 +271,23 @@ def _dataset_bomb(d: Path, clean: Path) -> None:
         _bomb(f, "diffraction")
 
 
+def _undecodable(f, name: str, shape: tuple[int, ...]) -> None:
+    """``name`` replaced by a gzip dataset declaring ``shape`` uint32 (under the read budget)
+    whose first chunk holds bytes gzip cannot decode: reading it fails, so a refusal that
+    names the shapes was made from what the file declares, before any data was read."""
+    del f[name]
+    dset = f.create_dataset(name, shape=shape, dtype="uint32", chunks=(1, *shape[1:]), compression="gzip")
+    dset.id.write_direct_chunk((0,) * len(shape), b"not gzip" * 64)
+
+
+def _dataset_misfit_bomb(d: Path, clean: Path) -> None:
+    import h5py
+
+    shutil.copyfile(clean / "train.h5", d / "misfit.h5")
+    with h5py.File(d / "misfit.h5", "a") as f:
+        _undecodable(f, "diffraction", (256, 1024, 1024))
+
+
 def _huge_object_shape(f, d: Path) -> None:
     """Measured data (no image_2) whose blank object is to be 1,048,576 px on a side (8 TiB)."""
     del f["entry_1/image_2"]
@@ -1273,6 +1290,29 @@ CATALOGUE: list[Row] = [
         setup=_dataset_bomb,
         exit_code=1,
         message="bomb.h5: array 'diffraction' declares shape (4194304, 1024, 1024) uint32 (16.0 TiB), more than the",
+    ),
+    Row(
+        "cxi-misfit-before-read",
+        "dataset",
+        "a CXI whose gzip detector data declares 256 x 1024 x 1024 uint32 (1 GiB, under the read budget) beside a "
+        "probe of another size, to `import-cxi`: refused from the declared shapes, nothing decompressed",
+        "cli",
+        args=("import-cxi", "d.cxi", "--out", "d.h5"),
+        setup=_cxi(lambda f, d: _undecodable(f, CXI_DATA, (256, 1024, 1024))),
+        exit_code=1,
+        message="detector data (256, 1024, 1024), probe (16, 16) and translation",
+        forbid=IMPORT_WORK,
+    ),
+    Row(
+        "dataset-misfit-before-read",
+        "dataset",
+        "a dataset whose gzip `diffraction` declares 256 x 1024 x 1024 uint32 (1 GiB, under the read budget) for a "
+        "16-px probe, to `inspect`: refused from the declared shapes, nothing decompressed",
+        "cli",
+        args=("inspect", "misfit.h5"),
+        setup=_dataset_misfit_bomb,
+        exit_code=1,
+        message="misfit.h5: diffraction has shape (256, 1024, 1024); expected (P, 16, 16) with P > 0",
     ),
     Row(
         "cxi-huge-object-shape",

@@ -325,22 +325,26 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
             for what, dset in found.items():  # every declared shape bounded before any is read
                 if dset is not None:
                     check_dataset(dset, budget, f"{what} '{dset.name}'", image=what != "scan translation")
+            # The shapes fit each other, from what the file declares: a file whose arrays
+            # cannot fit is refused before gigabytes of compressed data are read.
+            data_shape, translation_shape = found["detector data"].shape, found["scan translation"].shape
+            probe_shape = _probe_shape(found["probe"].shape)
+            if (
+                len(data_shape) != 3
+                or len(probe_shape) != 2
+                or data_shape[1:] != probe_shape
+                or len(translation_shape) != 2
+                or translation_shape[0] != data_shape[0]
+                or translation_shape[1] not in (2, 3)
+            ):
+                raise DatasetError(
+                    f"{where}: detector data {data_shape}, probe {probe_shape} and translation "
+                    f"{translation_shape} do not fit (P, N, N), (N, N), (P, 3); the file is inconsistent, export it again"
+                )
             intensities, translation, probe, objects = (
                 None if dset is None else np.asarray(dset[()]) for dset in found.values()
             )
-            probe = probe.reshape(probe.shape[-2:]) if probe.ndim > 2 and math.prod(probe.shape[:-2]) == 1 else probe
-            if (
-                intensities.ndim != 3
-                or probe.ndim != 2
-                or intensities.shape[1:] != probe.shape
-                or translation.ndim != 2
-                or translation.shape[0] != len(intensities)
-                or translation.shape[1] not in (2, 3)
-            ):
-                raise DatasetError(
-                    f"{where}: detector data {intensities.shape}, probe {probe.shape} and translation "
-                    f"{translation.shape} do not fit (P, N, N), (N, N), (P, 3); the file is inconsistent, export it again"
-                )
+            probe = probe.reshape(probe_shape)
             if EXTRAS in f:
                 return _own_dataset(f[EXTRAS], intensities, probe, objects, where, budget)
             energy_j = _positive(f, "entry_1/instrument_1/source_1/energy", where)
@@ -373,6 +377,11 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     if obj.ndim != 2:
         raise DatasetError(f"{where}: the object image has shape {objects.shape}; expected (H, W) or (M, H, W)")
     return dataset_from_arrays(where, amplitude, probe, obj.astype(np.complex64), positions, gridsize, split)
+
+
+def _probe_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A probe's (N, N), its leading axes of one (a single mode) dropped."""
+    return shape[-2:] if len(shape) > 2 and math.prod(shape[:-2]) == 1 else tuple(shape)
 
 
 def _first(f: Any, paths: tuple[str, ...], what: str, where: str, *, required: bool = True) -> Any:

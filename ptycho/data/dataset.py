@@ -263,6 +263,7 @@ def read_dataset(path: str | os.PathLike, *, check_digest: bool = True) -> Datas
         budget = Budget(path)
         for name in ARRAYS:
             check_dataset(f[name], budget, f"array '{name}'", image=name in IMAGES)
+        _check_layout(path, {k: tuple(f[k].shape) for k in ARRAYS}, {k: f[k].dtype for k in ARRAYS}, attrs)
         arrays = {name: f[name][()] for name in ARRAYS}
     _validate(path, arrays, attrs, check_digest=check_digest)
     return Dataset(
@@ -352,27 +353,29 @@ def _check_header(path: str, attrs: dict[str, Any]) -> None:
             raise DatasetError(f"{path}: attribute '{key}' should be {typ.__name__}, got {type(value).__name__}")
 
 
-def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_digest: bool) -> None:
-    """Shapes, dtypes, finiteness, ranges, cross-references, digest."""
+def _fail(path: str, msg: str) -> None:
+    fix = "" if ";" in msg else "; the file is invalid, re-create it ('ptycho simulate' or 'ptycho import-npz')"
+    raise DatasetError(f"{path}: {msg}{fix}")
 
-    def fail(msg: str) -> None:
-        fix = "" if ";" in msg else "; the file is invalid, re-create it ('ptycho simulate' or 'ptycho import-npz')"
-        raise DatasetError(f"{path}: {msg}{fix}")
 
+def _check_layout(path: str, shapes: dict[str, tuple], dtypes: dict[str, np.dtype], attrs: dict[str, Any]) -> None:
+    """The checks that need no data: every array's shape and dtype, against each other and
+    the attributes. Run on the declared shapes before anything is read, so that a file
+    whose arrays cannot fit is refused at once, not after decompressing gigabytes."""
     units = attrs["units"]
     if units not in UNITS:
-        fail(f"attribute units={units!r} unknown; expected one of {UNITS}")
-    d, probe, obj = a["diffraction"], a["probe"], a["objects"]
-    if probe.ndim != 2 or probe.shape[0] != probe.shape[1] or probe.shape[0] % 2:
-        fail(f"probe has shape {probe.shape}; expected (N, N) with N even")
-    n = probe.shape[0]
+        _fail(path, f"attribute units={units!r} unknown; expected one of {UNITS}")
+    d, probe, obj = shapes["diffraction"], shapes["probe"], shapes["objects"]
+    if len(probe) != 2 or probe[0] != probe[1] or probe[0] % 2:
+        _fail(path, f"probe has shape {probe}; expected (N, N) with N even")
+    n = probe[0]
     if attrs["n"] != n:
-        fail(f"attribute n={attrs['n']} disagrees with the probe size {n}")
-    if d.ndim != 3 or d.shape[1:] != (n, n) or d.shape[0] == 0:
-        fail(f"diffraction has shape {d.shape}; expected (P, {n}, {n}) with P > 0")
+        _fail(path, f"attribute n={attrs['n']} disagrees with the probe size {n}")
+    if len(d) != 3 or d[1:] != (n, n) or d[0] == 0:
+        _fail(path, f"diffraction has shape {d}; expected (P, {n}, {n}) with P > 0")
     expected_dtype = np.uint32 if units == "counts" else np.float32
-    if d.dtype != expected_dtype:
-        fail(f"diffraction has dtype {d.dtype}; expected {np.dtype(expected_dtype)} for units={units}")
+    if dtypes["diffraction"] != expected_dtype:
+        _fail(path, f"diffraction has dtype {dtypes['diffraction']}; expected {np.dtype(expected_dtype)} for units={units}")
     for name, want in (
         ("probe", np.complex64),
         ("objects", np.complex64),
@@ -382,30 +385,41 @@ def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_
         ("group_offsets", np.float64),
         ("scan_region", np.int64),
     ):
-        if a[name].dtype != want:
-            fail(f"{name} has dtype {a[name].dtype}; expected {np.dtype(want)}")
-    if obj.ndim != 3 or obj.shape[0] == 0:
-        fail(f"objects has shape {obj.shape}; expected (M, H, W) with M > 0")
-    p = d.shape[0]
-    m = obj.shape[0]
+        if dtypes[name] != want:
+            _fail(path, f"{name} has dtype {dtypes[name]}; expected {np.dtype(want)}")
+    if len(obj) != 3 or obj[0] == 0:
+        _fail(path, f"objects has shape {obj}; expected (M, H, W) with M > 0")
+    p, m = d[0], obj[0]
+    if shapes["positions"] != (p, 2):
+        _fail(path, f"positions has shape {shapes['positions']}; expected ({p}, 2) to match diffraction")
+    if shapes["position_object"] != (p,):
+        _fail(path, f"position_object has shape {shapes['position_object']}; expected ({p},)")
+    groups, gs = shapes["groups"], attrs["gridsize"]
+    c = gs * gs
+    if len(groups) != 2 or groups[1] != c or groups[0] == 0:
+        _fail(path, f"groups has shape {groups}; expected (G, {c}) for gridsize {gs}")
+    if shapes["group_offsets"] != groups + (2,):
+        _fail(path, f"group_offsets has shape {shapes['group_offsets']}; expected {groups + (2,)}")
+    if shapes["scan_region"] != (m, 4):
+        _fail(path, f"scan_region has shape {shapes['scan_region']}; expected ({m}, 4)")
+
+
+def _validate(path: str, a: dict[str, np.ndarray], attrs: dict[str, Any], check_digest: bool) -> None:
+    """Shapes, dtypes (:func:`_check_layout`), finiteness, ranges, cross-references, digest."""
+
+    def fail(msg: str) -> None:
+        _fail(path, msg)
+
+    _check_layout(path, {k: tuple(v.shape) for k, v in a.items()}, {k: v.dtype for k, v in a.items()}, attrs)
+    units = attrs["units"]
+    d, probe, obj = a["diffraction"], a["probe"], a["objects"]
+    n, p, m = probe.shape[0], d.shape[0], obj.shape[0]
     pos, pobj = a["positions"], a["position_object"]
-    if pos.shape != (p, 2):
-        fail(f"positions has shape {pos.shape}; expected ({p}, 2) to match diffraction")
-    if pobj.shape != (p,):
-        fail(f"position_object has shape {pobj.shape}; expected ({p},)")
     if pobj.size and (pobj.min() < 0 or pobj.max() >= m):
         fail(f"position_object refers to object {int(pobj.max())} but the file holds {m}")
     groups, offs = a["groups"], a["group_offsets"]
-    gs = attrs["gridsize"]
-    c = gs * gs
-    if groups.ndim != 2 or groups.shape[1] != c or groups.shape[0] == 0:
-        fail(f"groups has shape {groups.shape}; expected (G, {c}) for gridsize {gs}")
     if groups.min() < 0 or groups.max() >= p:
         fail(f"groups index position {int(groups.max())} but only {p} positions exist")
-    if offs.shape != groups.shape + (2,):
-        fail(f"group_offsets has shape {offs.shape}; expected {groups.shape + (2,)}")
-    if a["scan_region"].shape != (m, 4):
-        fail(f"scan_region has shape {a['scan_region'].shape}; expected ({m}, 4)")
     region = a["scan_region"]
     if (
         (region[:, :2] < 0).any()
