@@ -375,7 +375,10 @@ def _check_layout(path: str, shapes: dict[str, tuple], dtypes: dict[str, np.dtyp
         _fail(path, f"diffraction has shape {d}; expected (P, {n}, {n}) with P > 0")
     expected_dtype = np.uint32 if units == "counts" else np.float32
     if dtypes["diffraction"] != expected_dtype:
-        _fail(path, f"diffraction has dtype {dtypes['diffraction']}; expected {np.dtype(expected_dtype)} for units={units}")
+        _fail(
+            path,
+            f"diffraction has dtype {dtypes['diffraction']}; expected {np.dtype(expected_dtype)} for units={units}",
+        )
     for name, want in (
         ("probe", np.complex64),
         ("objects", np.complex64),
