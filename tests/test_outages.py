@@ -506,3 +506,56 @@ def test_a_run_on_a_full_disk_stops_before_its_first_job_in_one_line(tmpfs, tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     warned = [x for x in done.stderr.splitlines() if x.startswith("ptycho workflow: warning: the device of results")]
     assert len(warned) == 1 and "and this study writes about" in warned[0], done.stderr[-3000:]
+
+
+def test_a_store_deleted_while_a_job_logs_is_one_warning_and_the_rebuild_keeps_every_point(
+    tmp_path, monkeypatch, capsys
+):
+    """mlflow.db deleted mid-run: SQLite refused the job's next write to the unlinked file
+    ('attempt to write a readonly database') and the job died in a 156-line traceback. The
+    job goes on journaling, says so in one line, and the rebuild has every point."""
+    import logging
+
+    from mlflow.tracking import MlflowClient
+    from test_tracking import _forget_open_stores
+
+    from ptycho.tracking.record import JobRecord
+
+    results = tmp_path / "results"
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    parent_json = _study(results, uri, monkeypatch)
+    db = results / "mlflow.db"
+
+    def job(live):
+        live(1, {"loss": 2.0})
+        db.unlink()
+        live(2, {"loss": 1.0})
+        return JobRecord(metrics={"final_loss": 1.0})
+
+    quiet = logging.getLogger("mlflow.store.db.utils")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # as the CLI does: MLflow logs every SQL error it raises
+    try:
+        tracking.job_run(parent_json, "train", job, tags={"rule": "train"}, name="pinn-off-s0")
+    finally:
+        quiet.setLevel(level)
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("ptycho")]  # MLflow's INFO lines of the store's creation aside
+    assert "Traceback" not in err
+    journal = results / "smoke" / "mlflow" / "journal" / "pinn-off-s0.jsonl"
+    assert lines == [
+        f"ptycho: warning: MLflow store {db} was deleted or moved while logging metrics; the job goes on and keeps "
+        f"what it logs in {journal}; when the run ends, rebuild the store from the journals: "
+        f"python -m ptycho track rebuild {results}"
+    ]
+    _forget_open_stores()
+    done = subprocess.run(
+        [sys.executable, "-m", "ptycho", "track", "rebuild", str(results)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(uri)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("outages").experiment_id], filter_string="attributes.run_name = 'pinn-off-s0'"
+    )
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")] == [(1, 2.0), (2, 1.0)]
+    assert run.data.metrics["final_loss"] == 1.0 and run.info.status == "FINISHED"

@@ -119,6 +119,19 @@ class Run:
         except Exception as exc:
             if no_space(exc):
                 raise PtychoError(self._disk_full(what, kind, line)) from None
+            db = sqlite_path(self._uri)
+            if db is not None and not db.exists() and self._journal is not None:
+                # Deleted or moved under the job (SQLite then refuses writes to the open,
+                # unlinked file: 'attempt to write a readonly database', a 150-line trace).
+                self._offline = "store gone"
+                print(
+                    f"ptycho: warning: MLflow store {db} was deleted or moved while {what}; the job goes on and "
+                    f"keeps what it logs in {self._journal.path}; when the run ends, rebuild the store from the "
+                    f"journals: {track_command('rebuild', db.parent)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return
             reason = unreachable(exc) if self._journal is not None else ""
             if not reason:
                 raise
