@@ -208,6 +208,31 @@ def _cgroup_limits() -> list[int]:
     return limits
 
 
+#: The address space TensorFlow needs to start and run its first compiled step, whatever
+#: the job: its libraries, thread pools and arenas are reserved, not used. Measured on 2
+#: CPUs (TensorFlow 2.x, ``ptycho train`` of a 16-px model, one thread, XLA jit): under
+#: ``ulimit -v`` of 2.4 GB it aborted ("cannot allocate memory for thread-local data",
+#: exit 127), of 1.9 GiB with a 64-line std::bad_alloc dump (exit 134); 2.6 GiB ran.
+TF_ADDRESS_SPACE_BYTES = int(2.5 * 2**30)
+
+
+def address_space_problem() -> str | None:
+    """Why TensorFlow cannot start under this process's address-space limit (``ulimit
+    -v``), in words for one line, or None: a limit below :data:`TF_ADDRESS_SPACE_BYTES`
+    ends every TensorFlow job in native code (exit 127, 134 or 139, a long dump), where
+    no Python error can name the cause."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 or soft >= TF_ADDRESS_SPACE_BYTES:
+        return None
+    return (
+        f"this process may use {soft / 2**30:.1f} GiB of address space (ulimit -v), less than the "
+        f"{TF_ADDRESS_SPACE_BYTES / 2**30:.1f} GiB TensorFlow reserves to start, whatever the job; raise the "
+        "limit (ulimit -v, or a cgroup memory limit instead: it counts memory used, not reserved)"
+    )
+
+
 def machine_memory_bytes() -> int:
     """Memory the jobs of this machine may use: its physical memory, or this process's
     cgroup limit (a container, a SLURM allocation) or address-space limit (``ulimit -v``)

@@ -207,3 +207,43 @@ def test_a_tensorflow_job_under_an_address_space_limit_says_what_a_crash_would_m
     capped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=cap, timeout=120)
     assert capped.stdout.startswith("ptycho train: note: this process may use 8.0 GiB of address space (ulimit -v)")
     assert "std::bad_alloc (exit 134)" in capped.stdout and "out of memory" in capped.stdout
+
+
+def test_a_tensorflow_job_under_a_limit_it_cannot_start_in_is_one_line_and_so_is_the_workflow(tmp_path):
+    """Under ulimit -v of 1.9 GiB a training aborted in native code (exit 134, a 64-line
+    dump; 127 or 139 at other limits) before its first step. TensorFlow's own reservation
+    is known: the job says so in one line, exit 3, before importing it, and the workflow
+    refuses the study at parse time."""
+    import resource
+
+    from ptycho.runtime import TF_ADDRESS_SPACE_BYTES
+
+    limit = TF_ADDRESS_SPACE_BYTES - GIB // 2
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    train = [sys.executable, "-m", "ptycho", "train", "--dataset", "absent.h5", "--out", "m"]
+    proc = subprocess.run(train, capture_output=True, text=True, preexec_fn=cap, cwd=tmp_path, timeout=120)
+    assert proc.returncode == OUT_OF_MEMORY, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [
+        "ptycho train: error: out of memory before the start: this process may use 2.0 GiB of address space "
+        "(ulimit -v), less than the 2.5 GiB TensorFlow reserves to start, whatever the job; raise the limit "
+        "(ulimit -v, or a cgroup memory limit instead: it counts memory used, not reserved)"
+    ]
+    assert not (tmp_path / "m").exists()
+
+    from test_pipeline import _workdir
+
+    work = _workdir(tmp_path / "work")
+    plan = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "-n", "--config", "preset=smoke"],
+        capture_output=True, text=True, preexec_fn=cap, cwd=work, timeout=300,
+    )  # fmt: skip
+    assert plan.returncode == 2, plan.stderr[-3000:]
+    errors = [x for x in plan.stderr.splitlines() if x.startswith("ptycho workflow: error:")]
+    assert errors == [
+        "ptycho workflow: error: this process may use 2.0 GiB of address space (ulimit -v), less than the 2.5 GiB "
+        "TensorFlow reserves to start, whatever the job; raise the limit (ulimit -v, or a cgroup memory limit "
+        "instead: it counts memory used, not reserved); no training could start"
+    ]

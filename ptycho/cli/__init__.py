@@ -273,7 +273,12 @@ def _main(args: argparse.Namespace) -> int:
     try:
         check_outputs(args)
         if _spec(args).uses_tensorflow(args):
-            from ptycho.runtime import import_tensorflow
+            from ptycho.runtime import address_space_problem, import_tensorflow
+
+            problem = address_space_problem()
+            if problem:
+                print(f"ptycho {args.command}: error: out of memory before the start: {problem}", file=sys.stderr)
+                return OUT_OF_MEMORY
 
             note = address_space_note(args.command)
             if note:

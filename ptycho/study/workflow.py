@@ -468,7 +468,7 @@ def parse_time_checks(
     (:func:`check_study_name`) and a store that cannot be written (:func:`preflight_store_writable`).
     ``precision: auto`` resolves for ``hardware`` (None: this machine's). Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
     from ptycho.config import check_unique_keys
-    from ptycho.runtime import machine_memory_bytes
+    from ptycho.runtime import address_space_problem, machine_memory_bytes
     from ptycho.study.data_files import check_data
     from ptycho.study.resources import check_memory
     from ptycho.tracking import preflight_environment, preflight_store
@@ -481,6 +481,9 @@ def parse_time_checks(
     preflight_results(cfg, workdir)
     if not own_data:  # the estimate is the simulation's; imported files are bounded as they are read
         check_memory(simulation_config(cfg), job_memory(cfg), machine_memory_bytes(), "this machine")
+    too_little = address_space_problem()  # every job inherits the limit, and every study trains
+    if too_little:
+        raise ConfigError(f"{too_little}; no training could start")
     check_report_folder(cfg, workdir)
     preflight_environment()
     results = results_folder(cfg, workdir)
