@@ -216,15 +216,21 @@ def _cgroup_limits() -> list[int]:
 TF_ADDRESS_SPACE_BYTES = int(2.5 * 2**30)
 
 
+def address_space_limit() -> int | None:
+    """This process's address-space limit (``ulimit -v``) in bytes, or None."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 else int(soft)
+
+
 def address_space_problem() -> str | None:
     """Why TensorFlow cannot start under this process's address-space limit (``ulimit
     -v``), in words for one line, or None: a limit below :data:`TF_ADDRESS_SPACE_BYTES`
     ends every TensorFlow job in native code (exit 127, 134 or 139, a long dump), where
     no Python error can name the cause."""
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 or soft >= TF_ADDRESS_SPACE_BYTES:
+    soft = address_space_limit()
+    if soft is None or soft >= TF_ADDRESS_SPACE_BYTES:
         return None
     return (
         f"this process may use {soft / 2**30:.1f} GiB of address space (ulimit -v), less than the "

@@ -468,9 +468,9 @@ def parse_time_checks(
     (:func:`check_study_name`) and a store that cannot be written (:func:`preflight_store_writable`).
     ``precision: auto`` resolves for ``hardware`` (None: this machine's). Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
     from ptycho.config import check_unique_keys
-    from ptycho.runtime import address_space_problem, machine_memory_bytes
+    from ptycho.runtime import TF_ADDRESS_SPACE_BYTES, address_space_limit, address_space_problem, machine_memory_bytes
     from ptycho.study.data_files import check_data
-    from ptycho.study.resources import check_memory
+    from ptycho.study.resources import TENSORFLOW_BYTES, check_memory
     from ptycho.tracking import preflight_environment, preflight_store
 
     for path in config_files:
@@ -484,6 +484,13 @@ def parse_time_checks(
     too_little = address_space_problem()  # every job inherits the limit, and every study trains
     if too_little:
         raise ConfigError(f"{too_little}; no training could start")
+    space = address_space_limit()
+    if space is not None and not own_data:
+        # Address space counts what TensorFlow reserves and never uses, beyond the resident
+        # estimate's share of it (resources.TENSORFLOW_BYTES): a job over it aborts in native code.
+        reserved = TF_ADDRESS_SPACE_BYTES - TENSORFLOW_BYTES
+        needs = {job: need + (reserved if job != "simulate" else 0) for job, need in job_memory(cfg).items()}
+        check_memory(simulation_config(cfg), needs, space, "address space this process may use (ulimit -v)")
     check_report_folder(cfg, workdir)
     preflight_environment()
     results = results_folder(cfg, workdir)
