@@ -341,15 +341,20 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
                     f"{where}: detector data {data_shape}, probe {probe_shape} and translation "
                     f"{translation_shape} do not fit (P, N, N), (N, N), (P, 3); the file is inconsistent, export it again"
                 )
+            if found["object"] is not None and len(found["object"].shape) not in (2, 3):
+                raise DatasetError(
+                    f"{where}: the object image has shape {found['object'].shape}; expected (H, W) or (M, H, W)"
+                )
+            if EXTRAS not in f:  # the geometry, a few numbers, before the arrays too
+                energy_j = _positive(f, "entry_1/instrument_1/source_1/energy", where)
+                distance = _positive(f, "entry_1/instrument_1/detector_1/distance", where)
+                pixel = np.array([_positive(f, f"entry_1/instrument_1/detector_1/{a}_pixel_size", where) for a in "xy"])
             intensities, translation, probe, objects = (
                 None if dset is None else np.asarray(dset[()]) for dset in found.values()
             )
             probe = probe.reshape(probe_shape)
             if EXTRAS in f:
                 return _own_dataset(f[EXTRAS], intensities, probe, objects, where, budget)
-            energy_j = _positive(f, "entry_1/instrument_1/source_1/energy", where)
-            distance = _positive(f, "entry_1/instrument_1/detector_1/distance", where)
-            pixel = np.array([_positive(f, f"entry_1/instrument_1/detector_1/{a}_pixel_size", where) for a in "xy"])
     except (OSError, RuntimeError, KeyError) as exc:  # h5py's answers to a truncated or damaged file
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise DatasetError(
@@ -374,8 +379,6 @@ def import_cxi(path: str | os.PathLike, gridsize: int = 1, split: str = "train")
     if objects is None:
         return dataset_from_arrays(where, amplitude, probe, None, positions, gridsize, split)
     obj = objects[0] if objects.ndim == 3 else objects
-    if obj.ndim != 2:
-        raise DatasetError(f"{where}: the object image has shape {objects.shape}; expected (H, W) or (M, H, W)")
     return dataset_from_arrays(where, amplitude, probe, obj.astype(np.complex64), positions, gridsize, split)
 
 
