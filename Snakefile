@@ -86,6 +86,16 @@ onstart:
         raise SystemExit(2)
     if DISK_WARNING:
         sys.stderr.write(f"ptycho workflow: warning: {DISK_WARNING}\n")
+    # An address-space limit (ulimit -v) the trainings cannot run under; here, where the
+    # executor is known: a cluster's nodes do not share the submitting host's limit.
+    if workflow.local_exec and (TOO_LITTLE := address_space_error(CFG)):
+        sys.stderr.write(f"ptycho workflow: error: {TOO_LITTLE}\n")
+        raise SystemExit(2)
+    # Each training records the schedule it ran in (workflow.AT_ONCE_ENV): through the
+    # environment, not a param, so that a rerun with another --cores trains nothing again;
+    # set here, where the executor is known (at parse time a cluster run looks local), and
+    # inherited by every job, local or submitted.
+    os.environ[AT_ONCE_ENV] = str(trainings_at_once())
     # A job killed outright (kill -9, out of memory) cannot close its MLflow run: before
     # any job starts, runs of earlier attempts whose process is gone are marked KILLED
     # with the reason as a tag, and runs whose job went on without the tracking server

@@ -211,13 +211,16 @@ def damage(path: str | os.PathLike) -> str | None:
     copy cut short, a full disk under ``cp``, a hand edit): a zip container (``.keras``,
     ``.npz``) without its end record, an HDF5 file (``.h5``, ``.cxi``) that does not open
     (HDF5 checks its recorded end against the file's size), a JSON file that does not
-    parse. Cheap: a zip's last bytes, an HDF5 superblock, a small JSON file; the files'
-    contents are their readers' to check. A missing file or another kind is None.
+    parse. Cheap: a zip's last bytes, an HDF5 superblock, a JSON file of up to
+    :data:`DAMAGE_JSON_BYTES`; the files' contents are their readers' to check. None too
+    for a missing file, another kind, one this process may not read, an HDF5 file another
+    process holds open (its lock is not asked for), a JSON file too large or too deep to
+    parse here: their readers say what is wrong, if anything.
     """
     import zipfile
 
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() or not os.access(path, os.R_OK):
         return None
     kind = path.suffix.lower()
     try:
@@ -226,20 +229,29 @@ def damage(path: str | os.PathLike) -> str | None:
         if kind in (".h5", ".cxi"):
             import h5py
 
-            with h5py.File(path, "r"):
+            with h5py.File(path, "r", locking=False):
                 return None
-        if kind == ".json":
+        if kind == ".json" and path.stat().st_size <= DAMAGE_JSON_BYTES:
             with open(path, "rb") as fh:
                 json.load(fh)
-            return None
-    except PermissionError:  # not readable here: its reader says so
+    except RecursionError:
         return None
-    except (OSError, ValueError) as exc:  # h5py's errors are OSErrors; a JSON error a ValueError
-        if kind == ".json":
-            return "not valid JSON (cut short?)"
+    except OSError as exc:  # h5py's errors are OSErrors; one with an errno is the OS's, not the file's
+        if exc.errno is not None:
+            return None
         reason = " ".join(str(exc).split())
+        if (
+            "locking" in reason.lower() or "lock file" in reason.lower() or "already open" in reason.lower()
+        ):  # held, not damaged
+            return None
         return "not a readable HDF5 file" + (" (truncated)" if "truncated" in reason else "")
+    except ValueError:  # json's JSONDecodeError, a UnicodeDecodeError
+        return "not valid JSON (cut short?)"
     return None
+
+
+#: The largest JSON output :func:`damage` parses (the study's records are kilobytes).
+DAMAGE_JSON_BYTES = 64 << 20
 
 
 def _cannot_write(path: Path, exc: OSError) -> PtychoError:
@@ -264,6 +276,16 @@ def no_space(exc: BaseException) -> bool:
         ):
             return True
     return False
+
+
+def aside(path: str | os.PathLike, suffix: str) -> str:
+    """A free name beside ``path`` for a file set aside: ``<path><suffix>``, else with
+    ``-2``, ``-3``, ... appended, so that an earlier one is never overwritten."""
+    name, k = f"{path}{suffix}", 1
+    while os.path.lexists(name):
+        k += 1
+        name = f"{path}{suffix}-{k}"
+    return name
 
 
 def full_disk_error(exc: BaseException, path: str | os.PathLike | None = None) -> PtychoError:

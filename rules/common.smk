@@ -8,7 +8,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
-from ptycho.artifacts import damage, rerun_params  # rerun_params: every rule's params, its outputs' format version
+from ptycho.artifacts import aside, damage, rerun_params  # rerun_params: every rule's params, its outputs' format version
 from ptycho.errors import PtychoError
 from ptycho.nets.models import method_of
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
@@ -16,7 +16,7 @@ from ptycho.study import checklist, run_lock
 from ptycho.study.bench.machine import hardware, hardware_environment
 from ptycho.study.conditions import checked as checked_conditions, skipped_words as skipped_conditions
 from ptycho.study.data_files import data_files
-from ptycho.study.workflow import (AT_ONCE_ENV, arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, disk_bytes, disk_lines, holes, job_memory,
+from ptycho.study.workflow import (AT_ONCE_ENV, address_space_error, arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, disk_bytes, disk_lines, holes, job_memory,
                                    job_threads, parse_time_checks, precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
 from ptycho.tracking import config_hash
 
@@ -149,13 +149,6 @@ def trainings_at_once():
     return concurrent_jobs(CFG["train_threads"], all_cores(), MACHINE_CORES) if workflow.local_exec else 1
 
 
-# Each training records the schedule it ran in (workflow.AT_ONCE_ENV): not a param, so
-# that a rerun with another --cores trains nothing again; a cluster job's own Snakemake
-# keeps the value its submitting host set.
-if workflow.is_main_process:
-    os.environ[AT_ONCE_ENV] = str(trainings_at_once())
-
-
 def tf_threads(wildcards, threads):
     """The threads a job really uses, from the figure it was given (the inverse of cpus)."""
     return job_threads(threads, all_cores(), MACHINE_CORES) if workflow.local_exec else threads
@@ -219,8 +212,27 @@ try:
     RUNS_JOBS = workflow.cores > 0 and not NO_JOB_FLAGS & set(sys.argv)
 except WorkflowError:  # no --cores: a command that runs no job
     RUNS_JOBS = False
-# -n, --dry-run, --dryrun, or -n among short flags (-np): plans only, changes no file.
-DRY_RUN = any(a in ("--dry-run", "--dryrun") or re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*", a) for a in sys.argv[1:])
+
+
+def _command_options():
+    """This command's options as Snakemake reads them (a profile's too), or None where the
+    workflow is not parsed from Snakemake's own command line (in-process, as tests do)."""
+    import contextlib
+    import io
+
+    from snakemake.cli import parse_args
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return parse_args(sys.argv[1:])[1]
+    except (SystemExit, Exception):
+        return None
+
+
+# A run that makes files: not a dry run (-n), --touch, a command that runs no job, or a
+# workflow parsed outside Snakemake's command line.
+OPTIONS = _command_options() if workflow.is_main_process and RUNS_JOBS else None
+MAKES_FILES = OPTIONS is not None and not (OPTIONS.dryrun or OPTIONS.touch)
 if workflow.is_main_process and RUNS_JOBS:
     from ptycho.study.estimate import announce
 

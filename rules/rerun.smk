@@ -18,19 +18,27 @@ STAGES = [
 ]
 # An output damaged after its job (a zip, HDF5 or JSON file cut short: every job writes
 # atomically, so a copy or a full disk under cp did it) is a hole too: a run moves it aside to
-# <name>.damaged, its bytes kept, and makes it again; a dry run says so and changes nothing.
+# <name>.damaged, its bytes kept, and makes it again; a dry run, --touch, or a run refused by a
+# live one in this folder (run_lock) says so and changes nothing.
 DAMAGED = []
 if workflow.is_main_process and RUNS_JOBS:
     DAMAGED = [(p, why) for stage in STAGES for paths in stage.values() for p in paths if (why := damage(p))]
 if DAMAGED:
-    if not DRY_RUN:
-        for p, _ in DAMAGED:
-            os.replace(p, f"{p}.damaged")
+    MOVES = MAKES_FILES and not run_lock.held(R)
+    if MOVES:
+        try:
+            for p, _ in DAMAGED:
+                os.replace(p, aside(p, ".damaged"))
+        except OSError as err:
+            sys.stderr.write(
+                f"ptycho workflow: error: cannot move the damaged output {p} aside ({err.strerror}); remove it by hand, then run again\n"
+            )
+            sys.exit(2)
     sys.stderr.write(
         f"ptycho workflow: {len(DAMAGED)} output(s) are damaged "
         f"({'; '.join(f'{os.path.relpath(p, R)}: {why}' for p, why in DAMAGED[:3])}{'; ...' if len(DAMAGED) > 3 else ''}): "
-        + ("a run moves each aside to <name>.damaged and makes it again\n" if DRY_RUN else
-           "each is moved aside to <name>.damaged and made again\n")
+        + ("each is moved aside to <name>.damaged and made again\n" if MOVES else
+           "a run moves each aside to <name>.damaged and makes it again (this plan does not show those jobs)\n")
     )
 HOLES = holes(STAGES, gone={p for p, _ in DAMAGED})
 if HOLES:

@@ -59,3 +59,44 @@ def test_damage_names_a_zip_hdf5_or_json_output_cut_short_and_nothing_else(tmp_p
     assert artifacts.damage(h5).startswith("not a readable HDF5 file")
     assert artifacts.damage(record) == "not valid JSON (cut short?)"
     assert artifacts.damage(other) is None  # a kind it does not know: its reader's to check
+
+
+def test_damage_leaves_alone_what_is_only_busy_unreadable_or_too_deep(tmp_path):
+    """An HDF5 file another process holds open for writing (a notebook), a file this
+    process may not read, a JSON too deep for Python's parser: none is damaged."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import h5py
+
+    h5 = tmp_path / "held.h5"
+    with h5py.File(h5, "w") as fh:
+        fh["x"] = np.arange(10.0)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, h5py
+            f = h5py.File({str(h5)!r}, "a")
+            print("open", flush=True)
+            sys.stdin.read()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        assert artifacts.damage(h5) is None
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert artifacts.damage(deep) is None
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(b"PK\x03\x04 not whole")
+    assert artifacts.damage(cut) == "not a whole zip archive (cut short?)"
+    if os.geteuid() != 0:  # root reads anything
+        cut.chmod(0)
+        assert artifacts.damage(cut) is None
+    assert artifacts.aside(cut, ".damaged") == f"{cut}.damaged"
+    (tmp_path / "cut.npz.damaged").write_text("an earlier one")
+    assert artifacts.aside(cut, ".damaged") == f"{cut}.damaged-2"  # never overwritten

@@ -508,12 +508,14 @@ def test_a_run_on_a_full_disk_stops_before_its_first_job_in_one_line(tmpfs, tmp_
     assert len(warned) == 1 and "and this study writes about" in warned[0], done.stderr[-3000:]
 
 
+@pytest.mark.parametrize("then", ["deleted", "made again by a job that started after"])
 def test_a_store_deleted_while_a_job_logs_is_one_warning_and_the_rebuild_keeps_every_point(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, then
 ):
     """mlflow.db deleted mid-run: SQLite refused the job's next write to the unlinked file
-    ('attempt to write a readonly database') and the job died in a 156-line traceback. The
-    job goes on journaling, says so in one line, and the rebuild has every point."""
+    ('attempt to write a readonly database') and the job died in a 156-line traceback; a
+    job starting after it makes a new, empty store at the same path. The running job goes
+    on journaling, says so in one line, and the rebuild has every point."""
     import logging
 
     from mlflow.tracking import MlflowClient
@@ -529,6 +531,11 @@ def test_a_store_deleted_while_a_job_logs_is_one_warning_and_the_rebuild_keeps_e
     def job(live):
         live(1, {"loss": 2.0})
         db.unlink()
+        if then != "deleted":
+            # what the next job's start does (in its own process) before it says the parent is gone
+            code = f"from ptycho import tracking; tracking.ensure_store({uri!r})"
+            subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=120)
+            assert db.exists()
         live(2, {"loss": 1.0})
         return JobRecord(metrics={"final_loss": 1.0})
 
@@ -549,6 +556,7 @@ def test_a_store_deleted_while_a_job_logs_is_one_warning_and_the_rebuild_keeps_e
         f"python -m ptycho track rebuild {results}"
     ]
     _forget_open_stores()
+    db.unlink(missing_ok=True)  # a new, empty store: the rebuild makes its own
     done = subprocess.run(
         [sys.executable, "-m", "ptycho", "track", "rebuild", str(results)], capture_output=True, text=True, timeout=300
     )

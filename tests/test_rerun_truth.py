@@ -126,8 +126,13 @@ def test_an_output_damaged_after_its_job_is_moved_aside_and_made_again(tmp_path)
     assert len(said) == 1, plan.stderr[-3000:]
     assert "models/pinn-jit-s0/model.keras: not a whole zip archive" in said[0]
     assert "metrics/pinn-off-s0.json: not valid JSON" in said[0]
-    assert said[0].endswith("a run moves each aside to <name>.damaged and makes it again")
+    assert said[0].endswith(
+        "a run moves each aside to <name>.damaged and makes it again (this plan does not show those jobs)"
+    )
     assert model.read_bytes() == whole[: len(whole) // 2]  # a dry run changes nothing
+    touched = snakemake(work, "-t", "results/smoke/config.json", *SMOKE)  # nor does --touch (-t)
+    assert touched.returncode == 0 and "are damaged" in touched.stderr, touched.stderr[-3000:]
+    assert model.read_bytes() == whole[: len(whole) // 2]
 
     done = snakemake(work, "results/smoke/config.json", *SMOKE)  # any run: the check is at parse time
     assert done.returncode == 0, done.stderr[-3000:]

@@ -213,7 +213,8 @@ def test_a_tensorflow_job_under_a_limit_it_cannot_start_in_is_one_line_and_so_is
     """Under ulimit -v of 1.9 GiB a training aborted in native code (exit 134, a 64-line
     dump; 127 or 139 at other limits) before its first step. TensorFlow's own reservation
     is known: the job says so in one line, exit 3, before importing it, and the workflow
-    refuses the study at parse time."""
+    refuses the study before its first job (not at parse time: a cluster's nodes do not
+    share the submitting host's limit, and --unlock or --lint need no training)."""
     import resource
 
     from ptycho.runtime import TF_ADDRESS_SPACE_BYTES
@@ -237,7 +238,7 @@ def test_a_tensorflow_job_under_a_limit_it_cannot_start_in_is_one_line_and_so_is
 
     work = _workdir(tmp_path / "work")
     plan = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "-n", "--config", "preset=smoke"],
+        [sys.executable, "-m", "snakemake", "--cores", "2", "results/smoke/config.json", "--config", "preset=smoke"],
         capture_output=True, text=True, preexec_fn=cap, cwd=work, timeout=300,
     )  # fmt: skip
     assert plan.returncode == 2, plan.stderr[-3000:]
@@ -249,13 +250,23 @@ def test_a_tensorflow_job_under_a_limit_it_cannot_start_in_is_one_line_and_so_is
     ]
 
     # Above TensorFlow's floor but below what a smoke training reserves and uses (measured:
-    # it aborted at 2.57 GiB, ran at 2.77): refused at parse time, naming the job.
+    # it aborted at 2.57 GiB, ran at 2.77): refused before the first job, naming the job.
     limit = int(2.6 * GIB)
     plan = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "-n", "--config", "preset=smoke"],
+        [sys.executable, "-m", "snakemake", "--cores", "2", "results/smoke/config.json", "--config", "preset=smoke"],
         capture_output=True, text=True, preexec_fn=cap, cwd=work, timeout=300,
     )  # fmt: skip
     assert plan.returncode == 2, plan.stderr[-3000:]
     errors = [x for x in plan.stderr.splitlines() if x.startswith("ptycho workflow: error:")]
     assert len(errors) == 1 and errors[0].startswith("ptycho workflow: error: the train job would need about 2.8 GiB")
     assert "more than the 2.6 GiB of address space this process may use (ulimit -v)" in errors[0]
+    assert not (work / "results/smoke/config.json").exists()
+    lint = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"],
+        capture_output=True,
+        text=True,
+        preexec_fn=cap,
+        cwd=work,
+        timeout=300,
+    )
+    assert lint.returncode == 0, lint.stderr[-3000:]  # a command that runs no job is not refused

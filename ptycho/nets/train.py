@@ -305,7 +305,7 @@ class _Clock:
             timing.get("compile_s"),
             before,
             time.perf_counter() - before,
-            at_once=at_once,
+            at_once=at_once if at_once is not None else timing.get("trainings_at_once"),
         )
 
     def elapsed(self) -> float:

@@ -63,6 +63,20 @@ def hold(folder: str | os.PathLike) -> IO[str]:
     return handle
 
 
+def held(folder: str | os.PathLike) -> bool:
+    """Whether another process holds ``folder``'s lock (a live run there); takes nothing."""
+    try:
+        with open(Path(folder) / LOCK_FILE, encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    except OSError:  # no lock file: no run has held it
+        return False
+    return False
+
+
 def _unwritable(path: Path, exc: OSError) -> PtychoError:
     return PtychoError(
         f"cannot write the run's lock file {path} ({exc.strerror or type(exc).__name__}); choose a writable results folder"

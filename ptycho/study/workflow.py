@@ -468,9 +468,9 @@ def parse_time_checks(
     (:func:`check_study_name`) and a store that cannot be written (:func:`preflight_store_writable`).
     ``precision: auto`` resolves for ``hardware`` (None: this machine's). Raises a one-line :class:`ConfigError` / :class:`~ptycho.errors.PtychoError`."""
     from ptycho.config import check_unique_keys
-    from ptycho.runtime import TF_ADDRESS_SPACE_BYTES, address_space_limit, address_space_problem, machine_memory_bytes
+    from ptycho.runtime import machine_memory_bytes
     from ptycho.study.data_files import check_data
-    from ptycho.study.resources import TENSORFLOW_BYTES, check_memory
+    from ptycho.study.resources import check_memory
     from ptycho.tracking import preflight_environment, preflight_store
 
     for path in config_files:
@@ -481,16 +481,6 @@ def parse_time_checks(
     preflight_results(cfg, workdir)
     if not own_data:  # the estimate is the simulation's; imported files are bounded as they are read
         check_memory(simulation_config(cfg), job_memory(cfg), machine_memory_bytes(), "this machine")
-    too_little = address_space_problem()  # every job inherits the limit, and every study trains
-    if too_little:
-        raise ConfigError(f"{too_little}; no training could start")
-    space = address_space_limit()
-    if space is not None and not own_data:
-        # Address space counts what TensorFlow reserves and never uses, beyond the resident
-        # estimate's share of it (resources.TENSORFLOW_BYTES): a job over it aborts in native code.
-        reserved = TF_ADDRESS_SPACE_BYTES - TENSORFLOW_BYTES
-        needs = {job: need + (reserved if job != "simulate" else 0) for job, need in job_memory(cfg).items()}
-        check_memory(simulation_config(cfg), needs, space, "address space this process may use (ulimit -v)")
     check_report_folder(cfg, workdir)
     preflight_environment()
     results = results_folder(cfg, workdir)
@@ -786,6 +776,32 @@ def disk_lines(folder: str | os.PathLike, need: int) -> tuple[str | None, str | 
         f"{human(need - held)} more there (datasets, reconstructions, models, figures, MLflow); if a job "
         f"fills it, {fix}"
     )
+
+
+def address_space_error(cfg: Mapping) -> str | None:
+    """Why the study's trainings cannot run under this process's address-space limit
+    (``ulimit -v``), which every local job inherits, in one line; or None. Below what
+    TensorFlow reserves to start (:func:`ptycho.runtime.address_space_problem`), or below
+    a job's resident estimate plus what TensorFlow reserves and never uses (beyond the
+    estimate's share, :data:`ptycho.study.resources.TENSORFLOW_BYTES`): either aborts in
+    native code (exit 127, 134 or 139). The user's own data: its size is bounded as read."""
+    from ptycho.runtime import TF_ADDRESS_SPACE_BYTES, address_space_limit, address_space_problem
+    from ptycho.study.data_files import data_files
+    from ptycho.study.resources import TENSORFLOW_BYTES, check_memory
+
+    too_little = address_space_problem()
+    if too_little:
+        return f"{too_little}; no training could start"
+    space = address_space_limit()
+    if space is None or data_files(cfg):
+        return None
+    reserved = TF_ADDRESS_SPACE_BYTES - TENSORFLOW_BYTES
+    needs = {job: need + (reserved if job != "simulate" else 0) for job, need in job_memory(cfg).items()}
+    try:
+        check_memory(simulation_config(cfg), needs, space, "address space this process may use (ulimit -v)")
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 def job_memory(cfg: Mapping) -> dict[str, int]:

@@ -43,6 +43,15 @@ _log = logging.getLogger(__name__)
 NONFINITE_TAG = "ptycho.nonfinite_metrics"
 
 
+def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    """``(device, inode)`` of a file, or None (no file, or not a file store)."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if st is not None else None
+
+
 class Run:
     """One child run, bound to a client and a run id; every write retried on locks.
 
@@ -68,6 +77,7 @@ class Run:
         self._exit_status = "FINISHED"
         self._retries = {"locked": 0, "conflict": 0}
         self._nonfinite: set[str] = set()
+        self._store = _file_identity(sqlite_path(uri))  # the store file this run was made in
 
     @property
     def run_id(self) -> str:
@@ -120,9 +130,10 @@ class Run:
             if no_space(exc):
                 raise PtychoError(self._disk_full(what, kind, line)) from None
             db = sqlite_path(self._uri)
-            if db is not None and not db.exists() and self._journal is not None:
+            if db is not None and _file_identity(db) != self._store and self._journal is not None:
                 # Deleted or moved under the job (SQLite then refuses writes to the open,
-                # unlinked file: 'attempt to write a readonly database', a 150-line trace).
+                # unlinked file: 'attempt to write a readonly database', a 150-line trace),
+                # or replaced since by a new, empty store (a job that started after it went).
                 self._offline = "store gone"
                 print(
                     f"ptycho: warning: MLflow store {db} was deleted or moved while {what}; the job goes on and "
