@@ -407,3 +407,22 @@ def test_a_scan_of_fewer_patterns_than_one_group_is_one_line_at_parse_time(measu
         f"config key 'data.train': {one} holds 1 pattern, fewer than the 4 of one group of simulation.gridsize 2; "
         "give a scan of at least 4 positions (or simulation.gridsize: 1)"
     )
+
+
+def test_the_siemens_preset_plans_the_study_on_the_measured_star(tmp_path):
+    """`--config preset=siemens` (issue 44, item 4): the star in the repository is both
+    splits at 64 px (crop), the PINN alone (the baseline needs a true object), no
+    simulated conditions; a dry run plans the import and every PINN arm."""
+    import re
+    import shutil
+
+    from test_pipeline import ROOT, _workdir, snakemake
+
+    work = _workdir(tmp_path)
+    shutil.copytree(ROOT / "data" / "siemens-star", work / "data" / "siemens-star")
+    plan = snakemake(work, "-n", "all", "--config", "preset=siemens")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
+    assert jobs["import_data"] == "2" and "simulate" not in jobs and "condition" not in " ".join(jobs)
+    assert "results/siemens/models/baseline" not in plan.stdout
+    assert re.search(r"results/siemens/models/pinn-physics-\S+-s2/model.json", plan.stdout), plan.stdout[-2000:]
