@@ -144,6 +144,25 @@ def test_the_estimate_grows_with_the_work_and_skips_what_is_done(base):
     assert estimate(cfg, cal, 1).training_s > full.training_s  # one slot: one at a time
 
 
+def test_the_estimate_of_the_users_own_data_counts_its_patterns_at_its_side(base, monkeypatch):
+    """The siemens preset was estimated at 32 min and took about half: the estimate counted
+    the default simulation's 2178 training groups, not the star's 516 patterns. It counts
+    the file's patterns and calibrates at the side the study trains on (data.n, else the
+    file's own)."""
+    from ptycho.study.estimate import _pattern_side, _samples, estimate
+
+    monkeypatch.chdir(ROOT)  # the preset names the star relative to the work folder
+    simulated = resolve(base, {"models": ["pinn"]}, hardware=AMX)
+    star = resolve(base, {"preset": "siemens"}, hardware=AMX)
+    assert _samples(simulated, "pinn", "train") == 2178 and _pattern_side(simulated) == 64
+    assert _samples(star, "pinn", "train") == 516 and _samples(star, "pinn", "test") == 516
+    assert _pattern_side(star) == 64
+    native = resolve(base, {"preset": "siemens", "data": {"n": 0}}, hardware=AMX)
+    assert _pattern_side(native) == 128  # the file's own side
+    cal = _calibration(simulated)
+    assert estimate(star, cal, 2).training_s < 0.3 * estimate(simulated, cal, 2).training_s
+
+
 def _costs(cal):
     from ptycho.study.estimate import _costs as costs
 

@@ -27,6 +27,7 @@ report checks the estimate against the finished run ("estimated 31 min, took 29 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -100,6 +101,30 @@ def planned_arms(cfg: Mapping) -> list[tuple[str, str, str]]:
     return list(dict.fromkeys([*out, *bench_arms(cfg)]))
 
 
+@functools.lru_cache(maxsize=8)
+def _described(path: str):
+    from ptycho.data.sources import describe
+
+    return describe(path)
+
+
+def _own_scan(cfg: Mapping):
+    """The user's training file (:class:`~ptycho.data.sources.Source`), or None to simulate."""
+    from ptycho.study.data_files import data_files
+
+    files = data_files(cfg)
+    return _described(files["train"]) if files else None
+
+
+def _pattern_side(cfg: Mapping) -> int:
+    """The side of the patterns the study trains on: the simulation's, or the user's file's
+    (``data.n`` where it reduces them)."""
+    own = _own_scan(cfg)
+    if own is None:
+        return int(cfg["simulation"]["n"])
+    return int((cfg.get("data") or {}).get("n") or own.n)
+
+
 def calibration_path(cfg: Mapping, at_once: int, threads: int, machine: Mapping) -> Path:
     """The cached calibration of this study's arms on this machine: keyed by what changes a
     step's time (the CPU, its flags and cores, TensorFlow, the arms, the network, the batch,
@@ -113,7 +138,10 @@ def calibration_path(cfg: Mapping, at_once: int, threads: int, machine: Mapping)
         "arms": planned_arms(cfg),
         "models": {k: dataclasses.asdict(model_config(cfg, k)) for k in cfg["models"]},
         "batch": {k: section_for(cfg, "train", k)["batch_size"] for k in cfg["models"]},
-        "geometry": {k: cfg["simulation"][k] for k in ("n", "gridsize", "spacing", "probe_kind")},
+        "geometry": {
+            **{k: cfg["simulation"][k] for k in ("gridsize", "spacing", "probe_kind")},
+            "n": _pattern_side(cfg),
+        },
         "threads": threads,
         "at_once": at_once,
     }
@@ -145,7 +173,7 @@ def calibrate(cfg: Mapping, at_once: int, threads: int) -> dict:
     from ptycho.study.resources import scan_size
     from ptycho.study.workflow import model_config, simulation_config, train_config
 
-    sim = simulation_config(cfg)
+    sim = dataclasses.replace(simulation_config(cfg), n=_pattern_side(cfg))  # the user's data: its side
     # one object just large enough for a few batches of groups: seconds to simulate
     side = sim.n + 8 * sim.stride_train
     while scan_size(side, sim.n, sim.stride_train, sim.gridsize, sim.spacing).groups < 64:
@@ -214,11 +242,15 @@ def _costs(calibration: Mapping) -> dict[str, ArmCost]:
 
 def _samples(cfg: Mapping, kind: str, split: str) -> int:
     """Training samples of model ``kind`` in ``split``: groups for a grouped model (the PINN),
-    patterns otherwise (:mod:`ptycho.study.resources`)."""
+    patterns otherwise (:mod:`ptycho.study.resources`); of the user's own data, its
+    patterns (an imported scan has a group per pattern, its nearest neighbours)."""
     from ptycho.nets.models import method_of
+    from ptycho.study.data_files import data_files
     from ptycho.study.resources import split_of
     from ptycho.study.workflow import simulation_config
 
+    if _own_scan(cfg) is not None:
+        return _described(data_files(cfg)[split]).patterns
     s = split_of(simulation_config(cfg), split)
     if method_of(kind).grouped:
         return s.group_patterns // max(1, cfg["simulation"]["gridsize"] ** 2)
