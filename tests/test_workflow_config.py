@@ -215,7 +215,7 @@ def test_preset_overrides_config_yaml_and_command_line_overrides_preset(base):
         ({"models": ["pinn", "unet"]}, "config key 'models.1': 'unet' is not allowed; choose one of pinn, baseline"),
         (
             {"preset": "huge"},
-            "config key 'preset': 'huge' has no block under 'presets'; add one to config.yaml or choose one of default, smoke, lowdose, paper",
+            "config key 'preset': 'huge' has no block under 'presets'; add one to config.yaml or choose one of default, smoke, lowdose, siemens, paper",
         ),
         ({"simulation": {"n": 51}}, "config key 'simulation.n': 51 is not a multiple of 2"),
         (
