@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 import mlflow_server
+import numpy as np
 import pytest
 import yaml
 from test_pipeline import _workdir
@@ -332,7 +333,9 @@ def test_smoke_pipeline_through_slurm_tracks_every_job_and_reports_a_failure(clu
     # A job that fails on a cluster is reported as failed: by Snakemake and in MLflow.
     t0 = time.monotonic()
     stitched = work / "results" / "smoke" / "stitched" / "pinn-jit-s0.npz"
-    stitched.write_bytes(b"not an npz file")
+    # a whole .npz without the stitched arrays: a file cut short would be moved aside and made
+    # again by the rerun (rules/rerun.smk), not handed to the job
+    np.savez(stitched, unrelated=np.zeros(3))
     target = "results/smoke/metrics/pinn-jit-s0.json"
     failed = _snakemake(cluster, work, target, "--forcerun", "evaluate", "--config", "preset=smoke", timeout=900)
     timings["failing job"] = time.monotonic() - t0
