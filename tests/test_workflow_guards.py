@@ -267,10 +267,11 @@ def test_a_report_job_that_fails_or_is_killed_leaves_the_previous_report(tmp_pat
     summary = _snakemake(work, "--summary", "--config", "preset=smoke")
     assert summary.returncode == 0, summary.stderr
     planned = [line.split("\t")[0] for line in summary.stdout.splitlines()[1:] if line.strip()]
-    for name in planned:  # every input of the report job, as a placeholder
+    from test_rerun_truth import _touch
+
+    for name in planned:  # every input of the report job, as a placeholder: whole but empty
         if not name.startswith(("reports/", "results/smoke/report/")) and not name.endswith("parent.json"):
-            (work / name).parent.mkdir(parents=True, exist_ok=True)
-            (work / name).write_text("")
+            _touch(work / name)  # (a cut-short file would be moved aside and made again)
     # The last good report, published and staged, older than the study's (new) results:
     # the report is out of date and its job must run.
     reports, staged = work / "reports" / "smoke", work / "results" / "smoke" / "report"
