@@ -155,7 +155,7 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     except OSError as exc:
-        raise (_disk_full(path) if no_space(exc) else _cannot_write(path, exc)) from None
+        raise write_error(path, exc) from None
     os.close(fd)
     try:
         write(tmp)
@@ -288,11 +288,17 @@ def aside(path: str | os.PathLike, suffix: str) -> str:
     return name
 
 
-def full_disk_error(exc: BaseException, path: str | os.PathLike | None = None) -> PtychoError:
-    """The one line for a full disk or quota (:func:`no_space`) met outside
-    :func:`atomic_write` (a lock file, a library's own write), naming ``path`` or the file
-    the OS named, if any, and the fix."""
-    named = path or next((e.filename for e in causes(exc) if isinstance(e, OSError) and e.filename), None)
+def write_error(path: str | os.PathLike, exc: OSError, atomic: bool = True) -> PtychoError:
+    """The one line for a write of ``path`` the filesystem refused: a full disk or quota
+    (:func:`no_space`), or another reason (permissions, a read-only mount). ``atomic``: the
+    write was :func:`atomic_write`'s, so the line says that nothing was written."""
+    return _disk_full(Path(path), atomic) if no_space(exc) else _cannot_write(Path(path), exc)
+
+
+def full_disk_error(exc: BaseException) -> PtychoError:
+    """The one line for a full disk or quota (:func:`no_space`) met outside the package's
+    own writes (a library's: SQLite's, MLflow's), naming the file the OS named, if any."""
+    named = next((e.filename for e in causes(exc) if isinstance(e, OSError) and e.filename), None)
     where = (
         f"the device of {Path(named).parent} while writing {Path(named).name}"
         if named
@@ -301,11 +307,11 @@ def full_disk_error(exc: BaseException, path: str | os.PathLike | None = None) -
     return PtychoError(f"no space left on {where}: free space there or choose another results folder, then re-run")
 
 
-def _disk_full(path: Path) -> PtychoError:
+def _disk_full(path: Path, atomic: bool = True) -> PtychoError:
+    kept = "; nothing was written (an earlier version of the file, if any, is unchanged)" if atomic else ""
     return PtychoError(
-        f"no space left on the device of {path.parent} while writing {path.name}; nothing was written "
-        "(an earlier version of the file, if any, is unchanged): free space there or choose another "
-        "results folder, then re-run"
+        f"no space left on the device of {path.parent} while writing {path.name}{kept}: free space there or "
+        "choose another results folder, then re-run"
     )
 
 

@@ -38,7 +38,7 @@ def hold(folder: str | os.PathLike) -> IO[str]:
     """Lock ``folder`` for this process; the returned file must stay open (referenced) as
     long as the run lasts. Raises a one-line :class:`PtychoError` naming the live run
     when another process holds it."""
-    from ptycho.artifacts import full_disk_error, no_space
+    from ptycho.artifacts import write_error
 
     folder = Path(folder)
     path = folder / LOCK_FILE
@@ -46,7 +46,7 @@ def hold(folder: str | os.PathLike) -> IO[str]:
         folder.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (held open for the run's life)
     except OSError as exc:
-        raise (full_disk_error(exc, path) if no_space(exc) else _unwritable(path, exc)) from None
+        raise write_error(path, exc, atomic=False) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -59,7 +59,7 @@ def hold(folder: str | os.PathLike) -> IO[str]:
     except OSError as exc:  # a full disk: the lock is taken, its record could not be written
         with contextlib.suppress(OSError):  # closing flushes the same bytes again
             handle.close()
-        raise (full_disk_error(exc, path) if no_space(exc) else _unwritable(path, exc)) from None
+        raise write_error(path, exc, atomic=False) from None
     return handle
 
 
@@ -75,12 +75,6 @@ def held(folder: str | os.PathLike) -> bool:
     except OSError:  # no lock file: no run has held it
         return False
     return False
-
-
-def _unwritable(path: Path, exc: OSError) -> PtychoError:
-    return PtychoError(
-        f"cannot write the run's lock file {path} ({exc.strerror or type(exc).__name__}); choose a writable results folder"
-    )
 
 
 def _record(handle: IO[str], who: dict) -> None:
