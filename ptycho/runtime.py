@@ -243,12 +243,10 @@ def machine_memory_bytes() -> int:
     """Memory the jobs of this machine may use: its physical memory, or this process's
     cgroup limit (a container, a SLURM allocation) or address-space limit (``ulimit -v``)
     if smaller."""
-    import resource
-
     import psutil
 
     limits = [psutil.virtual_memory().total, *_cgroup_limits()]
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
+    soft = address_space_limit()
+    if soft is not None:
         limits.append(soft)
     return min(limits)

@@ -224,10 +224,10 @@ def address_space_note(command: str) -> str:
     uses, and running out of it ends the process in native code, by ``std::bad_alloc``
     (exit 134) or a segmentation fault (exit 139), where no Python error can say "memory";
     the note says it beforehand."""
-    import resource
+    from ptycho.runtime import address_space_limit
 
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY or soft <= 0:
+    soft = address_space_limit()
+    if soft is None:
         return ""
     return (
         f"ptycho {command}: note: this process may use {soft / 2**30:.1f} GiB of address space (ulimit -v); "
