@@ -101,8 +101,16 @@ def planned_arms(cfg: Mapping) -> list[tuple[str, str, str]]:
     return list(dict.fromkeys([*out, *bench_arms(cfg)]))
 
 
-@functools.lru_cache(maxsize=8)
 def _described(path: str):
+    """The user's data file as :func:`ptycho.data.sources.describe` reads it, once per
+    version of the file (an estimate asks for it per arm, per split and per cheaper choice,
+    and a compressed scan is decompressed to be described)."""
+    st = os.stat(path)
+    return _described_version(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _described_version(path: str, mtime_ns: int, size: int):  # noqa: ARG001 (the cache's key)
     from ptycho.data.sources import describe
 
     return describe(path)
