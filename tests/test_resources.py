@@ -237,13 +237,18 @@ def test_a_tensorflow_job_under_a_limit_it_cannot_start_in_is_one_line_and_so_is
     from test_pipeline import _workdir
 
     work = _workdir(tmp_path / "work")
-    plan = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "results/smoke/config.json", "--config", "preset=smoke"],
-        capture_output=True, text=True, preexec_fn=cap, cwd=work, timeout=300,
-    )  # fmt: skip
-    assert plan.returncode == 2, plan.stderr[-3000:]
-    errors = [x for x in plan.stderr.splitlines() if x.startswith("ptycho workflow: error:")]
-    assert errors == [
+
+    def workflow_errors(*args: str) -> list[str]:
+        """The error lines of a capped Snakemake run of the smoke study's first file."""
+        run = subprocess.run(
+            [sys.executable, "-m", "snakemake", "--cores", "2", *args],
+            capture_output=True, text=True, preexec_fn=cap, cwd=work, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 2, run.stderr[-3000:]
+        return [x for x in run.stderr.splitlines() if x.startswith("ptycho workflow: error:")]
+
+    first = ("results/smoke/config.json", "--config", "preset=smoke")
+    assert workflow_errors(*first) == [
         "ptycho workflow: error: this process may use 2.0 GiB of address space (ulimit -v), less than the 2.5 GiB "
         "TensorFlow reserves to start, whatever the job; raise the limit (ulimit -v, or a cgroup memory limit "
         "instead: it counts memory used, not reserved); no training could start"
@@ -252,12 +257,7 @@ def test_a_tensorflow_job_under_a_limit_it_cannot_start_in_is_one_line_and_so_is
     # Above TensorFlow's floor but below what a smoke training reserves and uses (measured:
     # it aborted at 2.57 GiB, ran at 2.77): refused before the first job, naming the job.
     limit = int(2.6 * GIB)
-    plan = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "results/smoke/config.json", "--config", "preset=smoke"],
-        capture_output=True, text=True, preexec_fn=cap, cwd=work, timeout=300,
-    )  # fmt: skip
-    assert plan.returncode == 2, plan.stderr[-3000:]
-    errors = [x for x in plan.stderr.splitlines() if x.startswith("ptycho workflow: error:")]
+    errors = workflow_errors(*first)
     assert len(errors) == 1 and errors[0].startswith("ptycho workflow: error: the train job would need about 2.8 GiB")
     assert "more than the 2.6 GiB of address space this process may use (ulimit -v)" in errors[0]
     assert not (work / "results/smoke/config.json").exists()
