@@ -90,7 +90,8 @@ rule check_convergence:
 
 rule check_quality:
     # On the user's own data the arms' stitched objects too: without a ground truth each
-    # arm's reconstruction is compared with its reference arm's (checklist/agreement.py).
+    # arm's data misfit, half-scan resolution (relative margin: --margin) and reconstruction
+    # are judged against its reference arm's (checklist/agreement.py).
     input:
         metrics=METRICS,
         models=MODELS,
@@ -107,12 +108,14 @@ rule check_quality:
         ptycho=PTYCHO,
         track=tracking("check_quality"),
         threshold=CFG["thresholds"]["quality_max_ssim_diff"],
+        margin=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
         **rerun_params("check_quality"),
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} check quality --threshold {params.threshold} {params.sided}--metrics {input.metrics} "
+        "{params.ptycho} {params.track} check quality --threshold {params.threshold} --margin {params.margin} "
+        "{params.sided}--metrics {input.metrics} "
         f"--models {{input.models}} {QUALITY_STITCHED_FLAG}--out {{output}} > {{log}} 2>&1"
 
 

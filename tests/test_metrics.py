@@ -297,3 +297,58 @@ def test_compare_gives_the_images_score_measured_and_the_frc_curves_behind_the_c
     assert s["amp_frc_curve"] == pytest.approx(list(curve))
     assert s["amp_frc50"] == pytest.approx(frc_resolution(freq, curve)[0], nan_ok=True)
     assert "amp_frc_curve" not in score_all([recon], [truth])["mean"]  # curves are per image only
+
+
+# ------------------------------------------------------------------------ half-scan FRC
+def test_the_half_bit_curve_is_van_heel_and_schatz():
+    """T(1 pixel) = 1 (a single Fourier pixel always correlates perfectly with itself) and
+    it falls to 0.2071 / 1.2071 = 0.1716 for large rings; the rings count every Fourier pixel
+    up to Nyquist once."""
+    from ptycho.analysis.frc import half_bit, ring_pixels
+
+    assert half_bit(np.array([1.0]))[0] == pytest.approx(1.0, abs=1e-4)
+    assert half_bit(np.array([1e12]))[0] == pytest.approx(0.2071 / 1.2071, rel=1e-4)
+    assert half_bit(np.array([4.0]))[0] == pytest.approx((0.2071 + 1.9102 / 2) / (1.2071 + 0.9102 / 2))
+    pixels = ring_pixels((64, 48))
+    assert len(pixels) == 25 and pixels[0] == 1
+    freq = np.hypot(np.fft.fftfreq(64)[:, None], np.fft.fftfreq(48)[None, :])
+    assert pixels.sum() == np.count_nonzero(np.rint(freq * 48) < 25)
+
+
+def _halves(noise: float, seed: int = 0):
+    """One smooth complex object seen twice, each time with its own white noise."""
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(seed)
+    base = gaussian_filter(rng.standard_normal((96, 96)), 1.5)
+    obj = (1 + base) * np.exp(1j * 3 * base)
+
+    def noisy():
+        return obj + noise * (rng.standard_normal(obj.shape) + 1j * rng.standard_normal(obj.shape))
+
+    return noisy(), noisy()
+
+
+def test_half_scan_resolution_falls_as_the_halves_noise_grows_and_ignores_a_global_phase():
+    from ptycho.analysis.frc import half_scan
+
+    a, b = _halves(0.0)
+    assert half_scan(a, b * np.exp(2.5j)) == {"amp_half_frc": 0.5, "complex_half_frc": 0.5}  # agree up to Nyquist
+    res = [half_scan(*_halves(noise), border=8) for noise in (0.01, 0.05, 0.2)]
+    for key in ("amp_half_frc", "complex_half_frc"):
+        values = [r[key] for r in res]
+        assert values[0] > values[1] > values[2] > 0, (key, values)
+    unrelated = half_scan(_halves(0.0, seed=1)[0], _halves(0.0, seed=2)[0])
+    assert unrelated["amp_half_frc"] < 0.05  # no agreement beyond the first rings
+    with pytest.raises(ValueError, match="same shape"):
+        half_scan(a, b[:-1])
+    with pytest.raises(ValueError, match="too small"):
+        half_scan(a[:10, :10], b[:10, :10], border=4)
+
+
+def test_the_scans_halves_interleave_within_each_object():
+    from ptycho.analysis.stitch import scan_halves
+
+    even, odd = scan_halves(np.array([0, 0, 0, 1, 1, 0, 1]))
+    assert even.tolist() == [True, False, True, True, False, False, True]
+    assert (even ^ odd).all()

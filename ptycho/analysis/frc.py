@@ -5,6 +5,11 @@ reads off where the curve first drops below each threshold of :data:`FRC_THRESHO
 :func:`window2d` is the Tukey apodisation shared with registration
 (:func:`ptycho.analysis.metrics.register`). The criteria are van Heel and Schatz's
 (J. Struct. Biol. 151, 250-262, 2005).
+
+Without a ground truth (measured data) the resolution of a reconstruction is read from
+two independent reconstructions of the same object, each from one half of the data:
+:func:`half_scan` correlates them and reads the crossing of the 1/2-bit curve
+(:func:`half_bit`), the criterion for two half data sets.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["FRC_THRESHOLDS", "frc", "frc_resolution", "window2d"]
+__all__ = ["FRC_THRESHOLDS", "frc", "frc_resolution", "half_bit", "half_scan", "ring_pixels", "window2d"]
 
 #: FRC thresholds: the 0.5 criterion and the 1/7 criterion (van Heel & Schatz 2005).
 FRC_THRESHOLDS = (0.5, 1.0 / 7.0)
@@ -66,11 +71,7 @@ def frc(a: np.ndarray, b: np.ndarray, *, window: float = 0.2) -> tuple[np.ndarra
     win = window2d(a.shape, window)
     fa = np.fft.fft2((a - a.mean()) * win)
     fb = np.fft.fft2((b - b.mean()) * win)
-    size = min(h, w)
-    fy = np.fft.fftfreq(h)[:, None]
-    fx = np.fft.fftfreq(w)[None, :]
-    ring = np.rint(np.sqrt(fx**2 + fy**2) * size).astype(np.int64)
-    n_rings = size // 2 + 1
+    ring, n_rings = _rings(a.shape)
     keep = ring < n_rings
     ring = ring[keep]
     num = np.bincount(ring, weights=np.real(fa * np.conj(fb))[keep], minlength=n_rings)
@@ -79,7 +80,16 @@ def frc(a: np.ndarray, b: np.ndarray, *, window: float = 0.2) -> tuple[np.ndarra
     den = np.sqrt(pa * pb)
     with np.errstate(divide="ignore", invalid="ignore"):
         corr = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    return np.arange(n_rings) / size, corr
+    return np.arange(n_rings) / min(h, w), corr
+
+
+def _rings(shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    """Each Fourier pixel's ring (1 frequency pixel, ``1 / min(H, W)``, wide) and the
+    number of rings up to Nyquist (pixels beyond it, the corners, have larger indices)."""
+    h, w = shape
+    size = min(h, w)
+    ring = np.rint(np.sqrt(np.fft.fftfreq(w)[None, :] ** 2 + np.fft.fftfreq(h)[:, None] ** 2) * size)
+    return ring.astype(np.int64), size // 2 + 1
 
 
 def frc_resolution(
@@ -111,3 +121,71 @@ def frc_resolution(
         f0, f1, c0, c1 = f[i - 1], f[i], c[i - 1], c[i]
         out.append(float(f0 + (c0 - t) / (c0 - c1) * (f1 - f0)))
     return tuple(out)
+
+
+def ring_pixels(shape: tuple[int, int]) -> np.ndarray:
+    """The number of Fourier pixels in each ring of :func:`frc` for images of ``shape``."""
+    ring, n_rings = _rings(shape)
+    return np.bincount(ring[ring < n_rings], minlength=n_rings)
+
+
+def half_bit(pixels: np.ndarray) -> np.ndarray:
+    """The 1/2-bit threshold curve for rings of ``pixels`` Fourier pixels each (van Heel
+    and Schatz 2005, eq. 17, for a data set split into two halves)::
+
+        T(r) = (0.2071 + 1.9102 / sqrt(n_r)) / (1.2071 + 0.9102 / sqrt(n_r))
+
+    It starts near 1 for the few pixels of the innermost rings and falls toward 0.1716,
+    where the two halves together carry half a bit of information per Fourier pixel."""
+    root = np.sqrt(np.maximum(np.asarray(pixels, dtype=np.float64), 1.0))
+    return (0.2071 + 1.9102 / root) / (1.2071 + 0.9102 / root)
+
+
+def _crossing(freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray) -> float:
+    """First frequency (above 0) where ``corr`` drops below ``threshold`` (both per ring),
+    interpolated linearly between the two rings around it; 0.5 (Nyquist) when it never
+    does, the first ring's frequency when it starts below."""
+    ok = np.isfinite(corr) & (freq > 0)
+    f, d = freq[ok], corr[ok] - threshold[ok]
+    below = np.nonzero(d < 0)[0]
+    if below.size == 0:
+        return 0.5
+    i = int(below[0])
+    if i == 0:
+        return float(f[0])
+    return float(f[i - 1] + d[i - 1] / (d[i - 1] - d[i]) * (f[i] - f[i - 1]))
+
+
+def half_scan(a: np.ndarray, b: np.ndarray, border: int = 0) -> dict[str, float]:
+    """The resolution of two reconstructions of one object from the two halves of its scan.
+
+    ``a`` and ``b`` are complex images of the same region, in the same frame (no
+    registration: the positions are the scan's own). A ``border`` of pixels is dropped on
+    every side, where the scan's edge leaves each half thinly covered. Two curves are read
+    where they cross the 1/2-bit curve (cycles per pixel; 0.5 when a curve stays above it
+    up to Nyquist, the halves agreeing at every resolution the pixels carry; higher is
+    finer):
+
+    * ``amp_half_frc``: the FRC of the amplitudes;
+    * ``complex_half_frc``: the FRC of the complex transmissions, each first given a
+      global phase of zero (the mean of ``a e^{-i phi}`` real and positive; a constant phase
+      is not recoverable). It carries the phase without its wrapping: a phase image that
+      crosses +-pi jumps by 2 pi where the object does not change, and so does not
+      correlate even between identical halves.
+
+    ValueError on images of different shapes or too small for a ring beyond DC.
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"the two halves' images must be 2-D of the same shape, got {a.shape} and {b.shape}")
+    if border:
+        a, b = a[border:-border, border:-border], b[border:-border, border:-border]
+    if min(a.shape) < 4:
+        raise ValueError(f"the halves' images ({a.shape} after a {border}-pixel border) are too small for an FRC")
+    out = {}
+    threshold = half_bit(ring_pixels(a.shape))
+    a, b = (x * np.exp(-1j * np.angle(np.sum(x))) for x in (a, b))
+    for key, part in (("amp_half_frc", np.abs), ("complex_half_frc", np.asarray)):
+        freq, corr = frc(part(a), part(b))
+        out[key] = _crossing(freq, corr, threshold)
+    return out

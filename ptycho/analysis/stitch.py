@@ -32,7 +32,7 @@ from ptycho.physics.translate import centre_crop
 if TYPE_CHECKING:  # pragma: no cover
     from ptycho.data.dataset import Dataset
 
-__all__ = ["stitch", "stitch_objects", "illumination_weight", "synchronise_phase"]
+__all__ = ["stitch", "stitch_objects", "illumination_weight", "scan_halves", "synchronise_phase"]
 
 #: Patches processed per vectorised block (bounds the temporary memory).
 _BLOCK = 1024
@@ -288,3 +288,17 @@ def stitch_objects(
             own = synchronise_phase(own, positions[sel], n_keep, weight)
         images.append(stitch(own, positions[sel], ds.scan_region[m], n_keep=n_keep, weight=weight))
     return images
+
+
+def scan_halves(position_object: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two interleaved halves of a scan: per object, its patterns in scan order taken
+    alternately (first, third, ... and second, fourth, ...), as boolean masks over the
+    patterns. Neighbouring positions fall in different halves, so each half covers the
+    whole scanned region at half the density (half-scan FRC, :func:`ptycho.analysis.frc.half_scan`)."""
+    owner = np.asarray(position_object)
+    rank = np.zeros(len(owner), dtype=np.int64)
+    for m in np.unique(owner):
+        sel = np.nonzero(owner == m)[0]
+        rank[sel] = np.arange(len(sel))
+    even = rank % 2 == 0
+    return even, ~even

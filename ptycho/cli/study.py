@@ -247,8 +247,9 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
         "--margin",
         type=fraction,
         default=checklist.Inputs.margin,
-        help="the time-to-quality target: the reference's final validation loss above its floor plus this "
-        "fraction of its loss drop (speedup; the study passes thresholds.convergence_max_rel)",
+        help="the study's relative margin (it passes thresholds.convergence_max_rel): the time-to-quality target, "
+        "the reference's final validation loss above its floor plus this fraction of its loss drop (speedup); on "
+        "measured data, how much worse an arm's data misfit and half-scan resolution may be (quality)",
     ),
     arg(
         "--two-sided",

@@ -262,23 +262,35 @@ def infer(model: str, dataset: str, out: str, *, xla: str | None = None, batch_s
 
 
 def stitch(dataset: str, reconstruction: str, out: str, *, weighted: bool = True, phase_sync: bool = True) -> JobRecord:
-    """Patches placed at their own positions into one image per object."""
-    from ptycho.analysis.stitch import stitch_objects
+    """Patches placed at their own positions into one image per object. On measured data
+    (no ground truth) also ``halves`` (2, objects, H, W): the objects stitched from each
+    interleaved half of the scan alone (:func:`ptycho.analysis.stitch.scan_halves`), whose
+    agreement ``evaluate`` reads as the resolution (half-scan FRC)."""
+    from ptycho.analysis.stitch import scan_halves, stitch_objects
     from ptycho.artifacts import read_arrays, write_arrays
     from ptycho.data.dataset import read_dataset
     from ptycho.data.provenance import DIGEST_KEY
 
     ds = read_dataset(dataset)
     rec = read_arrays(reconstruction, ("patches", "positions", "position_object"), producer="infer")
+    patches, positions, owner = rec["patches"], rec["positions"], rec["position_object"]
+
+    def stitched(sel) -> np.ndarray:
+        return np.stack(
+            stitch_objects(patches[sel], positions[sel], owner[sel], ds, weighted=weighted, phase_sync=phase_sync)
+        ).astype(np.complex64)
+
+    arrays = {}
     try:
-        images = stitch_objects(
-            rec["patches"], rec["positions"], rec["position_object"], ds, weighted=weighted, phase_sync=phase_sync
-        )
+        arrays["images"] = stitched(slice(None))
+        if not ds.has_ground_truth:
+            arrays["halves"] = np.stack([stitched(half) for half in scan_halves(owner)])
     except ValueError as err:
         raise PtychoError(f"{reconstruction}: {err}; re-run infer with this dataset") from None
-    images = np.stack(images).astype(np.complex64)
-    write_arrays(out, producer="stitch", images=images, **{DIGEST_KEY: np.array(ds.attrs["digest"])})
-    return JobRecord(summary=f"{out}: {len(images)} stitched object(s) of shape {images[0].shape}")
+    images = arrays["images"]
+    write_arrays(out, producer="stitch", **arrays, **{DIGEST_KEY: np.array(ds.attrs["digest"])})
+    halves = " and from each half of the scan" if "halves" in arrays else ""
+    return JobRecord(summary=f"{out}: {len(images)} stitched object(s) of shape {images[0].shape}{halves}")
 
 
 def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
@@ -289,9 +301,10 @@ def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
     from ptycho.data.dataset import read_dataset
 
     ds = read_dataset(dataset)
-    images = read_arrays(stitched, ("images",), producer=STITCHED)["images"]
+    arrays = read_arrays(stitched, ("images",), producer=STITCHED)
+    images = arrays["images"]
     if not ds.has_ground_truth:
-        return evaluate_measured(ds, dataset, images, stitched, out)
+        return evaluate_measured(ds, dataset, images, arrays.get("halves"), stitched, out)
     truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
     if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
         raise PtychoError(
@@ -317,41 +330,56 @@ def evaluate(dataset: str, stitched: str, out: str) -> JobRecord:
     return _with_dataset(record, "test.h5", ds, dataset, "test")
 
 
-def evaluate_measured(ds, dataset: str, images: np.ndarray, stitched: str, out: str) -> JobRecord:
+def evaluate_measured(
+    ds, dataset: str, images: np.ndarray, halves: np.ndarray | None, stitched: str, out: str
+) -> JobRecord:
     """The record of an arm on measured data: no ground truth, so no scores (the quality
-    item compares the arms' reconstructions with each other), and each object's data
-    misfit (:mod:`ptycho.solvers.misfit`: how well it explains the measured patterns)::
+    item compares the arms' reconstructions with each other); per object its data misfit
+    (:mod:`ptycho.solvers.misfit`: how well it explains the measured patterns) and its
+    half-scan resolution (:func:`ptycho.solvers.misfit.half_scan_resolution`: how far the
+    reconstructions from the two halves of the scan agree)::
 
-        {"ground_truth": false, "n_images", "mean": {"data_misfit"}, "per_image": [{"data_misfit"}], "dataset_digest"}
+        {"ground_truth": false, "n_images", "mean": {"data_misfit", "amp_half_frc", "complex_half_frc"},
+         "per_image": [{...}], "dataset_digest"}
     """
     from ptycho.artifacts import write_json
-    from ptycho.solvers.misfit import data_misfit
+    from ptycho.solvers.misfit import data_misfit, half_scan_resolution
 
     regions = [(int(y1 - y0), int(x1 - x0)) for x0, y0, x1, y1 in ds.scan_region]
     if len(images) != len(regions) or any(i.shape != r for i, r in zip(images, regions, strict=True)):
         raise PtychoError(
             f"{stitched}: stitched images do not match the scanned regions of {dataset}; re-run stitch with this dataset"
         )
+    if halves is None or np.shape(halves) != (2, *np.shape(images)):
+        raise PtychoError(
+            f"{stitched}: no objects stitched from each half of the scan, which measured data is judged by; "
+            "re-run stitch (it writes them for data without a ground truth)"
+        )
     try:
         misfits = data_misfit(ds, list(images))
+        per_image = [
+            {"data_misfit": float(v), **half_scan_resolution(ds, a, b)}
+            for v, a, b in zip(misfits, halves[0], halves[1], strict=True)
+        ]
     except ValueError as err:
-        raise PtychoError(f"{stitched}: cannot compute the data misfit ({err})") from None
-    mean = float(np.mean(misfits))
+        raise PtychoError(f"{stitched}: cannot judge the reconstruction without a ground truth ({err})") from None
+    mean = {k: float(np.mean([p[k] for p in per_image])) for k in per_image[0]}
     result = {
         "ground_truth": False,
         "n_images": len(misfits),
-        "mean": {"data_misfit": mean},
-        "per_image": [{"data_misfit": float(v)} for v in misfits],
+        "mean": mean,
+        "per_image": per_image,
         "dataset_digest": ds.attrs["digest"],
     }
     write_json(out, result, producer="evaluate")
     record = JobRecord(
         tags={"ground_truth": "false"},
-        metrics={"data_misfit": mean},
+        metrics=mean,
         artifacts=[(out, "metrics")],
-        summary=f"{out}: no ground truth (measured data), nothing to score against; data misfit {mean:.4g} "
-        f"(Poisson NLL per measured pixel above the saturated model's, 0.5 at the noise level) over "
-        f"{len(misfits)} object(s)",
+        summary=f"{out}: no ground truth (measured data), nothing to score against; data misfit "
+        f"{mean['data_misfit']:.4g} (Poisson NLL per measured pixel above the saturated model's, 0.5 at the noise "
+        f"level), half-scan resolution {mean['amp_half_frc']:.3f} (amplitude) and {mean['complex_half_frc']:.3f} "
+        f"(complex) cycles/px at the 1/2-bit threshold, over {len(misfits)} object(s)",
     )
     return _with_dataset(record, "test.h5", ds, dataset, "test")
 
@@ -627,21 +655,23 @@ def report(
     )
 
 
-#: An arm's answer on measured data: its data misfit, and the SSIM of its reconstruction
-#: against its reference arm's (off at its precision; for off, float32 in its mode).
-MEASURED_ANSWERS = ("data_misfit", "amp_ssim_vs_reference", "phase_ssim_vs_reference")
-
-
 def _measured_answers(report: Mapping, arms: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """``arms`` with each arm's :data:`MEASURED_ANSWERS` when the quality item had no
-    ground truth (its evidence's ``between_arms``, the modes' pairs first); as it was otherwise."""
+    """``arms`` with each arm's answer when the quality item had no ground truth: its own
+    measures (:data:`ptycho.study.checklist.agreement.OWN`: data misfit, half-scan
+    resolutions) and the SSIM of its reconstruction against its reference arm's
+    (``amp_ssim_vs_reference``, ``phase_ssim_vs_reference``; off at its precision, for off
+    float32 in its mode: its evidence's ``between_arms``, the modes' pairs first); as it
+    was otherwise."""
+    from ptycho.study.checklist.agreement import OWN
+
     evidence = report["items"]["quality"].get("evidence", {})
     if evidence.get("ground_truth") is not False:
         return arms
     for name, arm in report["arms"].items():
-        misfit = (arm.get("metrics") or {}).get("data_misfit")
-        if isinstance(misfit, int | float):
-            arms.setdefault(name, {})["data_misfit"] = misfit
+        for key in OWN:
+            value = (arm.get("metrics") or {}).get(key)
+            if isinstance(value, int | float):
+                arms.setdefault(name, {})[key] = value
     for pair in evidence.get("between_arms", {}).values():
         own = arms.setdefault(pair["arm"], {})
         if "amp_ssim_vs_reference" not in own:

@@ -205,17 +205,49 @@ def solve(
             mode: bootstrap_ratio(timed((REFERENCE, FLAT)), timed((mode, FLAT))) for mode in modes if mode != REFERENCE
         }
     record["warm_start"] = warm_table(record)
+    halves = None
+    if truths is None and stitched_dir and REFERENCE in modes:
+        halves, record["half_scan"] = _half_scan(ds, probs, cfg)
     write_json(out, record, producer="warm_start" if starts else "solve")
     if stitched_dir:
         for mode in modes:
             images = np.stack([crop(p, last[(mode, FLAT)][m]) for m, p in enumerate(probs)])
+            extra = {"halves": halves} if mode == REFERENCE and halves is not None else {}
             write_arrays(  # with its dataset's digest, as stitch writes it: evaluate checks the pair
                 Path(stitched_dir) / f"solver-{mode}.npz",
                 producer="solve",
                 images=images.astype(np.complex64),
+                **extra,
                 **{DIGEST_KEY: np.array(ds.attrs["digest"])},
             )
     return _job_record(record, out, ds, dataset)
+
+
+def _half_scan(ds, probs, cfg) -> tuple[np.ndarray, dict[str, Any]]:
+    """Without a ground truth, the solver's resolution: each object reconstructed again
+    from each interleaved half of its scan alone (flat start, ``off``, the same settings),
+    and the two compared (:func:`ptycho.solvers.misfit.half_scan_resolution`). Returns the
+    halves' objects (2, objects, H, W) and the record's ``half_scan`` entry (the mean
+    resolutions, per object, and the seconds it took)."""
+    import time
+
+    from ptycho.analysis.stitch import scan_halves
+    from ptycho.nets.xla import REFERENCE
+    from ptycho.solvers.gradient import Solver, crop, flat_start
+    from ptycho.solvers.misfit import half_scan_resolution
+
+    start = time.perf_counter()
+    images: list[list[np.ndarray]] = [[], []]
+    for problem in probs:
+        for side, sel in enumerate(scan_halves(np.zeros(len(problem.counts), dtype=np.int64))):
+            half = dataclasses.replace(problem, counts=problem.counts[sel], positions=problem.positions[sel])
+            result = Solver(half, REFERENCE, cfg).solve(flat_start(half))
+            images[side].append(crop(half, result.obj))
+    halves = np.stack([np.stack(side) for side in images]).astype(np.complex64)
+    per_object = [half_scan_resolution(ds, a, b) for a, b in zip(halves[0], halves[1], strict=True)]
+    mean = {k: float(np.mean([r[k] for r in per_object])) for k in per_object[0]}
+    entry = {"mode": REFERENCE, **mean, "per_object": per_object, "seconds": time.perf_counter() - start}
+    return halves, entry
 
 
 def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:

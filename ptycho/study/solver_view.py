@@ -27,6 +27,9 @@ from ptycho.study.solve import FLAT, MISFIT, first_below, first_reaching
 TARGET = (0.995, 0.98)
 #: What a table says where a score would be, on data without a ground truth.
 NO_TRUTH = "no ground truth"
+#: A reconstruction's quality without a ground truth: its data misfit and its half-scan
+#: resolutions (ptycho.study.checklist.agreement.OWN).
+MEASURED = (MISFIT, "amp_half_frc", "complex_half_frc")
 
 
 def _flat(record: Mapping) -> dict[str, Mapping]:
@@ -75,7 +78,7 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
                 "phase_psnr": metrics.get("phase_psnr"),
             }
             if truth
-            else {MISFIT: metrics.get(MISFIT)}
+            else {k: metrics.get(k) for k in MEASURED}
         )
         networks.append(
             {
@@ -111,6 +114,7 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
             for mode, r in flat.items()
         },
         "ratios": dict(solve.get("ratios", {})),
+        "half_scan": solve.get("half_scan"),
         "fastest": fastest,
         "networks": networks,
         "match": match,
@@ -156,7 +160,7 @@ def headline(solver: Mapping) -> str:
             f"The iterative solver ({solver['engine']}, probe known, flat start) reconstructs the measured data (no "
             f"ground truth, so no scores) to a data misfit of {_f(best['final'][MISFIT], 4)} after "
             f"{best['iterations']:.0f} iterations ({best['seconds_per_object']:.1f} s per object; 0.5 is the noise "
-            f"level){_xla_words(solver)}"
+            f"level){_half_words(solver)}{_xla_words(solver)}"
         )
     reach = (
         f"reaches amplitude/phase SSIM {TARGET[0]}/{TARGET[1]} after {target['iterations']} iterations "
@@ -167,6 +171,17 @@ def headline(solver: Mapping) -> str:
     return (
         f"The iterative solver ({solver['engine']}, probe known, flat start) {reach} and ends at "
         f"{best['final']['amp_ssim']:.4f}/{best['final']['phase_ssim']:.4f}{_xla_words(solver)}"
+    )
+
+
+def _half_words(solver: Mapping) -> str:
+    """The solver's half-scan resolution on measured data, as a clause (or nothing)."""
+    half = solver.get("half_scan")
+    if not half:
+        return ""
+    return (
+        f", and from each half of the scan alone to reconstructions that agree to {_f(half['amp_half_frc'], 3)} "
+        f"(amplitude) and {_f(half['complex_half_frc'], 3)} (complex) cycles/px at the 1/2-bit threshold"
     )
 
 
@@ -193,7 +208,9 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
     def quality(q: Mapping) -> list[str]:
         if truth:
             return [_f(q["amp_ssim"]), _f(q["phase_ssim"]), _f(q["phase_psnr"], 1)]
-        return [NO_TRUTH] * 3 + [_f(q.get(MISFIT), 4)]
+        return [NO_TRUTH] * 3 + [_f(q.get(k), 4) for k in MEASURED]
+
+    half = solver.get("half_scan") or {}
 
     methods = [
         [
@@ -209,7 +226,7 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
         methods.append(
             [
                 f"solver {mode}",
-                *quality(r["final"]),
+                *quality({**r["final"], **(half if half.get("mode") == mode else {})}),
                 "-",
                 _f(r["seconds_per_object"], 2),
                 f"{r['iterations']:.0f} ({', '.join(r['stopped'])})",
@@ -253,14 +270,16 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
                 if truth
                 else "; no ground truth (measured data): the quality is the data misfit, Poisson NLL per measured "
                 "pixel above the saturated model's (0.5 at the noise level), and the solver matches a network when "
-                "its misfit is as low"
+                "its misfit is as low; and the half-scan resolution, where the FRC of the reconstructions from the "
+                "two halves of the scan crosses the 1/2-bit curve (cycles/px, higher is finer; the solver's in "
+                f"{half.get('mode', REFERENCE)} only)"
             ),
             [
                 "method",
                 "amp SSIM",
                 "phase SSIM",
                 "phase PSNR dB",
-                *([] if truth else ["data misfit"]),
+                *([] if truth else ["data misfit", "amp half-scan 1/px", "complex half-scan 1/px"]),
                 "training min",
                 "s per object",
                 "solver iterations to match",

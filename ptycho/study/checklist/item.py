@@ -36,7 +36,8 @@ class Inputs:
     nphotons: float = defaults("simulation")["nphotons"]
     context: str = "alone"
     #: the convergence margin (thresholds.convergence_max_rel): widens the time-to-quality
-    #: target by this fraction of the reference's loss drop (speedup)
+    #: target by this fraction of the reference's loss drop (speedup); on measured data the
+    #: relative margin of an arm's data misfit and half-scan resolution (quality)
     margin: float = defaults("thresholds")["convergence_max_rel"]
     #: convergence and quality as equivalence (two-sided) instead of non-inferiority
     #: (:data:`ptycho.study.stats.NON_INFERIORITY`; thresholds.two_sided)

@@ -4,8 +4,8 @@ each reduced precision's as float32's.
 Collected from ``ptycho evaluate``'s metrics of every arm (stitched test objects against
 the ground truth); no TensorFlow. The verdict compares each mode with ``off`` across
 seeds, against the seed-to-seed spread (:func:`ptycho.study.stats.seed_comparison`).
-On measured data (no ground truth) the arms' reconstructions are compared with each
-other instead (:mod:`ptycho.study.checklist.agreement`).
+On measured data (no ground truth) each arm's data misfit, half-scan resolution and
+agreement with its reference are judged instead (:mod:`ptycho.study.checklist.agreement`).
 """
 
 from __future__ import annotations
@@ -112,7 +112,15 @@ def collect(inputs: Inputs, threshold: float) -> dict:
     failed = failed_arms([read_json(p, producer="train") for p in inputs.model_jsons])
     records = {Path(p).stem: read_json(p, producer="evaluate") for p in inputs.metrics}
     if agreement.measured(records):
-        return agreement.agreement(records, stitched_images(inputs.stitched), threshold, failed, ITEM.name)
+        return agreement.agreement(
+            records,
+            stitched_images(inputs.stitched),
+            threshold,
+            failed,
+            ITEM.name,
+            margin=inputs.margin,
+            test=inputs.test,
+        )
     return quality(records, threshold, failed, inputs.test)
 
 

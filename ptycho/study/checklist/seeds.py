@@ -79,17 +79,31 @@ def needed_words(c: Mapping[str, Any]) -> str:
 def comparison_words(group: SeedGroup, label: str, c: Mapping[str, Any], percent: bool = False) -> str:
     """One clause: the group's difference (mode - off, or reduced precision - float32),
     its intervals, the seed spread and the outcome, in words."""
+    return f"{group.words} {label}: {_signed(c['difference'], percent)}" + comparison_words_tail(c, percent)
+
+
+def _signed(v: float, percent: bool) -> str:
+    return f"{v:+.1%}" if percent else f"{v:+.4f}"
+
+
+def comparison_words_tail(c: Mapping[str, Any], percent: bool = False) -> str:
+    """What follows a comparison's difference in words: its intervals, the seed spread and
+    the outcome (or why there is none)."""
 
     def f(v: float, signed: bool = False) -> str:
-        return (f"{v:+.1%}" if signed else f"{v:.1%}") if percent else (f"{v:+.4f}" if signed else f"{v:.4f}")
+        return _signed(v, percent) if signed else (f"{v:.1%}" if percent else f"{v:.4f}")
 
-    head = f"{group.words} {label}: {f(c['difference'], True)}"
     if not math.isfinite(c["sd"]):
-        return f"{head} (one seed per arm: no seed-to-seed spread to judge it by); INCONCLUSIVE, {needed_words(c)}"
+        return f" (one seed per arm: no seed-to-seed spread to judge it by); INCONCLUSIVE, {needed_words(c)}"
     spread = f"seeds of the same arm differ by up to {f(c['spread'])}" if math.isfinite(c["spread"]) else ""
     intervals = (
         f"90 % interval {f(c['low90'], True)} to {f(c['high90'], True)}, 95 % {f(c['low'], True)} to "
-        f"{f(c['high'], True)}, {len(c['seeds_mode'])} vs {len(c['seeds_off'])} seeds"
+        f"{f(c['high'], True)}, "
+        + (
+            f"{len(c['seeds_mode'])} seeds vs {len(c['seeds_off'])} pairs of seeds"
+            if c.get("yardstick")
+            else f"{len(c['seeds_mode'])} vs {len(c['seeds_off'])} seeds"
+        )
         + (", paired by seed" if c.get("design") == "paired" else "")
     )
     judged = {
@@ -98,11 +112,18 @@ def comparison_words(group: SeedGroup, label: str, c: Mapping[str, Any], percent
         NOT_WORSE: f"NOT WORSE by more than the {f(c['margin'])} margin (its one-sided 95 % bound lies inside)",
         WORSE: f"WORSE by more than the {f(c['margin'])} margin (even its 90 % interval's better end lies beyond it)",
     }.get(c["outcome"], f"INCONCLUSIVE against the {f(c['margin'])} margin; {needed_words(c)}")
-    return f"{head} ({intervals}{'; ' + spread if spread else ''}); {judged}"
+    return f" ({intervals}{'; ' + spread if spread else ''}); {judged}"
 
 
-def comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table:
-    """The :func:`ptycho.study.stats.seed_comparison` records keyed by (comparison, metric)."""
+#: What :func:`comparison_table` compares, by default.
+ACROSS_SEEDS = (
+    "Each XLA mode vs off (at each precision) and each reduced precision vs float32 (in each mode) across seeds"
+)
+
+
+def comparison_table(comparisons: Mapping[tuple[str, str], Mapping], subject: str = ACROSS_SEEDS) -> Table:
+    """The :func:`ptycho.study.stats.seed_comparison` records keyed by (comparison, metric);
+    ``subject`` is the title's first part, what is compared."""
     rows = []
     for (name, metric), c in sorted(comparisons.items()):
         n = _seeds_needed(c)
@@ -122,8 +143,7 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table:
             ]
         )
     return (
-        "Each XLA mode vs off (at each precision) and each reduced precision vs float32 (in each mode) across "
-        "seeds: NOT WORSE when the 90 % interval's end on the worse side (a one-sided 95 % bound) lies within the "
+        f"{subject}: NOT WORSE when the 90 % interval's end on the worse side (a one-sided 95 % bound) lies within the "
         "margin (the threshold), WORSE when its other end lies beyond it; two-sided (thresholds.two_sided): "
         "EQUIVALENT when the 90 % interval lies inside +-margin, DIFFERENT when the 95 % interval lies outside it; "
         "else INCONCLUSIVE",
