@@ -19,7 +19,6 @@ import pytest
 from ptycho.data.cxi import export_cxi
 from ptycho.data.dataset import read_attributes, read_dataset, write_dataset
 from ptycho.data.sources import describe, read_source
-from ptycho.study.checklist import agreement
 
 
 def measured_cxi(ds, path: Path) -> Path:
