@@ -115,9 +115,9 @@ def test_evaluate_judges_measured_data_by_misfit_and_half_scan_resolution(files,
         assert arrays["halves"].shape == (2, *arrays["images"].shape)
         record = jobs.evaluate(str(measured["test.h5"]), str(stitched), str(metrics))
         got[noise] = read_json(metrics, producer="evaluate")["mean"]
-        assert set(got[noise]) == {"data_misfit", "amp_half_frc", "complex_half_frc"}
+        assert set(got[noise]) == {"data_misfit", "amp_half_frc", "phase_half_frc"}
         assert record.metrics["amp_half_frc"] == got[noise]["amp_half_frc"]
-    for key in ("amp_half_frc", "complex_half_frc"):
+    for key in ("amp_half_frc", "phase_half_frc"):
         assert 0 < got[0.3][key] < got[0.02][key] <= 0.5, (key, got)
     assert got[0.02]["data_misfit"] < got[0.3]["data_misfit"]
     simulated = tmp_path / "simulated.npz"
@@ -145,7 +145,7 @@ def _metrics(tmp_path: Path, name: str, misfit: float, half: float = 0.2) -> str
     from ptycho.artifacts import write_json
 
     path = tmp_path / f"{name}.json"
-    mean = {"data_misfit": misfit, "amp_half_frc": half, "complex_half_frc": half}
+    mean = {"data_misfit": misfit, "amp_half_frc": half, "phase_half_frc": half}
     record = {"ground_truth": False, "n_images": 1, "mean": mean, "per_image": [mean]}
     write_json(path, record, producer="evaluate")
     return str(path)
@@ -196,6 +196,7 @@ def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
     record = _collect(tmp_path, objects, misfits=misfits)
     ev = record["evidence"]
     assert record["status"] == "PASS" and record["item"] == "quality", record["summary"]
+    assert record["threshold"] == 1.0 and 0 <= record["value"] <= 1  # the worst reach over its own margin
     assert ev["ground_truth"] is False and ev["threshold"] == 0.02 and ev["margin"] == 0.05
     assert set(ev["between_arms"]) == {f"pinn-s{s}-jit" for s in range(3)}
     assert (ev["between_arms"]["pinn-s1-jit"]["arm"], ev["between_arms"]["pinn-s1-jit"]["reference"]) == (
@@ -205,7 +206,7 @@ def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
     assert ev["between_arms"]["pinn-s1-jit"]["amp_ssim"] == 1.0
     outcomes = {k: c["outcome"] for k, c in ev["comparisons"]["pinn-jit"].items()}
     assert outcomes == dict.fromkeys(
-        ("data_misfit", "amp_half_frc", "complex_half_frc", "amp_ssim", "phase_ssim"), "NOT WORSE"
+        ("data_misfit", "amp_half_frc", "phase_half_frc", "amp_ssim", "phase_ssim"), "NOT WORSE"
     )
     misfit = ev["comparisons"]["pinn-jit"]["data_misfit"]
     assert misfit["design"] == "paired" and misfit["difference"] == 0.0 and misfit["better"] == "lower"
@@ -217,7 +218,7 @@ def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
         and ssim["mean_off"] == pytest.approx(yard["amp_ssim"])
     )
     assert yard["pairs"] == 3 and sorted(yard["per_pair"]["amp_ssim"]) == ["0-1", "0-2", "1-2"]
-    assert ev["per_arm"]["pinn-off-s2"] == {"data_misfit": 1.02, "amp_half_frc": 0.2, "complex_half_frc": 0.2}
+    assert ev["per_arm"]["pinn-off-s2"] == {"data_misfit": 1.02, "amp_half_frc": 0.2, "phase_half_frc": 0.2}
     assert record["summary"].startswith(
         "no ground truth (measured data): each arm against its reference arm of the same seed; PINN jit - off data "
         "misfit (relative): +0.0% (90 % interval +0.0% to +0.0%"
@@ -263,7 +264,7 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
     record = read_json(tmp_path / "quality.json")  # NaN as null, as the report reads it
     assert record["status"] == "INCONCLUSIVE" and record["value"] is None  # NaN: no interval to reach
     ev = record["evidence"]
-    assert set(ev["comparisons"]["pinn-jit"]) == {"data_misfit", "amp_half_frc", "complex_half_frc"}
+    assert set(ev["comparisons"]["pinn-jit"]) == {"data_misfit", "amp_half_frc", "phase_half_frc"}
     c = ev["comparisons"]["pinn-jit"]["data_misfit"]
     assert c["outcome"] == "INCONCLUSIVE" and c["seeds_mode"] == [0] and c["difference"] == pytest.approx(1.0)
     ssim = ev["between_arms"]["pinn-s0-jit"]["amp_ssim"]
@@ -284,7 +285,7 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
     assert views.quality_sentence(report) == (
         "Quality, no ground truth (measured data): each XLA mode against off of the same seed and precision (PINN; "
         "margins 5% relative and 0.02 SSIM): jit vs off: data misfit +100.0%: INCONCLUSIVE, half-scan resolution "
-        "amplitude +0.0%: INCONCLUSIVE, complex +0.0%: INCONCLUSIVE."
+        "amplitude +0.0%: INCONCLUSIVE, phase +0.0%: INCONCLUSIVE."
     )
     assert views.data_sentence(report) == (
         "Data: your own files, train scan.cxi, test scan.cxi (no ground truth: measured data, nothing scored "
@@ -346,7 +347,7 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     assert record["ground_truth"] is False
     # The solver's resolution: off again from each half of the scan, the halves compared.
     half = record["half_scan"]
-    assert half["mode"] == "off" and all(0 < half[k] <= 0.5 for k in ("amp_half_frc", "complex_half_frc"))
+    assert half["mode"] == "off" and all(0 < half[k] <= 0.5 for k in ("amp_half_frc", "phase_half_frc"))
     off = read_arrays(tmp_path / "stitched" / "solver-off.npz", ("images", "halves"), producer="solve")
     assert off["halves"].shape == (2, *off["images"].shape)
     assert "halves" not in read_arrays(tmp_path / "stitched" / "solver-jit.npz", ("images",), producer="solve")
@@ -372,7 +373,7 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
         "phase PSNR dB",
         "data misfit",
         "amp half-scan 1/px",
-        "complex half-scan 1/px",
+        "phase half-scan 1/px",
     ]
     assert methods[2][0][1:4] == [solver_view.NO_TRUTH] * 3
     solver_off = next(row for row in methods[2] if row[0] == "solver off")

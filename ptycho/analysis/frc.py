@@ -167,14 +167,18 @@ def half_scan(a: np.ndarray, b: np.ndarray, border: int = 0) -> dict[str, float]
     finer):
 
     * ``amp_half_frc``: the FRC of the amplitudes;
-    * ``complex_half_frc``: the FRC of the complex transmissions, each first given a
-      global phase of zero (the mean of ``a e^{-i phi}`` real and positive; a constant phase
-      is not recoverable). It carries the phase without its wrapping: a phase image that
-      crosses +-pi jumps by 2 pi where the object does not change, and so does not
-      correlate even between identical halves.
+    * ``phase_half_frc``: the FRC of the phases, as unit phasors ``e^{i phi}`` (a phase
+      image that crosses +-pi wraps where the object does not change, a phasor does not),
+      after removing from ``b`` the best-fit plane of its phase difference from ``a``
+      (a global phase and a phase ramp, which no reconstruction determines; the scoring
+      against a truth removes the same, :func:`ptycho.analysis.metrics.remove_phase_plane`).
+      The amplitudes are left out so that a few bright pixels where the scan's edge is
+      barely lit do not stand for the phase.
 
     ValueError on images of different shapes or too small for a ring beyond DC.
     """
+    from ptycho.analysis.metrics import remove_phase_plane
+
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.ndim != 2:
         raise ValueError(f"the two halves' images must be 2-D of the same shape, got {a.shape} and {b.shape}")
@@ -182,10 +186,13 @@ def half_scan(a: np.ndarray, b: np.ndarray, border: int = 0) -> dict[str, float]
         a, b = a[border:-border, border:-border], b[border:-border, border:-border]
     if min(a.shape) < 4:
         raise ValueError(f"the halves' images ({a.shape} after a {border}-pixel border) are too small for an FRC")
-    out = {}
     threshold = half_bit(ring_pixels(a.shape))
-    a, b = (x * np.exp(-1j * np.angle(np.sum(x))) for x in (a, b))
-    for key, part in (("amp_half_frc", np.abs), ("complex_half_frc", np.asarray)):
-        freq, corr = frc(part(a), part(b))
+    phase_b, _ = remove_phase_plane(b, np.angle(a))
+    out = {}
+    for key, (x, y) in (
+        ("amp_half_frc", (np.abs(a), np.abs(b))),
+        ("phase_half_frc", (np.exp(1j * np.angle(a)), np.exp(1j * phase_b))),
+    ):
+        freq, corr = frc(x, y)
         out[key] = _crossing(freq, corr, threshold)
     return out

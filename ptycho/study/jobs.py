@@ -339,7 +339,7 @@ def evaluate_measured(
     half-scan resolution (:func:`ptycho.solvers.misfit.half_scan_resolution`: how far the
     reconstructions from the two halves of the scan agree)::
 
-        {"ground_truth": false, "n_images", "mean": {"data_misfit", "amp_half_frc", "complex_half_frc"},
+        {"ground_truth": false, "n_images", "mean": {"data_misfit", "amp_half_frc", "phase_half_frc"},
          "per_image": [{...}], "dataset_digest"}
     """
     from ptycho.artifacts import write_json
@@ -378,8 +378,8 @@ def evaluate_measured(
         artifacts=[(out, "metrics")],
         summary=f"{out}: no ground truth (measured data), nothing to score against; data misfit "
         f"{mean['data_misfit']:.4g} (Poisson NLL per measured pixel above the saturated model's, 0.5 at the noise "
-        f"level), half-scan resolution {mean['amp_half_frc']:.3f} (amplitude) and {mean['complex_half_frc']:.3f} "
-        f"(complex) cycles/px at the 1/2-bit threshold, over {len(misfits)} object(s)",
+        f"level), half-scan resolution {mean['amp_half_frc']:.3f} (amplitude) and {mean['phase_half_frc']:.3f} "
+        f"(phase) cycles/px at the 1/2-bit threshold, over {len(misfits)} object(s)",
     )
     return _with_dataset(record, "test.h5", ds, dataset, "test")
 

@@ -290,7 +290,7 @@ def agreement_sentence(report: Mapping) -> str:
             for k, word in (
                 ("data_misfit", "data misfit"),
                 ("amp_half_frc", "half-scan resolution amplitude"),
-                ("complex_half_frc", "complex"),
+                ("phase_half_frc", "phase"),
             )
             if c.get(k)
         ]

@@ -29,7 +29,7 @@ TARGET = (0.995, 0.98)
 NO_TRUTH = "no ground truth"
 #: A reconstruction's quality without a ground truth: its data misfit and its half-scan
 #: resolutions (ptycho.study.checklist.agreement.OWN).
-MEASURED = (MISFIT, "amp_half_frc", "complex_half_frc")
+MEASURED = (MISFIT, "amp_half_frc", "phase_half_frc")
 
 
 def _flat(record: Mapping) -> dict[str, Mapping]:
@@ -181,7 +181,7 @@ def _half_words(solver: Mapping) -> str:
         return ""
     return (
         f", and from each half of the scan alone to reconstructions that agree to {_f(half['amp_half_frc'], 3)} "
-        f"(amplitude) and {_f(half['complex_half_frc'], 3)} (complex) cycles/px at the 1/2-bit threshold"
+        f"(amplitude) and {_f(half['phase_half_frc'], 3)} (phase) cycles/px at the 1/2-bit threshold"
     )
 
 
@@ -279,7 +279,7 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
                 "amp SSIM",
                 "phase SSIM",
                 "phase PSNR dB",
-                *([] if truth else ["data misfit", "amp half-scan 1/px", "complex half-scan 1/px"]),
+                *([] if truth else ["data misfit", "amp half-scan 1/px", "phase half-scan 1/px"]),
                 "training min",
                 "s per object",
                 "solver iterations to match",

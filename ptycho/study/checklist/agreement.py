@@ -44,7 +44,7 @@ from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import FAIL, verdict
-from ptycho.study.stats import HIGHER, LOWER, NON_INFERIORITY, seed_comparison
+from ptycho.study.stats import HIGHER, LOWER, NON_INFERIORITY, reach, seed_comparison
 from ptycho.study.tables import Table, fmt
 
 #: The scores of a reconstruction, with their words in the tables: against the ground
@@ -65,7 +65,7 @@ MISFIT = "data_misfit"
 OWN = {
     MISFIT: (LOWER, "data misfit"),
     "amp_half_frc": (HIGHER, "amplitude half-scan resolution"),
-    "complex_half_frc": (HIGHER, "complex half-scan resolution"),
+    "phase_half_frc": (HIGHER, "phase half-scan resolution"),
 }
 
 
@@ -149,16 +149,23 @@ def agreement(
             }
             comparisons[g.key][key] = c
             words.append(agreement_words(g.words, label, c))
-    value, status = seeds.judge(c for per in comparisons.values() for c in per.values())
+    judged = [c for per in comparisons.values() for c in per.values()]
+    _, status = seeds.judge(judged)
+    # The comparisons are in two units (relative, SSIM): the value is each one's reach over
+    # its own margin, the worst, judged <= 1 (as accuracy's worst difference over its limit).
+    value = max((reach(c) / c["margin"] for c in judged), default=float("nan"))
     found_words = "; ".join(words) or "no pair to compare (an XLA mode and off, or a reduced precision and float32)"
-    summary = f"no ground truth (measured data): each arm against its reference arm of the same seed; {found_words}"
+    summary = (
+        f"no ground truth (measured data): each arm against its reference arm of the same seed; {found_words}; "
+        "value: the worst 90 % interval's reach over its margin"
+    )
     if failed:
         value, status = float("nan"), FAIL
         summary = f"{seeds.failed_summary(failed)} (its reconstruction is from its last good state); {summary}"
     return verdict(
         item,
         value,
-        threshold,
+        1.0,
         "<=",
         summary,
         {
