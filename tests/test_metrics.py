@@ -333,11 +333,14 @@ def test_half_scan_resolution_falls_as_the_halves_noise_grows_and_ignores_a_glob
     from ptycho.analysis.frc import half_scan
 
     a, b = _halves(0.0)
-    assert half_scan(a, b * np.exp(2.5j)) == {"amp_half_frc": 0.5, "phase_half_frc": 0.5}  # agree up to Nyquist
+    same = dict.fromkeys(("amp_half_frc", "phase_half_frc"), 0.5) | dict.fromkeys(
+        ("amp_half_frc_mean", "phase_half_frc_mean"), pytest.approx(1.0)
+    )
+    assert half_scan(a, b * np.exp(2.5j)) == same  # they agree up to Nyquist
     ramp = np.exp(1j * (0.3 * np.arange(96)[None, :] - 0.1 * np.arange(96)[:, None]))  # no reconstruction knows it
-    assert half_scan(a, b * ramp) == {"amp_half_frc": 0.5, "phase_half_frc": 0.5}
+    assert half_scan(a, b * ramp) == same
     res = [half_scan(*_halves(noise), border=8) for noise in (0.01, 0.05, 0.2)]
-    for key in ("amp_half_frc", "phase_half_frc"):
+    for key in ("amp_half_frc", "phase_half_frc", "amp_half_frc_mean", "phase_half_frc_mean"):
         values = [r[key] for r in res]
         assert values[0] > values[1] > values[2] > 0, (key, values)
     unrelated = half_scan(_halves(0.0, seed=1)[0], _halves(0.0, seed=2)[0])
@@ -354,3 +357,16 @@ def test_the_scans_halves_interleave_within_each_object():
     even, odd = scan_halves(np.array([0, 0, 0, 1, 1, 0, 1]))
     assert even.tolist() == [True, False, True, True, False, False, True]
     assert (even ^ odd).all()
+
+
+def test_a_dip_of_two_rings_below_the_half_bit_curve_is_no_crossing():
+    """Where the FRC runs near the threshold, the rings' noise dips it below for a ring
+    or two; the resolution is where it stays below (three rings in a row)."""
+    from ptycho.analysis.frc import _crossing
+
+    freq = np.arange(10) / 20
+    threshold = np.full(10, 0.3)
+    dip = np.array([1, 0.9, 0.8, 0.2, 0.2, 0.8, 0.7, 0.1, 0.1, 0.1])
+    assert _crossing(freq, dip, threshold) == pytest.approx(0.3 + (0.4 / 0.6) * 0.05)
+    assert _crossing(freq, np.ones(10), threshold) == 0.5
+    assert _crossing(freq, np.array([1, 0.1, 0.1, 0.1, 1, 1, 1, 1, 1, 1]), threshold) == pytest.approx(0.05)

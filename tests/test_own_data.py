@@ -115,10 +115,17 @@ def test_evaluate_judges_measured_data_by_misfit_and_half_scan_resolution(files,
         assert arrays["halves"].shape == (2, *arrays["images"].shape)
         record = jobs.evaluate(str(measured["test.h5"]), str(stitched), str(metrics))
         got[noise] = read_json(metrics, producer="evaluate")["mean"]
-        assert set(got[noise]) == {"data_misfit", "amp_half_frc", "phase_half_frc"}
+        assert set(got[noise]) == {
+            "data_misfit",
+            "amp_half_frc",
+            "phase_half_frc",
+            "amp_half_frc_mean",
+            "phase_half_frc_mean",
+        }
         assert record.metrics["amp_half_frc"] == got[noise]["amp_half_frc"]
     for key in ("amp_half_frc", "phase_half_frc"):
         assert 0 < got[0.3][key] < got[0.02][key] <= 0.5, (key, got)
+        assert got[0.3][f"{key}_mean"] < got[0.02][f"{key}_mean"] <= 1, (key, got)
     assert got[0.02]["data_misfit"] < got[0.3]["data_misfit"]
     simulated = tmp_path / "simulated.npz"
     jobs.stitch(str(files["test"]), _reconstruction(files, measured, tmp_path, 0.0), str(simulated))
@@ -146,6 +153,7 @@ def _metrics(tmp_path: Path, name: str, misfit: float, half: float = 0.2) -> str
 
     path = tmp_path / f"{name}.json"
     mean = {"data_misfit": misfit, "amp_half_frc": half, "phase_half_frc": half}
+    mean |= {"amp_half_frc_mean": 2 * half, "phase_half_frc_mean": 2 * half}
     record = {"ground_truth": False, "n_images": 1, "mean": mean, "per_image": [mean]}
     write_json(path, record, producer="evaluate")
     return str(path)
@@ -206,7 +214,7 @@ def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
     assert ev["between_arms"]["pinn-s1-jit"]["amp_ssim"] == 1.0
     outcomes = {k: c["outcome"] for k, c in ev["comparisons"]["pinn-jit"].items()}
     assert outcomes == dict.fromkeys(
-        ("data_misfit", "amp_half_frc", "phase_half_frc", "amp_ssim", "phase_ssim"), "NOT WORSE"
+        ("data_misfit", "amp_half_frc_mean", "phase_half_frc_mean", "amp_ssim", "phase_ssim"), "NOT WORSE"
     )
     misfit = ev["comparisons"]["pinn-jit"]["data_misfit"]
     assert misfit["design"] == "paired" and misfit["difference"] == 0.0 and misfit["better"] == "lower"
@@ -218,7 +226,13 @@ def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
         and ssim["mean_off"] == pytest.approx(yard["amp_ssim"])
     )
     assert yard["pairs"] == 3 and sorted(yard["per_pair"]["amp_ssim"]) == ["0-1", "0-2", "1-2"]
-    assert ev["per_arm"]["pinn-off-s2"] == {"data_misfit": 1.02, "amp_half_frc": 0.2, "phase_half_frc": 0.2}
+    assert ev["per_arm"]["pinn-off-s2"] == {
+        "data_misfit": 1.02,
+        "amp_half_frc_mean": 0.4,
+        "phase_half_frc_mean": 0.4,
+        "amp_half_frc": 0.2,
+        "phase_half_frc": 0.2,
+    }
     assert record["summary"].startswith(
         "no ground truth (measured data): each arm against its reference arm of the same seed; PINN jit - off data "
         "misfit (relative): +0.0% (90 % interval +0.0% to +0.0%"
@@ -264,7 +278,7 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
     record = read_json(tmp_path / "quality.json")  # NaN as null, as the report reads it
     assert record["status"] == "INCONCLUSIVE" and record["value"] is None  # NaN: no interval to reach
     ev = record["evidence"]
-    assert set(ev["comparisons"]["pinn-jit"]) == {"data_misfit", "amp_half_frc", "phase_half_frc"}
+    assert set(ev["comparisons"]["pinn-jit"]) == {"data_misfit", "amp_half_frc_mean", "phase_half_frc_mean"}
     c = ev["comparisons"]["pinn-jit"]["data_misfit"]
     assert c["outcome"] == "INCONCLUSIVE" and c["seeds_mode"] == [0] and c["difference"] == pytest.approx(1.0)
     ssim = ev["between_arms"]["pinn-s0-jit"]["amp_ssim"]
@@ -284,8 +298,8 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
     phase = ev["between_arms"]["pinn-s0-jit"]["phase_ssim"]
     assert views.quality_sentence(report) == (
         "Quality, no ground truth (measured data): each XLA mode against off of the same seed and precision (PINN; "
-        "margins 5% relative and 0.02 SSIM): jit vs off: data misfit +100.0%: INCONCLUSIVE, half-scan resolution "
-        "amplitude +0.0%: INCONCLUSIVE, phase +0.0%: INCONCLUSIVE."
+        "margins 5% relative and 0.02 similarity): jit vs off: data misfit +100.0%: INCONCLUSIVE, half-scan FRC "
+        "mean amplitude +0.000: INCONCLUSIVE, phase +0.000: INCONCLUSIVE."
     )
     assert views.data_sentence(report) == (
         "Data: your own files, train scan.cxi, test scan.cxi (no ground truth: measured data, nothing scored "

@@ -141,19 +141,27 @@ def half_bit(pixels: np.ndarray) -> np.ndarray:
     return (0.2071 + 1.9102 / root) / (1.2071 + 0.9102 / root)
 
 
-def _crossing(freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray) -> float:
-    """First frequency (above 0) where ``corr`` drops below ``threshold`` (both per ring),
-    interpolated linearly between the two rings around it; 0.5 (Nyquist) when it never
-    does, the first ring's frequency when it starts below."""
+#: Rings in a row the FRC must stay below the 1/2-bit curve for a crossing: a dip of one
+#: or two rings, which the rings' own noise makes where the curve runs near the threshold,
+#: is not where the halves stop agreeing.
+CROSSING_RINGS = 3
+
+
+def _crossing(freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray, rings: int = CROSSING_RINGS) -> float:
+    """First frequency (above 0) from which ``corr`` stays below ``threshold`` (both per
+    ring) for ``rings`` rings in a row (fewer at Nyquist), interpolated linearly between the
+    ring before and the first below; 0.5 (Nyquist) when it never does, the first ring's
+    frequency when it starts below."""
     ok = np.isfinite(corr) & (freq > 0)
     f, d = freq[ok], corr[ok] - threshold[ok]
-    below = np.nonzero(d < 0)[0]
-    if below.size == 0:
-        return 0.5
-    i = int(below[0])
-    if i == 0:
-        return float(f[0])
-    return float(f[i - 1] + d[i - 1] / (d[i - 1] - d[i]) * (f[i] - f[i - 1]))
+    below = d < 0
+    for i in np.nonzero(below)[0]:
+        if not below[i : i + rings].all():
+            continue
+        if i == 0:
+            return float(f[0])
+        return float(f[i - 1] + d[i - 1] / (d[i - 1] - d[i]) * (f[i] - f[i - 1]))
+    return 0.5
 
 
 def half_scan(a: np.ndarray, b: np.ndarray, border: int = 0) -> dict[str, float]:
@@ -167,13 +175,19 @@ def half_scan(a: np.ndarray, b: np.ndarray, border: int = 0) -> dict[str, float]
     finer):
 
     * ``amp_half_frc``: the FRC of the amplitudes;
-    * ``phase_half_frc``: the FRC of the phases, as unit phasors ``e^{i phi}`` (a phase
+    * ``phase_half_frc``: the same of the phases, as unit phasors ``e^{i phi}`` (a phase
       image that crosses +-pi wraps where the object does not change, a phasor does not),
       after removing from ``b`` the best-fit plane of its phase difference from ``a``
       (a global phase and a phase ramp, which no reconstruction determines; the scoring
       against a truth removes the same, :func:`ptycho.analysis.metrics.remove_phase_plane`).
       The amplitudes are left out so that a few bright pixels where the scan's edge is
-      barely lit do not stand for the phase.
+      barely lit do not stand for the phase;
+    * ``amp_half_frc_mean`` and ``phase_half_frc_mean``: each curve's mean over the rings
+      from the first to Nyquist, how far the halves agree over all frequencies. Where a
+      curve runs near the threshold over a wide band (an object of weak contrast in that
+      part, or a network whose halves share its own smoothness) its crossing moves by tens
+      of rings with the rings' noise, while its mean hardly moves: the study judges the
+      means and reports the crossings.
 
     ValueError on images of different shapes or too small for a ring beyond DC.
     """
@@ -195,4 +209,5 @@ def half_scan(a: np.ndarray, b: np.ndarray, border: int = 0) -> dict[str, float]
     ):
         freq, corr = frc(x, y)
         out[key] = _crossing(freq, corr, threshold)
+        out[f"{key}_mean"] = float(np.nanmean(corr[1:]))
     return out

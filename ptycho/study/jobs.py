@@ -339,8 +339,8 @@ def evaluate_measured(
     half-scan resolution (:func:`ptycho.solvers.misfit.half_scan_resolution`: how far the
     reconstructions from the two halves of the scan agree)::
 
-        {"ground_truth": false, "n_images", "mean": {"data_misfit", "amp_half_frc", "phase_half_frc"},
-         "per_image": [{...}], "dataset_digest"}
+        {"ground_truth": false, "n_images", "mean": {"data_misfit", "amp_half_frc", "phase_half_frc",
+         "amp_half_frc_mean", "phase_half_frc_mean"}, "per_image": [{...}], "dataset_digest"}
     """
     from ptycho.artifacts import write_json
     from ptycho.solvers.misfit import data_misfit, half_scan_resolution

@@ -267,16 +267,22 @@ def quality_sentence(report: Mapping) -> str:
 
 def agreement_sentence(report: Mapping) -> str:
     """The quality sentence on measured data: for each PINN mode against off of the same
-    seed and precision, the data misfit and the half-scan resolution (relative differences,
-    each with the end of its 90 % interval on the worse side) and the SSIM between the two
-    arms' reconstructions against the SSIM between two seeds of off, each with its outcome
-    (:mod:`ptycho.study.checklist.agreement`)."""
+    seed and precision, the data misfit (relative difference) and the half-scan FRC means
+    (differences), each with the end of its 90 % interval on the worse side, and the SSIM
+    between the two arms' reconstructions against the SSIM between two seeds of off, each
+    with its outcome (:mod:`ptycho.study.checklist.agreement`)."""
     from ptycho.study.stats import LOWER
 
+    def worse_end(m: Mapping) -> float:
+        return _num(m.get("high90" if m.get("better") == LOWER else "low90"))  # the 90 % interval's worse end
+
     def relative(word: str, m: Mapping) -> str:
-        worse_end = _num(m.get("high90" if m.get("better") == LOWER else "low90"))  # the 90 % interval's worse end
-        bound = f" (90% interval to {worse_end:+.1%})" if math.isfinite(worse_end) else ""
+        bound = f" (90% interval to {worse_end(m):+.1%})" if math.isfinite(worse_end(m)) else ""
         return f"{word} {_num(m['difference']):+.1%}{bound}: {m['outcome']}"
+
+    def difference(word: str, m: Mapping) -> str:
+        bound = f" (90% interval to {worse_end(m):+.3f})" if math.isfinite(worse_end(m)) else ""
+        return f"{word} {_num(m['difference']):+.3f}{bound}: {m['outcome']}"
 
     def agreement(word: str, m: Mapping) -> str:
         return f"{word} {_num(m['mean_mode']):.3f} vs {_num(m['mean_off']):.3f}: {m['outcome']}"
@@ -285,13 +291,10 @@ def agreement_sentence(report: Mapping) -> str:
     for pair, c in _pinn_comparisons(report, "mode"):
         arm = pair.arm
         label = arm.mode if arm.precision == REFERENCE_PRECISION else f"{arm.mode} at {SHORT[arm.precision]}"
-        own = [
-            relative(word, c[k])
-            for k, word in (
-                ("data_misfit", "data misfit"),
-                ("amp_half_frc", "half-scan resolution amplitude"),
-                ("phase_half_frc", "phase"),
-            )
+        own = [relative("data misfit", c["data_misfit"])] if c.get("data_misfit") else []
+        own += [
+            difference(word, c[k])
+            for k, word in (("amp_half_frc_mean", "half-scan FRC mean amplitude"), ("phase_half_frc_mean", "phase"))
             if c.get(k)
         ]
         agreed = [agreement(word, c[k]) for k, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")) if c.get(k)]
@@ -305,7 +308,7 @@ def agreement_sentence(report: Mapping) -> str:
     ev = report["items"]["quality"]["evidence"]
     return (
         "Quality, no ground truth (measured data): each XLA mode against off of the same seed and precision (PINN; "
-        f"margins {_num(ev.get('margin')):.0%} relative and {_num(ev.get('threshold')):g} SSIM): "
+        f"margins {_num(ev.get('margin')):.0%} relative and {_num(ev.get('threshold')):g} similarity): "
         + "; ".join(parts)
         + "."
     )

@@ -9,10 +9,12 @@ float32 in the same mode), paired by seed, one-sided ("without making it worse")
   the measured counts; lower is better), as the per-seed relative difference
   ``(arm - reference) / reference``, against the study's relative margin
   (``thresholds.convergence_max_rel``, the margin of the other loss the study judges);
-* **the half-scan resolution** (:func:`ptycho.analysis.frc.half_scan`: where the FRC of
-  the reconstructions from the two interleaved halves of the scan crosses the 1/2-bit
-  curve; higher is finer), amplitude and phase, as the per-seed relative difference, against
-  the same margin;
+* **the half-scan FRC** (:func:`ptycho.analysis.frc.half_scan`: the reconstructions from
+  the two interleaved halves of the scan correlated ring by ring), amplitude and phase,
+  as the difference of its mean over the rings (higher: the halves agree more) against
+  the similarity margin ``thresholds.quality_max_ssim_diff``; where each curve crosses the
+  1/2-bit curve (the resolution the field reports) is shown beside it, not judged: on an
+  object of weak contrast it moves by tens of rings with the rings' noise;
 * **the agreement, judged by the training's own variation**: the SSIM of each seed's
   reconstruction against its reference arm's (registered, amplitude scaled, phase plane
   removed, as against a truth) is set against the SSIM between two seeds of the reference
@@ -61,11 +63,17 @@ COLUMNS = {
 }
 SSIM_KEYS = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}
 MISFIT = "data_misfit"
-#: An arm's own measures without a truth (``ptycho evaluate``), which is better, and their words.
+#: An arm's own measures without a truth (``ptycho evaluate``), which is better, their
+#: words, and whether they are judged (as what): the misfit relative to the reference's
+#: against the relative margin, the half-scan FRCs' means as differences against the
+#: similarity margin of the SSIMs; the crossings (the resolutions) are shown, not judged
+#: (:func:`ptycho.analysis.frc.half_scan` says why).
 OWN = {
-    MISFIT: (LOWER, "data misfit"),
-    "amp_half_frc": (HIGHER, "amplitude half-scan resolution"),
-    "phase_half_frc": (HIGHER, "phase half-scan resolution"),
+    MISFIT: (LOWER, "data misfit", "relative"),
+    "amp_half_frc_mean": (HIGHER, "amplitude half-scan FRC mean", "difference"),
+    "phase_half_frc_mean": (HIGHER, "phase half-scan FRC mean", "difference"),
+    "amp_half_frc": (HIGHER, "amplitude half-scan resolution 1/px", None),
+    "phase_half_frc": (HIGHER, "phase half-scan resolution 1/px", None),
 }
 
 
@@ -97,13 +105,11 @@ def agreement(
 ) -> dict:
     """The quality item's record on measured data (the module docstring's rule).
 
-    ``records`` are the arms' evaluate records (their data misfit and half-scan
-    resolution), ``images`` their stitched objects by arm name, ``threshold`` the SSIM
+    ``records`` are the arms' evaluate records (their data misfit and half-scan FRC), ``images`` their stitched objects by arm name, ``threshold`` the SSIM
     margin of the agreement and ``margin`` the relative one of the arms' own measures.
     Evidence: ``ground_truth`` (false), ``per_arm`` (:data:`OWN`), ``between_arms`` (per
     pair key: the arm, its reference and the :data:`COLUMNS` scores of one against the
-    other), ``comparisons`` (per group: :data:`OWN`'s keys, the relative differences,
-    and :data:`SSIM_KEYS`, the agreement against the yardstick, each a
+    other), ``comparisons`` (per group: :data:`OWN`'s judged keys and :data:`SSIM_KEYS`, the agreement against the yardstick, each a
     :func:`~ptycho.study.stats.seed_comparison` with its ``label``), ``seed_to_seed`` (per
     reference arm with two seeds or more: the mean SSIM between its seeds and each pair's),
     ``threshold``, ``margin`` and ``failed``.
@@ -129,11 +135,18 @@ def agreement(
             words.append(f"{g.words}: no seed that both arms ran, nothing to compare")
             continue
         comparisons[g.key] = {}
-        for key, (better, label) in OWN.items():
-            relative = {s: _relative(per_arm[g.seeds_mode[s]][key], per_arm[g.seeds_off[s]][key]) for s in common}
-            c = seed_comparison(relative, dict.fromkeys(relative, 0.0), margin, test, better) | {"label": label}
-            comparisons[g.key][key] = c
-            words.append(seeds.comparison_words(g, f"{label} (relative)", c, percent=True))
+        for key, (better, label, judged_as) in OWN.items():
+            arm, ref = ({s: per_arm[side[s]][key] for s in common} for side in (g.seeds_mode, g.seeds_off))
+            if judged_as == "relative":
+                relative = {s: _relative(arm[s], ref[s]) for s in common}
+                c = seed_comparison(relative, dict.fromkeys(relative, 0.0), margin, test, better)
+                words.append(seeds.comparison_words(g, f"{label} (relative)", c | {"label": label}, percent=True))
+            elif judged_as == "difference":
+                c = seed_comparison(arm, ref, threshold, test, better)
+                words.append(seeds.comparison_words(g, label, c))
+            else:
+                continue
+            comparisons[g.key][key] = c | {"label": label}
         ruler = yardstick.get(_reference_key(g))
         for key, label in SSIM_KEYS.items():
             values = {s: by_names[(g.seeds_mode[s], g.seeds_off[s])][key] for s in common}
@@ -227,9 +240,10 @@ def tables(ev: Mapping) -> list[Table]:
         (
             "Per arm: no ground truth (measured data), so no scores; the data misfit of its stitched objects (Poisson "
             "NLL per measured pixel above the saturated model's, 0.5 at the noise level; lower explains the data "
-            "better) and the half-scan resolution (where the FRC of the reconstructions from the two halves of the "
-            "scan crosses the 1/2-bit curve, cycles/px; higher is finer, 0.5 is Nyquist)",
-            ["arm", *(label for _, label in OWN.values())],
+            "better), the half-scan FRC's mean over the rings (the reconstructions from the two halves of the scan "
+            "correlated; higher agrees more) and where it crosses the 1/2-bit curve (the resolution, cycles/px; "
+            "higher is finer, 0.5 is Nyquist)",
+            ["arm", *(label for _, label, _ in OWN.values())],
             [[arm, *(fmt(m.get(k)) for k in OWN)] for arm, m in sorted(ev.get("per_arm", {}).items())],
         )
     ]
@@ -252,10 +266,10 @@ def tables(ev: Mapping) -> list[Table]:
         out.append(
             seeds.comparison_table(
                 comparisons,
-                "Each arm against its reference across seeds: the data misfit and half-scan resolutions as relative "
-                "differences (arm - reference) / reference, paired by seed, against the relative margin; the SSIM "
-                "between the arms against the SSIM between two seeds of the reference arm (unpaired), against the "
-                "SSIM margin",
+                "Each arm against its reference across seeds: the data misfit as the relative difference (arm - "
+                "reference) / reference against the relative margin, the half-scan FRC means as differences against "
+                "the SSIM margin, both paired by seed; the SSIM between the arms against the SSIM between two seeds of "
+                "the reference arm (unpaired), against the SSIM margin",
             )
         )
     if ev.get("seed_to_seed"):
