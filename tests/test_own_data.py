@@ -235,7 +235,7 @@ def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
     }
     assert record["summary"].startswith(
         "no ground truth (measured data): each arm against its reference arm of the same seed; PINN jit - off data "
-        "misfit (relative): +0.0% (90 % interval +0.0% to +0.0%"
+        "misfit, (arm - reference) / reference: +0.0% (90 % interval +0.0% to +0.0%"
     )
     assert (
         f"PINN jit - off: amplitude SSIM between their reconstructions 1.0000, between two seeds of the reference arm "
@@ -380,18 +380,20 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     )
     assert "from each half of the scan alone to reconstructions that agree to" in solver_view.headline(view)
     methods = solver_view.tables({"solver": view})[0]
-    assert methods[1][:7] == [
+    assert methods[1][:9] == [
         "method",
         "amp SSIM",
         "phase SSIM",
         "phase PSNR dB",
         "data misfit",
+        "amp half-scan FRC mean",
+        "phase half-scan FRC mean",
         "amp half-scan 1/px",
         "phase half-scan 1/px",
     ]
     assert methods[2][0][1:4] == [solver_view.NO_TRUTH] * 3
     solver_off = next(row for row in methods[2] if row[0] == "solver off")
-    assert solver_off[5] == f"{half['amp_half_frc']:.4f}"
+    assert solver_off[5:8] == [f"{half[k]:.4f}" for k in ("amp_half_frc_mean", "phase_half_frc_mean", "amp_half_frc")]
     assert next(row for row in methods[2] if row[0] == "solver jit")[5] == "n/a"
 
 

@@ -29,7 +29,7 @@ TARGET = (0.995, 0.98)
 NO_TRUTH = "no ground truth"
 #: A reconstruction's quality without a ground truth: its data misfit and its half-scan
 #: resolutions (ptycho.study.checklist.agreement.OWN).
-MEASURED = (MISFIT, "amp_half_frc", "phase_half_frc")
+MEASURED = (MISFIT, "amp_half_frc_mean", "phase_half_frc_mean", "amp_half_frc", "phase_half_frc")
 
 
 def _flat(record: Mapping) -> dict[str, Mapping]:
@@ -270,16 +270,27 @@ def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
                 if truth
                 else "; no ground truth (measured data): the quality is the data misfit, Poisson NLL per measured "
                 "pixel above the saturated model's (0.5 at the noise level), and the solver matches a network when "
-                "its misfit is as low; and the half-scan resolution, where the FRC of the reconstructions from the "
-                "two halves of the scan crosses the 1/2-bit curve (cycles/px, higher is finer; the solver's in "
-                f"{half.get('mode', REFERENCE)} only)"
+                "its misfit is as low; and the half-scan FRC, the reconstructions from the two halves of the scan "
+                "correlated, its mean over the rings and where it crosses the 1/2-bit curve (cycles/px, higher is "
+                f"finer; the solver's in {half.get('mode', REFERENCE)} only; a network's halves share the network, "
+                "so they agree more than two independent reconstructions would)"
             ),
             [
                 "method",
                 "amp SSIM",
                 "phase SSIM",
                 "phase PSNR dB",
-                *([] if truth else ["data misfit", "amp half-scan 1/px", "phase half-scan 1/px"]),
+                *(
+                    []
+                    if truth
+                    else [
+                        "data misfit",
+                        "amp half-scan FRC mean",
+                        "phase half-scan FRC mean",
+                        "amp half-scan 1/px",
+                        "phase half-scan 1/px",
+                    ]
+                ),
                 "training min",
                 "s per object",
                 "solver iterations to match",

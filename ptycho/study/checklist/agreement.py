@@ -140,7 +140,8 @@ def agreement(
             if judged_as == "relative":
                 relative = {s: _relative(arm[s], ref[s]) for s in common}
                 c = seed_comparison(relative, dict.fromkeys(relative, 0.0), margin, test, better)
-                words.append(seeds.comparison_words(g, f"{label} (relative)", c | {"label": label}, percent=True))
+                label = f"{label}, (arm - reference) / reference"
+                words.append(seeds.comparison_words(g, label, c, percent=True))
             elif judged_as == "difference":
                 c = seed_comparison(arm, ref, threshold, test, better)
                 words.append(seeds.comparison_words(g, label, c))
