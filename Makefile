@@ -24,6 +24,9 @@ $(STAMP): $(LOCK) pyproject.toml
 	$(PYTHON) -m venv "$(VENV)"
 	"$(PY)" -m pip install -q --upgrade pip
 	"$(PY)" -m pip install -q -r "$(LOCK)"
+	# ptychodus's own product reader, for the tests of the products (docs/ptychodus.md): reading a
+	# product needs none of its GUI, AI or workflow dependencies, which pin packages the lock holds.
+	"$(PY)" -m pip install -q --no-deps ptychodus==1.7.0
 	"$(PY)" -m pip install -q --no-deps -e .
 	touch "$@"
 

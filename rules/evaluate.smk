@@ -1,10 +1,14 @@
 rule evaluate:
+    # Also every object as a ptychodus product (ptycho/data/ptychodus.py), with the
+    # network's training losses: the reconstruction in the tool users open it with.
     input:
         stitched=f"{R}/stitched/{{arm}}.npz",
         data=f"{R}/data/test.h5",
+        model=f"{R}/models/{{arm}}/model.json",
         parent=PARENT,
     output:
-        f"{R}/metrics/{{arm}}.json",
+        metrics=f"{R}/metrics/{{arm}}.json",
+        products=directory(f"{R}/products/{{arm}}"),
     log:
         f"{R}/logs/evaluate/{{arm}}.log",
     benchmark:
@@ -16,8 +20,11 @@ rule evaluate:
     params:
         ptycho=PTYCHO,
         track=lambda w: tracking("evaluate", **arm_tags(w)),
+        geometry=PRODUCT_GEOMETRY,
         **rerun_params("evaluate"),
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} evaluate --stitched {input.stitched} --dataset {input.data} --out {output} > {log} 2>&1"
+        "{params.ptycho} {params.track} evaluate --stitched {input.stitched} --dataset {input.data} "
+        "--out {output.metrics} --product-dir {output.products} --model {input.model} --name {wildcards.arm} "
+        "{params.geometry} > {log} 2>&1"

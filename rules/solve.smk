@@ -11,6 +11,7 @@ rule solve:
     output:
         record=f"{R}/solver/solve.json",
         stitched=expand(f"{R}/stitched/solver-{{mode}}.npz", mode=CFG["xla"]),
+        products=[directory(f"{R}/products/solver-{mode}") for mode in CFG["xla"]],
     log:
         f"{R}/logs/solve.log",
     benchmark:
@@ -26,12 +27,15 @@ rule solve:
         modes=" ".join(CFG["xla"]),
         flags=flags("solver"),
         stitched=lambda w, output: os.path.dirname(output.stitched[0]),
+        products=lambda w, output: os.path.dirname(output.products[0]),
+        geometry=PRODUCT_GEOMETRY,
         **rerun_params("solve"),
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} --threads {resources.tf_threads} solve --dataset {input.data} "
-        "--modes {params.modes} {params.flags} --out {output.record} --stitched-dir {params.stitched} > {log} 2>&1"
+        "--modes {params.modes} {params.flags} --out {output.record} --stitched-dir {params.stitched} "
+        "--products-dir {params.products} --name test {params.geometry} > {log} 2>&1"
 
 
 rule warm_start:

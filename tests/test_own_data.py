@@ -139,6 +139,61 @@ def test_evaluate_judges_measured_data_by_misfit_and_half_scan_resolution(files,
     assert not (tmp_path / "no.json").exists()
 
 
+def test_evaluate_hands_each_object_to_ptychodus_as_a_product(files, measured, tmp_path):
+    """Issue 44, item 5: the reconstruction as a ptychodus product, read back with
+    ptychodus's own reader (``ptychodus.api.io.load_product``, 1.7.0, installed by `make
+    setup`) when it imports, and by its documented keys always: the object is the stitched
+    image, each scan position lands where it was stitched, the probe is the forward
+    model's, the losses are the training's, the comments name the MLflow run."""
+    import json as _json
+
+    from ptycho.artifacts import read_arrays
+    from ptycho.data.cxi import CxiGeometry
+    from ptycho.data.ptychodus import PRODUCT_KEYS, read_product
+    from ptycho.study import jobs, products
+
+    stitched = tmp_path / "stitched.npz"
+    jobs.stitch(str(measured["test.h5"]), _reconstruction(files, measured, tmp_path, 0.02), str(stitched))
+    parent = tmp_path / "parent.json"
+    parent.write_text(_json.dumps({"run_id": "abc123", "tracking_uri": "sqlite:///mlflow.db"}))
+    geometry = CxiGeometry()
+    product = {
+        "folder": str(tmp_path / "products" / "pinn-off-s0"),
+        "name": "pinn-off-s0",
+        "comments": products.comments("reconstruction pinn-off-s0", str(parent), geometry, products.ASSUMED),
+        "geometry": geometry,
+        "losses": [(1, 0.5), (2, 0.25)],
+    }
+    jobs.evaluate(str(measured["test.h5"]), str(stitched), str(tmp_path / "m.json"), product=product)
+    ds = read_dataset(measured["test.h5"])
+    image = read_arrays(stitched, ("images",), producer="stitch")["images"][0]
+    path = tmp_path / "products" / "pinn-off-s0" / "object-0.h5"
+    got = read_product(path)
+    assert set(PRODUCT_KEYS["attrs"]) <= set(got["attrs"])
+    assert "MLflow parent run abc123 at sqlite:///mlflow.db" in got["attrs"]["comments"]
+    assert "geometry assumed (config cxi)" in got["attrs"]["comments"]
+    np.testing.assert_array_equal(got["object"][0], image)
+    np.testing.assert_allclose(got["probe"][0, 0], ds.scale * ds.probe, rtol=1e-6)
+    assert got["loss_epochs"].tolist() == [1, 2] and got["loss_values"].tolist() == [0.5, 0.25]
+    d = geometry.object_pixel_m(ds.n)
+    x0, y0, _, _ = ds.scan_region[0]
+    assert got["object_attrs"]["pixel_width_m"] == d
+    columns = (got["probe_position_x_m"] - got["object_attrs"]["center_x_m"]) / d + (image.shape[1] - 1) / 2
+    rows = (got["probe_position_y_m"] - got["object_attrs"]["center_y_m"]) / d + (image.shape[0] - 1) / 2
+    np.testing.assert_allclose(columns, ds.positions[:, 0] - x0, atol=1e-9)
+    np.testing.assert_allclose(rows, ds.positions[:, 1] - y0, atol=1e-9)
+
+    io = pytest.importorskip("ptychodus.api.io")  # ptychodus's own reader
+    loaded = io.load_product(path)
+    np.testing.assert_array_equal(loaded.object_.get_array()[0], image)
+    geometry_ = loaded.object_.get_geometry()
+    mapped = [geometry_.map_coordinates_probe_to_object(p) for p in loaded.probe_positions]
+    np.testing.assert_allclose([m.x_px for m in mapped], ds.positions[:, 0] - x0, atol=1e-6)
+    np.testing.assert_allclose([m.y_px for m in mapped], ds.positions[:, 1] - y0, atol=1e-6)
+    assert [loss.value for loss in loaded.losses] == [0.5, 0.25]
+    assert loaded.metadata.photon_energy_eV == geometry.energy_ev
+
+
 # ------------------------------------------------------------------------ the quality item
 def _stitched(tmp_path: Path, name: str, images: np.ndarray) -> str:
     from ptycho.artifacts import write_arrays
@@ -339,6 +394,8 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     checkpoints (falling), the record and the report's solver section say no ground truth."""
     pytest.importorskip("tensorflow")
     from ptycho.artifacts import read_arrays, read_json, write_arrays
+    from ptycho.data.cxi import CxiGeometry
+    from ptycho.data.ptychodus import read_product
     from ptycho.solvers.gradient import SolverConfig, problems
     from ptycho.study import solver_view
     from ptycho.study.solve import solve
@@ -356,8 +413,16 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
         starts={"pinn": str(start)},
         stitched_dir=str(tmp_path / "stitched"),
         checkpoints=(0, 1, 5, 10),
+        products={"folder": str(tmp_path / "products"), "name": "test", "comments": "c", "geometry": CxiGeometry()},
     )
     record = read_json(out, producer=("solve", "warm_start"))
+    # Each mode's flat-start object as a ptychodus product, its misfit per iteration the losses.
+    for mode in ("off", "jit"):
+        product = read_product(tmp_path / "products" / f"solver-{mode}" / "object-0.h5")
+        flat = next(r for r in record["runs"] if (r["mode"], r["start"]) == (mode, "flat"))
+        assert product["loss_epochs"].tolist() == list(range(1, 13))
+        np.testing.assert_allclose(product["loss_values"], flat["misfit"])
+        assert product["attrs"]["name"] == f"test solver {mode} object 0"
     assert record["ground_truth"] is False
     # The solver's resolution: off again from each half of the scan, the halves compared.
     half = record["half_scan"]
@@ -512,6 +577,15 @@ def test_the_real_siemens_star_runs_the_study_to_a_report(tmp_path):
     assert all(0 < ev["per_arm"][a]["data_misfit"] for a in ("pinn-off-s0", "pinn-jit-s0"))
     assert report["solver"]["ground_truth"] is False
     assert "Data: your own files, train " + star in (work / "reports" / "smoke" / "validation.md").read_text()
+    # Every reconstruction handed to ptychodus, the geometry said to be assumed (a tike scan has none).
+    from ptycho.data.ptychodus import read_product
+
+    for name in ("pinn-off-s0", "pinn-jit-s0", "solver-off", "solver-jit"):
+        product = read_product(r / "products" / name / "object-0.h5")
+        assert (
+            "geometry assumed" in product["attrs"]["comments"] and "MLflow parent run" in product["attrs"]["comments"]
+        )
+    assert all(ev["per_arm"][a]["phase_half_frc_mean"] > 0 for a in ("pinn-off-s0", "pinn-jit-s0"))
     client = MlflowClient(f"sqlite:///{work / 'results' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("xla-ptycho")
     imports = client.search_runs([experiment.experiment_id], "tags.rule = 'import_data'", max_results=10)

@@ -30,10 +30,13 @@ SMOKE = ("--config", "preset=smoke")
 
 def _touch(*paths: Path) -> None:
     """Each path made a whole file of its kind, empty: a zip for .keras and .npz, an HDF5
-    file for .h5 and .cxi, a JSON object for .json (a rerun moves damaged ones aside)."""
+    file for .h5 and .cxi, a JSON object for .json (a rerun moves damaged ones aside); a
+    folder for the ptychodus products' (a directory output)."""
     for p in paths:
         p.parent.mkdir(parents=True, exist_ok=True)
-        if p.suffix in (".keras", ".npz"):
+        if p.parent.name == "products":
+            p.mkdir(exist_ok=True)
+        elif p.suffix in (".keras", ".npz"):
             zipfile.ZipFile(p, "w").close()
         elif p.suffix in (".h5", ".cxi"):
             import h5py
@@ -78,7 +81,7 @@ def _finished_looking_study(tmp_path: Path) -> Path:
     outputs = [line.split("\t")[0] for line in listed.stdout.splitlines()[1:] if "\t" in line]
     assert any(o.endswith("model.keras") for o in outputs), listed.stdout[-2000:]
     order = ["data/", "solver/solve", "models/", "bench/", "checks/", "reconstructions/", "stitched/"]
-    order += ["solver/warm", "metrics/", "checks/quality", "figures/", "/report/", "reports/"]
+    order += ["solver/warm", "metrics/", "products/", "checks/quality", "figures/", "/report/", "reports/"]
 
     def stage(path: str) -> int:
         return max((i for i, key in enumerate(order) if key in path), default=0)

@@ -42,7 +42,9 @@ PREVIOUS_RELEASE = "532d692"
 #: flags (its params) changed: every training and all that reads one re-run (check_speedup's
 #: format 2, time to quality above the loss floor, re-runs nothing more). The datasets and the
 #: solver's flat starts stay. e1a4604 made the gradient check run at the study's own dose
-#: (its --nphotons flag: a param), so it re-runs too. A change that re-runs jobs of an existing folder
+#: (its --nphotons flag: a param), so it re-runs too. The solver writes ptychodus products since
+#: 2026-11-28 (outputs the previous release has not), so it re-runs too, and evaluate would for the
+#: same reason. A change that re-runs jobs of an existing folder
 #: (a format bump, a key in a rule's flags) shows here, on purpose: say it here.
 UPGRADE_RERUNS = {
     "resolved_config": 1,
@@ -51,6 +53,7 @@ UPGRADE_RERUNS = {
     "infer": 4,
     "stitch": 4,
     "evaluate": 4,
+    "solve": 1,
     "bench": 1,
     "check_accuracy": 1,
     "check_convergence": 1,
@@ -62,8 +65,9 @@ UPGRADE_RERUNS = {
     "publish_report": 1,
     "all": 1,
 }
-#: What the upgrade keeps: records the previous release wrote, which this code's report reads.
-KEPT = ("solver/solve.json",)
+#: What the upgrade keeps: records the previous release wrote, which this code's report reads
+#: (the solver's record was one until the solver wrote products too; the datasets are kept).
+KEPT = ()
 
 
 def _remake(producer: str) -> str:

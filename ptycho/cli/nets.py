@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ptycho.cli.declare import Live, arg, command, config_flags, config_from_args, config_section
 from ptycho.cli.values import load_yaml_section, mode, pairs
+from ptycho.data.cxi import CxiGeometry
 from ptycho.errors import ConfigError
 from ptycho.nets.models import ModelConfig, method_of
 from ptycho.nets.train import TrainConfig
@@ -106,16 +107,43 @@ def cmd_stitch(args: argparse.Namespace, live: Live) -> JobRecord:
 
 @command(
     "evaluate",
-    "score stitched objects against the ground truth (measured data, which has none: their data misfit)",
+    "score stitched objects against the ground truth (measured data, which has none: their data misfit); "
+    "optionally write them as ptychodus products",
     arg("--stitched", required=True, help=".npz written by 'ptycho stitch'"),
     arg("--dataset", required=True),
     arg("--out", required=True, output=True, help="metrics (.json)"),
+    arg(
+        "--product-dir",
+        output="folder",
+        help="also write each object as a ptychodus product, <dir>/object-<m>.h5 (docs/ptychodus.md)",
+    ),
+    arg("--model", help="the network's model.json: its training losses go into the products"),
+    arg("--name", default="", help="the products' name (default: the stitched file's stem)"),
+    arg(
+        "--assumed-geometry",
+        action="store_true",
+        help="the data did not come with the --cxi geometry (measured data): the products' comments say so",
+    ),
+    config_flags(CxiGeometry, "cxi_"),
 )
 def cmd_evaluate(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.data.provenance import check_made_from
+    from ptycho.study import products
 
     _warn("evaluate", check_made_from(args.stitched, args.dataset, "'ptycho infer' and 'ptycho stitch'"))
-    return jobs.evaluate(args.dataset, args.stitched, args.out)
+    product = None
+    if args.product_dir:
+        geometry = config_from_args(args, CxiGeometry, "cxi_")
+        name = args.name or Path(args.stitched).stem
+        source = products.ASSUMED if args.assumed_geometry else products.SIMULATED
+        product = {
+            "folder": args.product_dir,
+            "name": name,
+            "comments": products.comments(f"reconstruction {name}", args.mlflow_parent, geometry, source),
+            "geometry": geometry,
+            "losses": products.training_losses(args.model) if args.model else (),
+        }
+    return jobs.evaluate(args.dataset, args.stitched, args.out, product=product)
 
 
 def _warn(command: str, warning: str | None) -> None:
@@ -152,12 +180,32 @@ _SOLVE_MODES = [REFERENCE, COMPARED[0]]
         help=f"iterations at which to score (default: {' '.join(map(str, CHECKPOINTS[:5]))} ...)",
     ),
     arg("--config", help="YAML file whose 'solver' section gives the settings (flags override it)"),
+    arg(
+        "--products-dir",
+        output="folder",
+        help="also write each mode's flat-start objects as ptychodus products, <dir>/solver-<mode>/object-<m>.h5",
+    ),
+    arg("--name", default="", help="the products' name (default: the dataset's stem)"),
+    arg("--assumed-geometry", action="store_true", help="the data did not come with the --cxi geometry"),
     config_flags(SolverConfig, "solver_"),
+    config_flags(CxiGeometry, "cxi_"),
     tensorflow=True,
 )
 def cmd_solve(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.study import products as product_files
     from ptycho.study.solve import solve
 
+    products = None
+    if args.products_dir:
+        geometry = config_from_args(args, CxiGeometry, "cxi_")
+        source = product_files.ASSUMED if args.assumed_geometry else product_files.SIMULATED
+        name = args.name or Path(args.dataset).stem
+        products = {
+            "folder": args.products_dir,
+            "name": name,
+            "comments": product_files.comments(f"the iterative solver on {name}", args.mlflow_parent, geometry, source),
+            "geometry": geometry,
+        }
     cfg = config_section(args, SolverConfig, "solver_", "solver")
     starts = pairs(args.start, "--start")
     for name, path in starts.items():
@@ -171,6 +219,7 @@ def cmd_solve(args: argparse.Namespace, live: Live) -> JobRecord:
         starts=starts,
         stitched_dir=args.stitched_dir,
         checkpoints=args.checkpoints or CHECKPOINTS,
+        products=products,
     )
 
 

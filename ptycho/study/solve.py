@@ -68,6 +68,7 @@ def solve(
     starts: Mapping[str, str] | None = None,
     stitched_dir: str | None = None,
     checkpoints: Sequence[int] = CHECKPOINTS,
+    products: Mapping[str, Any] | None = None,
 ) -> JobRecord:
     """Reconstruct every object of ``dataset`` under each mode from a flat start and, for
     each named ``starts`` (name -> stitched .npz of a network), from that start too.
@@ -76,7 +77,9 @@ def solve(
     checkpoints, the final scores, or on data without a ground truth the data misfit at
     the checkpoints and at the end; per mode the iteration time relative to ``off``), and
     for each mode's flat start ``<stitched_dir>/solver-<mode>.npz`` in the stitched
-    format ``ptycho evaluate`` reads.
+    format ``ptycho evaluate`` reads. With ``products`` (``folder``, ``name``, ``comments``,
+    ``geometry``), each mode's flat-start objects are also ptychodus products,
+    ``<folder>/solver-<mode>/object-<m>.h5``, with the misfit per iteration as the losses.
     """
     from ptycho.analysis.metrics import score_all
     from ptycho.artifacts import write_arrays, write_json
@@ -219,6 +222,20 @@ def solve(
                 images=images.astype(np.complex64),
                 **extra,
                 **{DIGEST_KEY: np.array(ds.attrs["digest"])},
+            )
+    if products:
+        from ptycho.study.products import write_products
+
+        for mode in modes:
+            run = (mode, FLAT)
+            write_products(
+                Path(products["folder"]) / f"solver-{mode}",
+                ds,
+                [crop(p, last[run][m]) for m, p in enumerate(probs)],
+                name=f"{products['name']} solver {mode}",
+                comments=products["comments"],
+                geometry=products["geometry"],
+                object_losses=[[(it.number, it.misfit) for it in done[run][m]] for m in range(len(probs))],
             )
     return _job_record(record, out, ds, dataset)
 

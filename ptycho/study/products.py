@@ -1,0 +1,90 @@
+"""Every reconstruction of the study as ptychodus products (:mod:`ptycho.data.ptychodus`).
+
+One folder per reconstruction, one product per object of the test split
+(``products/<arm>/object-<m>.h5``; the solver's ``products/solver-<mode>/``), written by
+the job that scores it (``ptycho evaluate --product-dir``, ``ptycho solve --products-dir``)
+so that the pipeline runs no extra job. The comments name the study, the reconstruction,
+the MLflow parent run it is logged under and where the geometry came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+#: The geometry's source, in the comments: the data's own (simulated with the config's
+#: cxi section) or assumed (a file whose geometry this package does not keep, or none).
+SIMULATED, ASSUMED = "simulated", "assumed"
+
+
+def comments(what: str, parent_json: str | None, geometry, source: str) -> str:
+    """The product's comments: what it is, the MLflow run, the geometry and its source."""
+    from ptycho.tracking.store import read_parent
+
+    parent = read_parent(parent_json) if parent_json else None
+    run = (
+        f"MLflow parent run {parent['run_id']} at {parent.get('tracking_uri', '?')}"
+        if parent
+        else "not logged to MLflow"
+    )
+    where = (
+        "the simulation's own (config cxi)"
+        if source == SIMULATED
+        else "assumed (config cxi): this package keeps no geometry of a data file, and a tike scan has none"
+    )
+    return (
+        f"{what}; written by ptycho (XLA study); {run}; geometry {where}: {geometry.energy_ev:g} eV, detector "
+        f"{geometry.detector_distance_m:g} m away, detector pixel {geometry.detector_pixel_m:g} m; the probe is the "
+        "forward model's, |FFT2(P O)|^2 / N^2 predicts the counts"
+    )
+
+
+def write_products(
+    folder: str | os.PathLike,
+    ds,
+    images: Sequence[np.ndarray],
+    *,
+    name: str,
+    comments: str,
+    geometry,
+    losses: Sequence[tuple[int, float]] = (),
+    object_losses: Sequence[Sequence[tuple[int, float]]] | None = None,
+) -> list[Path]:
+    """``folder/object-<m>.h5`` for each stitched object ``images[m]`` of ``ds``, with the
+    (epoch, loss) pairs ``losses`` (a network's, the same for every object) or
+    ``object_losses[m]`` (the solver's, per object: iteration, misfit)."""
+    from ptycho.data.ptychodus import write_product
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = (ds.scale * ds.probe).astype(np.complex64)
+    pixel = geometry.object_pixel_m(ds.n)
+    paths = []
+    for m, image in enumerate(images):
+        path = folder / f"object-{m}.h5"
+        write_product(
+            path,
+            name=f"{name} object {m}",
+            comments=comments,
+            obj=image,
+            region=ds.scan_region[m],
+            probe=probe,
+            positions=ds.positions[ds.position_object == m],
+            pixel_m=pixel,
+            energy_ev=geometry.energy_ev,
+            distance_m=geometry.detector_distance_m,
+            losses=losses if object_losses is None else object_losses[m],
+        )
+        paths.append(path)
+    return paths
+
+
+def training_losses(model_json: str) -> list[tuple[int, float]]:
+    """(epoch, training loss) of a trained network's ``model.json``."""
+    from ptycho.artifacts import read_json
+
+    meta = read_json(model_json, producer="train")
+    return [(int(r["epoch"]), float(r["train_loss"])) for r in meta.get("history", [])]
