@@ -330,7 +330,7 @@ def _halves(noise: float, seed: int = 0):
 
 
 def test_half_scan_resolution_falls_as_the_halves_noise_grows_and_ignores_a_global_phase_and_ramp():
-    from ptycho.analysis.frc import half_scan
+    from ptycho.analysis.metrics import half_scan
 
     a, b = _halves(0.0)
     same = dict.fromkeys(("amp_half_frc", "phase_half_frc"), 0.5) | dict.fromkeys(
@@ -362,11 +362,11 @@ def test_the_scans_halves_interleave_within_each_object():
 def test_a_dip_of_two_rings_below_the_half_bit_curve_is_no_crossing():
     """Where the FRC runs near the threshold, the rings' noise dips it below for a ring
     or two; the resolution is where it stays below (three rings in a row)."""
-    from ptycho.analysis.frc import _crossing
+    from ptycho.analysis.frc import crossing
 
     freq = np.arange(10) / 20
     threshold = np.full(10, 0.3)
     dip = np.array([1, 0.9, 0.8, 0.2, 0.2, 0.8, 0.7, 0.1, 0.1, 0.1])
-    assert _crossing(freq, dip, threshold) == pytest.approx(0.3 + (0.4 / 0.6) * 0.05)
-    assert _crossing(freq, np.ones(10), threshold) == 0.5
-    assert _crossing(freq, np.array([1, 0.1, 0.1, 0.1, 1, 1, 1, 1, 1, 1]), threshold) == pytest.approx(0.05)
+    assert crossing(freq, dip, threshold) == pytest.approx(0.3 + (0.4 / 0.6) * 0.05)
+    assert crossing(freq, np.ones(10), threshold) == 0.5
+    assert crossing(freq, np.array([1, 0.1, 0.1, 0.1, 1, 1, 1, 1, 1, 1]), threshold) == pytest.approx(0.05)

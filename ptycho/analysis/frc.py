@@ -8,8 +8,8 @@ reads off where the curve first drops below each threshold of :data:`FRC_THRESHO
 
 Without a ground truth (measured data) the resolution of a reconstruction is read from
 two independent reconstructions of the same object, each from one half of the data:
-:func:`half_scan` correlates them and reads the crossing of the 1/2-bit curve
-(:func:`half_bit`), the criterion for two half data sets.
+:func:`ptycho.analysis.metrics.half_scan` correlates them and reads the crossing of the
+1/2-bit curve (:func:`half_bit`), the criterion for two half data sets.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["FRC_THRESHOLDS", "frc", "frc_resolution", "half_bit", "half_scan", "ring_pixels", "window2d"]
+__all__ = ["FRC_THRESHOLDS", "crossing", "frc", "frc_resolution", "half_bit", "ring_pixels", "window2d"]
 
 #: FRC thresholds: the 0.5 criterion and the 1/7 criterion (van Heel & Schatz 2005).
 FRC_THRESHOLDS = (0.5, 1.0 / 7.0)
@@ -147,7 +147,7 @@ def half_bit(pixels: np.ndarray) -> np.ndarray:
 CROSSING_RINGS = 3
 
 
-def _crossing(freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray, rings: int = CROSSING_RINGS) -> float:
+def crossing(freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray, rings: int = CROSSING_RINGS) -> float:
     """First frequency (above 0) from which ``corr`` stays below ``threshold`` (both per
     ring) for ``rings`` rings in a row (fewer at Nyquist), interpolated linearly between the
     ring before and the first below; 0.5 (Nyquist) when it never does, the first ring's
@@ -162,52 +162,3 @@ def _crossing(freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray, rings: 
             return float(f[0])
         return float(f[i - 1] + d[i - 1] / (d[i - 1] - d[i]) * (f[i] - f[i - 1]))
     return 0.5
-
-
-def half_scan(a: np.ndarray, b: np.ndarray, border: int = 0) -> dict[str, float]:
-    """The resolution of two reconstructions of one object from the two halves of its scan.
-
-    ``a`` and ``b`` are complex images of the same region, in the same frame (no
-    registration: the positions are the scan's own). A ``border`` of pixels is dropped on
-    every side, where the scan's edge leaves each half thinly covered. Two curves are read
-    where they cross the 1/2-bit curve (cycles per pixel; 0.5 when a curve stays above it
-    up to Nyquist, the halves agreeing at every resolution the pixels carry; higher is
-    finer):
-
-    * ``amp_half_frc``: the FRC of the amplitudes;
-    * ``phase_half_frc``: the same of the phases, as unit phasors ``e^{i phi}`` (a phase
-      image that crosses +-pi wraps where the object does not change, a phasor does not),
-      after removing from ``b`` the best-fit plane of its phase difference from ``a``
-      (a global phase and a phase ramp, which no reconstruction determines; the scoring
-      against a truth removes the same, :func:`ptycho.analysis.metrics.remove_phase_plane`).
-      The amplitudes are left out so that a few bright pixels where the scan's edge is
-      barely lit do not stand for the phase;
-    * ``amp_half_frc_mean`` and ``phase_half_frc_mean``: each curve's mean over the rings
-      from the first to Nyquist, how far the halves agree over all frequencies. Where a
-      curve runs near the threshold over a wide band (an object of weak contrast in that
-      part, or a network whose halves share its own smoothness) its crossing moves by tens
-      of rings with the rings' noise, while its mean hardly moves: the study judges the
-      means and reports the crossings.
-
-    ValueError on images of different shapes or too small for a ring beyond DC.
-    """
-    from ptycho.analysis.metrics import remove_phase_plane
-
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape or a.ndim != 2:
-        raise ValueError(f"the two halves' images must be 2-D of the same shape, got {a.shape} and {b.shape}")
-    if border:
-        a, b = a[border:-border, border:-border], b[border:-border, border:-border]
-    if min(a.shape) < 4:
-        raise ValueError(f"the halves' images ({a.shape} after a {border}-pixel border) are too small for an FRC")
-    threshold = half_bit(ring_pixels(a.shape))
-    phase_b, _ = remove_phase_plane(b, np.angle(a))
-    out = {}
-    for key, (x, y) in (
-        ("amp_half_frc", (np.abs(a), np.abs(b))),
-        ("phase_half_frc", (np.exp(1j * np.angle(a)), np.exp(1j * phase_b))),
-    ):
-        freq, corr = frc(x, y)
-        out[key] = _crossing(freq, corr, threshold)
-        out[f"{key}_mean"] = float(np.nanmean(corr[1:]))
-    return out

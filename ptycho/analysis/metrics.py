@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ptycho.analysis.frc import FRC_THRESHOLDS, frc, frc_resolution, window2d
+from ptycho.analysis.frc import FRC_THRESHOLDS, crossing, frc, frc_resolution, half_bit, ring_pixels, window2d
 
 __all__ = [
     "FRC_THRESHOLDS",
@@ -52,6 +52,8 @@ __all__ = [
     "frc",
     "frc_resolution",
     "fourier_shift",
+    "half_scan",
+    "half_scan_border",
     "register",
     "remove_phase_plane",
     "score",
@@ -424,3 +426,56 @@ def score_all(recons: Sequence[np.ndarray], truths: Sequence[np.ndarray], **kwar
         finite_or_inf = vals[~np.isnan(vals)]
         mean[key] = float(finite_or_inf.mean()) if finite_or_inf.size else float("nan")
     return {"n_images": len(per_image), "per_image": per_image, "mean": mean}
+
+
+def half_scan_border(n: int) -> int:
+    """The border :func:`half_scan` drops for patterns of side ``n``: ``n // 4``, half the
+    kept patch's side (the scanned region's edge, lit by fewer positions)."""
+    return n // 4
+
+
+def half_scan(a: np.ndarray, b: np.ndarray, border: int = 0) -> dict[str, float]:
+    """The resolution of two reconstructions of one object from the two halves of its scan.
+
+    ``a`` and ``b`` are complex images of the same region, in the same frame (no
+    registration: the positions are the scan's own). A ``border`` of pixels is dropped on
+    every side, where the scan's edge leaves each half thinly covered. Two curves are read
+    where they cross the 1/2-bit curve (cycles per pixel; 0.5 when a curve stays above it
+    up to Nyquist, the halves agreeing at every resolution the pixels carry; higher is
+    finer):
+
+    * ``amp_half_frc``: the FRC of the amplitudes;
+    * ``phase_half_frc``: the same of the phases, as unit phasors ``e^{i phi}`` (a phase
+      image that crosses +-pi wraps where the object does not change, a phasor does not),
+      after removing from ``b`` the best-fit plane of its phase difference from ``a``
+      (a global phase and a phase ramp, which no reconstruction determines; the scoring
+      against a truth removes the same, :func:`ptycho.analysis.metrics.remove_phase_plane`).
+      The amplitudes are left out so that a few bright pixels where the scan's edge is
+      barely lit do not stand for the phase;
+    * ``amp_half_frc_mean`` and ``phase_half_frc_mean``: each curve's mean over the rings
+      from the first to Nyquist, how far the halves agree over all frequencies. Where a
+      curve runs near the threshold over a wide band (an object of weak contrast in that
+      part, or a network whose halves share its own smoothness) its crossing moves by tens
+      of rings with the rings' noise, while its mean hardly moves: the study judges the
+      means and reports the crossings.
+
+    ValueError on images of different shapes or too small for a ring beyond DC.
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"the two halves' images must be 2-D of the same shape, got {a.shape} and {b.shape}")
+    if border:
+        a, b = a[border:-border, border:-border], b[border:-border, border:-border]
+    if min(a.shape) < 4:
+        raise ValueError(f"the halves' images ({a.shape} after a {border}-pixel border) are too small for an FRC")
+    threshold = half_bit(ring_pixels(a.shape))
+    phase_b, _ = remove_phase_plane(b, np.angle(a))
+    out = {}
+    for key, (x, y) in (
+        ("amp_half_frc", (np.abs(a), np.abs(b))),
+        ("phase_half_frc", (np.exp(1j * np.angle(a)), np.exp(1j * phase_b))),
+    ):
+        freq, corr = frc(x, y)
+        out[key] = crossing(freq, corr, threshold)
+        out[f"{key}_mean"] = float(np.nanmean(corr[1:]))
+    return out

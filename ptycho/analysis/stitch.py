@@ -294,7 +294,7 @@ def scan_halves(position_object: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Two interleaved halves of a scan: per object, its patterns in scan order taken
     alternately (first, third, ... and second, fourth, ...), as boolean masks over the
     patterns. Neighbouring positions fall in different halves, so each half covers the
-    whole scanned region at half the density (half-scan FRC, :func:`ptycho.analysis.frc.half_scan`)."""
+    whole scanned region at half the density (half-scan FRC, :func:`ptycho.analysis.metrics.half_scan`)."""
     owner = np.asarray(position_object)
     rank = np.zeros(len(owner), dtype=np.int64)
     for m in np.unique(owner):

@@ -15,8 +15,8 @@ the rest at its median amplitude) and scaled to predict the measured total count
 (networks learn the amplitude up to a factor; :meth:`Solver.rescaled` does the same), so
 that the misfit of the networks and of the solver are the same number of the same thing.
 
-The other measure that needs no truth is the resolution two independent halves of the
-scan agree to (half-scan FRC, :func:`half_scan_resolution`).
+The other measure that needs no truth is how far two independent halves of the scan
+agree (half-scan FRC, :func:`ptycho.analysis.metrics.half_scan`).
 """
 
 from __future__ import annotations
@@ -55,13 +55,3 @@ def data_misfit(ds, images: Sequence[np.ndarray]) -> list[float]:
     if len(images) != len(probs):
         raise ValueError(f"{len(images)} stitched image(s) for the {len(probs)} object(s) of the data")
     return [object_misfit(p, warm_start(p, np.asarray(image))) for p, image in zip(probs, images, strict=True)]
-
-
-def half_scan_resolution(ds, a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    """The half-scan FRC of one object of ``ds``: its reconstructions ``a`` and ``b`` from
-    the two interleaved halves of the scan (:func:`ptycho.analysis.stitch.scan_halves`), as
-    :func:`ptycho.analysis.frc.half_scan` reads it, dropping a border of ``N // 4`` pixels
-    (half the kept patch's side: the scanned region's edge, lit by fewer positions)."""
-    from ptycho.analysis.frc import half_scan
-
-    return half_scan(a, b, border=ds.n // 4)

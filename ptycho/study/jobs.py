@@ -347,14 +347,15 @@ def evaluate_measured(
     """The record of an arm on measured data: no ground truth, so no scores (the quality
     item compares the arms' reconstructions with each other); per object its data misfit
     (:mod:`ptycho.solvers.misfit`: how well it explains the measured patterns) and its
-    half-scan resolution (:func:`ptycho.solvers.misfit.half_scan_resolution`: how far the
-    reconstructions from the two halves of the scan agree)::
+    half-scan FRC (:func:`ptycho.analysis.metrics.half_scan`: how far the reconstructions
+    from the two halves of the scan agree)::
 
         {"ground_truth": false, "n_images", "mean": {"data_misfit", "amp_half_frc", "phase_half_frc",
          "amp_half_frc_mean", "phase_half_frc_mean"}, "per_image": [{...}], "dataset_digest"}
     """
+    from ptycho.analysis.metrics import half_scan, half_scan_border
     from ptycho.artifacts import write_json
-    from ptycho.solvers.misfit import data_misfit, half_scan_resolution
+    from ptycho.solvers.misfit import data_misfit
 
     regions = [(int(y1 - y0), int(x1 - x0)) for x0, y0, x1, y1 in ds.scan_region]
     if len(images) != len(regions) or any(i.shape != r for i, r in zip(images, regions, strict=True)):
@@ -369,7 +370,7 @@ def evaluate_measured(
     try:
         misfits = data_misfit(ds, list(images))
         per_image = [
-            {"data_misfit": float(v), **half_scan_resolution(ds, a, b)}
+            {"data_misfit": float(v), **half_scan(a, b, border=half_scan_border(ds.n))}
             for v, a, b in zip(misfits, halves[0], halves[1], strict=True)
         ]
     except ValueError as err:

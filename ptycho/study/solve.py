@@ -243,15 +243,15 @@ def solve(
 def _half_scan(ds, probs, cfg) -> tuple[np.ndarray, dict[str, Any]]:
     """Without a ground truth, the solver's resolution: each object reconstructed again
     from each interleaved half of its scan alone (flat start, ``off``, the same settings),
-    and the two compared (:func:`ptycho.solvers.misfit.half_scan_resolution`). Returns the
+    and the two compared (:func:`ptycho.analysis.metrics.half_scan`). Returns the
     halves' objects (2, objects, H, W) and the record's ``half_scan`` entry (the mean
     resolutions, per object, and the seconds it took)."""
     import time
 
+    from ptycho.analysis.metrics import half_scan, half_scan_border
     from ptycho.analysis.stitch import scan_halves
     from ptycho.nets.xla import REFERENCE
     from ptycho.solvers.gradient import Solver, crop, flat_start
-    from ptycho.solvers.misfit import half_scan_resolution
 
     start = time.perf_counter()
     images: list[list[np.ndarray]] = [[], []]
@@ -261,7 +261,7 @@ def _half_scan(ds, probs, cfg) -> tuple[np.ndarray, dict[str, Any]]:
             result = Solver(half, REFERENCE, cfg).solve(flat_start(half))
             images[side].append(crop(half, result.obj))
     halves = np.stack([np.stack(side) for side in images]).astype(np.complex64)
-    per_object = [half_scan_resolution(ds, a, b) for a, b in zip(halves[0], halves[1], strict=True)]
+    per_object = [half_scan(a, b, border=half_scan_border(ds.n)) for a, b in zip(halves[0], halves[1], strict=True)]
     mean = {k: float(np.mean([r[k] for r in per_object])) for k in per_object[0]}
     entry = {"mode": REFERENCE, **mean, "per_object": per_object, "seconds": time.perf_counter() - start}
     return halves, entry

@@ -9,7 +9,7 @@ float32 in the same mode), paired by seed, one-sided ("without making it worse")
   the measured counts; lower is better), as the per-seed relative difference
   ``(arm - reference) / reference``, against the study's relative margin
   (``thresholds.convergence_max_rel``, the margin of the other loss the study judges);
-* **the half-scan FRC** (:func:`ptycho.analysis.frc.half_scan`: the reconstructions from
+* **the half-scan FRC** (:func:`ptycho.analysis.metrics.half_scan`: the reconstructions from
   the two interleaved halves of the scan correlated ring by ring), amplitude and phase,
   as the difference of its mean over the rings (higher: the halves agree more) against
   the similarity margin ``thresholds.quality_max_ssim_diff``; where each curve crosses the
@@ -67,7 +67,7 @@ MISFIT = "data_misfit"
 #: words, and whether they are judged (as what): the misfit relative to the reference's
 #: against the relative margin, the half-scan FRCs' means as differences against the
 #: similarity margin of the SSIMs; the crossings (the resolutions) are shown, not judged
-#: (:func:`ptycho.analysis.frc.half_scan` says why).
+#: (:func:`ptycho.analysis.metrics.half_scan` says why).
 OWN = {
     MISFIT: (LOWER, "data misfit", "relative"),
     "amp_half_frc_mean": (HIGHER, "amplitude half-scan FRC mean", "difference"),
