@@ -235,7 +235,8 @@ def test_inspect_says_measured_data_has_no_ground_truth(measured):
 
 def test_measured_data_stitches_and_evaluates_to_a_misfit_but_baseline_training_refuses(measured, tmp_path):
     """Nothing to score against: evaluate writes the record that says so, with the data
-    misfit (how well the reconstruction explains the patterns) instead of scores."""
+    misfit (how well the reconstruction explains the patterns) and the half-scan FRC
+    instead of scores."""
     ds = read_dataset(measured)
     rec = tmp_path / "rec.npz"
     arrays = perfect_reconstruction(ds)
@@ -247,7 +248,13 @@ def test_measured_data_stitches_and_evaluates_to_a_misfit_but_baseline_training_
     r = ptycho("evaluate", "--stitched", st, "--dataset", measured, "--out", tmp_path / "m.json")
     assert r.returncode == 0, r.stderr
     record = json.loads((tmp_path / "m.json").read_text())
-    assert record["ground_truth"] is False and set(record["mean"]) == {"data_misfit"}
+    assert record["ground_truth"] is False and set(record["mean"]) == {
+        "data_misfit",
+        "amp_half_frc",
+        "phase_half_frc",
+        "amp_half_frc_mean",
+        "phase_half_frc_mean",
+    }
     assert record["mean"]["data_misfit"] > 0.5  # a unit object explains the patterns worse than noise does
     r = ptycho("train", "--dataset", measured, "--out", tmp_path / "model", "--kind", "baseline")
     assert "has no ground truth" in one_error_line(r)
