@@ -329,7 +329,12 @@ def test_the_outputs_are_declared_where_the_commands_are():
     outputs = {name: [(attr, flag, folder) for attr, flag, folder in spec.outputs()] for name, spec in COMMANDS.items()}
     assert outputs["simulate"] == [("train", "--train", False), ("test", "--test", False)]
     assert outputs["train"] == [("out", "--out", True)]
-    assert outputs["solve"] == [("out", "--out", False), ("stitched_dir", "--stitched-dir", True)]
+    assert outputs["solve"] == [
+        ("out", "--out", False),
+        ("stitched_dir", "--stitched-dir", True),
+        ("products_dir", "--products-dir", True),
+    ]
+    assert outputs["evaluate"] == [("out", "--out", False), ("product_dir", "--product-dir", True)]
     assert outputs["figures"] == outputs["report"] == [("out_dir", "--out-dir", True)]
     assert outputs["inspect"] == []
     # every --out / --out-dir a command has is declared as an output
