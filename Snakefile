@@ -33,6 +33,7 @@ rule all:
     input:
         REPORTS,
         DATASETS,
+        PRODUCTS,
         # A hole asked for by name is made, and every job downstream of it sees an
         # updated input and runs again: as --forcerun would, for the lost files only.
         HOLES,

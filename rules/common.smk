@@ -97,6 +97,9 @@ DATA_DIR = {"simulate": f"{R}/data/unused" if DATA else f"{R}/data", "import_dat
 DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["h5"] if DATA else ["h5", "cxi"])
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
 METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)
+# Every reconstruction as ptychodus products (evaluate's and solve's folder outputs): asked for
+# by `all`, as nothing reads them, so that a folder made before them gets them too.
+PRODUCTS = [*expand(f"{R}/products/{{arm}}", arm=ARMS), *expand(f"{R}/products/solver-{{mode}}", mode=CFG["xla"])]
 CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
 # The quality item on the user's own data also reads the arms' stitched objects (without a
 # ground truth it compares the arms with each other); on simulated data its command is as it was.
