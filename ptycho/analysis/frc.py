@@ -106,21 +106,7 @@ def frc_resolution(
     """
     freq = np.asarray(freq, dtype=np.float64)
     corr = np.asarray(corr, dtype=np.float64)
-    ok = np.isfinite(corr) & (freq > 0)
-    f, c = freq[ok], corr[ok]
-    out = []
-    for t in thresholds:
-        below = np.nonzero(c < t)[0]
-        if below.size == 0:
-            out.append(float("nan"))
-            continue
-        i = int(below[0])
-        if i == 0:
-            out.append(float(f[0]))
-            continue
-        f0, f1, c0, c1 = f[i - 1], f[i], c[i - 1], c[i]
-        out.append(float(f0 + (c0 - t) / (c0 - c1) * (f1 - f0)))
-    return tuple(out)
+    return tuple(crossing(freq, corr, np.full_like(corr, t), rings=1, never=float("nan")) for t in thresholds)
 
 
 def ring_pixels(shape: tuple[int, int]) -> np.ndarray:
@@ -147,11 +133,14 @@ def half_bit(pixels: np.ndarray) -> np.ndarray:
 CROSSING_RINGS = 3
 
 
-def crossing(freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray, rings: int = CROSSING_RINGS) -> float:
-    """First frequency (above 0) from which ``corr`` stays below ``threshold`` (both per
-    ring) for ``rings`` rings in a row (fewer at Nyquist), interpolated linearly between the
-    ring before and the first below; 0.5 (Nyquist) when it never does, the first ring's
-    frequency when it starts below."""
+def crossing(
+    freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray, rings: int = CROSSING_RINGS, never: float = 0.5
+) -> float:
+    """First frequency (above 0; NaN rings skipped) from which ``corr`` stays below
+    ``threshold`` (both per ring) for ``rings`` rings in a row (fewer at Nyquist),
+    interpolated linearly between the ring before and the first below; ``never`` (0.5,
+    Nyquist) when it never does, the first ring's frequency when it starts below.
+    :func:`frc_resolution` is this with one ring and constant thresholds."""
     ok = np.isfinite(corr) & (freq > 0)
     f, d = freq[ok], corr[ok] - threshold[ok]
     below = d < 0
@@ -161,4 +150,4 @@ def crossing(freq: np.ndarray, corr: np.ndarray, threshold: np.ndarray, rings: i
         if i == 0:
             return float(f[0])
         return float(f[i - 1] + d[i - 1] / (d[i - 1] - d[i]) * (f[i] - f[i - 1]))
-    return 0.5
+    return float(never)
