@@ -157,14 +157,14 @@ def test_evaluate_hands_each_object_to_ptychodus_as_a_product(files, measured, t
     parent = tmp_path / "parent.json"
     parent.write_text(_json.dumps({"run_id": "abc123", "tracking_uri": "sqlite:///mlflow.db"}))
     geometry = CxiGeometry()
-    product = {
-        "folder": str(tmp_path / "products" / "pinn-off-s0"),
-        "name": "pinn-off-s0",
-        "comments": products.comments("reconstruction pinn-off-s0", str(parent), geometry, products.ASSUMED),
-        "geometry": geometry,
-        "losses": [(1, 0.5), (2, 0.25)],
-    }
-    jobs.evaluate(str(measured["test.h5"]), str(stitched), str(tmp_path / "m.json"), product=product)
+    product = products.Products(
+        folder=str(tmp_path / "products" / "pinn-off-s0"),
+        name="pinn-off-s0",
+        comments=products.comments("reconstruction pinn-off-s0", str(parent), geometry, products.ASSUMED),
+        geometry=geometry,
+        losses=[(1, 0.5), (2, 0.25)],
+    )
+    jobs.evaluate(str(measured["test.h5"]), str(stitched), str(tmp_path / "m.json"), products=product)
     ds = read_dataset(measured["test.h5"])
     image = read_arrays(stitched, ("images",), producer="stitch")["images"][0]
     path = tmp_path / "products" / "pinn-off-s0" / "object-0.h5"
@@ -397,6 +397,7 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     from ptycho.data.cxi import CxiGeometry
     from ptycho.data.ptychodus import read_product
     from ptycho.solvers.gradient import SolverConfig, problems
+    from ptycho.study.products import Products
     from ptycho.study import solver_view
     from ptycho.study.solve import solve
 
@@ -413,7 +414,7 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
         starts={"pinn": str(start)},
         stitched_dir=str(tmp_path / "stitched"),
         checkpoints=(0, 1, 5, 10),
-        products={"folder": str(tmp_path / "products"), "name": "test", "comments": "c", "geometry": CxiGeometry()},
+        products=Products(folder=str(tmp_path / "products"), name="test", comments="c", geometry=CxiGeometry()),
     )
     record = read_json(out, producer=("solve", "warm_start"))
     # Each mode's flat-start object as a ptychodus product, its misfit per iteration the losses.

@@ -105,6 +105,36 @@ def cmd_stitch(args: argparse.Namespace, live: Live) -> JobRecord:
     )
 
 
+#: The products' flags of ``evaluate`` and ``solve`` (docs/ptychodus.md), beside each one's folder flag.
+_PRODUCT_ARGS = (
+    arg("--name", default="", help="the products' name (default: the input file's stem)"),
+    arg(
+        "--assumed-geometry",
+        action="store_true",
+        help="the data did not come with the --cxi geometry (measured data): the products' comments say so",
+    ),
+    config_flags(CxiGeometry, "cxi_"),
+)
+
+
+def _products(args: argparse.Namespace, folder: str | None, stem: str, what: str, model: str | None = None):
+    """The :class:`ptycho.study.products.Products` the flags ask for, or None without a folder."""
+    from ptycho.study import products
+
+    if not folder:
+        return None
+    geometry = config_from_args(args, CxiGeometry, "cxi_")
+    name = args.name or stem
+    source = products.ASSUMED if args.assumed_geometry else products.SIMULATED
+    return products.Products(
+        folder=folder,
+        name=name,
+        comments=products.comments(f"{what} {name}", args.mlflow_parent, geometry, source),
+        geometry=geometry,
+        losses=products.training_losses(model) if model else (),
+    )
+
+
 @command(
     "evaluate",
     "score stitched objects against the ground truth (measured data, which has none: their data misfit); "
@@ -118,32 +148,14 @@ def cmd_stitch(args: argparse.Namespace, live: Live) -> JobRecord:
         help="also write each object as a ptychodus product, <dir>/object-<m>.h5 (docs/ptychodus.md)",
     ),
     arg("--model", help="the network's model.json: its training losses go into the products"),
-    arg("--name", default="", help="the products' name (default: the stitched file's stem)"),
-    arg(
-        "--assumed-geometry",
-        action="store_true",
-        help="the data did not come with the --cxi geometry (measured data): the products' comments say so",
-    ),
-    config_flags(CxiGeometry, "cxi_"),
+    *_PRODUCT_ARGS,
 )
 def cmd_evaluate(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.data.provenance import check_made_from
-    from ptycho.study import products
 
     _warn("evaluate", check_made_from(args.stitched, args.dataset, "'ptycho infer' and 'ptycho stitch'"))
-    product = None
-    if args.product_dir:
-        geometry = config_from_args(args, CxiGeometry, "cxi_")
-        name = args.name or Path(args.stitched).stem
-        source = products.ASSUMED if args.assumed_geometry else products.SIMULATED
-        product = {
-            "folder": args.product_dir,
-            "name": name,
-            "comments": products.comments(f"reconstruction {name}", args.mlflow_parent, geometry, source),
-            "geometry": geometry,
-            "losses": products.training_losses(args.model) if args.model else (),
-        }
-    return jobs.evaluate(args.dataset, args.stitched, args.out, product=product)
+    products = _products(args, args.product_dir, Path(args.stitched).stem, "reconstruction", args.model)
+    return jobs.evaluate(args.dataset, args.stitched, args.out, products=products)
 
 
 def _warn(command: str, warning: str | None) -> None:
@@ -185,27 +197,14 @@ _SOLVE_MODES = [REFERENCE, COMPARED[0]]
         output="folder",
         help="also write each mode's flat-start objects as ptychodus products, <dir>/solver-<mode>/object-<m>.h5",
     ),
-    arg("--name", default="", help="the products' name (default: the dataset's stem)"),
-    arg("--assumed-geometry", action="store_true", help="the data did not come with the --cxi geometry"),
+    *_PRODUCT_ARGS,
     config_flags(SolverConfig, "solver_"),
-    config_flags(CxiGeometry, "cxi_"),
     tensorflow=True,
 )
 def cmd_solve(args: argparse.Namespace, live: Live) -> JobRecord:
-    from ptycho.study import products as product_files
     from ptycho.study.solve import solve
 
-    products = None
-    if args.products_dir:
-        geometry = config_from_args(args, CxiGeometry, "cxi_")
-        source = product_files.ASSUMED if args.assumed_geometry else product_files.SIMULATED
-        name = args.name or Path(args.dataset).stem
-        products = {
-            "folder": args.products_dir,
-            "name": name,
-            "comments": product_files.comments(f"the iterative solver on {name}", args.mlflow_parent, geometry, source),
-            "geometry": geometry,
-        }
+    products = _products(args, args.products_dir, Path(args.dataset).stem, "the iterative solver on")
     cfg = config_section(args, SolverConfig, "solver_", "solver")
     starts = pairs(args.start, "--start")
     for name, path in starts.items():

@@ -293,29 +293,34 @@ def stitch(dataset: str, reconstruction: str, out: str, *, weighted: bool = True
     return JobRecord(summary=f"{out}: {len(images)} stitched object(s) of shape {images[0].shape}{halves}")
 
 
-def evaluate(dataset: str, stitched: str, out: str, *, product: Mapping[str, Any] | None = None) -> JobRecord:
+def evaluate(dataset: str, stitched: str, out: str, *, products=None) -> JobRecord:
     """Stitched objects scored against the ground truth (SSIM, PSNR, MAE, FRC); on
     measured data, which has none, their data misfit instead (:func:`evaluate_measured`).
-    With ``product`` (:func:`ptycho.study.products.write_products`' keywords and its
-    ``folder``), each object is also written as a ptychodus product, after the scores."""
-    from ptycho.analysis.metrics import score_all
-    from ptycho.artifacts import STITCHED, read_arrays, write_json
+    With ``products`` (:class:`ptycho.study.products.Products`), each object is also
+    written as a ptychodus product, after the scores."""
+    from ptycho.artifacts import STITCHED, read_arrays
     from ptycho.data.dataset import read_dataset
 
     ds = read_dataset(dataset)
     arrays = read_arrays(stitched, ("images",), producer=STITCHED)
     images = arrays["images"]
-    if product is not None:
+    if ds.has_ground_truth:
+        record = evaluate_scored(ds, dataset, images, stitched, out)
+    else:
+        record = evaluate_measured(ds, dataset, images, arrays.get("halves"), stitched, out)
+    if products is not None:
         from ptycho.study.products import write_products
 
-        record = evaluate(dataset, stitched, out)
-        written = write_products(
-            product["folder"], ds, list(images), **{k: v for k, v in product.items() if k != "folder"}
-        )
-        record.summary += f"; {len(written)} ptychodus product(s) in {product['folder']}"
-        return record
-    if not ds.has_ground_truth:
-        return evaluate_measured(ds, dataset, images, arrays.get("halves"), stitched, out)
+        written = write_products(products, ds, list(images))
+        record.summary += f"; {len(written)} ptychodus product(s) in {products.folder}"
+    return record
+
+
+def evaluate_scored(ds, dataset: str, images: np.ndarray, stitched: str, out: str) -> JobRecord:
+    """The record of an arm on data with a ground truth: every object scored against it."""
+    from ptycho.analysis.metrics import score_all
+    from ptycho.artifacts import write_json
+
     truths = [ds.ground_truth(m) for m in range(ds.objects.shape[0])]
     if len(images) != len(truths) or any(i.shape != t.shape for i, t in zip(images, truths, strict=True)):
         raise PtychoError(

@@ -9,9 +9,11 @@ the MLflow parent run it is logged under and where the geometry came from.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,24 +44,37 @@ def comments(what: str, parent_json: str | None, geometry, source: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Products:
+    """Where and how a job writes its reconstructions as products: the ``folder``, the
+    products' ``name``, their ``comments`` (:func:`comments`), the far-field ``geometry``
+    (:class:`ptycho.data.cxi.CxiGeometry`) and a network's (epoch, loss) ``losses``."""
+
+    folder: str
+    name: str
+    comments: str
+    geometry: Any
+    losses: Sequence[tuple[int, float]] = ()
+
+    def within(self, sub: str, name: str) -> Products:
+        """The same products in ``folder/sub``, named ``name`` (the solver's, per mode)."""
+        return dataclasses.replace(self, folder=str(Path(self.folder) / sub), name=name)
+
+
 def write_products(
-    folder: str | os.PathLike,
+    products: Products,
     ds,
     images: Sequence[np.ndarray],
-    *,
-    name: str,
-    comments: str,
-    geometry,
-    losses: Sequence[tuple[int, float]] = (),
     object_losses: Sequence[Sequence[tuple[int, float]]] | None = None,
 ) -> list[Path]:
-    """``folder/object-<m>.h5`` for each stitched object ``images[m]`` of ``ds``, with the
-    (epoch, loss) pairs ``losses`` (a network's, the same for every object) or
-    ``object_losses[m]`` (the solver's, per object: iteration, misfit)."""
+    """``<products.folder>/object-<m>.h5`` for each stitched object ``images[m]`` of ``ds``,
+    with the (epoch, loss) pairs ``products.losses`` (a network's, the same for every
+    object) or ``object_losses[m]`` (the solver's, per object: iteration, misfit)."""
     from ptycho.data.ptychodus import write_product
 
-    folder = Path(folder)
+    folder = Path(products.folder)
     folder.mkdir(parents=True, exist_ok=True)
+    geometry = products.geometry
     probe = (ds.scale * ds.probe).astype(np.complex64)
     pixel = geometry.object_pixel_m(ds.n)
     paths = []
@@ -67,8 +82,8 @@ def write_products(
         path = folder / f"object-{m}.h5"
         write_product(
             path,
-            name=f"{name} object {m}",
-            comments=comments,
+            name=f"{products.name} object {m}",
+            comments=products.comments,
             obj=image,
             region=ds.scan_region[m],
             probe=probe,
@@ -76,7 +91,7 @@ def write_products(
             pixel_m=pixel,
             energy_ev=geometry.energy_ev,
             distance_m=geometry.detector_distance_m,
-            losses=losses if object_losses is None else object_losses[m],
+            losses=products.losses if object_losses is None else object_losses[m],
         )
         paths.append(path)
     return paths

@@ -68,7 +68,7 @@ def solve(
     starts: Mapping[str, str] | None = None,
     stitched_dir: str | None = None,
     checkpoints: Sequence[int] = CHECKPOINTS,
-    products: Mapping[str, Any] | None = None,
+    products=None,
 ) -> JobRecord:
     """Reconstruct every object of ``dataset`` under each mode from a flat start and, for
     each named ``starts`` (name -> stitched .npz of a network), from that start too.
@@ -77,9 +77,10 @@ def solve(
     checkpoints, the final scores, or on data without a ground truth the data misfit at
     the checkpoints and at the end; per mode the iteration time relative to ``off``), and
     for each mode's flat start ``<stitched_dir>/solver-<mode>.npz`` in the stitched
-    format ``ptycho evaluate`` reads. With ``products`` (``folder``, ``name``, ``comments``,
-    ``geometry``), each mode's flat-start objects are also ptychodus products,
-    ``<folder>/solver-<mode>/object-<m>.h5``, with the misfit per iteration as the losses.
+    format ``ptycho evaluate`` reads. With ``products``
+    (:class:`ptycho.study.products.Products`), each mode's flat-start objects are also
+    ptychodus products, ``<folder>/solver-<mode>/object-<m>.h5``, with the misfit per
+    iteration as the losses.
     """
     from ptycho.analysis.metrics import score_all
     from ptycho.artifacts import write_arrays, write_json
@@ -212,30 +213,26 @@ def solve(
     if truths is None and stitched_dir and REFERENCE in modes:
         halves, record["half_scan"] = _half_scan(ds, probs, cfg)
     write_json(out, record, producer="warm_start" if starts else "solve")
+    flat_objects = {mode: [crop(p, last[(mode, FLAT)][m]) for m, p in enumerate(probs)] for mode in modes}
     if stitched_dir:
         for mode in modes:
-            images = np.stack([crop(p, last[(mode, FLAT)][m]) for m, p in enumerate(probs)])
             extra = {"halves": halves} if mode == REFERENCE and halves is not None else {}
             write_arrays(  # with its dataset's digest, as stitch writes it: evaluate checks the pair
                 Path(stitched_dir) / f"solver-{mode}.npz",
                 producer="solve",
-                images=images.astype(np.complex64),
+                images=np.stack(flat_objects[mode]).astype(np.complex64),
                 **extra,
                 **{DIGEST_KEY: np.array(ds.attrs["digest"])},
             )
-    if products:
+    if products is not None:
         from ptycho.study.products import write_products
 
         for mode in modes:
-            run = (mode, FLAT)
             write_products(
-                Path(products["folder"]) / f"solver-{mode}",
+                products.within(f"solver-{mode}", f"{products.name} solver {mode}"),
                 ds,
-                [crop(p, last[run][m]) for m, p in enumerate(probs)],
-                name=f"{products['name']} solver {mode}",
-                comments=products["comments"],
-                geometry=products["geometry"],
-                object_losses=[[(it.number, it.misfit) for it in done[run][m]] for m in range(len(probs))],
+                flat_objects[mode],
+                object_losses=[[(it.number, it.misfit) for it in per] for per in done[(mode, FLAT)]],
             )
     return _job_record(record, out, ds, dataset)
 
