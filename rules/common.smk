@@ -105,9 +105,6 @@ CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
 # ground truth it compares the arms with each other); on simulated data its command is as it was.
 QUALITY_STITCHED = expand(f"{R}/stitched/{{arm}}.npz", arm=ARMS) if DATA else []
 QUALITY_STITCHED_FLAG = "--stitched {input.stitched} " if DATA else ""
-# The products' geometry (ptycho/study/products.py): the config's cxi section, the data's own
-# when simulated, assumed (and said so in each product's comments) for the user's own data.
-PRODUCT_GEOMETRY = cli_flags(CFG["cxi"]) + (" --assumed-geometry" if DATA else "")
 # Convergence and quality ask "not worse" (one-sided) unless the config asks "the same" (two-sided).
 TWO_SIDED = "--two-sided " if CFG["thresholds"]["two_sided"] else ""
 # One report per preset and results folder: a smoke try never overwrites the default
@@ -163,6 +160,11 @@ def tf_threads(wildcards, threads):
 def flags(section):
     """'--key value' for every key of a config section (the CLI's own option names), quoted."""
     return cli_flags(CFG[section])
+
+
+# The products' geometry (ptycho/study/products.py): the config's cxi section, the data's own
+# when simulated, assumed (and said so in each product's comments) for the user's own data.
+PRODUCT_GEOMETRY = flags("cxi") + (" --assumed-geometry" if DATA else "")
 
 
 def model_flags(section, wildcards):

@@ -397,8 +397,8 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     from ptycho.data.cxi import CxiGeometry
     from ptycho.data.ptychodus import read_product
     from ptycho.solvers.gradient import SolverConfig, problems
-    from ptycho.study.products import Products
     from ptycho.study import solver_view
+    from ptycho.study.products import Products
     from ptycho.study.solve import solve
 
     ds = read_dataset(measured["test.h5"])

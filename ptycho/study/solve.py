@@ -253,7 +253,8 @@ def _half_scan(ds, probs, cfg) -> tuple[np.ndarray, dict[str, Any]]:
     start = time.perf_counter()
     images: list[list[np.ndarray]] = [[], []]
     for problem in probs:
-        for side, sel in enumerate(scan_halves(np.zeros(len(problem.counts), dtype=np.int64))):
+        one_object = np.zeros(len(problem.counts), dtype=np.int64)  # a problem holds one object's patterns
+        for side, sel in enumerate(scan_halves(one_object)):
             half = dataclasses.replace(problem, counts=problem.counts[sel], positions=problem.positions[sel])
             result = Solver(half, REFERENCE, cfg).solve(flat_start(half))
             images[side].append(crop(half, result.obj))

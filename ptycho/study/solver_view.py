@@ -19,6 +19,7 @@ import numpy as np
 from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import Arm
+from ptycho.study.checklist.agreement import OWN
 from ptycho.study.checklist.item import Figure, Section
 from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
 from ptycho.study.solve import FLAT, MISFIT, first_below, first_reaching
@@ -27,9 +28,8 @@ from ptycho.study.solve import FLAT, MISFIT, first_below, first_reaching
 TARGET = (0.995, 0.98)
 #: What a table says where a score would be, on data without a ground truth.
 NO_TRUTH = "no ground truth"
-#: A reconstruction's quality without a ground truth: its data misfit and its half-scan
-#: resolutions (ptycho.study.checklist.agreement.OWN).
-MEASURED = (MISFIT, "amp_half_frc_mean", "phase_half_frc_mean", "amp_half_frc", "phase_half_frc")
+#: A reconstruction's quality without a ground truth: its data misfit and its half-scan FRC.
+MEASURED = tuple(OWN)
 
 
 def _flat(record: Mapping) -> dict[str, Mapping]:

@@ -23,7 +23,10 @@ float32 in the same mode), paired by seed, one-sided ("without making it worse")
   by more than ``thresholds.quality_max_ssim_diff``. The two samples are unpaired; the
   yardstick's pairs share seeds, so its spread is that of dependent pairs (three pairs
   from three seeds), a slight understatement. With one seed per arm there is no
-  yardstick, and the agreement is shown, not judged.
+  yardstick, and the agreement is shown, not judged. The yardstick is measured in the
+  run it judges: the more a training's seeds disagree, the further XLA may move a
+  reconstruction and pass. It answers "within the training's own variation"; "not
+  worse" rests on the misfit and the half-scan FRC, whose margins are fixed.
 
 Each is :func:`ptycho.study.stats.seed_comparison` (NOT WORSE, WORSE or INCONCLUSIVE;
 EQUIVALENT or DIFFERENT under ``thresholds.two_sided``); the item PASSes when all are
@@ -105,11 +108,13 @@ def agreement(
 ) -> dict:
     """The quality item's record on measured data (the module docstring's rule).
 
-    ``records`` are the arms' evaluate records (their data misfit and half-scan FRC), ``images`` their stitched objects by arm name, ``threshold`` the SSIM
-    margin of the agreement and ``margin`` the relative one of the arms' own measures.
+    ``records`` are the arms' evaluate records (their data misfit and half-scan FRC),
+    ``images`` their stitched objects by arm name, ``threshold`` the similarity margin
+    (the agreement, the half-scan FRC means) and ``margin`` the relative one (the misfit).
     Evidence: ``ground_truth`` (false), ``per_arm`` (:data:`OWN`), ``between_arms`` (per
     pair key: the arm, its reference and the :data:`COLUMNS` scores of one against the
-    other), ``comparisons`` (per group: :data:`OWN`'s judged keys and :data:`SSIM_KEYS`, the agreement against the yardstick, each a
+    other), ``comparisons`` (per group: :data:`OWN`'s judged keys and :data:`SSIM_KEYS`,
+    the agreement against the yardstick, each a
     :func:`~ptycho.study.stats.seed_comparison` with its ``label``), ``seed_to_seed`` (per
     reference arm with two seeds or more: the mean SSIM between its seeds and each pair's),
     ``threshold``, ``margin`` and ``failed``.
@@ -148,7 +153,7 @@ def agreement(
             else:
                 continue
             comparisons[g.key][key] = c | {"label": label}
-        ruler = yardstick.get(_reference_key(g))
+        ruler = yardstick.get(_arm_key(g.seeds_off))
         for key, label in SSIM_KEYS.items():
             values = {s: by_names[(g.seeds_mode[s], g.seeds_off[s])][key] for s in common}
             if ruler is None:
@@ -201,9 +206,10 @@ def _relative(arm: float, reference: float) -> float:
     return (arm - reference) / abs(reference) if math.isfinite(reference) and reference != 0 else float("nan")
 
 
-def _reference_key(group) -> str:
-    """The yardstick's key of a group's reference arm (its model, mode and precision)."""
-    return Arm.parse(next(iter(group.seeds_off.values())))._replace(seed=0).key("model", "mode", "precision")
+def _arm_key(side: Mapping[int, str]) -> str:
+    """The key of the arm whose seeds ``side`` names (its model, mode and precision): the
+    yardstick's key of a group's reference arm."""
+    return Arm.parse(next(iter(side.values())))._replace(seed=0).key("model", "mode", "precision")
 
 
 def seed_to_seed(images: Mapping[str, np.ndarray], sides: Sequence[Mapping[int, str]]) -> dict[str, dict]:
@@ -214,7 +220,7 @@ def seed_to_seed(images: Mapping[str, np.ndarray], sides: Sequence[Mapping[int, 
     for side in sides:
         if len(side) < 2:
             continue
-        name = Arm.parse(next(iter(side.values())))._replace(seed=0).key("model", "mode", "precision")
+        name = _arm_key(side)
         if name in out:
             continue
         scored = {f"{a}-{b}": between(images[side[a]], images[side[b]]) for a, b in combinations(sorted(side), 2)}
