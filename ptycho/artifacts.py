@@ -44,6 +44,7 @@ FORMATS: dict[str, int] = {
     "mlflow_parent": 1,
     "simulate": 1,
     "import_data": 1,
+    "refine_probe": 1,
     "export_cxi": 1,
     "train": 1,
     "infer": 1,

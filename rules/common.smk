@@ -93,7 +93,19 @@ CONDITION_RECORDS = expand(f"{R}/conditions/{{condition}}/{{record}}.json", cond
 # one not in use writes to a folder nothing asks for, so that Snakemake has one way to make a split.
 # The user's files are not exported as CXI again (their geometry is not the `cxi` section's).
 DATA = data_files(CFG)
-DATA_DIR = {"simulate": f"{R}/data/unused" if DATA else f"{R}/data", "import_data": f"{R}/data" if DATA else f"{R}/data/unused"}
+# A measured scan's probe is only an estimate: with data.probe refine (the default), import_data
+# writes to data/imported/ and the refine_probe rule writes the splits the study reads, with the
+# solver's probe; the rule not in use writes to a folder nothing asks for, as above.
+REFINE = bool(DATA) and CFG["data"]["probe"] == "refine"
+DATA_DIR = {
+    "simulate": f"{R}/data/unused" if DATA else f"{R}/data",
+    "import_data": f"{R}/data/imported" if REFINE else f"{R}/data" if DATA else f"{R}/data/unused",
+    "refine_probe": f"{R}/data" if REFINE else f"{R}/data/unrefined",
+}
+#: The refinement's record (the probe's change, the misfit given and refined) when there is one;
+#: the report's flag only then, so that a simulated study runs its report as before.
+PROBE_RECORD = [f"{R}/solver/probe.json"] if REFINE else []
+PROBE_FLAG = "--probe {input.probe} " if REFINE else ""
 DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["h5"] if DATA else ["h5", "cxi"])
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
 METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)

@@ -58,6 +58,7 @@ rule report:
         config=CONFIG_JSON,
         solver=SOLVER,
         conditions=CONDITION_RECORDS,
+        probe=PROBE_RECORD,
         parent=PARENT,
     output:
         expand(f"{STAGED}/validation.{{ext}}", ext=["html", "md", "json"]),
@@ -76,7 +77,7 @@ rule report:
         "{params.ptycho} {params.track} report --checks {input.checks} --metrics {input.metrics} --models {input.models} "
         "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir {params.out} "
         "--finish-parent {input.parent} --benchmarks {params.benchmarks} --solver {input.solver} "
-        f"{CONDITIONS_FLAG}> {{log}} 2>&1"
+        f"{CONDITIONS_FLAG}{PROBE_FLAG}> {{log}} 2>&1"
 
 
 rule publish_report:

@@ -5,7 +5,7 @@ def _arm_files(*patterns):
 
 
 STAGES = [
-    {"": [*DATASETS, CONFIG_JSON]},
+    {"": [*DATASETS, CONFIG_JSON, *PROBE_RECORD]},
     {"": [f"{R}/bench/bench.json", SOLVER[0], f"{R}/checks/gradients.json"],
      **_arm_files("{R}/models/{arm}/model.json", "{R}/models/{arm}/model.keras")},
     {"": [f"{R}/checks/{item}.json" for item in ("accuracy", "convergence", "speedup")],

@@ -90,6 +90,42 @@ rule import_data:
         "--gridsize {params.gridsize} --n {params.n} --reduce {params.reduce} --out {output} > {log} 2>&1"
 
 
+rule refine_probe:
+    # Measured data (config data.probe: refine): the solver refines the file's probe estimate on
+    # the training split (object and probe together, from a flat object) and writes both splits
+    # again with it, so that the PINN trains, and everything is scored, with the solver's probe.
+    # Everything waits for it: all cores, in the solver's mode.
+    input:
+        train=f"{DATA_DIR['import_data']}/train.h5",
+        test=f"{DATA_DIR['import_data']}/test.h5",
+        parent=PARENT,
+    output:
+        train=f"{DATA_DIR['refine_probe']}/train.h5",
+        test=f"{DATA_DIR['refine_probe']}/test.h5",
+        record=PROBE_RECORD[0] if REFINE else f"{R}/data/unrefined/probe.json",
+    log:
+        f"{R}/logs/refine_probe.log",
+    benchmark:
+        f"{R}/benchmarks/refine_probe.tsv"
+    threads: all_cores()
+    resources:
+        tf_threads=tf_threads,
+        mem_mb=4000,
+        runtime=30,
+    params:
+        ptycho=PTYCHO,
+        mode=WARM_MODE,
+        flags=flags("solver"),
+        track=tracking("refine_probe"),
+        **rerun_params("refine_probe"),
+    conda:
+        "../envs/ptycho.yaml"
+    shell:
+        "{params.ptycho} {params.track} --threads {resources.tf_threads} refine-probe --dataset {input.train} "
+        "--write {input.train}={output.train} --write {input.test}={output.test} --mode {params.mode} "
+        "{params.flags} --out {output.record} > {log} 2>&1"
+
+
 rule export_cxi:
     # The field's file format: each split as CXI 1.6 in physical units (config: cxi),
     # for ptychodus and other CXI readers. Nothing downstream reads it.

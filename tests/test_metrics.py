@@ -12,6 +12,7 @@ from scipy.ndimage import fourier_shift, gaussian_filter
 from ptycho.analysis.frc import frc, frc_resolution
 from ptycho.analysis.metrics import (
     amplitude_scale,
+    probe_error,
     register,
     remove_phase_plane,
     score,
@@ -370,3 +371,18 @@ def test_a_dip_of_two_rings_below_the_half_bit_curve_is_no_crossing():
     assert crossing(freq, dip, threshold) == pytest.approx(0.3 + (0.4 / 0.6) * 0.05)
     assert crossing(freq, np.ones(10), threshold) == 0.5
     assert crossing(freq, np.array([1, 0.1, 0.1, 0.1, 1, 1, 1, 1, 1, 1]), threshold) == pytest.approx(0.05)
+
+
+def test_probe_error_is_zero_up_to_what_the_data_cannot_fix_and_large_for_another_probe():
+    y, x = np.mgrid[-16:16, -16:16]
+    r2 = (x**2 + y**2) / 8.0**2
+    probe = np.exp(-r2) * np.exp(1j * 2.0 * r2)  # a defocused Gaussian
+    assert probe_error(probe, probe) == pytest.approx(0.0, abs=1e-9)
+    # A complex factor and a linear phase: the object takes them up, so they are no error.
+    assert probe_error(0.3j * probe * np.exp(1j * (0.2 * x - 0.1 * y)), probe) == pytest.approx(0.0, abs=1e-6)
+    # The same beam without its curvature, and an unrelated beam, are far.
+    assert probe_error(np.exp(-r2) + 0j, probe) > 0.4
+    other = np.exp(-((x - 6) ** 2 + y**2) / 4.0**2) * np.exp(-3j * r2)
+    assert probe_error(other, probe) > 0.9
+    with pytest.raises(ValueError, match="cannot be compared"):
+        probe_error(probe[:8], probe)

@@ -360,6 +360,14 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
         "Data: your own files, train scan.cxi, test scan.cxi (no ground truth: measured data, nothing scored "
         "against a truth)."
     )
+    refined = {"patterns": 516, "iterations": 200, "probe_change": 0.663, "misfit_given_probe": 20.68}
+    report["probe"] = {**refined, "misfit_refined_probe": 1.913, "mode": "physics"}
+    assert views.data_sentence(report).endswith(
+        "against a truth). Probe: the file's estimate refined by the solver on the training split (516 patterns, "
+        "200 iterations): it moved 66% (relative, up to phase and scale), and the solver's data misfit fell from "
+        "20.7 with the given probe to 1.91; every arm trained, and every reconstruction was scored, with it."
+    )
+    del report["probe"]
     titles = [title for title, _, _ in tables({"items": {"quality": record}})]
     assert titles[0].startswith("Per arm: no ground truth (measured data), so no scores; the data misfit")
     assert len(titles) == 3  # misfits and resolutions, each arm against its reference, the comparisons
@@ -496,6 +504,12 @@ def test_measured_data_from_cxi_to_a_report_with_the_arms_compared(tmp_path):
     assert sorted(p.name for p in (r / "logs" / "import_data").iterdir()) == ["test.log", "train.log"]
     assert sorted(p.name for p in (r / "data").iterdir() if p.is_file()) == ["test.h5", "train.h5"]
     assert read_attributes(r / "data" / "test.h5")["ground_truth"] is False
+    # The probe refined by the solver first (data.probe: refine), both splits written with it.
+    refined = json.loads((r / "solver" / "probe.json").read_text())
+    assert refined["misfit_refined_probe"] <= refined["misfit_given_probe"] and refined["iterations"] == 30
+    for split in ("train", "test"):
+        provenance = json.loads(read_attributes(r / "data" / f"{split}.h5")["config"])["probe_refined"]
+        assert provenance["source_digest"] == read_attributes(r / "data" / "imported" / "train.h5")["digest"]
     for arm in ("pinn-off-s0", "pinn-jit-s0"):
         scored = json.loads((r / "metrics" / f"{arm}.json").read_text())
         assert scored["ground_truth"] is False and {"data_misfit", "phase_half_frc_mean"} <= set(scored["mean"])
@@ -545,6 +559,8 @@ def test_measured_data_from_cxi_to_a_report_with_the_arms_compared(tmp_path):
     assert jit["amp_ssim_vs_reference"] == pytest.approx(amp) and jit["data_misfit"] > 0
     imports = client.search_runs([experiment.experiment_id], "tags.rule = 'import_data'", max_results=10)
     assert sorted(x.data.tags["split"] for x in imports) == ["test", "train"]
+    (refine,) = client.search_runs([experiment.experiment_id], "tags.rule = 'refine_probe'", max_results=10)
+    assert refine.data.metrics["probe_change"] == pytest.approx(refined["probe_change"])
 
 
 @pytest.mark.slow
@@ -570,6 +586,10 @@ def test_the_real_siemens_star_runs_the_study_to_a_report(tmp_path):
     attrs = read_attributes(r / "data" / "train.h5")
     provenance = json.loads(attrs["config"])
     assert attrs["ground_truth"] is False and provenance["format"] == "tike"
+    # The star's probe estimate refined first: the counts explained better with the solver's probe.
+    refined = json.loads((r / "solver" / "probe.json").read_text())
+    assert provenance["probe_refined"]["probe_change"] == pytest.approx(refined["probe_change"])
+    assert refined["misfit_refined_probe"] < refined["misfit_given_probe"]
     assert provenance["reduced"]["by"] == "crop" and (provenance["reduced"]["from"], provenance["reduced"]["to"]) == (
         128,
         64,
@@ -646,5 +666,6 @@ def test_the_siemens_preset_plans_the_study_on_the_measured_star(tmp_path):
     assert plan.returncode == 0, plan.stderr[-3000:]
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
     assert jobs["import_data"] == "2" and "simulate" not in jobs and "condition" not in " ".join(jobs)
+    assert jobs["refine_probe"] == "1"  # the star's probe estimate refined by the solver first
     assert "results/siemens/models/baseline" not in plan.stdout
     assert re.search(r"results/siemens/models/pinn-physics-\S+-s2/model.json", plan.stdout), plan.stdout[-2000:]

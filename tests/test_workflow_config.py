@@ -560,7 +560,7 @@ def test_data_keys_without_files_are_no_data_of_the_users_own(base):
     from ptycho.study.report import data_sentence
 
     cfg = resolve(base, {})
-    assert cfg["data"] == {"n": 0, "reduce": "crop"} and data_files(cfg) == {}
+    assert cfg["data"] == {"n": 0, "reduce": "crop", "probe": "refine"} and data_files(cfg) == {}
     assert conditions.checked(cfg) and conditions.skipped_words(cfg) == ""
     assert data_sentence({"config": cfg, "items": {"quality": {"evidence": {}}}}) == ""
     own = resolve(base, {"data": {"train": "a.cxi", "test": "a.cxi"}})

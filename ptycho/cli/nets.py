@@ -223,6 +223,37 @@ def cmd_solve(args: argparse.Namespace, live: Live) -> JobRecord:
 
 
 @command(
+    "refine-probe",
+    "refine a measured scan's probe with the iterative solver (object and probe together) and write the splits "
+    "again with it (the workflow's refine_probe rule: config data.probe)",
+    arg("--dataset", required=True, help="the dataset whose patterns refine the probe (the training split)"),
+    arg(
+        "--write",
+        action="append",
+        required=True,
+        metavar="DATASET=OUT",
+        help="write DATASET again as OUT with the refined probe (repeatable; the --dataset itself too)",
+    ),
+    arg("--out", required=True, output=True, help="record (.json): the probe's change, misfit given and refined"),
+    arg("--mode", type=mode, default=REFERENCE, help=f"the solver's XLA mode (default: {REFERENCE})"),
+    arg("--config", help="YAML file whose 'solver' section gives the settings (flags override it)"),
+    config_flags(SolverConfig, "solver_"),
+    tensorflow=True,
+)
+def cmd_refine_probe(args: argparse.Namespace, live: Live) -> JobRecord:
+    from ptycho.study.probe import refine_probe
+
+    cfg = config_section(args, SolverConfig, "solver_", "solver")
+    targets = pairs(args.write, "--write")
+    for path in targets:
+        if not Path(path).is_file():
+            raise ConfigError(f"--write {path}=...: no such file; give a dataset (.h5) of the study")
+    if len(set(targets.values())) != len(targets) or set(targets.values()) & set(targets):
+        raise ConfigError("--write: each dataset needs its own OUT, none of them an input; name new files")
+    return refine_probe(args.dataset, list(targets.items()), args.out, cfg=cfg, mode=args.mode)
+
+
+@command(
     "calibrate",
     "time a few steps of every arm a study plans, for its estimate (the workflow runs this once per machine and config)",
     arg("--config-json", required=True, help="the resolved study configuration, a JSON object"),

@@ -353,6 +353,7 @@ def cmd_figures(args: argparse.Namespace, live: Live) -> JobRecord:
         nargs="*",
         help="the conditions' records: <condition>/check.json ('ptycho condition') and <condition>/solve.json",
     ),
+    arg("--probe", help="'ptycho refine-probe' record: measured data's probe, refined by the solver"),
 )
 def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.artifacts import read_json
@@ -370,6 +371,7 @@ def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
         parent,
         solver=args.solver or (),
         conditions=args.conditions or (),
+        probe=args.probe,
     )
 
 

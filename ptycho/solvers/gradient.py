@@ -25,6 +25,19 @@ The solver stops when a step would change the object by less than ``tolerance``
 (relative, in the L2 norm), without applying it, or after ``iterations`` steps: a start
 that is already the solution takes zero iterations.
 
+**Probe refinement** (:meth:`Solver.refine`, for measured data, whose probe is only an
+estimate): the probe ``P`` becomes a second unknown of the same likelihood, stepped
+jointly with the object, preconditioned by the object's power the way the object is
+by the probe's, ``step_P / (4 sum_k |O_k|^2 + floor)``, after :data:`PROBE_START`
+iterations of the object alone (a flat object explains nothing yet, and a probe
+stepped against it would take up the object's structure). The data fix only the
+product ``P O_k``: ``(c P, O / c)`` fits them as well for any complex ``c``. So after
+every step the pair is put back into one gauge: the probe keeps its starting total
+power and its phase at its overlap with the starting probe, and the object carries the
+global scale and phase (which the scores remove: amplitude scale, phase offset and
+ramp, docs/physics.md). A shift of the probe against the object is the other such
+freedom; the overlap phase pins it only loosely, and nothing here re-centres the probe.
+
 The whole iteration runs under one XLA mode (:mod:`ptycho.nets.xla`): ``off`` as a
 TensorFlow graph with the reference translation, ``jit`` as one compiled function,
 ``auto`` auto-clustered, ``physics`` with the likelihood and its gradient compiled (in
@@ -47,6 +60,11 @@ ENGINE = "apg"
 
 
 _SOLVER = defaults("solver")
+#: Iterations of the object alone before :meth:`Solver.refine` moves the probe too.
+PROBE_START = 10
+#: The probe's step, a fraction of its textbook ``1/(4 sum_k |O_k|^2)``: a joint step of
+#: both factors at 1 each doubles the curvature along ``(O, P) -> (O, P)(1 + e)``.
+PROBE_STEP = 0.5
 
 
 @dataclass(frozen=True)
@@ -122,6 +140,19 @@ def problems(ds) -> list[Problem]:
     return out
 
 
+def joint_problem(ds) -> Problem:
+    """Every object of a dataset as one :class:`Problem` (the objects side by side, each
+    scan moved with its object): what refines one probe from all the patterns of a
+    dataset, whose objects are seen through the same beam. Its ``region`` is the whole."""
+    probs = problems(ds)
+    if len(probs) == 1:
+        return probs[0]
+    h, w = probs[0].shape
+    positions = np.concatenate([p.positions + [m * w, 0.0] for m, p in enumerate(probs)])
+    counts = np.concatenate([p.counts for p in probs])
+    return Problem(counts, probs[0].probe, positions, (h, w * len(probs)), (0, 0, w * len(probs), h))
+
+
 def windows(positions: np.ndarray, n: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Top-left corners ``[x0, y0]`` of each pattern's ``n x n`` patch (at the rounded
     position) and the sub-pixel remainders ``position - round(position)``.
@@ -191,6 +222,7 @@ class Iteration:
     seconds: float
     restart: bool = False
     obj: Any = field(default=None, repr=False)  #: the object after the step (a tensor)
+    probe: Any = field(default=None, repr=False)  #: the probe after the step (refine only; scale included)
 
 
 @dataclass
@@ -251,14 +283,15 @@ class Solver:
             patches = crop_centre(translate(patches, self._frac, xla=xla_translation(self.mode)), self.problem.n)
         return patches
 
-    def _exit_waves(self, obj):
-        return self._patches(obj) * self._probe[None, :, :, None]
+    def _exit_waves(self, obj, probe=None):
+        probe = self._probe if probe is None else probe
+        return self._patches(obj) * probe[None, :, :, None]
 
-    def _nll(self, obj):
+    def _nll(self, obj, probe=None):
         from ptycho.physics.forward_tf import diffraction_amplitude, poisson_nll
 
         tf = self._tf
-        amp = tf.cast(diffraction_amplitude(self._exit_waves(obj)), tf.float64)  # float64: the sum spans 1e13
+        amp = tf.cast(diffraction_amplitude(self._exit_waves(obj, probe)), tf.float64)  # float64: the sum spans 1e13
         return tf.reduce_sum(poisson_nll(amp, self._counts, self.problem.eps))
 
     def _nll_and_gradient(self, obj):
@@ -281,11 +314,91 @@ class Solver:
         previous = tf.where(restart, tf.constant(np.inf, tf.float64), nll)
         return obj + velocity, velocity, nll, previous, tf.cast(step_norm, tf.float64), restart
 
-    # -- driving ---------------------------------------------------------------------
-    def misfit(self, obj) -> float:
-        """NLL per measured pixel above the saturated model's (~0.5 at the noise level)."""
+    # -- the probe as a second unknown (refine) ------------------------------------------
+    def _joint_nll_and_gradients(self, obj, probe):
         tf = self._tf
-        return (float(self._nll(tf.constant(obj, tf.complex64))) - self._saturated) / self._pixels
+        with tf.GradientTape() as tape:
+            tape.watch([obj, probe])
+            patches = self._patches(obj)
+            nll = self._nll(obj, probe)
+        grad_obj, grad_probe = tape.gradient(nll, [obj, probe])
+        # The probe's curvature: the object's power over the patterns (as the object's is the probe's).
+        power = tf.reduce_sum(tf.square(tf.abs(patches[..., 0])), axis=0)
+        return nll, grad_obj, grad_probe, power
+
+    def _illumination(self, probe):
+        """``I(r)`` of ``probe`` on the padded object grid, as a flat vector (the windows' scatter)."""
+        tf = self._tf
+        win = int(self._index.shape[-1])
+        pad = (win - self.problem.n) // 2
+        power = tf.pad(tf.square(tf.abs(probe)), [[pad, win - self.problem.n - pad]] * 2)
+        tiles = tf.broadcast_to(power[None], self._index.shape)
+        size = (self.problem.shape[0] + 2) * (self.problem.shape[1] + 2)
+        return tf.math.unsorted_segment_sum(tf.reshape(tiles, [-1]), tf.reshape(self._index, [-1]), size)
+
+    def _joint_update(self, obj, probe, v_obj, v_probe, previous, rate):
+        tf = self._tf
+        m = tf.constant(self.cfg.momentum, tf.complex64)
+        look_obj, look_probe = obj + m * v_obj, probe + m * v_probe
+        nll, g_obj, g_probe, power = self._joint_value_and_gradients(look_obj, look_probe)
+        h, w = self.problem.shape
+        illum = tf.reshape(self._illumination(look_probe), [h + 2, w + 2])[1:-1, 1:-1]
+        pre_obj = self.cfg.step / (4.0 * illum + self.cfg.floor * 4.0 * tf.reduce_max(illum))
+        pre_probe = rate * PROBE_STEP / (4.0 * power + self.cfg.floor * 4.0 * tf.reduce_max(power))
+        c_obj = m * v_obj - tf.cast(pre_obj, tf.complex64) * g_obj
+        c_probe = m * v_probe - tf.cast(pre_probe, tf.complex64) * g_probe
+        step_norm = tf.norm(tf.abs(c_obj)) / tf.maximum(tf.norm(tf.abs(obj)), 1e-30)
+        restart = nll > previous
+        v_obj = tf.where(restart, tf.zeros_like(c_obj), c_obj)
+        v_probe = tf.where(restart, tf.zeros_like(c_probe), c_probe)
+        previous = tf.where(restart, tf.constant(np.inf, tf.float64), nll)
+        obj, probe = obj + v_obj, probe + v_probe
+        # The gauge: the probe keeps the start's power and its phase at the overlap with it.
+        overlap = tf.reduce_sum(tf.math.conj(self._probe) * probe)
+        scale = tf.sqrt(tf.reduce_sum(tf.square(tf.abs(self._probe))) / tf.reduce_sum(tf.square(tf.abs(probe))))
+        g = tf.cast(scale, tf.complex64) * tf.math.conj(overlap) / tf.cast(tf.abs(overlap), tf.complex64)
+        return obj / g, probe * g, v_obj / g, v_probe * g, nll, previous, tf.cast(step_norm, tf.float64), restart
+
+    def refine(self, start: np.ndarray | None = None, iterations: int | None = None, probe_start: int = PROBE_START):
+        """Object and probe together from ``start`` (default :func:`flat_start`) and the
+        problem's probe: like :meth:`iterate`, one :class:`Iteration` per step (with its
+        ``probe``), the probe still for the first ``probe_start`` steps. Stops at the
+        tolerance (on the object's step, once the probe moves) or the budget; returns
+        why."""
+        tf = self._tf
+        if "_joint_step" not in self.__dict__:
+            from ptycho.nets.xla import compile_physics, compile_step
+
+            self._joint_value_and_gradients = compile_physics(
+                self._joint_nll_and_gradients, self.mode, name="solver's likelihood, probe too"
+            )
+            self._joint_step = compile_step(self._joint_update, self.mode, name="solver iteration, probe too")
+        budget = self.cfg.iterations if iterations is None else iterations
+        obj = tf.constant(flat_start(self.problem) if start is None else start, tf.complex64)
+        probe = self._probe
+        v_obj, v_probe = tf.zeros_like(obj), tf.zeros_like(probe)
+        previous = tf.constant(np.inf, tf.float64)
+        for number in range(1, budget + 1):
+            moving = number > probe_start
+            rate = tf.constant(1.0 if moving else 0.0, tf.float32)
+            t0 = time.perf_counter()
+            out = self._joint_step(obj, probe, v_obj, v_probe, previous, rate)
+            relative = float(out[6])
+            seconds = time.perf_counter() - t0
+            if moving and relative < self.cfg.tolerance and not bool(out[7]):
+                return "tolerance"
+            obj, probe, v_obj, v_probe, nll, previous = out[:6]
+            misfit = (float(nll) - self._saturated) / self._pixels
+            yield Iteration(number, misfit, relative, seconds, bool(out[7]), obj, probe)
+        return "budget"
+
+    # -- driving ---------------------------------------------------------------------
+    def misfit(self, obj, probe=None) -> float:
+        """NLL per measured pixel above the saturated model's (~0.5 at the noise level);
+        with ``probe`` (scale included), under that probe instead of the problem's."""
+        tf = self._tf
+        probe = None if probe is None else tf.constant(probe, tf.complex64)
+        return (float(self._nll(tf.constant(obj, tf.complex64), probe)) - self._saturated) / self._pixels
 
     def rescaled(self, obj: np.ndarray) -> np.ndarray:
         """``obj`` times the real factor that makes it predict the measured total count."""

@@ -599,9 +599,11 @@ def report(
     parent: Mapping[str, str],
     solver: Sequence[str] = (),
     conditions: Sequence[str] = (),
+    probe: str | None = None,
 ) -> JobRecord:
     """The validation report (JSON, Markdown, HTML) from the checklist and every arm's
-    results, the solver's records and the conditions' (:mod:`ptycho.study.conditions`)."""
+    results, the solver's records and the conditions' (:mod:`ptycho.study.conditions`);
+    ``probe``, the record of measured data's probe refinement (:mod:`ptycho.study.probe`)."""
     from ptycho.artifacts import read_json
     from ptycho.nets.state import timing_summary
     from ptycho.study import checklist, conditions_view, solver_view
@@ -657,7 +659,14 @@ def report(
     gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
     solved = solver_view.load(solver, arms)
     checked = conditions_view.load(conditions, config)
-    result = views.build(items, arms, config, machine_info(gpus), tuple(figures), cost, provenance, solved, checked)
+    refined = None
+    if probe:
+        from ptycho.study.probe import summary
+
+        refined = summary(read_json(probe, producer="refine_probe"))
+    result = views.build(
+        items, arms, config, machine_info(gpus), tuple(figures), cost, provenance, solved, checked, probe=refined
+    )
     paths = views.write(result, out_dir, figures)
     artifacts = [(str(p), "report") for p in paths.values()]
     others = answers(result)

@@ -34,6 +34,7 @@ def build(
     provenance: Mapping | None = None,
     solver: Mapping | None = None,
     conditions: Sequence[Mapping] = (),
+    probe: Mapping | None = None,
 ) -> dict:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
     ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
@@ -41,7 +42,8 @@ def build(
     from ``config``), shown in the views' first lines; ``solver`` is
     :func:`ptycho.study.solver_view.summarise` of the conventional solver's records;
     ``conditions`` the rows of :func:`ptycho.study.conditions_view.load` (a condition's
-    accuracy or gradients FAIL fails the verdict)."""
+    accuracy or gradients FAIL fails the verdict); ``probe`` the summary of measured
+    data's probe refinement (:func:`ptycho.study.probe.summary`)."""
     names = checklist.names()
     missing = [name for name in names if name not in items]
     if missing:
@@ -67,6 +69,7 @@ def build(
         "provenance": {"preset": config.get("preset", ""), **dict(provenance or {})},
         **({"solver": dict(solver)} if solver else {}),
         **({"conditions": [dict(row) for row in conditions]} if conditions else {}),
+        **({"probe": dict(probe)} if probe else {}),
         "generated_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -322,9 +325,19 @@ def data_sentence(report: Mapping) -> str:
     if not data:
         return ""
     truth = report["items"]["quality"]["evidence"].get("ground_truth", True)
+    probe = report.get("probe")
+    refined = (
+        f" Probe: the file's estimate refined by the solver on the training split ({probe['patterns']} patterns, "
+        f"{probe['iterations']} iterations): it moved {probe['probe_change']:.0%} (relative, up to phase and scale), "
+        f"and the solver's data misfit fell from {probe['misfit_given_probe']:.3g} with the given probe to "
+        f"{probe['misfit_refined_probe']:.3g}; every arm trained, and every reconstruction was scored, with it."
+        if probe
+        else ""
+    )
     return (
         f"Data: your own files, train {data.get('train')}, test {data.get('test')} "
         f"({'with a ground truth' if truth else 'no ground truth: measured data, nothing scored against a truth'})."
+        + refined
     )
 
 
