@@ -157,8 +157,8 @@ def headline(solver: Mapping) -> str:
     target = best["target"]
     if not solver.get("ground_truth", True):
         return (
-            f"The iterative solver ({solver['engine']}, probe known, flat start) reconstructs the measured data (no "
-            f"ground truth, so no scores) to a data misfit of {_f(best['final'][MISFIT], 4)} after "
+            f"The iterative solver ({solver['engine']}, the dataset's probe held fixed, flat start) reconstructs the "
+            f"measured data (no ground truth, so no scores) to a data misfit of {_f(best['final'][MISFIT], 4)} after "
             f"{best['iterations']:.0f} iterations ({best['seconds_per_object']:.1f} s per object; 0.5 is the noise "
             f"level){_half_words(solver)}{_xla_words(solver)}"
         )
