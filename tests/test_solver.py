@@ -124,8 +124,8 @@ REFINE_SCAN = SimulationConfig(
 )
 #: What the refinement is held to (relative L2 over the illuminated pixels, up to a complex
 #: factor and a phase plane: :func:`ptycho.analysis.metrics.probe_error`). From a start
-#: 0.44 away it reaches about 0.10 at 100 iterations and drifts to 0.13 at 300 while the
-#: misfit still falls, along what the data constrain least (the dim rim).
+#: 0.44 away it reaches about 0.10 at 100 iterations and drifts to 0.11-0.13 at 200-300
+#: while the misfit still falls, along what the data constrain least (the dim rim).
 PROBE_TOLERANCE = 0.15
 
 
@@ -166,9 +166,14 @@ def test_probe_refinement_recovers_the_true_probe_from_a_wrong_start(jittered):
     assert its[-1].misfit < 0.1
     fixed = Solver(wrong, "off", cfg).solve()
     assert fixed.iterations[-1].misfit > 10.0
-    refined_scores = score_all([crop(wrong, its[-1].obj.numpy())], [ds.ground_truth(0)])["mean"]
-    fixed_scores = score_all([crop(wrong, fixed.obj)], [ds.ground_truth(0)])["mean"]
-    assert refined_scores["amp_ssim"] >= 0.98 and refined_scores["phase_ssim"] >= 0.98
+    known = Solver(problem, "off", cfg).solve()  # the true probe given: the ceiling at this budget
+    refined_scores, fixed_scores, known_scores = (
+        score_all([crop(wrong, obj)], [ds.ground_truth(0)])["mean"]
+        for obj in (its[-1].obj.numpy(), fixed.obj, known.obj)
+    )
+    # The refinement from the wrong probe reaches what the true probe gives, within 0.01.
+    for key in ("amp_ssim", "phase_ssim"):
+        assert refined_scores[key] >= known_scores[key] - 0.01 and known_scores[key] >= 0.98
     assert fixed_scores["amp_ssim"] < 0.5 and fixed_scores["phase_ssim"] < 0.5
 
 

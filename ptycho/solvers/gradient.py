@@ -315,6 +315,19 @@ class Solver:
         return obj + velocity, velocity, nll, previous, tf.cast(step_norm, tf.float64), restart
 
     # -- the probe as a second unknown (refine) ------------------------------------------
+    @cached_property
+    def _joint_value_and_gradients(self):
+        from ptycho.nets.xla import compile_physics
+
+        return compile_physics(self._joint_nll_and_gradients, self.mode, name="solver's likelihood, probe too")
+
+    @cached_property
+    def _joint_step(self):
+        """The iteration with the probe too: compiled on a refinement's first step, once."""
+        from ptycho.nets.xla import compile_step
+
+        return compile_step(self._joint_update, self.mode, name="solver iteration, probe too")
+
     def _joint_nll_and_gradients(self, obj, probe):
         tf = self._tf
         with tf.GradientTape() as tape:
@@ -366,13 +379,6 @@ class Solver:
         tolerance (on the object's step, once the probe moves) or the budget; returns
         why."""
         tf = self._tf
-        if "_joint_step" not in self.__dict__:
-            from ptycho.nets.xla import compile_physics, compile_step
-
-            self._joint_value_and_gradients = compile_physics(
-                self._joint_nll_and_gradients, self.mode, name="solver's likelihood, probe too"
-            )
-            self._joint_step = compile_step(self._joint_update, self.mode, name="solver iteration, probe too")
         budget = self.cfg.iterations if iterations is None else iterations
         obj = tf.constant(flat_start(self.problem) if start is None else start, tf.complex64)
         probe = self._probe
@@ -448,16 +454,20 @@ class Solver:
     def solve(self, start: np.ndarray | None = None, iterations: int | None = None) -> Result:
         """Compile, then iterate to the tolerance or the budget."""
         compile_s = self.compile()
-        gen = self.iterate(start, iterations)
-        done: list[Iteration] = []
-        while True:
-            try:
-                done.append(next(gen))
-            except StopIteration as stop:
-                stopped = stop.value
-                break
+        done, stopped = drained(self.iterate(start, iterations))
         obj = done[-1].obj.numpy() if done else np.asarray(flat_start(self.problem) if start is None else start)
         return Result(obj.astype(np.complex64), done, compile_s, stopped)
+
+
+def drained(steps) -> tuple[list[Iteration], str]:
+    """Every :class:`Iteration` of a run (:meth:`Solver.iterate`, :meth:`Solver.refine`)
+    and why it ended (the generator's return value)."""
+    done: list[Iteration] = []
+    while True:
+        try:
+            done.append(next(steps))
+        except StopIteration as stop:
+            return done, stop.value
 
 
 def crop(problem: Problem, obj: np.ndarray) -> np.ndarray:

@@ -47,7 +47,7 @@ def refine_probe(source: str, targets: Sequence[tuple[str, str]], out: str, *, c
     from ptycho.analysis.metrics import probe_error
     from ptycho.artifacts import write_json
     from ptycho.data.dataset import read_dataset, write_dataset
-    from ptycho.solvers.gradient import ENGINE, PROBE_START, Solver, joint_problem
+    from ptycho.solvers.gradient import ENGINE, PROBE_START, Solver, drained, joint_problem
 
     if cfg.iterations <= PROBE_START:
         raise PtychoError(
@@ -68,16 +68,8 @@ def refine_probe(source: str, targets: Sequence[tuple[str, str]], out: str, *, c
             )
     start = time.perf_counter()
     solver = Solver(problem, mode, cfg)
-    compile_s = solver.compile()
-    given = solver.solve()  # the given probe held fixed: what the refinement is measured against
-    its = []
-    gen = solver.refine()
-    while True:
-        try:
-            its.append(next(gen))
-        except StopIteration as stop:
-            stopped = stop.value
-            break
+    given = solver.solve()  # the given probe held fixed (compiled first): what the refinement is measured against
+    its, stopped = drained(solver.refine())
     refined = its[-1].probe.numpy().astype(np.complex128)
     stored = (refined / ds.scale).astype(np.complex64)
     change = probe_error(refined, problem.probe)
@@ -90,7 +82,7 @@ def refine_probe(source: str, targets: Sequence[tuple[str, str]], out: str, *, c
         "probe_start": PROBE_START,
         "iterations": len(its),
         "stopped": stopped,
-        "compile_s": compile_s,
+        "compile_s": given.compile_seconds,
         "seconds": time.perf_counter() - start,
         "misfit": [it.misfit for it in its],
         "misfit_given_probe": given.iterations[-1].misfit if given.iterations else solver.misfit(given.obj),
