@@ -92,7 +92,7 @@ onstart:
     if workflow.local_exec and (TOO_LITTLE := address_space_error(CFG)):
         sys.stderr.write(f"ptycho workflow: error: {TOO_LITTLE}\n")
         raise SystemExit(2)
-    # Each training records the schedule it ran in (workflow.AT_ONCE_ENV): through the
+    # Each training records the schedule it ran in (schedule.AT_ONCE_ENV): through the
     # environment, not a param, so that a rerun with another --cores trains nothing again;
     # set here, where the executor is known (at parse time a cluster run looks local), and
     # inherited by every job, local or submitted.

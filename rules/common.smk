@@ -16,8 +16,9 @@ from ptycho.study import checklist, run_lock
 from ptycho.study.bench.machine import hardware, hardware_environment
 from ptycho.study.conditions import checked as checked_conditions, skipped_words as skipped_conditions
 from ptycho.study.data_files import data_files
-from ptycho.study.workflow import (AT_ONCE_ENV, address_space_error, arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, concurrent_jobs, declared_threads, disk_bytes, disk_lines, holes, job_memory,
-                                   job_threads, parse_time_checks, precision_warnings, report_folder, section_for, solver_mode, usable_cores, warm_arms)
+from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, precision_warnings, section_for, solver_mode, warm_arms)
+from ptycho.study.preflight import (address_space_error, disk_bytes, disk_lines, holes, job_memory, parse_time_checks, report_folder)
+from ptycho.study.schedule import (AT_ONCE_ENV, concurrent_jobs, declared_threads, job_threads, usable_cores)
 from ptycho.tracking import config_hash
 
 
@@ -120,7 +121,7 @@ QUALITY_STITCHED_FLAG = "--stitched {input.stitched} " if DATA else ""
 # Convergence and quality ask "not worse" (one-sided) unless the config asks "the same" (two-sided).
 TWO_SIDED = "--two-sided " if CFG["thresholds"]["two_sided"] else ""
 # One report per preset and results folder: a smoke try never overwrites the default
-# study's report, nor a second results folder the first one's (workflow.report_folder).
+# study's report, nor a second results folder the first one's (preflight.report_folder).
 REPORT_DIR = report_folder(CFG)
 REPORTS = expand(f"{REPORT_DIR}/validation.{{ext}}", ext=["json", "md", "html"])
 
@@ -151,7 +152,7 @@ MACHINE_CORES = usable_cores()
 
 
 def cpus(n):
-    """The threads a job that uses ``n`` CPUs declares (ptycho.study.workflow.declared_threads):
+    """The threads a job that uses ``n`` CPUs declares (ptycho.study.schedule.declared_threads):
     scaled so that Snakemake, which sums declared threads against --cores, never runs
     more threads than this machine has, whatever --cores says. On a cluster the
     scheduler gives each job its own CPUs: the figure is then ``n`` (or set-threads)."""

@@ -1,5 +1,5 @@
 # A rerun checks what the report stands on: an output lost while results made from it
-# remain (a killed forced job) is made again, with what depends on it (workflow.holes).
+# remain (a killed forced job) is made again, with what depends on it (preflight.holes).
 def _arm_files(*patterns):
     return {arm: [p.format(R=R, arm=arm) for p in patterns] for arm in ARMS}
 

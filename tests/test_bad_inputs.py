@@ -14,7 +14,7 @@ really produce.
 
 Dataset rows reuse the corruptions of ``conftest.CORRUPTIONS`` (already checked through
 ``ptycho inspect``) on commands that write outputs. Config rows run
-``ptycho.study.workflow.parse_time_checks``, the very function ``rules/common.smk`` runs while
+``ptycho.study.preflight.parse_time_checks``, the very function ``rules/common.smk`` runs while
 Snakemake parses the workflow, in-process (milliseconds); rows marked ``snakemake`` run
 the real thing (seconds) where only that shows the behaviour.
 """
@@ -1520,7 +1520,7 @@ def _call(row: Row, d: Path, env: dict) -> tuple[int, str]:
         return int(code), err.getvalue()
     if row.via == "workflow":
         from ptycho.errors import PtychoError
-        from ptycho.study.workflow import parse_time_checks
+        from ptycho.study.preflight import parse_time_checks
 
         base = yaml.safe_load((ROOT / "config.yaml").read_text())
         with _environment(d, env):

@@ -15,12 +15,13 @@ import pytest
 
 from ptycho.study import checklist, report
 from ptycho.study.checklist import Figure, Inputs, Item, verdict
+from ptycho.study.results import StudyResults
 
 
 def _collect(inputs: Inputs, threshold: float) -> dict:
     """A toy item: the number of metrics files given, at most ``threshold``."""
-    n = len(inputs.metrics)
-    return verdict("tidiness", float(n), threshold, "<=", f"{n} metrics files", {"files": list(inputs.metrics)})
+    n = len(inputs.results.metrics)
+    return verdict("tidiness", float(n), threshold, "<=", f"{n} metrics files", {"files": list(inputs.results.metrics)})
 
 
 def _tables(rep):
@@ -79,7 +80,7 @@ def test_an_item_registered_from_a_test_module_is_checked_judged_and_reported(ti
 
     assert checklist.names()[-1] == "tidiness" and checklist.get("tidiness") is tidiness
     out = tmp_path / "tidiness.json"
-    record = jobs.check("tidiness", 1.0, str(out), metrics=["a.json", "b.json"])
+    record = jobs.check("tidiness", 1.0, str(out), results=StudyResults(metrics=["a.json", "b.json"]))
     assert json.loads(out.read_text())["status"] == "FAIL" and "tidiness: FAIL" in record.summary
 
     items = _passing_items()

@@ -217,7 +217,7 @@ def test_a_dry_run_says_the_precision_and_the_estimate_before_any_job(
     from ptycho.nets.precision import Hardware as HW
     from ptycho.study.bench.machine import machine_info
     from ptycho.study.estimate import calibration_path
-    from ptycho.study.workflow import concurrent_jobs, usable_cores
+    from ptycho.study.schedule import concurrent_jobs, usable_cores
 
     env = {
         "PTYCHO_CPU_FLAGS": flags,

@@ -287,7 +287,7 @@ def test_a_training_records_the_schedule_the_workflow_ran_it_in(tmp_path, train_
     """The report's training table said 'one at a time' after a rerun with --cores 1 of
     trainings that had run two at once: each training now records its own schedule, from
     the workflow's environment (not a param: a rerun with another --cores trains nothing)."""
-    from ptycho.study.workflow import AT_ONCE_ENV
+    from ptycho.study.schedule import AT_ONCE_ENV
 
     out = tmp_path / "model"
     args = (

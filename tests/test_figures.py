@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from ptycho.study import solver_view
 from ptycho.study.arms import Arm
 from ptycho.study.figures import curves, images, quality, style, timing
 
@@ -774,21 +775,21 @@ def _meta(name, losses):
 
 
 def _inputs(tmp_path, *, stitched=(), metrics=(), model_jsons=(), bench="bench.json", **kw):
-    from ptycho.study.figures.inputs import FigureInputs
+    from ptycho.study.results import StudyResults
 
-    return FigureInputs(
-        str(tmp_path / "test.h5"),
-        [str(tmp_path / p) for p in stitched],
-        [str(tmp_path / p) for p in metrics],
-        [str(tmp_path / p) for p in model_jsons],
-        str(tmp_path / bench),
+    return StudyResults(
+        dataset=str(tmp_path / "test.h5"),
+        stitched=[str(tmp_path / p) for p in stitched],
+        metrics=[str(tmp_path / p) for p in metrics],
+        models=[str(tmp_path / p) for p in model_jsons],
+        bench=str(tmp_path / bench),
         **kw,
     )
 
 
 def test_inputs_read_nothing_until_asked(tmp_path):
     inputs = _inputs(tmp_path, stitched=["pinn-jit-s0.npz"], metrics=["pinn-jit-s0.json"])  # none of them exists
-    assert inputs.stitched == (str(tmp_path / "pinn-jit-s0.npz"),) and inputs.solved is None
+    assert inputs.stitched == (str(tmp_path / "pinn-jit-s0.npz"),) and solver_view.entry(inputs) is None
 
 
 def test_inputs_key_the_frc_curves_and_the_loss_curves_by_arm(tmp_path):
@@ -856,9 +857,9 @@ def test_inputs_say_which_job_to_rerun(tmp_path):
     with pytest.raises(PtychoError, match="no FRC curves in these metrics .*; re-run 'ptycho evaluate'"):
         _ = inputs.frc
     with pytest.raises(PtychoError, match="bench.json: not a benchmark result; pass the JSON written by 'ptycho bench"):
-        _ = inputs.bench
+        _ = inputs.benchmark
     write_json(tmp_path / "bench.json", {"arms": [], "ratios": {}})
-    assert _inputs(tmp_path).bench == {"arms": [], "ratios": {}}
+    assert _inputs(tmp_path).benchmark == {"arms": [], "ratios": {}}
 
 
 def test_inputs_give_the_solver_view_each_networks_metrics_and_inference_rate(tmp_path, monkeypatch):
@@ -877,7 +878,7 @@ def test_inputs_give_the_solver_view_each_networks_metrics_and_inference_rate(tm
         solver=[str(tmp_path / "solve.json")],
         reconstructions=[str(tmp_path / "pinn-jit-s0.npz")],
     )
-    assert inputs.solved == {"pinn-jit-s0": {"metrics": {"amp_ssim": 0.9}, "infer_patterns_per_s": 32.0}}
+    assert solver_view.entry(inputs) == {"pinn-jit-s0": {"metrics": {"amp_ssim": 0.9}, "infer_patterns_per_s": 32.0}}
     write_json(tmp_path / "solve.json", {"runs": []})
     with pytest.raises(PtychoError, match="not a solver record"):
-        _ = _inputs(tmp_path, solver=[str(tmp_path / "solve.json")]).solved
+        _ = solver_view.entry(_inputs(tmp_path, solver=[str(tmp_path / "solve.json")]))

@@ -481,7 +481,7 @@ def test_a_run_on_a_full_disk_stops_before_its_first_job_in_one_line(tmpfs, tmp_
     Now one line before any job; with room for the logs but not the study, a warning."""
     from test_pipeline import _workdir, snakemake
 
-    from ptycho.study.workflow import MIN_FREE_BYTES
+    from ptycho.study.preflight import MIN_FREE_BYTES
 
     work = _workdir(tmp_path / "work")
     args = ("--config", "preset=smoke", f"results={tmpfs / 'r'}", "allow_results_outside=true")

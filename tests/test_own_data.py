@@ -230,11 +230,12 @@ def _collect(
 ) -> dict:
     from ptycho.study.checklist import Inputs
     from ptycho.study.checklist.quality import collect
+    from ptycho.study.results import StudyResults
 
     misfits = misfits or {name: 1.0 + i for i, name in enumerate(objects)}
     metrics = [_metrics(tmp_path, name, misfits[name]) for name in objects]
     stitched = [_stitched(tmp_path, name, image[None]) for name, image in objects.items()]
-    return collect(Inputs(metrics=metrics, stitched=stitched), threshold)
+    return collect(Inputs(results=StudyResults(metrics=metrics, stitched=stitched)), threshold)
 
 
 def _seeds(rng, arms: dict[str, str]) -> dict[str, np.ndarray]:
@@ -386,10 +387,11 @@ def test_the_quality_item_on_measured_data_needs_the_arms_stitched_objects(tmp_p
     from ptycho.errors import PtychoError
     from ptycho.study.checklist import Inputs
     from ptycho.study.checklist.quality import collect
+    from ptycho.study.results import StudyResults
 
     metrics = [_metrics(tmp_path, name, 1.0) for name in ("pinn-off-s0", "pinn-jit-s0")]
     with pytest.raises(PtychoError) as err:
-        collect(Inputs(metrics=metrics), 0.02)
+        collect(Inputs(results=StudyResults(metrics=metrics)), 0.02)
     assert str(err.value) == (
         "no stitched objects for arm(s) pinn-jit-s0, pinn-off-s0: on measured data the quality item compares the "
         "arms' reconstructions; pass every arm's stitched file (check quality --stitched)"

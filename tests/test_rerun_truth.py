@@ -23,7 +23,7 @@ from test_pipeline import ROOT, _workdir, snakemake
 
 from ptycho.errors import ConfigError, PtychoError
 from ptycho.study import run_lock
-from ptycho.study.workflow import check_report_folder, holes
+from ptycho.study.preflight import check_report_folder, holes
 
 SMOKE = ("--config", "preset=smoke")
 

@@ -15,6 +15,7 @@ from ptycho.config import SimulationConfig
 from ptycho.errors import ConfigError
 from ptycho.physics.scan import grid_scan
 from ptycho.study import jobs
+from ptycho.study.preflight import job_memory
 from ptycho.study.resources import (
     GIB,
     PYTHON_BYTES,
@@ -23,7 +24,7 @@ from ptycho.study.resources import (
     scan_size,
     simulate_bytes,
 )
-from ptycho.study.workflow import job_memory, resolve, simulation_config
+from ptycho.study.workflow import resolve, simulation_config
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The issue's configuration: about 60 GB of objects alone, and 4 million patterns per object.

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from ptycho.errors import ConfigError
-from ptycho.study.workflow import check_shell_safe, cli_flags, load_schema, resolve, results_folder
+from ptycho.study.preflight import results_folder
+from ptycho.study.workflow import check_shell_safe, cli_flags, load_schema, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOADS = ["a b", "x;touch {f}", "$(touch {f})", "`touch {f}`", "x|touch {f}", "x&&touch {f}", "x>{f}", "'x'"]

@@ -985,7 +985,7 @@ def _workflow_check(work: Path) -> str:
     """What the workflow says while it is parsed (rules/common.smk), '' if it goes on."""
     import yaml
 
-    from ptycho.study.workflow import parse_time_checks
+    from ptycho.study.preflight import parse_time_checks
 
     base = yaml.safe_load((REPO / "config.yaml").read_text())
     try:

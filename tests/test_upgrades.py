@@ -34,6 +34,7 @@ from ptycho.artifacts import (
 )
 from ptycho.errors import PtychoError
 from ptycho.study import run_lock
+from ptycho.study.results import _check_producer_of
 
 #: The previous release (the last commit before the format versions), pinned by hash.
 PREVIOUS_RELEASE = "532d692"
@@ -153,16 +154,15 @@ def test_one_format_of_two_producers_is_read_whichever_wrote_it(tmp_path, monkey
 def test_a_check_record_is_read_in_the_format_of_its_own_item(tmp_path, monkeypatch):
     """The report reads every item's record: one item's bump refuses that item's old record,
     not the others' (which carry no stamp either, when an earlier release wrote them)."""
-    from ptycho.study import checklist
 
     old = {}
     for item in ("accuracy", "quality"):
         old[item] = tmp_path / f"{item}.json"
         old[item].write_text(json.dumps({"item": item}))
     monkeypatch.setitem(FORMATS, "check_quality", 2)
-    assert read_json(old["accuracy"], producer=checklist.producer_of) == {"item": "accuracy"}
+    assert read_json(old["accuracy"], producer=_check_producer_of) == {"item": "accuracy"}
     with pytest.raises(PtychoError, match="format 1 of check_quality's output, but this ptycho reads format 2"):
-        read_json(old["quality"], producer=checklist.producer_of)
+        read_json(old["quality"], producer=_check_producer_of)
 
 
 # ------------------------------------------------------------------------ the rules

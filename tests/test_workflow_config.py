@@ -335,7 +335,7 @@ def test_bench_command_copies_no_default_of_the_study():
 @pytest.mark.parametrize("machine", [1, 2, 4, 16])
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_declared_threads_never_let_jobs_share_a_cpu_whatever_the_cores_given(threads, cores, machine):
-    from ptycho.study.workflow import declared_threads, job_threads
+    from ptycho.study.schedule import declared_threads, job_threads
 
     declared = declared_threads(threads, cores, machine)
     used = job_threads(declared, cores, machine)
@@ -542,7 +542,7 @@ def test_a_results_folder_has_one_spelling(base, spelling):
 def test_a_long_results_path_gives_a_report_folder_name_a_file_system_takes(tmp_path):
     # Issue 47: a legal 253-character results name flattened to 'qa-<253>' (256 bytes)
     # and the report job died with a 66-line OSError. Cut, and told apart by a hash.
-    from ptycho.study.workflow import NAME_MAX, report_folder
+    from ptycho.study.preflight import NAME_MAX, report_folder
 
     long_a, long_b = "qa/" + "a" * 253, "qa/" + "a" * 252 + "b"
     names = [Path(report_folder({"results": r, "preset": "smoke"})).parent.name for r in (long_a, long_b)]

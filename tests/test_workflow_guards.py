@@ -4,7 +4,7 @@
   leaves the previous ``reports/<preset>/`` as it was (``ptycho.study.report.publish``,
   the ``publish_report`` rule).
 * A store that cannot be written is one line while the workflow is parsed, before any
-  job writes to it (``ptycho.study.workflow.preflight_store_writable``).
+  job writes to it (``ptycho.study.preflight.preflight_store_writable``).
 * Settings are honoured or refused, never ignored: a new ``study`` (MLflow experiment)
   on a results folder whose runs are in another one, a key given twice in a config file.
 
@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from ptycho.errors import ConfigError, PtychoError
-from ptycho.study.workflow import parse_time_checks
+from ptycho.study.preflight import parse_time_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_FILES = ("Snakefile", "config.yaml", "rules", "envs", "ptycho")

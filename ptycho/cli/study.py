@@ -13,6 +13,7 @@ from ptycho.nets.precision import PRECISIONS
 from ptycho.nets.xla import COMPARED, MODES, REFERENCE
 from ptycho.study import checklist, jobs
 from ptycho.study.conditions import CONDITIONS
+from ptycho.study.results import StudyResults
 from ptycho.tracking.record import JobRecord
 
 _PRESET = spec("preset")["default"]
@@ -265,11 +266,13 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
         args.item,
         args.threshold,
         args.out,
-        model_jsons=args.models or (),
-        dataset=args.dataset,
-        metrics=args.metrics or (),
-        stitched=args.stitched or (),
-        bench=args.bench,
+        results=StudyResults(
+            models=args.models or (),
+            metrics=args.metrics or (),
+            stitched=args.stitched or (),
+            dataset=args.dataset,
+            bench=args.bench,
+        ),
         modes=args.modes,
         precisions=args.precisions,
         precision_threshold=args.precision_threshold,

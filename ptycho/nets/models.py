@@ -2,7 +2,7 @@
 
 Both use the same encoder-decoder (:func:`build_network`): an encoder of ``depth``
 Conv-Conv-Pool blocks (filters f, 2f, 4f, ...; the reference has three, the study's
-default config two, see docs/architecture.md) and two decoder arms, amplitude
+default config two, see docs/measurements.md) and two decoder arms, amplitude
 (``sigmoid``) and phase (``pi * tanh``), each filling the central ``N/2 x N/2`` region of
 every patch. They differ only in what they see and how they learn:
 
@@ -126,7 +126,7 @@ def build_network(
     MLP-Mixer). Why: the network inverts a Fourier transform, so every object pixel
     depends on the whole diffraction pattern, but a shallow convolutional encoder sees
     only a window of it (about 18 px of 64 at depth 2). One such layer costs
-    (N / 2**depth)^4 weights, 65k at depth 2, N = 64 (see docs/architecture.md).
+    (N / 2**depth)^4 weights, 65k at depth 2, N = 64 (see docs/measurements.md).
 
     ``precision`` (a name of :data:`ptycho.nets.precision.PRECISIONS`) gives every layer
     its record's Keras dtype policy (``mixed_bfloat16``: compute in bfloat16 over float32

@@ -131,7 +131,7 @@ def held_cosine(peak: float, warmup_steps: int, hold_until: int, decay_steps: in
 
     Why a hold: at a constant rate the arms' last-epoch SSIM still jitters by 0.01-0.02
     from epoch to epoch, and decaying over the whole run learns less
-    (docs/architecture.md, "Quality against training time"); decaying over the last
+    (docs/measurements.md, "Quality against training time"); decaying over the last
     epochs only keeps the constant rate's progress and settles where the run stops."""
     import math
 

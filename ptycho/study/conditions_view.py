@@ -10,7 +10,6 @@ numerics that a dose or a loss breaks are XLA making it worse.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ptycho.study.checklist.item import Section
@@ -41,30 +40,19 @@ def _solver(record: Mapping) -> dict[str, Any]:
     return _solver_cell(run["mode"], run)
 
 
-def load(paths: Sequence[str], config: Mapping) -> list[dict[str, Any]]:
+def rows(records: Mapping[str, Mapping[str, Any]], config: Mapping) -> list[dict[str, Any]]:
     """The checked conditions' rows, in the config's order, from their records
-    (``<condition>/check.json`` and ``<condition>/solve.json``); [] without any."""
-    from ptycho.artifacts import SOLVER, read_json
+    (:attr:`ptycho.study.results.StudyResults.condition_records`); [] without any."""
     from ptycho.errors import PtychoError
     from ptycho.study.conditions import CONDITIONS
 
-    records: dict[str, dict[str, Any]] = {}
-    for path in paths:
-        p = Path(path)
-        name = p.parent.name
-        if p.name == "check.json":
-            records.setdefault(name, {})["check"] = read_json(p, producer="condition")
-        elif p.name == "solve.json":
-            records.setdefault(name, {})["solve"] = read_json(p, producer=SOLVER)
-        else:
-            raise PtychoError(f"{path}: not a condition's record; pass <condition>/check.json and solve.json")
-    rows = []
+    out = []
     for name in [c for c in config.get("conditions", []) if c in records]:
         rec = records[name]
         if "check" not in rec:
             raise PtychoError(f"condition {name}: its check.json is missing; pass it with its solve.json")
         check = rec["check"]
-        rows.append(
+        out.append(
             {
                 "name": name,
                 "description": CONDITIONS[name].description if name in CONDITIONS else "",
@@ -77,7 +65,7 @@ def load(paths: Sequence[str], config: Mapping) -> list[dict[str, Any]]:
                 "models": check["models"],
             }
         )
-    return rows
+    return out
 
 
 def own_row(report: Mapping) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def train(
     """
     from ptycho.data.dataset import read_dataset
     from ptycho.nets.train import train as fit
-    from ptycho.study.workflow import scheduled_at_once
+    from ptycho.study.schedule import scheduled_at_once
 
     ds = read_dataset(dataset)
     model_params = _prefixed("model", model_cfg)
@@ -421,14 +421,15 @@ def bench(
     split simulated from ``sim``. ``precisions`` beyond float32 (always timed) add arms of
     every model and mode. One nested run per arm, all with the same keys.
     """
-    from ptycho.artifacts import read_json, write_json
+    from ptycho.artifacts import write_json
     from ptycho.nets.train import TrainConfig, configs_from_meta
     from ptycho.study import bench as timing
+    from ptycho.study.results import StudyResults
 
     if model_jsons:
         configs = {}
-        for path in model_jsons:
-            model_cfg, trained = configs_from_meta(read_json(path, producer="train"))
+        for meta in StudyResults(models=model_jsons).trainings.values():
+            model_cfg, trained = configs_from_meta(meta)
             configs.setdefault(model_cfg.kind, (model_cfg, trained))
         kinds = [m.kind for m in models]
         models = [configs[k][0] for k in kinds if k in configs]
@@ -486,7 +487,8 @@ def scaling(config: Mapping, preset: str, sizes: Sequence[int], out: str | None)
 
 def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
     """One checklist item (:mod:`ptycho.study.checklist`) measured or collected, and judged
-    against ``threshold``; ``inputs`` are :class:`~ptycho.study.checklist.Inputs`' fields."""
+    against ``threshold``; ``inputs`` are :class:`~ptycho.study.checklist.Inputs`' fields
+    (the outputs it judges as ``results``, a :class:`~ptycho.study.results.StudyResults`)."""
     from ptycho.artifacts import write_json
     from ptycho.study import checklist
 
@@ -565,11 +567,17 @@ def figures(
     as PNG and SVG, all rendered before any is written."""
     from ptycho.artifacts import atomic_write
     from ptycho.study import checklist
-    from ptycho.study.figures.inputs import FigureInputs
     from ptycho.study.figures.style import render
+    from ptycho.study.results import StudyResults
 
-    inputs = FigureInputs(
-        dataset, stitched, metrics, model_jsons, bench, solver=solver, reconstructions=reconstructions
+    inputs = StudyResults(
+        models=model_jsons,
+        metrics=metrics,
+        stitched=stitched,
+        reconstructions=reconstructions,
+        dataset=dataset,
+        bench=bench,
+        solver=solver,
     )
     try:  # render everything before writing anything: no partial set of figures
         made = {figure.stem: render(figure.draw(inputs)) for _, figure in checklist.figures()}
@@ -604,29 +612,22 @@ def report(
     """The validation report (JSON, Markdown, HTML) from the checklist and every arm's
     results, the solver's records and the conditions' (:mod:`ptycho.study.conditions`);
     ``probe``, the record of measured data's probe refinement (:mod:`ptycho.study.probe`)."""
-    from ptycho.artifacts import read_json
-    from ptycho.nets.state import timing_summary
-    from ptycho.study import checklist, conditions_view, solver_view
+    from ptycho.study import conditions_view, solver_view
     from ptycho.study import report as views
-    from ptycho.study.arms import Arm
     from ptycho.study.bench import machine_info
+    from ptycho.study.results import StudyResults
     from ptycho.tracking import config_hash, git_commit
 
-    items = {r["item"]: r for r in (read_json(p, producer=checklist.producer_of) for p in checks_json)}
-    arms: dict[str, dict] = {}
-    for meta in (read_json(p, producer="train") for p in model_jsons):
-        arms[Arm.of_meta(meta).name] = {
-            "timing": timing_summary(meta),
-            "final": meta["history"][-1] if meta["history"] else None,
-            "status": meta.get("status", "FINISHED"),
-            "failure": meta.get("failure"),
-        }
-    for path in metrics:
-        arms.setdefault(Path(path).stem, {})["metrics"] = read_json(path, producer="evaluate")["mean"]
-    from ptycho.study.figures.inputs import inference_rates
-
-    for arm, rate in inference_rates(reconstructions).items():
-        arms.setdefault(arm, {})["infer_patterns_per_s"] = rate
+    results = StudyResults(
+        models=model_jsons,
+        metrics=metrics,
+        reconstructions=reconstructions,
+        checks=checks_json,
+        solver=solver,
+        conditions=conditions,
+        probe=probe,
+    )
+    items = results.checked
     figures = {}
     names = [name for name, _, _ in views.figures()]
     for path in figure_pngs:
@@ -657,15 +658,17 @@ def report(
     }
     # The device the study ran on is what the benchmark's TensorFlow processes saw.
     gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
-    solved = solver_view.load(solver, arms)
-    checked = conditions_view.load(conditions, config)
-    refined = None
-    if probe:
-        from ptycho.study.probe import summary
-
-        refined = summary(read_json(probe, producer="refine_probe"))
     result = views.build(
-        items, arms, config, machine_info(gpus), tuple(figures), cost, provenance, solved, checked, probe=refined
+        items,
+        results.arms(),
+        config,
+        machine_info(gpus),
+        tuple(figures),
+        cost,
+        provenance,
+        solver_view.entry(results),
+        conditions_view.rows(results.condition_records, config),
+        probe=results.refinement,
     )
     paths = views.write(result, out_dir, figures)
     artifacts = [(str(p), "report") for p in paths.values()]

@@ -99,7 +99,7 @@ def write_products(
 
 def training_losses(model_json: str) -> list[tuple[int, float]]:
     """(epoch, training loss) of a trained network's ``model.json``."""
-    from ptycho.artifacts import read_json
+    from ptycho.study.results import StudyResults
 
-    meta = read_json(model_json, producer="train")
+    [meta] = StudyResults(models=[model_json]).trainings.values()
     return [(int(r["epoch"]), float(r["train_loss"])) for r in meta.get("history", [])]

@@ -41,7 +41,7 @@ def build(
     which run this is (config hash, git commit, MLflow parent run; the preset is added
     from ``config``), shown in the views' first lines; ``solver`` is
     :func:`ptycho.study.solver_view.summarise` of the conventional solver's records;
-    ``conditions`` the rows of :func:`ptycho.study.conditions_view.load` (a condition's
+    ``conditions`` the rows of :func:`ptycho.study.conditions_view.rows` (a condition's
     accuracy or gradients FAIL fails the verdict); ``probe`` the summary of measured
     data's probe refinement (:func:`ptycho.study.probe.summary`)."""
     names = checklist.names()

@@ -233,7 +233,7 @@ def estimate_bytes(sim, models: Sequence[tuple[Any, Any]]) -> dict[str, int]:
     """Peak resident memory, in bytes, of the study's ``simulate`` job, of one ``train``
     job and of one ``infer`` job (the largest over ``models``, each a ``(ModelConfig,
     TrainConfig)``), for the simulation ``sim``. From a resolved config:
-    :func:`ptycho.study.workflow.job_memory`."""
+    :func:`ptycho.study.preflight.job_memory`."""
     out = {"simulate": simulate_bytes(sim), "train": 0, "infer": 0}
     for model, train_cfg in models:
         out["train"] = max(out["train"], train_bytes(sim, model, train_cfg))

@@ -123,22 +123,6 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
     }
 
 
-def load(paths: Sequence[str], arms: Mapping[str, Mapping]) -> dict[str, Any] | None:
-    """:func:`summarise` of the records at ``paths`` (``ptycho solve`` JSON: the first
-    from a flat start in every mode, an optional second with the warm starts); None
-    without any."""
-    from ptycho.artifacts import SOLVER, read_json
-    from ptycho.errors import PtychoError
-
-    if not paths:
-        return None
-    records = [read_json(p, producer=SOLVER) for p in paths]
-    for path, record in zip(paths, records, strict=True):
-        if "runs" not in record or "engine" not in record:
-            raise PtychoError(f"{path}: not a solver record; pass the JSON written by 'ptycho solve --out'")
-    return summarise(records[0], records[1] if len(records) > 1 else None, arms)
-
-
 def _f(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "n/a"
@@ -386,10 +370,22 @@ def quality_time_figure(solver: Mapping):
     return fig
 
 
+def entry(results) -> dict[str, Any] | None:
+    """The report's solver entry (:func:`summarise`) from a study's
+    :class:`~ptycho.study.results.StudyResults`: its solver records (the flat starts, then
+    optionally the warm starts), the networks' scores and inference rates beside them;
+    None without a solver record."""
+    records = results.solver_records
+    if not records:
+        return None
+    return summarise(records[0], records[1] if len(records) > 1 else None, results.arms())
+
+
 def _draw(inputs):
     from ptycho.study.figures.style import message_figure
 
-    return quality_time_figure(inputs.solved) if inputs.solved else message_figure("no solver run")
+    solved = entry(inputs)
+    return quality_time_figure(solved) if solved else message_figure("no solver run")
 
 
 #: The report's section after the checklist (no verdict: the solver is a yardstick).

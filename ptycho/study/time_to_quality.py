@@ -1,8 +1,8 @@
 """Time to quality: what an arm's answer costs, not what one of its steps costs.
 
 A mode that is faster per step but needs more steps to reach the same quality is slower
-where users pay. Following MLPerf Training's rule (docs/architecture.md, "Time to
-quality"), each training is timed to a quality target on held-out data:
+where users pay. Following MLPerf Training's rule (docs/study.md, "Why speed is judged
+as time to quality"; the target: docs/report.md), each training is timed to a quality target on held-out data:
 
 * **quality**: a training's validation loss above its floor, the loss a perfect
   reconstruction gets on the same validation split through the same physics

@@ -12,6 +12,7 @@ from __future__ import annotations
 from importlib import import_module
 
 from ptycho.study.checklist.item import Figure, Inputs, Item, Section, verdict
+from ptycho.study.results import check_producer as producer
 
 __all__ = [
     "Figure",
@@ -22,7 +23,6 @@ __all__ = [
     "items",
     "names",
     "producer",
-    "producer_of",
     "register",
     "sections",
     "verdict",
@@ -48,17 +48,6 @@ def get(name: str) -> Item:
         if it.name == name:
             return it
     raise KeyError(name)
-
-
-def producer(item: str) -> str:
-    """The job that writes ``item``'s record: its rule and its format's producer
-    (:data:`ptycho.artifacts.FORMATS`), ``check_<item>``."""
-    return f"check_{item}"
-
-
-def producer_of(record: dict) -> str:
-    """The producer of a check record, by the item it names."""
-    return producer(str(record.get("item")))
 
 
 def register(item: Item) -> Item:

@@ -284,20 +284,18 @@ def _trained_summary(inference: Mapping) -> str:
 
 
 def collect(inputs: Inputs, threshold: float) -> dict:
-    ds = None
-    if inputs.model_jsons:
+    ds, results = None, inputs.results
+    if results.models:
         from ptycho.data.dataset import read_dataset
 
-        if not inputs.dataset:
+        if not results.dataset:
             raise PtychoError("check accuracy: --models needs --dataset (the test split to run them on)")
-        ds = read_dataset(inputs.dataset)
-    from pathlib import Path
-
+        ds = read_dataset(results.dataset)
     modes = COMPARED if inputs.modes is None else inputs.modes
     return accuracy(
         threshold,
         roundoffs(inputs.precision_threshold, ITEM.precision_threshold),
-        model_dirs=[str(Path(m).parent) for m in inputs.model_jsons],
+        model_dirs=results.model_dirs,
         dataset=ds,
         modes=modes,
         precisions=inputs.precisions,

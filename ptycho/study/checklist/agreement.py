@@ -298,22 +298,20 @@ def _number(v: Any) -> float:
     return float("nan") if v is None else float(v)
 
 
-def against_reference(inputs) -> tuple[Arm, dict[Arm, dict[str, Any]]] | None:
+def against_reference(results) -> tuple[Arm, dict[Arm, dict[str, Any]]] | None:
     """For the quality figures on measured data: the reference arm and every other
     arm's first stitched object compared with the reference arm's
     (:func:`ptycho.analysis.metrics.compare`, as against a truth); None when the figures'
     dataset has a ground truth. The reference is the first ``off`` arm at float32 (else at
     its first precision) of the first model and seed."""
     from ptycho.analysis.metrics import compare
-    from ptycho.artifacts import STITCHED, read_arrays
-    from ptycho.data.dataset import GROUND_TRUTH, read_attributes
     from ptycho.nets.precision import REFERENCE_PRECISION
 
-    if read_attributes(inputs.dataset).get(GROUND_TRUTH, True):
+    if results.ground_truth:
         return None
     firsts = {}
-    for path in inputs.stitched:
-        images = read_arrays(path, ("images",), producer=STITCHED)["images"]
+    for path in results.stitched:
+        images = results.images[Path(path).stem]
         if len(images) == 0:
             raise PtychoError(f"{path}: no stitched object; re-run stitch")
         firsts[Arm.parse(Path(path).stem)] = images[0]

@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ptycho.artifacts import read_json
-from ptycho.study.arms import Arm, pairs
+from ptycho.study.arms import pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
 from ptycho.study.stats import LOWER, NON_INFERIORITY, seed_comparison
@@ -147,19 +146,14 @@ def convergence(
     )
 
 
-def failed_arms(metas: Sequence[Mapping]) -> dict[str, str]:
-    """Arm -> reason, for every trained model whose ``model.json`` says it diverged."""
-    return {Arm.of_meta(m).name: m.get("failure", "diverged") for m in metas if m.get("status") == "FAILED"}
-
-
 def collect(inputs: Inputs, threshold: float) -> dict:
-    metas = [read_json(p) for p in inputs.model_jsons]
+    trained = inputs.results.trainings
     return convergence(
-        {Arm.of_meta(m).name: m["history"] for m in metas},
+        {arm.name: m["history"] for arm, m in trained.items()},
         threshold,
-        {Arm.of_meta(m).name: m.get("initial_val_loss") for m in metas},
-        failed_arms(metas),
-        {Arm.of_meta(m).name: loss_floor(m) for m in metas},
+        {arm.name: m.get("initial_val_loss") for arm, m in trained.items()},
+        inputs.results.failed,
+        {arm.name: loss_floor(m) for arm, m in trained.items()},
         inputs.test,
     )
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ptycho.config import defaults
+from ptycho.study.results import StudyResults
 from ptycho.study.tables import Table
 
 
@@ -17,12 +18,9 @@ from ptycho.study.tables import Table
 class Inputs:
     """Everything a ``ptycho check`` job may be given; each item reads what it needs."""
 
-    model_jsons: Sequence[str] = ()
-    dataset: str | None = None
-    metrics: Sequence[str] = ()
-    #: the arms' stitched objects (quality on measured data: the arms compared with each other)
-    stitched: Sequence[str] = ()
-    bench: str | None = None
+    #: the pipeline's outputs the item judges: trainings, scores, stitched objects (quality
+    #: on measured data: the arms compared with each other), the test dataset, the bench
+    results: StudyResults = field(default_factory=StudyResults)
     modes: Sequence[str] | None = None
     #: the precisions of the study (accuracy, gradients: each XLA mode vs off at each of
     #: them, each reduced precision vs float32 against ``precision_threshold``)
@@ -54,7 +52,7 @@ class Inputs:
 @dataclass(frozen=True)
 class Figure:
     """One figure of the report: ``draw`` takes the figures job's
-    :class:`~ptycho.study.figures.inputs.FigureInputs` and returns a Matplotlib figure;
+    :class:`~ptycho.study.results.StudyResults` and returns a Matplotlib figure;
     the caption is the package's ``captions/<stem>.rst``."""
 
     stem: str

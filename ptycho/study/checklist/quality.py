@@ -11,13 +11,10 @@ agreement with its reference are judged instead (:mod:`ptycho.study.checklist.ag
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from ptycho.artifacts import read_json
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
-from ptycho.study.checklist.convergence import failed_arms
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
 from ptycho.study.stats import HIGHER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
@@ -109,12 +106,12 @@ def quality(
 
 
 def collect(inputs: Inputs, threshold: float) -> dict:
-    failed = failed_arms([read_json(p, producer="train") for p in inputs.model_jsons])
-    records = {Path(p).stem: read_json(p, producer="evaluate") for p in inputs.metrics}
+    results = inputs.results
+    failed, records = results.failed, results.scores
     if agreement.measured(records):
         return agreement.agreement(
             records,
-            stitched_images(inputs.stitched),
+            results.images,
             threshold,
             failed,
             ITEM.name,
@@ -122,13 +119,6 @@ def collect(inputs: Inputs, threshold: float) -> dict:
             test=inputs.test,
         )
     return quality(records, threshold, failed, inputs.test)
-
-
-def stitched_images(paths) -> dict:
-    """Arm name (the file's stem) -> its stitched objects (``ptycho stitch`` or ``solve``)."""
-    from ptycho.artifacts import STITCHED, read_arrays
-
-    return {Path(p).stem: read_arrays(p, ("images",), producer=STITCHED)["images"] for p in paths}
 
 
 def tables(report: Mapping) -> list[Table]:
@@ -180,11 +170,10 @@ def _errors(inputs):
 
 
 def _frc(inputs):
-    from ptycho.data.dataset import GROUND_TRUTH, read_attributes
     from ptycho.study.figures import curves
     from ptycho.study.figures.style import message_figure
 
-    if not read_attributes(inputs.dataset).get(GROUND_TRUTH, True):
+    if not inputs.ground_truth:
         return message_figure(
             "no ground truth (measured data): no Fourier ring correlation with a truth;\n"
             "the arms against each other are in the quality tables",

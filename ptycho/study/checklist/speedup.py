@@ -16,7 +16,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ptycho.artifacts import read_json
 from ptycho.errors import PtychoError
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
@@ -355,18 +354,15 @@ def speedup(
 
 
 def collect(inputs: Inputs, threshold: float) -> dict:
-    from ptycho.nets.state import timing_summary as timing
-
-    if not inputs.bench:
+    results = inputs.results
+    if not results.bench:
         raise PtychoError("check speedup: needs --bench (the JSON written by 'ptycho bench --out')")
-    metas = [read_json(p, producer="train") for p in inputs.model_jsons]
-    timings = {Arm.of_meta(m).name: timing(m) for m in metas}
     return speedup(
-        read_json(inputs.bench, producer="bench"),
+        results.benchmark,
         threshold,
-        timings,
+        results.timings,
         context=inputs.context,
-        metas=metas,
+        metas=list(results.trainings.values()),
         margin=inputs.margin,
     )
 
@@ -501,7 +497,7 @@ def _figure(kind: str):
     def draw(inputs):
         from ptycho.study.figures import timing
 
-        bench = inputs.bench
+        bench = inputs.benchmark
         if kind == "speedup":
             return timing.speedup_bars(bench.get("ratios", {}))
         if kind == "precision_speedup":

@@ -49,7 +49,7 @@ def loss_curves(curves: Mapping[Arm, Mapping[str, Any]]) -> Figure:
     one panel per model and seed.
 
     ``curves[arm] = {"train": [...], "val": [...]}`` (the figures job's
-    :attr:`~ptycho.study.figures.inputs.FigureInputs.loss_curves`). Epochs count from 1.
+    :attr:`~ptycho.study.results.StudyResults.loss_curves`). Epochs count from 1.
     The y axis is logarithmic when every finite loss of the panel is positive and they
     span more than a decade; otherwise linear (a Poisson negative log-likelihood can be
     negative). A panel's title gives the largest relative difference of an arm's final

@@ -57,10 +57,10 @@ def _work_folder(results: Path, given: str) -> Path | None:
 def _published(study: Path) -> Path | None:
     """The report of one study's results folder (``<results>/<preset>``, holding the
     ``config.json`` the workflow resolved): where the workflow published it
-    (:func:`ptycho.study.workflow.report_folder`, beside the study's work folder, else the
+    (:func:`ptycho.study.preflight.report_folder`, beside the study's work folder, else the
     current folder) when it is of this config (its hash), else the folder's own
     ``report/validation.json`` (the report job's output, which publishing copies)."""
-    from ptycho.study.workflow import report_folder
+    from ptycho.study.preflight import report_folder
     from ptycho.tracking.provenance import config_hash
 
     config = _read(study / "config.json", str(study / "config.json"))

@@ -1,0 +1,76 @@
+"""The study's one reader of its outputs (issue 43, item 2): :class:`StudyResults` opens a
+results folder as the workflow lays it out, gives each record keyed by arm, and is the
+only code in the package that reads the records the judging, figures, report and MLflow
+view use."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from ptycho.errors import PtychoError
+from ptycho.study import solver_view
+from ptycho.study.arms import Arm
+from ptycho.study.results import StudyResults
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "tests" / "data" / "smoke-study"
+ARMS = ["baseline-jit-s0", "baseline-off-s0", "pinn-jit-s0", "pinn-off-s0"]
+
+
+def test_a_results_folder_is_read_by_kind_and_keyed_by_arm():
+    results = StudyResults.folder(STUDY)
+    assert [Path(p).parent.name for p in results.models] == ARMS
+    assert [Path(p).stem for p in results.metrics] == ARMS == [Path(p).stem for p in results.reconstructions]
+    assert [Path(p).stem for p in results.checks] == ["accuracy", "convergence", "gradients", "quality", "speedup"]
+    assert [Path(p).name for p in results.solver] == ["solve.json", "warm_start.json"]  # flat starts first
+    assert results.bench == str(STUDY / "bench" / "bench.json") and results.probe is None and results.dataset is None
+    assert sorted(a.name for a in results.trainings) == ARMS and Arm.parse("pinn-jit-s0") in results.histories
+    arms = results.arms()
+    assert sorted(arms) == ARMS
+    for name, arm in arms.items():
+        assert arm["status"] == "FINISHED" and arm["final"] == results.histories[Arm.parse(name)][-1]
+        assert "step_times_s" not in arm["timing"] and arm["timing"] == results.timings[name]
+        assert set(arm["metrics"]) >= {"amp_ssim", "phase_ssim"} and arm["infer_patterns_per_s"] > 0
+    assert results.failed == {} and results.condition_records == {} and results.refinement is None
+    assert set(results.checked) == {"accuracy", "gradients", "convergence", "quality", "speedup"}
+    assert solver_view.entry(results)["engine"] and set(results.benchmark) >= {"arms"}
+
+
+def test_what_a_study_did_not_give_is_said_in_one_line(tmp_path):
+    with pytest.raises(PtychoError, match=r"nope: no such results folder; pass results/<study> of a run"):
+        StudyResults.folder(tmp_path / "nope")
+    empty = StudyResults.folder(tmp_path)
+    assert empty.trainings == {} and empty.arms() == {} and solver_view.entry(empty) is None
+    with pytest.raises(PtychoError, match="no benchmark record given; pass the JSON written by 'ptycho bench --out'"):
+        _ = empty.benchmark
+    with pytest.raises(PtychoError, match="no test dataset given"):
+        _ = empty.truth
+
+
+#: The records the judging, figures, report and MLflow view read (by their producers in
+#: ptycho.artifacts.FORMATS), which only ptycho/study/results.py opens.
+READ_ONLY_THERE = {"train", "evaluate", "bench", "refine_probe", "condition", "SOLVER", "_check_producer_of"}
+
+
+def _producer(call: ast.Call) -> str | None:
+    for kw in call.keywords:
+        if kw.arg == "producer":
+            return ast.unparse(kw.value).strip("\"'")
+    return None
+
+
+def test_nobody_else_opens_the_studys_records():
+    """A second reader of model.json, the scores, the bench, the solver's or the checklist's
+    records would be a second place that knows their keys: the reader's job."""
+    offenders = []
+    for path in sorted((ROOT / "ptycho").rglob("*.py")):
+        if path.name == "results.py" and path.parent.name == "study":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("read_json"):
+                if _producer(node) in READ_ONLY_THERE:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
