@@ -74,3 +74,20 @@ def test_nobody_else_opens_the_studys_records():
                 if _producer(node) in READ_ONLY_THERE:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
+
+
+def test_the_studys_subject_is_a_role_of_one_network_kind():
+    """The study's question is about one kind (Method.subject); the study reads the role,
+    not the kind's name, apart from the table of how each kind looks in the figures and
+    the quality item's subject-minus-baseline evidence (``pinn_minus_baseline``)."""
+    from ptycho.nets.models import METHODS, SUBJECT
+
+    assert [m.name for m in METHODS.values() if m.subject] == [SUBJECT]
+    named = []
+    for path in sorted((ROOT / "ptycho" / "study").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in METHODS:
+                named.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert [n for n in named if not n.startswith("ptycho/study/presentation.py:")] == [
+        "ptycho/study/checklist/quality.py:82"
+    ]

@@ -44,6 +44,10 @@ class Method:
     #: a training step's cost relative to the PINN's, measured with two 1-thread trainings
     #: at once (it only orders the workflow's trainings: ``rules/common.smk``)
     cost: float = 1.0
+    #: the study's subject: the kind whose XLA arms answer the study's question (its time
+    #: to quality, quality and convergence are judged; the headline and the recommended
+    #: settings are its); the other kinds are quality references. Exactly one is.
+    subject: bool = False
 
 
 METHODS: dict[str, Method] = {
@@ -54,6 +58,7 @@ METHODS: dict[str, Method] = {
             "physics-informed: a group of patterns in, the object out; learns through the physics head",
             True,
             True,
+            subject=True,
         ),
         Method(
             "baseline",
@@ -64,6 +69,11 @@ METHODS: dict[str, Method] = {
         ),
     )
 }
+
+
+#: The name of the study's subject kind (:attr:`Method.subject`): the one place the study
+#: learns which network its question is about.
+(SUBJECT,) = (m.name for m in METHODS.values() if m.subject)
 
 
 def method_of(kind: str) -> Method:

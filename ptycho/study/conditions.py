@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from ptycho.nets.models import SUBJECT
+
 #: The default study's test pitch over its patch side: 10 px at n = 64 (dense overlap).
 DENSE = 10 / 64
 
@@ -82,7 +84,7 @@ def settings(condition: Condition, cfg: Mapping) -> dict[str, Any]:
 def own_settings(cfg: Mapping) -> dict[str, Any]:
     """The study's own training point, in the terms of :func:`settings` (the PINN's loss:
     its own ``per_model`` key, else the study's)."""
-    own = ((cfg.get("per_model") or {}).get("pinn") or {}).get("model") or {}
+    own = ((cfg.get("per_model") or {}).get(SUBJECT) or {}).get("model") or {}
     sim = dict(cfg["simulation"], nphotons=float(cfg["simulation"]["nphotons"]))
     return {"simulation": sim, "loss": own.get("loss", cfg["model"]["loss"])}
 

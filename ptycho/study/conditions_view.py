@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ptycho.nets.models import SUBJECT
 from ptycho.study.checklist.item import Section
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.tables import Table
@@ -140,7 +141,7 @@ def sentence(report: Mapping) -> str:
     )
     best = []
     for row in rows:
-        pinn = [g for (model, _, _), g in mean_scores(row["models"]).items() if model == "pinn"]
+        pinn = [g for (model, _, _), g in mean_scores(row["models"]).items() if model == SUBJECT]
         solver = row.get("solver") or {}
         if pinn:
             best.append(

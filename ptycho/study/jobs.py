@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
+from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import ANSWER_METRICS, ARM_TAGS, Arm
 from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, Progress
 
@@ -470,8 +471,8 @@ def scaling(config: Mapping, preset: str, sizes: Sequence[int], out: str | None)
     result = growth.run(
         sizes,
         workflow.simulation_config(config),
-        workflow.model_config(config, "pinn"),
-        workflow.train_config(config, REFERENCE, 0, "pinn"),
+        workflow.model_config(config, SUBJECT),
+        workflow.train_config(config, REFERENCE, 0, SUBJECT),
         progress=True,
     )
     sim = workflow.simulation_config(config)
@@ -745,7 +746,7 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
         for side, mode, precision in (("arm", c.mode, c.precision), ("reference", c.reference_mode, c.precision)):
             for reach in getattr(c, side):
                 arms.setdefault(Arm(c.model, mode, reach.seed, precision).name, {}).update(reach.metrics())
-        if c.model == "pinn":
+        if c.model == SUBJECT:
             key = Arm(c.model, c.mode, 0, c.precision).key("mode", "precision")
             parent_metrics.update({f"xla_ttq_{stat}.{key}": v for stat, v in c.metrics().items()})
     tags = {"verdict": report["verdict"]}

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.study import checklist, conditions_view
 from ptycho.study.arms import Pair
@@ -206,7 +207,7 @@ def speed_sentence(report: Mapping) -> str:
     ev = report["items"]["speedup"]["evidence"]
     best: dict[str, Any] = {}  # per precision, the fastest measured XLA mode of the PINN
     for c in comparisons(report).values():
-        if c.is_xla("pinn") and c.measured and (c.precision not in best or c.ratio > best[c.precision].ratio):
+        if c.is_xla(SUBJECT) and c.measured and (c.precision not in best or c.ratio > best[c.precision].ratio):
             best[c.precision] = c
     if best:
         return (
@@ -230,7 +231,7 @@ def _pinn_comparisons(report: Mapping, axis: str) -> list[tuple[Pair, Mapping]]:
     return [
         (g.pair, comparisons[g.key])
         for g in seed_groups(report.get("arms", {}))
-        if g.key in comparisons and g.pair.axis == axis and g.pair.arm.model == "pinn"
+        if g.key in comparisons and g.pair.axis == axis and g.pair.arm.model == SUBJECT
     ]
 
 

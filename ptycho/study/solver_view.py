@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import Arm
@@ -356,7 +357,7 @@ def quality_time_figure(solver: Mapping):
             label = words + (f" ({len(group)} seeds)" if len(group) > 1 else "")
             colour = arm_colour(arm.mode, arm.precision)
             fill = PRECISION_STYLES[arm.precision].fillstyle
-            ax.plot(x, y, ls="", marker="s" if arm.model == "pinn" else "^", ms=6, color=colour, fillstyle=fill,
+            ax.plot(x, y, ls="", marker="s" if arm.model == SUBJECT else "^", ms=6, color=colour, fillstyle=fill,
                     markeredgecolor="black" if fill == "full" else colour, markeredgewidth=0.5 if fill == "full" else 1.2,
                     label=label)  # fmt: skip
         ax.set_xscale("log")

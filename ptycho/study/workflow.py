@@ -19,6 +19,7 @@ from typing import Any
 
 from ptycho.config import SCHEMA_FILE as SCHEMA
 from ptycho.errors import ConfigError
+from ptycho.nets.models import SUBJECT
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:
@@ -259,14 +260,14 @@ def check_answerable(cfg: Mapping) -> None:
     from ptycho.nets.xla import REFERENCE
 
     def key(section: str) -> str:
-        return f"per_model.pinn.{section}" if section in cfg.get("per_model", {}).get("pinn", {}) else section
+        return f"per_model.{SUBJECT}.{section}" if section in cfg.get("per_model", {}).get(SUBJECT, {}) else section
 
-    if "pinn" not in cfg["models"]:
+    if SUBJECT not in cfg["models"]:
         raise ConfigError(
             f"config key 'models' = {cfg['models']!r} has no pinn, the model whose XLA speed and quality the study "
             "measures; add it (models=[pinn,baseline])"
         )
-    modes = arm_lists(cfg, "pinn")[0]
+    modes = arm_lists(cfg, SUBJECT)[0]
     example = f"[{REFERENCE},{','.join(m for m in modes if m != REFERENCE) or 'physics'}]"
     if REFERENCE not in modes:
         raise ConfigError(
@@ -285,7 +286,7 @@ def check_answerable(cfg: Mapping) -> None:
             f"({', '.join(cfg['models'])}); the bench times trained models' architectures, so list only those"
         )
     bench_models, bench_modes, _ = bench_lists(cfg)
-    if "pinn" not in bench_models:
+    if SUBJECT not in bench_models:
         raise ConfigError(
             f"config key 'bench.models' = {bench_models!r} does not time the PINN, whose XLA speedup the study "
             "measures; add pinn"
@@ -430,7 +431,7 @@ def model_config(cfg: Mapping, kind: str):
     return from_dict(ModelConfig, dict(section_for(cfg, "model", kind), kind=kind), _key_prefix(cfg, "model", kind))
 
 
-def train_config(cfg: Mapping, xla: str, seed: int, kind: str = "pinn", precision: str = "float32"):
+def train_config(cfg: Mapping, xla: str, seed: int, kind: str = SUBJECT, precision: str = "float32"):
     from ptycho.config import from_dict
     from ptycho.nets.train import TrainConfig
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ptycho.config import defaults
+from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
 from ptycho.study.arms import Arm
@@ -474,7 +475,7 @@ def xla_ratio(entry: Mapping[str, Any], measurement: str) -> dict | None:
     return None
 
 
-def fastest(result: Mapping, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
+def fastest(result: Mapping, model: str = SUBJECT, context: str = "alone") -> tuple[str, dict] | None:
     """The XLA arm (:func:`arm_key`) with the highest train-step ratio vs ``off`` AT ITS OWN
     PRECISION in ``context`` (:func:`xla_ratio`), with its interval; ``None`` if no XLA mode
     was compared with ``off``. A precision's gain is never counted here."""
@@ -482,7 +483,7 @@ def fastest(result: Mapping, model: str = "pinn", context: str = "alone") -> tup
     return _best({k: xla_ratio(r, f"train_step_{context}") for k, r in per.items()})
 
 
-def fastest_overall(result: Mapping, model: str = "pinn", context: str = "alone") -> tuple[str, dict] | None:
+def fastest_overall(result: Mapping, model: str = SUBJECT, context: str = "alone") -> tuple[str, dict] | None:
     """The configuration (mode and precision) with the highest train-step ratio vs ``off``
     at float32: a recommendation of what to run on this machine, both axes at once; it
     says nothing about XLA's own effect."""

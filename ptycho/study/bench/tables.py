@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.bench.coordinator import arm_key, fastest, precision_of
@@ -313,7 +314,7 @@ def batch_words(bench: Mapping) -> str:
     parts, best = [], None
     for a in bench.get("arms", []):
         points = _batch_points(bench, a)
-        if a["model"] != "pinn" or not points:
+        if a["model"] != SUBJECT or not points:
             continue
         for kind, b, rec, _ in points:
             if kind == "infer" and (best is None or rec["median"] / b < best[0]):
@@ -363,7 +364,7 @@ def roofline_words(bench: Mapping) -> str:
     peak = bench.get("peak", {})
     if not arms or not peak:
         return ""
-    best = max([a for a in arms if a["model"] == "pinn"] or arms, key=lambda a: a["roofline"]["gflops"])
+    best = max([a for a in arms if a["model"] == SUBJECT] or arms, key=lambda a: a["roofline"]["gflops"])
     roof = best["roofline"]
     ref_dtype = compute_dtype(REFERENCE_PRECISION)
     gains = {d: v / peak["gflops"][ref_dtype] for d, v in peak["gflops"].items() if d != ref_dtype}
@@ -399,12 +400,12 @@ def format_table(result: Mapping) -> str:
     parts += [f"{title}\n{to_text(header, rows)}" for title, header, rows in tables(result)]
     words = []
     for context in result.get("contexts", {}):
-        found = fastest(result, "pinn", context)
+        found = fastest(result, SUBJECT, context)
         if found:
-            entry = result["ratios"]["pinn"][found[0]]
+            entry = result["ratios"][SUBJECT][found[0]]
             words.append(
                 f"XLA's own effect on the PINN train step, {context}: the fastest mode is "
-                f"{arm_words(result, 'pinn', found[0])} ({_interval(found[1])} vs {REFERENCE} at "
+                f"{arm_words(result, SUBJECT, found[0])} ({_interval(found[1])} vs {REFERENCE} at "
                 f"{_short(entry.get('precision', REFERENCE_PRECISION))})"
             )
     words += [w for w in (roofline_words(result), batch_words(result)) if w]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
 from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
@@ -79,7 +80,7 @@ def quality(
     for name in per_arm:
         arm = Arm.parse(name)
         base = arm._replace(model="baseline").name
-        if arm.model == "pinn" and base in per_arm:
+        if arm.model == SUBJECT and base in per_arm:
             pinn_vs_baseline[arm.key("mode", "precision", "seed")] = {
                 k: per_arm[name][k] - per_arm[base][k] for k in QUALITY_KEYS
             }

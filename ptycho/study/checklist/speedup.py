@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ptycho.errors import PtychoError
+from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
@@ -116,12 +117,12 @@ def _bench_xla_words(bench: Mapping[str, Any]) -> dict[str, str]:
 
     out = {}
     for ctx in bench.get("contexts", {}):
-        best = fastest(bench, "pinn", ctx)
+        best = fastest(bench, SUBJECT, ctx)
         if best is None:
             continue
         arm, r = best
-        entry = bench["ratios"]["pinn"][arm]
-        n = _steps(bench, "pinn", ctx)
+        entry = bench["ratios"][SUBJECT][arm]
+        n = _steps(bench, SUBJECT, ctx)
         reliable = n >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r["low"]) and math.isfinite(r["high"])
         how = effect_words(r) if reliable else "too few steps for an interval"
         foreign = _foreign_load(bench, ctx)
@@ -132,7 +133,7 @@ def _bench_xla_words(bench: Mapping[str, Any]) -> dict[str, str]:
         )
         ratio = ratio_words(r) if reliable else f"{r['ratio']:.2f}x"
         out[ctx] = (
-            f"{CONTEXT_WORDS.get(ctx, ctx)}: {arm_words(bench, 'pinn', arm)} {ratio} "
+            f"{CONTEXT_WORDS.get(ctx, ctx)}: {arm_words(bench, SUBJECT, arm)} {ratio} "
             f"{REFERENCE} at {_at(entry.get('precision', REFERENCE_PRECISION))} ({how}, median of {n} steps per arm{dirty})"
         )
     return out
@@ -143,11 +144,11 @@ def _bench_verdict(bench: Mapping[str, Any], context: str) -> tuple[float, dict 
     per-step ratio vs ``off`` at its precision in ``context`` (lower end of its interval)."""
     from ptycho.study.bench import fastest
 
-    best = fastest(bench, "pinn", context)
+    best = fastest(bench, SUBJECT, context)
     if best is None:
         return float("nan"), None
     r = best[1]
-    reliable = _steps(bench, "pinn", context) >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r["low"])
+    reliable = _steps(bench, SUBJECT, context) >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r["low"])
     return (r["low"] if reliable else r["ratio"]), dict(r, arm=best[0])
 
 
@@ -157,7 +158,7 @@ def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, ttq.Co
     trained; empty when no reduced precision was measured. Not XLA's effect."""
     parts = []
     for model, per in bench.get("ratios", {}).items():
-        if model != "pinn":
+        if model != SUBJECT:
             continue
         for r in per.values():
             vs = r.get("vs_float32") or {}
@@ -170,7 +171,7 @@ def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, ttq.Co
             )
             parts.append(f"{_at(r['precision'])} vs {_at(REFERENCE_PRECISION)} with {REFERENCE}, per step: {steps}")
     for c in ttq_records.values():
-        if c.axis == "precision" and c.model == "pinn" and c.measured:
+        if c.axis == "precision" and c.model == SUBJECT and c.measured:
             parts.append(f"in time to quality, {c.sentence()}")
     if not parts:
         return ""
@@ -184,11 +185,11 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
     from ptycho.study.bench.coordinator import fastest_overall
     from ptycho.study.bench.machine import flags_words
 
-    best = fastest_overall(bench, "pinn", context)
+    best = fastest_overall(bench, SUBJECT, context)
     if best is None:
         return ""
     arm, r = best
-    entry = bench["ratios"]["pinn"][arm]
+    entry = bench["ratios"][SUBJECT][arm]
     reduced = entry.get("precision", REFERENCE_PRECISION) != REFERENCE_PRECISION
     xla = entry.get("mode", REFERENCE) != REFERENCE
     whose = {(True, True): "XLA and precision together", (True, False): "the precision's alone"}.get(
@@ -197,7 +198,7 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
     return (
         f"Recommendation for this machine kind ({bench.get('machine', {}).get('cpu', 'CPU not recorded')}"
         f"{flags_words(bench.get('machine', {}))}): the fastest PINN "
-        f"configuration per step {CONTEXT_WORDS.get(context, context)} is {arm_words(bench, 'pinn', arm)}, "
+        f"configuration per step {CONTEXT_WORDS.get(context, context)} is {arm_words(bench, SUBJECT, arm)}, "
         f"{ratio_words(r)} {REFERENCE} at {_at(REFERENCE_PRECISION)} ({whose})"
     )
 
@@ -225,7 +226,7 @@ def cross_check(bench: Mapping[str, Any], metas: Sequence[Mapping]) -> dict[str,
     out = {}
     for a in bench.get("arms", []):
         shared = a.get("shared", {}).get("step_s")
-        if a["model"] != "pinn" or not shared:
+        if a["model"] != SUBJECT or not shared:
             continue
         arm = Arm(a["model"], a["mode"], 0, a.get("precision", REFERENCE_PRECISION))
         medians = [
@@ -293,7 +294,7 @@ def speedup(
     """
     train_timings = dict(train_timings or {})
     records = time_to_quality(metas, margin)
-    xla = {k: c for k, c in records.items() if c.is_xla("pinn")}
+    xla = {k: c for k, c in records.items() if c.is_xla(SUBJECT)}
     per_step = _bench_xla_words(bench)
     status = None
     if xla:

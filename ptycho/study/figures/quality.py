@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ptycho.nets.models import SUBJECT
 from ptycho.study.figures.style import INK, MODEL_MARKERS, OKABE_ITO, new_figure
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def quality_vs_time(points: Sequence[Mapping[str, Any]], target: float | None = 
             ax.plot(
                 [float(p["minutes"]) for p in pts],
                 [float(p[key]) for p in pts],
-                marker=MODEL_MARKERS["pinn"],
+                marker=MODEL_MARKERS[SUBJECT],
                 color=colour,
                 label=recipe,
             )

@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ptycho.errors import ConfigError, PtychoError
+from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.report import REPORT_SCHEMA_VERSION
 
-MODEL = "pinn"  #: the model the answer is about; the baseline is a quality reference only
 NOT_SHOWN = "XLA not shown faster here"
 
 
@@ -224,7 +224,7 @@ def _report_of(record: Mapping, source: str, path: str) -> Report:
             arms.add(Arm.parse(name)._replace(seed=0))
         except ValueError:  # a mode or precision this ptycho does not know: no comparison here
             continue
-    trained = [a for a in arms if a.model == MODEL]
+    trained = [a for a in arms if a.model == SUBJECT]
     found = (_comparison(p, ttq.get(p.group), quality.get(p.group)) for p in pairs(trained))
     comparisons = tuple(c for c in found if c.measured or c.amp_ssim)  # one of the items compared the pair
     models = sorted(cfg.get("models") or ())
@@ -242,7 +242,7 @@ def _report_of(record: Mapping, source: str, path: str) -> Report:
         statuses=tuple((k, str((v or {}).get("status", "?"))) for k, v in items.items()),
         kind=Kind.of(record.get("machine") or items["speedup"]["evidence"].get("machine") or {}),
         train_threads=_count(cfg.get("train_threads")),
-        batch_size=_count(section_for(cfg, "train", MODEL).get("batch_size")),
+        batch_size=_count(section_for(cfg, "train", SUBJECT).get("batch_size")),
         precisions=tuple(p for p in PRECISIONS if p in {a.precision for a in trained}),
         comparisons=comparisons,
         study=study,
