@@ -38,7 +38,8 @@ from ptycho.errors import PtychoError, causes
 #: (``model.json``, reconstructions, stitched objects, metrics, checks, bench, solver).
 #: The other outputs have a format of their own, whose number this one only re-runs: the
 #: datasets (``schema_version``, :mod:`ptycho.data.dataset`), CXI, Keras archives, figures,
-#: the report (``schema_version``), the resolved config and the MLflow parent's record.
+#: the report (its ``schema_version`` is this number), the resolved config and the MLflow
+#: parent's record.
 FORMATS: dict[str, int] = {
     "resolved_config": 1,
     "mlflow_parent": 1,
@@ -62,7 +63,7 @@ FORMATS: dict[str, int] = {
     "solve": 1,
     "warm_start": 1,
     "figures": 1,
-    "report": 1,
+    "report": 2,  # the report's own schema_version (2: XLA modes replace the boolean arms)
     "publish_report": 1,
 }
 

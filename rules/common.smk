@@ -11,6 +11,8 @@ from snakemake.settings.types import DeploymentMethod
 from ptycho.artifacts import aside, damage, rerun_params  # rerun_params: every rule's params, its outputs' format version
 from ptycho.errors import PtychoError
 from ptycho.nets.models import method_of
+from ptycho.nets.precision import PRECISIONS as PRECISION_RECORDS
+from ptycho.nets.xla import MODES as MODE_RECORDS, compared
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm
 from ptycho.study import checklist, run_lock
 from ptycho.study.bench.machine import hardware, hardware_environment
@@ -76,7 +78,7 @@ BENCH = bench_lists(CFG)
 # The XLA modes accuracy and gradients compare with off (every mode the study trains or the
 # bench times, but off itself), at each of their precisions (each reduced one also vs float32).
 CHECKED_MODES, CHECKED_PRECISIONS = checked_lists(CFG)
-XLA_MODES = " ".join(m for m in CHECKED_MODES if m != "off") or "jit"
+XLA_MODES = " ".join(compared(CHECKED_MODES))
 PRECISIONS = " ".join(CHECKED_PRECISIONS)
 # The solver's warm starts: each model's off arm of its first seed (workflow.warm_arms), run in the
 # first compared mode of the study (XLA's mode where the solver's work is all physics).
@@ -186,12 +188,10 @@ def model_flags(section, wildcards):
 
 
 def _train_cost(arm):
-    """A training's expected cost: epochs x relative step time measured with two 1-thread
-    jobs at once: the model's Method.cost (PINN 1.0, baseline 0.65); jit and auto 1.3x off
-    (physics as off); bfloat16 0.7x float32."""
+    """A training's expected cost: epochs x its step's relative time, measured with two
+    1-thread jobs at once: the records' cost fields (Method, Mode, Precision)."""
     epochs = section_for(CFG, "train", arm.model)["epochs"]
-    cost = epochs * method_of(arm.model).cost * (1.3 if arm.mode in ("jit", "auto") else 1.0)
-    return cost * (0.7 if arm.precision == "mixed_bfloat16" else 1.0)
+    return epochs * method_of(arm.model).cost * MODE_RECORDS[arm.mode].cost * PRECISION_RECORDS[arm.precision].cost
 
 
 def train_priority(wildcards):

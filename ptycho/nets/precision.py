@@ -41,6 +41,10 @@ class Precision(NamedTuple):
     #: Volta, 7.0; bfloat16 from Ampere, 8.0: NVIDIA's and TensorFlow's mixed-precision
     #: guides); below it a GPU computes it no faster than float32. None: native everywhere.
     gpu_capability: tuple[int, int] | None = None
+    #: a training step's cost relative to float32's where the type is native, measured with
+    #: two 1-thread trainings at once; it only orders the workflow's trainings
+    #: (``rules/common.smk``), the costliest first
+    cost: float = 1.0
 
 
 #: The precisions, in display order: the one record of each (iterate for names;
@@ -58,6 +62,7 @@ PRECISIONS: dict[str, Precision] = {
             2.0**-8,
             native_flags=("avx512_bf16", "amx_bf16"),
             gpu_capability=(8, 0),
+            cost=0.7,
         ),
         Precision(
             "mixed_float16",

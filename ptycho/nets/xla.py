@@ -49,6 +49,9 @@ class Mode(NamedTuple):
     autocluster: bool = False  #: the step is a graph instantiated under ``set_jit("autoclustering")``
     jit_physics: bool = False  #: the physics head (and loss) is its own ``jit_compile=True`` function
     xla_translation: bool = True  #: the XLA-safe ``tf.gather`` translation (False: ``ImageProjectiveTransformV3``)
+    #: a training step's cost relative to ``off``'s, measured with two 1-thread trainings at
+    #: once; it only orders the workflow's trainings (``rules/common.smk``), the costliest first
+    cost: float = 1.0
 
     @property
     def xla_step(self) -> bool:
@@ -67,11 +70,17 @@ MODES: dict[str, Mode] = {
             "graph mode, no XLA, reference translation (ImageProjectiveTransformV3)",
             xla_translation=False,
         ),
-        Mode("jit", "whole step jit-compiled (tf.function(jit_compile=True)), XLA-safe translation", jit_step=True),
+        Mode(
+            "jit",
+            "whole step jit-compiled (tf.function(jit_compile=True)), XLA-safe translation",
+            jit_step=True,
+            cost=1.3,
+        ),
         Mode(
             "auto",
             "TensorFlow auto-clustering (set_jit('autoclustering'), --tf_xla_cpu_global_jit), XLA-safe translation",
             autocluster=True,
+            cost=1.3,
         ),
         Mode(
             "physics",

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ptycho.artifacts import FORMATS
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.study import checklist, conditions_view
@@ -22,7 +23,9 @@ from ptycho.study.arms import Pair
 from ptycho.study.bench.machine import machine_line
 from ptycho.study.tables import fmt, to_html, to_markdown
 
-REPORT_SCHEMA_VERSION = 2  # 2: XLA modes (off, jit, auto, physics) replace the boolean arms
+#: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
+#: the record as ``schema_version`` (2: XLA modes replace the boolean arms).
+REPORT_SCHEMA_VERSION = FORMATS["report"]
 
 
 def build(

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ptycho.config import defaults
 from ptycho.nets.models import MODEL_KINDS
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import COMPARED, REFERENCE, compared
@@ -83,11 +84,11 @@ def gradients(
     threshold: float,
     roundoff_count: float,
     seed: int = 0,
-    pinn_loss: str = "poisson",
+    pinn_loss: str = defaults("model")["loss"],
     modes: Sequence[str] = COMPARED,
     precisions: Sequence[str] = (REFERENCE_PRECISION,),
     n: int = 32,
-    nphotons: float = 1e6,
+    nphotons: float = defaults("simulation")["nphotons"],
     finite_differences: bool = True,
 ) -> dict:
     """Loss gradients w.r.t. weights and inputs, per model: each XLA mode vs ``off`` at each
