@@ -4,12 +4,21 @@ def _arm_files(*patterns):
     return {arm: [p.format(R=R, arm=arm) for p in patterns] for arm in ARMS}
 
 
+def _condition_files(*rule_names):
+    """Each checked condition's outputs of these rules, read from the rules themselves, as
+    a group of its own (like an arm: a condition new to the config is no hole)."""
+    return {
+        f"condition:{c}": [str(o).format(condition=c) for r in rule_names for o in getattr(rules, r).output]
+        for c in CONDITIONS
+    }
+
+
 STAGES = [
-    {"": [*DATASETS, CONFIG_JSON, *PROBE_RECORD]},
+    {"": [*DATASETS, CONFIG_JSON, *PROBE_RECORD], **_condition_files("simulate_condition")},
     {"": [f"{R}/bench/bench.json", SOLVER[0], f"{R}/checks/gradients.json"],
      **_arm_files("{R}/models/{arm}/model.json", "{R}/models/{arm}/model.keras")},
     {"": [f"{R}/checks/{item}.json" for item in ("accuracy", "convergence", "speedup")],
-     **_arm_files("{R}/reconstructions/{arm}.npz")},
+     **_arm_files("{R}/reconstructions/{arm}.npz"), **_condition_files("condition", "solve_condition")},
     {"": [SOLVER[1]], **_arm_files("{R}/stitched/{arm}.npz")},
     _arm_files("{R}/metrics/{arm}.json"),
     {"": [f"{R}/checks/quality.json", *rules.figures.output]},

@@ -68,19 +68,19 @@ def test_a_missing_file_is_a_hole_only_under_results_made_from_it(tmp_path):
     assert holes([*stages[:3], metrics, {"": [str(f["report"])]}]) == [str(f["bench"]), str(f["m_a"]), metrics["a"][0]]
 
 
-def _finished_looking_study(tmp_path: Path) -> Path:
+def _finished_looking_study(tmp_path: Path, config: tuple[str, ...] = SMOKE) -> Path:
     """The workflow's files with a real parent run and store (the first two jobs, run for
     real), and every later output present, each newer than what it is made from: what
     Snakemake sees after a finished study. Dry runs then show what a rerun would do."""
     work = _workdir(tmp_path)
-    done = snakemake(work, "results/smoke/mlflow/parent.json", *SMOKE)
+    done = snakemake(work, "results/smoke/mlflow/parent.json", *config)
     assert done.returncode == 0, done.stderr[-3000:]
-    plan = snakemake(work, "-n", "--quiet", "rules", "all", *SMOKE)
+    plan = snakemake(work, "-n", "--quiet", "rules", "all", *config)
     assert plan.returncode == 0, plan.stderr[-3000:]
-    listed = snakemake(work, "-n", "--summary", "all", *SMOKE)  # every output of the plan, one per line
+    listed = snakemake(work, "-n", "--summary", "all", *config)  # every output of the plan, one per line
     outputs = [line.split("\t")[0] for line in listed.stdout.splitlines()[1:] if "\t" in line]
     assert any(o.endswith("model.keras") for o in outputs), listed.stdout[-2000:]
-    order = ["data/", "solver/solve", "models/", "bench/", "checks/", "reconstructions/", "stitched/"]
+    order = ["data/", "solver/solve", "models/", "bench/", "checks/", "/check.json", "reconstructions/", "stitched/"]
     order += ["solver/warm", "metrics/", "products/", "checks/quality", "figures/", "/report/", "reports/"]
 
     def stage(path: str) -> int:
@@ -92,7 +92,7 @@ def _finished_looking_study(tmp_path: Path) -> Path:
         if not p.exists():
             _touch(p)
         os.utime(p, (t + stage(path), t + stage(path)))
-    quiet = snakemake(work, "-n", "all", *SMOKE)
+    quiet = snakemake(work, "-n", "all", *config)
     assert "Nothing to be done" in quiet.stdout + quiet.stderr, quiet.stdout[-3000:]
     return work
 
@@ -112,6 +112,26 @@ def test_an_output_lost_under_finished_results_is_made_again_with_all_after_it(t
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
     assert jobs["train"] == "1" and jobs["bench"] == "1" and jobs["report"] == "1" and jobs["publish_report"] == "1"
     assert "simulate" not in jobs  # what the lost files were made from stays
+
+
+def test_a_lost_conditions_output_is_made_again_and_a_new_condition_is_no_hole(tmp_path):
+    """The conditions' outputs were not in the rerun's stages: a lost test split of a
+    condition under its finished check was never made again ('Nothing to be done')."""
+    with_condition = (*SMOKE, "conditions=[dense-1e4-poisson]")
+    work = _finished_looking_study(tmp_path, with_condition)
+    (work / "results/smoke/conditions/dense-1e4-poisson/test.h5").unlink()
+    plan = snakemake(work, "-n", "all", *with_condition)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    said = [line for line in plan.stderr.splitlines() if line.startswith("ptycho workflow: 1 output(s) are missing")]
+    assert len(said) == 1 and "conditions/dense-1e4-poisson/test.h5" in said[0], plan.stderr[-3000:]
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout + plan.stderr, re.M))
+    assert jobs["simulate_condition"] == jobs["condition"] == jobs["solve_condition"] == jobs["report"] == "1"
+    assert "train" not in jobs
+    # a condition new to the config is made, not called lost (the lost file still is)
+    plan = snakemake(work, "-n", "all", *SMOKE, "conditions=[dense-1e4-poisson, sparse-1e9-mae]")
+    said = [line for line in plan.stderr.splitlines() if "are missing" in line]
+    assert plan.returncode == 0 and said[0].startswith("ptycho workflow: 1 output(s)"), plan.stderr[-3000:]
+    assert "sparse-1e9-mae" not in said[0]
 
 
 def test_an_output_damaged_after_its_job_is_moved_aside_and_made_again(tmp_path):
