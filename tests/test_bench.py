@@ -78,17 +78,17 @@ def test_break_even_steps_without_a_time_is_nan():
 
 def test_seed_comparison_pools_unmatched_seeds_and_gives_one_of_three_outcomes():
     c = stats.seed_comparison({1: 1.2, 0: 1.0}, {2: 1.1, 3: 1.3}, threshold=0.05)
-    assert c["seeds_mode"] == [0, 1] and c["seeds_off"] == [2, 3] and c["design"] == "unpaired"
-    assert c["mean_mode"] == pytest.approx(1.1) and c["mean_off"] == pytest.approx(1.2)
-    assert c["difference"] == pytest.approx(-0.1)
-    assert c["spread"] == pytest.approx(0.2) and c["margin"] == 0.05  # the margin is the threshold, never the spread
+    assert c.seeds_mode == (0, 1) and c.seeds_off == (2, 3) and c.design == "unpaired"
+    assert c.mean_mode == pytest.approx(1.1) and c.mean_off == pytest.approx(1.2)
+    assert c.difference == pytest.approx(-0.1)
+    assert c.spread == pytest.approx(0.2) and c.margin == 0.05  # the margin is the threshold, never the spread
     sd = math.sqrt((0.01 + 0.01 + 0.01 + 0.01) / 2)  # pooled, 2 degrees of freedom
-    assert c["sd"] == pytest.approx(sd)
-    assert c["low"] == pytest.approx(-0.1 - T95_2 * sd) and c["high"] == pytest.approx(-0.1 + T95_2 * sd)
+    assert c.sd == pytest.approx(sd)
+    assert c.low == pytest.approx(-0.1 - T95_2 * sd) and c.high == pytest.approx(-0.1 + T95_2 * sd)
     # the 95 % interval reaches inside the margin and the 90 % one past it: neither shown
-    assert c["outcome"] == "INCONCLUSIVE" and not c["within"] and not c["equivalent"]
+    assert c.outcome == "INCONCLUSIVE" and not c.within and not c.equivalent
     # beyond the margin, more seeds could show a difference: the smallest number that would
-    n = c["seeds_needed"]
+    n = c.seeds_needed
     assert n == stats.seeds_needed(-0.1, sd, 0.05) and 2 < n < stats.MAX_SEEDS
     h95 = stats._half_widths(sd, int(n), int(n))[1]
     assert 0.1 - h95 > 0.05 and 0.1 - stats._half_widths(sd, int(n) - 1, int(n) - 1)[1] <= 0.05
@@ -100,25 +100,25 @@ def test_matched_seeds_are_compared_pairwise_so_a_shared_seed_effect_cancels():
     # EQUIVALENT within 0.02 with two seeds.
     mode, off = {0: 0.852, 1: 0.902}, {0: 0.850, 1: 0.899}
     c = stats.seed_comparison(mode, off, threshold=0.02)
-    assert c["design"] == "paired" and c["outcome"] == "EQUIVALENT"
-    assert c["sd"] == pytest.approx(np.std([0.002, 0.003], ddof=1))  # of the per-seed differences
+    assert c.design == "paired" and c.outcome == "EQUIVALENT"
+    assert c.sd == pytest.approx(np.std([0.002, 0.003], ddof=1))  # of the per-seed differences
     t90_1 = 6.313751514675041  # scipy.stats.t.ppf(0.95, 1): one degree of freedom from two pairs
-    assert c["high90"] == pytest.approx(0.0025 + t90_1 * c["sd"] / math.sqrt(2))
+    assert c.high90 == pytest.approx(0.0025 + t90_1 * c.sd / math.sqrt(2))
     pooled = stats.seed_comparison(mode, {2: 0.850, 3: 0.899}, threshold=0.02)
-    assert pooled["design"] == "unpaired" and pooled["outcome"] == "INCONCLUSIVE"
+    assert pooled.design == "unpaired" and pooled.outcome == "INCONCLUSIVE"
     # Seeds that do not match (one arm lacks seed 1) fall back to the pooled comparison.
-    assert stats.seed_comparison(mode, {0: 0.850, 2: 0.899}, 0.02)["design"] == "unpaired"
+    assert stats.seed_comparison(mode, {0: 0.850, 2: 0.899}, 0.02).design == "unpaired"
     # The seeds needed follow the design: paired needs fewer here.
     assert stats.seeds_needed(0.01, 0.01, 0.02, "paired") < stats.seeds_needed(0.01, 0.05, 0.02, "unpaired")
 
 
 def test_seed_comparison_is_equivalent_only_when_the_90_percent_interval_is_inside_the_margin():
     tight = stats.seed_comparison({0: 0.851, 1: 0.852, 2: 0.850}, {0: 0.850, 1: 0.851, 2: 0.852}, 0.02)
-    assert tight["outcome"] == "EQUIVALENT" and -0.02 <= tight["low90"] and tight["high90"] <= 0.02
-    assert math.isnan(tight["seeds_needed"])  # settled: nothing more needed
+    assert tight.outcome == "EQUIVALENT" and -0.02 <= tight.low90 and tight.high90 <= 0.02
+    assert math.isnan(tight.seeds_needed)  # settled: nothing more needed
     apart = stats.seed_comparison({0: 0.95, 1: 0.951, 2: 0.952}, {0: 0.85, 1: 0.851, 2: 0.852}, 0.02)
-    assert apart["outcome"] == "DIFFERENT" and apart["low"] > 0.02
-    assert stats.reach(tight) == pytest.approx(max(abs(tight["low90"]), abs(tight["high90"])))
+    assert apart.outcome == "DIFFERENT" and apart.low > 0.02
+    assert tight.reach() == pytest.approx(max(abs(tight.low90), abs(tight.high90)))
     assert stats.overall(["EQUIVALENT", "EQUIVALENT"]) == "EQUIVALENT"
     assert stats.overall(["EQUIVALENT", "INCONCLUSIVE"]) == "INCONCLUSIVE"
     assert stats.overall(["INCONCLUSIVE", "DIFFERENT"]) == "DIFFERENT" and stats.overall([]) == "INCONCLUSIVE"
@@ -126,9 +126,24 @@ def test_seed_comparison_is_equivalent_only_when_the_90_percent_interval_is_insi
 
 def test_seed_comparison_with_one_seed_is_inconclusive():
     c = stats.seed_comparison({0: 0.90}, {0: 0.93}, threshold=0.05)
-    assert math.isnan(c["sd"]) and math.isnan(c["spread"]) and c["margin"] == 0.05
-    assert c["outcome"] == "INCONCLUSIVE" and c["within"] and math.isnan(c["seeds_needed"])
-    assert stats.seed_comparison({0: 0.80}, {0: 0.93}, threshold=0.05)["outcome"] == "INCONCLUSIVE"
+    assert math.isnan(c.sd) and math.isnan(c.spread) and c.margin == 0.05
+    assert c.outcome == "INCONCLUSIVE" and c.within and math.isnan(c.seeds_needed)
+    assert stats.seed_comparison({0: 0.80}, {0: 0.93}, threshold=0.05).outcome == "INCONCLUSIVE"
+
+
+def test_a_seed_comparison_is_one_record_through_json():
+    """The checks write it, the report reads it back: the same record, NaN as null."""
+    import json
+
+    for c in (
+        stats.seed_comparison({0: 0.852, 1: 0.902}, {0: 0.850, 1: 0.899}, 0.02),
+        stats.seed_comparison({0: 0.90}, {0: 0.93}, 0.05, stats.NON_INFERIORITY, label="amplitude", yardstick=True),
+    ):
+        written = json.loads(json.dumps(c.to_json()).replace("NaN", "null"))
+        again = stats.SeedComparison.from_json(written)
+        assert json.dumps(again.to_json()) == json.dumps(c.to_json())
+        assert again.words() == c.words() and again.needed_words() == c.needed_words()
+    assert "label" not in stats.seed_comparison({0: 1.0}, {0: 1.0}, 0.1).to_json()  # only where it is set
 
 
 # --------------------------------------------------------------------- machine

@@ -21,6 +21,7 @@ from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.study import checklist, conditions_view
 from ptycho.study.arms import Pair
 from ptycho.study.bench.machine import machine_line
+from ptycho.study.stats import SeedComparison
 from ptycho.study.tables import fmt, to_html, to_markdown
 
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
@@ -224,15 +225,15 @@ def speed_sentence(report: Mapping) -> str:
     return "Speed: not measured (no PINN timings of off and an XLA mode at the same precision)."
 
 
-def _pinn_comparisons(report: Mapping, axis: str) -> list[tuple[Pair, Mapping]]:
-    """The quality item's across-seed comparisons of the PINN along ``axis`` ("mode" or
-    "precision"), each with its :class:`~ptycho.study.arms.Pair` (from the arms, never
-    from parsing the evidence's keys)."""
+def _subject_comparisons(report: Mapping, axis: str) -> list[tuple[Pair, dict[str, SeedComparison]]]:
+    """The quality item's across-seed comparisons of the study's subject along ``axis``
+    ("mode" or "precision"), metric by metric, each with its
+    :class:`~ptycho.study.arms.Pair` (from the arms, never from parsing the evidence's keys)."""
     from ptycho.study.checklist.seeds import seed_groups
 
     comparisons = report["items"]["quality"]["evidence"].get("comparisons", {})
     return [
-        (g.pair, comparisons[g.key])
+        (g.pair, {metric: SeedComparison.from_json(c) for metric, c in comparisons[g.key].items()})
         for g in seed_groups(report.get("arms", {}))
         if g.key in comparisons and g.pair.axis == axis and g.pair.arm.model == SUBJECT
     ]
@@ -242,10 +243,10 @@ def _mode_parts(report: Mapping, vs: str, ssim) -> list[str]:
     """``"<mode> <vs>: amplitude ..., phase ..."`` for each PINN mode vs off at the same
     precision, each SSIM comparison ``m`` put in words by ``ssim(word, m)``."""
     parts = []
-    for pair, c in _pinn_comparisons(report, "mode"):
+    for pair, c in _subject_comparisons(report, "mode"):
         arm = pair.arm
         label = arm.mode if arm.precision == REFERENCE_PRECISION else f"{arm.mode} at {SHORT[arm.precision]}"
-        metrics = [ssim(word, c[k]) for k, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")) if c.get(k)]
+        metrics = [ssim(word, c[k]) for k, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")) if k in c]
         parts.append(f"{label} {vs}: " + ", ".join(metrics))
     return parts
 
@@ -257,13 +258,9 @@ def quality_sentence(report: Mapping) -> str:
     if report["items"]["quality"]["evidence"].get("ground_truth") is False:
         return agreement_sentence(report)
 
-    def difference(word: str, m: Mapping) -> str:
-        interval = (
-            f", 90% interval {_num(m.get('low90')):+.3f} to {_num(m.get('high90')):+.3f}"
-            if m.get("low90") is not None
-            else ""
-        )
-        return f"{word} SSIM {_num(m['difference']):+.3f}{interval}: {m['outcome']}"
+    def difference(word: str, m: SeedComparison) -> str:
+        interval = f", 90% interval {m.low90:+.3f} to {m.high90:+.3f}" if math.isfinite(m.low90) else ""
+        return f"{word} SSIM {m.difference:+.3f}{interval}: {m.outcome}"
 
     parts = _mode_parts(report, "- off", difference)
     if not parts:
@@ -280,31 +277,31 @@ def agreement_sentence(report: Mapping) -> str:
     with its outcome (:mod:`ptycho.study.checklist.agreement`)."""
     from ptycho.study.stats import LOWER
 
-    def worse_end(m: Mapping) -> float:
-        return _num(m.get("high90" if m.get("better") == LOWER else "low90"))  # the 90 % interval's worse end
+    def worse_end(m: SeedComparison) -> float:
+        return m.high90 if m.better == LOWER else m.low90  # the 90 % interval's worse end
 
-    def relative(word: str, m: Mapping) -> str:
+    def relative(word: str, m: SeedComparison) -> str:
         bound = f" (90% interval to {worse_end(m):+.1%})" if math.isfinite(worse_end(m)) else ""
-        return f"{word} {_num(m['difference']):+.1%}{bound}: {m['outcome']}"
+        return f"{word} {m.difference:+.1%}{bound}: {m.outcome}"
 
-    def difference(word: str, m: Mapping) -> str:
+    def difference(word: str, m: SeedComparison) -> str:
         bound = f" (90% interval to {worse_end(m):+.3f})" if math.isfinite(worse_end(m)) else ""
-        return f"{word} {_num(m['difference']):+.3f}{bound}: {m['outcome']}"
+        return f"{word} {m.difference:+.3f}{bound}: {m.outcome}"
 
-    def agreement(word: str, m: Mapping) -> str:
-        return f"{word} {_num(m['mean_mode']):.3f} vs {_num(m['mean_off']):.3f}: {m['outcome']}"
+    def agreement(word: str, m: SeedComparison) -> str:
+        return f"{word} {m.mean_mode:.3f} vs {m.mean_off:.3f}: {m.outcome}"
 
     parts = []
-    for pair, c in _pinn_comparisons(report, "mode"):
+    for pair, c in _subject_comparisons(report, "mode"):
         arm = pair.arm
         label = arm.mode if arm.precision == REFERENCE_PRECISION else f"{arm.mode} at {SHORT[arm.precision]}"
-        own = [relative("data misfit", c["data_misfit"])] if c.get("data_misfit") else []
+        own = [relative("data misfit", c["data_misfit"])] if "data_misfit" in c else []
         own += [
             difference(word, c[k])
             for k, word in (("amp_half_frc_mean", "half-scan FRC mean amplitude"), ("phase_half_frc_mean", "phase"))
-            if c.get(k)
+            if k in c
         ]
-        agreed = [agreement(word, c[k]) for k, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")) if c.get(k)]
+        agreed = [agreement(word, c[k]) for k, word in (("amp_ssim", "amplitude"), ("phase_ssim", "phase")) if k in c]
         parts.append(
             f"{label} vs off: "
             + ", ".join(own)
@@ -349,8 +346,8 @@ def precision_sentence(report: Mapping) -> str:
     """The precision's own effect (never counted as XLA's) in one sentence."""
     words = report["items"]["speedup"]["evidence"].get("precision") or ""
     outcomes = [
-        f"{pair.words()}: amplitude {c['amp_ssim']['outcome']}, phase {c['phase_ssim']['outcome']}"
-        for pair, c in _pinn_comparisons(report, "precision")
+        f"{pair.words()}: amplitude {c['amp_ssim'].outcome}, phase {c['phase_ssim'].outcome}"
+        for pair, c in _subject_comparisons(report, "precision")
         if "amp_ssim" in c and "phase_ssim" in c
     ]
     if not words and not outcomes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -136,13 +137,133 @@ def seeds_needed(
     return float("inf")
 
 
+@dataclass(frozen=True)
+class SeedComparison:
+    """One metric of an arm against its reference across seeds (:func:`seed_comparison`),
+    judged once (``outcome``) and worded once (:meth:`words`, :meth:`needed_words`); the
+    only code that knows its keys in the checks' and the report's JSON (:meth:`to_json`,
+    :meth:`from_json`, NaN as null). ``label`` and ``yardstick`` are set by the measured-data
+    comparisons (:mod:`ptycho.study.checklist.agreement`): what is compared, and that the
+    reference side is the seed-to-seed yardstick (pairs of seeds), not seeds."""
+
+    seeds_mode: tuple[int, ...]
+    seeds_off: tuple[int, ...]
+    mean_mode: float
+    mean_off: float
+    difference: float
+    sd: float
+    low: float
+    high: float
+    low90: float
+    high90: float
+    spread: float
+    design: str
+    margin: float
+    test: str
+    better: str
+    outcome: str
+    seeds_needed: float
+    label: str = ""
+    yardstick: bool = False
+
+    @property
+    def within(self) -> bool:
+        """|difference| <= margin (NaN compares False: no evidence, no pass)."""
+        return bool(abs(self.difference) <= self.margin)
+
+    @property
+    def equivalent(self) -> bool:
+        return self.outcome == EQUIVALENT
+
+    def reach(self) -> float:
+        """How far the 90 % interval reaches: from no difference either way (equivalence),
+        or on the worse side (non-inferiority: how much worse the arm may be, 0 when even
+        that end is better); the value an EQUIVALENT or NOT WORSE outcome keeps within the
+        margin. NaN without an interval."""
+        if self.test == NON_INFERIORITY:
+            worst = max(worse_by(self.low90, self.better), worse_by(self.high90, self.better))
+            return max(worst, 0.0) if math.isfinite(worst) else math.nan
+        return max(abs(self.low90), abs(self.high90))
+
+    def needed_words(self) -> str:
+        """How many seeds would settle an INCONCLUSIVE comparison, in words."""
+        n = self.seeds_needed
+        if math.isnan(n):
+            return "at least 2 seeds per arm are needed to judge it"
+        if math.isinf(n):
+            return "the observed difference sits at the margin: no number of seeds would settle it"
+        return f"the observed spread says {n:.0f} seeds per arm would settle it"
+
+    def words(self, percent: bool = False) -> str:
+        """What follows the comparison's difference in words: its intervals, the seed
+        spread and the outcome (or why there is none)."""
+
+        def f(v: float, signed: bool = False) -> str:
+            return signed_words(v, percent) if signed else (f"{v:.1%}" if percent else f"{v:.4f}")
+
+        if not math.isfinite(self.sd):
+            return f" (one seed per arm: no seed-to-seed spread to judge it by); INCONCLUSIVE, {self.needed_words()}"
+        spread = f"seeds of the same arm differ by up to {f(self.spread)}" if math.isfinite(self.spread) else ""
+        sides = "pairs of seeds" if self.yardstick else "seeds"
+        intervals = (
+            f"90 % interval {f(self.low90, True)} to {f(self.high90, True)}, 95 % {f(self.low, True)} to "
+            f"{f(self.high, True)}, {len(self.seeds_mode)} {'seeds vs' if self.yardstick else 'vs'} "
+            f"{len(self.seeds_off)} {sides}" + (", paired by seed" if self.design == PAIRED else "")
+        )
+        margin = f(self.margin)
+        judged = {
+            EQUIVALENT: f"EQUIVALENT within the {margin} margin (its 90 % interval lies inside)",
+            DIFFERENT: f"DIFFERENT: its 95 % interval lies beyond the {margin} margin",
+            NOT_WORSE: f"NOT WORSE by more than the {margin} margin (its one-sided 95 % bound lies inside)",
+            WORSE: f"WORSE by more than the {margin} margin (even its 90 % interval's better end lies beyond it)",
+        }.get(self.outcome, f"INCONCLUSIVE against the {margin} margin; {self.needed_words()}")
+        return f" ({intervals}{'; ' + spread if spread else ''}); {judged}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the checks and the report keep it (NaN stays NaN here; the JSON
+        writer stores it as null)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("label", "yardstick")}
+        out.update(seeds_mode=list(self.seeds_mode), seeds_off=list(self.seeds_off))
+        out.update(within=self.within, equivalent=self.equivalent)
+        if self.label:
+            out["label"] = self.label
+        if self.yardstick:
+            out["yardstick"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> SeedComparison:
+        """The record from the checks' or the report's JSON (null read as NaN)."""
+
+        def number(key: str) -> float:
+            v = record.get(key)
+            return math.nan if v is None else float(v)
+
+        names = {f.name for f in fields(cls)}
+        floats = {f.name for f in fields(cls) if f.type == "float"}
+        # what records written before a field existed meant: two-sided, higher is better, pooled
+        values = {"test": EQUIVALENCE, "better": HIGHER, "design": UNPAIRED}
+        values |= {k: (number(k) if k in floats else record[k]) for k in names if k in record or k in floats}
+        values["seeds_mode"] = tuple(record.get("seeds_mode", ()))
+        values["seeds_off"] = tuple(record.get("seeds_off", ()))
+        return cls(**values)
+
+
+def signed_words(v: float, percent: bool) -> str:
+    """A difference with its sign: percent with one decimal, else four decimals."""
+    return f"{v:+.1%}" if percent else f"{v:+.4f}"
+
+
 def seed_comparison(
     mode_values: Mapping[int, float],
     off_values: Mapping[int, float],
     threshold: float,
     test: str = EQUIVALENCE,
     better: str = HIGHER,
-) -> dict:
+    *,
+    label: str = "",
+    yardstick: bool = False,
+) -> SeedComparison:
     """One metric of one mode against ``off`` across seeds, with one of three outcomes.
 
     Two trainings of the same arm with different seeds already differ (initial weights,
@@ -174,52 +295,54 @@ def seed_comparison(
     * ``spread``: the largest difference between two seeds of the same arm;
       ``within``: |difference| <= margin; ``equivalent``: the outcome is EQUIVALENT.
     """
+
     a = np.array([mode_values[s] for s in sorted(mode_values)], float)
     b = np.array([off_values[s] for s in sorted(off_values)], float)
-    diff = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
+    diff = float(a.mean() - b.mean()) if len(a) and len(b) else math.nan
     design = PAIRED if sorted(mode_values) == sorted(off_values) and len(a) > 1 else UNPAIRED
     dof = len(a) - 1 if design == PAIRED else len(a) - 1 + len(b) - 1
     margin = float(threshold)
-    nan = float("nan")
-    out = {
-        "seeds_mode": sorted(mode_values),
-        "seeds_off": sorted(off_values),
-        "mean_mode": float(a.mean()),
-        "mean_off": float(b.mean()),
-        "difference": diff,
-        "sd": nan,
-        "low": nan,
-        "high": nan,
-        "low90": nan,
-        "high90": nan,
-        "spread": max((float(np.ptp(v)) for v in (a, b) if len(v) > 1), default=nan),
-        "design": design,
-        "margin": margin,
-        "test": test,
-        "better": better,
-        "outcome": INCONCLUSIVE,
-        "seeds_needed": nan,
-    }
+    nan = math.nan
+    sd = low = high = low90 = high90 = needed = nan
+    outcome = INCONCLUSIVE
     if dof > 0:
         if design == PAIRED:
             sd = float(np.std(a - b, ddof=1))
         else:
             sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / dof)
         h90, h95 = _half_widths(sd, len(a), len(b), design)
-        out.update(sd=sd, low=diff - h95, high=diff + h95, low90=diff - h90, high90=diff + h90)
+        low, high, low90, high90 = diff - h95, diff + h95, diff - h90, diff + h90
         # the interval's ends as "how much worse the arm is": the worse end first
-        worst, best = sorted((worse_by(out["low90"], better), worse_by(out["high90"], better)), reverse=True)
+        worst, best = sorted((worse_by(low90, better), worse_by(high90, better)), reverse=True)
         if test == NON_INFERIORITY:
-            out["outcome"] = NOT_WORSE if worst <= margin else WORSE if best > margin else INCONCLUSIVE
-        elif -margin <= out["low90"] and out["high90"] <= margin:
-            out["outcome"] = EQUIVALENT
-        elif out["low"] > margin or out["high"] < -margin:
-            out["outcome"] = DIFFERENT
-        if out["outcome"] == INCONCLUSIVE:
-            out["seeds_needed"] = seeds_needed(diff, sd, margin, design, test, better)
-    out["within"] = bool(abs(diff) <= margin)  # NaN compares False: no evidence, no pass
-    out["equivalent"] = out["outcome"] == EQUIVALENT
-    return out
+            outcome = NOT_WORSE if worst <= margin else WORSE if best > margin else INCONCLUSIVE
+        elif -margin <= low90 and high90 <= margin:
+            outcome = EQUIVALENT
+        elif low > margin or high < -margin:
+            outcome = DIFFERENT
+        if outcome == INCONCLUSIVE:
+            needed = seeds_needed(diff, sd, margin, design, test, better)
+    return SeedComparison(
+        seeds_mode=tuple(sorted(mode_values)),
+        seeds_off=tuple(sorted(off_values)),
+        mean_mode=float(a.mean()),
+        mean_off=float(b.mean()),
+        difference=diff,
+        sd=sd,
+        low=low,
+        high=high,
+        low90=low90,
+        high90=high90,
+        spread=max((float(np.ptp(v)) for v in (a, b) if len(v) > 1), default=nan),
+        design=design,
+        margin=margin,
+        test=test,
+        better=better,
+        outcome=outcome,
+        seeds_needed=needed,
+        label=label,
+        yardstick=yardstick,
+    )
 
 
 def overall(outcomes: Iterable[str]) -> str:
@@ -229,14 +352,3 @@ def overall(outcomes: Iterable[str]) -> str:
     if DIFFERENT in outcomes or WORSE in outcomes:
         return DIFFERENT
     return EQUIVALENT if outcomes and all(o in (EQUIVALENT, NOT_WORSE) for o in outcomes) else INCONCLUSIVE
-
-
-def reach(c: Mapping[str, Any]) -> float:
-    """How far the comparison's 90 % interval reaches: from no difference either way
-    (equivalence), or on the worse side (non-inferiority: how much worse the arm may be,
-    0 when even that end is better); the value an EQUIVALENT or NOT WORSE outcome keeps
-    within the margin. NaN without an interval."""
-    if c.get("test") == NON_INFERIORITY:
-        worst = max(worse_by(c["low90"], c.get("better", HIGHER)), worse_by(c["high90"], c.get("better", HIGHER)))
-        return max(worst, 0.0) if math.isfinite(worst) else math.nan
-    return max(abs(c["low90"]), abs(c["high90"]))

@@ -49,7 +49,7 @@ from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import FAIL, verdict
-from ptycho.study.stats import HIGHER, LOWER, NON_INFERIORITY, reach, seed_comparison
+from ptycho.study.stats import HIGHER, LOWER, NON_INFERIORITY, SeedComparison, seed_comparison
 from ptycho.study.tables import Table, fmt
 
 #: The scores of a reconstruction, with their words in the tables: against the ground
@@ -144,15 +144,15 @@ def agreement(
             arm, ref = ({s: per_arm[side[s]][key] for s in common} for side in (g.seeds_mode, g.seeds_off))
             if judged_as == "relative":
                 relative = {s: _relative(arm[s], ref[s]) for s in common}
-                c = seed_comparison(relative, dict.fromkeys(relative, 0.0), margin, test, better)
                 label = f"{label}, (arm - reference) / reference"
+                c = seed_comparison(relative, dict.fromkeys(relative, 0.0), margin, test, better, label=label)
                 words.append(seeds.comparison_words(g, label, c, percent=True))
             elif judged_as == "difference":
-                c = seed_comparison(arm, ref, threshold, test, better)
+                c = seed_comparison(arm, ref, threshold, test, better, label=label)
                 words.append(seeds.comparison_words(g, label, c))
             else:
                 continue
-            comparisons[g.key][key] = c | {"label": label}
+            comparisons[g.key][key] = c
         ruler = yardstick.get(_arm_key(g.seeds_off))
         for key, label in SSIM_KEYS.items():
             values = {s: by_names[(g.seeds_mode[s], g.seeds_off[s])][key] for s in common}
@@ -162,17 +162,22 @@ def agreement(
                     "one seed of the reference arm: no seed-to-seed yardstick to judge it by"
                 )
                 continue
-            c = seed_comparison(values, ruler["per_pair"][key], threshold, test, HIGHER) | {
-                "label": f"{label} between the arms vs between seeds",
-                "yardstick": True,
-            }
+            c = seed_comparison(
+                values,
+                ruler["per_pair"][key],
+                threshold,
+                test,
+                HIGHER,
+                label=f"{label} between the arms vs between seeds",
+                yardstick=True,
+            )
             comparisons[g.key][key] = c
             words.append(agreement_words(g.words, label, c))
     judged = [c for per in comparisons.values() for c in per.values()]
     _, status = seeds.judge(judged)
     # The comparisons are in two units (relative, SSIM): the value is each one's reach over
     # its own margin, the worst, judged <= 1 (as accuracy's worst difference over its limit).
-    value = max((reach(c) / c["margin"] for c in judged), default=float("nan"))
+    value = max((c.reach() / c.margin for c in judged), default=float("nan"))
     found_words = "; ".join(words) or "no pair to compare (an XLA mode and off, or a reduced precision and float32)"
     summary = (
         f"no ground truth (measured data): each arm against its reference arm of the same seed; {found_words}; "
@@ -191,7 +196,7 @@ def agreement(
             "ground_truth": False,
             "per_arm": per_arm,
             "between_arms": scores,
-            "comparisons": comparisons,
+            "comparisons": {k: {m: c.to_json() for m, c in per.items()} for k, per in comparisons.items()},
             "seed_to_seed": yardstick,
             "threshold": float(threshold),
             "margin": float(margin),
@@ -231,14 +236,14 @@ def seed_to_seed(images: Mapping[str, np.ndarray], sides: Sequence[Mapping[int, 
     return out
 
 
-def agreement_words(words: str, label: str, c: Mapping[str, Any]) -> str:
+def agreement_words(words: str, label: str, c: SeedComparison) -> str:
     """One clause: the mean between-arm SSIM against the yardstick's (two seeds of the
     reference arm), the difference's intervals and the outcome, in words."""
     head = (
-        f"{words}: {label} between their reconstructions {c['mean_mode']:.4f}, between two seeds of the reference "
-        f"arm {c['mean_off']:.4f}: {c['difference']:+.4f}"
+        f"{words}: {label} between their reconstructions {c.mean_mode:.4f}, between two seeds of the reference "
+        f"arm {c.mean_off:.4f}: {c.difference:+.4f}"
     )
-    return head + seeds.comparison_words_tail(c)
+    return head + c.words()
 
 
 def tables(ev: Mapping) -> list[Table]:

@@ -136,7 +136,7 @@ def convergence(
         summary,
         {
             "pairs": compared,
-            "comparisons": comparisons,
+            "comparisons": {k: c.to_json() for k, c in comparisons.items()},
             "threshold": float(threshold),
             "curves": loss_curves(histories),
             "failed": failed,

@@ -95,7 +95,7 @@ def quality(
         summary,
         {
             "per_arm": per_arm,
-            "comparisons": comparisons,
+            "comparisons": {k: {m: c.to_json() for m, c in per.items()} for k, per in comparisons.items()},
             "threshold": float(threshold),
             "ssim_differences": diffs,
             "arm_differences": arm_differences,

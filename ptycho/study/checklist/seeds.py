@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from ptycho.study.arms import Arm, Pair, pairs
 from ptycho.study.checklist.item import FAIL, INCONCLUSIVE, PASS
-from ptycho.study.stats import DIFFERENT, EQUIVALENT, NOT_WORSE, WORSE, overall, reach
+from ptycho.study.stats import DIFFERENT, EQUIVALENT, SeedComparison, overall, signed_words
 from ptycho.study.tables import Table, fmt
 
 
@@ -46,73 +45,24 @@ def failed_summary(failed: Mapping[str, str]) -> str:
     return "; ".join(f"arm {arm} FAILED in training: {reason}" for arm, reason in sorted(failed.items()))
 
 
-def judge(comparisons: Iterable[Mapping[str, Any]]) -> tuple[float, str]:
+def judge(comparisons: Iterable[SeedComparison]) -> tuple[float, str]:
     """(value, status) of a seed-based item: the value is how far the 90 % intervals reach
-    (:func:`ptycho.study.stats.reach`, largest; NaN if one has none), the status PASS only
-    when every comparison is EQUIVALENT or NOT WORSE, FAIL when one is DIFFERENT or WORSE
-    (or there is none, or a difference is undefined), INCONCLUSIVE otherwise."""
+    (:meth:`~ptycho.study.stats.SeedComparison.reach`, largest; NaN if one has none), the
+    status PASS only when every comparison is EQUIVALENT or NOT WORSE, FAIL when one is
+    DIFFERENT or WORSE (or there is none, or a difference is undefined), INCONCLUSIVE otherwise."""
     comparisons = list(comparisons)
-    if not comparisons or any(math.isnan(c["difference"]) for c in comparisons):
+    if not comparisons or any(math.isnan(c.difference) for c in comparisons):
         return float("nan"), FAIL  # nothing compared, or an undefined metric: no evidence is no pass
-    reaches = [reach(c) for c in comparisons]
+    reaches = [c.reach() for c in comparisons]
     value = max(reaches) if all(math.isfinite(r) for r in reaches) else float("nan")
-    outcome = overall(c["outcome"] for c in comparisons)
+    outcome = overall(c.outcome for c in comparisons)
     return value, {EQUIVALENT: PASS, DIFFERENT: FAIL}.get(outcome, INCONCLUSIVE)
 
 
-def _seeds_needed(c: Mapping[str, Any]) -> float:
-    """The record's ``seeds_needed``; JSON stores NaN as null."""
-    n = c.get("seeds_needed")
-    return float("nan") if n is None else float(n)
-
-
-def needed_words(c: Mapping[str, Any]) -> str:
-    """How many seeds would settle an INCONCLUSIVE comparison, in words."""
-    n = _seeds_needed(c)
-    if math.isnan(n):
-        return "at least 2 seeds per arm are needed to judge it"
-    if math.isinf(n):
-        return "the observed difference sits at the margin: no number of seeds would settle it"
-    return f"the observed spread says {n:.0f} seeds per arm would settle it"
-
-
-def comparison_words(group: SeedGroup, label: str, c: Mapping[str, Any], percent: bool = False) -> str:
+def comparison_words(group: SeedGroup, label: str, c: SeedComparison, percent: bool = False) -> str:
     """One clause: the group's difference (mode - off, or reduced precision - float32),
     its intervals, the seed spread and the outcome, in words."""
-    return f"{group.words} {label}: {_signed(c['difference'], percent)}" + comparison_words_tail(c, percent)
-
-
-def _signed(v: float, percent: bool) -> str:
-    return f"{v:+.1%}" if percent else f"{v:+.4f}"
-
-
-def comparison_words_tail(c: Mapping[str, Any], percent: bool = False) -> str:
-    """What follows a comparison's difference in words: its intervals, the seed spread and
-    the outcome (or why there is none)."""
-
-    def f(v: float, signed: bool = False) -> str:
-        return _signed(v, percent) if signed else (f"{v:.1%}" if percent else f"{v:.4f}")
-
-    if not math.isfinite(c["sd"]):
-        return f" (one seed per arm: no seed-to-seed spread to judge it by); INCONCLUSIVE, {needed_words(c)}"
-    spread = f"seeds of the same arm differ by up to {f(c['spread'])}" if math.isfinite(c["spread"]) else ""
-    intervals = (
-        f"90 % interval {f(c['low90'], True)} to {f(c['high90'], True)}, 95 % {f(c['low'], True)} to "
-        f"{f(c['high'], True)}, "
-        + (
-            f"{len(c['seeds_mode'])} seeds vs {len(c['seeds_off'])} pairs of seeds"
-            if c.get("yardstick")
-            else f"{len(c['seeds_mode'])} vs {len(c['seeds_off'])} seeds"
-        )
-        + (", paired by seed" if c.get("design") == "paired" else "")
-    )
-    judged = {
-        EQUIVALENT: f"EQUIVALENT within the {f(c['margin'])} margin (its 90 % interval lies inside)",
-        DIFFERENT: f"DIFFERENT: its 95 % interval lies beyond the {f(c['margin'])} margin",
-        NOT_WORSE: f"NOT WORSE by more than the {f(c['margin'])} margin (its one-sided 95 % bound lies inside)",
-        WORSE: f"WORSE by more than the {f(c['margin'])} margin (even its 90 % interval's better end lies beyond it)",
-    }.get(c["outcome"], f"INCONCLUSIVE against the {f(c['margin'])} margin; {needed_words(c)}")
-    return f" ({intervals}{'; ' + spread if spread else ''}); {judged}"
+    return f"{group.words} {label}: {signed_words(c.difference, percent)}" + c.words(percent)
 
 
 #: What :func:`comparison_table` compares, by default.
@@ -122,23 +72,24 @@ ACROSS_SEEDS = (
 
 
 def comparison_table(comparisons: Mapping[tuple[str, str], Mapping], subject: str = ACROSS_SEEDS) -> Table:
-    """The :func:`ptycho.study.stats.seed_comparison` records keyed by (comparison, metric);
+    """The :class:`~ptycho.study.stats.SeedComparison` records (as the report keeps them)
+    keyed by (comparison, metric);
     ``subject`` is the title's first part, what is compared."""
     rows = []
-    for (name, metric), c in sorted(comparisons.items()):
-        n = _seeds_needed(c)
-        judged = c["outcome"] + (f", {n:.0f} seeds needed" if n < float("inf") else "")
+    for (name, metric), record in sorted(comparisons.items()):
+        c = SeedComparison.from_json(record)
+        judged = c.outcome + (f", {c.seeds_needed:.0f} seeds needed" if c.seeds_needed < float("inf") else "")
         rows.append(
             [
                 name,
                 metric,
-                f"{len(c['seeds_mode'])} / {len(c['seeds_off'])}",
-                fmt(c["mean_mode"]),
-                fmt(c["mean_off"]),
-                f"{fmt(c['difference'])} ({fmt(c['low90'])} - {fmt(c['high90'])})",
-                f"{fmt(c['low'])} - {fmt(c['high'])}",
-                fmt(c["spread"]),
-                fmt(c["margin"]),
+                f"{len(c.seeds_mode)} / {len(c.seeds_off)}",
+                fmt(c.mean_mode),
+                fmt(c.mean_off),
+                f"{fmt(c.difference)} ({fmt(c.low90)} - {fmt(c.high90)})",
+                f"{fmt(c.low)} - {fmt(c.high)}",
+                fmt(c.spread),
+                fmt(c.margin),
                 judged,
             ]
         )
