@@ -324,7 +324,7 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
     from ptycho.artifacts import read_json, write_json
     from ptycho.study import report as views
     from ptycho.study.checklist.quality import tables
-    from ptycho.study.jobs import _measured_answers
+    from ptycho.study.report.answers import _measured_answers
 
     rng = np.random.default_rng(2)
     off = _object(rng)

@@ -257,7 +257,7 @@ def test_a_comparison_is_one_record_stored_read_judged_and_logged_the_same_way()
     import json
 
     from ptycho.artifacts import _jsonable
-    from ptycho.study.jobs import answers
+    from ptycho.study.report.answers import answers
 
     off = [_meta("off", 0, _curve(8), 0.100)]
     jit = [_meta("jit", 0, _curve(EPOCHS + 5), 0.05)]  # never reaches the target: an upper bound

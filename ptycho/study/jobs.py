@@ -21,7 +21,7 @@ import numpy as np
 
 from ptycho.errors import PtychoError
 from ptycho.nets.models import SUBJECT
-from ptycho.study.arms import ANSWER_METRICS, ARM_TAGS, Arm
+from ptycho.study.arms import ARM_TAGS, Arm
 from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, Progress
 
 #: The keys of a training's curve, logged per epoch.
@@ -616,6 +616,7 @@ def report(
     from ptycho.study import conditions_view, solver_view
     from ptycho.study import report as views
     from ptycho.study.bench import machine_info
+    from ptycho.study.report.answers import answers as report_answers
     from ptycho.study.results import StudyResults
     from ptycho.tracking import config_hash, git_commit
 
@@ -673,7 +674,7 @@ def report(
     )
     paths = views.write(result, out_dir, figures)
     artifacts = [(str(p), "report") for p in paths.values()]
-    others = answers(result)
+    others = report_answers(result)
     others[""].artifacts += [*artifacts, *((p, "figures") for p in figure_pngs)]
     return JobRecord(
         metrics={"verdict_pass": float(result["verdict"] == "PASS")},
@@ -683,86 +684,3 @@ def report(
         summary=f"{paths['html']}: verdict {result['verdict']} "
         + " ".join(f"{k}={v['status']}" for k, v in result["items"].items()),
     )
-
-
-def _measured_answers(report: Mapping, arms: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """``arms`` with each arm's answer when the quality item had no ground truth: its own
-    measures (:data:`ptycho.study.checklist.agreement.OWN`: data misfit, half-scan
-    resolutions) and the SSIM of its reconstruction against its reference arm's
-    (``amp_ssim_vs_reference``, ``phase_ssim_vs_reference``; off at its precision, for off
-    float32 in its mode: its evidence's ``between_arms``, the modes' pairs first); as it
-    was otherwise."""
-    from ptycho.study.checklist.agreement import OWN
-
-    evidence = report["items"]["quality"].get("evidence", {})
-    if evidence.get("ground_truth") is not False:
-        return arms
-    for name, arm in report["arms"].items():
-        for key in OWN:
-            value = (arm.get("metrics") or {}).get(key)
-            if isinstance(value, int | float):
-                arms.setdefault(name, {})[key] = value
-    for pair in evidence.get("between_arms", {}).values():
-        own = arms.setdefault(pair["arm"], {})
-        if "amp_ssim_vs_reference" not in own:
-            for key in ("amp_ssim", "phase_ssim"):
-                if isinstance(pair.get(key), int | float):
-                    own[f"{key}_vs_reference"] = pair[key]
-    return arms
-
-
-def answers(report: Mapping) -> dict[str, JobRecord]:
-    """What the report adds to other runs of the study, by run name ('' = the parent), so
-    that one run per arm carries its answer and the parent the study's.
-
-    Each arm's run (its training: :meth:`~ptycho.study.arms.Arm.run_name`) gets its
-    quality (:data:`ANSWER_METRICS`), its inference rate and its time to the quality
-    target of its XLA comparison (the ``off`` arm at its precision defines it; steps x
-    the training's own median step, compile time apart): ``quality_time_s``,
-    ``quality_time_with_compile_s``, ``quality_steps``, ``quality_reached`` (named so that
-    MLflow's compare view, which sorts keys, shows them with the SSIMs, above the
-    ``system/`` samples). The parent gets the verdict and each item's status (tags
-    ``verdict``, ``check.<item>``) and value (metrics), the headline ratios per PINN mode
-    (``xla_ttq_<stat>.<mode>[-<precision>]``: ``ratio``, its 95 % interval ``low`` and
-    ``high``, ``per_step``, ``ratio_with_compile``, and the flags ``upper_bound`` and
-    ``inconclusive``, 1 when the ratio is not a measured one), and the report's three sentences as
-    its description. On measured data (no ground truth) an arm's quality is its
-    agreement with its reference arm and its data misfit (:func:`_measured_answers`).
-    """
-    from ptycho.study import report as views
-    from ptycho.study.checklist.speedup import comparisons
-
-    arms: dict[str, dict[str, float]] = {}
-    for name, arm in report["arms"].items():
-        metrics = {k: arm["metrics"][k] for k in ANSWER_METRICS if k in (arm.get("metrics") or {})}
-        if "infer_patterns_per_s" in arm:
-            metrics["infer_patterns_per_s"] = arm["infer_patterns_per_s"]
-        arms[name] = metrics
-    arms = _measured_answers(report, arms)
-    parent_metrics: dict[str, float] = {"verdict_pass": float(report["verdict"] == "PASS")}
-    for c in comparisons(report).values():
-        if not c.is_xla():  # an arm's target is its XLA comparison's (off at its precision)
-            continue
-        for side, mode, precision in (("arm", c.mode, c.precision), ("reference", c.reference_mode, c.precision)):
-            for reach in getattr(c, side):
-                arms.setdefault(Arm(c.model, mode, reach.seed, precision).name, {}).update(reach.metrics())
-        if c.model == SUBJECT:
-            key = Arm(c.model, c.mode, 0, c.precision).key("mode", "precision")
-            parent_metrics.update({f"xla_ttq_{stat}.{key}": v for stat, v in c.metrics().items()})
-    tags = {"verdict": report["verdict"]}
-    for item, rec in report["items"].items():
-        tags[f"check.{item}"] = rec["status"]
-        if isinstance(rec.get("value"), int | float):
-            parent_metrics[f"check.{item}.value"] = rec["value"]
-    note = (
-        f"{views.verdict_line(report)}. "
-        + " ".join(views.answer(report))
-        + " "
-        + views.rest_lines(report)
-        + " The report is attached (report/validation.html); each arm's run (named as the arm, e.g. pinn-off-s0) "
-        "carries its quality and time to quality: filter tags.rule = 'train' and tags.outputs = 'current' and compare."
-    )
-    tags["mlflow.note.content"] = note
-    out = {"": JobRecord(metrics=parent_metrics, tags=tags)}
-    out.update({name: JobRecord(metrics=m) for name, m in arms.items() if m})
-    return out

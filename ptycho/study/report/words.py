@@ -1,132 +1,22 @@
-"""The validation report: ``validation.json`` (the record), ``.md`` and ``.html`` (views).
-
-Everything in it comes from this run's job outputs (checklist items, per-arm metrics,
-training metadata); nothing is typed in. The JSON is the contract (documented in
-docs/report.md): an overall ``verdict`` and ``items.{accuracy, gradients, convergence,
-quality, speedup}``, each with ``status``, ``value``, ``threshold`` and ``evidence``.
-"""
+"""The report in words, from its record: the verdict line and what decides it, the three
+sentences (XLA's speed, XLA's quality, the precision's own effect), the lines that follow
+them (the user's data, what is INCONCLUSIVE, the recommendation, the solver, the
+conditions, failed trainings), the provenance and cost lines and what ``make all`` prints
+last. One sentence, one function; the views and the MLflow view read them."""
 
 from __future__ import annotations
 
-import base64
 import math
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ptycho.artifacts import FORMATS
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
-from ptycho.study import checklist, conditions_view
+from ptycho.study import conditions_view
 from ptycho.study.arms import Pair
-from ptycho.study.bench.machine import machine_line
+from ptycho.study.report.record import REPORT_FILES
 from ptycho.study.stats import SeedComparison
-from ptycho.study.tables import fmt, to_html, to_markdown
-
-#: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
-#: the record as ``schema_version`` (2: XLA modes replace the boolean arms).
-REPORT_SCHEMA_VERSION = FORMATS["report"]
-
-
-def build(
-    items: Mapping[str, dict],
-    arms: Mapping[str, dict],
-    config: Mapping,
-    machine: Mapping | None = None,
-    figures: tuple[str, ...] = (),
-    cost: Mapping | None = None,
-    provenance: Mapping | None = None,
-    solver: Mapping | None = None,
-    conditions: Sequence[Mapping] = (),
-    probe: Mapping | None = None,
-) -> dict:
-    """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
-    ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
-    which run this is (config hash, git commit, MLflow parent run; the preset is added
-    from ``config``), shown in the views' first lines; ``solver`` is
-    :func:`ptycho.study.solver_view.summarise` of the conventional solver's records;
-    ``conditions`` the rows of :func:`ptycho.study.conditions_view.rows` (a condition's
-    accuracy or gradients FAIL fails the verdict); ``probe`` the summary of measured
-    data's probe refinement (:func:`ptycho.study.probe.summary`)."""
-    names = checklist.names()
-    missing = [name for name in names if name not in items]
-    if missing:
-        raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
-    failed = {name: arm.get("failure") or "diverged" for name, arm in arms.items() if arm.get("status") == "FAILED"}
-    statuses = {items[name]["status"] for name in names}
-    statuses |= {row[c]["status"] for row in conditions for c in conditions_view.CHECKS}
-    # PASS only when every item passes; INCONCLUSIVE (too few seeds to say) is not a PASS.
-    verdict = (
-        "FAIL" if failed or statuses - {"PASS", "INCONCLUSIVE"} else max(statuses, key=("PASS", "INCONCLUSIVE").index)
-    )
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "question": "Does XLA make physics-informed ptychographic reconstruction faster without making it worse?",
-        "verdict": verdict,
-        "items": {name: items[name] for name in names},
-        "arms": dict(arms),
-        "failed_arms": failed,
-        "machine": dict(machine or {}),
-        "figures": list(figures),
-        "cost": dict(cost or {}),
-        "config": {k: v for k, v in config.items() if k != "presets"},
-        "provenance": {"preset": config.get("preset", ""), **dict(provenance or {})},
-        **({"solver": dict(solver)} if solver else {}),
-        **({"conditions": [dict(row) for row in conditions]} if conditions else {}),
-        **({"probe": dict(probe)} if probe else {}),
-        "generated_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-
-
-def pipeline_cost(bench_dir: str | Path) -> dict:
-    """Where the run's time went, from Snakemake's ``benchmark:`` files (one TSV per job).
-
-    Per step (the folder or file name under ``bench_dir``: train, infer, stitch, ...):
-    jobs, their summed wall and CPU seconds and the largest peak RSS. ``span_s`` runs
-    from the first job's start (its end minus its wall time) to the last job's end, so
-    it counts the time jobs waited for each other but not the report itself; a span much
-    longer than the jobs' sum would mean the outputs come from several invocations.
-    """
-    import csv
-
-    steps: dict[str, dict[str, float]] = {}
-    starts, ends = [], []
-    for path in sorted(Path(bench_dir).rglob("*.tsv")):
-        rel = path.relative_to(bench_dir)
-        step = rel.parts[0] if len(rel.parts) > 1 else path.stem
-        try:
-            with open(path, newline="") as fh:
-                rows = list(csv.DictReader(fh, delimiter="\t"))
-            wall = float(rows[-1]["s"])
-        except (OSError, KeyError, IndexError, ValueError):
-            continue  # a job killed mid-write leaves no usable line: its time is unknown, not zero
-        row = rows[-1]
-        end = path.stat().st_mtime
-        starts.append(end - wall)
-        ends.append(end)
-        acc = steps.setdefault(step, {"jobs": 0, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_mb": 0.0})
-        acc["jobs"] += 1
-        acc["wall_s"] += wall
-        acc["cpu_s"] += _column(row, "cpu_time")
-        acc["max_rss_mb"] = max(acc["max_rss_mb"], _column(row, "max_rss"))
-    if not steps:
-        return {}
-    ordered = dict(sorted(steps.items(), key=lambda kv: -kv[1]["wall_s"]))
-    return {
-        "steps": ordered,
-        "span_s": max(ends) - min(starts),
-        "job_wall_s": sum(v["wall_s"] for v in steps.values()),
-        "job_cpu_s": sum(v["cpu_s"] for v in steps.values()),
-    }
-
-
-def _column(row: Mapping[str, str], key: str) -> float:
-    """A benchmark column as a number; Snakemake writes "NA" (or nothing) where it could not measure."""
-    try:
-        return float(row.get(key) or 0.0)
-    except ValueError:
-        return 0.0
 
 
 def cost_line(report: Mapping) -> str:
@@ -151,51 +41,6 @@ def cost_line(report: Mapping) -> str:
         f"(jobs' wall time {cost['job_wall_s'] / 60:.1f} min in all, CPU {cost['job_cpu_s'] / 60:.1f} min); "
         f"largest: {', '.join(parts)}."
     )
-
-
-def cost_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
-    steps = (report.get("cost") or {}).get("steps", {})
-    return (
-        ["step", "jobs", "wall min (sum)", "CPU min (sum)", "largest peak RSS MB"],
-        [
-            [name, str(v["jobs"]), fmt(v["wall_s"] / 60), fmt(v["cpu_s"] / 60), fmt(v["max_rss_mb"])]
-            for name, v in steps.items()
-        ],
-    )
-
-
-def figures() -> list[tuple[str, str, str]]:
-    """(file stem, section, alt text) of the report's figures, in order; each section
-    (:func:`ptycho.study.checklist.sections`) declares its own. Captions are the package's
-    ``captions/<stem>.rst``, shared with ``snakemake --report``."""
-    return [(f.stem, section, f.alt) for section, f in checklist.figures()]
-
-
-def caption(stem: str) -> str:
-    from importlib.resources import files
-
-    return files("ptycho").joinpath("captions", f"{stem}.rst").read_text().strip()
-
-
-def checklist_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
-    return (
-        ["item", "status", "value", "threshold", "summary"],
-        [
-            [name, it["status"], fmt(it["value"]), f"{it['comparison']} {fmt(it['threshold'])}", it["summary"]]
-            for name, it in report["items"].items()
-        ],
-    )
-
-
-def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[str], list[list[str]]]]]]:
-    """(id, title, text, [(table title, header, rows)]) in reading order; both views use it.
-    The checklist's items always; a section without a verdict (the solver) when the
-    report holds its record."""
-    out = []
-    for section in checklist.sections():
-        if section.name in report["items"] or report.get(section.name):
-            out.append((section.name, section.title, section.describe(report), section.tables(report)))
-    return out
 
 
 def _num(v: Any) -> float:
@@ -457,140 +302,3 @@ def provenance_line(report: Mapping) -> str:
     if prov.get("mlflow_run_id"):
         parts.append(f"MLflow parent run {prov['mlflow_run_id']}")
     return "; ".join(parts) + f"; generated {report['generated_utc']}"
-
-
-def markdown(report: Mapping) -> str:
-    table = to_markdown
-    parts = [
-        f"# XLA validation report: preset `{report['config'].get('preset')}`",
-        provenance_line(report),
-        f"**{report['question']}**",
-        f"## {verdict_line(report)}",
-        *answer(report),
-        *[rest_lines(report)] * bool(rest_lines(report)),
-        table(*checklist_table(report)),
-    ]
-    for _, title, text, tables in sections(report):
-        parts += [f"## {title}", text]
-        for sub, header, rows in tables:
-            parts += ([f"### {sub}"] if sub else []) + [table(header, rows)]
-    parts += [
-        "## Machine and run",
-        f"{machine_line(report.get('machine', {}))}. Generated {report['generated_utc']}; preset `{report['config'].get('preset')}`. "
-        f"Figures are in `validation.html`. {cost_line(report)}".strip(),
-    ]
-    if report.get("cost"):
-        parts += ["### Where this run's time went (Snakemake benchmark files)", table(*cost_table(report))]
-    return "\n\n".join(parts) + "\n"
-
-
-def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
-    """A self-contained page (no external CSS, scripts or images), rendered from the
-    package's ``templates/validation.html.j2`` with autoescape on; ``pngs`` maps a stem of
-    :func:`figures` to PNG bytes, embedded as data URLs."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
-
-    figures_ = dict(pngs or {})
-    env = Environment(loader=PackageLoader("ptycho", "templates"), autoescape=select_autoescape(["html", "j2"]))
-    body = []
-    for sid, title, text, tables in sections(report):
-        item = report["items"].get(sid)
-        body.append(
-            {
-                "id": sid,
-                "title": title,
-                "status": item["status"] if item else "",
-                "text": text,
-                "tables": [(sub, to_html(header, rows)) for sub, header, rows in tables],
-                "figures": [
-                    {
-                        "stem": stem,
-                        "alt": alt,
-                        "data": base64.b64encode(figures_[stem]).decode(),
-                        "caption": caption(stem),
-                    }
-                    for stem, where, alt in figures()
-                    if where == sid and stem in figures_
-                ],
-            }
-        )
-    prov = report.get("provenance") or {}
-    return env.get_template("validation.html.j2").render(
-        preset=str(report["config"].get("preset")),
-        verdict=report["verdict"],
-        decided_by=decided_by(report),
-        question=report["question"],
-        provenance=provenance_line(report),
-        answer=answer(report),
-        rest=rest_lines(report),
-        mlflow_url=mlflow_url(report),
-        mlflow_run=prov.get("mlflow_run_id", ""),
-        contents=[("verdict", "Verdict"), ("checklist", "Checklist")]
-        + [(s["id"], s["title"]) for s in body]
-        + [("machine", "Machine and run")],
-        checklist=checklist_table(report),
-        sections=body,
-        machine=machine_line(report.get("machine", {})),
-        generated=report["generated_utc"],
-        cost_line=cost_line(report),
-        cost_table=to_html(*cost_table(report)) if report.get("cost") else "",
-    )
-
-
-#: The files of one report, by key: the record and its two views.
-REPORT_FILES = {"json": "validation.json", "md": "validation.md", "html": "validation.html"}
-
-
-def write(report: Mapping, out_dir: str | Path, pngs: Mapping[str, bytes] | None = None) -> dict[str, Path]:
-    """Write ``validation.{json,md,html}`` atomically into ``out_dir``."""
-    from ptycho.artifacts import atomic_write, write_json
-
-    out_dir = Path(out_dir)
-    paths = {key: out_dir / name for key, name in REPORT_FILES.items()}
-    views = {"md": markdown(report), "html": page(report, pngs)}  # render all before writing any
-    write_json(paths["json"], dict(report))
-    for key, text in views.items():
-        atomic_write(paths[key], lambda tmp, text=text: Path(tmp).write_text(text))
-    return paths
-
-
-def publish(staged: str | Path, out_dir: str | Path) -> dict[str, Path]:
-    """Copy the complete report in ``staged`` (what :func:`write` wrote) to ``out_dir``.
-
-    Why the workflow writes a report twice: Snakemake deletes a job's declared outputs
-    before the job runs and again when it fails, so a report job that writes
-    ``reports/<preset>/`` itself loses the previous report whenever the new one fails
-    (a read-only or damaged store, ``kill -9``, a bad input). The ``report`` rule
-    therefore writes into the results folder (``results/<preset>/report/``), and only
-    when it has finished does the ``publish_report`` rule copy that complete report
-    here. A failed or killed report job leaves ``reports/<preset>/`` untouched (and its
-    missing staged outputs make the next run redo it); a publish that is itself
-    interrupted (it takes milliseconds) is redone from the staged copy without
-    recomputing anything. Each file is copied atomically; the JSON is read first, so a
-    staged report that is not complete is refused, not copied.
-    """
-    import json
-    import shutil
-
-    from ptycho.artifacts import atomic_write
-    from ptycho.errors import PtychoError
-
-    staged, out_dir = Path(staged), Path(out_dir)
-    sources = {key: staged / name for key, name in REPORT_FILES.items()}
-    missing = [str(p) for p in sources.values() if not p.is_file()]
-    if missing:
-        raise PtychoError(
-            f"report {staged} is incomplete ({', '.join(missing)} missing); run snakemake again: it redoes the report"
-        )
-    try:
-        record = json.loads(sources["json"].read_text())
-    except (OSError, ValueError) as exc:
-        raise PtychoError(
-            f"{sources['json']}: not a complete report ({exc}); redo it with snakemake -R report"
-        ) from None
-    if not isinstance(record, dict) or "verdict" not in record:
-        raise PtychoError(f"{sources['json']}: not a validation report (no verdict); redo it with snakemake -R report")
-    paths = {key: out_dir / name for key, name in REPORT_FILES.items()}
-    for key, source in sources.items():
-        atomic_write(paths[key], lambda tmp, source=source: shutil.copyfile(source, tmp))
-    return paths
