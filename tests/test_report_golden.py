@@ -17,6 +17,7 @@ and shows the difference in review::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -62,16 +63,12 @@ def report(out: Path) -> dict[str, Path]:
     benchmarks = fixed_times(STUDY / "benchmarks", out / "benchmarks")
     checks = [str(judged.get(Path(p).stem, p)) for p in results.checks]
     jobs.report(
-        checks,
-        results.models,
-        results.metrics,
-        results.reconstructions,
+        dataclasses.replace(results, checks=checks),
         (),
         str(benchmarks),
         json.loads((STUDY / "config.json").read_text()),
         str(out / "report"),
         {},
-        solver=results.solver,
     )
     return {"json": out / "report" / "validation.json", "md": out / "report" / "validation.md"}
 

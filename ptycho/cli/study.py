@@ -325,16 +325,16 @@ _SOLVER_HELP = "'ptycho solve' records: every mode from a flat start, then (opti
     arg("--reconstructions", nargs="*", help="'ptycho infer' outputs: the networks' seconds per object"),
 )
 def cmd_figures(args: argparse.Namespace, live: Live) -> JobRecord:
-    return jobs.figures(
-        args.dataset,
-        args.stitched,
-        args.metrics,
-        args.models,
-        args.bench,
-        args.out_dir,
-        solver=args.solver or (),
+    results = StudyResults(
+        models=args.models,
+        metrics=args.metrics,
+        stitched=args.stitched,
         reconstructions=args.reconstructions or (),
+        dataset=args.dataset,
+        bench=args.bench,
+        solver=args.solver or (),
     )
+    return jobs.figures(results, args.out_dir)
 
 
 @command(
@@ -362,20 +362,16 @@ def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.artifacts import read_json
 
     parent = read_json(args.finish_parent) if args.finish_parent else {}
-    return jobs.report(
-        args.checks,
-        args.models,
-        args.metrics,
-        args.reconstructions or (),
-        args.figures or (),
-        args.benchmarks,
-        read_json(args.config_json),
-        args.out_dir,
-        parent,
+    results = StudyResults(
+        models=args.models,
+        metrics=args.metrics,
+        reconstructions=args.reconstructions or (),
+        checks=args.checks,
         solver=args.solver or (),
         conditions=args.conditions or (),
         probe=args.probe,
     )
+    return jobs.report(results, args.figures or (), args.benchmarks, read_json(args.config_json), args.out_dir, parent)
 
 
 @command(

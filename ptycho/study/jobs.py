@@ -22,6 +22,7 @@ import numpy as np
 from ptycho.errors import PtychoError
 from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import ARM_TAGS, Arm
+from ptycho.study.results import StudyResults
 from ptycho.tracking.record import DatasetInput, JobRecord, LoggedModel, Progress
 
 #: The keys of a training's curve, logged per epoch.
@@ -553,35 +554,15 @@ def condition(
     )
 
 
-def figures(
-    dataset: str,
-    stitched: Sequence[str],
-    metrics: Sequence[str],
-    model_jsons: Sequence[str],
-    bench: str,
-    out_dir: str,
-    *,
-    solver: Sequence[str] = (),
-    reconstructions: Sequence[str] = (),
-) -> JobRecord:
-    """The report's figures (each section's own, :func:`ptycho.study.checklist.figures`),
-    as PNG and SVG, all rendered before any is written."""
+def figures(results: StudyResults, out_dir: str) -> JobRecord:
+    """The report's figures (each section's own, :func:`ptycho.study.checklist.figures`)
+    from the study's outputs, as PNG and SVG, all rendered before any is written."""
     from ptycho.artifacts import atomic_write
     from ptycho.study import checklist
     from ptycho.study.figures.style import render
-    from ptycho.study.results import StudyResults
 
-    inputs = StudyResults(
-        models=model_jsons,
-        metrics=metrics,
-        stitched=stitched,
-        reconstructions=reconstructions,
-        dataset=dataset,
-        bench=bench,
-        solver=solver,
-    )
     try:  # render everything before writing anything: no partial set of figures
-        made = {figure.stem: render(figure.draw(inputs)) for _, figure in checklist.figures()}
+        made = {figure.stem: render(figure.draw(results)) for _, figure in checklist.figures()}
     except (ValueError, KeyError) as err:
         raise PtychoError(
             f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them"
@@ -597,38 +578,23 @@ def figures(
 
 
 def report(
-    checks_json: Sequence[str],
-    model_jsons: Sequence[str],
-    metrics: Sequence[str],
-    reconstructions: Sequence[str],
+    results: StudyResults,
     figure_pngs: Sequence[str],
     benchmarks: str | None,
     config: Mapping,
     out_dir: str,
     parent: Mapping[str, str],
-    solver: Sequence[str] = (),
-    conditions: Sequence[str] = (),
-    probe: str | None = None,
 ) -> JobRecord:
-    """The validation report (JSON, Markdown, HTML) from the checklist and every arm's
-    results, the solver's records and the conditions' (:mod:`ptycho.study.conditions`);
-    ``probe``, the record of measured data's probe refinement (:mod:`ptycho.study.probe`)."""
+    """The validation report (JSON, Markdown, HTML) from the study's outputs (``results``:
+    the checklist's records, every arm's, the solver's, the conditions'
+    (:mod:`ptycho.study.conditions`) and measured data's probe refinement
+    (:mod:`ptycho.study.probe`)), the figures' PNGs and the jobs' benchmark files."""
     from ptycho.study import conditions_view, solver_view
     from ptycho.study import report as views
     from ptycho.study.bench import machine_info
     from ptycho.study.report.answers import answers as report_answers
-    from ptycho.study.results import StudyResults
     from ptycho.tracking import config_hash, git_commit
 
-    results = StudyResults(
-        models=model_jsons,
-        metrics=metrics,
-        reconstructions=reconstructions,
-        checks=checks_json,
-        solver=solver,
-        conditions=conditions,
-        probe=probe,
-    )
     items = results.checked
     figures = {}
     names = [name for name, _, _ in views.figures()]
