@@ -53,7 +53,7 @@ rule check_gradients:
         roundoffs=CFG["thresholds"]["gradients_precision_roundoffs"],
         modes=XLA_MODES,
         precisions=PRECISIONS,
-        loss=section_for(CFG, "model", "pinn")["loss"],
+        loss=section_for(CFG, "model", SUBJECT)["loss"],
         nphotons=CFG["simulation"]["nphotons"],
         **rerun_params("check_gradients"),
     conda:
@@ -150,7 +150,7 @@ rule bench:
         train_batches=" ".join(map(str, CFG["bench"]["train_batches"])),
         infer_batches=" ".join(map(str, CFG["bench"]["infer_batches"])),
         batch_repeats=CFG["bench"]["batch_repeats"],
-        sweep_precisions=" ".join(arm_lists(CFG, "pinn")[1]),
+        sweep_precisions=" ".join(arm_lists(CFG, SUBJECT)[1]),
         **rerun_params("bench"),
     conda:
         "../envs/ptycho.yaml"

@@ -10,7 +10,7 @@ from snakemake.settings.types import DeploymentMethod
 
 from ptycho.artifacts import aside, damage, rerun_params  # rerun_params: every rule's params, its outputs' format version
 from ptycho.errors import PtychoError
-from ptycho.nets.models import method_of
+from ptycho.nets.models import SUBJECT, method_of
 from ptycho.nets.precision import PRECISIONS as PRECISION_RECORDS
 from ptycho.nets.xla import MODES as MODE_RECORDS, compared
 from ptycho.study.arms import PATTERN as ARM_PATTERN, parse_arm

@@ -8,7 +8,7 @@ import dataclasses
 from ptycho.cli.declare import Live, arg, command
 from ptycho.cli.values import fraction, json_object, mode, positive, positive_int, precision, study_config
 from ptycho.config import choices, spec
-from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS
+from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS, SUBJECT
 from ptycho.nets.precision import PRECISIONS
 from ptycho.nets.xla import COMPARED, MODES, REFERENCE
 from ptycho.study import checklist, jobs
@@ -153,7 +153,7 @@ def cmd_bench(args: argparse.Namespace, live: Live) -> JobRecord:
         "train_batches": tuple(study["bench"]["train_batches"] if args.train_batches is None else args.train_batches),
         "infer_batches": tuple(study["bench"]["infer_batches"] if args.infer_batches is None else args.infer_batches),
         "batch_repeats": study["bench"]["batch_repeats"] if args.batch_repeats is None else args.batch_repeats,
-        "sweep_precisions": tuple(args.sweep_precisions or workflow.arm_lists(study, "pinn")[1]),
+        "sweep_precisions": tuple(args.sweep_precisions or workflow.arm_lists(study, SUBJECT)[1]),
     }
     config = BenchConfig(shared=not args.no_shared, **{k: v for k, v in given.items() if v is not None})
     sim = None

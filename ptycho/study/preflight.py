@@ -212,8 +212,9 @@ def holes(stages: Sequence[Mapping[str, Sequence[str]]], gone: Collection[str] =
     """The study's missing outputs that later results were made from: to make again.
 
     ``stages`` lists the study's outputs in the order the pipeline makes them, each stage
-    as ``{group: paths}`` where a group is an arm's name, or ``""`` for the study's own
-    files (datasets, bench, checks, solver, figures, report). A missing path is a hole
+    as ``{group: paths}`` where a group is an arm's name, a condition's
+    (``condition:<name>``, ``rules/rerun.smk``), or ``""`` for the study's own files
+    (datasets, bench, checks, solver, figures, report). A missing path is a hole
     when a later stage holds an existing file of its own group or of the study's own (an
     arm's last files, its metrics, are read by the study's checks; for an arm with any
     file made), or, for the study's own files, any existing file. Snakemake itself never rebuilds a missing file whose

@@ -1,8 +1,9 @@
 """One reader of a study's outputs: :class:`StudyResults`.
 
-The checklist items that judge the pipeline's outputs (convergence, quality, speedup),
-the figures job, the report job, the solver and conditions views and the MLflow view
-all read a study's files through this class and nothing else opens them: each file is
+The checklist items (the trained models and the test split the accuracy item runs; the
+trainings, scores, stitched objects and bench the others judge), the figures job, the
+report job and the solver and conditions views read a study's records through this
+class, and nothing else opens them (the MLflow view reads the report's record): each file is
 read once, checked against its producer's format (:func:`ptycho.artifacts.read_json`),
 and handed on keyed by :class:`~ptycho.study.arms.Arm` (trainings) or by arm name (the
 per-arm files, whose stems are arm names).
@@ -33,6 +34,14 @@ def _arm_of_file(path: str) -> Arm:
         return Arm.parse(Path(path).stem)
     except ValueError as err:
         raise PtychoError(f"{path}: the file is not named after an arm ({err})") from None
+
+
+def _is_arm(name: str) -> bool:
+    try:
+        Arm.parse(name)
+    except ValueError:
+        return False
+    return True
 
 
 def check_producer(item: str) -> str:
@@ -89,15 +98,19 @@ class StudyResults:
         def glob(pattern: str) -> list[str]:
             return sorted(str(p) for p in root.glob(pattern))
 
+        def arms_only(paths: list[str]) -> list[str]:
+            """The per-arm files (the solver writes its own beside them: stitched/solver-<mode>.npz)."""
+            return [p for p in paths if _is_arm(Path(p).stem)]
+
         def one(name: str) -> str | None:
             return str(root / name) if (root / name).is_file() else None
 
         flat, warm = root / "solver" / "solve.json", root / "solver" / "warm_start.json"
         return cls(
             models=glob("models/*/model.json"),
-            metrics=glob("metrics/*.json"),
-            stitched=glob("stitched/*.npz"),
-            reconstructions=glob("reconstructions/*.npz"),
+            metrics=arms_only(glob("metrics/*.json")),
+            stitched=arms_only(glob("stitched/*.npz")),
+            reconstructions=arms_only(glob("reconstructions/*.npz")),
             dataset=one("data/test.h5"),
             bench=one("bench/bench.json"),
             checks=glob("checks/*.json"),
@@ -109,10 +122,18 @@ class StudyResults:
     # ------------------------------------------------------------------ the trainings
     @cached_property
     def trainings(self) -> dict[Arm, dict[str, Any]]:
-        """Arm -> its training record (``model.json``), in the order given."""
+        """Arm -> its training record (``model.json``), in the order given; two of one arm
+        are refused in one line (which would the study judge?)."""
         from ptycho.artifacts import read_json
 
-        return {Arm.of_meta(m): m for m in (read_json(p, producer="train") for p in self.models)}
+        out: dict[Arm, dict[str, Any]] = {}
+        for path in self.models:
+            meta = read_json(path, producer="train")
+            arm = Arm.of_meta(meta)
+            if arm in out:
+                raise PtychoError(f"{path}: a second training of arm {arm.name}; pass each arm's model.json once")
+            out[arm] = meta
+        return out
 
     @property
     def model_dirs(self) -> list[str]:
@@ -241,7 +262,7 @@ class StudyResults:
                 "failure": meta.get("failure"),
             }
         for name, scored in self.scores.items():
-            out.setdefault(name, {})["metrics"] = scored["mean"]
+            out.setdefault(name, {})["metrics"] = scored.get("mean", {})
         for name, rate in self.infer_rates.items():
             out.setdefault(name, {})["infer_patterns_per_s"] = rate
         return out

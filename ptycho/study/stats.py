@@ -140,9 +140,10 @@ def seeds_needed(
 @dataclass(frozen=True)
 class SeedComparison:
     """One metric of an arm against its reference across seeds (:func:`seed_comparison`),
-    judged once (``outcome``) and worded once (:meth:`words`, :meth:`needed_words`); the
-    only code that knows its keys in the checks' and the report's JSON (:meth:`to_json`,
-    :meth:`from_json`, NaN as null). ``label`` and ``yardstick`` are set by the measured-data
+    judged once (``outcome``) and worded once (:meth:`words`, :meth:`needed_words`); its
+    keys in the checks' and the report's JSON are written and read here (:meth:`to_json`,
+    :meth:`from_json`, NaN as null; the machines table reads only ``outcome`` of other
+    machines' reports, leniently). ``label`` and ``yardstick`` are set by the measured-data
     comparisons (:mod:`ptycho.study.checklist.agreement`): what is compared, and that the
     reference side is the seed-to-seed yardstick (pairs of seeds), not seeds."""
 

@@ -272,7 +272,9 @@ def tables(ev: Mapping) -> list[Table]:
             )
         )
     comparisons = {
-        (name, c.get("label", key)): c for name, per in ev.get("comparisons", {}).items() for key, c in per.items()
+        (name, SeedComparison.from_json(c).label or key): c
+        for name, per in ev.get("comparisons", {}).items()
+        for key, c in per.items()
     }
     if comparisons:
         out.append(
