@@ -426,7 +426,6 @@ def bench(
     from ptycho.artifacts import write_json
     from ptycho.nets.train import TrainConfig, configs_from_meta
     from ptycho.study import bench as timing
-    from ptycho.study.results import StudyResults
 
     if model_jsons:
         configs = {}

@@ -16,6 +16,7 @@ line naming the file and the job to re-run (:class:`~ptycho.errors.PtychoError`)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.study.arms import Arm, pairs
+from ptycho.study.arms import Arm, pairs, pattern
 
 
 def _arm_of_file(path: str) -> Arm:
@@ -34,14 +35,6 @@ def _arm_of_file(path: str) -> Arm:
         return Arm.parse(Path(path).stem)
     except ValueError as err:
         raise PtychoError(f"{path}: the file is not named after an arm ({err})") from None
-
-
-def _is_arm(name: str) -> bool:
-    try:
-        Arm.parse(name)
-    except ValueError:
-        return False
-    return True
 
 
 def check_producer(item: str) -> str:
@@ -100,7 +93,7 @@ class StudyResults:
 
         def arms_only(paths: list[str]) -> list[str]:
             """The per-arm files (the solver writes its own beside them: stitched/solver-<mode>.npz)."""
-            return [p for p in paths if _is_arm(Path(p).stem)]
+            return [p for p in paths if re.fullmatch(pattern(), Path(p).stem)]
 
         def one(name: str) -> str | None:
             return str(root / name) if (root / name).is_file() else None
@@ -148,9 +141,9 @@ class StudyResults:
     @cached_property
     def timings(self) -> dict[str, dict[str, Any]]:
         """Arm name -> its training's timing, without the per-step list."""
-        return {
-            arm.name: {k: v for k, v in m["timing"].items() if k != "step_times_s"} for arm, m in self.trainings.items()
-        }
+        from ptycho.nets.state import timing_summary
+
+        return {arm.name: timing_summary(m) for arm, m in self.trainings.items()}
 
     @cached_property
     def failed(self) -> dict[str, str]:

@@ -241,7 +241,7 @@ class SeedComparison:
             return math.nan if v is None else float(v)
 
         names = {f.name for f in fields(cls)}
-        floats = {f.name for f in fields(cls) if f.type == "float"}
+        floats = {f.name for f in fields(cls) if f.type in ("float", float)}
         # what records written before a field existed meant: two-sided, higher is better, pooled
         values = {"test": EQUIVALENCE, "better": HIGHER, "design": UNPAIRED}
         values |= {k: (number(k) if k in floats else record[k]) for k in names if k in record or k in floats}
@@ -296,7 +296,6 @@ def seed_comparison(
     * ``spread``: the largest difference between two seeds of the same arm;
       ``within``: |difference| <= margin; ``equivalent``: the outcome is EQUIVALENT.
     """
-
     a = np.array([mode_values[s] for s in sorted(mode_values)], float)
     b = np.array([off_values[s] for s in sorted(off_values)], float)
     diff = float(a.mean() - b.mean()) if len(a) and len(b) else math.nan
