@@ -923,6 +923,15 @@ CATALOGUE: list[Row] = [
         message="config key 'solver.step' = 10.0 is out of range; allowed: [1e-06, 4.0]",
     ),
     Row(
+        "solver-unknown-engine",
+        "config",
+        "`ptycho solve --engine tomo` (no such solver)",
+        "cli",
+        args=("solve", "--dataset", "test.h5", "--out", "s.json", "--engine", "tomo"),
+        setup=_copy("test.h5"),
+        message="config key 'solver.engine': 'tomo' is not a solver engine; choose one of apg",
+    ),
+    Row(
         "refine-probe-over-its-input",
         "cli",
         "`ptycho refine-probe --write test.h5=test.h5` (the refined split over its own input)",

@@ -65,8 +65,9 @@ def test_the_misfit_evaluate_gives_networks_is_the_solvers(measured):
     """One number for networks and solver: ptycho.solvers.misfit (NumPy) equals the
     solver's own misfit (TensorFlow) of the same object."""
     pytest.importorskip("tensorflow")
-    from ptycho.solvers.gradient import Solver, problems
+    from ptycho.solvers.gradient import Solver
     from ptycho.solvers.misfit import object_misfit
+    from ptycho.solvers.problem import problems
 
     problem = problems(read_dataset(measured["test.h5"]))[0]
     rng = np.random.default_rng(0)
@@ -406,7 +407,8 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     from ptycho.artifacts import read_arrays, read_json, write_arrays
     from ptycho.data.cxi import CxiGeometry
     from ptycho.data.ptychodus import read_product
-    from ptycho.solvers.gradient import SolverConfig, problems
+    from ptycho.solvers.engines import SolverConfig
+    from ptycho.solvers.problem import problems
     from ptycho.study import solver_view
     from ptycho.study.products import Products
     from ptycho.study.solve import solve

@@ -20,17 +20,10 @@ from ptycho.data.simulate import simulate_split  # noqa: E402
 from ptycho.nets.xla import MODES  # noqa: E402
 from ptycho.physics.forward import expected_counts  # noqa: E402
 from ptycho.physics.translate import extract_patches  # noqa: E402
-from ptycho.solvers.gradient import (  # noqa: E402
-    PROBE_START,
-    Problem,
-    Solver,
-    SolverConfig,
-    crop,
-    joint_problem,
-    problems,
-    warm_start,
-)
+from ptycho.solvers.engines import SolverConfig  # noqa: E402
+from ptycho.solvers.gradient import PROBE_START, Solver  # noqa: E402
 from ptycho.solvers.misfit import object_misfit  # noqa: E402
+from ptycho.solvers.problem import Problem, crop, joint_problem, problems, warm_start  # noqa: E402
 
 #: The accuracy item's threshold (config.yaml thresholds.accuracy_max_abs).
 ACCURACY = 1e-5

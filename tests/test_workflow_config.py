@@ -13,7 +13,7 @@ from ptycho.data.cxi import CxiGeometry
 from ptycho.errors import ConfigError
 from ptycho.nets.models import ModelConfig
 from ptycho.nets.train import TrainConfig
-from ptycho.solvers.gradient import SolverConfig
+from ptycho.solvers.engines import SolverConfig
 from ptycho.study.arms import arm_name, parse_arm
 from ptycho.study.workflow import arms, load_schema, resolve
 

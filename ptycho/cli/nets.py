@@ -13,7 +13,7 @@ from ptycho.errors import ConfigError
 from ptycho.nets.models import ModelConfig, method_of
 from ptycho.nets.train import TrainConfig
 from ptycho.nets.xla import COMPARED, MODES, REFERENCE
-from ptycho.solvers.gradient import SolverConfig
+from ptycho.solvers.engines import SolverConfig
 from ptycho.study import jobs
 from ptycho.study.solve import CHECKPOINTS
 from ptycho.tracking.record import JobRecord

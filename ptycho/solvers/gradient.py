@@ -47,19 +47,13 @@ a solver that is all of the work but the momentum arithmetic).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
-from ptycho.config import check_settings, defaults
+from ptycho.solvers.engines import Iteration, IterativeSolver, SolverConfig
+from ptycho.solvers.problem import Problem, flat_start, illumination
 
-#: The engine's name in records and reports.
-ENGINE = "apg"
-
-
-_SOLVER = defaults("solver")
 #: Iterations of the object alone before :meth:`Solver.refine` moves the probe too.
 PROBE_START = 10
 #: The probe's step, a fraction of its textbook ``1/(4 sum_k |O_k|^2)``: a joint step of
@@ -67,173 +61,7 @@ PROBE_START = 10
 PROBE_STEP = 0.5
 
 
-@dataclass(frozen=True)
-class SolverConfig:
-    """Settings of the iterative solver: the schema's ``solver`` section (meaning, range, default)."""
-
-    iterations: int = _SOLVER["iterations"]  #: iteration budget per object
-    tolerance: float = _SOLVER["tolerance"]  #: stop when a step changes the object by less than this (relative L2)
-    step: float = _SOLVER["step"]  #: fraction of the textbook step 1/(4 I)
-    momentum: float = _SOLVER["momentum"]  #: Nesterov momentum (0: plain preconditioned gradient descent)
-    floor: float = _SOLVER["floor"]  #: preconditioner floor, relative to the peak illumination
-
-    def __post_init__(self) -> None:
-        check_settings(self, "solver", "solver.")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One object's reconstruction problem.
-
-    ``counts`` (P, N, N) photons, DC-centred; ``probe`` (N, N) already multiplied by the
-    dataset's scale ``s``; ``positions`` (P, 2) patch centres ``[x, y]`` in object pixels
-    (the patch centre index is ``N // 2``); ``shape`` the object's ``(S, S)``; ``region``
-    ``[x0, y0, x1, y1)`` the scanned region a reconstruction is cropped to.
-    """
-
-    counts: np.ndarray
-    probe: np.ndarray
-    positions: np.ndarray
-    shape: tuple[int, int]
-    region: tuple[int, int, int, int]
-    eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        counts, probe, pos = self.counts, self.probe, self.positions
-        if probe is None or np.ndim(probe) != 2 or probe.shape[0] != probe.shape[1]:
-            raise ValueError("the solver needs the probe as an (N, N) array; this data has none")
-        n = probe.shape[0]
-        if counts.ndim != 3 or counts.shape[1:] != (n, n):
-            raise ValueError(f"diffraction patterns of shape {counts.shape[1:]} do not match the {n}x{n} probe")
-        if not np.isfinite(counts).all() or (counts < 0).any():
-            raise ValueError("the diffraction counts contain NaN, infinite or negative values")
-        if not np.isfinite(probe).all() or not np.abs(probe).max() > 0:
-            raise ValueError("the probe is zero or not finite")
-        if pos.shape != (len(counts), 2) or not np.isfinite(pos).all():
-            raise ValueError(f"positions must be {len(counts)} finite [x, y] pairs, got shape {pos.shape}")
-        self.windows  # noqa: B018 - positions inside the object, checked (and kept) once
-
-    @property
-    def n(self) -> int:
-        return self.probe.shape[0]
-
-    @cached_property
-    def windows(self) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`windows` of this problem's positions (computed once)."""
-        return windows(self.positions, self.n, self.shape)
-
-    @property
-    def subpixel(self) -> bool:
-        return bool(np.any(self.positions != np.rint(self.positions)))
-
-
-def problems(ds) -> list[Problem]:
-    """One :class:`Problem` per object of a dataset (ValueError on data a solver cannot use)."""
-    probe = (ds.scale * ds.probe).astype(np.complex64)
-    counts = ds.counts
-    shape = tuple(int(v) for v in ds.objects.shape[1:])
-    out = []
-    for m in range(ds.objects.shape[0]):
-        sel = ds.position_object == m
-        region = tuple(int(v) for v in ds.scan_region[m])
-        out.append(Problem(counts[sel], probe, ds.positions[sel].astype(np.float64), shape, region))
-    return out
-
-
-def joint_problem(ds) -> Problem:
-    """Every object of a dataset as one :class:`Problem` (the objects side by side, each
-    scan moved with its object): what refines one probe from all the patterns of a
-    dataset, whose objects are seen through the same beam. Its ``region`` is the whole."""
-    probs = problems(ds)
-    if len(probs) == 1:
-        return probs[0]
-    h, w = probs[0].shape
-    positions = np.concatenate([p.positions + [m * w, 0.0] for m, p in enumerate(probs)])
-    counts = np.concatenate([p.counts for p in probs])
-    return Problem(counts, probs[0].probe, positions, (h, w * len(probs)), (0, 0, w * len(probs), h))
-
-
-def windows(positions: np.ndarray, n: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Top-left corners ``[x0, y0]`` of each pattern's ``n x n`` patch (at the rounded
-    position) and the sub-pixel remainders ``position - round(position)``.
-
-    ValueError naming the first pattern whose patch leaves the object.
-    """
-    ipos = np.rint(positions).astype(np.int64)
-    corner = ipos - n // 2
-    h, w = shape
-    bad = (corner[:, 0] < 0) | (corner[:, 1] < 0) | (corner[:, 0] + n > w) | (corner[:, 1] + n > h)
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"pattern {k} at position {positions[k].tolist()} reaches outside the {w}x{h} object "
-            f"({int(bad.sum())} such patterns); positions are [x, y] patch centres in object pixels"
-        )
-    return corner, (positions - ipos).astype(np.float32)
-
-
-def illumination(problem: Problem) -> np.ndarray:
-    """``I(r) = sum_k |s P(r - r_k)|^2`` on the object grid (at the rounded positions)."""
-    corner, _ = problem.windows
-    out = np.zeros(problem.shape, np.float64)
-    power = np.abs(problem.probe.astype(np.complex128)) ** 2
-    n = problem.n
-    for x0, y0 in corner:
-        out[y0 : y0 + n, x0 : x0 + n] += power
-    return out
-
-
-def flat_start(problem: Problem) -> np.ndarray:
-    """A unit object: no prior at all."""
-    return np.ones(problem.shape, np.complex64)
-
-
-def warm_start(problem: Problem, image: np.ndarray) -> np.ndarray:
-    """A start from a reconstruction of the scanned region (e.g. a network's stitched
-    object): placed into the region, the rest set to its median amplitude.
-
-    Its global scale is not trusted (networks learn amplitude up to a factor): the
-    solver rescales any start so that it predicts the measured total count
-    (:meth:`Solver.rescaled`).
-    """
-    x0, y0, x1, y1 = problem.region
-    if image.shape != (y1 - y0, x1 - x0):
-        raise ValueError(
-            f"a start of shape {image.shape} does not fit the scanned region {y1 - y0}x{x1 - x0} of this data; "
-            "use a reconstruction stitched from the same dataset"
-        )
-    if not np.isfinite(image).all():
-        raise ValueError("the start contains NaN or infinite values")
-    out = np.full(problem.shape, np.median(np.abs(image)), np.complex64)
-    out[y0:y1, x0:x1] = image
-    return out
-
-
-@dataclass
-class Iteration:
-    """What one iteration did: its number (1-based), the misfit before the step (NLL
-    per measured pixel above the saturated model's, ~0.5 at the noise level), the
-    step's relative size, its wall time, whether it restarted the momentum (the
-    object is then unchanged), and the object after it."""
-
-    number: int
-    misfit: float
-    relative_step: float
-    seconds: float
-    restart: bool = False
-    obj: Any = field(default=None, repr=False)  #: the object after the step (a tensor)
-    probe: Any = field(default=None, repr=False)  #: the probe after the step (refine only; scale included)
-
-
-@dataclass
-class Result:
-    obj: np.ndarray
-    iterations: list[Iteration] = field(default_factory=list)
-    compile_seconds: float = 0.0
-    stopped: str = "budget"  #: "budget" or "tolerance"
-
-
-class Solver:
+class Solver(IterativeSolver):
     """The solver for one :class:`Problem` under one XLA mode.
 
     ``iterate`` is a generator (one iteration per ``next``), so that a caller can
@@ -450,27 +278,3 @@ class Solver:
     def trace_count(self) -> int:
         """How many times the iteration was traced (once: a second trace raises Retraced)."""
         return self._step.experimental_get_tracing_count()
-
-    def solve(self, start: np.ndarray | None = None, iterations: int | None = None) -> Result:
-        """Compile, then iterate to the tolerance or the budget."""
-        compile_s = self.compile()
-        done, stopped = drained(self.iterate(start, iterations))
-        obj = done[-1].obj.numpy() if done else np.asarray(flat_start(self.problem) if start is None else start)
-        return Result(obj.astype(np.complex64), done, compile_s, stopped)
-
-
-def drained(steps) -> tuple[list[Iteration], str]:
-    """Every :class:`Iteration` of a run (:meth:`Solver.iterate`, :meth:`Solver.refine`)
-    and why it ended (the generator's return value)."""
-    done: list[Iteration] = []
-    while True:
-        try:
-            done.append(next(steps))
-        except StopIteration as stop:
-            return done, stop.value
-
-
-def crop(problem: Problem, obj: np.ndarray) -> np.ndarray:
-    """The scanned region of a full object: what is stitched and scored."""
-    x0, y0, x1, y1 = problem.region
-    return obj[y0:y1, x0:x1]

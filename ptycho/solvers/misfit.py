@@ -10,7 +10,7 @@ log-likelihood of the counts ``n`` per measured pixel, above the saturated model
     misfit = (sum lam - n log(lam + eps) - sum_{n>0} (n - n log(n + eps))) / pixels
 
 A reconstruction of the scanned region (a stitched object) is first placed into the
-object as the solver's warm start places it (:func:`ptycho.solvers.gradient.warm_start`:
+object as the solver's warm start places it (:func:`ptycho.solvers.problem.warm_start`:
 the rest at its median amplitude) and scaled to predict the measured total count
 (networks learn the amplitude up to a factor; :meth:`Solver.rescaled` does the same), so
 that the misfit of the networks and of the solver are the same number of the same thing.
@@ -49,7 +49,7 @@ def object_misfit(problem, obj: np.ndarray, *, rescale: bool = True) -> float:
 def data_misfit(ds, images: Sequence[np.ndarray]) -> list[float]:
     """Per object of ``ds``, the misfit of its stitched reconstruction ``images[m]`` (the
     scanned region, as ``ptycho stitch`` writes it); ValueError if one does not fit."""
-    from ptycho.solvers.gradient import problems, warm_start
+    from ptycho.solvers.problem import problems, warm_start
 
     probs = problems(ds)
     if len(images) != len(probs):

@@ -40,14 +40,16 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def refine_probe(source: str, targets: Sequence[tuple[str, str]], out: str, *, cfg, mode: str) -> JobRecord:
-    """Refine ``source``'s probe on all its patterns (:func:`ptycho.solvers.gradient.joint_problem`)
+    """Refine ``source``'s probe on all its patterns (:func:`ptycho.solvers.problem.joint_problem`)
     and write each ``(dataset, refined)`` pair of ``targets`` again with it; ``out`` is
     the record (JSON). The targets must have the source's pattern side; their own
     scale is kept (the probe is stored as the source stores it, before its scale)."""
     from ptycho.analysis.metrics import probe_error
     from ptycho.artifacts import write_json
     from ptycho.data.dataset import read_dataset, write_dataset
-    from ptycho.solvers.gradient import ENGINE, PROBE_START, Solver, drained, joint_problem
+    from ptycho.solvers.engines import REFINER, drained
+    from ptycho.solvers.gradient import PROBE_START, Solver
+    from ptycho.solvers.problem import joint_problem
 
     if cfg.iterations <= PROBE_START:
         raise PtychoError(
@@ -74,7 +76,7 @@ def refine_probe(source: str, targets: Sequence[tuple[str, str]], out: str, *, c
     stored = (refined / ds.scale).astype(np.complex64)
     change = probe_error(refined, problem.probe)
     record: dict[str, Any] = {
-        "engine": ENGINE,
+        "engine": REFINER,
         "mode": mode,
         "config": dataclasses.asdict(cfg),
         "source": {"path": str(source), "digest": ds.attrs["digest"]},

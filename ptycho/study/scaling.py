@@ -82,7 +82,8 @@ def solver_run(sides: Sequence[int], sim_cfg, solver_cfg, mode: str, iterations:
     import resource
 
     from ptycho.data.simulate import simulate_split
-    from ptycho.solvers.gradient import Solver, problems
+    from ptycho.solvers.engines import engine
+    from ptycho.solvers.problem import problems
     from ptycho.study.solve import WARMUP
 
     out: dict[str, list] = {
@@ -95,7 +96,8 @@ def solver_run(sides: Sequence[int], sim_cfg, solver_cfg, mode: str, iterations:
     for side in sorted(sides):
         cfg = dataclasses.replace(sim_cfg, object_size=side, n_objects_test=1)
         problem = problems(simulate_split(cfg, "test", scale=None))[0]
-        solver = Solver(problem, mode, dataclasses.replace(solver_cfg, iterations=iterations, tolerance=0.0))
+        settings = dataclasses.replace(solver_cfg, iterations=iterations, tolerance=0.0)
+        solver = engine(settings.engine).build(problem, mode, settings)
         compile_s = solver.compile()
         times = [it.seconds for it in solver.iterate()][WARMUP:]
         out["sides"].append(side)

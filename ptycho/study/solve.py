@@ -87,8 +87,9 @@ def solve(
     from ptycho.data.dataset import read_dataset
     from ptycho.data.provenance import DIGEST_KEY
     from ptycho.nets.xla import REFERENCE
-    from ptycho.solvers.gradient import ENGINE, Solver, crop, flat_start, problems, warm_start
+    from ptycho.solvers.engines import engine
     from ptycho.solvers.misfit import object_misfit
+    from ptycho.solvers.problem import crop, flat_start, problems, warm_start
     from ptycho.study.stats import bootstrap_ratio
 
     ds = read_dataset(dataset)
@@ -109,7 +110,7 @@ def solve(
     stopped: dict[tuple, list[str]] = {r: [] for r in runs}
     compile_s = dict.fromkeys(modes, 0.0)
     for m, problem in enumerate(probs):
-        solvers = {mode: Solver(problem, mode, cfg) for mode in modes}
+        solvers = {mode: engine(cfg.engine).build(problem, mode, cfg) for mode in modes}
         for mode, solver in solvers.items():
             compile_s[mode] += solver.compile()
         first = {FLAT: flat_start(problem)}
@@ -135,7 +136,7 @@ def solve(
                     del active[run]
                     continue
                 if it.number in marks:
-                    snaps[run][m][it.number] = it.obj.numpy()
+                    snaps[run][m][it.number] = np.asarray(it.obj)
                 last[run][m] = it.obj
                 done[run][m].append(dataclasses.replace(it, obj=None))  # keep the numbers, not every iterate
 
@@ -175,7 +176,7 @@ def solve(
         return [it.seconds for d in done[run] for it in d if it.number > WARMUP]
 
     record: dict[str, Any] = {
-        "engine": ENGINE,
+        "engine": cfg.engine,
         "config": dataclasses.asdict(cfg),
         "dataset_digest": ds.attrs["digest"],
         "ground_truth": truths is not None,
@@ -248,7 +249,8 @@ def _half_scan(ds, probs, cfg) -> tuple[np.ndarray, dict[str, Any]]:
     from ptycho.analysis.metrics import half_scan, half_scan_border
     from ptycho.analysis.stitch import scan_halves
     from ptycho.nets.xla import REFERENCE
-    from ptycho.solvers.gradient import Solver, crop, flat_start
+    from ptycho.solvers.engines import engine
+    from ptycho.solvers.problem import crop, flat_start
 
     start = time.perf_counter()
     images: list[list[np.ndarray]] = [[], []]
@@ -256,7 +258,7 @@ def _half_scan(ds, probs, cfg) -> tuple[np.ndarray, dict[str, Any]]:
         one_object = np.zeros(len(problem.counts), dtype=np.int64)  # a problem holds one object's patterns
         for side, sel in enumerate(scan_halves(one_object)):
             half = dataclasses.replace(problem, counts=problem.counts[sel], positions=problem.positions[sel])
-            result = Solver(half, REFERENCE, cfg).solve(flat_start(half))
+            result = engine(cfg.engine).build(half, REFERENCE, cfg).solve(flat_start(half))
             images[side].append(crop(half, result.obj))
     halves = np.stack([np.stack(side) for side in images]).astype(np.complex64)
     per_object = [half_scan(a, b, border=half_scan_border(ds.n)) for a, b in zip(halves[0], halves[1], strict=True)]
@@ -338,7 +340,7 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
                     "mlflow.note.content": f"The conventional solver under XLA mode {run['mode']}, started from "
                     f"{'a flat object' if run['start'] == FLAT else 'the ' + run['start'] + ' reconstruction'}: time per iteration, misfit per iteration, quality of the stitched object.",
                 },
-                {"arm.model": "solver", "arm.xla": run["mode"], "start": run["start"]},
+                {"arm.model": "solver", "arm.xla": run["mode"], "start": run["start"], "engine": record["engine"]},
                 {
                     "s_per_iteration": run["seconds_per_iteration"],
                     "s_per_object": run["seconds_per_object"],
@@ -375,5 +377,6 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
         + "\n".join(lines)
     )
     job.tags["dataset_digest"] = ds.attrs["digest"]
+    job.tags["solver.engine"] = record["engine"]
     job.datasets.append(DatasetInput("test.h5", ds.attrs["digest"], str(Path(dataset).resolve()), "test"))
     return job

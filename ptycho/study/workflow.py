@@ -411,7 +411,7 @@ def _key_prefix(cfg: Mapping, section: str, kind: str) -> str:
 
 def solver_config(cfg: Mapping):
     from ptycho.config import from_dict
-    from ptycho.solvers.gradient import SolverConfig
+    from ptycho.solvers.engines import SolverConfig
 
     return from_dict(SolverConfig, cfg["solver"], "solver")
 
