@@ -591,11 +591,11 @@ def test_without_trainings_the_speedup_item_judges_xlas_own_per_step_ratio():
     record = _record(_precision_arms())
     rec = speedup(record, 1.0)
     # jit is 1.25x off at both precisions; jit at bf16 is 2.5x off at fp32, but 2.0x of it is bfloat16's
-    assert rec["value"] == pytest.approx(1.25) and rec["status"] == "PASS"  # 5 steps: the ratio itself
-    assert rec["evidence"]["judged"]["by"] == "step"
-    assert rec["summary"].startswith("No trained XLA pair to time to quality; XLA's own per-step effect")
-    assert "2.50x" not in rec["summary"]
-    assert set(rec["evidence"]["intervals"]) >= {
+    assert rec.value == pytest.approx(1.25) and rec.status == "PASS"  # 5 steps: the ratio itself
+    assert rec.evidence["judged"]["by"] == "step"
+    assert rec.summary.startswith("No trained XLA pair to time to quality; XLA's own per-step effect")
+    assert "2.50x" not in rec.summary
+    assert set(rec.evidence["intervals"]) >= {
         "PINN jit vs off at bf16, train step alone",
         "PINN off: bf16 vs fp32, train step alone",
     }
@@ -610,8 +610,8 @@ def test_a_precision_that_is_faster_without_xla_does_not_pass_the_speed_item():
         arms[i] = dict(arms[i], step_samples_s=[slow * (1 + 0.001 * k) for k in range(20)])
         arms[i]["step_s"] = stats.quartiles(arms[i]["step_samples_s"])
     rec = speedup(_record(arms), 1.0)
-    assert rec["status"] == "FAIL" and rec["value"] < 1.0  # bfloat16's 2x is not XLA's
-    ev = rec["evidence"]
+    assert rec.status == "FAIL" and rec.value < 1.0  # bfloat16's 2x is not XLA's
+    ev = rec.evidence
     assert ev["precision"].startswith("Precision: its own effect, not XLA's")
     assert "bf16 vs fp32 with off, per step: 2.00x (95% CI" in ev["precision"]
     assert ev["recommendation"].startswith("Recommendation for this machine kind (Test CPU")
@@ -622,7 +622,7 @@ def test_the_speedup_text_says_how_close_the_fastest_arm_is_to_the_peak():
     from ptycho.study.checklist.speedup import text
 
     record = _record(_precision_arms())
-    report = {"items": {"speedup": speedup(record, 1.0)}}
+    report = {"items": {"speedup": speedup(record, 1.0).to_json()}}
     words = text(report)
     assert "The fastest PINN arm alone, jit at bf16, runs its 8.00 GFLOP train step at 200.0 GFLOP/s" in words
     assert (

@@ -14,11 +14,11 @@ import sys
 import pytest
 
 from ptycho.study import checklist, report
-from ptycho.study.checklist import Figure, Inputs, Item, verdict
+from ptycho.study.checklist import Figure, Inputs, Item, ItemResult, verdict
 from ptycho.study.results import StudyResults
 
 
-def _collect(inputs: Inputs, threshold: float) -> dict:
+def _collect(inputs: Inputs, threshold: float) -> ItemResult:
     """A toy item: the number of metrics files given, at most ``threshold``."""
     n = len(inputs.results.metrics)
     return verdict("tidiness", float(n), threshold, "<=", f"{n} metrics files", {"files": list(inputs.results.metrics)})
@@ -86,7 +86,7 @@ def test_an_item_registered_from_a_test_module_is_checked_judged_and_reported(ti
     items = _passing_items()
     with pytest.raises(ValueError, match="tidiness"):  # the verdict needs every item, the new one too
         report.build({k: v for k, v in items.items() if k != "tidiness"}, {}, {"preset": "smoke"})
-    items["tidiness"] = json.loads(out.read_text())
+    items["tidiness"] = ItemResult.from_json(json.loads(out.read_text()))
     rec = report.build(items, {}, {"preset": "smoke"})
     assert rec["verdict"] == "FAIL" and list(rec["items"])[-1] == "tidiness"
     paths = report.write(rec, tmp_path / "report")

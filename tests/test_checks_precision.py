@@ -90,15 +90,13 @@ def test_the_verdict_is_the_worst_difference_over_its_limit_and_names_every_limi
     }
     monkeypatch.setattr(accuracy_item, "inference_agreement", lambda *a, **k: trained)
     record = accuracy_item.accuracy(1e-5, 16, model_dirs=["m"], modes=["jit"], precisions=[BF16])
-    assert record["status"] == "PASS" and record["threshold"] == 1.0 and record["comparison"] == "<="
-    assert record["value"] == pytest.approx(0.5)  # the jit-vs-off float32 5e-6 of 1e-5 ties it
-    assert record["evidence"]["limits"] == {"float32": 1e-5, BF16: 0.0625}
-    assert "limits fp32 1e-05; bf16 0.0625 (16 u)" in record["summary"]
-    assert (
-        "bf16 vs fp32 worst 3.1e-02" in record["summary"] and "modes vs off at bf16 worst 1.0e-02" in record["summary"]
-    )
+    assert record.status == "PASS" and record.threshold == 1.0 and record.comparison == "<="
+    assert record.value == pytest.approx(0.5)  # the jit-vs-off float32 5e-6 of 1e-5 ties it
+    assert record.evidence["limits"] == {"float32": 1e-5, BF16: 0.0625}
+    assert "limits fp32 1e-05; bf16 0.0625 (16 u)" in record.summary
+    assert "bf16 vs fp32 worst 3.1e-02" in record.summary and "modes vs off at bf16 worst 1.0e-02" in record.summary
     trained["pinn-off-s0"]["comparisons"]["jit-bf16"]["max_abs"] = 0.07  # over 16 u
-    assert accuracy_item.accuracy(1e-5, 16, model_dirs=["m"], precisions=[BF16])["status"] == "FAIL"
+    assert accuracy_item.accuracy(1e-5, 16, model_dirs=["m"], precisions=[BF16]).status == "FAIL"
 
 
 def _case(max_abs):
@@ -214,8 +212,8 @@ def test_the_gradients_item_passes_every_mode_at_every_precision_on_the_studys_m
     rec = gradients_item.gradients(
         threshold, roundoffs(None, "gradients_precision_roundoffs"), pinn_loss="mae", precisions=PRECISIONS
     )
-    assert rec["status"] == "PASS", rec["summary"]
-    ev = rec["evidence"]
+    assert rec.status == "PASS", rec.summary
+    ev = rec.evidence
     assert {"Conv2D", "AveragePooling2D", "Dense", "Add", "UpSampling2D", "Rescaling"} <= set(ev["layers"])
     for model in ("pinn", "baseline"):
         got = ev["models"][model]["comparisons"]

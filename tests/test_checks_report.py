@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from html import escape, unescape
 
@@ -10,7 +11,7 @@ import pytest
 
 from ptycho.study import checklist, report
 from ptycho.study.checklist.convergence import convergence
-from ptycho.study.checklist.item import verdict
+from ptycho.study.checklist.item import ItemResult, verdict
 from ptycho.study.checklist.quality import quality
 from ptycho.study.checklist.speedup import speedup
 
@@ -20,37 +21,37 @@ def _history(losses):
 
 
 def test_verdict_compares_in_the_stated_direction_and_nan_fails():
-    assert verdict("x", 0.5, 1.0, "<=", "", {})["status"] == "PASS"
-    assert verdict("x", 1.5, 1.0, "<=", "", {})["status"] == "FAIL"
-    assert verdict("x", 1.5, 1.0, ">=", "", {})["status"] == "PASS"
-    assert verdict("x", math.nan, 1.0, "<=", "", {})["status"] == "FAIL"
+    assert verdict("x", 0.5, 1.0, "<=", "", {}).status == "PASS"
+    assert verdict("x", 1.5, 1.0, "<=", "", {}).status == "FAIL"
+    assert verdict("x", 1.5, 1.0, ">=", "", {}).status == "PASS"
+    assert verdict("x", math.nan, 1.0, "<=", "", {}).status == "FAIL"
 
 
 def test_convergence_needs_seeds_to_pass_and_fails_when_a_loss_rises_or_nothing_pairs():
     hist = {"pinn-jit-s0": _history([3.0, 2.0, 1.00]), "pinn-off-s0": _history([3.0, 2.0, 1.01])}
     init = {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0}
     one = convergence(hist, 0.05, init)  # one seed per arm: no spread to judge by
-    assert one["status"] == "INCONCLUSIVE" and math.isnan(one["value"]) and "one seed per arm" in one["summary"]
+    assert one.status == "INCONCLUSIVE" and math.isnan(one.value) and "one seed per arm" in one.summary
     seeds = {
         f"pinn-{mode}-s{s}": _history([3.0, 2.0, final])
         for mode, finals in (("jit", (1.000, 1.002, 1.001)), ("off", (1.001, 1.000, 1.002)))
         for s, final in enumerate(finals)
     }
     ok = convergence(seeds, 0.05, dict.fromkeys(seeds, 4.0))  # "not worse": one-sided
-    assert ok["status"] == "PASS" and ok["value"] <= 0.05 and "NOT WORSE by more than the 5.0% margin" in ok["summary"]
+    assert ok.status == "PASS" and ok.value <= 0.05 and "NOT WORSE by more than the 5.0% margin" in ok.summary
     same = convergence(seeds, 0.05, dict.fromkeys(seeds, 4.0), test="equivalence")  # thresholds.two_sided
-    assert same["status"] == "PASS" and same["value"] <= 0.05 and "EQUIVALENT" in same["summary"]
+    assert same.status == "PASS" and same.value <= 0.05 and "EQUIVALENT" in same.summary
     # a loss 20 % higher in every seed is WORSE: the item fails; 20 % lower is not worse
     for factor, status, word in ((1.2, "FAIL", "WORSE by more than"), (0.8, "PASS", "NOT WORSE")):
         moved = {
             k: _history([3.0, 2.0, v[-1]["val_loss"] * (factor if "-jit-" in k else 1.0)]) for k, v in seeds.items()
         }
         rec = convergence(moved, 0.05, dict.fromkeys(moved, 4.0))
-        assert rec["status"] == status and word in rec["summary"], rec["summary"]
+        assert rec.status == status and word in rec.summary, rec.summary
     rising = convergence(hist, 0.05, {"pinn-jit-s0": 0.5, "pinn-off-s0": 4.0})
-    assert rising["status"] == "FAIL" and "did not decrease" in rising["summary"]
+    assert rising.status == "FAIL" and "did not decrease" in rising.summary
     alone = convergence({"pinn-jit-s0": _history([2.0, 1.0])}, 0.05)
-    assert alone["status"] == "FAIL" and "no pair" in alone["summary"]
+    assert alone.status == "FAIL" and "no pair" in alone.summary
 
 
 def test_convergence_compares_all_arms_in_raw_loss_when_some_record_no_floor():
@@ -63,10 +64,10 @@ def test_convergence_compares_all_arms_in_raw_loss_when_some_record_no_floor():
     }
     floors = {name: (-2.2 if "-off-" in name else None) for name in seeds}
     rec = convergence(seeds, 0.05, dict.fromkeys(seeds, 0.0), floors=floors)
-    assert rec["status"] == "PASS" and "NOT WORSE" in rec["summary"]
-    assert "compared in raw loss, since pinn-jit-s0, pinn-jit-s1, pinn-jit-s2 record no loss floor" in rec["summary"]
+    assert rec.status == "PASS" and "NOT WORSE" in rec.summary
+    assert "compared in raw loss, since pinn-jit-s0, pinn-jit-s1, pinn-jit-s2 record no loss floor" in rec.summary
     above = convergence(seeds, 0.05, dict.fromkeys(seeds, 0.0), floors=dict.fromkeys(seeds, -2.2))
-    assert above["status"] == "PASS" and "raw loss" not in above["summary"]
+    assert above.status == "PASS" and "raw loss" not in above.summary
 
 
 def test_quality_with_one_seed_per_arm_is_inconclusive_whatever_the_difference():
@@ -74,9 +75,9 @@ def test_quality_with_one_seed_per_arm_is_inconclusive_whatever_the_difference()
         return {"mean": {"amp_ssim": a, "phase_ssim": p, "amp_psnr": 20.0}}
 
     rec = quality({"pinn-jit-s0": m(0.80, 0.70), "pinn-off-s0": m(0.79, 0.73)}, 0.02)
-    assert rec["status"] == "INCONCLUSIVE" and math.isnan(rec["value"])
-    assert "at least 2 seeds per arm" in rec["summary"]
-    assert rec["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]["difference"] == pytest.approx(-0.03)
+    assert rec.status == "INCONCLUSIVE" and math.isnan(rec.value)
+    assert "at least 2 seeds per arm" in rec.summary
+    assert rec.evidence["comparisons"]["pinn-jit"]["phase_ssim"]["difference"] == pytest.approx(-0.03)
 
 
 def _seeds(model, mode, amp, phase):
@@ -92,49 +93,49 @@ def test_quality_across_seeds_says_inconclusive_with_the_seeds_needed_when_the_s
     off = _seeds("pinn", "off", [0.85, 0.86, 0.85], [0.80, 0.83, 0.86])
     jit = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.86, 0.86, 0.86])
     rec = quality({**off, **jit}, 0.02, test="equivalence")
-    c = rec["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
+    c = rec.evidence["comparisons"]["pinn-jit"]["phase_ssim"]
     assert c["difference"] == pytest.approx(0.03) and c["spread"] == pytest.approx(0.06)
     assert c["margin"] == 0.02 and c["low"] < 0.02 < c["high"] and c["outcome"] == "INCONCLUSIVE"
-    assert rec["status"] == "INCONCLUSIVE" and rec["threshold"] == pytest.approx(0.02)
-    assert f"{c['seeds_needed']:.0f} seeds per arm would settle it" in rec["summary"]
-    assert "3 vs 3 seeds" in rec["summary"]
+    assert rec.status == "INCONCLUSIVE" and rec.threshold == pytest.approx(0.02)
+    assert f"{c['seeds_needed']:.0f} seeds per arm would settle it" in rec.summary
+    assert "3 vs 3 seeds" in rec.summary
     # The same spread, the XLA arm 0.10 better everywhere: DIFFERENT, a FAIL, two-sided.
     far = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.91, 0.93, 0.95])
     rec = quality({**off, **far}, 0.02, test="equivalence")
-    assert rec["status"] == "FAIL" and rec["value"] > 0.10
-    assert "DIFFERENT: its 95 % interval lies beyond the 0.0200 margin" in rec["summary"]
+    assert rec.status == "FAIL" and rec.value > 0.10
+    assert "DIFFERENT: its 95 % interval lies beyond the 0.0200 margin" in rec.summary
     # The study's own question is one-sided, "without making it worse" (issue 45): an arm
     # better by 0.10 is NOT WORSE, not DIFFERENT; the first one (better by 0.03, lower
     # end -0.021) is nearer a decision than two-sided: fewer seeds would settle it.
     rec = quality({**off, **far}, 0.02)
-    c = rec["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
-    assert c["outcome"] == "NOT WORSE" and c["low90"] > -0.02 and rec["status"] == "PASS", rec["summary"]
-    assert rec["value"] <= 0.02
-    two_sided = quality({**off, **jit}, 0.02, test="equivalence")["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
-    c = quality({**off, **jit}, 0.02)["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
+    c = rec.evidence["comparisons"]["pinn-jit"]["phase_ssim"]
+    assert c["outcome"] == "NOT WORSE" and c["low90"] > -0.02 and rec.status == "PASS", rec.summary
+    assert rec.value <= 0.02
+    two_sided = quality({**off, **jit}, 0.02, test="equivalence").evidence["comparisons"]["pinn-jit"]["phase_ssim"]
+    c = quality({**off, **jit}, 0.02).evidence["comparisons"]["pinn-jit"]["phase_ssim"]
     assert c["outcome"] == "INCONCLUSIVE" and c["seeds_needed"] < two_sided["seeds_needed"]
     # 0.10 worse everywhere: WORSE, a FAIL; 0.03 worse with that spread: INCONCLUSIVE
     worse = _seeds("pinn", "jit", [0.85, 0.86, 0.86], [0.70, 0.73, 0.76])
     rec = quality({**off, **worse}, 0.02)
-    assert rec["status"] == "FAIL" and "WORSE by more than the 0.0200 margin" in rec["summary"]
+    assert rec.status == "FAIL" and "WORSE by more than the 0.0200 margin" in rec.summary
     bit = _seeds("pinn", "jit", [0.85, 0.86, 0.85], [0.79, 0.78, 0.84])
     rec = quality({**off, **bit}, 0.02)
-    c = rec["evidence"]["comparisons"]["pinn-jit"]["phase_ssim"]
-    assert c["outcome"] == "INCONCLUSIVE" and rec["status"] == "INCONCLUSIVE"
-    assert f"{c['seeds_needed']:.0f} seeds per arm would settle it" in rec["summary"]
+    c = rec.evidence["comparisons"]["pinn-jit"]["phase_ssim"]
+    assert c["outcome"] == "INCONCLUSIVE" and rec.status == "INCONCLUSIVE"
+    assert f"{c['seeds_needed']:.0f} seeds per arm would settle it" in rec.summary
 
 
 def test_quality_across_tight_seeds_shows_equivalence_and_passes():
     off = _seeds("pinn", "off", [0.850, 0.851, 0.852, 0.850], [0.860, 0.861, 0.860, 0.862])
     jit = _seeds("pinn", "jit", [0.851, 0.852, 0.850, 0.851], [0.861, 0.860, 0.862, 0.861])
     rec = quality({**off, **jit}, 0.02, test="equivalence")
-    c = rec["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"]
+    c = rec.evidence["comparisons"]["pinn-jit"]["amp_ssim"]
     assert c["margin"] == 0.02 and c["within"] and c["equivalent"] and c["outcome"] == "EQUIVALENT"
-    assert rec["status"] == "PASS" and rec["value"] <= 0.02 and "EQUIVALENT within the 0.0200 margin" in rec["summary"]
+    assert rec.status == "PASS" and rec.value <= 0.02 and "EQUIVALENT within the 0.0200 margin" in rec.summary
     one_sided = quality({**off, **jit}, 0.02)
-    assert one_sided["status"] == "PASS" and one_sided["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"][
-        "outcome"
-    ] == ("NOT WORSE")
+    assert one_sided.status == "PASS" and one_sided.evidence["comparisons"]["pinn-jit"]["amp_ssim"]["outcome"] == (
+        "NOT WORSE"
+    )
 
 
 def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0, shared=None):
@@ -191,36 +192,36 @@ def _bench(pinn_xla_ms, pinn_noxla_ms, seed=0, shared=None):
 
 def test_speedup_reports_slower_xla_in_words_with_its_interval():
     rec = speedup(_bench(125, 100), 1.0)
-    assert rec["status"] == "FAIL" and "SLOWER" in rec["summary"] and "95% CI" in rec["summary"]
-    ci = rec["evidence"]["intervals"]["PINN jit vs off at fp32, train step alone"]
-    assert rec["value"] == ci["low"] and ci["low"] < ci["ratio"] < ci["high"] < 1.0
-    assert set(rec["evidence"]["intervals"]) == {
+    assert rec.status == "FAIL" and "SLOWER" in rec.summary and "95% CI" in rec.summary
+    ci = rec.evidence["intervals"]["PINN jit vs off at fp32, train step alone"]
+    assert rec.value == ci["low"] and ci["low"] < ci["ratio"] < ci["high"] < 1.0
+    assert set(rec.evidence["intervals"]) == {
         "PINN jit vs off at fp32, train step alone",
         "PINN jit vs off at fp32, inference",
         "Baseline jit vs off at fp32, train step alone",
         "Baseline jit vs off at fp32, inference",
     }
     faster = speedup(_bench(80, 100), 1.0)
-    assert faster["status"] == "PASS" and "faster" in faster["summary"] and "jit" in faster["summary"]
+    assert faster.status == "PASS" and "faster" in faster.summary and "jit" in faster.summary
     same = speedup(_bench(100, 100), 1.0)
-    assert "no measurable effect" in same["summary"] and same["status"] == "FAIL"  # not faster with confidence
+    assert "no measurable effect" in same.summary and same.status == "FAIL"  # not faster with confidence
     few = _bench(125, 100)
     for arm in few["arms"]:
         arm["step_samples_s"], arm["step_s"]["n"] = arm["step_samples_s"][:5], 5
     few_rec = speedup(few, 1.0)
-    assert "too few steps for an interval" in few_rec["summary"]
-    assert few_rec["value"] == few["ratios"]["pinn"]["jit"]["xla"]["train_step_alone"]["ratio"]  # the ratio itself
+    assert "too few steps for an interval" in few_rec.summary
+    assert few_rec.value == few["ratios"]["pinn"]["jit"]["xla"]["train_step_alone"]["ratio"]  # the ratio itself
 
 
 def test_speedup_verdict_is_for_its_stated_context_and_names_both():
     bench = _bench(125, 100, shared=(700, 1000))  # slower alone, faster in the pipeline's schedule
     alone = speedup(bench, 1.0, context="alone")
     shared = speedup(bench, 1.0, context="shared")
-    assert alone["status"] == "FAIL" and shared["status"] == "PASS"
-    assert "alone on the machine: jit" in alone["summary"] and "SLOWER" in alone["summary"]
-    assert "in the pipeline's schedule: jit" in shared["summary"] and "faster" in shared["summary"]
-    assert set(shared["evidence"]["per_step"]) == {"alone", "shared"}  # both contexts, in words
-    assert shared["value"] > 1.0 and shared["evidence"]["judged"] == {"by": "step", "context": "shared", "arm": "jit"}
+    assert alone.status == "FAIL" and shared.status == "PASS"
+    assert "alone on the machine: jit" in alone.summary and "SLOWER" in alone.summary
+    assert "in the pipeline's schedule: jit" in shared.summary and "faster" in shared.summary
+    assert set(shared.evidence["per_step"]) == {"alone", "shared"}  # both contexts, in words
+    assert shared.value > 1.0 and shared.evidence["judged"] == {"by": "step", "context": "shared", "arm": "jit"}
 
 
 def test_a_measurement_beside_a_busy_process_is_marked_contaminated():
@@ -250,7 +251,7 @@ def test_speedup_summary_says_when_its_evidence_is_contaminated():
     bench = _bench(125, 100)
     bench["contexts"]["alone"]["foreign_load"] = {"contaminated": True, "foreign_cores": 1.3, "of_cores": 2}
     rec = speedup(bench, 1.0)
-    assert "CONTAMINATED: other processes kept 1.30 of 2 cores busy" in rec["summary"]
+    assert "CONTAMINATED: other processes kept 1.30 of 2 cores busy" in rec.summary
 
 
 def test_speedup_picks_the_fastest_mode_against_off():
@@ -263,7 +264,7 @@ def test_speedup_picks_the_fastest_mode_against_off():
     bench["arms"].append(physics)
     bench["ratios"] = ratios(bench["arms"])
     rec = speedup(bench, 1.0)
-    assert rec["status"] == "PASS" and "alone on the machine: physics" in rec["summary"]
+    assert rec.status == "PASS" and "alone on the machine: physics" in rec.summary
 
 
 def test_bootstrap_interval_covers_the_true_ratio_and_narrows_with_more_samples():
@@ -299,7 +300,7 @@ def test_quality_evidence_has_arm_differences_and_pinn_vs_baseline():
         },
         0.02,
     )
-    ev = rec["evidence"]
+    ev = rec.evidence
     assert ev["arm_differences"]["pinn-s0-jit"]["amp_ssim"] == pytest.approx(0.01)
     assert ev["pinn_minus_baseline"]["jit-s0"]["amp_ssim"] == pytest.approx(0.20)
     assert ev["pinn_minus_baseline"]["off-s0"]["phase_ssim"] == pytest.approx(0.19)
@@ -334,8 +335,8 @@ def test_the_verdict_line_names_the_items_that_decide_it(tmp_path):
     assert report.verdict_line(report.build(_items(), {}, {"preset": "smoke"})) == "Verdict: PASS"
     items = _items()
     items["speedup"] = verdict("speedup", 0.8, 1.0, ">=", "slower", {})
-    items["quality"] = dict(items["quality"], status="INCONCLUSIVE")
-    items["convergence"] = dict(items["convergence"], status="INCONCLUSIVE")
+    items["quality"] = dataclasses.replace(items["quality"], status="INCONCLUSIVE")
+    items["convergence"] = dataclasses.replace(items["convergence"], status="INCONCLUSIVE")
     rec = report.build(items, {}, {"preset": "smoke"})
     assert report.verdict_line(rec) == "Verdict: FAIL (speedup FAIL; convergence, quality INCONCLUSIVE)"
     items["speedup"] = _items()["speedup"]
@@ -389,7 +390,7 @@ def test_convergence_without_validation_losses_fails_instead_of_passing():
             {"epoch": 2, "train_loss": 5.0, "val_loss": nan},
         ],
     }
-    assert convergence(hist, 0.05)["status"] == "FAIL"
+    assert convergence(hist, 0.05).status == "FAIL"
 
 
 def test_quality_with_an_undefined_ssim_fails_without_crashing():
@@ -398,13 +399,13 @@ def test_quality_with_an_undefined_ssim_fails_without_crashing():
         "pinn-off-s0": {"mean": {"amp_ssim": 0.8, "phase_ssim": None}},
     }
     record = quality(metrics, 0.02)
-    assert record["status"] == "FAIL" and math.isnan(record["value"])
+    assert record.status == "FAIL" and math.isnan(record.value)
 
 
 def _full_items():
     """Items shaped like the pipeline's, with synthetic evidence."""
-    items = _items()
-    items["accuracy"]["evidence"] = {
+    items, evidence = _items(), {}
+    evidence["accuracy"] = {
         "translation": [
             {"dtype": "float32", "batch": b, "shifts": "subpixel", "max_abs": 1e-7, "mean_abs": 1e-8} for b in (1, 7)
         ],
@@ -432,7 +433,7 @@ def _full_items():
         },
         "limits": {"float32": 1e-5},
     }
-    items["gradients"]["evidence"] = {
+    evidence["gradients"] = {
         "models": {
             "pinn": {
                 "loss_off": 1.0,
@@ -456,7 +457,7 @@ def _full_items():
         "finite_differences": {"max_rel": 1e-8, "points": 8},
         "limits": {"float32": 1e-4},
     }
-    items["convergence"]["evidence"] = {
+    evidence["convergence"] = {
         "pairs": {
             "pinn-s0-jit": {
                 "mode": "jit",
@@ -475,7 +476,7 @@ def _full_items():
         0.02,
     )
     items["speedup"] = speedup(_bench(125, 100), 1.0)
-    return items
+    return {name: dataclasses.replace(item, evidence=evidence.get(name, item.evidence)) for name, item in items.items()}
 
 
 def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_path):
@@ -512,17 +513,17 @@ def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reaso
     reason = "loss became nan at epoch 3; the last good checkpoint (after epoch 2) is kept"
     hist = {"pinn-jit-s0": _history([3.0, 2.0]), "pinn-off-s0": _history([3.0, 2.0, 1.0])}
     conv = convergence(hist, 0.05, {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0}, {"pinn-jit-s0": reason})
-    assert conv["status"] == "FAIL" and f"arm pinn-jit-s0 FAILED in training: {reason}" in conv["summary"]
+    assert conv.status == "FAIL" and f"arm pinn-jit-s0 FAILED in training: {reason}" in conv.summary
     empty = convergence(
         {"pinn-jit-s0": [], "pinn-off-s0": _history([2.0, 1.0])}, 0.05, failed={"pinn-jit-s0": reason}
     )  # diverged before its first epoch ended
-    assert empty["status"] == "FAIL" and math.isnan(empty["value"])
+    assert empty.status == "FAIL" and math.isnan(empty.value)
 
     def m(a, p):
         return {"mean": {"amp_ssim": a, "phase_ssim": p}}
 
     qual = quality({"pinn-jit-s0": m(0.8, 0.7), "pinn-off-s0": m(0.8, 0.7)}, 0.02, {"pinn-jit-s0": reason})
-    assert qual["status"] == "FAIL" and "last good state" in qual["summary"]
+    assert qual.status == "FAIL" and "last good state" in qual.summary
     items = _full_items()
     items["convergence"], items["quality"] = conv, qual
     arms = {
@@ -576,11 +577,11 @@ def test_convergence_across_seeds_compares_mean_final_losses_against_the_seed_sp
         "pinn-off-s1": _history([0.09, 0.04735]),
     }
     rec = convergence(hist, 0.05)
-    c = rec["evidence"]["comparisons"]["pinn-jit"]
+    c = rec.evidence["comparisons"]["pinn-jit"]
     assert c["difference"] == pytest.approx((0.04987 + 0.04706) / (0.04562 + 0.04735) - 1)
-    assert rec["status"] == "INCONCLUSIVE" and rec["evidence"]["pairs"]["pinn-s0-jit"]["relative_difference"] > 0.09
-    assert "final validation loss" in rec["summary"] and "2 vs 2 seeds" in rec["summary"]
-    assert c["seeds_needed"] > 2 and f"{c['seeds_needed']:.0f} seeds per arm would settle it" in rec["summary"]
+    assert rec.status == "INCONCLUSIVE" and rec.evidence["pairs"]["pinn-s0-jit"]["relative_difference"] > 0.09
+    assert "final validation loss" in rec.summary and "2 vs 2 seeds" in rec.summary
+    assert c["seeds_needed"] > 2 and f"{c['seeds_needed']:.0f} seeds per arm would settle it" in rec.summary
     # Every seed of the XLA arm about 20 % higher than off's (seeds matched: compared
     # pairwise): the 95 % interval lies beyond the margin.
     worse = dict(
@@ -592,7 +593,7 @@ def test_convergence_across_seeds_compares_mean_final_losses_against_the_seed_sp
             "pinn-off-s2": _history([0.09, 0.0470]),
         },
     )
-    assert convergence(worse, 0.05)["status"] == "FAIL"
+    assert convergence(worse, 0.05).status == "FAIL"
 
 
 def test_the_report_renders_seed_comparisons_read_back_from_json(tmp_path):
@@ -605,9 +606,11 @@ def test_the_report_renders_seed_comparisons_read_back_from_json(tmp_path):
     one = convergence(hist, 0.05, {"pinn-jit-s0": 4.0, "pinn-off-s0": 4.0})  # one seed: no seeds_needed (NaN)
     items = _full_items()
     for name, rec in (("quality", quality({**off, **jit}, 0.02)), ("convergence", one)):
-        write_json(tmp_path / f"{name}.json", rec)
-        items[name] = read_json(tmp_path / f"{name}.json")
-    items["speedup"] = dict(items["speedup"], status="PASS")  # no item fails: the verdict cannot say either way
+        write_json(tmp_path / f"{name}.json", rec.to_json())
+        items[name] = ItemResult.from_json(read_json(tmp_path / f"{name}.json"))
+    items["speedup"] = dataclasses.replace(
+        items["speedup"], status="PASS"
+    )  # no item fails: the verdict cannot say either way
     rec = report.build(items, {}, {"preset": "smoke"})
     assert rec["verdict"] == "INCONCLUSIVE"
     md = report.write(rec, tmp_path / "out")["md"].read_text()

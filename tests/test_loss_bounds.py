@@ -96,9 +96,9 @@ def test_convergence_on_the_poisson_loss_compares_excesses_over_the_floor():
         return convergence(hist, 0.05, initial, floors=floors)
 
     equal, shifted = run(0.0), run(0.02)
-    assert equal["status"] == "PASS" and "NOT WORSE" in equal["summary"]
-    assert shifted["status"] == "FAIL" and "WORSE by more than" in shifted["summary"]
-    assert shifted["evidence"]["comparisons"]["pinn-jit"]["difference"] == pytest.approx(0.02 / 0.07, rel=0.02)
+    assert equal.status == "PASS" and "NOT WORSE" in equal.summary
+    assert shifted.status == "FAIL" and "WORSE by more than" in shifted.summary
+    assert shifted.evidence["comparisons"]["pinn-jit"]["difference"] == pytest.approx(0.02 / 0.07, rel=0.02)
     # The former rule (no floor: the loss relative to itself) called the shift equal.
     former = convergence(
         {
@@ -108,7 +108,7 @@ def test_convergence_on_the_poisson_loss_compares_excesses_over_the_floor():
         0.05,
         initial,
     )
-    assert former["status"] == "PASS"
+    assert former.status == "PASS"
 
 
 def test_a_collapsed_training_is_reported_as_failed_not_finished(pair, tmp_path):

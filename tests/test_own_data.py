@@ -228,7 +228,7 @@ def _object(rng, shape=(48, 48)) -> np.ndarray:
 
 def _collect(
     tmp_path: Path, objects: dict[str, np.ndarray], threshold: float = 0.02, misfits: dict[str, float] | None = None
-) -> dict:
+):
     from ptycho.study.checklist import Inputs
     from ptycho.study.checklist.quality import collect
     from ptycho.study.results import StudyResults
@@ -259,9 +259,9 @@ def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
     objects = _seeds(np.random.default_rng(1), {"jit": "same"})
     misfits = {name: 1.0 + 0.01 * int(name[-1]) for name in objects}
     record = _collect(tmp_path, objects, misfits=misfits)
-    ev = record["evidence"]
-    assert record["status"] == "PASS" and record["item"] == "quality", record["summary"]
-    assert record["threshold"] == 1.0 and 0 <= record["value"] <= 1  # the worst reach over its own margin
+    ev = record.evidence
+    assert record.status == "PASS" and record.item == "quality", record.summary
+    assert record.threshold == 1.0 and 0 <= record.value <= 1  # the worst reach over its own margin
     assert ev["ground_truth"] is False and ev["threshold"] == 0.02 and ev["margin"] == 0.05
     assert set(ev["between_arms"]) == {f"pinn-s{s}-jit" for s in range(3)}
     assert (ev["between_arms"]["pinn-s1-jit"]["arm"], ev["between_arms"]["pinn-s1-jit"]["reference"]) == (
@@ -290,15 +290,15 @@ def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
         "amp_half_frc": 0.2,
         "phase_half_frc": 0.2,
     }
-    assert record["summary"].startswith(
+    assert record.summary.startswith(
         "no ground truth (measured data): each arm against its reference arm of the same seed; PINN jit - off data "
         "misfit, (arm - reference) / reference: +0.0% (90 % interval +0.0% to +0.0%"
     )
     assert (
         f"PINN jit - off: amplitude SSIM between their reconstructions 1.0000, between two seeds of the reference arm "
-        f"{yard['amp_ssim']:.4f}: {1 - yard['amp_ssim']:+.4f} (90 % interval" in record["summary"]
+        f"{yard['amp_ssim']:.4f}: {1 - yard['amp_ssim']:+.4f} (90 % interval" in record.summary
     )
-    assert "3 seeds vs 3 pairs of seeds" in record["summary"]
+    assert "3 seeds vs 3 pairs of seeds" in record.summary
 
 
 def test_without_ground_truth_a_worse_misfit_or_a_reconstruction_unlike_offs_fails(tmp_path):
@@ -308,14 +308,14 @@ def test_without_ground_truth_a_worse_misfit_or_a_reconstruction_unlike_offs_fai
     objects = _seeds(np.random.default_rng(3), {"physics": "same", "auto": "other"})
     misfits = {name: (1.3 if "physics" in name else 1.0) + 0.01 * int(name[-1]) for name in objects}
     record = _collect(tmp_path, objects, misfits=misfits)
-    comparisons = record["evidence"]["comparisons"]
-    assert record["status"] == "FAIL"
+    comparisons = record.evidence["comparisons"]
+    assert record.status == "FAIL"
     assert comparisons["pinn-physics"]["data_misfit"]["outcome"] == "WORSE"
     assert comparisons["pinn-physics"]["data_misfit"]["difference"] == pytest.approx(0.3 / 1.01, rel=0.02)
     assert comparisons["pinn-physics"]["amp_ssim"]["outcome"] == "NOT WORSE"
     assert comparisons["pinn-auto"]["data_misfit"]["outcome"] == "NOT WORSE"
     assert comparisons["pinn-auto"]["amp_ssim"]["outcome"] == "WORSE"
-    assert "WORSE by more than the 5.0% margin" in record["summary"]
+    assert "WORSE by more than the 5.0% margin" in record.summary
 
 
 def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(tmp_path):

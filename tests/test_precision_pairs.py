@@ -21,16 +21,16 @@ def test_quality_judges_bfloat16_against_float32_and_modes_at_each_precision():
         **_metrics(lambda s: f"pinn-jit-bf16-s{s}", worse),
     }
     rec = quality(arms, 0.02)
-    comparisons = rec["evidence"]["comparisons"]
+    comparisons = rec.evidence["comparisons"]
     assert set(comparisons) == {"pinn-jit", "pinn-jit-bf16", "pinn-off-bf16-vs-fp32", "pinn-jit-bf16-vs-fp32"}
     assert comparisons["pinn-jit"]["amp_ssim"]["outcome"] == "NOT WORSE"
     assert comparisons["pinn-jit-bf16"]["amp_ssim"]["outcome"] == "NOT WORSE"  # jit vs off, both bfloat16
     diff = comparisons["pinn-off-bf16-vs-fp32"]["amp_ssim"]
     assert diff["outcome"] == "WORSE" and abs(diff["difference"] + 0.1) < 1e-9
-    assert rec["status"] == "FAIL"
-    assert "PINN bfloat16 - float32 (off) amplitude SSIM: -0.1000" in rec["summary"]
-    assert "PINN jit - off (bfloat16) amplitude SSIM" in rec["summary"]
-    assert set(rec["evidence"]["arm_differences"]) >= {"pinn-s0-off-bf16-vs-fp32", "pinn-s2-jit-bf16"}
+    assert rec.status == "FAIL"
+    assert "PINN bfloat16 - float32 (off) amplitude SSIM: -0.1000" in rec.summary
+    assert "PINN jit - off (bfloat16) amplitude SSIM" in rec.summary
+    assert set(rec.evidence["arm_differences"]) >= {"pinn-s0-off-bf16-vs-fp32", "pinn-s2-jit-bf16"}
 
 
 def test_convergence_pairs_and_curves_keep_two_precisions_of_one_mode_apart():
@@ -41,8 +41,8 @@ def test_convergence_pairs_and_curves_keep_two_precisions_of_one_mode_apart():
         f"pinn-off{p}-s{s}": hist(final + 0.001 * s) for p, final in (("", 1.0), ("-bf16", 1.01)) for s in range(3)
     }
     rec = convergence(histories, 0.05, dict.fromkeys(histories, 3.0))
-    ev = rec["evidence"]
-    assert set(ev["comparisons"]) == {"pinn-off-bf16-vs-fp32"} and rec["status"] == "PASS"
+    ev = rec.evidence
+    assert set(ev["comparisons"]) == {"pinn-off-bf16-vs-fp32"} and rec.status == "PASS"
     assert ev["pairs"]["pinn-s1-off-bf16-vs-fp32"]["reference"] == "pinn-off-s1"
     assert ev["pairs"]["pinn-s1-off-bf16-vs-fp32"]["precision"] == "mixed_bfloat16"
     assert set(ev["curves"]["pinn-s0"]) == {"off", "off-bf16"}

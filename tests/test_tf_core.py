@@ -445,10 +445,10 @@ def test_gradients_checklist_item_runs_for_either_pinn_loss(pinn_loss):
     from ptycho.study.checklist.gradients import gradients
 
     record = gradients(1e-4, 32, pinn_loss=pinn_loss)
-    assert record["status"] == "PASS" and record["value"] <= 1.0  # the worst difference over its limit
-    assert record["evidence"]["finite_differences"]["max_rel"] <= 1e-4
-    assert set(record["evidence"]["models"]) == {"pinn", "baseline"}
-    for model in record["evidence"]["models"].values():
+    assert record.status == "PASS" and record.value <= 1.0  # the worst difference over its limit
+    assert record.evidence["finite_differences"]["max_rel"] <= 1e-4
+    assert set(record.evidence["models"]) == {"pinn", "baseline"}
+    for model in record.evidence["models"].values():
         assert set(model["comparisons"]) == {"jit", "auto", "physics"}  # float32 only: modes vs off
         assert all(c["worst"] <= 1e-4 and c["judged"] == "weights and inputs" for c in model["comparisons"].values())
 

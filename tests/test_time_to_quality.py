@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ptycho.study import time_to_quality as ttq
+from ptycho.study.checklist.item import ItemResult
 from ptycho.study.checklist.speedup import speedup
 from ptycho.study.report import speed_sentence
 
@@ -75,9 +76,9 @@ def test_an_arm_faster_per_step_that_needs_twice_the_steps_is_slower_to_quality_
     assert c.ratio == pytest.approx(1.5 * _crossing(5) / _crossing(10), rel=1e-3)  # about 0.75
     assert c.high < 1.0 and c.paired and not c.inconclusive
     rec = speedup({}, 1.0, metas=off + fast, margin=0.05)
-    assert rec["status"] == "FAIL" and rec["value"] == pytest.approx(c.low)
-    assert rec["evidence"]["judged"] == {"by": "time_to_quality", "comparison": "pinn-physics"}
-    assert "1.50x per step, 2.02x the steps" in rec["summary"] and "SLOWER" in rec["summary"]
+    assert rec.status == "FAIL" and rec.value == pytest.approx(c.low)
+    assert rec.evidence["judged"] == {"by": "time_to_quality", "comparison": "pinn-physics"}
+    assert "1.50x per step, 2.02x the steps" in rec.summary and "SLOWER" in rec.summary
 
 
 def test_a_mode_faster_only_because_of_its_precision_is_not_credited_to_xla():
@@ -86,16 +87,13 @@ def test_a_mode_faster_only_because_of_its_precision_is_not_credited_to_xla():
     metas += [_meta("off", s, _curve(5), 0.060, "mixed_bfloat16") for s in seeds]  # bfloat16's own gain
     metas += [_meta("physics", s, _curve(5), 0.060, "mixed_bfloat16") for s in seeds]  # XLA adds nothing
     rec = speedup({}, 1.0, metas=metas, margin=0.05)
-    records = rec["evidence"]["time_to_quality"]
+    records = rec.evidence["time_to_quality"]
     assert records["pinn-physics-bf16"]["ratio"] == pytest.approx(1.0, abs=0.01)  # vs off at bf16
     assert records["pinn-off-bf16-vs-fp32"]["ratio"] == pytest.approx(100 / 60, rel=0.01)  # the precision's
-    assert (
-        rec["status"] == "FAIL"
-        and rec["value"] <= 1.0 <= rec["evidence"]["time_to_quality"]["pinn-physics-bf16"]["high"]
-    )
-    assert "no measurable effect" in rec["summary"]
-    assert "1.67" not in rec["summary"]  # bfloat16's gain is not in XLA's sentence
-    assert "in time to quality, bf16 (off)" in rec["evidence"]["precision"]
+    assert rec.status == "FAIL" and rec.value <= 1.0 <= rec.evidence["time_to_quality"]["pinn-physics-bf16"]["high"]
+    assert "no measurable effect" in rec.summary
+    assert "1.67" not in rec.summary  # bfloat16's gain is not in XLA's sentence
+    assert "in time to quality, bf16 (off)" in rec.evidence["precision"]
 
 
 def test_a_seed_that_never_reaches_the_target_counts_as_its_whole_training_and_two_make_it_inconclusive():
@@ -106,10 +104,10 @@ def test_a_seed_that_never_reaches_the_target_counts_as_its_whole_training_and_t
     assert c.missed == ttq.Sides((0,), ()) and not c.inconclusive
     assert c.arm[0].steps == EPOCHS * STEPS and not c.arm[0].reached  # the whole training
     rec = speedup({}, 1.0, metas=off + one, margin=0.05)
-    assert "never reached the target: jit at fp32 seed 0 (counted as the whole training)" in rec["summary"]
+    assert "never reached the target: jit at fp32 seed 0 (counted as the whole training)" in rec.summary
     two = [_meta("jit", s, _curve(EPOCHS + 5), 0.080) for s in (0, 1)] + [_meta("jit", 2, _curve(5), 0.080)]
     rec = speedup({}, 1.0, metas=off + two, margin=0.05)
-    assert rec["status"] == "INCONCLUSIVE" and "INCONCLUSIVE (two seeds of one arm never reached" in rec["summary"]
+    assert rec.status == "INCONCLUSIVE" and "INCONCLUSIVE (two seeds of one arm never reached" in rec.summary
 
 
 def test_the_target_is_the_same_for_any_offset_of_the_loss():
@@ -158,13 +156,13 @@ def test_trainings_without_a_floor_beside_ones_with_it_are_all_measured_in_raw_l
             "arm" if old == "physics" else "reference": [0, 1, 2],
             "arm" if old == "off" else "reference": [],
         }
-        words = speedup({}, 1.0, metas=metas, margin=0.05)["summary"]
+        words = speedup({}, 1.0, metas=metas, margin=0.05).summary
         assert f"measured in raw loss, since {old} at fp32 seeds 0, 1, 2 record no loss floor" in words
         assert "re-run those trainings" in words
     # every training with its floor, or none with one: nothing to say
     for floors in (True, False):
         metas = [_meta(m, s, _curve(5), 0.1, offset=offset, floor=floors) for m in ("off", "physics") for s in seeds]
-        assert "raw loss" not in speedup({}, 1.0, metas=metas, margin=0.05)["summary"]
+        assert "raw loss" not in speedup({}, 1.0, metas=metas, margin=0.05).summary
 
 
 def test_compile_time_is_reported_apart_and_in_a_second_figure():
@@ -211,10 +209,8 @@ def test_a_failed_seed_is_a_miss_counted_as_its_whole_planned_training_and_named
     # seeds: the geometric mean of the per-seed ratios), not 5.0 / 2.5 for all three
     assert c.ratio == pytest.approx((5.0 / 6.0 * 2.0 * 2.0) ** (1 / 3), rel=2e-2) and c.interval == ttq.T_LOG_RATIOS
     rec = speedup({}, 1.0, metas=off + jit, margin=0.05)
-    assert (
-        "FAILED (diverged or collapsed): jit at fp32 seed 0 (counted as the whole planned training)" in rec["summary"]
-    )
-    assert "never reached the target" not in rec["summary"]
+    assert "FAILED (diverged or collapsed): jit at fp32 seed 0 (counted as the whole planned training)" in rec.summary
+    assert "never reached the target" not in rec.summary
     # Diverged before its first timed step: timed at its arm's steps. Two failed: INCONCLUSIVE.
     jit[1] = _failed(jit[1], epochs_done=0)
     c = ttq.compare(_runs(jit), _runs(off), 0.05)
@@ -238,10 +234,10 @@ def test_an_arm_whose_only_seed_never_reached_the_target_can_fail_but_never_pass
         assert c.missed.arm == (0,) and c.upper_bound and not c.inconclusive
         assert c.ratio == pytest.approx(_crossing(8) * 0.1 / (120 * 0.05), rel=2e-2)  # 1.28: at most
         rec = speedup({}, 1.0, metas=[*off, jit], margin=0.05)
-        assert rec["status"] == "INCONCLUSIVE" and "not shown faster (no seed of the arm reached" in rec["summary"]
-        said = speed_sentence({"items": {"speedup": rec}})  # the report's first lines
+        assert rec.status == "INCONCLUSIVE" and "not shown faster (no seed of the arm reached" in rec.summary
+        said = speed_sentence({"items": {"speedup": rec.to_json()}})  # the report's first lines
         assert "not shown faster" in said and ": faster" not in said
-        assert speedup({}, 2.0, metas=[*off, jit], margin=0.05)["status"] == "FAIL"
+        assert speedup({}, 2.0, metas=[*off, jit], margin=0.05).status == "FAIL"
     # A failed run that records no planned epochs counts as the longest training compared, not 0 s.
     bare = _failed(_meta("jit", 1, _curve(5), 0.050), epochs_done=0)
     bare["train"] = {k: v for k, v in bare["train"].items() if k != "epochs"}
@@ -261,15 +257,17 @@ def test_a_comparison_is_one_record_stored_read_judged_and_logged_the_same_way()
 
     off = [_meta("off", 0, _curve(8), 0.100)]
     jit = [_meta("jit", 0, _curve(EPOCHS + 5), 0.05)]  # never reaches the target: an upper bound
-    rec = json.loads(json.dumps(_jsonable(speedup({}, 1.0, metas=off + jit, margin=0.05))))
-    stored = rec["evidence"]["time_to_quality"]["pinn-jit"]
+    rec = ItemResult.from_json(
+        json.loads(json.dumps(_jsonable(speedup({}, 1.0, metas=off + jit, margin=0.05).to_json())))
+    )
+    stored = rec.evidence["time_to_quality"]["pinn-jit"]
     c = ttq.Comparison.from_json(stored)
     assert c.to_json() == stored and c.title == "PINN jit - off" and c.axis == "mode"
     assert c.upper_bound and c.passes(1.0) is None and c.passes(2.0) is False
-    assert c.outcome.startswith("not shown faster") and c.sentence() in rec["summary"]
+    assert c.outcome.startswith("not shown faster") and c.sentence() in rec.summary
     # the smoke study's report with this speedup item in it
     report = json.loads((Path(__file__).parent / "data" / "smoke-validation.json").read_text())
-    report["items"]["speedup"] = rec
+    report["items"]["speedup"] = rec.to_json()
     logged = answers(report)
     parent = logged[""].metrics
     assert parent["xla_ttq_ratio.jit"] == pytest.approx(c.ratio) and parent["xla_ttq_upper_bound.jit"] == 1.0
@@ -312,7 +310,7 @@ def test_speed_has_four_answers_and_only_an_unresolved_one_is_inconclusive():
         assert c.interval == ttq.T_LOG_RATIOS and c.paired, name
         assert c.answer == answer, (name, c.ratio, c.low, c.high)
         rec = speedup({}, 1.0, metas=off + jit, margin=0.05)
-        assert rec["status"] == status, (name, rec["summary"])
+        assert rec.status == status, (name, rec.summary)
     noisy = ttq.compare(_runs(cases["noisy"][0]), _runs(off), 0.05)
     assert noisy.low < ttq.NO_EFFECT_BAND[0] and noisy.high > ttq.NO_EFFECT_BAND[1]
     assert noisy.outcome.startswith("not resolved") and "more seeds" in noisy.sentence()

@@ -192,8 +192,8 @@ def check(
         "loss": loss,
         "dataset_digest": ds.attrs["digest"],
         "patterns": int(ds.diffraction.shape[0]),
-        "accuracy": acc,
-        "gradients": grad,
+        "accuracy": acc.to_json(),
+        "gradients": grad.to_json(),
         "models": apply_models(model_dirs, ds),
     }
 

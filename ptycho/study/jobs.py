@@ -498,13 +498,13 @@ def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
     except KeyError:
         raise PtychoError(f"check: unknown item {item!r}; choose one of {', '.join(checklist.names())}") from None
     result = spec.collect(checklist.Inputs(**inputs), threshold)
-    write_json(out, result, producer=checklist.producer(item))
+    write_json(out, result.to_json(), producer=checklist.producer(item))
     return JobRecord(
-        metrics={f"{item}_value": result["value"], f"{item}_pass": float(result["status"] == "PASS")},
-        tags={"status": result["status"]},
+        metrics={f"{item}_value": result.value, f"{item}_pass": float(result.passed)},
+        tags={"status": result.status},
         artifacts=[(out, None)],
-        summary=f"{item}: {result['status']} (value {result['value']:.4g}, threshold {result['comparison']} "
-        f"{result['threshold']:.4g}): {result['summary']}",
+        summary=f"{item}: {result.status} (value {result.value:.4g}, threshold {result.comparison} "
+        f"{result.threshold:.4g}): {result.summary}",
     )
 
 
@@ -624,7 +624,7 @@ def report(
         "experiment_id": parent.get("experiment_id", ""),
     }
     # The device the study ran on is what the benchmark's TensorFlow processes saw.
-    gpus = items["speedup"].get("evidence", {}).get("machine", {}).get("gpus")
+    gpus = items["speedup"].evidence.get("machine", {}).get("gpus")
     result = views.build(
         items,
         results.arms(),

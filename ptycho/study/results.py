@@ -21,12 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs, pattern
+
+if TYPE_CHECKING:
+    from ptycho.study.checklist.item import ItemResult
 
 
 def _arm_of_file(path: str) -> Arm:
@@ -274,11 +277,13 @@ class StudyResults:
         return timed
 
     @cached_property
-    def checked(self) -> dict[str, dict[str, Any]]:
-        """Item -> its checklist record (``ptycho check --out``)."""
+    def checked(self) -> dict[str, ItemResult]:
+        """Item -> its result (``ptycho check --out``)."""
         from ptycho.artifacts import read_json
+        from ptycho.study.checklist.item import ItemResult
 
-        return {r["item"]: r for r in (read_json(p, producer=_check_producer_of) for p in self.checks)}
+        results = (ItemResult.from_json(read_json(p, producer=_check_producer_of)) for p in self.checks)
+        return {r.item: r for r in results}
 
     @cached_property
     def solver_records(self) -> list[dict[str, Any]]:

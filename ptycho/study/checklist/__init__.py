@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from ptycho.study.checklist.item import Figure, Inputs, Item, Section, verdict
+from ptycho.study.checklist.item import Figure, Inputs, Item, ItemResult, Section, verdict
 from ptycho.study.results import check_producer as producer
 
 __all__ = [
     "Figure",
     "Inputs",
     "Item",
+    "ItemResult",
     "Section",
     "get",
     "items",

@@ -31,7 +31,7 @@ from ptycho.study.checklist.comparisons import (
     roundoffs,
     worst_by_group,
 )
-from ptycho.study.checklist.item import Inputs, Item, verdict
+from ptycho.study.checklist.item import Inputs, Item, ItemResult, verdict
 from ptycho.study.tables import Table, fmt
 
 
@@ -230,7 +230,7 @@ def accuracy(
     modes: Sequence[str] = COMPARED,
     precisions: Sequence[str] = (REFERENCE_PRECISION,),
     physics: bool = True,
-) -> dict:
+) -> ItemResult:
     """The translation suite and the forward model under every XLA mode of ``modes`` vs
     ``off`` (float32: the limit is ``threshold``), and the trained networks at inference
     at each precision (:func:`inference_agreement`; a reduced precision's limit is
@@ -283,7 +283,7 @@ def _trained_summary(inference: Mapping) -> str:
     return f"; {len(inference)} trained network(s) at inference: {worst_by_group(records, 'max_abs')}"
 
 
-def collect(inputs: Inputs, threshold: float) -> dict:
+def collect(inputs: Inputs, threshold: float) -> ItemResult:
     ds, results = None, inputs.results
     if results.models:
         from ptycho.data.dataset import read_dataset

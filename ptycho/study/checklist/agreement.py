@@ -48,7 +48,7 @@ import numpy as np
 from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
-from ptycho.study.checklist.item import FAIL, verdict
+from ptycho.study.checklist.item import FAIL, ItemResult, verdict
 from ptycho.study.stats import HIGHER, LOWER, NON_INFERIORITY, SeedComparison, seed_comparison
 from ptycho.study.tables import Table, fmt
 
@@ -105,7 +105,7 @@ def agreement(
     *,
     margin: float = 0.05,
     test: str = NON_INFERIORITY,
-) -> dict:
+) -> ItemResult:
     """The quality item's record on measured data (the module docstring's rule).
 
     ``records`` are the arms' evaluate records (their data misfit and half-scan FRC),

@@ -19,7 +19,7 @@ import numpy as np
 
 from ptycho.study.arms import pairs
 from ptycho.study.checklist import seeds
-from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
+from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, ItemResult, verdict
 from ptycho.study.stats import LOWER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 from ptycho.study.time_to_quality import common_floors, loss_floor, raw_loss_words
@@ -50,7 +50,7 @@ def convergence(
     failed: Mapping[str, str] | None = None,
     floors: Mapping[str, float | None] | None = None,
     test: str = NON_INFERIORITY,
-) -> dict:
+) -> ItemResult:
     """Final validation losses of each mode's arm vs the ``off`` arm of the same model,
     precision and seed, and of each reduced precision's arm vs float32 (same model, mode and
     seed); every arm's loss must decrease.
@@ -146,7 +146,7 @@ def convergence(
     )
 
 
-def collect(inputs: Inputs, threshold: float) -> dict:
+def collect(inputs: Inputs, threshold: float) -> ItemResult:
     trained = inputs.results.trainings
     return convergence(
         {arm.name: m["history"] for arm, m in trained.items()},

@@ -29,7 +29,7 @@ from ptycho.study.checklist.comparisons import (
     roundoffs,
     worst_by_group,
 )
-from ptycho.study.checklist.item import Inputs, Item, verdict
+from ptycho.study.checklist.item import Inputs, Item, ItemResult, verdict
 from ptycho.study.tables import Table, fmt
 
 
@@ -90,7 +90,7 @@ def gradients(
     n: int = 32,
     nphotons: float = defaults("simulation")["nphotons"],
     finite_differences: bool = True,
-) -> dict:
+) -> ItemResult:
     """Loss gradients w.r.t. weights and inputs, per model: each XLA mode vs ``off`` at each
     precision, each reduced precision vs float32 in each mode; plus finite differences.
 
@@ -235,7 +235,7 @@ def finite_difference_check(seed: int = 0) -> dict:
     return {"max_rel": float(max(errors)), "points": len(errors)}
 
 
-def collect(inputs: Inputs, threshold: float) -> dict:
+def collect(inputs: Inputs, threshold: float) -> ItemResult:
     return gradients(
         threshold,
         roundoffs(inputs.precision_threshold, ITEM.precision_threshold),

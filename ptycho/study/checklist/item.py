@@ -78,13 +78,13 @@ class Section:
 
 @dataclass(frozen=True)
 class Item(Section):
-    """A checklist item: ``collect(inputs, threshold)`` returns its :func:`verdict` record.
+    """A checklist item: ``collect(inputs, threshold)`` returns its :class:`ItemResult`.
     ``measures``: it runs TensorFlow itself (the others judge the pipeline's outputs and
     import no TensorFlow). ``threshold``: its key under ``thresholds:`` in the config;
     ``precision_threshold``: its second key there, the limit of its reduced-precision
     comparisons (``check --precision-threshold``), for the items that make them."""
 
-    collect: Callable[[Inputs, float], dict] | None = None  #: required; a default only for field order
+    collect: Callable[[Inputs, float], ItemResult] | None = None  #: required; a default only for field order
     threshold: str = ""
     measures: bool = False
     precision_threshold: str = ""
@@ -99,6 +99,54 @@ class Item(Section):
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 
 
+@dataclass(frozen=True)
+class ItemResult:
+    """One checklist item's result: what the ``check`` job writes (``checks/<item>.json``),
+    the report's ``items.<item>``, and the one place that knows those keys
+    (:meth:`to_json`, :meth:`from_json`). ``evidence`` is the item's own record (its
+    comparisons, tables' rows), read by the item's tables and words."""
+
+    item: str
+    status: str  #: PASS, FAIL or INCONCLUSIVE
+    value: float
+    threshold: float
+    comparison: str  #: "<=" or ">=": the side of the threshold a PASS is on
+    summary: str  #: one sentence
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "item": self.item,
+            "status": self.status,
+            "value": self.value,
+            "threshold": self.threshold,
+            "comparison": self.comparison,
+            "summary": self.summary,
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> ItemResult:
+        return cls(
+            record["item"],
+            record["status"],
+            _number(record["value"]),
+            _number(record["threshold"]),
+            record["comparison"],
+            record["summary"],
+            record.get("evidence") or {},
+        )
+
+
+def _number(value: Any) -> float:
+    """A number of a record; JSON's null (how a NaN is written) is NaN again."""
+    return math.nan if value is None else float(value)
+
+
 def verdict(
     item: str,
     value: float,
@@ -107,20 +155,10 @@ def verdict(
     summary: str,
     evidence: dict,
     status: str | None = None,
-) -> dict:
-    """An item's record; without ``status``, PASS when the value is on the right side of the
-    threshold, and a NaN value always FAILs (no evidence is no pass)::
-
-    {"item", "status": "PASS" | "FAIL" | "INCONCLUSIVE", "value", "threshold",
-     "comparison": "<=" | ">=", "summary": one sentence, "evidence": {...}}
-    """
+) -> ItemResult:
+    """An item's result; without ``status``, PASS when the value is on the right side of
+    the threshold, and a NaN value always FAILs (no evidence is no pass)."""
     ok = math.isfinite(value) and (value <= threshold if comparison == "<=" else value >= threshold)
-    return {
-        "item": item,
-        "status": status or (PASS if ok else FAIL),
-        "value": float(value),
-        "threshold": float(threshold),
-        "comparison": comparison,
-        "summary": summary,
-        "evidence": evidence,
-    }
+    return ItemResult(
+        item, status or (PASS if ok else FAIL), float(value), float(threshold), comparison, summary, evidence
+    )

@@ -16,7 +16,7 @@ from typing import Any
 from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
-from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, verdict
+from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, ItemResult, verdict
 from ptycho.study.stats import HIGHER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 
@@ -32,7 +32,7 @@ def quality(
     threshold: float,
     failed: Mapping[str, str] | None = None,
     test: str = NON_INFERIORITY,
-) -> dict:
+) -> ItemResult:
     """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` (at the same
     precision) and each reduced precision with float32 (in the same mode) across seeds.
 
@@ -106,7 +106,7 @@ def quality(
     )
 
 
-def collect(inputs: Inputs, threshold: float) -> dict:
+def collect(inputs: Inputs, threshold: float) -> ItemResult:
     results = inputs.results
     failed, records = results.failed, results.scores
     if agreement.measured(records):

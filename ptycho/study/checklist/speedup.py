@@ -22,7 +22,7 @@ from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
 from ptycho.study.arms import Arm, Pair
-from ptycho.study.checklist.item import FAIL, INCONCLUSIVE, PASS, Figure, Inputs, Item, verdict
+from ptycho.study.checklist.item import FAIL, INCONCLUSIVE, PASS, Figure, Inputs, Item, ItemResult, verdict
 from ptycho.study.figures.timing import MEASUREMENTS
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.tables import Table, fmt
@@ -276,7 +276,7 @@ def speedup(
     context: str = "alone",
     metas: Sequence[Mapping] = (),
     margin: float = Inputs.margin,
-) -> dict:
+) -> ItemResult:
     """XLA's own effect on the PINN: time to quality of every trained XLA mode vs ``off`` at
     the same precision (``metas``: the trainings' ``model.json``; ``margin``: the
     convergence margin that widens the target). Each comparison says whether it passes
@@ -354,7 +354,7 @@ def speedup(
     )
 
 
-def collect(inputs: Inputs, threshold: float) -> dict:
+def collect(inputs: Inputs, threshold: float) -> ItemResult:
     results = inputs.results
     if not results.bench:
         raise PtychoError("check speedup: needs --bench (the JSON written by 'ptycho bench --out')")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ptycho.artifacts import FORMATS
 from ptycho.study import checklist, conditions_view
+from ptycho.study.checklist.item import ItemResult
 
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
 #: the record as ``schema_version`` (2: XLA modes replace the boolean arms).
@@ -20,7 +21,7 @@ REPORT_SCHEMA_VERSION = FORMATS["report"]
 
 
 def build(
-    items: Mapping[str, dict],
+    items: Mapping[str, ItemResult],
     arms: Mapping[str, dict],
     config: Mapping,
     machine: Mapping | None = None,
@@ -44,7 +45,7 @@ def build(
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
     failed = {name: arm.get("failure") or "diverged" for name, arm in arms.items() if arm.get("status") == "FAILED"}
-    statuses = {items[name]["status"] for name in names}
+    statuses = {items[name].status for name in names}
     statuses |= {row[c]["status"] for row in conditions for c in conditions_view.CHECKS}
     # PASS only when every item passes; INCONCLUSIVE (too few seeds to say) is not a PASS.
     verdict = (
@@ -54,7 +55,7 @@ def build(
         "schema_version": REPORT_SCHEMA_VERSION,
         "question": "Does XLA make physics-informed ptychographic reconstruction faster without making it worse?",
         "verdict": verdict,
-        "items": {name: items[name] for name in names},
+        "items": {name: items[name].to_json() for name in names},
         "arms": dict(arms),
         "failed_arms": failed,
         "machine": dict(machine or {}),
