@@ -201,8 +201,8 @@ def _bench_record():
 def test_a_mode_and_a_precision_added_by_their_records_are_drawn_and_reported_in_words(added, tmp_path):
     from ptycho.study import checklist, report
     from ptycho.study.arms import Arm
-    from ptycho.study.checklist.item import verdict
     from ptycho.study.checklist.quality import quality
+    from ptycho.study.checklist.result import verdict
     from ptycho.study.checklist.speedup import speedup
     from ptycho.study.figures import style
     from ptycho.study.figures.curves import loss_curves

@@ -11,8 +11,8 @@ import pytest
 
 from ptycho.study import checklist, report
 from ptycho.study.checklist.convergence import convergence
-from ptycho.study.checklist.item import ItemResult, verdict
 from ptycho.study.checklist.quality import quality
+from ptycho.study.checklist.result import ItemResult, verdict
 from ptycho.study.checklist.speedup import speedup
 
 

@@ -179,7 +179,7 @@ def _row(name: str, status: str = "PASS") -> dict:
 
 def _report(base, rows, tmp_path):
     from ptycho.study import checklist, report
-    from ptycho.study.checklist.item import verdict
+    from ptycho.study.checklist.result import verdict
 
     cfg = _resolve(base, preset="smoke", conditions=[*CONDITIONS])
     items = {name: verdict(name, 0.0, 1.0, "<=", f"{name} summary", {}) for name in checklist.names()}

@@ -331,7 +331,7 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
     off = _object(rng)
     jit = off * (1 + 0.01 * rng.standard_normal(off.shape))  # nearly the same reconstruction
     record = _collect(tmp_path, {"pinn-off-s0": off, "pinn-jit-s0": jit})
-    write_json(tmp_path / "quality.json", record)
+    write_json(tmp_path / "quality.json", record.to_json())
     record = read_json(tmp_path / "quality.json")  # NaN as null, as the report reads it
     assert record["status"] == "INCONCLUSIVE" and record["value"] is None  # NaN: no interval to reach
     ev = record["evidence"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ptycho.study import time_to_quality as ttq
-from ptycho.study.checklist.item import ItemResult
+from ptycho.study.checklist.result import ItemResult
 from ptycho.study.checklist.speedup import speedup
 from ptycho.study.report import speed_sentence
 

@@ -29,7 +29,7 @@ from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs, pattern
 
 if TYPE_CHECKING:
-    from ptycho.study.checklist.item import ItemResult
+    from ptycho.study.checklist.result import ItemResult
 
 
 def _arm_of_file(path: str) -> Arm:
@@ -280,7 +280,7 @@ class StudyResults:
     def checked(self) -> dict[str, ItemResult]:
         """Item -> its result (``ptycho check --out``)."""
         from ptycho.artifacts import read_json
-        from ptycho.study.checklist.item import ItemResult
+        from ptycho.study.checklist.result import ItemResult
 
         results = (ItemResult.from_json(read_json(p, producer=_check_producer_of)) for p in self.checks)
         return {r.item: r for r in results}

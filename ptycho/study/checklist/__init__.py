@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from ptycho.study.checklist.item import Figure, Inputs, Item, ItemResult, Section, verdict
+from ptycho.study.checklist.item import Figure, Inputs, Item, Section
+from ptycho.study.checklist.result import ItemResult, verdict
 from ptycho.study.results import check_producer as producer
 
 __all__ = [

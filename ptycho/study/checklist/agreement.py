@@ -48,7 +48,7 @@ import numpy as np
 from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
-from ptycho.study.checklist.item import FAIL, ItemResult, verdict
+from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import HIGHER, LOWER, NON_INFERIORITY, SeedComparison, seed_comparison
 from ptycho.study.tables import Table, fmt
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ptycho.study.arms import pairs
 from ptycho.study.checklist import seeds
-from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, ItemResult, verdict
+from ptycho.study.checklist.item import Figure, Inputs, Item
+from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import LOWER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 from ptycho.study.time_to_quality import common_floors, loss_floor, raw_loss_words

@@ -29,7 +29,8 @@ from ptycho.study.checklist.comparisons import (
     roundoffs,
     worst_by_group,
 )
-from ptycho.study.checklist.item import Inputs, Item, ItemResult, verdict
+from ptycho.study.checklist.item import Inputs, Item
+from ptycho.study.checklist.result import ItemResult, verdict
 from ptycho.study.tables import Table, fmt
 
 

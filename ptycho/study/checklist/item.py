@@ -4,12 +4,12 @@ verdict, its tables and its figures) and nothing else names it."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ptycho.config import defaults
+from ptycho.study.checklist.result import ItemResult
 from ptycho.study.results import StudyResults
 from ptycho.study.tables import Table
 
@@ -92,73 +92,3 @@ class Item(Section):
     def __post_init__(self) -> None:
         if self.collect is None:
             raise TypeError(f"checklist item {self.name!r} has no collect function")
-
-
-#: An item's statuses: INCONCLUSIVE is for the seed-based items whose evidence is too thin
-#: to say either way (:func:`ptycho.study.stats.seed_comparison`); it is not a PASS.
-PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-
-
-@dataclass(frozen=True)
-class ItemResult:
-    """One checklist item's result: what the ``check`` job writes (``checks/<item>.json``),
-    the report's ``items.<item>``, and the one place that knows those keys
-    (:meth:`to_json`, :meth:`from_json`). ``evidence`` is the item's own record (its
-    comparisons, tables' rows), read by the item's tables and words."""
-
-    item: str
-    status: str  #: PASS, FAIL or INCONCLUSIVE
-    value: float
-    threshold: float
-    comparison: str  #: "<=" or ">=": the side of the threshold a PASS is on
-    summary: str  #: one sentence
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return self.status == PASS
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "item": self.item,
-            "status": self.status,
-            "value": self.value,
-            "threshold": self.threshold,
-            "comparison": self.comparison,
-            "summary": self.summary,
-            "evidence": self.evidence,
-        }
-
-    @classmethod
-    def from_json(cls, record: Mapping[str, Any]) -> ItemResult:
-        return cls(
-            record["item"],
-            record["status"],
-            _number(record["value"]),
-            _number(record["threshold"]),
-            record["comparison"],
-            record["summary"],
-            record.get("evidence") or {},
-        )
-
-
-def _number(value: Any) -> float:
-    """A number of a record; JSON's null (how a NaN is written) is NaN again."""
-    return math.nan if value is None else float(value)
-
-
-def verdict(
-    item: str,
-    value: float,
-    threshold: float,
-    comparison: str,
-    summary: str,
-    evidence: dict,
-    status: str | None = None,
-) -> ItemResult:
-    """An item's result; without ``status``, PASS when the value is on the right side of
-    the threshold, and a NaN value always FAILs (no evidence is no pass)."""
-    ok = math.isfinite(value) and (value <= threshold if comparison == "<=" else value >= threshold)
-    return ItemResult(
-        item, status or (PASS if ok else FAIL), float(value), float(threshold), comparison, summary, evidence
-    )

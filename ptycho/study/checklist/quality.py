@@ -16,7 +16,8 @@ from typing import Any
 from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
-from ptycho.study.checklist.item import FAIL, Figure, Inputs, Item, ItemResult, verdict
+from ptycho.study.checklist.item import Figure, Inputs, Item
+from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import HIGHER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 
 from ptycho.study.arms import Arm, Pair, pairs
-from ptycho.study.checklist.item import FAIL, INCONCLUSIVE, PASS
+from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS
 from ptycho.study.stats import DIFFERENT, EQUIVALENT, SeedComparison, overall, signed_words
 from ptycho.study.tables import Table, fmt
 

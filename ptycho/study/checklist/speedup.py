@@ -22,7 +22,8 @@ from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
 from ptycho.study.arms import Arm, Pair
-from ptycho.study.checklist.item import FAIL, INCONCLUSIVE, PASS, Figure, Inputs, Item, ItemResult, verdict
+from ptycho.study.checklist.item import Figure, Inputs, Item
+from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, verdict
 from ptycho.study.figures.timing import MEASUREMENTS
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.tables import Table, fmt

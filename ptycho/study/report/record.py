@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ptycho.artifacts import FORMATS
 from ptycho.study import checklist, conditions_view
-from ptycho.study.checklist.item import ItemResult
+from ptycho.study.checklist.result import ItemResult
 
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
 #: the record as ``schema_version`` (2: XLA modes replace the boolean arms).
