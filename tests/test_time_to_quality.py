@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ptycho.study import time_to_quality as ttq
+from ptycho.study import ttq_comparison as ttc
 from ptycho.study.checklist.result import ItemResult
 from ptycho.study.checklist.speedup import speedup
 from ptycho.study.report import speed_sentence
@@ -101,7 +102,7 @@ def test_a_seed_that_never_reaches_the_target_counts_as_its_whole_training_and_t
     off = [_meta("off", s, _curve(5), 0.100) for s in seeds]
     one = [_meta("jit", 0, _curve(EPOCHS + 5), 0.080)] + [_meta("jit", s, _curve(5), 0.080) for s in (1, 2)]
     c = ttq.compare(_runs(one), _runs(off), 0.05)
-    assert c.missed == ttq.Sides((0,), ()) and not c.inconclusive
+    assert c.missed == ttc.Sides((0,), ()) and not c.inconclusive
     assert c.arm[0].steps == EPOCHS * STEPS and not c.arm[0].reached  # the whole training
     rec = speedup({}, 1.0, metas=off + one, margin=0.05)
     assert "never reached the target: jit at fp32 seed 0 (counted as the whole training)" in rec.summary
@@ -137,7 +138,7 @@ def test_quality_is_the_loss_above_each_trainings_own_floor():
             assert c.target == pytest.approx(0.10 + 0.05 * 1.1)  # an excess over the floor
             assert epochs == ([7, 7, 7], [5, 5, 5]) and not c.inconclusive
         else:  # what the raw loss said: a verdict about the splits
-            assert c.missed == ttq.Sides((1,), (1,))
+            assert c.missed == ttc.Sides((1,), (1,))
 
 
 def test_trainings_without_a_floor_beside_ones_with_it_are_all_measured_in_raw_loss_and_named():
@@ -203,11 +204,11 @@ def test_a_failed_seed_is_a_miss_counted_as_its_whole_planned_training_and_named
     jit = [_meta("jit", s, _curve(5), 0.050) for s in seeds]
     jit[0] = _failed(jit[0], epochs_done=2)  # diverged in epoch 3 of 12
     c = ttq.compare(_runs(jit), _runs(off), 0.05)
-    assert c.missed == ttq.Sides((0,), ()) and c.failed == ttq.Sides((0,), ())
+    assert c.missed == ttc.Sides((0,), ()) and c.failed == ttc.Sides((0,), ())
     assert c.arm[0].steps == EPOCHS * STEPS and not c.arm[0].reached  # all 12 planned epochs
     # per seed, 50 steps at 100 ms vs 120, 50, 50 steps at 50 ms: 5.0 s / 6.0, 2.5, 2.5 s (paired
     # seeds: the geometric mean of the per-seed ratios), not 5.0 / 2.5 for all three
-    assert c.ratio == pytest.approx((5.0 / 6.0 * 2.0 * 2.0) ** (1 / 3), rel=2e-2) and c.interval == ttq.T_LOG_RATIOS
+    assert c.ratio == pytest.approx((5.0 / 6.0 * 2.0 * 2.0) ** (1 / 3), rel=2e-2) and c.interval == ttc.T_LOG_RATIOS
     rec = speedup({}, 1.0, metas=off + jit, margin=0.05)
     assert "FAILED (diverged or collapsed): jit at fp32 seed 0 (counted as the whole planned training)" in rec.summary
     assert "never reached the target" not in rec.summary
@@ -261,7 +262,7 @@ def test_a_comparison_is_one_record_stored_read_judged_and_logged_the_same_way()
         json.loads(json.dumps(_jsonable(speedup({}, 1.0, metas=off + jit, margin=0.05).to_json())))
     )
     stored = rec.evidence["time_to_quality"]["pinn-jit"]
-    c = ttq.Comparison.from_json(stored)
+    c = ttc.Comparison.from_json(stored)
     assert c.to_json() == stored and c.title == "PINN jit - off" and c.axis == "mode"
     assert c.upper_bound and c.passes(1.0) is None and c.passes(2.0) is False
     assert c.outcome.startswith("not shown faster") and c.sentence() in rec.summary
@@ -278,7 +279,7 @@ def test_a_comparison_is_one_record_stored_read_judged_and_logged_the_same_way()
     none = ttq.compare(_runs(jit), [], 0.05)
     assert not none.measured and "no time to quality" in none.sentence()
     assert none.metrics() == {"upper_bound": 0.0, "inconclusive": 1.0}
-    assert ttq.Comparison.from_json(json.loads(json.dumps(_jsonable(none.to_json())))) == none
+    assert ttc.Comparison.from_json(json.loads(json.dumps(_jsonable(none.to_json())))) == none
 
 
 def _scaled(mode: str, seed: int, reach_epoch: int, step_s: float):
@@ -293,26 +294,26 @@ def test_speed_has_four_answers_and_only_an_unresolved_one_is_inconclusive():
     off = [_scaled("off", s, 5, 0.100) for s in seeds]
     cases = {
         # identical arms: decided, no measurable effect (the item fails: XLA is not faster)
-        "same": ([_scaled("jit", s, 5, 0.100) for s in seeds], ttq.NO_EFFECT, "FAIL"),
+        "same": ([_scaled("jit", s, 5, 0.100) for s in seeds], ttc.NO_EFFECT, "FAIL"),
         # a true 2x slowdown: decided SLOWER
-        "slower": ([_scaled("jit", s, 5, 0.200) for s in seeds], ttq.SLOWER, "FAIL"),
+        "slower": ([_scaled("jit", s, 5, 0.200) for s in seeds], ttc.SLOWER, "FAIL"),
         # a steady 1.5x gain: decided faster
-        "faster": ([_scaled("jit", s, 5, 0.100 / 1.5) for s in seeds], ttq.FASTER, "PASS"),
+        "faster": ([_scaled("jit", s, 5, 0.100 / 1.5) for s in seeds], ttc.FASTER, "PASS"),
         # seeds that disagree (0.6x, 1.7x, 1.0x): not resolved
         "noisy": (
             [_scaled("jit", 0, 5, 0.100 / 0.6), _scaled("jit", 1, 5, 0.100 / 1.7), _scaled("jit", 2, 5, 0.100)],
-            ttq.NOT_RESOLVED,
+            ttc.NOT_RESOLVED,
             "INCONCLUSIVE",
         ),
     }
     for name, (jit, answer, status) in cases.items():
         c = ttq.compare(_runs(jit), _runs(off), 0.05)
-        assert c.interval == ttq.T_LOG_RATIOS and c.paired, name
+        assert c.interval == ttc.T_LOG_RATIOS and c.paired, name
         assert c.answer == answer, (name, c.ratio, c.low, c.high)
         rec = speedup({}, 1.0, metas=off + jit, margin=0.05)
         assert rec.status == status, (name, rec.summary)
     noisy = ttq.compare(_runs(cases["noisy"][0]), _runs(off), 0.05)
-    assert noisy.low < ttq.NO_EFFECT_BAND[0] and noisy.high > ttq.NO_EFFECT_BAND[1]
+    assert noisy.low < ttc.NO_EFFECT_BAND[0] and noisy.high > ttc.NO_EFFECT_BAND[1]
     assert noisy.outcome.startswith("not resolved") and "more seeds" in noisy.sentence()
 
 

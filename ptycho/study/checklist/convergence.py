@@ -23,7 +23,8 @@ from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import LOWER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
-from ptycho.study.time_to_quality import common_floors, loss_floor, raw_loss_words
+from ptycho.study.time_to_quality import common_floors, loss_floor
+from ptycho.study.ttq_comparison import raw_loss_words
 
 #: What the item compares, in its words.
 WHAT = "final validation loss above a perfect reconstruction's"

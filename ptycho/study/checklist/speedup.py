@@ -21,6 +21,7 @@ from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
+from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, Pair
 from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, verdict
@@ -72,23 +73,23 @@ def _steps(bench: Mapping[str, Any], model: str, context: str) -> int:
 
 
 def ratio_words(r: Mapping[str, Any]) -> str:
-    """A benchmark ratio ``{ratio, low, high}`` in words (:func:`ptycho.study.time_to_quality.ratio_words`)."""
-    return ttq.ratio_words(r["ratio"], r.get("low", math.nan), r.get("high", math.nan))
+    """A benchmark ratio ``{ratio, low, high}`` in words (:func:`ptycho.study.ttq_comparison.ratio_words`)."""
+    return ttc.ratio_words(r["ratio"], r.get("low", math.nan), r.get("high", math.nan))
 
 
 def effect_words(r: Mapping[str, Any]) -> str:
-    """A benchmark ratio's effect (:func:`ptycho.study.time_to_quality.effect_words`)."""
-    return ttq.effect_words(r["ratio"], r.get("low", math.nan), r.get("high", math.nan))
+    """A benchmark ratio's effect (:func:`ptycho.study.ttq_comparison.effect_words`)."""
+    return ttc.effect_words(r["ratio"], r.get("low", math.nan), r.get("high", math.nan))
 
 
-def comparisons(report: Mapping) -> dict[str, ttq.Comparison]:
+def comparisons(report: Mapping) -> dict[str, ttc.Comparison]:
     """The speedup item's time-to-quality comparisons of a report, by key."""
     found = report["items"]["speedup"]["evidence"].get("time_to_quality") or {}
-    return {k: ttq.Comparison.from_json(c) for k, c in found.items()}
+    return {k: ttc.Comparison.from_json(c) for k, c in found.items()}
 
 
 # ----------------------------------------------------------------- time to quality
-def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, ttq.Comparison]:
+def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, ttc.Comparison]:
     """Every comparison the trained arms allow, each holding the other axis fixed, keyed
     like the other items' (:attr:`~ptycho.study.arms.Pair.group`): each XLA mode vs
     ``off`` at the same precision (``pinn-physics-bf16``) and each reduced precision vs
@@ -153,7 +154,7 @@ def _bench_verdict(bench: Mapping[str, Any], context: str) -> tuple[float, dict 
     return (r["low"] if reliable else r["ratio"]), dict(r, arm=best[0])
 
 
-def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, ttq.Comparison]) -> str:
+def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, ttc.Comparison]) -> str:
     """The precision's own effect in one sentence: each reduced precision vs float32 in the
     same mode, per step (benchmark, both contexts) and in time to quality where both were
     trained; empty when no reduced precision was measured. Not XLA's effect."""
@@ -281,7 +282,7 @@ def speedup(
     """XLA's own effect on the PINN: time to quality of every trained XLA mode vs ``off`` at
     the same precision (``metas``: the trainings' ``model.json``; ``margin``: the
     convergence margin that widens the target). Each comparison says whether it passes
-    (:meth:`~ptycho.study.time_to_quality.Comparison.passes`): PASS when one XLA mode
+    (:meth:`~ptycho.study.ttq_comparison.Comparison.passes`): PASS when one XLA mode
     reaches the quality sooner with confidence (the value: its interval's lower end),
     FAIL when every one is shown short of the threshold (below it, or no measurable
     effect), INCONCLUSIVE otherwise: not resolved, two seeds of one arm never reaching the

@@ -14,7 +14,7 @@ from ptycho.errors import ConfigError, PtychoError
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
-from ptycho.study import time_to_quality as ttq
+from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.report import REPORT_SCHEMA_VERSION
 
@@ -60,7 +60,7 @@ class Kind:
 @dataclass(frozen=True)
 class Comparison:
     """One comparison of the PINN along one axis (:class:`ptycho.study.arms.Pair`): the
-    speedup item's time-to-quality record (:class:`ptycho.study.time_to_quality.Comparison`,
+    speedup item's time-to-quality record (:class:`ptycho.study.ttq_comparison.Comparison`,
     None when the item has none) and the quality item's SSIM outcomes ('' when the quality
     item has none)."""
 
@@ -68,7 +68,7 @@ class Comparison:
     precision: str
     reference_mode: str
     reference_precision: str
-    speed: ttq.Comparison | None = None
+    speed: ttc.Comparison | None = None
     amp_ssim: str = ""
     phase_ssim: str = ""
 
@@ -96,7 +96,7 @@ class Comparison:
 
     @property
     def outcome(self) -> str:
-        """The report's words (:attr:`ptycho.study.time_to_quality.Comparison.outcome`), first clause."""
+        """The report's words (:attr:`ptycho.study.ttq_comparison.Comparison.outcome`), first clause."""
         return self.speed.outcome.split(" (")[0] if self.measured else "not measured"
 
     def label(self) -> str:
@@ -115,7 +115,7 @@ class Comparison:
         return f"{self.label()} {self.value_words()}: {self.outcome}"
 
     def as_dict(self) -> dict:
-        speed = self.speed or ttq.Comparison(math.nan, inconclusive=False)
+        speed = self.speed or ttc.Comparison(math.nan, inconclusive=False)
         return {
             "mode": self.mode,
             "precision": self.precision,
@@ -142,7 +142,7 @@ def _comparison(pair, speed: Any, quality: Any) -> Comparison:
     fields: dict[str, Any] = {}
     keys = ("mode", "precision", "reference_mode", "reference_precision")
     if isinstance(speed, Mapping) and tuple(str(speed.get(k, n)) for k, n in zip(keys, names, strict=True)) == names:
-        fields["speed"] = ttq.Comparison.from_json({**dict(zip(keys, names, strict=True)), **speed})
+        fields["speed"] = ttc.Comparison.from_json({**dict(zip(keys, names, strict=True)), **speed})
     if isinstance(quality, Mapping):
         fields.update({k: str((quality.get(k) or {}).get("outcome", "n/a")) for k in ("amp_ssim", "phase_ssim")})
     return Comparison(*names, **fields)

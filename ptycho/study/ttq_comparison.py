@@ -1,0 +1,373 @@
+"""The time-to-quality comparison as a record: one arm's seeds against its reference's
+(:class:`Comparison`, each training's way to the target a :class:`Reach`), judged once
+(:attr:`Comparison.outcome`: one of the speed's four answers, by where the interval lies
+against :data:`NO_EFFECT_BAND`), worded once and logged once, and the only code that
+knows its keys in the report. How the trainings are read and the comparison measured is
+:mod:`ptycho.study.time_to_quality`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+#: The band around 1 inside which a resolved ratio is "no measurable effect": an interval
+#: within 0.95-1.05 says XLA changes the time to quality by less than 5 %, less than the
+#: step-time spread of one arm's seeds on the study's shared machines (up to 14 %,
+#: docs/report.md "Statistics and margins"). An interval reaching beyond it on both sides of
+#: 1 did not resolve the effect: INCONCLUSIVE, not a failure of XLA.
+NO_EFFECT_BAND = (0.95, 1.05)
+#: The four answers of a speed comparison (:attr:`Comparison.answer`).
+FASTER, NO_EFFECT, SLOWER, NOT_RESOLVED = "faster", "no measurable effect", "SLOWER", "not resolved"
+#: How the interval was made (:attr:`Comparison.interval`).
+T_LOG_RATIOS, BOOTSTRAP = "t on paired log ratios", "bootstrap"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """One training's way to the target: the epochs and steps it took (its whole training
+    when it never got there), at its median step time; compilation apart."""
+
+    seed: int
+    reached: bool
+    epochs: int  #: the epoch in which it reached the target (1-based), or its whole training
+    steps: float  #: train steps to the target, interpolated between validation readings
+    step_s: float
+    seconds: float
+    compile_s: float
+
+    @property
+    def seconds_with_compile(self) -> float:
+        return self.seconds + self.compile_s
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "seconds_with_compile": self.seconds_with_compile}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Reach:
+        return cls(
+            int(d["seed"]),
+            bool(d["reached"]),
+            int(d["epochs"]),
+            float(d["steps"]),
+            _float(d.get("step_s")),
+            _float(d.get("seconds")),
+            _float(d.get("compile_s")),
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """The MLflow metrics of this training's run (named so that MLflow's compare view,
+        which sorts keys, shows them beside the SSIMs, above the ``system/`` samples)."""
+        return {
+            "quality_time_s": self.seconds,
+            "quality_time_with_compile_s": self.seconds_with_compile,
+            "quality_steps": float(self.steps),
+            "quality_reached": float(self.reached),
+        }
+
+
+class Sides(NamedTuple):
+    """Seeds named per side of a comparison: the arm's and the reference's."""
+
+    arm: tuple[int, ...] = ()
+    reference: tuple[int, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"arm": list(self.arm), "reference": list(self.reference)}
+
+    @classmethod
+    def from_json(cls, d: Mapping | None) -> Sides:
+        d = d or {}
+        return cls(tuple(int(s) for s in d.get("arm", ())), tuple(int(s) for s in d.get("reference", ())))
+
+
+def _float(v: Any) -> float:
+    """A number as stored (None: NaN, as strict JSON writes it)."""
+    return float(v) if v is not None else math.nan
+
+
+def raw_loss_words(verb: str, which: str) -> str:
+    """The clause a verdict adds when :func:`ptycho.study.time_to_quality.common_floors` fell back to raw loss: ``verb``
+    ("measured", "compared"), ``which`` the trainings without a floor."""
+    return (
+        f"; {verb} in raw loss, since {which} record no loss floor (trained before it was recorded: "
+        "re-run those trainings to measure every one above its floor)"
+    )
+
+
+def ratio_words(ratio: float, low: float = math.nan, high: float = math.nan) -> str:
+    """``"1.06x (95% CI 0.99-1.15)"``, or the ratio alone without a finite interval."""
+    if math.isfinite(low) and math.isfinite(high):
+        return f"{ratio:.2f}x (95% CI {low:.2f}-{high:.2f})"
+    return f"{ratio:.2f}x"
+
+
+def effect_words(ratio: float, low: float = math.nan, high: float = math.nan) -> str:
+    """One of the four answers by where the interval lies: :data:`FASTER` (above 1),
+    :data:`SLOWER` (below 1), :data:`NO_EFFECT` (inside :data:`NO_EFFECT_BAND`), else
+    :data:`NOT_RESOLVED`; without an interval, "faster" or "not faster" by the ratio."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return FASTER if ratio > 1.0 else "not faster"
+    if low > 1.0:
+        return FASTER
+    if high < 1.0:
+        return SLOWER
+    if NO_EFFECT_BAND[0] <= low and high <= NO_EFFECT_BAND[1]:
+        return NO_EFFECT
+    return NOT_RESOLVED
+
+
+def _short(precision: str) -> str:
+    from ptycho.nets.precision import SHORT
+
+    return SHORT.get(precision, precision)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One time-to-quality comparison: an arm's seeds against its reference's, the only
+    code that knows its keys in the report (:meth:`to_json`, :meth:`from_json`), judged
+    once (:attr:`outcome`), worded once (:meth:`sentence`, :meth:`headline`) and logged
+    once (:meth:`metrics`, :meth:`Reach.metrics`).
+
+    ``ratio`` is the reference's seconds to the target over the arm's (above 1 = the arm is
+    sooner: the geometric mean of paired seeds' ratios, else the ratio of the mean times),
+    with its interval ``low``-``high`` at ``level`` (``interval`` says how it was made);
+    NaN when the reference has no finished run or the arm none timed. The pair's identity (model, modes,
+    precisions, ``title``) is set by who pairs the arms (:func:`ptycho.study.checklist.
+    speedup.time_to_quality`); :func:`compare` leaves it empty.
+    """
+
+    ratio: float
+    low: float = math.nan
+    high: float = math.nan
+    target: float = math.nan
+    margin: float = math.nan
+    level: float = 0.95
+    resamples: int = 0
+    ratio_with_compile: float = math.nan
+    per_step: float = math.nan
+    steps_ratio: float = math.nan
+    paired: bool = False
+    #: how ``low``-``high`` was made: :data:`T_LOG_RATIOS` (paired seeds, two or more) or
+    #: :data:`BOOTSTRAP` (unpaired seeds, or one: then over its step times only)
+    interval: str = BOOTSTRAP
+    arm: tuple[Reach, ...] = ()
+    reference: tuple[Reach, ...] = ()
+    missed: Sides = Sides()
+    #: FAILED trainings (diverged or collapsed), counted as their whole planned training
+    failed: Sides = Sides()
+    #: seeds without a recorded floor, when others have one: all were measured in raw loss
+    no_floor: Sides = Sides()
+    #: two seeds of one arm never reached the target
+    inconclusive: bool = True
+    #: no seed of the arm reached the target (one seed: the smoke preset): its times are
+    #: lower bounds, so the ratio is an upper bound, which can show slower, never faster
+    upper_bound: bool = False
+    model: str = ""
+    mode: str = ""
+    precision: str = ""
+    reference_mode: str = ""
+    reference_precision: str = ""
+    title: str = ""  #: the pair in words, e.g. "PINN jit - off"
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def axis(self) -> str:
+        """``"mode"`` (an XLA mode vs off, same precision) or ``"precision"``."""
+        return "mode" if self.mode != self.reference_mode else "precision"
+
+    def of_pair(self, pair: Any) -> Comparison:
+        """This comparison as ``pair``'s (:class:`ptycho.study.arms.Pair`)."""
+        return dataclasses.replace(
+            self,
+            model=pair.arm.model,
+            mode=pair.arm.mode,
+            precision=pair.arm.precision,
+            reference_mode=pair.reference.mode,
+            reference_precision=pair.reference.precision,
+            title=pair.words(),
+        )
+
+    def is_xla(self, model: str | None = None) -> bool:
+        """An XLA mode against off at the same precision (of ``model``, when named)."""
+        return self.axis == "mode" and (model is None or self.model == model)
+
+    # ------------------------------------------------------------------ judged
+    @property
+    def measured(self) -> bool:
+        return math.isfinite(self.ratio)
+
+    @property
+    def answer(self) -> str:
+        """One of four answers: :data:`FASTER`, :data:`NO_EFFECT`, :data:`SLOWER` or
+        :data:`NOT_RESOLVED` (also when two seeds of one arm never reached the target, and
+        for an upper bound that is not SLOWER: it can show slower, never faster)."""
+        answer = effect_words(self.ratio, self.low, self.high)
+        if self.inconclusive or (self.upper_bound and answer != SLOWER) or answer == "not faster":
+            return NOT_RESOLVED
+        return answer
+
+    @property
+    def outcome(self) -> str:
+        """:attr:`answer` in the report's words, with why when it is not resolved."""
+        if self.inconclusive:
+            return "INCONCLUSIVE (two seeds of one arm never reached the target)"
+        if self.upper_bound and self.answer != SLOWER:
+            return "not shown faster (no seed of the arm reached the target: the ratio is an upper bound)"
+        if self.answer == NOT_RESOLVED:
+            lo, hi = NO_EFFECT_BAND
+            return f"not resolved (the interval spans 1 and reaches beyond {lo:g}-{hi:g}: more seeds would settle it)"
+        return self.answer
+
+    @property
+    def judged_value(self) -> float:
+        """What a verdict compares with its threshold: the interval's lower end (the ratio without one)."""
+        return self.low if math.isfinite(self.low) else self.ratio
+
+    def passes(self, threshold: float) -> bool | None:
+        """Whether it shows the arm at least ``threshold`` times as fast: True when the
+        interval's lower end is at or above it; False when its upper end is below it, or
+        (threshold 1) the answer is :data:`NO_EFFECT` (a change under 5 %, decided); None
+        when it cannot say (the interval straddles the threshold, two seeds missed, or an
+        upper bound that would pass: an upper bound can fail, never pass). With one seed
+        per arm the interval holds its step times' noise only, not the seeds' spread."""
+        if self.inconclusive or not self.measured:
+            return None
+        high = self.high if math.isfinite(self.high) else self.ratio
+        # "no measurable effect" answers "is XLA faster?" (threshold 1): no. A threshold
+        # above 1 inside the band is failed only by an interval wholly below it.
+        if high < threshold or (self.answer == NO_EFFECT and math.isclose(threshold, 1.0)):
+            return False
+        if self.upper_bound:
+            return None
+        return True if self.judged_value >= threshold else None  # below it: the interval straddles it
+
+    # ------------------------------------------------------------------ worded
+    @property
+    def who(self) -> str:
+        """The arm in words: ``physics at bf16``, or ``bf16 (off)`` on the precision axis."""
+        if self.axis == "mode":
+            return f"{self.mode} at {_short(self.precision)}"
+        return f"{_short(self.precision)} ({self.mode})"
+
+    @property
+    def whom(self) -> str:
+        """The reference in words: ``off at bf16``, or ``fp32 (off)``."""
+        if self.axis == "mode":
+            return f"{self.reference_mode} at {_short(self.precision)}"
+        return f"{_short(self.reference_precision)} ({self.mode})"
+
+    def ratio_words(self) -> str:
+        """``"1.06x (95% CI 0.99-1.15)"``."""
+        return ratio_words(self.ratio, self.low, self.high)
+
+    def value_words(self) -> str:
+        """``1.21x (1.11-1.35)``; an upper bound ``<= 0.80x (upper bound)``."""
+        if self.upper_bound:
+            return f"<= {self.ratio:.2f}x (upper bound)"
+        if math.isfinite(self.low) and math.isfinite(self.high):
+            return f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f})"
+        return f"{self.ratio:.2f}x"
+
+    def _seeds(self, sides: Sides) -> str:
+        """``"physics at bf16 seeds 1, 2; off at bf16 seed 0"``: each side's seeds named."""
+        return "; ".join(
+            f"{self.whom if side == 'reference' else self.who} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+            for side, s in sides._asdict().items()
+            if s
+        )
+
+    def sentence(self) -> str:
+        """``"physics at bf16 reaches the target at 1.02x (95% CI 0.97-1.04) the speed of
+        off at bf16 (3 seeds paired, t on paired log ratios; 1.01x per step, 1.00x the
+        steps; with compilation 0.90x): no measurable effect"``, with the seeds that missed
+        or failed named."""
+        if not self.measured:
+            return (
+                f"{self.who} vs {self.whom}: no time to quality (no finished {self.whom} training, "
+                f"or no {self.who} training with step times)"
+            )
+        n = len(self.arm)
+        missed = self._seeds(
+            Sides(
+                *(
+                    tuple(s for s in seeds if s not in gone)
+                    for seeds, gone in zip(self.missed, self.failed, strict=True)
+                )
+            )
+        )
+        miss = f"; never reached the target: {missed} (counted as the whole training)" if missed else ""
+        gone = self._seeds(self.failed)
+        if gone:
+            miss += f"; FAILED (diverged or collapsed): {gone} (counted as the whole planned training)"
+        unfloored = self._seeds(self.no_floor)
+        if unfloored:
+            miss += raw_loss_words("measured", unfloored)
+        return (
+            f"{self.who} reaches the target at {self.ratio_words()} the speed of {self.whom} "
+            f"({n} seed{'s' * (n != 1)}{' paired' if self.paired and n > 1 else ''}, {self.interval}; {self.per_step:.2f}x per step, "
+            f"{1 / self.steps_ratio:.2f}x the steps; with compilation {self.ratio_with_compile:.2f}x{miss}): "
+            f"{self.outcome}"
+        )
+
+    def headline(self) -> str:
+        """The report's first screen: ``"at fp32 the best mode, jit, reaches the PINN's
+        quality target at 1.09x (95% CI 0.99-1.25) off's speed (3 seeds; 1.09x per step):
+        not resolved (...)"``."""
+        n = len(self.arm)
+        return (
+            f"at {_short(self.precision)} the best mode, {self.mode}, reaches the PINN's quality target at "
+            f"{self.ratio_words()} {self.reference_mode}'s speed ({n} seed{'s' * (n != 1)}; "
+            f"{self.per_step:.2f}x per step): {self.outcome}"
+        )
+
+    # ------------------------------------------------------------------ logged
+    def metrics(self) -> dict[str, float]:
+        """Its MLflow metrics by statistic, flags included, so that a logged ratio never
+        reads as measured when it is an upper bound or INCONCLUSIVE."""
+        out = {k: getattr(self, k) for k in ("ratio", "low", "high", "per_step", "ratio_with_compile")}
+        out = {k: v for k, v in out.items() if math.isfinite(v)}
+        return {**out, "upper_bound": float(self.upper_bound), "inconclusive": float(self.inconclusive)}
+
+    # ------------------------------------------------------------------ stored
+    def to_json(self) -> dict:
+        """Its record in the report (``validation.json``)."""
+        out: dict[str, Any] = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("arm", "reference", "missed", "failed", "no_floor", "title")
+        }
+        out.update(
+            axis=self.axis,
+            words=self.title,
+            arm=[r.to_json() for r in self.arm],
+            reference=[r.to_json() for r in self.reference],
+            missed=self.missed.to_json(),
+            failed=self.failed.to_json(),
+            no_floor=self.no_floor.to_json(),
+        )
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Comparison:
+        """The record of :meth:`to_json`, also from reports written before a field existed
+        (its default) and with NaN stored as null."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        floats = ("ratio", "low", "high", "target", "margin", "ratio_with_compile", "per_step", "steps_ratio")
+        fields: dict[str, Any] = {k: d[k] for k in names if k in d and k not in ("arm", "reference", "title")}
+        fields.update({k: _float(d.get(k)) for k in floats})
+        fields.update(
+            arm=tuple(Reach.from_json(r) for r in d.get("arm") or ()),
+            reference=tuple(Reach.from_json(r) for r in d.get("reference") or ()),
+            missed=Sides.from_json(d.get("missed")),
+            failed=Sides.from_json(d.get("failed")),
+            no_floor=Sides.from_json(d.get("no_floor")),
+            title=str(d.get("words", "")),
+        )
+        if "reference_precision" not in d:  # written before precisions: the arm's own
+            fields["reference_precision"] = d.get("precision", "")
+        return cls(**fields)
