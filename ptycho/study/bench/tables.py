@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
-from ptycho.study.bench.coordinator import arm_key, fastest, precision_of
 from ptycho.study.bench.machine import flags_words
+from ptycho.study.bench.result import arm_key, fastest, precision_of
 from ptycho.study.bench.roofline import compute_dtype
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.stats import quartiles
@@ -133,7 +133,7 @@ def _ratios(ratios: Mapping) -> list[list[str]]:
     precision), the precision's own (vs float32 in the same mode), then both together (vs
     ``off`` at float32, the configuration's). Arms from before the precision axis are
     keyed by their mode and are float32."""
-    from ptycho.study.bench.coordinator import xla_ratio
+    from ptycho.study.bench.result import xla_ratio
 
     rows = []
     for model, per in ratios.items():
@@ -264,7 +264,7 @@ def _batch_points(bench: Mapping, a: Mapping) -> list[tuple[str, int, Mapping, M
     """(kind, batch size, the arm's timing, XLA's ratio vs off at its precision) of every
     batch size the arm was timed at: the sweep's and the study's own batch (the main
     measurement), in size order per kind."""
-    from ptycho.study.bench.coordinator import xla_ratio
+    from ptycho.study.bench.result import xla_ratio
 
     entry = bench.get("ratios", {}).get(a["model"], {}).get(arm_key(a), {})
     ratios = entry.get("xla_batches", {})
@@ -348,7 +348,7 @@ def batch_words(bench: Mapping) -> str:
 
 
 def arm_words(bench: Mapping, model: str, key: str) -> str:
-    """An arm of ``model`` (its :func:`~ptycho.study.bench.coordinator.arm_key`) in words:
+    """An arm of ``model`` (its :func:`~ptycho.study.bench.result.arm_key`) in words:
     ``"jit"`` at float32, ``"jit at bf16"`` otherwise."""
     r = bench.get("ratios", {}).get(model, {}).get(key, {})
     precision = r.get("precision", REFERENCE_PRECISION)

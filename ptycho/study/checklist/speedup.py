@@ -45,7 +45,7 @@ def speedup_intervals(bench: Mapping[str, Any]) -> dict[str, dict]:
     precision, and ``"PINN off at bf16 vs fp32, ..."`` for each reduced precision against
     float32 in the same mode; the report record's index of the benchmark's ratios, read
     by people, never parsed."""
-    from ptycho.study.bench.coordinator import xla_ratio
+    from ptycho.study.bench.result import xla_ratio
 
     out = {}
     for model, per in bench.get("ratios", {}).items():
@@ -184,8 +184,8 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
     """The fastest configuration per step on this machine, both axes at once, labelled as a
     recommendation (it is not XLA's effect); empty without a benchmark."""
     from ptycho.study.bench import arm_words
-    from ptycho.study.bench.coordinator import fastest_overall
     from ptycho.study.bench.machine import flags_words
+    from ptycho.study.bench.result import fastest_overall
 
     best = fastest_overall(bench, SUBJECT, context)
     if best is None:
