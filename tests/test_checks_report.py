@@ -630,7 +630,7 @@ def test_the_provenance_line_says_a_missing_commit_in_whole_words():
 def test_the_benchmarks_cross_check_has_a_fixed_tolerance_and_says_disagree():
     """The report called 1208 ms against the trainings' 553-631 ms 'agreement': the range
     was widened by the bench's own IQR, which a contaminated bench makes huge."""
-    from ptycho.study.checklist.speedup import _cross_check_words, cross_check
+    from ptycho.study.bench.result import cross_check, cross_check_words
 
     def meta(mode, seed, step):
         return {
@@ -660,11 +660,11 @@ def test_the_benchmarks_cross_check_has_a_fixed_tolerance_and_says_disagree():
     checked = cross_check(bench, metas)
     assert not checked["off"]["agree"] and checked["off"]["ratio"] == pytest.approx(1.208 / 0.628)
     assert checked["jit"]["agree"]  # 1.04x the trainings' median
-    words = _cross_check_words(checked, contaminated=True)
+    words = cross_check_words(checked, contaminated=True)
     assert words.startswith(
         "The benchmark's pipeline-schedule steps DISAGREE with the trainings' own for off, not within 25 %"
     )
     assert "CONTAMINATED" in words and "off 1208 ms vs 628/553/631 ms (1.92x)" in words
-    assert _cross_check_words({"jit": checked["jit"]}).startswith(
+    assert cross_check_words({"jit": checked["jit"]}).startswith(
         "The benchmark's pipeline-schedule steps agree with the trainings' own within 25 %"
     )

@@ -23,6 +23,7 @@ from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
 from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, Pair
+from ptycho.study.bench.result import cross_check, cross_check_words, foreign_load
 from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, verdict
 from ptycho.study.figures.timing import MEASUREMENTS
@@ -127,7 +128,7 @@ def _bench_xla_words(bench: Mapping[str, Any]) -> dict[str, str]:
         n = _steps(bench, SUBJECT, ctx)
         reliable = n >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r["low"]) and math.isfinite(r["high"])
         how = effect_words(r) if reliable else "too few steps for an interval"
-        foreign = _foreign_load(bench, ctx)
+        foreign = foreign_load(bench, ctx)
         dirty = (
             f"; CONTAMINATED: other processes kept {foreign['foreign_cores']:.2f} of {foreign['of_cores']} cores busy"
             if foreign.get("contaminated")
@@ -205,72 +206,6 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
     )
 
 
-def _foreign_load(bench: Mapping[str, Any], context: str) -> Mapping[str, Any]:
-    """What other processes took while the bench timed ``context`` (``{}`` unrecorded)."""
-    return ((bench.get("contexts") or {}).get(context) or {}).get("foreign_load") or {}
-
-
-#: How far the benchmark's pipeline-schedule step median may lie from the trainings' own
-#: (their median over seeds), as a ratio, and still agree: the step medians of one arm's
-#: seeds differ by up to 14 % on the study's shared 2-core machines (553-631 ms in a
-#: recorded run); 25 % leaves room for that, while a 2x gap is never called agreement.
-CROSS_CHECK_TOLERANCE = 1.25
-
-
-def cross_check(bench: Mapping[str, Any], metas: Sequence[Mapping]) -> dict[str, dict]:
-    """The benchmark's pipeline-schedule step medians against the training jobs' own (same
-    mode and precision, every seed): ``ratio`` is the bench's median over the trainings'
-    median, ``agree`` when it lies within :data:`CROSS_CHECK_TOLERANCE` either way. The
-    tolerance is fixed, not the bench's own spread: a contaminated bench (a wide IQR) must
-    not agree with anything."""
-    import statistics
-
-    out = {}
-    for a in bench.get("arms", []):
-        shared = a.get("shared", {}).get("step_s")
-        if a["model"] != SUBJECT or not shared:
-            continue
-        arm = Arm(a["model"], a["mode"], 0, a.get("precision", REFERENCE_PRECISION))
-        medians = [
-            m["timing"]["step_median_s"]
-            for m in metas
-            if Arm.of_meta(m)._replace(seed=0) == arm and (m.get("timing") or {}).get("step_median_s")
-        ]
-        if not medians:
-            continue
-        ratio = shared["median"] / statistics.median(medians)
-        out[arm.key("mode", "precision")] = {
-            "bench_median_s": shared["median"],
-            "bench_iqr_s": shared["iqr"],
-            "training_medians_s": medians,
-            "ratio": ratio,
-            "tolerance": CROSS_CHECK_TOLERANCE,
-            "agree": 1 / CROSS_CHECK_TOLERANCE <= ratio <= CROSS_CHECK_TOLERANCE,
-        }
-    return out
-
-
-def _cross_check_words(checked: Mapping[str, Mapping], contaminated: bool = False) -> str:
-    if not checked:
-        return ""
-    bad = [k for k, c in checked.items() if not c["agree"]]
-    each = ", ".join(
-        f"{k} {1e3 * c['bench_median_s']:.0f} ms vs {'/'.join(f'{1e3 * m:.0f}' for m in c['training_medians_s'])} ms"
-        f" ({c['ratio']:.2f}x)"
-        for k, c in checked.items()
-    )
-    within = f"within {100 * (CROSS_CHECK_TOLERANCE - 1):.0f} %"
-    if bad:
-        why = " (the bench's shared context was CONTAMINATED by other processes)" if contaminated else ""
-        return (
-            f"The benchmark's pipeline-schedule steps DISAGREE with the trainings' own for {', '.join(bad)}, not "
-            f"{within}{why} (bench median vs trainings' medians: {each}): the bench's per-step figures in that "
-            "context are not what the trainings met, so they are evidence only; the speed item reads the "
-            "trainings' own steps"
-        )
-    return f"The benchmark's pipeline-schedule steps agree with the trainings' own {within} ({each})"
-
-
 def speedup(
     bench: Mapping[str, Any],
     threshold: float,
@@ -346,7 +281,7 @@ def speedup(
             "recommendation": recommendation(bench, context),
             "batch": batch_words(bench),
             "cross_check": checked,
-            "cross_check_words": _cross_check_words(checked, bool(_foreign_load(bench, "shared").get("contaminated"))),
+            "cross_check_words": cross_check_words(checked, bool(foreign_load(bench, "shared").get("contaminated"))),
             "bench": bench,
             "intervals": speedup_intervals(bench),
             "machine": bench.get("machine", {}),
