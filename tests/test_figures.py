@@ -869,7 +869,7 @@ def test_inputs_give_the_solver_view_each_networks_metrics_and_inference_rate(tm
 
     write_json(tmp_path / "pinn-jit-s0.json", {"mean": {"amp_ssim": 0.9}, "per_image": [{}]})
     write_arrays(tmp_path / "pinn-jit-s0.npz", seconds=np.float64(2.0), patterns=np.int64(64))
-    write_json(tmp_path / "solve.json", {"runs": [], "engine": "numpy"})
+    write_json(tmp_path / "solve.json", {"runs": [], "engine": "numpy", "objects": 1, "patterns": 64})
     seen = {}
     monkeypatch.setattr(solver_view, "summarise", lambda solve, warm, arms: seen.setdefault("arms", arms))
     inputs = _inputs(

@@ -412,6 +412,7 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     from ptycho.study import solver_view
     from ptycho.study.products import Products
     from ptycho.study.solve import solve
+    from ptycho.study.solver_record import SolveRecord
 
     ds = read_dataset(measured["test.h5"])
     x0, y0, x1, y1 = problems(ds)[0].region
@@ -450,7 +451,9 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
         assert curve[-1] == run["final"]["data_misfit"] and curve[-1] < curve[0]
     assert {(w["start"], w["flat_iterations"]) for w in record["warm_start"]} == {("pinn", 10), ("pinn", 12)}
     assert all("target_data_misfit" in w and "target_amp_ssim" not in w for w in record["warm_start"])
-    view = solver_view.summarise(record, None, {"pinn-off-s0": {"metrics": {"data_misfit": 1e12}}})
+    view = solver_view.summarise(
+        SolveRecord.from_json(record), None, {"pinn-off-s0": {"metrics": {"data_misfit": 1e12}}}
+    )
     assert view["ground_truth"] is False and view["networks"][0]["data_misfit"] == 1e12
     assert view["match"]["pinn-off-s0"]["iterations"] == 1  # the first checkpoint already explains the data better
     assert "reconstructs the measured data (no ground truth, so no scores) to a data misfit of" in solver_view.headline(

@@ -33,12 +33,11 @@ def _solver_cell(mode: str, run: Mapping) -> dict[str, Any]:
     }
 
 
-def _solver(record: Mapping) -> dict[str, Any]:
-    """A condition's solver record: its flat start in its (one) mode."""
-    from ptycho.study.solve import FLAT
-
-    run = next(r for r in record["runs"] if r["start"] == FLAT)
-    return _solver_cell(run["mode"], run)
+def _solver(record) -> dict[str, Any]:
+    """A condition's solver record (:class:`~ptycho.study.solver_record.SolveRecord`): its
+    flat start in its (one) mode."""
+    run = next(r for r in record.runs if r.flat)
+    return _solver_cell(run.mode, run.to_json())
 
 
 def rows(records: Mapping[str, Mapping[str, Any]], config: Mapping) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from ptycho.study.arms import Arm, pairs, pattern
 
 if TYPE_CHECKING:
     from ptycho.study.checklist.result import ItemResult
+    from ptycho.study.solver_record import SolveRecord
 
 
 def _arm_of_file(path: str) -> Arm:
@@ -286,20 +287,19 @@ class StudyResults:
         return {r.item: r for r in results}
 
     @cached_property
-    def solver_records(self) -> list[dict[str, Any]]:
+    def solver_records(self) -> list[SolveRecord]:
         """The solver's records (``ptycho solve --out``): the flat starts, then the warm ones."""
         from ptycho.artifacts import SOLVER, read_json
+        from ptycho.study.solver_record import SolveRecord
 
-        records = [read_json(p, producer=SOLVER) for p in self.solver]
-        for path, record in zip(self.solver, records, strict=True):
-            if "runs" not in record or "engine" not in record:
-                raise PtychoError(f"{path}: not a solver record; pass the JSON written by 'ptycho solve --out'")
-        return records
+        return [SolveRecord.from_json(read_json(p, producer=SOLVER), p) for p in self.solver]
 
     @cached_property
-    def condition_records(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Condition -> ``{"check": ..., "solve": ...}``: its records, by their file names."""
+    def condition_records(self) -> dict[str, dict[str, Any]]:
+        """Condition -> ``{"check": ..., "solve": ...}``: its records, by their file names
+        (the solve job's as a :class:`~ptycho.study.solver_record.SolveRecord`)."""
         from ptycho.artifacts import SOLVER, read_json
+        from ptycho.study.solver_record import SolveRecord
 
         records: dict[str, dict[str, Any]] = {}
         for path in self.conditions:
@@ -307,7 +307,9 @@ class StudyResults:
             if p.name == "check.json":
                 records.setdefault(p.parent.name, {})["check"] = read_json(p, producer="condition")
             elif p.name == "solve.json":
-                records.setdefault(p.parent.name, {})["solve"] = read_json(p, producer=SOLVER)
+                records.setdefault(p.parent.name, {})["solve"] = SolveRecord.from_json(
+                    read_json(p, producer=SOLVER), path
+                )
             else:
                 raise PtychoError(f"{path}: not a condition's record; pass <condition>/check.json and solve.json")
         return records

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
+from ptycho.study.solver_record import FLAT, SolveRecord, SolverRun
 from ptycho.tracking.record import DatasetInput, JobRecord, NestedRun
 
 #: Iterations at which every run's object is scored (plus its last one).
@@ -31,7 +32,6 @@ CHECKPOINTS = (0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200)
 WARM_TARGETS = (10, 50, 200)
 #: Iterations left out of the timing after each compile (caches, allocator warm-up).
 WARMUP = 2
-FLAT = "flat"
 _SCORED = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")
 #: The quality of a checkpoint without a ground truth: how well the object explains the data.
 MISFIT = "data_misfit"
@@ -175,45 +175,45 @@ def solve(
     def timed(run) -> list[float]:
         return [it.seconds for d in done[run] for it in d if it.number > WARMUP]
 
-    record: dict[str, Any] = {
-        "engine": cfg.engine,
-        "config": dataclasses.asdict(cfg),
-        "dataset_digest": ds.attrs["digest"],
-        "ground_truth": truths is not None,
-        "objects": len(probs),
-        "patterns": int(sum(len(p.counts) for p in probs)),
-        "modes": list(modes),
-        "starts": dict(starts),
-        "runs": [],
-    }
-    for run in runs:
-        mode, name = run
+    def run_record(run) -> SolverRun:
         curve, final = quality(run)
         its = [it for d in done[run] for it in d]
-        record["runs"].append(
-            {
-                "mode": mode,
-                "start": name,
-                "compile_s": compile_s[mode] / len(probs),
-                "iterations": len(its) / len(probs),
-                "stopped": sorted(set(stopped[run])),
-                "seconds_per_iteration": float(np.median(timed(run))) if timed(run) else float("nan"),
-                "seconds_per_object": float(sum(it.seconds for it in its)) / len(probs),
-                "iteration_seconds": [it.seconds for it in its],
-                "misfit": [it.misfit for it in its],
-                "curve": curve,
-                "final": final["mean"],
-            }
+        return SolverRun(
+            mode=run[0],
+            start=run[1],
+            compile_s=compile_s[run[0]] / len(probs),
+            iterations=len(its) / len(probs),
+            stopped=tuple(sorted(set(stopped[run]))),
+            seconds_per_iteration=float(np.median(timed(run))) if timed(run) else float("nan"),
+            seconds_per_object=float(sum(it.seconds for it in its)) / len(probs),
+            iteration_seconds=tuple(it.seconds for it in its),
+            misfit=tuple(it.misfit for it in its),
+            curve=tuple(curve),
+            final=final["mean"],
         )
-    if REFERENCE in modes:
-        record["ratios"] = {
+
+    record = SolveRecord(
+        engine=cfg.engine,
+        config=dataclasses.asdict(cfg),
+        dataset_digest=ds.attrs["digest"],
+        ground_truth=truths is not None,
+        objects=len(probs),
+        patterns=int(sum(len(p.counts) for p in probs)),
+        modes=tuple(modes),
+        starts=dict(starts),
+        runs=tuple(run_record(run) for run in runs),
+        ratios={
             mode: bootstrap_ratio(timed((REFERENCE, FLAT)), timed((mode, FLAT))) for mode in modes if mode != REFERENCE
         }
-    record["warm_start"] = warm_table(record)
+        if REFERENCE in modes
+        else {},
+    )
+    record = dataclasses.replace(record, warm_start=tuple(warm_table(record)))
     halves = None
     if truths is None and stitched_dir and REFERENCE in modes:
-        halves, record["half_scan"] = _half_scan(ds, probs, cfg)
-    write_json(out, record, producer="warm_start" if starts else "solve")
+        halves, half_scan = _half_scan(ds, probs, cfg)
+        record = dataclasses.replace(record, half_scan=half_scan)
+    write_json(out, record.to_json(), producer="warm_start" if starts else "solve")
     flat_objects = {mode: [crop(p, last[(mode, FLAT)][m]) for m, p in enumerate(probs)] for mode in modes}
     if stitched_dir:
         for mode in modes:
@@ -267,12 +267,12 @@ def _half_scan(ds, probs, cfg) -> tuple[np.ndarray, dict[str, Any]]:
     return halves, entry
 
 
-def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def warm_table(record: SolveRecord) -> list[dict[str, Any]]:
     """For each warm start and each of :data:`WARM_TARGETS`: the iterations (and
     seconds) it needs to reach the flat start's quality at that many iterations (without
     a ground truth: its data misfit, ``target_data_misfit``, instead of its SSIMs)."""
     rows = []
-    by = {(r["mode"], r["start"]): r for r in record["runs"]}
+    by = {(r.mode, r.start): r for r in record.runs}
     for (mode, name), run in by.items():
         flat = by.get((mode, FLAT))
         if name == FLAT or flat is None:
@@ -281,15 +281,15 @@ def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
         for target in WARM_TARGETS:
             # The flat start's quality at ``target`` iterations, or at its last iteration
             # if it stopped sooner (converged, or its budget is smaller).
-            goal = [p for p in flat["curve"] if p["iteration"] <= target][-1]
+            goal = [p for p in flat.curve if p["iteration"] <= target][-1]
             if goal["iteration"] in seen:
                 continue
             seen.add(goal["iteration"])
             if MISFIT in goal:
-                hit = first_below(run["curve"], goal[MISFIT])
+                hit = first_below(run.curve, goal[MISFIT])
                 target = {f"target_{MISFIT}": goal[MISFIT]}
             else:
-                hit = first_reaching(run["curve"], goal["amp_ssim"], goal["phase_ssim"])
+                hit = first_reaching(run.curve, goal["amp_ssim"], goal["phase_ssim"])
                 target = {"target_amp_ssim": goal["amp_ssim"], "target_phase_ssim": goal["phase_ssim"]}
             needed = None if hit is None else hit["iteration"]
             saved = None if needed is None else goal["iteration"] - needed
@@ -301,69 +301,69 @@ def warm_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                     **target,
                     "iterations": needed,
                     "iterations_saved": saved,
-                    "seconds_saved": None if saved is None else saved * run["seconds_per_iteration"],
+                    "seconds_saved": None if saved is None else saved * run.seconds_per_iteration,
                 }
             )
     return rows
 
 
-def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRecord:
+def _job_record(record: SolveRecord, out: str, ds, dataset: str) -> JobRecord:
     """What the job logs: per run its key figures (also as one nested run each, with the
     same metric keys, like the benchmark's arms), the misfit per iteration, the record."""
     job = JobRecord()
     metrics: dict[str, float] = {}
     stepped: dict[int, dict[str, float]] = {}
     lines = []
-    for run in record["runs"]:
-        key = f"{run['mode']}_{run['start']}".replace("-", "_")
+    for run in record.runs:
+        key = f"{run.mode}_{run.start}".replace("-", "_")
         # Its quality: the SSIMs against the ground truth, or without one the data misfit.
-        final = {k: run["final"][k] for k in ("amp_ssim", "phase_ssim", MISFIT) if k in run["final"]}
+        final = {k: run.final[k] for k in ("amp_ssim", "phase_ssim", MISFIT) if k in run.final}
         metrics.update(
             {
-                f"{key}_s_per_iteration": run["seconds_per_iteration"],
-                f"{key}_s_per_object": run["seconds_per_object"],
-                f"{key}_iterations": run["iterations"],
-                f"{key}_compile_s": run["compile_s"],
+                f"{key}_s_per_iteration": run.seconds_per_iteration,
+                f"{key}_s_per_object": run.seconds_per_object,
+                f"{key}_iterations": run.iterations,
+                f"{key}_compile_s": run.compile_s,
                 **{f"{key}_{k}": v for k, v in final.items()},
             }
         )
-        for i, value in enumerate(run["misfit"][: int(run["iterations"])]):
+        for i, value in enumerate(run.misfit[: int(run.iterations)]):
             stepped.setdefault(i + 1, {})[f"{key}_misfit"] = value
-        speed = record.get("ratios", {}).get(run["mode"]) if run["start"] == FLAT else None
+        speed = record.ratios.get(run.mode) if run.start == FLAT else None
         job.nested.append(
             NestedRun(
-                f"solve-{run['mode']}-{run['start']}",
+                f"solve-{run.mode}-{run.start}",
                 {
                     "model": "solver",
-                    "xla": run["mode"],
-                    "start": run["start"],
-                    "mlflow.note.content": f"The conventional solver under XLA mode {run['mode']}, started from "
-                    f"{'a flat object' if run['start'] == FLAT else 'the ' + run['start'] + ' reconstruction'}: time per iteration, misfit per iteration, quality of the stitched object.",
+                    "xla": run.mode,
+                    "start": run.start,
+                    "mlflow.note.content": f"The conventional solver under XLA mode {run.mode}, started from "
+                    f"{'a flat object' if run.start == FLAT else 'the ' + run.start + ' reconstruction'}: time per iteration, misfit per iteration, quality of the stitched object.",
                 },
-                {"arm.model": "solver", "arm.xla": run["mode"], "start": run["start"], "engine": record["engine"]},
+                {"arm.model": "solver", "arm.xla": run.mode, "start": run.start, "engine": record.engine},
                 {
-                    "s_per_iteration": run["seconds_per_iteration"],
-                    "s_per_object": run["seconds_per_object"],
-                    "iterations": run["iterations"],
-                    "compile_s": run["compile_s"],
+                    "s_per_iteration": run.seconds_per_iteration,
+                    "s_per_object": run.seconds_per_object,
+                    "iterations": run.iterations,
+                    "compile_s": run.compile_s,
                     **final,
                     **({"iteration_speedup": speed["ratio"]} if speed else {}),
                 },
             )
         )
         lines.append(
-            f"  {run['mode']:8s} {run['start']:20s} {run['iterations']:6.0f} it  "
-            f"{1e3 * run['seconds_per_iteration']:7.1f} ms/it  {run['seconds_per_object']:6.2f} s/object  "
+            f"  {run.mode:8s} {run.start:20s} {run.iterations:6.0f} it  "
+            f"{1e3 * run.seconds_per_iteration:7.1f} ms/it  {run.seconds_per_object:6.2f} s/object  "
             + (
                 f"amp SSIM {final['amp_ssim']:.4f}  phase SSIM {final['phase_ssim']:.4f}"
                 if "amp_ssim" in final
                 else f"no ground truth: data misfit {final[MISFIT]:.4g}"
             )
         )
-    for mode, r in record.get("ratios", {}).items():
+    for mode, r in record.ratios.items():
         metrics[f"{mode}_iteration_speedup"] = r["ratio"]
         lines.append(f"  {mode} vs off, iteration: {r['ratio']:.2f}x (95 % {r['low']:.2f}-{r['high']:.2f})")
-    for row in record.get("warm_start", []):
+    for row in record.warm_start:
         saved = "never reached" if row["iterations"] is None else f"{row['iterations_saved']} saved"
         lines.append(
             f"  warm start {row['start']}: flat start's quality at {row['flat_iterations']} it reached in "
@@ -373,10 +373,9 @@ def _job_record(record: Mapping[str, Any], out: str, ds, dataset: str) -> JobRec
     job.stepped = sorted(stepped.items())
     job.artifacts = [(out, "solver")]
     job.summary = (
-        f"{out}: {record['engine']} solver, {record['objects']} object(s), {record['patterns']} patterns\n"
-        + "\n".join(lines)
+        f"{out}: {record.engine} solver, {record.objects} object(s), {record.patterns} patterns\n" + "\n".join(lines)
     )
     job.tags["dataset_digest"] = ds.attrs["digest"]
-    job.tags["solver.engine"] = record["engine"]
+    job.tags["solver.engine"] = record.engine
     job.datasets.append(DatasetInput("test.h5", ds.attrs["digest"], str(Path(dataset).resolve()), "test"))
     return job

@@ -23,7 +23,8 @@ from ptycho.study.arms import Arm
 from ptycho.study.checklist.agreement import OWN
 from ptycho.study.checklist.item import Figure, Section
 from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
-from ptycho.study.solve import FLAT, MISFIT, first_below, first_reaching
+from ptycho.study.solve import MISFIT, first_below, first_reaching
+from ptycho.study.solver_record import SolveRecord, SolverRun
 
 #: The quality the issue asks of the solver: amplitude and phase SSIM.
 TARGET = (0.995, 0.98)
@@ -33,38 +34,34 @@ NO_TRUTH = "no ground truth"
 MEASURED = tuple(OWN)
 
 
-def _flat(record: Mapping) -> dict[str, Mapping]:
-    return {r["mode"]: r for r in record["runs"] if r["start"] == FLAT}
-
-
-def _seconds(run: Mapping, iteration: int) -> float:
+def _seconds(run: SolverRun, iteration: int) -> float:
     """Seconds per object to run ``iteration`` iterations, at the run's median iteration time."""
-    return float(iteration * run["seconds_per_iteration"])
+    return float(iteration * run.seconds_per_iteration)
 
 
-def _reach(run: Mapping, amp: float, phase: float) -> dict[str, Any] | None:
+def _reach(run: SolverRun, amp: float, phase: float) -> dict[str, Any] | None:
     """The first checkpoint of a flat-start ``run`` (its curve starts at iteration 1)
     whose amplitude and phase SSIM reach both values, with its seconds."""
-    hit = first_reaching(run["curve"], amp, phase)
+    hit = first_reaching(run.curve, amp, phase)
     return None if hit is None else {"iterations": hit["iteration"], "seconds": _seconds(run, hit["iteration"])}
 
 
-def _below(run: Mapping, misfit: float) -> dict[str, Any] | None:
+def _below(run: SolverRun, misfit: float) -> dict[str, Any] | None:
     """Without a ground truth: the first checkpoint of a flat-start ``run`` whose data
     misfit is at most ``misfit``, with its seconds."""
-    hit = first_below(run["curve"], misfit)
+    hit = first_below(run.curve, misfit)
     return None if hit is None else {"iterations": hit["iteration"], "seconds": _seconds(run, hit["iteration"])}
 
 
-def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping]) -> dict[str, Any]:
+def summarise(solve: SolveRecord, warm: SolveRecord | None, arms: Mapping[str, Mapping]) -> dict[str, Any]:
     """The report's ``solver`` entry.
 
     ``arms`` are the report's network arms (metrics, timing, inference rate); a
     network's seconds per object are its inference time for one object's patterns.
     """
-    flat = _flat(solve)
-    truth = bool(solve.get("ground_truth", True))
-    per_object = solve["patterns"] / max(solve["objects"], 1)
+    flat = solve.flat_runs()
+    truth = solve.ground_truth
+    per_object = solve.patterns / max(solve.objects, 1)
     networks = []
     for name, arm in sorted(arms.items()):
         metrics = arm.get("metrics")
@@ -89,7 +86,7 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
                 "training_minutes": wall / 60 if wall else None,
             }
         )
-    fastest = min(flat, key=lambda m: flat[m]["seconds_per_iteration"])
+    fastest = min(flat, key=lambda m: flat[m].seconds_per_iteration)
     if truth:
         match = {n["arm"]: _reach(flat[fastest], n["amp_ssim"], n["phase_ssim"]) for n in networks}
     else:
@@ -97,30 +94,30 @@ def summarise(solve: Mapping, warm: Mapping | None, arms: Mapping[str, Mapping])
     finals = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr") if truth else (MISFIT,)
     return {
         "ground_truth": truth,
-        "engine": solve["engine"],
-        "config": solve["config"],
-        "objects": solve["objects"],
-        "patterns": solve["patterns"],
+        "engine": solve.engine,
+        "config": dict(solve.config),
+        "objects": solve.objects,
+        "patterns": solve.patterns,
         "modes": {
             mode: {
-                "compile_s": r["compile_s"],
-                "seconds_per_iteration": r["seconds_per_iteration"],
-                "iterations": r["iterations"],
-                "stopped": r["stopped"],
-                "seconds_per_object": r["seconds_per_object"],
-                "final": {k: r["final"][k] for k in finals},
+                "compile_s": r.compile_s,
+                "seconds_per_iteration": r.seconds_per_iteration,
+                "iterations": r.iterations,
+                "stopped": list(r.stopped),
+                "seconds_per_object": r.seconds_per_object,
+                "final": {k: r.final[k] for k in finals},
                 "target": _reach(r, *TARGET) if truth else None,
-                "curve": [{**p, "seconds": _seconds(r, p["iteration"])} for p in r["curve"]],
+                "curve": [{**p, "seconds": _seconds(r, p["iteration"])} for p in r.curve],
             }
             for mode, r in flat.items()
         },
-        "ratios": dict(solve.get("ratios", {})),
-        "half_scan": solve.get("half_scan"),
+        "ratios": {k: dict(v) for k, v in solve.ratios.items()},
+        "half_scan": solve.half_scan,
         "fastest": fastest,
         "networks": networks,
         "match": match,
-        "warm_start": list((warm or solve).get("warm_start", [])),
-        "warm_mode": ", ".join((warm or solve)["modes"]),
+        "warm_start": [dict(row) for row in (warm or solve).warm_start],
+        "warm_mode": ", ".join((warm or solve).modes),
     }
 
 
