@@ -332,6 +332,12 @@ def _umask() -> int:
     return mask
 
 
+def stored_number(value: Any) -> float:
+    """A number as a record stores it: JSON's null (how :func:`write_json` writes NaN and
+    the infinities, the files being strict JSON) is NaN again."""
+    return math.nan if value is None else float(value)
+
+
 def _jsonable(value: Any) -> Any:
     """NaN and infinities become None: the files stay strict JSON."""
     if isinstance(value, dict):

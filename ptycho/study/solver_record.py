@@ -7,20 +7,15 @@ the solver and conditions views take it from there."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ptycho.artifacts import stored_number
 from ptycho.errors import PtychoError
 
 #: The start from a unit object (no prior); the others are named after their networks.
 FLAT = "flat"
-
-
-def _number(value: Any) -> float:
-    """A stored number; JSON's null (how a NaN is written) is NaN again."""
-    return math.nan if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -65,13 +60,13 @@ class SolverRun:
         return cls(
             d["mode"],
             d["start"],
-            _number(d["compile_s"]),
-            _number(d["iterations"]),
+            stored_number(d["compile_s"]),
+            stored_number(d["iterations"]),
             tuple(d.get("stopped", ())),
-            _number(d["seconds_per_iteration"]),
-            _number(d["seconds_per_object"]),
-            tuple(_number(v) for v in d.get("iteration_seconds", ())),
-            tuple(_number(v) for v in d.get("misfit", ())),
+            stored_number(d["seconds_per_iteration"]),
+            stored_number(d["seconds_per_object"]),
+            tuple(stored_number(v) for v in d.get("iteration_seconds", ())),
+            tuple(stored_number(v) for v in d.get("misfit", ())),
             tuple(d.get("curve", ())),
             d.get("final") or {},
         )

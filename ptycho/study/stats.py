@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ptycho.artifacts import stored_number
+
 
 def quartiles(values: Sequence[float]) -> dict:
     """Median, first and third quartiles, their distance (IQR) and the sample count; NaN when empty."""
@@ -237,8 +239,7 @@ class SeedComparison:
         """The record from the checks' or the report's JSON (null read as NaN)."""
 
         def number(key: str) -> float:
-            v = record.get(key)
-            return math.nan if v is None else float(v)
+            return stored_number(record.get(key))
 
         names = {f.name for f in fields(cls)}
         floats = {f.name for f in fields(cls) if f.type in ("float", float)}

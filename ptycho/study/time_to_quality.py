@@ -55,7 +55,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from ptycho.study.ttq_comparison import BOOTSTRAP, T_LOG_RATIOS, Comparison, Reach, Sides, _float
+from ptycho.artifacts import stored_number
+from ptycho.study.ttq_comparison import BOOTSTRAP, T_LOG_RATIOS, Comparison, Reach, Sides
 
 #: Below this many runs per arm the mean is not trimmed.
 TRIM_FROM = 5
@@ -173,7 +174,7 @@ def runs_of(metas: Sequence[Mapping]) -> list[Run]:
                 floor=loss_floor(m),
                 failed=failed,
                 planned_epochs=int(train.get("epochs") or 0),
-                curve=tuple((int(p["step"]), _float(p.get("val_loss"))) for p in m.get("val_curve") or ()),
+                curve=tuple((int(p["step"]), stored_number(p.get("val_loss"))) for p in m.get("val_curve") or ()),
             )
         )
     return out

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ptycho.artifacts import stored_number
+
 #: The band around 1 inside which a resolved ratio is "no measurable effect": an interval
 #: within 0.95-1.05 says XLA changes the time to quality by less than 5 %, less than the
 #: step-time spread of one arm's seeds on the study's shared machines (up to 14 %,
@@ -53,9 +55,9 @@ class Reach:
             bool(d["reached"]),
             int(d["epochs"]),
             float(d["steps"]),
-            _float(d.get("step_s")),
-            _float(d.get("seconds")),
-            _float(d.get("compile_s")),
+            stored_number(d.get("step_s")),
+            stored_number(d.get("seconds")),
+            stored_number(d.get("compile_s")),
         )
 
     def metrics(self) -> dict[str, float]:
@@ -82,11 +84,6 @@ class Sides(NamedTuple):
     def from_json(cls, d: Mapping | None) -> Sides:
         d = d or {}
         return cls(tuple(int(s) for s in d.get("arm", ())), tuple(int(s) for s in d.get("reference", ())))
-
-
-def _float(v: Any) -> float:
-    """A number as stored (None: NaN, as strict JSON writes it)."""
-    return float(v) if v is not None else math.nan
 
 
 def raw_loss_words(verb: str, which: str) -> str:
@@ -359,7 +356,7 @@ class Comparison:
         names = {f.name for f in dataclasses.fields(cls)}
         floats = ("ratio", "low", "high", "target", "margin", "ratio_with_compile", "per_step", "steps_ratio")
         fields: dict[str, Any] = {k: d[k] for k in names if k in d and k not in ("arm", "reference", "title")}
-        fields.update({k: _float(d.get(k)) for k in floats})
+        fields.update({k: stored_number(d.get(k)) for k in floats})
         fields.update(
             arm=tuple(Reach.from_json(r) for r in d.get("arm") or ()),
             reference=tuple(Reach.from_json(r) for r in d.get("reference") or ()),

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ptycho.artifacts import stored_number
 from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
@@ -125,7 +126,7 @@ def agreement(
             f"no stitched objects for arm(s) {', '.join(missing)}: on measured data the quality item compares the "
             "arms' reconstructions; pass every arm's stitched file (check quality --stitched)"
         )
-    per_arm = {name: {k: _number(r.get("mean", {}).get(k)) for k in OWN} for name, r in sorted(records.items())}
+    per_arm = {name: {k: stored_number(r.get("mean", {}).get(k)) for k in OWN} for name, r in sorted(records.items())}
     found = pairs(per_arm)
     scores = {p.key: {"arm": p.arm.name, "reference": p.reference.name} for p in found}
     for p in found:
@@ -299,10 +300,6 @@ def tables(ev: Mapping) -> list[Table]:
             )
         )
     return out
-
-
-def _number(v: Any) -> float:
-    return float("nan") if v is None else float(v)
 
 
 def against_reference(results) -> tuple[Arm, dict[Arm, dict[str, Any]]] | None:

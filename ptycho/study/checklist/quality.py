@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
@@ -51,10 +52,7 @@ def quality(
     item FAIL with the reason.
     """
 
-    def number(v: Any) -> float:
-        return float("nan") if v is None else float(v)  # JSON stores NaN as null
-
-    per_arm = {name: {k: number(m["mean"].get(k)) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
+    per_arm = {name: {k: stored_number(m["mean"].get(k)) for k in QUALITY_KEYS} for name, m in sorted(metrics.items())}
     diffs, arm_differences = {}, {}
     for pair in pairs(per_arm):
         a, b = per_arm[pair.arm.name], per_arm[pair.reference.name]

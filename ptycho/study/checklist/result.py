@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ptycho.artifacts import stored_number
+
 #: An item's statuses: INCONCLUSIVE is for the seed-based items whose evidence is too thin
 #: to say either way (:func:`ptycho.study.stats.seed_comparison`); it is not a PASS.
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
@@ -50,17 +52,12 @@ class ItemResult:
         return cls(
             record["item"],
             record["status"],
-            _number(record["value"]),
-            _number(record["threshold"]),
+            stored_number(record["value"]),
+            stored_number(record["threshold"]),
             record["comparison"],
             record["summary"],
             record.get("evidence") or {},
         )
-
-
-def _number(value: Any) -> float:
-    """A number of a record; JSON's null (how a NaN is written) is NaN again."""
-    return math.nan if value is None else float(value)
 
 
 def verdict(

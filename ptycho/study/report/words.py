@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.study import conditions_view
@@ -41,10 +42,6 @@ def cost_line(report: Mapping) -> str:
         f"(jobs' wall time {cost['job_wall_s'] / 60:.1f} min in all, CPU {cost['job_cpu_s'] / 60:.1f} min); "
         f"largest: {', '.join(parts)}."
     )
-
-
-def _num(v: Any) -> float:
-    return float(v) if v is not None else math.nan
 
 
 def speed_sentence(report: Mapping) -> str:
@@ -157,7 +154,7 @@ def agreement_sentence(report: Mapping) -> str:
     ev = report["items"]["quality"]["evidence"]
     return (
         "Quality, no ground truth (measured data): each XLA mode against off of the same seed and precision (PINN; "
-        f"margins {_num(ev.get('margin')):.0%} relative and {_num(ev.get('threshold')):g} similarity): "
+        f"margins {stored_number(ev.get('margin')):.0%} relative and {stored_number(ev.get('threshold')):g} similarity): "
         + "; ".join(parts)
         + "."
     )
