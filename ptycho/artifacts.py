@@ -178,12 +178,9 @@ def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> None:
 
 def writable_problem(path: str | os.PathLike, folder: bool = False) -> str | None:
     """Why ``path`` (a file, or a ``folder``) could not be written, ``strerror``-like, or
-    None; creates nothing. The package's one writability probe: the CLI asks it of every
-    output before a command does any work, the tracking preflight of the store's folder.
-
-    The deepest existing ancestor must be a folder in which a file can be created (tried
-    for real with a temporary file, removed at once: permission bits do not tell the
-    whole story for root, read-only mounts or /proc).
+    None; creates nothing. The CLI asks it of every output before a command does any
+    work, the tracking preflight of the store's folder. The deepest existing ancestor must
+    be a folder in which a file can be created (:func:`creation_problem`).
     """
     path = Path(path)
     if path.exists():
@@ -198,8 +195,16 @@ def writable_problem(path: str | os.PathLike, folder: bool = False) -> str | Non
         probe = probe.parent
     if not probe.is_dir():
         return f"{probe} is not a folder"
+    return creation_problem(probe)
+
+
+def creation_problem(folder: str | os.PathLike) -> str | None:
+    """Why no file can be created in the existing ``folder``, ``strerror``-like, or None:
+    tried for real with a temporary file, removed at once (permission bits do not tell
+    the whole story for root, read-only mounts or /proc). The package's one writability
+    probe (:func:`writable_problem`, the workflow's results-folder preflight)."""
     try:
-        with tempfile.TemporaryFile(dir=probe):
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
         return exc.strerror or type(exc).__name__

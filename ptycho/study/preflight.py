@@ -100,10 +100,9 @@ def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) ->
 
     For the workflow to call while it is parsed: otherwise Snakemake's own ``makedirs``
     of the first job's output fails with a traceback. The deepest existing folder on the
-    way to ``results/<preset>`` must take a new file (tried with a temporary file that is
-    removed at once: permission bits say nothing for root, read-only mounts or /proc).
+    way to ``results/<preset>`` must take a new file (:func:`ptycho.artifacts.creation_problem`).
     """
-    import tempfile
+    from ptycho.artifacts import creation_problem
 
     root = results_folder(cfg, workdir)
     target = root / cfg["preset"]
@@ -113,13 +112,9 @@ def preflight_results(cfg: Mapping, workdir: str | os.PathLike | None = None) ->
     fix = "choose a writable folder with --config results=<folder>"
     if not probe.is_dir():
         raise ConfigError(f"results folder {root} cannot be created ({probe} is a file); {fix}")
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as exc:
-        raise ConfigError(
-            f"results folder {root} cannot be written ({exc.strerror or type(exc).__name__} in {probe}); {fix}"
-        ) from None
+    problem = creation_problem(probe)
+    if problem:
+        raise ConfigError(f"results folder {root} cannot be written ({problem} in {probe}); {fix}")
 
 
 def parse_time_checks(
