@@ -39,6 +39,31 @@ def test_a_results_folder_is_read_by_kind_and_keyed_by_arm():
     assert solver_view.entry(results)["engine"] and set(results.benchmark) >= {"arms"}
 
 
+def test_the_typed_records_read_back_what_their_jobs_wrote():
+    """A check's result and the solver's records, read into their types and written again,
+    give the recorded JSON key for key (the format stamp is the artifact layer's): their
+    to_json/from_json are the one place that knows those keys."""
+    import json
+
+    from ptycho.artifacts import _jsonable
+    from ptycho.study.checklist.result import ItemResult
+    from ptycho.study.solver_record import SolveRecord
+
+    def stored(path):
+        return {k: v for k, v in json.loads(Path(path).read_text()).items() if k != "format"}
+
+    results = StudyResults.folder(STUDY)
+    for path in results.checks:
+        assert _jsonable(ItemResult.from_json(stored(path)).to_json()) == stored(path), path
+    for path, record in zip(results.solver, results.solver_records, strict=True):
+        assert _jsonable(record.to_json()) == stored(path), path
+        assert SolveRecord.from_json(record.to_json()) == record
+    with pytest.raises(
+        PtychoError, match=r"^x.json: not a solver record; pass the JSON written by 'ptycho solve --out'$"
+    ):
+        SolveRecord.from_json({"runs": [{"mode": "off"}], "engine": "apg", "objects": 1, "patterns": 2}, "x.json")
+
+
 def test_a_folder_gives_the_arms_files_not_the_solvers_beside_them(tmp_path):
     """The solver writes stitched/solver-<mode>.npz beside the arms' stitched objects."""
     import shutil
