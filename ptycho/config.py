@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -118,9 +119,11 @@ def _out_of_range(name: str, value: Any, sub: Mapping, lo: Any, hi: Any, left: s
 
 
 def check_value(name: str, value: Any, sub: Mapping) -> None:
-    """``value`` against its sub-schema ``sub`` (``enum``, ``minimum``, ``maximum``,
-    ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``): a one-line ConfigError
-    naming the key ``name`` otherwise. Types are :func:`from_dict`'s to check."""
+    """``value`` against its sub-schema ``sub`` (``enum``, ``pattern``, ``minimum``,
+    ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``): a one-line
+    ConfigError naming the key ``name`` otherwise. Types are :func:`from_dict`'s to check."""
+    if "pattern" in sub and not (isinstance(value, str) and re.search(sub["pattern"], value)):
+        raise ConfigError(f"config key '{name}' = {value!r} is not allowed; it must match {sub['pattern']}")
     if "enum" in sub and value not in sub["enum"]:
         raise ConfigError(
             f"config key '{name}' = {value!r} is not allowed; choose one of {', '.join(map(str, sub['enum']))}"

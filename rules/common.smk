@@ -172,9 +172,10 @@ def tf_threads(wildcards, threads):
     return job_threads(threads, all_cores(), MACHINE_CORES) if workflow.local_exec else threads
 
 
-def flags(section):
-    """'--key value' for every key of a config section (the CLI's own option names), quoted."""
-    return cli_flags(CFG[section])
+def flags(section, *without):
+    """'--key value' for every key of a config section (the CLI's own option names), quoted;
+    ``without``: keys left out (the probe refinement has no engine to choose)."""
+    return cli_flags({k: v for k, v in CFG[section].items() if k not in without})
 
 
 # The products' geometry (ptycho/study/products.py): the config's cxi section, the data's own

@@ -115,7 +115,7 @@ rule refine_probe:
     params:
         ptycho=PTYCHO,
         mode=WARM_MODE,
-        flags=flags("solver"),
+        flags=flags("solver", "engine"),  # the refinement is the apg engine's whatever the study's
         track=tracking("refine_probe"),
         **rerun_params("refine_probe"),
     conda:

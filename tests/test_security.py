@@ -136,7 +136,7 @@ def test_the_workflow_quotes_flags_and_runs_the_checks_while_parsed():
     """rules/common.smk builds ``flags()`` with :func:`cli_flags` and validates through
     :func:`parse_time_checks` (which refuses shell syntax in every config string)."""
     common = (ROOT / "rules" / "common.smk").read_text()
-    assert "cli_flags(CFG[section])" in common and "parse_time_checks(" in common
+    assert "return cli_flags(" in common.split("def flags(")[1].split("\ndef ")[0] and "parse_time_checks(" in common
 
 
 # --------------------------------------------------------- no unsafe deserialisation

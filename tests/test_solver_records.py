@@ -101,9 +101,10 @@ def test_an_engine_added_by_its_record_is_a_config_choice_and_others_are_refused
     base = yaml.safe_load((ROOT / "config.yaml").read_text())
     assert solver_config(resolve(base, {})).engine == "apg"  # the default
     assert solver_config(resolve(base, {"solver": {"engine": "toy"}})).engine == "toy"
-    with pytest.raises(ConfigError) as err:
-        SolverConfig(engine="tomo")
-    assert str(err.value) == "config key 'solver.engine': 'tomo' is not a solver engine; choose one of apg, toy"
+    for refused in (lambda: SolverConfig(engine="tomo"), lambda: resolve(base, {"solver": {"engine": "tomo"}})):
+        with pytest.raises(ConfigError) as err:  # the workflow refuses it while it is parsed, before any job
+            refused()
+        assert str(err.value) == "config key 'solver.engine': 'tomo' is not a solver engine; choose one of apg, toy"
 
 
 def test_a_real_snakemake_plans_the_solver_jobs_of_an_engine_added_by_its_record(tmp_path):

@@ -123,7 +123,7 @@ def test_a_dataclass_checks_its_values_against_the_schema_in_one_line(build, mes
 def test_the_dataclass_checks_read_every_keyword_the_schema_sections_use():
     # ptycho.config.check_value knows these keywords; a new one must be taught to it first.
     known = {"type", "default", "description", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
-    known |= {"multipleOf"}
+    known |= {"multipleOf", "pattern"}
     schema = load_schema()
     for section in ("simulation", "model", "train", "solver"):
         for key, spec in schema["properties"][section]["properties"].items():

@@ -8,8 +8,9 @@ An engine is one :class:`Engine` in :data:`ENGINES` and one class that follows
 modes in lockstep and time them interleaved) and ``rescaled`` (a warm start scaled to
 the measured count). The config's ``solver.engine`` names the study's engine; the solve
 job, the scaling benchmark, the report and MLflow read the name from the records, so a
-second engine is its module and its record here (or :func:`register` from outside the
-package), as :mod:`tests.test_solver_records` does with a NumPy one.
+second engine is its module and its record here. Every job of the workflow is a process
+of its own that reads :data:`ENGINES` as this module defines it; :func:`register` adds an
+engine to one process only, as :mod:`tests.test_solver_records` does with a NumPy one.
 
 Probe refinement (``data.probe: refine``) is the ``apg`` engine's own
 (:meth:`ptycho.solvers.gradient.Solver.refine`) whatever the study's engine.
@@ -32,9 +33,9 @@ _SOLVER = defaults("solver")
 
 @dataclass(frozen=True)
 class Engine:
-    """One conventional solver: the config's and the records' ``name``, one line for
-    ``--help`` and the docs, and its solver class, ``"module:Class"`` (imported when it
-    runs: engines may import TensorFlow) or the class itself."""
+    """One conventional solver: the config's and the records' ``name``, one line saying
+    what it is, and its solver class, ``"module:Class"`` (imported when it runs: engines
+    may import TensorFlow) or the class itself."""
 
     name: str
     description: str
@@ -74,7 +75,8 @@ def engine(name: str) -> Engine:
 
 
 def register(record: Engine) -> Engine:
-    """Add (or replace) an engine from outside the package."""
+    """Add (or replace) an engine in this process (a test's; the workflow's jobs are
+    processes of their own, which know the engines this module lists)."""
     ENGINES[record.name] = record
     return record
 

@@ -125,7 +125,7 @@ def warm_start(problem: Problem, image: np.ndarray) -> np.ndarray:
 
     Its global scale is not trusted (networks learn amplitude up to a factor): the
     solver rescales any start so that it predicts the measured total count
-    (:meth:`ptycho.solvers.engines.Engine` solvers' ``rescaled``).
+    (:meth:`ptycho.solvers.engines.IterativeSolver.rescaled`).
     """
     x0, y0, x1, y1 = problem.region
     if image.shape != (y1 - y0, x1 - x0):

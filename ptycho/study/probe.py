@@ -78,7 +78,7 @@ def refine_probe(source: str, targets: Sequence[tuple[str, str]], out: str, *, c
     record: dict[str, Any] = {
         "engine": REFINER,
         "mode": mode,
-        "config": dataclasses.asdict(cfg),
+        "config": dataclasses.asdict(dataclasses.replace(cfg, engine=REFINER)),
         "source": {"path": str(source), "digest": ds.attrs["digest"]},
         "patterns": len(problem.counts),
         "probe_start": PROBE_START,

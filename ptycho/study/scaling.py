@@ -106,6 +106,7 @@ def solver_run(sides: Sequence[int], sim_cfg, solver_cfg, mode: str, iterations:
         out["compile_s"].append(compile_s)
         out["peak_rss_mb"].append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out["mode"] = mode
+    out["engine"] = solver_cfg.engine
     out["slope"] = slope(out["patterns"], out["seconds_per_iteration"])
     return out
 

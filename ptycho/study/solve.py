@@ -136,7 +136,7 @@ def solve(
                     del active[run]
                     continue
                 if it.number in marks:
-                    snaps[run][m][it.number] = np.asarray(it.obj)
+                    snaps[run][m][it.number] = np.array(it.obj)  # a copy: an engine may update its array in place
                 last[run][m] = it.obj
                 done[run][m].append(dataclasses.replace(it, obj=None))  # keep the numbers, not every iterate
 
@@ -206,7 +206,7 @@ def solve(
             mode: bootstrap_ratio(timed((REFERENCE, FLAT)), timed((mode, FLAT))) for mode in modes if mode != REFERENCE
         }
         if REFERENCE in modes
-        else {},
+        else None,
     )
     record = dataclasses.replace(record, warm_start=tuple(warm_table(record)))
     halves = None
@@ -329,7 +329,7 @@ def _job_record(record: SolveRecord, out: str, ds, dataset: str) -> JobRecord:
         )
         for i, value in enumerate(run.misfit[: int(run.iterations)]):
             stepped.setdefault(i + 1, {})[f"{key}_misfit"] = value
-        speed = record.ratios.get(run.mode) if run.start == FLAT else None
+        speed = (record.ratios or {}).get(run.mode) if run.start == FLAT else None
         job.nested.append(
             NestedRun(
                 f"solve-{run.mode}-{run.start}",
@@ -360,7 +360,7 @@ def _job_record(record: SolveRecord, out: str, ds, dataset: str) -> JobRecord:
                 else f"no ground truth: data misfit {final[MISFIT]:.4g}"
             )
         )
-    for mode, r in record.ratios.items():
+    for mode, r in (record.ratios or {}).items():
         metrics[f"{mode}_iteration_speedup"] = r["ratio"]
         lines.append(f"  {mode} vs off, iteration: {r['ratio']:.2f}x (95 % {r['low']:.2f}-{r['high']:.2f})")
     for row in record.warm_start:

@@ -8,7 +8,7 @@ the solver and conditions views take it from there."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ptycho.artifacts import stored_number
@@ -88,7 +88,8 @@ class SolveRecord:
     modes: tuple[str, ...]
     starts: Mapping[str, str | None]
     runs: tuple[SolverRun, ...]
-    ratios: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: None when ``off`` was not among the modes (no key in the JSON)
+    ratios: Mapping[str, Mapping[str, float]] | None = None
     warm_start: tuple[Mapping[str, Any], ...] = ()
     half_scan: Mapping[str, Any] | None = None
 
@@ -107,7 +108,7 @@ class SolveRecord:
             "modes": list(self.modes),
             "starts": dict(self.starts),
             "runs": [r.to_json() for r in self.runs],
-            **({"ratios": {k: dict(v) for k, v in self.ratios.items()}} if self.ratios else {}),
+            **({"ratios": {k: dict(v) for k, v in self.ratios.items()}} if self.ratios is not None else {}),
             "warm_start": [dict(row) for row in self.warm_start],
             **({"half_scan": dict(self.half_scan)} if self.half_scan is not None else {}),
         }
@@ -127,7 +128,7 @@ class SolveRecord:
                 tuple(d.get("modes", ())),
                 d.get("starts") or {},
                 tuple(SolverRun.from_json(r) for r in d["runs"]),
-                d.get("ratios") or {},
+                d.get("ratios"),
                 tuple(d.get("warm_start") or ()),
                 d.get("half_scan"),
             )

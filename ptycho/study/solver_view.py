@@ -111,7 +111,7 @@ def summarise(solve: SolveRecord, warm: SolveRecord | None, arms: Mapping[str, M
             }
             for mode, r in flat.items()
         },
-        "ratios": {k: dict(v) for k, v in solve.ratios.items()},
+        "ratios": {k: dict(v) for k, v in (solve.ratios or {}).items()},
         "half_scan": solve.half_scan,
         "fastest": fastest,
         "networks": networks,

@@ -40,7 +40,8 @@ as time to quality"; the target: docs/report.md), each training is timed to a qu
   seed per arm that interval holds the step times' noise only;
 * **the answer**: one of four, by where the interval lies
   (:attr:`ptycho.study.ttq_comparison.Comparison.answer`, the comparison's record):
-  faster, SLOWER, no measurable effect (inside :data:`NO_EFFECT_BAND`) or not resolved.
+  faster, SLOWER, no measurable effect (inside
+  :data:`ptycho.study.ttq_comparison.NO_EFFECT_BAND`) or not resolved.
 
 Pure NumPy; no TensorFlow. :func:`runs_of` reads the trainings' ``model.json`` records.
 """

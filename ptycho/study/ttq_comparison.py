@@ -135,7 +135,7 @@ class Comparison:
     with its interval ``low``-``high`` at ``level`` (``interval`` says how it was made);
     NaN when the reference has no finished run or the arm none timed. The pair's identity (model, modes,
     precisions, ``title``) is set by who pairs the arms (:func:`ptycho.study.checklist.
-    speedup.time_to_quality`); :func:`compare` leaves it empty.
+    speedup.time_to_quality`); :func:`ptycho.study.time_to_quality.compare` leaves it empty.
     """
 
     ratio: float

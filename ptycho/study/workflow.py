@@ -207,6 +207,7 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
         modes, precisions, seeds = arm_lists(resolved, kind)
         for precision in precisions:
             train_config(resolved, modes[0], seeds[0], kind, precision)
+    solver_config(resolved)  # its keys and its engine, before any job
     return resolved
 
 

@@ -23,7 +23,6 @@ from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
 from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, Pair
-from ptycho.study.bench.result import cross_check, cross_check_words, foreign_load
 from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, verdict
 from ptycho.study.figures.timing import MEASUREMENTS
@@ -117,6 +116,7 @@ def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, ttc.Co
 def _bench_xla_words(bench: Mapping[str, Any]) -> dict[str, str]:
     """Per context: the fastest XLA mode's per-step ratio vs ``off`` at its own precision."""
     from ptycho.study.bench import arm_words, fastest
+    from ptycho.study.bench.result import foreign_load
 
     out = {}
     for ctx in bench.get("contexts", {}):
@@ -229,6 +229,8 @@ def speedup(
     ratios (alone and in the pipeline's schedule), the precision's own effect and the
     fastest configuration overall are evidence, never XLA's value.
     """
+    from ptycho.study.bench.result import cross_check, cross_check_words, foreign_load
+
     train_timings = dict(train_timings or {})
     records = time_to_quality(metas, margin)
     xla = {k: c for k, c in records.items() if c.is_xla(SUBJECT)}

@@ -5,6 +5,7 @@ report's sentences as its description (:func:`answers`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from ptycho.nets.models import SUBJECT
@@ -79,8 +80,9 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
     tags = {"verdict": report["verdict"]}
     for item, rec in report["items"].items():
         tags[f"check.{item}"] = rec["status"]
-        if isinstance(rec.get("value"), int | float):
-            parent_metrics[f"check.{item}.value"] = rec["value"]
+        value = rec.get("value")
+        if isinstance(value, int | float) and math.isfinite(value):  # NaN: no value, nothing logged as one
+            parent_metrics[f"check.{item}.value"] = value
     note = (
         f"{verdict_line(report)}. "
         + " ".join(answer(report))
