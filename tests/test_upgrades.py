@@ -46,8 +46,8 @@ PREVIOUS_RELEASE = "532d692"
 #: (its --nphotons flag: a param), so it re-runs too. The solver writes ptychodus products since
 #: 2026-11-28 (outputs the previous release has not), so it re-runs too, and evaluate would for the
 #: same reason; its flags also gained --engine (the solver as a record, 2026-11-29), which alone
-#: re-runs solve and warm_start (and, in studies that have them, the conditions' solver and the
-#: probe refinement). A change that re-runs jobs of an existing folder (a format bump, a key in a
+#: re-runs solve and warm_start (and, in studies that have them, the conditions' solver; the probe
+#: refinement's rule leaves the engine out: it is always apg's). A change that re-runs jobs of an existing folder (a format bump, a key in a
 #: rule's flags) shows here, on purpose: say it here.
 UPGRADE_RERUNS = {
     "resolved_config": 1,
