@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -264,7 +265,8 @@ def test_ratios_against_the_reference_with_break_even():
     assert jit["break_even_steps_shared"] == math.inf
     assert jit["inference"]["ratio"] == 1.0 and jit["padded_vs_naive"] == 4.0
     assert r["pinn"][REFERENCE] == {"mode": REFERENCE, "precision": "float32", "padded_vs_naive": 4.0}
-    assert fastest({"ratios": r}, "pinn", "alone") == ("jit", jit["xla"]["train_step_alone"])
+    arm, best = fastest({"ratios": r}, "pinn", "alone")
+    assert arm == "jit" and best.to_json() == jit["xla"]["train_step_alone"]
     assert fastest({"ratios": r}, "baseline", "alone") is None
     assert ratios([_arm("pinn", "jit", 0.05, 5.0)]) == {}  # nothing to compare with
 
@@ -303,8 +305,9 @@ def test_each_axis_is_judged_with_the_other_held_fixed():
     # The fastest XLA mode is judged by XLA's own ratio: jit at either precision (1.25),
     # never jit-bf16's 2.5 (most of which is bfloat16's); the overall fastest is named apart.
     arm, best = fastest({"ratios": {"pinn": r}}, "pinn", "alone")
-    assert best["ratio"] == pytest.approx(1.25)
-    assert fastest_overall({"ratios": {"pinn": r}}, "pinn", "alone") == ("jit-bf16", jit_bf16["train_step_alone"])
+    assert best.ratio == pytest.approx(1.25)
+    arm, overall = fastest_overall({"ratios": {"pinn": r}}, "pinn", "alone")
+    assert arm == "jit-bf16" and overall.to_json() == jit_bf16["train_step_alone"]
 
 
 def test_a_precision_that_is_faster_is_never_xlas_gain():
@@ -316,7 +319,7 @@ def test_a_precision_that_is_faster_is_never_xlas_gain():
     ]
     r = ratios(arms)["pinn"]
     assert r["physics-bf16"]["train_step_alone"]["ratio"] == pytest.approx(100 / 60)  # bf16's gain
-    assert fastest({"ratios": {"pinn": r}}, "pinn", "alone")[1]["ratio"] == pytest.approx(1.0)  # XLA adds nothing
+    assert fastest({"ratios": {"pinn": r}}, "pinn", "alone")[1].ratio == pytest.approx(1.0)  # XLA adds nothing
 
 
 # -------------------------------------------------------------------- roofline
@@ -682,3 +685,51 @@ def test_a_record_without_a_sweep_has_no_batch_rows_or_words():
 
     record = _record()
     assert batch_table(record)[2] == [] and batch_words(record) == ""
+
+
+def test_the_typed_record_reads_a_recorded_bench_and_its_ratios_follow_from_its_arms():
+    """bench.json is read in one place (:class:`BenchRecord`): the smoke study's record
+    gives typed arms from which the recorded ratios are computed again, number for number
+    (the bootstrap is seeded), so the typed arm carries everything the ratios use."""
+    from ptycho.artifacts import read_json
+    from ptycho.study.bench.record import BenchRecord
+
+    raw = read_json(Path(__file__).parent / "data" / "smoke-study" / "bench" / "bench.json", producer="bench")
+    record = BenchRecord.from_json(raw)
+    assert [a.key for a in record.arms] == [REFERENCE, "jit"] and set(record.ratios["pinn"]) == {REFERENCE, "jit"}
+    off, jit = record.arms
+    assert off.step.median == raw["arms"][0]["step_s"]["median"] and off.step.n == len(off.step_samples)
+    assert jit.shared.median == raw["arms"][1]["shared"]["step_s"]["median"]
+    assert set(jit.components) == {"network", "physics", "optimizer"} and jit.roofline.dtype == "float32"
+    assert record.contexts["shared"].trainings_at_once == 2 and not record.contaminated("shared")
+    assert record.peak.gflops["float32"] > 0 and record.to_json() is raw
+    assert ratios(record.arms) == ratios(raw["arms"]) == raw["ratios"]
+    entry = record.entry("pinn", "jit")
+    assert entry.xla["train_step_alone"].ratio == raw["ratios"]["pinn"]["jit"]["xla"]["train_step_alone"]["ratio"]
+    assert entry.label == "jit" and record.steps("pinn", "alone") == off.step.n
+
+
+def test_a_record_from_before_the_precision_axis_reads_as_float32_with_xlas_ratios_at_the_top():
+    from ptycho.study.bench.record import BenchRecord
+
+    arms = [_arm("pinn", REFERENCE, 0.100, 2.0), _arm("pinn", "jit", 0.080, 5.0)]
+    legacy = {
+        mode: {k: v for k, v in e.items() if k not in ("xla", "precision")} for mode, e in ratios(arms)["pinn"].items()
+    }
+    record = BenchRecord.from_json({"arms": arms, "ratios": {"pinn": legacy}})
+    assert {a.precision for a in record.arms} == {"float32"} and record.arms[1].startup_overhead_s == 5.0
+    jit = record.entry("pinn", "jit")
+    assert (
+        jit.precision == "float32"
+        and jit.xla == jit.overall
+        and jit.xla["train_step_alone"].ratio == pytest.approx(1.25)
+    )
+    assert record.entry("pinn", REFERENCE).xla == {}
+
+
+def test_a_broken_bench_record_is_refused_in_one_line():
+    from ptycho.errors import PtychoError
+    from ptycho.study.bench.record import BenchRecord
+
+    with pytest.raises(PtychoError, match=r"^bench.json: not a benchmark record \(KeyError: 'step_s'\); pass the JSON"):
+        BenchRecord.from_json({"arms": [{"model": "pinn", "mode": "off", "compile_s": 1.0}]}, "bench.json")

@@ -859,7 +859,8 @@ def test_inputs_say_which_job_to_rerun(tmp_path):
     with pytest.raises(PtychoError, match="bench.json: not a benchmark result; pass the JSON written by 'ptycho bench"):
         _ = inputs.benchmark
     write_json(tmp_path / "bench.json", {"arms": [], "ratios": {}})
-    assert _inputs(tmp_path).benchmark == {"arms": [], "ratios": {}}
+    record = _inputs(tmp_path).benchmark
+    assert record.arms == () and record.ratios == {} and record.to_json() == {"arms": [], "ratios": {}}
 
 
 def test_inputs_give_the_solver_view_each_networks_metrics_and_inference_rate(tmp_path, monkeypatch):

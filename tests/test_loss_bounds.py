@@ -50,7 +50,7 @@ def test_the_true_object_through_the_physics_head_reproduces_the_simulated_ampli
 
 @pytest.mark.parametrize("loss", ["mae", "poisson"])
 def test_the_floor_is_a_perfect_reconstruction_and_lies_below_a_featureless_object(bright, pair, loss):
-    from ptycho.nets.train import loss_bounds
+    from ptycho.nets.bounds import loss_bounds
 
     trainer, data = _trainer(pair["train"], loss=loss)
     idx = np.arange(len(data.inputs))[:40]
@@ -71,7 +71,7 @@ def test_the_floor_is_a_perfect_reconstruction_and_lies_below_a_featureless_obje
 def test_the_baselines_floor_is_zero():
     from ptycho.config import SimulationConfig
     from ptycho.data.simulate import simulate
-    from ptycho.nets.train import loss_bounds
+    from ptycho.nets.bounds import loss_bounds
 
     ds = simulate(SimulationConfig(n=16, gridsize=1, object_size=40, n_lines=40, stride_train=4, nphotons=1e6))["train"]
     trainer, data = _trainer(ds, kind="baseline")

@@ -86,7 +86,7 @@ def true_outputs(ds: Dataset, kind: str) -> tuple[np.ndarray, np.ndarray]:
     amplitude and phase on the central N/2 x N/2 of each pattern's patch, float32, in the
     network's output layout (the PINN's ``(G, N/2, N/2, C)``, the baseline's
     ``(P, N/2, N/2, 1)``). The baseline's targets; the PINN's loss floor
-    (:func:`ptycho.nets.train.loss_bounds`). Needs a ground truth (a simulated dataset)."""
+    (:func:`ptycho.nets.bounds.loss_bounds`). Needs a ground truth (a simulated dataset)."""
     from ptycho.physics.translate import centre_crop, extract_patches
 
     m_all = range(ds.objects.shape[0])

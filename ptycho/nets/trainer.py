@@ -138,7 +138,7 @@ class Trainer:
         """The PINN's per-sample loss ``(B,)`` of predicted far-field amplitudes against the
         measured (normalised) counts: MAE on amplitudes, or the Poisson negative
         log-likelihood. Also the loss of the saturated model (``pred = sqrt(counts)``), the
-        floor without a ground truth (:func:`ptycho.nets.train.loss_bounds`)."""
+        floor without a ground truth (:func:`ptycho.nets.bounds.loss_bounds`)."""
         import tensorflow as tf
 
         from ptycho.physics.forward_tf import poisson_nll

@@ -29,6 +29,7 @@ from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs, pattern
 
 if TYPE_CHECKING:
+    from ptycho.study.bench.record import BenchRecord
     from ptycho.study.checklist.result import ItemResult
     from ptycho.study.solver_record import SolveRecord
 
@@ -266,16 +267,17 @@ class StudyResults:
 
     # ------------------------------------------------------------------ the other jobs' records
     @cached_property
-    def benchmark(self) -> dict[str, Any]:
+    def benchmark(self) -> BenchRecord:
         """The benchmark record (``ptycho bench --out``)."""
         from ptycho.artifacts import read_json
+        from ptycho.study.bench.record import BenchRecord
 
         if not self.bench:
             raise PtychoError("no benchmark record given; pass the JSON written by 'ptycho bench --out' (--bench)")
         timed = read_json(self.bench, producer="bench")
         if "arms" not in timed:
             raise PtychoError(f"{self.bench}: not a benchmark result; pass the JSON written by 'ptycho bench --out'")
-        return timed
+        return BenchRecord.from_json(timed, str(self.bench))
 
     @cached_property
     def checked(self) -> dict[str, ItemResult]:

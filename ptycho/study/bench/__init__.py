@@ -1,9 +1,9 @@
 """The benchmark: every XLA mode and precision timed against the reference, each arm in
 its own process.
 
-:mod:`.coordinator` runs it (:func:`run`), :mod:`.result` reads its record (:func:`ratios`,
-:func:`fastest`, :func:`arm_runs`),
-:mod:`.worker` is the arm's process, :mod:`.machine` the machine and its foreign load
+:mod:`.coordinator` runs it (:func:`run`), :mod:`.record` reads its record
+(:class:`~.record.BenchRecord`), :mod:`.result` derives from it (:func:`ratios`,
+:func:`fastest`, :func:`arm_runs`), :mod:`.worker` is the arm's process, :mod:`.machine` the machine and its foreign load
 (psutil), :mod:`.roofline` the FLOPs and the machine's peak, :mod:`.tables` the record's
 tables and words (:func:`tables`, :func:`format_table`, :func:`roofline_words`). Its
 statistics are :mod:`ptycho.study.stats`. Imports no TensorFlow.

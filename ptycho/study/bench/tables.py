@@ -11,7 +11,8 @@ from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.bench.machine import flags_words
-from ptycho.study.bench.result import arm_key, fastest, precision_of
+from ptycho.study.bench.record import ArmRatios, BenchArm, BenchRecord, Context, Interval, Peak, Spread
+from ptycho.study.bench.result import fastest
 from ptycho.study.bench.roofline import compute_dtype
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.stats import quartiles
@@ -25,36 +26,35 @@ from ptycho.study.tables import Table, fmt, to_text
 ACCELERATED = 1.5
 
 
-def _break_even(ratios: Mapping, key: str) -> str:
+def _break_even(value: float | None, recorded: bool) -> str:
     """A break-even step count; infinite (stored as null in JSON) is "never"."""
-    if key not in ratios:
+    if not recorded:
         return "n/a"
-    value = ratios[key]
     return "never" if value is None or value == float("inf") else f"{value:.0f}"
 
 
-def _ms(quart: Mapping | None) -> str:
-    return fmt(1e3 * quart["median"]) if quart else "n/a"
+def _ms(spread: Spread | None) -> str:
+    return fmt(1e3 * spread.median) if spread else "n/a"
 
 
-def _interval(r: Mapping | None) -> str:
+def _interval(r: Interval | None) -> str:
     """A ratio with its interval, e.g. ``1.25 (1.2 - 1.3)``."""
-    return f"{fmt(r['ratio'])} ({fmt(r['low'])} - {fmt(r['high'])})" if r else "n/a"
+    return f"{fmt(r.ratio)} ({fmt(r.low)} - {fmt(r.high)})" if r else "n/a"
 
 
-def _conditions(contexts: Mapping) -> list[list[str]]:
+def _conditions(contexts: Mapping[str, Context]) -> list[list[str]]:
     rows = []
     for name, c in contexts.items():
-        f = c.get("foreign_load") or {}
+        f = c.load
         rows.append(
             [
                 name,
-                str(c.get("jobs")),
-                str(c.get("threads")),
-                fmt(f.get("foreign_cores")),
-                str(f.get("of_cores", "n/a")),
-                "n/a" if not f else ("CONTAMINATED" if f.get("contaminated") else "clean"),
-                f"{fmt(f.get('load_average_before'))} / {fmt(f.get('load_average_after'))}",
+                str(c.jobs),
+                str(c.threads),
+                fmt(f.foreign_cores if f else None),
+                str(f.of_cores if f and f.of_cores is not None else "n/a"),
+                "n/a" if not f else ("CONTAMINATED" if f.contaminated else "clean"),
+                f"{fmt(f.load_before if f else None)} / {fmt(f.load_after if f else None)}",
             ]
         )
     return rows
@@ -64,111 +64,103 @@ def _short(precision: str) -> str:
     return SHORT.get(precision, precision)
 
 
-def _arm(a: Mapping) -> list[str]:
+def _arm(a: BenchArm) -> list[str]:
     """An arm's first cells: model, mode, precision (short word)."""
-    return [a["model"], a["mode"], _short(precision_of(a))]
+    return [a.model, a.mode, _short(a.precision)]
 
 
-def _timing(a: Mapping) -> list[str]:
-    shared = a.get("shared", {}).get("step_s")
+def _timing(a: BenchArm) -> list[str]:
     return [
         *_arm(a),
-        fmt(a["compile_s"]),
-        _ms(a["step_s"]),
-        fmt(1e3 * a["step_s"]["iqr"]),
-        _ms(shared),
-        fmt(1e3 * (shared or {}).get("iqr", float("nan"))),
-        *(
-            fmt(1e3 * a.get("components", {}).get(k, {}).get("median", float("nan")))
-            for k in ("network", "physics", "optimizer")
-        ),
-        fmt(a.get("peak_rss_mb")),
-        fmt(a.get("peak_above_baseline_mb")),
-        fmt(a.get("xla_clusters")) if a.get("xla_clusters") is not None else "-",
+        fmt(a.compile_s),
+        _ms(a.step),
+        fmt(1e3 * a.step.iqr),
+        _ms(a.shared),
+        fmt(1e3 * (a.shared.iqr if a.shared else float("nan"))),
+        *(fmt(1e3 * a.components.get(k, float("nan"))) for k in ("network", "physics", "optimizer")),
+        fmt(a.peak_rss_mb),
+        fmt(a.peak_above_baseline_mb),
+        fmt(a.xla_clusters) if a.xla_clusters is not None else "-",
     ]
 
 
-def _inference(a: Mapping) -> list[str]:
+def _inference(a: BenchArm) -> list[str]:
     return [
         *_arm(a),
-        fmt(a["infer_compile_s"]),
-        fmt(a["infer_patterns_per_s"]),
-        fmt(a["naive_patterns_per_s"]),
-        fmt(a["infer_patterns_per_s"] / a["naive_patterns_per_s"]),
+        fmt(a.infer_compile_s),
+        fmt(a.infer_patterns_per_s),
+        fmt(a.naive_patterns_per_s),
+        fmt(a.infer_patterns_per_s / a.naive_patterns_per_s),
     ]
 
 
-def _roofline(a: Mapping) -> list[str]:
-    roof = a.get("roofline", {})
+def _roofline(a: BenchArm) -> list[str]:
+    roof = a.roofline
     return [
         *_arm(a),
-        fmt(a["flops"]["per_step"] / 1e9) if "flops" in a else "n/a",
-        _ms(a["step_s"]),
-        fmt(roof.get("gflops")),
-        fmt(roof.get("peak_gflops")),
-        fmt(100 * roof.get("of_peak", math.nan)),
+        fmt(a.flops_per_step / 1e9) if a.flops_per_step is not None else "n/a",
+        _ms(a.step),
+        fmt(roof.gflops if roof else None),
+        fmt(roof.peak_gflops if roof else None),
+        fmt(100 * (roof.of_peak if roof else math.nan)),
     ]
 
 
-def _peak(peak: Mapping) -> list[list[str]]:
-    gflops = peak.get("gflops", {})
+def _peak(peak: Peak | None) -> list[list[str]]:
+    gflops = peak.gflops if peak else {}
     ref = gflops.get(compute_dtype(REFERENCE_PRECISION), math.nan)
     return [[dtype, fmt(value), fmt(value / ref)] for dtype, value in gflops.items()]
 
 
-def _contaminated(peak: Mapping) -> str:
+def _contaminated(peak: Peak | None) -> str:
     """``"; CONTAMINATED: ..."`` when other processes took more than the limit while the
     peak was measured (a lower peak, a higher fraction of it); empty otherwise."""
-    f = peak.get("foreign_load") or {}
-    if not f.get("contaminated"):
+    f = peak.load if peak else None
+    if not (f and f.contaminated):
         return ""
     return (
-        f"; CONTAMINATED: other processes kept {fmt(f['foreign_cores'])} of {f['of_cores']} cores busy "
+        f"; CONTAMINATED: other processes kept {fmt(f.foreign_cores)} of {f.of_cores} cores busy "
         "while the peak was measured"
     )
 
 
-def _ratios(ratios: Mapping) -> list[list[str]]:
+def _ratios(ratios: Mapping[str, Mapping[str, ArmRatios]]) -> list[list[str]]:
     """One row per arm but the reference: XLA's own effect (vs ``off`` at the same
     precision), the precision's own (vs float32 in the same mode), then both together (vs
     ``off`` at float32, the configuration's). Arms from before the precision axis are
     keyed by their mode and are float32."""
-    from ptycho.study.bench.result import xla_ratio
-
     rows = []
     for model, per in ratios.items():
         for key, r in per.items():
             if key == REFERENCE:
                 continue
-            vs32 = r.get("vs_float32", {})
             rows.append(
                 [
                     model,
-                    r.get("mode", key),
-                    _short(r.get("precision", REFERENCE_PRECISION)),
-                    _interval(xla_ratio(r, "train_step_alone")),
-                    _interval(xla_ratio(r, "train_step_shared")),
-                    _interval(xla_ratio(r, "inference")),
-                    _interval(vs32.get("train_step_alone")),
-                    _interval(vs32.get("train_step_shared")),
-                    _interval(r.get("train_step_alone")),
-                    fmt(r.get("compile_extra_s")),
-                    _break_even(r, "break_even_steps"),
-                    _break_even(r, "break_even_steps_shared"),
+                    r.mode,
+                    _short(r.precision),
+                    _interval(r.xla.get("train_step_alone")),
+                    _interval(r.xla.get("train_step_shared")),
+                    _interval(r.xla.get("inference")),
+                    _interval(r.vs_float32.get("train_step_alone")),
+                    _interval(r.vs_float32.get("train_step_shared")),
+                    _interval(r.overall.get("train_step_alone")),
+                    fmt(r.compile_extra_s),
+                    _break_even(r.break_even_steps, "break_even_steps" in r.has),
+                    _break_even(r.break_even_steps_shared, "break_even_steps_shared" in r.has),
                 ]
             )
     return rows
 
 
-def tables(bench: Mapping) -> list[Table]:
+def tables(bench: BenchRecord | Mapping) -> list[Table]:
     """The tables of a bench record (:func:`~ptycho.study.bench.run`'s result, as written
     to ``bench.json``): conditions, train-step timings, each arm vs the reference, the
     roofline and the machine's peak, and inference. A record without some part gives
     that table no rows."""
-    arms = bench.get("arms", [])
-    contexts = bench.get("contexts", {})
-    how = "; ".join(f"{k}: {c['how']}" for k, c in contexts.items())
-    peak = bench.get("peak", {})
+    record = BenchRecord.of(bench)
+    arms, contexts, peak = record.arms, record.contexts, record.peak
+    how = "; ".join(f"{k}: {c.how}" for k, c in contexts.items())
     return [
         (
             "Benchmark conditions: other processes' CPU use while each context was timed (/proc/stat)",
@@ -222,7 +214,7 @@ def tables(bench: Mapping) -> list[Table]:
                 "break-even steps alone",
                 "break-even steps shared",
             ],
-            _ratios(bench.get("ratios", {})),
+            _ratios(record.ratios),
         ),
         (
             "Roofline, alone: FLOPs per train step counted from the layers (Conv2D, Dense; backward = 2x forward) "
@@ -240,7 +232,7 @@ def tables(bench: Mapping) -> list[Table]:
             [_roofline(a) for a in arms],
         ),
         (
-            f"Machine peak: {peak.get('how', 'not measured')}{_contaminated(peak)}",
+            f"Machine peak: {peak.how if peak else 'not measured'}{_contaminated(peak)}",
             ["dtype", "GFLOP/s", f"vs {compute_dtype(REFERENCE_PRECISION)}"],
             _peak(peak),
         ),
@@ -260,43 +252,43 @@ def tables(bench: Mapping) -> list[Table]:
     ]
 
 
-def _batch_points(bench: Mapping, a: Mapping) -> list[tuple[str, int, Mapping, Mapping | None]]:
+def _batch_points(record: BenchRecord, a: BenchArm) -> list[tuple[str, int, Spread, Interval | None]]:
     """(kind, batch size, the arm's timing, XLA's ratio vs off at its precision) of every
     batch size the arm was timed at: the sweep's and the study's own batch (the main
     measurement), in size order per kind."""
-    from ptycho.study.bench.result import xla_ratio
-
-    entry = bench.get("ratios", {}).get(a["model"], {}).get(arm_key(a), {})
-    ratios = entry.get("xla_batches", {})
+    entry = record.entry(a.model, a.key)
+    ratios = entry.xla_batches if entry else {}
+    xla = entry.xla if entry else {}
     points = []
     for kind in ("train", "infer"):
-        sizes = {int(b): (rec, ratios.get(kind, {}).get(b)) for b, rec in a.get("batches", {}).get(kind, {}).items()}
-        if sizes and a.get("batch_size"):
+        sizes = {b: (rec.spread, ratios.get(kind, {}).get(str(b))) for b, rec in a.batches.get(kind, {}).items()}
+        if sizes and a.batch_size:
             if kind == "train":
-                sizes.setdefault(int(a["batch_size"]), (a["step_s"], xla_ratio(entry, "train_step_alone")))
-            elif a.get("infer_batch_samples_s"):
-                own = quartiles(a["infer_batch_samples_s"])
-                sizes.setdefault(int(a["batch_size"]), (own, xla_ratio(entry, "inference")))
+                sizes.setdefault(int(a.batch_size), (a.step, xla.get("train_step_alone")))
+            elif a.infer_batch_samples:
+                own = Spread.from_json(quartiles(a.infer_batch_samples))
+                sizes.setdefault(int(a.batch_size), (own, xla.get("inference")))
         points += [(kind, b, rec, r) for b, (rec, r) in sorted(sizes.items())]
     return points
 
 
-def batch_table(bench: Mapping) -> Table:
+def batch_table(bench: BenchRecord | Mapping) -> Table:
     """XLA's own effect by batch size, alone: each swept arm's time per call and per
     sample, and each XLA mode vs ``off`` at the same precision and batch size."""
+    record = BenchRecord.of(bench)
     rows = []
-    for a in bench.get("arms", []):
-        for kind, b, rec, r in _batch_points(bench, a):
+    for a in record.arms:
+        for kind, b, rec, r in _batch_points(record, a):
             rows.append(
                 [
-                    a["model"],
-                    a["mode"],
-                    _short(precision_of(a)),
+                    a.model,
+                    a.mode,
+                    _short(a.precision),
                     "training step" if kind == "train" else "inference batch",
                     str(b),
                     _ms(rec),
-                    fmt(1e3 * rec["median"] / b),
-                    _interval(r) if a["mode"] != REFERENCE else "(reference)",
+                    fmt(1e3 * rec.median / b),
+                    _interval(r) if a.mode != REFERENCE else "(reference)",
                 ]
             )
     return (
@@ -307,27 +299,28 @@ def batch_table(bench: Mapping) -> Table:
     )
 
 
-def batch_words(bench: Mapping) -> str:
+def batch_words(bench: BenchRecord | Mapping) -> str:
     """Where XLA's own effect grows or vanishes with the batch, in one sentence: per swept
     XLA mode, its ratio vs ``off`` at the same precision at each batch size; and the
     inference batch with the highest throughput (a recommendation for this machine)."""
+    record = BenchRecord.of(bench)
     parts, best = [], None
-    for a in bench.get("arms", []):
-        points = _batch_points(bench, a)
-        if a["model"] != SUBJECT or not points:
+    for a in record.arms:
+        points = _batch_points(record, a)
+        if a.model != SUBJECT or not points:
             continue
         for kind, b, rec, _ in points:
-            if kind == "infer" and (best is None or rec["median"] / b < best[0]):
-                best = (rec["median"] / b, a, b)
-        if a["mode"] == REFERENCE:
+            if kind == "infer" and (best is None or rec.median / b < best[0]):
+                best = (rec.median / b, a, b)
+        if a.mode == REFERENCE:
             continue
         by_kind = {}
         for kind, b, _, r in points:
             if r:
-                by_kind.setdefault(kind, []).append(f"{b}: {fmt(r['ratio'])}x")
+                by_kind.setdefault(kind, []).append(f"{b}: {fmt(r.ratio)}x")
         if by_kind:
             parts.append(
-                f"{a['mode']} at {_short(precision_of(a))}: "
+                f"{a.mode} at {_short(a.precision)}: "
                 + "; ".join(
                     f"{'training' if k == 'train' else 'inference'} batch {', '.join(v)}" for k, v in by_kind.items()
                 )
@@ -340,51 +333,50 @@ def batch_words(bench: Mapping) -> str:
     if best:
         per_s, a, b = best
         text += (
-            f". Highest PINN inference throughput here: {a['mode']} at {_short(precision_of(a))} with batch {b} "
+            f". Highest PINN inference throughput here: {a.mode} at {_short(a.precision)} with batch {b} "
             f"({fmt(1 / per_s)} pattern groups/s); a training batch also changes the optimisation, so no training "
             "batch is recommended on speed alone"
         )
     return text
 
 
-def arm_words(bench: Mapping, model: str, key: str) -> str:
+def arm_words(bench: BenchRecord | Mapping, model: str, key: str) -> str:
     """An arm of ``model`` (its :func:`~ptycho.study.bench.result.arm_key`) in words:
     ``"jit"`` at float32, ``"jit at bf16"`` otherwise."""
-    r = bench.get("ratios", {}).get(model, {}).get(key, {})
-    precision = r.get("precision", REFERENCE_PRECISION)
-    mode = r.get("mode", key)
-    return mode if precision == REFERENCE_PRECISION else f"{mode} at {_short(precision)}"
+    r = BenchRecord.of(bench).entry(model, key)
+    return r.label if r else key
 
 
-def roofline_words(bench: Mapping) -> str:
+def roofline_words(bench: BenchRecord | Mapping) -> str:
     """How close the fastest PINN arm alone is to the machine's limit, and which reduced
     precision the hardware accelerates (measured peaks vs float32's, and the CPU's flags);
     empty for a record without a roofline."""
-    arms = [a for a in bench.get("arms", []) if "roofline" in a]
-    peak = bench.get("peak", {})
+    record = BenchRecord.of(bench)
+    arms = [a for a in record.arms if a.roofline is not None]
+    peak = record.peak
     if not arms or not peak:
         return ""
-    best = max([a for a in arms if a["model"] == SUBJECT] or arms, key=lambda a: a["roofline"]["gflops"])
-    roof = best["roofline"]
+    best = max([a for a in arms if a.model == SUBJECT] or arms, key=lambda a: a.roofline.gflops)
+    roof = best.roofline
     ref_dtype = compute_dtype(REFERENCE_PRECISION)
-    gains = {d: v / peak["gflops"][ref_dtype] for d, v in peak["gflops"].items() if d != ref_dtype}
+    gains = {d: v / peak.gflops[ref_dtype] for d, v in peak.gflops.items() if d != ref_dtype}
     fast = [d for d, g in gains.items() if g >= ACCELERATED]
     each = ", ".join(f"{d} {g:.2f}x" for d, g in gains.items())
     return (
-        f"The fastest {MODEL_WORDS.get(best['model'], best['model'])} arm alone, "
-        f"{arm_words(bench, best['model'], arm_key(best))}, runs its {best['flops']['per_step'] / 1e9:.2f} GFLOP "
-        f"train step at {roof['gflops']:.1f} GFLOP/s, {100 * roof['of_peak']:.0f} % of this machine's {roof['dtype']} "
-        f"peak ({roof['peak_gflops']:.0f} GFLOP/s, a large matmul on {peak['threads']} "
-        f"thread{'s' * (peak['threads'] != 1)}); the hardware "
+        f"The fastest {MODEL_WORDS.get(best.model, best.model)} arm alone, "
+        f"{arm_words(record, best.model, best.key)}, runs its {best.flops_per_step / 1e9:.2f} GFLOP "
+        f"train step at {roof.gflops:.1f} GFLOP/s, {100 * roof.of_peak:.0f} % of this machine's {roof.dtype} "
+        f"peak ({roof.peak_gflops:.0f} GFLOP/s, a large matmul on {peak.threads} "
+        f"thread{'s' * (peak.threads != 1)}); the hardware "
         f"accelerates {' and '.join(fast) or 'no reduced precision'} (peak vs {ref_dtype}: {each}; CPU"
-        f"{flags_words(bench.get('machine', {})) or ' flags not recorded'}){_contaminated(peak)}."
+        f"{flags_words(record.machine) or ' flags not recorded'}){_contaminated(peak)}."
     )
 
 
-def _machine_and_load(bench: Mapping) -> str:
+def _machine_and_load(record: BenchRecord) -> str:
     """The console's machine line: as :func:`~ptycho.study.bench.machine.machine_line`, with the
     load at the start and the end of the run (a contaminated run shows here first)."""
-    m = bench.get("machine", {})
+    m = record.machine
     start, end = m.get("load_average_start"), m.get("load_average")
     return (
         f"machine: {m.get('cpu', 'n/a')}{flags_words(m)} | {m.get('cores', 'n/a')} cores | load "
@@ -393,23 +385,24 @@ def _machine_and_load(bench: Mapping) -> str:
     )
 
 
-def format_table(result: Mapping) -> str:
+def format_table(result: BenchRecord | Mapping) -> str:
     """The text ``ptycho bench`` prints: the machine, every table of :func:`tables` under
     its title, the fastest PINN arm in each context and the roofline in words."""
-    parts = [_machine_and_load(result)]
-    parts += [f"{title}\n{to_text(header, rows)}" for title, header, rows in tables(result)]
+    record = BenchRecord.of(result)
+    parts = [_machine_and_load(record)]
+    parts += [f"{title}\n{to_text(header, rows)}" for title, header, rows in tables(record)]
     words = []
-    for context in result.get("contexts", {}):
-        found = fastest(result, SUBJECT, context)
+    for context in record.contexts:
+        found = fastest(record, SUBJECT, context)
         if found:
-            entry = result["ratios"][SUBJECT][found[0]]
+            entry = record.entry(SUBJECT, found[0])
             words.append(
                 f"XLA's own effect on the PINN train step, {context}: the fastest mode is "
-                f"{arm_words(result, SUBJECT, found[0])} ({_interval(found[1])} vs {REFERENCE} at "
-                f"{_short(entry.get('precision', REFERENCE_PRECISION))})"
+                f"{arm_words(record, SUBJECT, found[0])} ({_interval(found[1])} vs {REFERENCE} at "
+                f"{_short(entry.precision)})"
             )
-    words += [w for w in (roofline_words(result), batch_words(result)) if w]
-    title, header, rows = batch_table(result)
+    words += [w for w in (roofline_words(record), batch_words(record)) if w]
+    title, header, rows = batch_table(record)
     if rows:
         parts.append(f"{title}\n{to_text(header, rows)}")
     return "\n\n".join([*parts, "\n".join(words)] if words else parts)

@@ -23,6 +23,7 @@ from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
 from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, Pair
+from ptycho.study.bench.record import BenchRecord, Interval
 from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, verdict
 from ptycho.study.figures.timing import MEASUREMENTS
@@ -39,47 +40,34 @@ def _at(precision: str) -> str:
     return SHORT.get(precision, precision)
 
 
-def speedup_intervals(bench: Mapping[str, Any]) -> dict[str, dict]:
+def speedup_intervals(bench: BenchRecord) -> dict[str, dict]:
     """``"PINN jit vs off at fp32, train step alone" -> {ratio, low, high}`` for every
     model, XLA mode and measurement of the benchmark, each against ``off`` at its own
     precision, and ``"PINN off at bf16 vs fp32, ..."`` for each reduced precision against
     float32 in the same mode; the report record's index of the benchmark's ratios, read
     by people, never parsed."""
-    from ptycho.study.bench.result import xla_ratio
-
     out = {}
-    for model, per in bench.get("ratios", {}).items():
+    for model, per in bench.ratios.items():
         label = MODEL_WORDS.get(model, model.capitalize())
         for r in per.values():
-            mode, precision = r.get("mode", REFERENCE), r.get("precision", REFERENCE_PRECISION)
             for key, word in MEASUREMENTS.items():
-                found = xla_ratio(r, key)
-                if found is not None:
-                    out[f"{label} {mode} vs {REFERENCE} at {_at(precision)}, {word}"] = found
-                if key in r.get("vs_float32", {}):
-                    out[f"{label} {mode}: {_at(precision)} vs {_at(REFERENCE_PRECISION)}, {word}"] = r["vs_float32"][
+                if key in r.xla:
+                    out[f"{label} {r.mode} vs {REFERENCE} at {_at(r.precision)}, {word}"] = r.xla[key].to_json()
+                if key in r.vs_float32:
+                    out[f"{label} {r.mode}: {_at(r.precision)} vs {_at(REFERENCE_PRECISION)}, {word}"] = r.vs_float32[
                         key
-                    ]
+                    ].to_json()
     return out
 
 
-def _steps(bench: Mapping[str, Any], model: str, context: str) -> int:
-    counts = [
-        (a["step_s"] if context == "alone" else a.get("shared", {}).get("step_s", {})).get("n", 0)
-        for a in bench.get("arms", [])
-        if a["model"] == model
-    ]
-    return min(counts, default=0)
+def ratio_words(r: Interval) -> str:
+    """A benchmark ratio in words (:func:`ptycho.study.ttq_comparison.ratio_words`)."""
+    return ttc.ratio_words(r.ratio, r.low, r.high)
 
 
-def ratio_words(r: Mapping[str, Any]) -> str:
-    """A benchmark ratio ``{ratio, low, high}`` in words (:func:`ptycho.study.ttq_comparison.ratio_words`)."""
-    return ttc.ratio_words(r["ratio"], r.get("low", math.nan), r.get("high", math.nan))
-
-
-def effect_words(r: Mapping[str, Any]) -> str:
+def effect_words(r: Interval) -> str:
     """A benchmark ratio's effect (:func:`ptycho.study.ttq_comparison.effect_words`)."""
-    return ttc.effect_words(r["ratio"], r.get("low", math.nan), r.get("high", math.nan))
+    return ttc.effect_words(r.ratio, r.low, r.high)
 
 
 def comparisons(report: Mapping) -> dict[str, ttc.Comparison]:
@@ -113,66 +101,62 @@ def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, ttc.Co
 
 
 # ------------------------------------------------------------------ per step (bench)
-def _bench_xla_words(bench: Mapping[str, Any]) -> dict[str, str]:
+def _bench_xla_words(bench: BenchRecord) -> dict[str, str]:
     """Per context: the fastest XLA mode's per-step ratio vs ``off`` at its own precision."""
     from ptycho.study.bench import arm_words, fastest
-    from ptycho.study.bench.result import foreign_load
 
     out = {}
-    for ctx in bench.get("contexts", {}):
+    for ctx in bench.contexts:
         best = fastest(bench, SUBJECT, ctx)
         if best is None:
             continue
         arm, r = best
-        entry = bench["ratios"][SUBJECT][arm]
-        n = _steps(bench, SUBJECT, ctx)
-        reliable = n >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r["low"]) and math.isfinite(r["high"])
+        n = bench.steps(SUBJECT, ctx)
+        reliable = n >= MIN_STEPS_FOR_INTERVAL and r.bounded
         how = effect_words(r) if reliable else "too few steps for an interval"
-        foreign = foreign_load(bench, ctx)
+        foreign = bench.load(ctx)
         dirty = (
-            f"; CONTAMINATED: other processes kept {foreign['foreign_cores']:.2f} of {foreign['of_cores']} cores busy"
-            if foreign.get("contaminated")
+            f"; CONTAMINATED: other processes kept {foreign.foreign_cores:.2f} of {foreign.of_cores} cores busy"
+            if foreign and foreign.contaminated
             else ""
         )
-        ratio = ratio_words(r) if reliable else f"{r['ratio']:.2f}x"
+        ratio = ratio_words(r) if reliable else f"{r.ratio:.2f}x"
         out[ctx] = (
             f"{CONTEXT_WORDS.get(ctx, ctx)}: {arm_words(bench, SUBJECT, arm)} {ratio} "
-            f"{REFERENCE} at {_at(entry.get('precision', REFERENCE_PRECISION))} ({how}, median of {n} steps per arm{dirty})"
+            f"{REFERENCE} at {_at(bench.entry(SUBJECT, arm).precision)} ({how}, median of {n} steps per arm{dirty})"
         )
     return out
 
 
-def _bench_verdict(bench: Mapping[str, Any], context: str) -> tuple[float, dict | None]:
+def _bench_verdict(bench: BenchRecord, context: str) -> tuple[float, str | None]:
     """The value of the verdict when no trained XLA pair exists: the fastest XLA mode's
-    per-step ratio vs ``off`` at its precision in ``context`` (lower end of its interval)."""
+    per-step ratio vs ``off`` at its precision in ``context`` (lower end of its interval),
+    and that arm's key."""
     from ptycho.study.bench import fastest
 
     best = fastest(bench, SUBJECT, context)
     if best is None:
         return float("nan"), None
     r = best[1]
-    reliable = _steps(bench, SUBJECT, context) >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r["low"])
-    return (r["low"] if reliable else r["ratio"]), dict(r, arm=best[0])
+    reliable = bench.steps(SUBJECT, context) >= MIN_STEPS_FOR_INTERVAL and math.isfinite(r.low)
+    return (r.low if reliable else r.ratio), best[0]
 
 
-def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, ttc.Comparison]) -> str:
+def precision_finding(bench: BenchRecord, ttq_records: Mapping[str, ttc.Comparison]) -> str:
     """The precision's own effect in one sentence: each reduced precision vs float32 in the
     same mode, per step (benchmark, both contexts) and in time to quality where both were
     trained; empty when no reduced precision was measured. Not XLA's effect."""
     parts = []
-    for model, per in bench.get("ratios", {}).items():
-        if model != SUBJECT:
+    for r in bench.ratios.get(SUBJECT, {}).values():
+        vs = r.vs_float32
+        if r.mode != REFERENCE or not vs:
             continue
-        for r in per.values():
-            vs = r.get("vs_float32") or {}
-            if r.get("mode") != REFERENCE or not vs:
-                continue
-            steps = ", ".join(
-                f"{ratio_words(vs[k])} {CONTEXT_WORDS.get(k.removeprefix('train_step_'), k)}"
-                for k in ("train_step_alone", "train_step_shared")
-                if k in vs
-            )
-            parts.append(f"{_at(r['precision'])} vs {_at(REFERENCE_PRECISION)} with {REFERENCE}, per step: {steps}")
+        steps = ", ".join(
+            f"{ratio_words(vs[k])} {CONTEXT_WORDS.get(k.removeprefix('train_step_'), k)}"
+            for k in ("train_step_alone", "train_step_shared")
+            if k in vs
+        )
+        parts.append(f"{_at(r.precision)} vs {_at(REFERENCE_PRECISION)} with {REFERENCE}, per step: {steps}")
     for c in ttq_records.values():
         if c.axis == "precision" and c.model == SUBJECT and c.measured:
             parts.append(f"in time to quality, {c.sentence()}")
@@ -181,7 +165,7 @@ def precision_finding(bench: Mapping[str, Any], ttq_records: Mapping[str, ttc.Co
     return "Precision: its own effect, not XLA's (each precision vs float32 in the same mode): " + "; ".join(parts)
 
 
-def recommendation(bench: Mapping[str, Any], context: str) -> str:
+def recommendation(bench: BenchRecord, context: str) -> str:
     """The fastest configuration per step on this machine, both axes at once, labelled as a
     recommendation (it is not XLA's effect); empty without a benchmark."""
     from ptycho.study.bench import arm_words
@@ -192,22 +176,22 @@ def recommendation(bench: Mapping[str, Any], context: str) -> str:
     if best is None:
         return ""
     arm, r = best
-    entry = bench["ratios"][SUBJECT][arm]
-    reduced = entry.get("precision", REFERENCE_PRECISION) != REFERENCE_PRECISION
-    xla = entry.get("mode", REFERENCE) != REFERENCE
+    entry = bench.entry(SUBJECT, arm)
+    reduced = entry.precision != REFERENCE_PRECISION
+    xla = entry.mode != REFERENCE
     whose = {(True, True): "XLA and precision together", (True, False): "the precision's alone"}.get(
         (reduced, xla), "XLA's alone"
     )
     return (
-        f"Recommendation for this machine kind ({bench.get('machine', {}).get('cpu', 'CPU not recorded')}"
-        f"{flags_words(bench.get('machine', {}))}): the fastest PINN "
+        f"Recommendation for this machine kind ({bench.machine.get('cpu', 'CPU not recorded')}"
+        f"{flags_words(bench.machine)}): the fastest PINN "
         f"configuration per step {CONTEXT_WORDS.get(context, context)} is {arm_words(bench, SUBJECT, arm)}, "
         f"{ratio_words(r)} {REFERENCE} at {_at(REFERENCE_PRECISION)} ({whose})"
     )
 
 
 def speedup(
-    bench: Mapping[str, Any],
+    bench: BenchRecord | Mapping[str, Any],
     threshold: float,
     train_timings: Mapping[str, Any] | None = None,
     context: str = "alone",
@@ -229,8 +213,9 @@ def speedup(
     ratios (alone and in the pipeline's schedule), the precision's own effect and the
     fastest configuration overall are evidence, never XLA's value.
     """
-    from ptycho.study.bench.result import cross_check, cross_check_words, foreign_load
+    from ptycho.study.bench.result import cross_check, cross_check_words
 
+    bench = BenchRecord.of(bench)
     train_timings = dict(train_timings or {})
     records = time_to_quality(metas, margin)
     xla = {k: c for k, c in records.items() if c.is_xla(SUBJECT)}
@@ -253,13 +238,13 @@ def speedup(
         head += "in the pipeline's schedule): " + "; ".join(c.sentence() for c in xla.values())
         judged = {"by": "time_to_quality", "comparison": best_key}
     else:
-        value, best_bench = _bench_verdict(bench, context)
+        value, best_arm = _bench_verdict(bench, context)
         head = (
             "No trained XLA pair to time to quality; XLA's own per-step effect "
             f"(the fastest mode vs off at the same precision, {CONTEXT_WORDS.get(context, context)}): "
             + (per_step.get(context, "not measured"))
         )
-        judged = {"by": "step", "context": context, **({"arm": best_bench["arm"]} if best_bench else {})}
+        judged = {"by": "step", "context": context, **({"arm": best_arm} if best_arm else {})}
     if not xla and not per_step:
         head = "no PINN timings of off and an XLA mode at the same precision: the speedup was not measured"
     from ptycho.study.bench import batch_words
@@ -283,10 +268,10 @@ def speedup(
             "recommendation": recommendation(bench, context),
             "batch": batch_words(bench),
             "cross_check": checked,
-            "cross_check_words": cross_check_words(checked, bool(foreign_load(bench, "shared").get("contaminated"))),
-            "bench": bench,
+            "cross_check_words": cross_check_words(checked, bench.contaminated("shared")),
+            "bench": bench.to_json(),
             "intervals": speedup_intervals(bench),
-            "machine": bench.get("machine", {}),
+            "machine": bench.machine,
             "training_jobs": train_timings,
         },
         status,
@@ -389,9 +374,9 @@ def _trainings_at_once(report: Mapping) -> str:
     which reproduces the schedule of the run that made the bench."""
     counts = sorted({n for arm in report["arms"].values() if (n := arm.get("timing", {}).get("trainings_at_once"))})
     if not counts:
-        bench = report.get("items", {}).get("speedup", {}).get("evidence", {}).get("bench", {})
-        shared = bench.get("contexts", {}).get("shared", {}).get("trainings_at_once")
-        counts = [shared] if shared else []
+        bench = BenchRecord.of(report.get("items", {}).get("speedup", {}).get("evidence", {}).get("bench", {}))
+        shared = bench.contexts.get("shared")
+        counts = [shared.trainings_at_once] if shared and shared.trainings_at_once else []
     if not counts:
         return ""
     if counts == [1]:
@@ -437,7 +422,7 @@ def _figure(kind: str):
     def draw(inputs):
         from ptycho.study.figures import timing
 
-        bench = inputs.benchmark
+        bench = inputs.benchmark.to_json()  # the figures draw the record's JSON, as they validate it
         if kind == "speedup":
             return timing.speedup_bars(bench.get("ratios", {}))
         if kind == "precision_speedup":

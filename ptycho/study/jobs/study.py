@@ -54,21 +54,24 @@ def bench(
         from ptycho.data.simulate import simulate_split
 
         source = simulate_split(sim, "train")
+    from ptycho.study.bench.record import BenchRecord
+
     result = timing.run(source, models, train_cfg, modes, config, precisions)
     if out:
         write_json(out, result, producer="bench")
-    gpus = result["machine"]["gpus"]  # what the workers' TensorFlow saw; this process loads none
+    record = BenchRecord.from_json(result)
+    gpus = record.machine["gpus"]  # what the workers' TensorFlow saw; this process loads none
     return JobRecord(
         tags={"device": "GPU" if gpus else "CPU", "gpus": str(gpus) if gpus else "none"},
         params={
-            "bench.modes": " ".join(result["modes"]),
-            "bench.precisions": " ".join(result["precisions"]),
+            "bench.modes": " ".join(record.modes),
+            "bench.precisions": " ".join(record.precisions),
             "bench.repeats": config.repeats,
-            **{f"bench.context.{k}": v["how"] for k, v in result["contexts"].items()},
+            **{f"bench.context.{k}": c.how for k, c in record.contexts.items()},
         },
-        nested=timing.arm_runs(result),
+        nested=timing.arm_runs(record),
         artifacts=[(out, "bench")] if out else [],
-        summary=timing.format_table(result),
+        summary=timing.format_table(record),
     )
 
 
