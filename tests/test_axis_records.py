@@ -239,4 +239,4 @@ def test_a_mode_and_a_precision_added_by_their_records_are_drawn_and_reported_in
     md = report.write(rec, tmp_path)["md"].read_text()
     assert "PINN jit2 - off" in md and "PINN mixed_bfloat16_copy - float32 (jit2)" in md
     assert "jit2 at bf16c" in md
-    json.dumps(rec)  # the record stays JSON
+    json.dumps(rec.to_json())  # the record stays JSON

@@ -25,7 +25,7 @@ def _collect(inputs: Inputs, threshold: float) -> ItemResult:
 
 
 def _tables(rep):
-    files = rep["items"]["tidiness"]["evidence"]["files"]
+    files = rep.evidence("tidiness")["files"]
     return [("Files seen", ["file"], [[f] for f in files])]
 
 
@@ -88,7 +88,7 @@ def test_an_item_registered_from_a_test_module_is_checked_judged_and_reported(ti
         report.build({k: v for k, v in items.items() if k != "tidiness"}, {}, {"preset": "smoke"})
     items["tidiness"] = ItemResult.from_json(json.loads(out.read_text()))
     rec = report.build(items, {}, {"preset": "smoke"})
-    assert rec["verdict"] == "FAIL" and list(rec["items"])[-1] == "tidiness"
+    assert rec.verdict == "FAIL" and list(rec.items)[-1] == "tidiness"
     paths = report.write(rec, tmp_path / "report")
     html, md = paths["html"].read_text(), paths["md"].read_text()
     assert '<section id="tidiness"><h2>Tidiness <span class="fail">FAIL</span>' in html

@@ -321,10 +321,10 @@ def _items(status="PASS"):
 
 
 def test_report_verdict_is_pass_only_if_every_item_passes():
-    assert report.build(_items(), {}, {"preset": "smoke"})["verdict"] == "PASS"
+    assert report.build(_items(), {}, {"preset": "smoke"}).verdict == "PASS"
     items = _items()
     items["speedup"] = verdict("speedup", 0.5, 1.0, ">=", "slower", {})
-    assert report.build(items, {}, {"preset": "smoke"})["verdict"] == "FAIL"
+    assert report.build(items, {}, {"preset": "smoke"}).verdict == "FAIL"
     with pytest.raises(ValueError, match="gradients"):
         report.build({k: v for k, v in _items().items() if k != "gradients"}, {}, {})
 
@@ -358,7 +358,7 @@ def test_report_files_are_written_and_the_html_is_self_contained(tmp_path):
     assert "http://" not in html and "https://" not in html  # nothing fetched from a network
     md = paths["md"].read_text()
     assert "| accuracy | PASS |" in md
-    assert "presets" not in rec["config"]
+    assert "presets" not in rec.config
 
 
 def test_illumination_weighting_prefers_the_patch_that_lit_the_pixel():
@@ -495,7 +495,7 @@ def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_p
     md = paths["md"].read_text()
     assert "## Speedup" in md and "95 % bootstrap intervals" in md and "PINN minus baseline" not in md
     assert "physics vs off" in md and "break-even steps alone" in md
-    assert rec["figures"] == ["speedup"]
+    assert rec.figures == ("speedup",)
 
 
 def test_every_figure_of_the_report_has_a_caption_for_snakemake_report():
@@ -531,7 +531,7 @@ def test_a_diverged_arm_fails_convergence_quality_and_the_verdict_with_its_reaso
         "pinn-off-s0": {"status": "FINISHED", "final": {"epoch": 3}, "timing": {"compile_s": 2.0}},
     }
     rec = report.build(items, arms, {"preset": "smoke"})
-    assert rec["verdict"] == "FAIL" and rec["failed_arms"] == {"pinn-jit-s0": reason}
+    assert rec.verdict == "FAIL" and rec.failed_arms == {"pinn-jit-s0": reason}
     paths = report.write(rec, tmp_path)
     top = paths["html"].read_text().split('<section id="checklist">')[0]
     assert f"Training FAILED for pinn-jit-s0: {reason}" in escape(top, quote=False) or reason in top
@@ -612,7 +612,7 @@ def test_the_report_renders_seed_comparisons_read_back_from_json(tmp_path):
         items["speedup"], status="PASS"
     )  # no item fails: the verdict cannot say either way
     rec = report.build(items, {}, {"preset": "smoke"})
-    assert rec["verdict"] == "INCONCLUSIVE"
+    assert rec.verdict == "INCONCLUSIVE"
     md = report.write(rec, tmp_path / "out")["md"].read_text()
     assert "INCONCLUSIVE" in md.split("## Accuracy")[0]  # named in the first lines
     assert "seeds needed" in md

@@ -193,13 +193,13 @@ def test_a_condition_added_by_its_record_is_reported_and_its_failure_fails_the_v
 
     register(monkeypatch.setitem)
     rec, md = _report(base, [_row(SPARSE_LOW.name)], tmp_path)
-    assert rec["verdict"] == "PASS"
+    assert rec.verdict == "PASS"
     assert "## Conditions" in md and SPARSE_LOW.name in md
     assert "| PINN off fp32 (1 seed) | 0.800/0.900 | 0.700/0.800 |" in md  # own point, then the condition
     assert f"Conditions ({SPARSE_LOW.name}, beside the study's own): accuracy and gradients PASS" in md
     assert f"at {SPARSE_LOW.name} the trained PINN arms score amplitude/phase SSIM 0.700-0.710/0.790-0.800" in md
     failed, md = _report(base, [_row(SPARSE_LOW.name, "FAIL")], tmp_path / "failed")
-    assert failed["verdict"] == "FAIL" and f"accuracy and gradients FAIL at {SPARSE_LOW.name} accuracy" in md
+    assert failed.verdict == "FAIL" and f"accuracy and gradients FAIL at {SPARSE_LOW.name} accuracy" in md
     lines = report.console_lines(failed, tmp_path / "validation.html")  # what `make all` ends with
     assert lines[0] == f"Verdict: FAIL (conditions FAIL at {SPARSE_LOW.name} accuracy)"
     assert lines[-2].startswith(f"Conditions: FAIL at {SPARSE_LOW.name} accuracy")

@@ -58,6 +58,13 @@ def test_the_typed_records_read_back_what_their_jobs_wrote():
     for path, record in zip(results.solver, results.solver_records, strict=True):
         assert _jsonable(record.to_json()) == stored(path), path
         assert SolveRecord.from_json(record.to_json()) == record
+    # The report: validation.json read into a StudyReport and written again, key for key.
+    from ptycho.study.report.record import StudyReport
+
+    report = stored(STUDY / "expected" / "validation.json")
+    typed = StudyReport.from_json(report)
+    assert _jsonable(typed.to_json()) == report
+    assert typed.items["speedup"].status == report["items"]["speedup"]["status"] and typed.solver == report["solver"]
     with pytest.raises(
         PtychoError, match=r"^x.json: not a solver record; pass the JSON written by 'ptycho solve --out'$"
     ):

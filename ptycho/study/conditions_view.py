@@ -10,12 +10,15 @@ numerics that a dose or a loss breaks are XLA making it worse.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ptycho.nets.models import SUBJECT
 from ptycho.study.checklist.item import Section
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.tables import Table
+
+if TYPE_CHECKING:
+    from ptycho.study.report.record import StudyReport
 
 #: The checks a condition repeats, as the checklist names them.
 CHECKS = ("accuracy", "gradients")
@@ -68,12 +71,12 @@ def rows(records: Mapping[str, Mapping[str, Any]], config: Mapping) -> list[dict
     return out
 
 
-def own_row(report: Mapping) -> dict[str, Any]:
+def own_row(report: StudyReport) -> dict[str, Any]:
     """The study's own point, from the report's checklist, solver and arms."""
     from ptycho.study.conditions import own_name, own_settings
 
-    config = report["config"]
-    solver = report.get("solver")
+    config = report.config
+    solver = report.solver
     mode = (solver or {}).get("warm_mode") or (solver or {}).get("fastest")
     run = (solver or {}).get("modes", {}).get(mode)
     return {
@@ -82,17 +85,15 @@ def own_row(report: Mapping) -> dict[str, Any]:
         "nphotons": float(config["simulation"]["nphotons"]),
         "stride_test": config["simulation"]["stride_test"],
         "loss": own_settings(config)["loss"],
-        **{c: {k: report["items"][c][k] for k in ("status", "value")} for c in CHECKS},
+        **{c: {"status": report.items[c].status, "value": report.items[c].value} for c in CHECKS},
         "solver": _solver_cell(mode, run) if run else None,
-        "models": {arm: a["metrics"] for arm, a in report["arms"].items() if a.get("metrics")},
+        "models": {arm: a["metrics"] for arm, a in report.arms.items() if a.get("metrics")},
     }
 
 
-def failing(report: Mapping) -> list[str]:
+def failing(report: StudyReport) -> list[str]:
     """``"<condition> <check>"`` for every condition's check that FAILed."""
-    return [
-        f"{row['name']} {c}" for row in report.get("conditions") or [] for c in CHECKS if row[c]["status"] == "FAIL"
-    ]
+    return [f"{row['name']} {c}" for row in report.conditions for c in CHECKS if row[c]["status"] == "FAIL"]
 
 
 def _groups(models: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[float, float, int]]:
@@ -124,11 +125,11 @@ def _pair(a: float | None, b: float | None) -> str:
     return "n/a" if a is None or b is None else f"{a:.3f}/{b:.3f}"
 
 
-def sentence(report: Mapping) -> str:
+def sentence(report: StudyReport) -> str:
     """The report's sentence on the conditions (the section's text and the answer's last lines)."""
     from ptycho.study.conditions import mean_scores
 
-    rows = report.get("conditions") or []
+    rows = report.conditions
     if not rows:
         return ""
     names = ", ".join(r["name"] for r in rows)
@@ -151,8 +152,8 @@ def sentence(report: Mapping) -> str:
     return f"Conditions ({names}, beside the study's own): {checks}; " + "; ".join(best) + "."
 
 
-def tables(report: Mapping) -> list[Table]:
-    rows = [own_row(report), *report["conditions"]]
+def tables(report: StudyReport) -> list[Table]:
+    rows = [own_row(report), *report.conditions]
     checks = [
         [
             row["name"] + (" (trained here)" if row["trained"] else ""),
@@ -191,7 +192,7 @@ def tables(report: Mapping) -> list[Table]:
     ]  # fmt: skip
 
 
-def _text(report: Mapping) -> str:
+def _text(report: StudyReport) -> str:
     return sentence(report) or "No condition besides the study's own was checked."
 
 

@@ -12,7 +12,7 @@ quality is the data misfit (the solver's at its checkpoints, each network's from
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from ptycho.study.checklist.item import Figure, Section
 from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
 from ptycho.study.solve import MISFIT, first_below, first_reaching
 from ptycho.study.solver_record import SolveRecord, SolverRun
+
+if TYPE_CHECKING:
+    from ptycho.study.report.record import StudyReport
 
 #: The quality the issue asks of the solver: amplitude and phase SSIM.
 TARGET = (0.995, 0.98)
@@ -181,10 +184,10 @@ def _xla_words(solver: Mapping) -> str:
     )
 
 
-def tables(report: Mapping) -> list[tuple[str, list[str], list[list[str]]]]:
+def tables(report: StudyReport) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of the solver section. Without a ground truth the score cells
     say so, and a data misfit column takes their place as the quality."""
-    solver = report["solver"]
+    solver = report.solver
     truth = solver.get("ground_truth", True)
 
     def quality(q: Mapping) -> list[str]:
@@ -390,7 +393,7 @@ def _draw(inputs):
 SECTION = Section(
     name="solver",
     title="Conventional solver",
-    text=lambda report: headline(report["solver"]) + ".",
+    text=lambda report: headline(report.solver) + ".",
     tables=tables,
     figures=(Figure("solver", "quality against seconds per object: networks and the iterative solver", _draw),),
 )

@@ -15,7 +15,7 @@ unit round-offs (section 9). The value is the worst difference over its limit.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from ptycho.study.checklist.comparisons import (
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import ItemResult, verdict
 from ptycho.study.tables import Table, fmt
+
+if TYPE_CHECKING:
+    from ptycho.study.report.record import StudyReport
 
 
 def translation_suite(seed: int = 0) -> list[dict]:
@@ -303,10 +306,10 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     )
 
 
-def tables(report: Mapping) -> list[Table]:
+def tables(report: StudyReport) -> list[Table]:
     """The physics per dtype and shift kind, and per mode; the trained networks per model
     and comparison, worst over the models (seeds, the arms' modes); each row with its limit."""
-    ev = report["items"]["accuracy"]["evidence"]
+    ev = report.evidence("accuracy")
     strict = fmt(ev.get("limits", {}).get(REFERENCE_PRECISION, float("nan")))
     groups: dict[tuple[str, str], list[dict]] = {}
     for case in ev.get("translation", []):

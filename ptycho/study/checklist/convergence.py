@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from ptycho.study.stats import LOWER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 from ptycho.study.time_to_quality import common_floors, loss_floor
 from ptycho.study.ttq_comparison import raw_loss_words
+
+if TYPE_CHECKING:
+    from ptycho.study.report.record import StudyReport
 
 #: What the item compares, in its words.
 WHAT = "final validation loss above a perfect reconstruction's"
@@ -160,9 +163,9 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     )
 
 
-def tables(report: Mapping) -> list[Table]:
+def tables(report: StudyReport) -> list[Table]:
     """The across-seed comparison (when there is one), then the per-seed final losses."""
-    ev = report["items"]["convergence"]["evidence"]
+    ev = report.evidence("convergence")
     out = []
     if ev.get("comparisons"):
         out.append(

@@ -12,7 +12,8 @@ gradient against central finite differences in float64.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from ptycho.study.checklist.comparisons import (
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import ItemResult, verdict
 from ptycho.study.tables import Table, fmt
+
+if TYPE_CHECKING:
+    from ptycho.study.report.record import StudyReport
 
 
 def variable_differences(weights: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> list[float]:
@@ -247,11 +251,11 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     )
 
 
-def tables(report: Mapping) -> list[Table]:
+def tables(report: StudyReport) -> list[Table]:
     """Per model and comparison: the variable that differs most (over the whole gradient's
     norm), the whole weight gradient's and the inputs' relative differences, the losses and
     the limit."""
-    ev = report["items"]["gradients"]["evidence"]
+    ev = report.evidence("gradients")
     rows = []
     for model, m in ev.get("models", {}).items():
         for c in m.get("comparisons", {}).values():

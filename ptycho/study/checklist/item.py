@@ -4,14 +4,17 @@ verdict, its tables and its figures) and nothing else names it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ptycho.config import defaults
 from ptycho.study.checklist.result import ItemResult
 from ptycho.study.results import StudyResults
 from ptycho.study.tables import Table
+
+if TYPE_CHECKING:
+    from ptycho.study.report.record import StudyReport
 
 
 @dataclass(frozen=True)
@@ -67,13 +70,13 @@ class Section:
 
     name: str
     title: str
-    tables: Callable[[Mapping], list[Table]]
+    tables: Callable[[StudyReport], list[Table]]
     figures: tuple[Figure, ...] = ()
     #: the section's text from the report record; an item's default is its verdict's summary
-    text: Callable[[Mapping], str] | None = None
+    text: Callable[[StudyReport], str] | None = None
 
-    def describe(self, report: Mapping) -> str:
-        return self.text(report) if self.text else report["items"][self.name]["summary"]
+    def describe(self, report: StudyReport) -> str:
+        return self.text(report) if self.text else report.items[self.name].summary
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ agreement with its reference are judged instead (:mod:`ptycho.study.checklist.ag
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
@@ -21,6 +21,9 @@ from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import HIGHER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
+
+if TYPE_CHECKING:
+    from ptycho.study.report.record import StudyReport
 
 #: The metrics of an arm, with their words in the report's tables: the scores the
 #: comparison between arms keeps too (one table, :data:`agreement.COLUMNS`).
@@ -121,8 +124,8 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     return quality(records, threshold, failed, inputs.test)
 
 
-def tables(report: Mapping) -> list[Table]:
-    ev = report["items"]["quality"]["evidence"]
+def tables(report: StudyReport) -> list[Table]:
+    ev = report.evidence("quality")
     if ev.get("ground_truth") is False:
         return agreement.tables(ev)
     header = list(COLUMNS.values())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ptycho.errors import PtychoError
 from ptycho.nets.models import SUBJECT
@@ -29,6 +29,9 @@ from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, 
 from ptycho.study.figures.timing import MEASUREMENTS
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.tables import Table, fmt
+
+if TYPE_CHECKING:
+    from ptycho.study.report.record import StudyReport
 
 #: Below this many timed steps per arm a percentile bootstrap of the median is not
 #: trusted (with 3 equal samples it gives a zero-width interval): the summary says so.
@@ -70,9 +73,9 @@ def effect_words(r: Interval) -> str:
     return ttc.effect_words(r.ratio, r.low, r.high)
 
 
-def comparisons(report: Mapping) -> dict[str, ttc.Comparison]:
+def comparisons(report: StudyReport) -> dict[str, ttc.Comparison]:
     """The speedup item's time-to-quality comparisons of a report, by key."""
-    found = report["items"]["speedup"]["evidence"].get("time_to_quality") or {}
+    found = report.evidence("speedup").get("time_to_quality") or {}
     return {k: ttc.Comparison.from_json(c) for k, c in found.items()}
 
 
@@ -292,18 +295,18 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     )
 
 
-def text(report: Mapping) -> str:
+def text(report: StudyReport) -> str:
     """The verdict's summary, the roofline in words (how close the fastest arm is to the
     machine's peak, which precision the hardware accelerates) and the machine."""
     from ptycho.study.bench import roofline_words
     from ptycho.study.bench.machine import machine_line
 
-    item = report["items"]["speedup"]
-    ev = item["evidence"]
+    item = report.items["speedup"]
+    ev = item.evidence
     roof = roofline_words(ev.get("bench", {}))
     machine = machine_line(ev.get("machine", {}))
     parts = [
-        item["summary"],
+        item.summary,
         ev.get("cross_check_words"),
         ev.get("batch"),
         ev.get("precision"),
@@ -313,7 +316,7 @@ def text(report: Mapping) -> str:
     return f"{text}. {roof + ' ' if roof else ''}Benchmark machine: {machine}."
 
 
-def ttq_table(report: Mapping) -> Table:
+def ttq_table(report: StudyReport) -> Table:
     """Per comparison and seed: steps, step time and seconds to the target, both arms."""
     rows = []
     for c in comparisons(report).values():
@@ -364,7 +367,7 @@ def ttq_table(report: Mapping) -> Table:
     )
 
 
-def _trainings_at_once(report: Mapping) -> str:
+def _trainings_at_once(report: StudyReport) -> str:
     """How many trainings ran at once, as words for the training table's title: one at a
     time (``--cores 1``, a cluster), up to N at once, or ``""`` when nothing says.
 
@@ -372,9 +375,9 @@ def _trainings_at_once(report: Mapping) -> str:
     whose arms ran in different runs (a rerun with another ``--cores``) says each count.
     Models trained before that was recorded fall back to the bench's shared context,
     which reproduces the schedule of the run that made the bench."""
-    counts = sorted({n for arm in report["arms"].values() if (n := arm.get("timing", {}).get("trainings_at_once"))})
+    counts = sorted({n for arm in report.arms.values() if (n := arm.get("timing", {}).get("trainings_at_once"))})
     if not counts:
-        bench = BenchRecord.of(report.get("items", {}).get("speedup", {}).get("evidence", {}).get("bench", {}))
+        bench = BenchRecord.of(report.evidence("speedup").get("bench", {}))
         shared = bench.contexts.get("shared")
         counts = [shared.trainings_at_once] if shared and shared.trainings_at_once else []
     if not counts:
@@ -386,9 +389,9 @@ def _trainings_at_once(report: Mapping) -> str:
     return f": up to {' or '.join(map(str, counts))} trainings at once (arms trained in runs of different --cores)"
 
 
-def training_table(report: Mapping) -> Table:
+def training_table(report: StudyReport) -> Table:
     rows = []
-    for name, arm in sorted(report["arms"].items()):
+    for name, arm in sorted(report.arms.items()):
         t = arm.get("timing", {})
         status = arm.get("status", "FINISHED")
         if status == "FAILED":
@@ -410,11 +413,11 @@ def training_table(report: Mapping) -> Table:
     )
 
 
-def tables(report: Mapping) -> list[Table]:
+def tables(report: StudyReport) -> list[Table]:
     from ptycho.study.bench import batch_table
     from ptycho.study.bench import tables as bench_tables
 
-    bench = report["items"]["speedup"]["evidence"].get("bench", {})
+    bench = BenchRecord.of(report.evidence("speedup").get("bench", {}))
     return [ttq_table(report), *bench_tables(bench), batch_table(bench), training_table(report)]
 
 

@@ -256,10 +256,10 @@ def report(
     others = report_answers(result)
     others[""].artifacts += [*artifacts, *((p, "figures") for p in figure_pngs)]
     return JobRecord(
-        metrics={"verdict_pass": float(result["verdict"] == "PASS")},
+        metrics={"verdict_pass": float(result.verdict == "PASS")},
         artifacts=artifacts,
         close_parent=parent or None,
         others=others,
-        summary=f"{paths['html']}: verdict {result['verdict']} "
-        + " ".join(f"{k}={v['status']}" for k, v in result["items"].items()),
+        summary=f"{paths['html']}: verdict {result.verdict} "
+        + " ".join(f"{k}={v.status}" for k, v in result.items.items()),
     )

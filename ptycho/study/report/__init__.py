@@ -4,7 +4,7 @@ Everything in it comes from this run's job outputs (checklist items, per-arm met
 training metadata); nothing is typed in. Judging is the checklist's
 (:mod:`ptycho.study.checklist`); this package assembles and narrates:
 
-* :mod:`~ptycho.study.report.record`: the record (:func:`build`), its format version and
+* :mod:`~ptycho.study.report.record`: the record (:class:`StudyReport`, :func:`build`), its format version and
   the run's cost from the jobs' benchmark files;
 * :mod:`~ptycho.study.report.words`: the sentences (the verdict line, the three answers,
   what follows them, provenance, what ``make all`` prints last);
@@ -27,7 +27,7 @@ from ptycho.study.report.pages import (
     sections,
     write,
 )
-from ptycho.study.report.record import REPORT_FILES, REPORT_SCHEMA_VERSION, build, pipeline_cost
+from ptycho.study.report.record import REPORT_FILES, REPORT_SCHEMA_VERSION, StudyReport, build, pipeline_cost
 from ptycho.study.report.words import (
     agreement_sentence,
     answer,
@@ -49,6 +49,7 @@ from ptycho.study.report.words import (
 __all__ = [
     "REPORT_FILES",
     "REPORT_SCHEMA_VERSION",
+    "StudyReport",
     "agreement_sentence",
     "answer",
     "build",

@@ -6,15 +6,15 @@ report's sentences as its description (:func:`answers`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import ANSWER_METRICS, Arm
+from ptycho.study.report.record import StudyReport, reads_report
 from ptycho.study.report.words import answer, rest_lines, verdict_line
 from ptycho.tracking.record import JobRecord
 
 
-def _measured_answers(report: Mapping, arms: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+def _measured_answers(report: StudyReport, arms: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """``arms`` with each arm's answer when the quality item had no ground truth: its own
     measures (:data:`ptycho.study.checklist.agreement.OWN`: data misfit, half-scan
     resolutions) and the SSIM of its reconstruction against its reference arm's
@@ -23,10 +23,10 @@ def _measured_answers(report: Mapping, arms: dict[str, dict[str, float]]) -> dic
     was otherwise."""
     from ptycho.study.checklist.agreement import OWN
 
-    evidence = report["items"]["quality"].get("evidence", {})
+    evidence = report.evidence("quality")
     if evidence.get("ground_truth") is not False:
         return arms
-    for name, arm in report["arms"].items():
+    for name, arm in report.arms.items():
         for key in OWN:
             value = (arm.get("metrics") or {}).get(key)
             if isinstance(value, int | float):
@@ -40,7 +40,8 @@ def _measured_answers(report: Mapping, arms: dict[str, dict[str, float]]) -> dic
     return arms
 
 
-def answers(report: Mapping) -> dict[str, JobRecord]:
+@reads_report
+def answers(report: StudyReport) -> dict[str, JobRecord]:
     """What the report adds to other runs of the study, by run name ('' = the parent), so
     that one run per arm carries its answer and the parent the study's.
 
@@ -61,13 +62,13 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
     from ptycho.study.checklist.speedup import comparisons
 
     arms: dict[str, dict[str, float]] = {}
-    for name, arm in report["arms"].items():
+    for name, arm in report.arms.items():
         metrics = {k: arm["metrics"][k] for k in ANSWER_METRICS if k in (arm.get("metrics") or {})}
         if "infer_patterns_per_s" in arm:
             metrics["infer_patterns_per_s"] = arm["infer_patterns_per_s"]
         arms[name] = metrics
     arms = _measured_answers(report, arms)
-    parent_metrics: dict[str, float] = {"verdict_pass": float(report["verdict"] == "PASS")}
+    parent_metrics: dict[str, float] = {"verdict_pass": float(report.verdict == "PASS")}
     for c in comparisons(report).values():
         if not c.is_xla():  # an arm's target is its XLA comparison's (off at its precision)
             continue
@@ -77,11 +78,11 @@ def answers(report: Mapping) -> dict[str, JobRecord]:
         if c.model == SUBJECT:
             key = Arm(c.model, c.mode, 0, c.precision).key("mode", "precision")
             parent_metrics.update({f"xla_ttq_{stat}.{key}": v for stat, v in c.metrics().items()})
-    tags = {"verdict": report["verdict"]}
-    for item, rec in report["items"].items():
-        tags[f"check.{item}"] = rec["status"]
-        value = rec.get("value")
-        if isinstance(value, int | float) and math.isfinite(value):  # NaN: no value, nothing logged as one
+    tags = {"verdict": report.verdict}
+    for item, rec in report.items.items():
+        tags[f"check.{item}"] = rec.status
+        value = rec.value
+        if math.isfinite(value):  # NaN: no value, nothing logged as one
             parent_metrics[f"check.{item}.value"] = value
     note = (
         f"{verdict_line(report)}. "

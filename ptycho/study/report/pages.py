@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ptycho.study import checklist
 from ptycho.study.bench.machine import machine_line
-from ptycho.study.report.record import REPORT_FILES
+from ptycho.study.report.record import REPORT_FILES, StudyReport, reads_report
 from ptycho.study.report.words import (
     answer,
     cost_line,
@@ -25,8 +25,9 @@ from ptycho.study.report.words import (
 from ptycho.study.tables import fmt, to_html, to_markdown
 
 
-def cost_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
-    steps = (report.get("cost") or {}).get("steps", {})
+@reads_report
+def cost_table(report: StudyReport) -> tuple[list[str], list[list[str]]]:
+    steps = report.cost.get("steps", {})
     return (
         ["step", "jobs", "wall min (sum)", "CPU min (sum)", "largest peak RSS MB"],
         [
@@ -49,33 +50,36 @@ def caption(stem: str) -> str:
     return files("ptycho").joinpath("captions", f"{stem}.rst").read_text().strip()
 
 
-def checklist_table(report: Mapping) -> tuple[list[str], list[list[str]]]:
+@reads_report
+def checklist_table(report: StudyReport) -> tuple[list[str], list[list[str]]]:
     return (
         ["item", "status", "value", "threshold", "summary"],
         [
-            [name, it["status"], fmt(it["value"]), f"{it['comparison']} {fmt(it['threshold'])}", it["summary"]]
-            for name, it in report["items"].items()
+            [name, it.status, fmt(it.value), f"{it.comparison} {fmt(it.threshold)}", it.summary]
+            for name, it in report.items.items()
         ],
     )
 
 
-def sections(report: Mapping) -> list[tuple[str, str, str, list[tuple[str, list[str], list[list[str]]]]]]:
+@reads_report
+def sections(report: StudyReport) -> list[tuple[str, str, str, list[tuple[str, list[str], list[list[str]]]]]]:
     """(id, title, text, [(table title, header, rows)]) in reading order; both views use it.
     The checklist's items always; a section without a verdict (the solver) when the
     report holds its record."""
     out = []
     for section in checklist.sections():
-        if section.name in report["items"] or report.get(section.name):
+        if section.name in report.items or getattr(report, section.name, None):
             out.append((section.name, section.title, section.describe(report), section.tables(report)))
     return out
 
 
-def markdown(report: Mapping) -> str:
+@reads_report
+def markdown(report: StudyReport) -> str:
     table = to_markdown
     parts = [
-        f"# XLA validation report: preset `{report['config'].get('preset')}`",
+        f"# XLA validation report: preset `{report.config.get('preset')}`",
         provenance_line(report),
-        f"**{report['question']}**",
+        f"**{report.question}**",
         f"## {verdict_line(report)}",
         *answer(report),
         *[rest_lines(report)] * bool(rest_lines(report)),
@@ -87,15 +91,16 @@ def markdown(report: Mapping) -> str:
             parts += ([f"### {sub}"] if sub else []) + [table(header, rows)]
     parts += [
         "## Machine and run",
-        f"{machine_line(report.get('machine', {}))}. Generated {report['generated_utc']}; preset `{report['config'].get('preset')}`. "
+        f"{machine_line(report.machine)}. Generated {report.generated_utc}; preset `{report.config.get('preset')}`. "
         f"Figures are in `validation.html`. {cost_line(report)}".strip(),
     ]
-    if report.get("cost"):
+    if report.cost:
         parts += ["### Where this run's time went (Snakemake benchmark files)", table(*cost_table(report))]
     return "\n\n".join(parts) + "\n"
 
 
-def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
+@reads_report
+def page(report: StudyReport, pngs: Mapping[str, bytes] | None = None) -> str:
     """A self-contained page (no external CSS, scripts or images), rendered from the
     package's ``templates/validation.html.j2`` with autoescape on; ``pngs`` maps a stem of
     :func:`figures` to PNG bytes, embedded as data URLs."""
@@ -105,12 +110,12 @@ def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
     env = Environment(loader=PackageLoader("ptycho", "templates"), autoescape=select_autoescape(["html", "j2"]))
     body = []
     for sid, title, text, tables in sections(report):
-        item = report["items"].get(sid)
+        item = report.items.get(sid)
         body.append(
             {
                 "id": sid,
                 "title": title,
-                "status": item["status"] if item else "",
+                "status": item.status if item else "",
                 "text": text,
                 "tables": [(sub, to_html(header, rows)) for sub, header, rows in tables],
                 "figures": [
@@ -125,12 +130,12 @@ def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
                 ],
             }
         )
-    prov = report.get("provenance") or {}
+    prov = report.provenance
     return env.get_template("validation.html.j2").render(
-        preset=str(report["config"].get("preset")),
-        verdict=report["verdict"],
+        preset=str(report.config.get("preset")),
+        verdict=report.verdict,
         decided_by=decided_by(report),
-        question=report["question"],
+        question=report.question,
         provenance=provenance_line(report),
         answer=answer(report),
         rest=rest_lines(report),
@@ -141,21 +146,22 @@ def page(report: Mapping, pngs: Mapping[str, bytes] | None = None) -> str:
         + [("machine", "Machine and run")],
         checklist=checklist_table(report),
         sections=body,
-        machine=machine_line(report.get("machine", {})),
-        generated=report["generated_utc"],
+        machine=machine_line(report.machine),
+        generated=report.generated_utc,
         cost_line=cost_line(report),
-        cost_table=to_html(*cost_table(report)) if report.get("cost") else "",
+        cost_table=to_html(*cost_table(report)) if report.cost else "",
     )
 
 
-def write(report: Mapping, out_dir: str | Path, pngs: Mapping[str, bytes] | None = None) -> dict[str, Path]:
+@reads_report
+def write(report: StudyReport, out_dir: str | Path, pngs: Mapping[str, bytes] | None = None) -> dict[str, Path]:
     """Write ``validation.{json,md,html}`` atomically into ``out_dir``."""
     from ptycho.artifacts import atomic_write, write_json
 
     out_dir = Path(out_dir)
     paths = {key: out_dir / name for key, name in REPORT_FILES.items()}
     views = {"md": markdown(report), "html": page(report, pngs)}  # render all before writing any
-    write_json(paths["json"], dict(report))
+    write_json(paths["json"], report.to_json())
     for key, text in views.items():
         atomic_write(paths[key], lambda tmp, text=text: Path(tmp).write_text(text))
     return paths

@@ -1,15 +1,20 @@
-"""The report's record, ``validation.json``: :func:`build` assembles it from the
-checklist's records, the arms, the solver's and the conditions' entries and the run's
-cost (:func:`pipeline_cost`, from the jobs' Snakemake benchmark files); its format is one
-number (:data:`REPORT_SCHEMA_VERSION`). The JSON is the contract (docs/report.md): an
-overall ``verdict`` and ``items.{accuracy, gradients, convergence, quality, speedup}``,
-each with ``status``, ``value``, ``threshold`` and ``evidence``."""
+"""The report's record, ``validation.json``, as a type (:class:`StudyReport`, the one code
+that knows its keys): :func:`build` assembles it from the checklist's results, the arms,
+the solver's and the conditions' entries and the run's cost (:func:`pipeline_cost`, from
+the jobs' Snakemake benchmark files); its format is one number
+(:data:`REPORT_SCHEMA_VERSION`). The JSON is the contract (docs/report.md): an overall
+``verdict`` and ``items.{accuracy, gradients, convergence, quality, speedup}``, each with
+``status``, ``value``, ``threshold`` and ``evidence``. The views take the record
+(:func:`reads_report` lets them take its JSON too)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ptycho.artifacts import FORMATS
 from ptycho.study import checklist, conditions_view
@@ -18,6 +23,103 @@ from ptycho.study.checklist.result import ItemResult
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
 #: the record as ``schema_version`` (2: XLA modes replace the boolean arms).
 REPORT_SCHEMA_VERSION = FORMATS["report"]
+
+
+T = TypeVar("T")
+
+#: The question the study answers, the record's first line.
+QUESTION = "Does XLA make physics-informed ptychographic reconstruction faster without making it worse?"
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """The report's record as a type: the one code that knows ``validation.json``'s keys
+    (:meth:`to_json`, :meth:`from_json`). Its items are :class:`ItemResult`; the arms,
+    the machine, the cost, the config, the provenance, the solver's entry, the conditions'
+    rows and the probe refinement are the JSON their own modules write."""
+
+    verdict: str
+    items: Mapping[str, ItemResult]
+    arms: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    failed_arms: Mapping[str, str] = field(default_factory=dict)
+    machine: Mapping[str, Any] = field(default_factory=dict)
+    figures: tuple[str, ...] = ()
+    cost: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    generated_utc: str = ""
+    solver: Mapping[str, Any] | None = None
+    conditions: tuple[Mapping[str, Any], ...] = ()
+    probe: Mapping[str, Any] | None = None
+    question: str = QUESTION
+    schema_version: int = REPORT_SCHEMA_VERSION
+
+    def evidence(self, item: str) -> Mapping[str, Any]:
+        """An item's evidence (``{}`` for an item the record lacks)."""
+        found = self.items.get(item)
+        return found.evidence if found else {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "question": self.question,
+            "verdict": self.verdict,
+            "items": {name: r.to_json() for name, r in self.items.items()},
+            "arms": dict(self.arms),
+            "failed_arms": dict(self.failed_arms),
+            "machine": dict(self.machine),
+            "figures": list(self.figures),
+            "cost": dict(self.cost),
+            "config": dict(self.config),
+            "provenance": dict(self.provenance),
+            **({"solver": dict(self.solver)} if self.solver else {}),
+            **({"conditions": [dict(row) for row in self.conditions]} if self.conditions else {}),
+            **({"probe": dict(self.probe)} if self.probe else {}),
+            "generated_utc": self.generated_utc,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StudyReport:
+        """A record as written (or any part of one: what is missing is empty)."""
+        return cls(
+            verdict=d.get("verdict", ""),
+            items={name: _item(name, r) for name, r in (d.get("items") or {}).items()},
+            arms=d.get("arms") or {},
+            failed_arms=d.get("failed_arms") or {},
+            machine=d.get("machine") or {},
+            figures=tuple(d.get("figures") or ()),
+            cost=d.get("cost") or {},
+            config=d.get("config") or {},
+            provenance=d.get("provenance") or {},
+            generated_utc=d.get("generated_utc", ""),
+            solver=d.get("solver"),
+            conditions=tuple(d.get("conditions") or ()),
+            probe=d.get("probe"),
+            question=d.get("question", QUESTION),
+            schema_version=d.get("schema_version", REPORT_SCHEMA_VERSION),
+        )
+
+    @classmethod
+    def of(cls, report: StudyReport | Mapping[str, Any]) -> StudyReport:
+        """``report`` as a record: itself, or read from its JSON."""
+        return report if isinstance(report, StudyReport) else cls.from_json(report)
+
+
+def reads_report(fn: Callable[..., T]) -> Callable[..., T]:
+    """A view of the report whose first argument may also be the record's JSON (a
+    ``validation.json`` read back, a test's part-record): it gets a :class:`StudyReport`."""
+
+    @functools.wraps(fn)
+    def view(report: StudyReport | Mapping[str, Any], *args: Any, **kwargs: Any) -> T:
+        return fn(StudyReport.of(report), *args, **kwargs)
+
+    return view
+
+
+def _item(name: str, r: Mapping[str, Any]) -> ItemResult:
+    """An item of a report record; a part-record's missing fields are empty."""
+    empty = {"item": name, "status": "", "value": None, "threshold": None, "comparison": ">=", "summary": ""}
+    return ItemResult.from_json({**empty, **r})
 
 
 def build(
@@ -31,7 +133,7 @@ def build(
     solver: Mapping | None = None,
     conditions: Sequence[Mapping] = (),
     probe: Mapping | None = None,
-) -> dict:
+) -> StudyReport:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
     ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
     which run this is (config hash, git commit, MLflow parent run; the preset is added
@@ -51,23 +153,21 @@ def build(
     verdict = (
         "FAIL" if failed or statuses - {"PASS", "INCONCLUSIVE"} else max(statuses, key=("PASS", "INCONCLUSIVE").index)
     )
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "question": "Does XLA make physics-informed ptychographic reconstruction faster without making it worse?",
-        "verdict": verdict,
-        "items": {name: items[name].to_json() for name in names},
-        "arms": dict(arms),
-        "failed_arms": failed,
-        "machine": dict(machine or {}),
-        "figures": list(figures),
-        "cost": dict(cost or {}),
-        "config": {k: v for k, v in config.items() if k != "presets"},
-        "provenance": {"preset": config.get("preset", ""), **dict(provenance or {})},
-        **({"solver": dict(solver)} if solver else {}),
-        **({"conditions": [dict(row) for row in conditions]} if conditions else {}),
-        **({"probe": dict(probe)} if probe else {}),
-        "generated_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+    return StudyReport(
+        verdict=verdict,
+        items={name: items[name] for name in names},
+        arms=dict(arms),
+        failed_arms=failed,
+        machine=dict(machine or {}),
+        figures=tuple(figures),
+        cost=dict(cost or {}),
+        config={k: v for k, v in config.items() if k != "presets"},
+        provenance={"preset": config.get("preset", ""), **dict(provenance or {})},
+        generated_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        solver=dict(solver) if solver else None,
+        conditions=tuple(dict(row) for row in conditions),
+        probe=dict(probe) if probe else None,
+    )
 
 
 def pipeline_cost(bench_dir: str | Path) -> dict:

@@ -7,7 +7,6 @@ last. One sentence, one function; the views and the MLflow view read them."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,14 @@ from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.study import conditions_view
 from ptycho.study.arms import Pair
-from ptycho.study.report.record import REPORT_FILES
+from ptycho.study.report.record import REPORT_FILES, StudyReport, reads_report
 from ptycho.study.stats import SeedComparison
 
 
-def cost_line(report: Mapping) -> str:
+@reads_report
+def cost_line(report: StudyReport) -> str:
     """One sentence: the run's wall time and its largest parts (empty without benchmarks)."""
-    cost = report.get("cost") or {}
+    cost = report.cost
     if not cost.get("steps"):
         return ""
     parts = [
@@ -44,13 +44,14 @@ def cost_line(report: Mapping) -> str:
     )
 
 
-def speed_sentence(report: Mapping) -> str:
+@reads_report
+def speed_sentence(report: StudyReport) -> str:
     """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
     quality vs ``off`` at that precision with its interval, where it was timed, and the
     plain answer (faster, SLOWER, no measurable effect, not resolved)."""
     from ptycho.study.checklist.speedup import comparisons
 
-    ev = report["items"]["speedup"]["evidence"]
+    ev = report.evidence("speedup")
     best: dict[str, Any] = {}  # per precision, the fastest measured XLA mode of the PINN
     for c in comparisons(report).values():
         if c.is_xla(SUBJECT) and c.measured and (c.precision not in best or c.ratio > best[c.precision].ratio):
@@ -67,21 +68,23 @@ def speed_sentence(report: Mapping) -> str:
     return "Speed: not measured (no PINN timings of off and an XLA mode at the same precision)."
 
 
-def _subject_comparisons(report: Mapping, axis: str) -> list[tuple[Pair, dict[str, SeedComparison]]]:
+@reads_report
+def _subject_comparisons(report: StudyReport, axis: str) -> list[tuple[Pair, dict[str, SeedComparison]]]:
     """The quality item's across-seed comparisons of the study's subject along ``axis``
     ("mode" or "precision"), metric by metric, each with its
     :class:`~ptycho.study.arms.Pair` (from the arms, never from parsing the evidence's keys)."""
     from ptycho.study.checklist.seeds import seed_groups
 
-    comparisons = report["items"]["quality"]["evidence"].get("comparisons", {})
+    comparisons = report.evidence("quality").get("comparisons", {})
     return [
         (g.pair, {metric: SeedComparison.from_json(c) for metric, c in comparisons[g.key].items()})
-        for g in seed_groups(report.get("arms", {}))
+        for g in seed_groups(report.arms)
         if g.key in comparisons and g.pair.axis == axis and g.pair.arm.model == SUBJECT
     ]
 
 
-def _mode_parts(report: Mapping, vs: str, ssim) -> list[str]:
+@reads_report
+def _mode_parts(report: StudyReport, vs: str, ssim) -> list[str]:
     """``"<mode> <vs>: amplitude ..., phase ..."`` for each PINN mode vs off at the same
     precision, each SSIM comparison ``m`` put in words by ``ssim(word, m)``."""
     parts = []
@@ -93,11 +96,12 @@ def _mode_parts(report: Mapping, vs: str, ssim) -> list[str]:
     return parts
 
 
-def quality_sentence(report: Mapping) -> str:
+@reads_report
+def quality_sentence(report: StudyReport) -> str:
     """XLA's own effect on the reconstructions in one sentence: each PINN mode vs ``off``
     at the same precision, amplitude and phase SSIM, outcome and 90 % interval (without a
     ground truth: the SSIM between the two arms' reconstructions, :func:`agreement_sentence`)."""
-    if report["items"]["quality"]["evidence"].get("ground_truth") is False:
+    if report.evidence("quality").get("ground_truth") is False:
         return agreement_sentence(report)
 
     def difference(word: str, m: SeedComparison) -> str:
@@ -106,12 +110,13 @@ def quality_sentence(report: Mapping) -> str:
 
     parts = _mode_parts(report, "- off", difference)
     if not parts:
-        return f"Quality: {report['items']['quality']['summary']}."
-    margin = report["items"]["quality"]["threshold"]
+        return f"Quality: {report.items['quality'].summary}."
+    margin = report.items["quality"].threshold
     return f"Quality: XLA vs off at the same precision (PINN, margin {margin:g} SSIM): " + "; ".join(parts) + "."
 
 
-def agreement_sentence(report: Mapping) -> str:
+@reads_report
+def agreement_sentence(report: StudyReport) -> str:
     """The quality sentence on measured data: for each PINN mode against off of the same
     seed and precision, the data misfit (relative difference) and the half-scan FRC means
     (differences), each with the end of its 90 % interval on the worse side, and the SSIM
@@ -150,8 +155,8 @@ def agreement_sentence(report: Mapping) -> str:
             + (f"; SSIM between the two against between two seeds of off, {', '.join(agreed)}" if agreed else "")
         )
     if not parts:
-        return f"Quality: {report['items']['quality']['summary']}."
-    ev = report["items"]["quality"]["evidence"]
+        return f"Quality: {report.items['quality'].summary}."
+    ev = report.evidence("quality")
     return (
         "Quality, no ground truth (measured data): each XLA mode against off of the same seed and precision (PINN; "
         f"margins {stored_number(ev.get('margin')):.0%} relative and {stored_number(ev.get('threshold')):g} similarity): "
@@ -160,15 +165,16 @@ def agreement_sentence(report: Mapping) -> str:
     )
 
 
-def data_sentence(report: Mapping) -> str:
+@reads_report
+def data_sentence(report: StudyReport) -> str:
     """Which data the study ran on when it was not simulated (config ``data``), or nothing."""
     from ptycho.study.data_files import data_files
 
-    data = data_files(report.get("config") or {})  # its files; data.n and data.reduce alone are no data
+    data = data_files(report.config)  # its files; data.n and data.reduce alone are no data
     if not data:
         return ""
-    truth = report["items"]["quality"]["evidence"].get("ground_truth", True)
-    probe = report.get("probe")
+    truth = report.evidence("quality").get("ground_truth", True)
+    probe = report.probe
     refined = (
         f" Probe: the file's estimate refined by the solver on the training split ({probe['patterns']} patterns, "
         f"{probe['iterations']} iterations): it moved {probe['probe_change']:.0%} (relative, up to phase and scale), "
@@ -184,9 +190,10 @@ def data_sentence(report: Mapping) -> str:
     )
 
 
-def precision_sentence(report: Mapping) -> str:
+@reads_report
+def precision_sentence(report: StudyReport) -> str:
     """The precision's own effect (never counted as XLA's) in one sentence."""
-    words = report["items"]["speedup"]["evidence"].get("precision") or ""
+    words = report.evidence("speedup").get("precision") or ""
     outcomes = [
         f"{pair.words()}: amplitude {c['amp_ssim'].outcome}, phase {c['phase_ssim'].outcome}"
         for pair, c in _subject_comparisons(report, "precision")
@@ -198,67 +205,73 @@ def precision_sentence(report: Mapping) -> str:
     return f"{words or 'Precision: no per-step timing of a reduced precision'}{quality}."
 
 
-def answer(report: Mapping) -> list[str]:
+@reads_report
+def answer(report: StudyReport) -> list[str]:
     """The report's three sentences: XLA's speed, XLA's quality, the precision's effect."""
     return [speed_sentence(report), quality_sentence(report), precision_sentence(report)]
 
 
-def rest_lines(report: Mapping) -> str:
+@reads_report
+def rest_lines(report: StudyReport) -> str:
     """What follows the three sentences: the data when it is the user's own, the items
     whose evidence is INCONCLUSIVE, the recommendation, the solver's sentence, the
     conditions' and any failed training."""
-    unsettled = [name for name, item in report["items"].items() if item["status"] == "INCONCLUSIVE"]
+    unsettled = [name for name, item in report.items.items() if item.status == "INCONCLUSIVE"]
     parts = [
         data_sentence(report),
         f"INCONCLUSIVE: {', '.join(unsettled)} (the evidence does not settle it; each item says what would)."
         * bool(unsettled),
     ]
-    rec = report["items"]["speedup"]["evidence"].get("recommendation")
+    rec = report.evidence("speedup").get("recommendation")
     if rec:
         parts.append(rec + ".")
-    if report.get("solver"):
+    if report.solver:
         from ptycho.study import solver_view
 
-        parts.append(solver_view.headline(report["solver"]) + ".")
+        parts.append(solver_view.headline(report.solver) + ".")
     parts.append(conditions_view.sentence(report))
     parts.append(failed_sentence(report))
     return " ".join(p for p in parts if p)
 
 
-def mlflow_url(report: Mapping) -> str:
+@reads_report
+def mlflow_url(report: StudyReport) -> str:
     """The MLflow UI's page of the parent run when the run was tracked on a server (an
     http(s) tracking URI, and the experiment's id known); empty for a local store
     (``make ui`` serves it)."""
-    prov = report.get("provenance") or {}
+    prov = report.provenance
     uri, run, exp = prov.get("tracking_uri") or "", prov.get("mlflow_run_id"), prov.get("experiment_id")
     if not run or not uri.startswith(("http://", "https://")) or not exp:
         return ""
     return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run}"
 
 
-def decided_by(report: Mapping) -> str:
+@reads_report
+def decided_by(report: StudyReport) -> str:
     """What decides a verdict other than PASS, in words: the failed trainings, items and
     conditions, then the items that are INCONCLUSIVE (``speedup FAIL; quality INCONCLUSIVE``);
     '' for a PASS. So the first screen says what failed without a scroll to the checklist."""
-    if report["verdict"] == "PASS":
+    if report.verdict == "PASS":
         return ""
-    items = report.get("items", {})
-    failed = [f"training FAILED for {arm}" for arm in sorted(report.get("failed_arms") or {})]
-    failed += [f"{name} FAIL" for name, it in items.items() if it.get("status") == "FAIL"]
+    items = report.items
+    failed = [f"training FAILED for {arm}" for arm in sorted(report.failed_arms)]
+    failed += [f"{name} FAIL" for name, it in items.items() if it.status == "FAIL"]
     failed += [f"conditions FAIL at {', '.join(conditions_view.failing(report))}"] * bool(
         conditions_view.failing(report)
     )
-    open_ = [name for name, it in items.items() if it.get("status") == "INCONCLUSIVE"]
+    open_ = [name for name, it in items.items() if it.status == "INCONCLUSIVE"]
     return "; ".join([*failed, *([f"{', '.join(open_)} INCONCLUSIVE"] if open_ else [])])
 
 
-def verdict_line(report: Mapping) -> str:
+@reads_report
+def verdict_line(report: StudyReport) -> str:
     """``Verdict: FAIL (speedup FAIL; quality INCONCLUSIVE)``: the verdict and what decides it."""
     why = decided_by(report)
-    return f"Verdict: {report['verdict']}" + (f" ({why})" if why else "")
+    return f"Verdict: {report.verdict}" + (f" ({why})" if why else "")
 
 
-def console_lines(report: Mapping, path: str | Path) -> list[str]:
+@reads_report
+def console_lines(report: StudyReport, path: str | Path) -> list[str]:
     """What ``make all`` prints last: the verdict with the three sentences (and the
     conditions whose checks failed it, if any), and where the report is."""
     failed = conditions_view.failing(report)
@@ -274,7 +287,7 @@ def print_answer(json_path: str | Path) -> None:
 
     json_path = Path(json_path)
     try:
-        report = json.loads(json_path.read_text())
+        report = StudyReport.from_json(json.loads(json_path.read_text()))
         lines = console_lines(report, json_path.with_name(REPORT_FILES["html"]).resolve())
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"ptycho: no answer to print from {json_path} ({type(exc).__name__}: {exc})")
@@ -282,20 +295,22 @@ def print_answer(json_path: str | Path) -> None:
     print("\n".join(["", *lines]), flush=True)
 
 
-def failed_sentence(report: Mapping) -> str:
+@reads_report
+def failed_sentence(report: StudyReport) -> str:
     """One sentence naming every arm whose training diverged, or nothing."""
-    failed = report.get("failed_arms") or {}
+    failed = report.failed_arms
     return " ".join(f"Training FAILED for {arm}: {reason}." for arm, reason in sorted(failed.items()))
 
 
-def provenance_line(report: Mapping) -> str:
+@reads_report
+def provenance_line(report: StudyReport) -> str:
     """Which run this report is of: preset, config hash, git commit, MLflow parent run."""
-    prov = report.get("provenance") or {"preset": report["config"].get("preset", "")}
+    prov = report.provenance or {"preset": report.config.get("preset", "")}
     commit = (prov.get("git_commit") or "")[:12] or "unknown (not a git checkout)"
     parts = [f"Preset {prov.get('preset') or '?'}", f"config {prov.get('config_hash') or '?'}", f"commit {commit}"]
-    auto = (report.get("config") or {}).get("auto_precision")
+    auto = report.config.get("auto_precision")
     if auto:  # what `precision: auto` chose on the machine it ran on, and why
         parts.insert(1, f"precision auto = {auto['precision']} ({auto['reason']})")
     if prov.get("mlflow_run_id"):
         parts.append(f"MLflow parent run {prov['mlflow_run_id']}")
-    return "; ".join(parts) + f"; generated {report['generated_utc']}"
+    return "; ".join(parts) + f"; generated {report.generated_utc}"
