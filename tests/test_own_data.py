@@ -326,6 +326,7 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
     from ptycho.study import report as views
     from ptycho.study.checklist.quality import tables
     from ptycho.study.report.answers import _measured_answers
+    from ptycho.study.report.record import StudyReport
 
     rng = np.random.default_rng(2)
     off = _object(rng)
@@ -370,10 +371,10 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
         "20.7 with the given probe to 1.91; every arm trained, and every reconstruction was scored, with it."
     )
     del report["probe"]
-    titles = [title for title, _, _ in tables({"items": {"quality": record}})]
+    titles = [title for title, _, _ in tables(StudyReport.of({"items": {"quality": record}}))]
     assert titles[0].startswith("Per arm: no ground truth (measured data), so no scores; the data misfit")
     assert len(titles) == 3  # misfits and resolutions, each arm against its reference, the comparisons
-    assert _measured_answers(report, {}) == {
+    assert _measured_answers(StudyReport.of(report), {}) == {
         "pinn-off-s0": {"data_misfit": 1.0, "amp_half_frc": 0.2},
         "pinn-jit-s0": {
             "data_misfit": 2.0,
@@ -411,6 +412,7 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     from ptycho.solvers.problem import problems
     from ptycho.study import solver_view
     from ptycho.study.products import Products
+    from ptycho.study.report.record import StudyReport
     from ptycho.study.solve import solve
     from ptycho.study.solver_record import SolveRecord
 
@@ -454,13 +456,13 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
     view = solver_view.summarise(
         SolveRecord.from_json(record), None, {"pinn-off-s0": {"metrics": {"data_misfit": 1e12}}}
     )
-    assert view["ground_truth"] is False and view["networks"][0]["data_misfit"] == 1e12
-    assert view["match"]["pinn-off-s0"]["iterations"] == 1  # the first checkpoint already explains the data better
+    assert view.ground_truth is False and view.networks[0].quality["data_misfit"] == 1e12
+    assert view.match["pinn-off-s0"].iterations == 1  # the first checkpoint already explains the data better
     assert "reconstructs the measured data (no ground truth, so no scores) to a data misfit of" in solver_view.headline(
         view
     )
     assert "from each half of the scan alone to reconstructions that agree to" in solver_view.headline(view)
-    methods = solver_view.tables({"solver": view})[0]
+    methods = solver_view.tables(StudyReport(verdict="", items={}, solver=view))[0]
     assert methods[1][:9] == [
         "method",
         "amp SSIM",

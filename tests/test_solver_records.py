@@ -180,5 +180,5 @@ def test_an_engine_added_by_its_record_solves_in_mlflow_and_is_named_in_the_repo
     assert {(r.data.params["arm.xla"], r.data.params["start"]) for r in nested} >= {("off", "flat"), ("jit", "flat")}
 
     solved = solver_view.entry(StudyResults(solver=(str(tmp_path / "solve.json"), str(tmp_path / "warm_start.json"))))
-    assert solved["engine"] == "toy"
+    assert solved.engine == "toy"
     assert solver_view.headline(solved).startswith("The iterative solver (toy, probe known, flat start) ")

@@ -19,20 +19,22 @@ from ptycho.study.tables import Table
 
 if TYPE_CHECKING:
     from ptycho.study.report.record import StudyReport
+    from ptycho.study.solver_record import SolverRun
+    from ptycho.study.solver_summary import ModeSummary
 
 #: The checks a condition repeats, as the checklist names them.
 CHECKS = ("accuracy", "gradients")
 
 
-def _solver_cell(mode: str, run: Mapping) -> dict[str, Any]:
+def _solver_cell(mode: str, run: SolverRun | ModeSummary) -> dict[str, Any]:
     """A flat-start solver run (a ``ptycho solve`` record's, or the report's solver
     section's): its final scores and time per object."""
     return {
         "mode": mode,
-        "amp_ssim": run["final"].get("amp_ssim"),
-        "phase_ssim": run["final"].get("phase_ssim"),
-        "seconds_per_object": run["seconds_per_object"],
-        "iterations": run["iterations"],
+        "amp_ssim": run.final.get("amp_ssim"),
+        "phase_ssim": run.final.get("phase_ssim"),
+        "seconds_per_object": run.seconds_per_object,
+        "iterations": run.iterations,
     }
 
 
@@ -40,7 +42,7 @@ def _solver(record) -> dict[str, Any]:
     """A condition's solver record (:class:`~ptycho.study.solver_record.SolveRecord`): its
     flat start in its (one) mode."""
     run = next(r for r in record.runs if r.flat)
-    return _solver_cell(run.mode, run.to_json())
+    return _solver_cell(run.mode, run)
 
 
 def rows(records: Mapping[str, Mapping[str, Any]], config: Mapping) -> list[dict[str, Any]]:
@@ -77,8 +79,8 @@ def own_row(report: StudyReport) -> dict[str, Any]:
 
     config = report.config
     solver = report.solver
-    mode = (solver or {}).get("warm_mode") or (solver or {}).get("fastest")
-    run = (solver or {}).get("modes", {}).get(mode)
+    mode = (solver.warm_mode or solver.fastest) if solver else None
+    run = solver.modes.get(mode) if solver else None
     return {
         "name": own_name(config) or "the study's own",
         "trained": True,

@@ -20,11 +20,13 @@ from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import Arm
+from ptycho.study.bench.record import Interval
 from ptycho.study.checklist.agreement import OWN
 from ptycho.study.checklist.item import Figure, Section
 from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
 from ptycho.study.solve import MISFIT, first_below, first_reaching
 from ptycho.study.solver_record import SolveRecord, SolverRun
+from ptycho.study.solver_summary import ModeSummary, NetworkSummary, Reach, SolverSummary
 
 if TYPE_CHECKING:
     from ptycho.study.report.record import StudyReport
@@ -42,21 +44,21 @@ def _seconds(run: SolverRun, iteration: int) -> float:
     return float(iteration * run.seconds_per_iteration)
 
 
-def _reach(run: SolverRun, amp: float, phase: float) -> dict[str, Any] | None:
+def _reach(run: SolverRun, amp: float, phase: float) -> Reach | None:
     """The first checkpoint of a flat-start ``run`` (its curve starts at iteration 1)
     whose amplitude and phase SSIM reach both values, with its seconds."""
     hit = first_reaching(run.curve, amp, phase)
-    return None if hit is None else {"iterations": hit["iteration"], "seconds": _seconds(run, hit["iteration"])}
+    return None if hit is None else Reach(hit["iteration"], _seconds(run, hit["iteration"]))
 
 
-def _below(run: SolverRun, misfit: float) -> dict[str, Any] | None:
+def _below(run: SolverRun, misfit: float) -> Reach | None:
     """Without a ground truth: the first checkpoint of a flat-start ``run`` whose data
     misfit is at most ``misfit``, with its seconds."""
     hit = first_below(run.curve, misfit)
-    return None if hit is None else {"iterations": hit["iteration"], "seconds": _seconds(run, hit["iteration"])}
+    return None if hit is None else Reach(hit["iteration"], _seconds(run, hit["iteration"]))
 
 
-def summarise(solve: SolveRecord, warm: SolveRecord | None, arms: Mapping[str, Mapping]) -> dict[str, Any]:
+def summarise(solve: SolveRecord, warm: SolveRecord | None, arms: Mapping[str, Mapping]) -> SolverSummary:
     """The report's ``solver`` entry.
 
     ``arms`` are the report's network arms (metrics, timing, inference rate); a
@@ -81,47 +83,42 @@ def summarise(solve: SolveRecord, warm: SolveRecord | None, arms: Mapping[str, M
             if truth
             else {k: metrics.get(k) for k in MEASURED}
         )
-        networks.append(
-            {
-                "arm": name,
-                **quality,
-                "seconds_per_object": per_object / rate if rate else None,
-                "training_minutes": wall / 60 if wall else None,
-            }
-        )
+        networks.append(NetworkSummary(name, quality, per_object / rate if rate else None, wall / 60 if wall else None))
     fastest = min(flat, key=lambda m: flat[m].seconds_per_iteration)
     if truth:
-        match = {n["arm"]: _reach(flat[fastest], n["amp_ssim"], n["phase_ssim"]) for n in networks}
+        match = {n.arm: _reach(flat[fastest], n.quality["amp_ssim"], n.quality["phase_ssim"]) for n in networks}
     else:
-        match = {n["arm"]: _below(flat[fastest], n[MISFIT]) if n[MISFIT] is not None else None for n in networks}
+        match = {
+            n.arm: _below(flat[fastest], n.quality[MISFIT]) if n.quality[MISFIT] is not None else None for n in networks
+        }
     finals = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr") if truth else (MISFIT,)
-    return {
-        "ground_truth": truth,
-        "engine": solve.engine,
-        "config": dict(solve.config),
-        "objects": solve.objects,
-        "patterns": solve.patterns,
-        "modes": {
-            mode: {
-                "compile_s": r.compile_s,
-                "seconds_per_iteration": r.seconds_per_iteration,
-                "iterations": r.iterations,
-                "stopped": list(r.stopped),
-                "seconds_per_object": r.seconds_per_object,
-                "final": {k: r.final[k] for k in finals},
-                "target": _reach(r, *TARGET) if truth else None,
-                "curve": [{**p, "seconds": _seconds(r, p["iteration"])} for p in r.curve],
-            }
+    return SolverSummary(
+        ground_truth=truth,
+        engine=solve.engine,
+        config=dict(solve.config),
+        objects=solve.objects,
+        patterns=solve.patterns,
+        modes={
+            mode: ModeSummary(
+                r.compile_s,
+                r.seconds_per_iteration,
+                r.iterations,
+                tuple(r.stopped),
+                r.seconds_per_object,
+                {k: r.final[k] for k in finals},
+                _reach(r, *TARGET) if truth else None,
+                tuple({**p, "seconds": _seconds(r, p["iteration"])} for p in r.curve),
+            )
             for mode, r in flat.items()
         },
-        "ratios": {k: dict(v) for k, v in (solve.ratios or {}).items()},
-        "half_scan": solve.half_scan,
-        "fastest": fastest,
-        "networks": networks,
-        "match": match,
-        "warm_start": [dict(row) for row in (warm or solve).warm_start],
-        "warm_mode": ", ".join((warm or solve).modes),
-    }
+        fastest=fastest,
+        ratios={k: Interval.from_json(v) for k, v in (solve.ratios or {}).items()},
+        half_scan=solve.half_scan,
+        networks=tuple(networks),
+        match=match,
+        warm_start=tuple(dict(row) for row in (warm or solve).warm_start),
+        warm_mode=", ".join((warm or solve).modes),
+    )
 
 
 def _f(value: Any, digits: int = 4) -> str:
@@ -130,38 +127,39 @@ def _f(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def _interval(r: Mapping | None) -> str:
+def _interval(r: Interval | None) -> str:
     if not r:
         return "n/a"
-    return f"{r['ratio']:.2f}x (95 % {r['low']:.2f}-{r['high']:.2f})"
+    return f"{r.ratio:.2f}x (95 % {r.low:.2f}-{r.high:.2f})"
 
 
-def headline(solver: Mapping) -> str:
+def headline(solver: SolverSummary | Mapping) -> str:
     """The first lines' sentence: the data's ceiling and XLA's effect on the solver."""
-    best = solver["modes"][solver["fastest"]]
-    target = best["target"]
-    if not solver.get("ground_truth", True):
+    solver = SolverSummary.of(solver)
+    best = solver.best
+    target = best.target
+    if not solver.ground_truth:
         return (
-            f"The iterative solver ({solver['engine']}, the dataset's probe held fixed, flat start) reconstructs the "
-            f"measured data (no ground truth, so no scores) to a data misfit of {_f(best['final'][MISFIT], 4)} after "
-            f"{best['iterations']:.0f} iterations ({best['seconds_per_object']:.1f} s per object; 0.5 is the noise "
+            f"The iterative solver ({solver.engine}, the dataset's probe held fixed, flat start) reconstructs the "
+            f"measured data (no ground truth, so no scores) to a data misfit of {_f(best.final[MISFIT], 4)} after "
+            f"{best.iterations:.0f} iterations ({best.seconds_per_object:.1f} s per object; 0.5 is the noise "
             f"level){_half_words(solver)}{_xla_words(solver)}"
         )
     reach = (
-        f"reaches amplitude/phase SSIM {TARGET[0]}/{TARGET[1]} after {target['iterations']} iterations "
-        f"({target['seconds']:.1f} s per object)"
+        f"reaches amplitude/phase SSIM {TARGET[0]}/{TARGET[1]} after {target.iterations} iterations "
+        f"({target.seconds:.1f} s per object)"
         if target
         else f"does not reach amplitude/phase SSIM {TARGET[0]}/{TARGET[1]}"
     )
     return (
-        f"The iterative solver ({solver['engine']}, probe known, flat start) {reach} and ends at "
-        f"{best['final']['amp_ssim']:.4f}/{best['final']['phase_ssim']:.4f}{_xla_words(solver)}"
+        f"The iterative solver ({solver.engine}, probe known, flat start) {reach} and ends at "
+        f"{best.final['amp_ssim']:.4f}/{best.final['phase_ssim']:.4f}{_xla_words(solver)}"
     )
 
 
-def _half_words(solver: Mapping) -> str:
+def _half_words(solver: SolverSummary) -> str:
     """The solver's half-scan resolution on measured data, as a clause (or nothing)."""
-    half = solver.get("half_scan")
+    half = solver.half_scan
     if not half:
         return ""
     return (
@@ -170,14 +168,14 @@ def _half_words(solver: Mapping) -> str:
     )
 
 
-def _xla_words(solver: Mapping) -> str:
+def _xla_words(solver: SolverSummary) -> str:
     """XLA's effect on the solver's iteration, as the headline's last clause (or nothing)."""
-    ratios = solver["ratios"]
+    ratios = solver.ratios
     if not ratios:
         return ""
-    mode = max(ratios, key=lambda m: ratios[m]["ratio"])
+    mode = max(ratios, key=lambda m: ratios[m].ratio)
     r = ratios[mode]
-    word = "faster" if r["low"] > 1 else ("slower" if r["high"] < 1 else "no different")
+    word = "faster" if r.low > 1 else ("slower" if r.high < 1 else "no different")
     return (
         f"; XLA {mode} makes its iteration {_interval(r)} of {REFERENCE}'s speed ({word}; all cores, "
         "modes interleaved in one process), where the work is all physics"
@@ -188,48 +186,48 @@ def tables(report: StudyReport) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of the solver section. Without a ground truth the score cells
     say so, and a data misfit column takes their place as the quality."""
     solver = report.solver
-    truth = solver.get("ground_truth", True)
+    truth = solver.ground_truth
 
     def quality(q: Mapping) -> list[str]:
         if truth:
             return [_f(q["amp_ssim"]), _f(q["phase_ssim"]), _f(q["phase_psnr"], 1)]
         return [NO_TRUTH] * 3 + [_f(q.get(k), 4) for k in MEASURED]
 
-    half = solver.get("half_scan") or {}
+    half = solver.half_scan or {}
 
     methods = [
         [
-            n["arm"],
-            *quality(n),
-            _f(n["training_minutes"], 1),
-            _f(n["seconds_per_object"], 2),
-            _f((solver["match"].get(n["arm"]) or {}).get("iterations")),
+            n.arm,
+            *quality(n.quality),
+            _f(n.training_minutes, 1),
+            _f(n.seconds_per_object, 2),
+            _f(reach.iterations if (reach := solver.match.get(n.arm)) else None),
         ]
-        for n in solver["networks"]
+        for n in solver.networks
     ]
-    for mode, r in solver["modes"].items():
+    for mode, r in solver.modes.items():
         methods.append(
             [
                 f"solver {mode}",
-                *quality({**r["final"], **(half if half.get("mode") == mode else {})}),
+                *quality({**r.final, **(half if half.get("mode") == mode else {})}),
                 "-",
-                _f(r["seconds_per_object"], 2),
-                f"{r['iterations']:.0f} ({', '.join(r['stopped'])})",
+                _f(r.seconds_per_object, 2),
+                f"{r.iterations:.0f} ({', '.join(r.stopped)})",
             ]
         )
     modes = [
         [
             mode,
-            _f(r["compile_s"], 2),
-            _f(1e3 * r["seconds_per_iteration"], 1),
-            _interval(solver["ratios"].get(mode)) if mode != REFERENCE else "1 (reference)",
+            _f(r.compile_s, 2),
+            _f(1e3 * r.seconds_per_iteration, 1),
+            _interval(solver.ratios.get(mode)) if mode != REFERENCE else "1 (reference)",
             *(
-                (_f((r["target"] or {}).get("iterations")), _f((r["target"] or {}).get("seconds"), 2))
+                (_f(r.target.iterations if r.target else None), _f(r.target.seconds if r.target else None, 2))
                 if truth
                 else (NO_TRUTH, NO_TRUTH)
             ),
         ]
-        for mode, r in solver["modes"].items()
+        for mode, r in solver.modes.items()
     ]
     warm = [
         [
@@ -244,7 +242,7 @@ def tables(report: StudyReport) -> list[tuple[str, list[str], list[list[str]]]]:
                 else ("not reached", "-", "-")
             ),
         ]
-        for row in solver["warm_start"]
+        for row in solver.warm_start
     ]
     out = [
         (
@@ -298,7 +296,7 @@ def tables(report: StudyReport) -> list[tuple[str, list[str], list[list[str]]]]:
     if warm:
         out.append(
             (
-                f"Warm start from a network's reconstruction ({solver['warm_mode']}): iterations to reach the "
+                f"Warm start from a network's reconstruction ({solver.warm_mode}): iterations to reach the "
                 "flat start's quality",
                 [
                     "start",
@@ -314,23 +312,24 @@ def tables(report: StudyReport) -> list[tuple[str, list[str], list[list[str]]]]:
     return out
 
 
-def _over_seeds(networks: Sequence[Mapping]) -> dict[Arm, list[Mapping]]:
+def _over_seeds(networks: Sequence[NetworkSummary]) -> dict[Arm, list[NetworkSummary]]:
     """The network arms with an inference time, grouped over seeds (keyed by the arm of seed 0)."""
-    groups: dict[Arm, list[Mapping]] = {}
+    groups: dict[Arm, list[NetworkSummary]] = {}
     for n in networks:
-        if n["seconds_per_object"]:
-            groups.setdefault(Arm.parse(n["arm"])._replace(seed=0), []).append(n)
+        if n.seconds_per_object:
+            groups.setdefault(Arm.parse(n.arm)._replace(seed=0), []).append(n)
     return groups
 
 
-def quality_time_figure(solver: Mapping):
+def quality_time_figure(solver: SolverSummary | Mapping):
     """Amplitude and phase SSIM against seconds per object: the solver's modes as
     curves over its iterations, each network (model, mode and precision, mean over seeds)
     as a point, drawn in the figures' encoding (colour: mode; marker: model; fill: precision).
     Without a ground truth one panel: the data misfit (log scale, lower is better)."""
     from ptycho.study.figures.style import PRECISION_STYLES, arm_colour, new_figure
 
-    truth = solver.get("ground_truth", True)
+    solver = SolverSummary.of(solver)
+    truth = solver.ground_truth
     panels = (
         (("amp_ssim", "amplitude SSIM"), ("phase_ssim", "phase SSIM"))
         if truth
@@ -339,8 +338,8 @@ def quality_time_figure(solver: Mapping):
     fig = new_figure((10.0, 4.0) if truth else (6.5, 4.0))
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     for ax, (key, title) in zip(axes, panels, strict=True):
-        for mode, r in solver["modes"].items():
-            pts = [p for p in r["curve"] if p["iteration"] > 0]
+        for mode, r in solver.modes.items():
+            pts = [p for p in r.curve if p["iteration"] > 0]
             ax.plot(
                 [p["seconds"] for p in pts],
                 [p[key] for p in pts],
@@ -348,9 +347,9 @@ def quality_time_figure(solver: Mapping):
                 color=arm_colour(mode),
                 label=f"solver {mode}",
             )
-        for arm, group in _over_seeds(solver["networks"]).items():
-            x = float(np.mean([n["seconds_per_object"] for n in group]))
-            y = float(np.mean([np.nan if n.get(key) is None else n[key] for n in group]))
+        for arm, group in _over_seeds(solver.networks).items():
+            x = float(np.mean([n.seconds_per_object for n in group]))
+            y = float(np.mean([np.nan if n.quality.get(key) is None else n.quality[key] for n in group]))
             words = f"{MODEL_WORDS.get(arm.model, arm.model)} {arm.mode}"
             if arm.precision != REFERENCE_PRECISION:
                 words += f" {PRECISION_WORDS[arm.precision]}"
@@ -371,7 +370,7 @@ def quality_time_figure(solver: Mapping):
     return fig
 
 
-def entry(results) -> dict[str, Any] | None:
+def entry(results) -> SolverSummary | None:
     """The report's solver entry (:func:`summarise`) from a study's
     :class:`~ptycho.study.results.StudyResults`: its solver records (the flat starts, then
     optionally the warm starts), the networks' scores and inference rates beside them;

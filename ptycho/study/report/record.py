@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from ptycho.artifacts import FORMATS
 from ptycho.study import checklist, conditions_view
 from ptycho.study.checklist.result import ItemResult
+from ptycho.study.solver_summary import SolverSummary
 
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
 #: the record as ``schema_version`` (2: XLA modes replace the boolean arms).
@@ -48,7 +49,7 @@ class StudyReport:
     config: Mapping[str, Any] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     generated_utc: str = ""
-    solver: Mapping[str, Any] | None = None
+    solver: SolverSummary | None = None
     conditions: tuple[Mapping[str, Any], ...] = ()
     probe: Mapping[str, Any] | None = None
     question: str = QUESTION
@@ -72,7 +73,7 @@ class StudyReport:
             "cost": dict(self.cost),
             "config": dict(self.config),
             "provenance": dict(self.provenance),
-            **({"solver": dict(self.solver)} if self.solver else {}),
+            **({"solver": self.solver.to_json()} if self.solver else {}),
             **({"conditions": [dict(row) for row in self.conditions]} if self.conditions else {}),
             **({"probe": dict(self.probe)} if self.probe else {}),
             "generated_utc": self.generated_utc,
@@ -92,7 +93,7 @@ class StudyReport:
             config=d.get("config") or {},
             provenance=d.get("provenance") or {},
             generated_utc=d.get("generated_utc", ""),
-            solver=d.get("solver"),
+            solver=SolverSummary.from_json(d["solver"]) if d.get("solver") else None,
             conditions=tuple(d.get("conditions") or ()),
             probe=d.get("probe"),
             question=d.get("question", QUESTION),
@@ -130,7 +131,7 @@ def build(
     figures: tuple[str, ...] = (),
     cost: Mapping | None = None,
     provenance: Mapping | None = None,
-    solver: Mapping | None = None,
+    solver: SolverSummary | None = None,
     conditions: Sequence[Mapping] = (),
     probe: Mapping | None = None,
 ) -> StudyReport:
@@ -164,7 +165,7 @@ def build(
         config={k: v for k, v in config.items() if k != "presets"},
         provenance={"preset": config.get("preset", ""), **dict(provenance or {})},
         generated_utc=datetime.now(UTC).isoformat(timespec="seconds"),
-        solver=dict(solver) if solver else None,
+        solver=solver,
         conditions=tuple(dict(row) for row in conditions),
         probe=dict(probe) if probe else None,
     )
