@@ -185,6 +185,8 @@ def _report(base, rows, tmp_path):
     items = {name: verdict(name, 0.0, 1.0, "<=", f"{name} summary", {}) for name in checklist.names()}
     arms = {"pinn-off-s0": {"metrics": {"amp_ssim": 0.8, "phase_ssim": 0.9}}}
     rec = report.build(items, arms, cfg, {"cpu": "test cpu", "cores": 2}, conditions=rows)
+    assert rec.to_json()["conditions"] == rows  # a row's JSON, read into its type and written again
+    assert report.StudyReport.from_json(rec.to_json()) == rec
     return rec, report.write(rec, tmp_path)["md"].read_text()
 
 

@@ -9,9 +9,12 @@ numerics that a dose or a loss breaks are XLA making it worse.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
 from ptycho.study.checklist.item import Section
 from ptycho.study.presentation import MODEL_WORDS
@@ -26,26 +29,103 @@ if TYPE_CHECKING:
 CHECKS = ("accuracy", "gradients")
 
 
-def _solver_cell(mode: str, run: SolverRun | ModeSummary) -> dict[str, Any]:
-    """A flat-start solver run (a ``ptycho solve`` record's, or the report's solver
-    section's): its final scores and time per object."""
-    return {
-        "mode": mode,
-        "amp_ssim": run.final.get("amp_ssim"),
-        "phase_ssim": run.final.get("phase_ssim"),
-        "seconds_per_object": run.seconds_per_object,
-        "iterations": run.iterations,
-    }
+@dataclass(frozen=True)
+class Check:
+    """One check (accuracy or gradients) at a condition: its status and value, and its
+    summary where the condition's own job judged it."""
+
+    status: str
+    value: float
+    summary: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"status": self.status, "value": self.value}
+        return out if self.summary is None else {**out, "summary": self.summary}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Check:
+        return cls(d["status"], stored_number(d.get("value")), d.get("summary"))
 
 
-def _solver(record) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SolverCell:
+    """The solver's flat start at a condition, in its mode: final scores and time per object."""
+
+    mode: str
+    amp_ssim: float | None
+    phase_ssim: float | None
+    seconds_per_object: float
+    iterations: float
+
+    @classmethod
+    def of_run(cls, mode: str, run: SolverRun | ModeSummary) -> SolverCell:
+        """A flat-start run (a ``ptycho solve`` record's, or the report's solver section's)."""
+        return cls(mode, run.final.get("amp_ssim"), run.final.get("phase_ssim"), run.seconds_per_object, run.iterations)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> SolverCell | None:
+        return None if not d else cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class ConditionRow:
+    """One operating point of the report's Conditions section (the report's ``conditions``
+    entry holds the checked ones; :func:`own_row` is the study's own): the one code that
+    knows a row's keys."""
+
+    name: str
+    trained: bool  #: the study's networks trained here (its own point)
+    nphotons: float
+    stride_test: int
+    loss: str
+    checks: Mapping[str, Check]  #: by :data:`CHECKS`
+    solver: SolverCell | None
+    models: Mapping[str, Mapping[str, float]]  #: the trained arms' scores here
+    description: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            **({} if self.description is None else {"description": self.description}),
+            "trained": self.trained,
+            "nphotons": self.nphotons,
+            "stride_test": self.stride_test,
+            "loss": self.loss,
+            **{c: check.to_json() for c, check in self.checks.items()},
+            "solver": self.solver.to_json() if self.solver else None,
+            "models": dict(self.models),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ConditionRow:
+        return cls(
+            d["name"],
+            d["trained"],
+            d["nphotons"],
+            d["stride_test"],
+            d["loss"],
+            {c: Check.from_json(d[c]) for c in CHECKS},
+            SolverCell.from_json(d.get("solver")),
+            d.get("models") or {},
+            d.get("description"),
+        )
+
+    @classmethod
+    def of(cls, row: ConditionRow | Mapping[str, Any]) -> ConditionRow:
+        return row if isinstance(row, ConditionRow) else cls.from_json(row)
+
+
+def _solver(record) -> SolverCell:
     """A condition's solver record (:class:`~ptycho.study.solver_record.SolveRecord`): its
     flat start in its (one) mode."""
     run = next(r for r in record.runs if r.flat)
-    return _solver_cell(run.mode, run)
+    return SolverCell.of_run(run.mode, run)
 
 
-def rows(records: Mapping[str, Mapping[str, Any]], config: Mapping) -> list[dict[str, Any]]:
+def rows(records: Mapping[str, Mapping[str, Any]], config: Mapping) -> list[ConditionRow]:
     """The checked conditions' rows, in the config's order, from their records
     (:attr:`ptycho.study.results.StudyResults.condition_records`); [] without any."""
     from ptycho.errors import PtychoError
@@ -58,22 +138,22 @@ def rows(records: Mapping[str, Mapping[str, Any]], config: Mapping) -> list[dict
             raise PtychoError(f"condition {name}: its check.json is missing; pass it with its solve.json")
         check = rec["check"]
         out.append(
-            {
-                "name": name,
-                "description": CONDITIONS[name].description if name in CONDITIONS else "",
-                "trained": False,
-                "nphotons": check["nphotons"],
-                "stride_test": check["stride_test"],
-                "loss": check["loss"],
-                **{c: {k: check[c][k] for k in ("status", "value", "summary")} for c in CHECKS},
-                "solver": _solver(rec["solve"]) if "solve" in rec else None,
-                "models": check["models"],
-            }
+            ConditionRow(
+                name,
+                False,
+                check["nphotons"],
+                check["stride_test"],
+                check["loss"],
+                {c: Check.from_json(check[c]) for c in CHECKS},
+                _solver(rec["solve"]) if "solve" in rec else None,
+                check["models"],
+                CONDITIONS[name].description if name in CONDITIONS else "",
+            )
         )
     return out
 
 
-def own_row(report: StudyReport) -> dict[str, Any]:
+def own_row(report: StudyReport) -> ConditionRow:
     """The study's own point, from the report's checklist, solver and arms."""
     from ptycho.study.conditions import own_name, own_settings
 
@@ -81,21 +161,21 @@ def own_row(report: StudyReport) -> dict[str, Any]:
     solver = report.solver
     mode = (solver.warm_mode or solver.fastest) if solver else None
     run = solver.modes.get(mode) if solver else None
-    return {
-        "name": own_name(config) or "the study's own",
-        "trained": True,
-        "nphotons": float(config["simulation"]["nphotons"]),
-        "stride_test": config["simulation"]["stride_test"],
-        "loss": own_settings(config)["loss"],
-        **{c: {"status": report.items[c].status, "value": report.items[c].value} for c in CHECKS},
-        "solver": _solver_cell(mode, run) if run else None,
-        "models": {arm: a["metrics"] for arm, a in report.arms.items() if a.get("metrics")},
-    }
+    return ConditionRow(
+        own_name(config) or "the study's own",
+        True,
+        float(config["simulation"]["nphotons"]),
+        config["simulation"]["stride_test"],
+        own_settings(config)["loss"],
+        {c: Check(report.items[c].status, report.items[c].value) for c in CHECKS},
+        SolverCell.of_run(mode, run) if run else None,
+        {arm: a["metrics"] for arm, a in report.arms.items() if a.get("metrics")},
+    )
 
 
 def failing(report: StudyReport) -> list[str]:
     """``"<condition> <check>"`` for every condition's check that FAILed."""
-    return [f"{row['name']} {c}" for row in report.conditions for c in CHECKS if row[c]["status"] == "FAIL"]
+    return [f"{row.name} {c}" for row in report.conditions for c in CHECKS if row.checks[c].status == "FAIL"]
 
 
 def _groups(models: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[float, float, int]]:
@@ -134,7 +214,7 @@ def sentence(report: StudyReport) -> str:
     rows = report.conditions
     if not rows:
         return ""
-    names = ", ".join(r["name"] for r in rows)
+    names = ", ".join(r.name for r in rows)
     failed = failing(report)
     checks = (
         f"accuracy and gradients FAIL at {', '.join(failed)}"
@@ -143,13 +223,13 @@ def sentence(report: StudyReport) -> str:
     )
     best = []
     for row in rows:
-        pinn = [g for (model, _, _), g in mean_scores(row["models"]).items() if model == SUBJECT]
-        solver = row.get("solver") or {}
+        pinn = [g for (model, _, _), g in mean_scores(row.models).items() if model == SUBJECT]
+        solver = row.solver
         if pinn:
             best.append(
-                f"at {row['name']} the trained PINN arms score amplitude/phase SSIM "
+                f"at {row.name} the trained PINN arms score amplitude/phase SSIM "
                 f"{_span([g['amp_ssim'] for g in pinn])}/{_span([g['phase_ssim'] for g in pinn])}, the solver "
-                f"{_pair(solver.get('amp_ssim'), solver.get('phase_ssim'))}"
+                f"{_pair(solver.amp_ssim, solver.phase_ssim) if solver else _pair(None, None)}"
             )
     return f"Conditions ({names}, beside the study's own): {checks}; " + "; ".join(best) + "."
 
@@ -158,17 +238,17 @@ def tables(report: StudyReport) -> list[Table]:
     rows = [own_row(report), *report.conditions]
     checks = [
         [
-            row["name"] + (" (trained here)" if row["trained"] else ""),
-            f"{row['nphotons']:.0e}",
-            str(row["stride_test"]),
-            row["loss"],
-            *(f"{row[c]['status']} ({row[c]['value']:.2g})" for c in CHECKS),
-            _pair((row["solver"] or {}).get("amp_ssim"), (row["solver"] or {}).get("phase_ssim")),
-            "n/a" if not row["solver"] else f"{row['solver']['seconds_per_object']:.2f}",
+            row.name + (" (trained here)" if row.trained else ""),
+            f"{row.nphotons:.0e}",
+            str(row.stride_test),
+            row.loss,
+            *(f"{row.checks[c].status} ({row.checks[c].value:.2g})" for c in CHECKS),
+            _pair(row.solver.amp_ssim, row.solver.phase_ssim) if row.solver else _pair(None, None),
+            "n/a" if not row.solver else f"{row.solver.seconds_per_object:.2f}",
         ]
         for row in rows
     ]
-    groups = [_groups(row["models"]) for row in rows]
+    groups = [_groups(row.models) for row in rows]
     labels = list(dict.fromkeys(label for g in groups for label in g))
     networks = [
         [
@@ -188,7 +268,7 @@ def tables(report: StudyReport) -> list[Table]:
         (
             "The study's trained networks at each condition: amplitude/phase SSIM, mean over seeds (inputs "
             "normalised by each test split's own intensity)",
-            ["network", *(row["name"] for row in rows)],
+            ["network", *(row.name for row in rows)],
             networks,
         ),
     ]  # fmt: skip

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ptycho.artifacts import FORMATS
-from ptycho.study import checklist, conditions_view
+from ptycho.study import checklist
 from ptycho.study.checklist.result import ItemResult
+from ptycho.study.conditions_view import ConditionRow
 from ptycho.study.solver_summary import SolverSummary
 
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
@@ -50,7 +51,7 @@ class StudyReport:
     provenance: Mapping[str, Any] = field(default_factory=dict)
     generated_utc: str = ""
     solver: SolverSummary | None = None
-    conditions: tuple[Mapping[str, Any], ...] = ()
+    conditions: tuple[ConditionRow, ...] = ()
     probe: Mapping[str, Any] | None = None
     question: str = QUESTION
     schema_version: int = REPORT_SCHEMA_VERSION
@@ -74,7 +75,7 @@ class StudyReport:
             "config": dict(self.config),
             "provenance": dict(self.provenance),
             **({"solver": self.solver.to_json()} if self.solver else {}),
-            **({"conditions": [dict(row) for row in self.conditions]} if self.conditions else {}),
+            **({"conditions": [row.to_json() for row in self.conditions]} if self.conditions else {}),
             **({"probe": dict(self.probe)} if self.probe else {}),
             "generated_utc": self.generated_utc,
         }
@@ -94,7 +95,7 @@ class StudyReport:
             provenance=d.get("provenance") or {},
             generated_utc=d.get("generated_utc", ""),
             solver=SolverSummary.from_json(d["solver"]) if d.get("solver") else None,
-            conditions=tuple(d.get("conditions") or ()),
+            conditions=tuple(ConditionRow.from_json(row) for row in d.get("conditions") or ()),
             probe=d.get("probe"),
             question=d.get("question", QUESTION),
             schema_version=d.get("schema_version", REPORT_SCHEMA_VERSION),
@@ -132,7 +133,7 @@ def build(
     cost: Mapping | None = None,
     provenance: Mapping | None = None,
     solver: SolverSummary | None = None,
-    conditions: Sequence[Mapping] = (),
+    conditions: Sequence[ConditionRow | Mapping] = (),
     probe: Mapping | None = None,
 ) -> StudyReport:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
@@ -148,8 +149,9 @@ def build(
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
     failed = {name: arm.get("failure") or "diverged" for name, arm in arms.items() if arm.get("status") == "FAILED"}
+    conditions = [ConditionRow.of(row) for row in conditions]
     statuses = {items[name].status for name in names}
-    statuses |= {row[c]["status"] for row in conditions for c in conditions_view.CHECKS}
+    statuses |= {check.status for row in conditions for check in row.checks.values()}
     # PASS only when every item passes; INCONCLUSIVE (too few seeds to say) is not a PASS.
     verdict = (
         "FAIL" if failed or statuses - {"PASS", "INCONCLUSIVE"} else max(statuses, key=("PASS", "INCONCLUSIVE").index)
@@ -166,7 +168,7 @@ def build(
         provenance={"preset": config.get("preset", ""), **dict(provenance or {})},
         generated_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         solver=solver,
-        conditions=tuple(dict(row) for row in conditions),
+        conditions=tuple(conditions),
         probe=dict(probe) if probe else None,
     )
 
