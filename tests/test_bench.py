@@ -29,6 +29,7 @@ from ptycho.study.bench import (
 from ptycho.study.bench import machine as mach
 from ptycho.study.bench.roofline import achieved
 from ptycho.study.checklist.speedup import speedup
+from ptycho.study.report.record import StudyReport
 from ptycho.study.tables import to_text
 
 T95_2 = 4.302652729911275  #: Student's t, 97.5 % quantile, 2 degrees of freedom
@@ -496,7 +497,7 @@ def test_the_shared_context_says_when_the_pipeline_ran_one_training_at_a_time():
     def title(trainings_at_once):
         shared = {} if trainings_at_once is None else {"trainings_at_once": trainings_at_once}
         bench = {"contexts": {"shared": shared}}
-        return training_table({"arms": {}, "items": {"speedup": {"evidence": {"bench": bench}}}})[0]
+        return training_table(StudyReport.of({"arms": {}, "items": {"speedup": {"evidence": {"bench": bench}}}}))[0]
 
     assert (
         title(1)
@@ -517,10 +518,10 @@ def test_the_shared_context_says_when_the_pipeline_ran_one_training_at_a_time():
 
     bench = {"contexts": {"shared": {"trainings_at_once": 1}}}
     speedup = {"speedup": {"evidence": {"bench": bench}}}
-    assert training_table({"arms": arms(2, 2), "items": speedup})[0].endswith(
+    assert training_table(StudyReport.of({"arms": arms(2, 2), "items": speedup}))[0].endswith(
         "up to 2 trainings at once, beside each other)"
     )
-    assert training_table({"arms": arms(1, 2), "items": speedup})[0].endswith(
+    assert training_table(StudyReport.of({"arms": arms(1, 2), "items": speedup}))[0].endswith(
         "up to 1 or 2 trainings at once (arms trained in runs of different --cores))"
     )
 
@@ -625,8 +626,7 @@ def test_the_speedup_text_says_how_close_the_fastest_arm_is_to_the_peak():
     from ptycho.study.checklist.speedup import text
 
     record = _record(_precision_arms())
-    report = {"items": {"speedup": speedup(record, 1.0).to_json()}}
-    words = text(report)
+    words = text(StudyReport(verdict="", items={"speedup": speedup(record, 1.0)}))
     assert "The fastest PINN arm alone, jit at bf16, runs its 8.00 GFLOP train step at 200.0 GFLOP/s" in words
     assert (
         "the hardware accelerates bfloat16" in words and "Benchmark machine: Test CPU (avx512f, avx512_bf16)" in words

@@ -31,7 +31,6 @@ nothing can be scored against it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -42,43 +41,40 @@ import numpy as np
 
 from ptycho import __version__
 from ptycho.artifacts import atomic_write
+from ptycho.data.layout import (
+    ARRAYS,
+    FORMAT,
+    GROUND_TRUTH,
+    IMAGES,
+    REQUIRED_ATTRS,
+    SCHEMA_VERSION,
+    UNITS,
+    check_header,
+    check_layout,
+    content_digest,
+    patches_outside,
+    validate,
+)
 from ptycho.errors import DatasetError
 
-FORMAT = "ptycho-dataset"
-SCHEMA_VERSION = 1
-UNITS = ("counts", "sqrt_counts")
-ARRAYS = (
-    "diffraction",
-    "probe",
-    "objects",
-    "positions",
-    "position_object",
-    "groups",
-    "group_offsets",
+__all__ = [
+    "ARRAYS",
+    "FORMAT",
+    "GROUND_TRUTH",
+    "IMAGES",
+    "REQUIRED_ATTRS",
+    "SCHEMA_VERSION",
+    "UNITS",
+    "Dataset",
+    "canonical_arrays",
+    "content_digest",
+    "patches_outside",
+    "read_attributes",
+    "read_dataset",
     "scan_region",
-)
-#: Attributes every file must carry, with their Python type.
-REQUIRED_ATTRS = {
-    "format": str,
-    "schema_version": int,
-    "package_version": str,
-    "n": int,
-    "gridsize": int,
-    "scale": float,
-    "units": str,
-    "nphotons": float,
-    "split": str,
-    "object_kind": str,
-    "phase_kind": str,
-    "probe_kind": str,
-    "seed": int,
-    "config": str,
-    "digest": str,
-}
-#: Optional attribute: False for measured data without an object (reconstruct-only).
-GROUND_TRUTH = "ground_truth"
-#: The arrays whose last two axes are an image's sides (bounded by ptycho.data.untrusted.MAX_SIDE).
-IMAGES = ("diffraction", "probe", "objects")
+    "summary",
+    "write_dataset",
+]
 
 
 @dataclass(frozen=True)
@@ -167,22 +163,6 @@ def scan_region(positions: np.ndarray, probe: np.ndarray) -> np.ndarray:
     return np.array([lo[0], lo[1], hi[0], hi[1]], dtype=np.int64)
 
 
-def content_digest(arrays: dict[str, np.ndarray], scale: float, units: str) -> str:
-    """SHA-256 over every array (name, dtype, shape, little-endian bytes) and ``s``, units.
-
-    Stable across machines and independent of HDF5 layout details, so identical
-    simulations have identical digests and MLflow can track a dataset by it.
-    """
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
-        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(a.tobytes())
-    h.update(f"scale|{float(scale)!r}|units|{units}".encode())
-    return h.hexdigest()
-
-
 def canonical_arrays(ds: Dataset) -> dict[str, np.ndarray]:
     """Arrays cast to the on-disk dtypes."""
     diff_dtype = np.uint32 if ds.units == "counts" else np.float32
@@ -205,8 +185,6 @@ def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
     so an interrupted write never leaves a file that looks valid.
     """
     import h5py
-
-    from ptycho.data.checks import validate
 
     path = Path(path)
     arrays = canonical_arrays(ds)
@@ -252,7 +230,6 @@ def write_dataset(path: str | os.PathLike, ds: Dataset) -> str:
 def read_dataset(path: str | os.PathLike, *, check_digest: bool = True) -> Dataset:
     """Read and fully validate a dataset; any problem is one-line :class:`DatasetError`."""
 
-    from ptycho.data.checks import check_header, check_layout, validate
     from ptycho.data.untrusted import Budget, check_dataset
 
     path = str(path)
@@ -285,8 +262,6 @@ def read_attributes(path: str | os.PathLike) -> dict[str, Any]:
     :func:`read_dataset` still validates everything. Problems are one-line
     :class:`DatasetError`, as for :func:`read_dataset`.
     """
-
-    from ptycho.data.checks import check_header
 
     path = str(path)
     with _opened(path) as f:
@@ -332,28 +307,6 @@ def _py(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
-def patches_outside(positions: np.ndarray, n: int, shape: tuple[int, int]) -> np.ndarray:
-    """Which positions put their ``n``-px patch (partly) outside an object of ``shape`` (H, W).
-
-    The rule of :func:`ptycho.physics.translate.extract_patches`, the forward model's
-    crop: an integer position may touch the edge, a sub-pixel one needs a pixel of
-    margin for its interpolation. A patch outside the object was never measured there;
-    stitched, it lands outside the scored region and leaves an image of zeros.
-    """
-    pos = np.asarray(positions, dtype=np.float64).reshape(-1, 2)
-    ipos = np.rint(pos)
-    margin = np.where(np.any(pos != ipos, axis=1), 1, 0)[:, None]
-    lo = ipos - n // 2 - margin
-    hi = ipos - n // 2 + n + margin
-    limit = np.array([shape[1], shape[0]])
-    return np.any((lo < 0) | (hi > limit), axis=1)
-
-
-def centre_range(n: int, shape: tuple[int, int]) -> tuple[int, int, int, int]:
-    """Integer patch centres allowed by :func:`patches_outside`: x0, x1, y0, y1 (inclusive)."""
-    return n // 2, shape[1] - n + n // 2, n // 2, shape[0] - n + n // 2
 
 
 def summary(ds: Dataset) -> dict[str, Any]:

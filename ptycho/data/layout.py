@@ -1,26 +1,92 @@
-"""The checks of a dataset file's contents (docs/dataset-format.md): its header, the
-layout of its arrays against each other and the attributes (before anything is read),
-and the values once read (finiteness, ranges, cross-references, the digest). Each
-problem is one :class:`~ptycho.errors.DatasetError` line that names the file and the fix.
-:func:`ptycho.data.dataset.read_dataset` runs them on every read."""
+"""The dataset file's layout (schema version 1, docs/dataset-format.md): its names, its
+content digest, and the checks of a file against it: the header, the arrays' shapes and
+dtypes against each other and the attributes (before anything is read), and the values
+once read (finiteness, ranges, cross-references, the digest). Each problem is one
+:class:`~ptycho.errors.DatasetError` line that names the file and the fix.
+:mod:`ptycho.data.dataset` reads and writes the file and runs them on every read and write."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
 
-from ptycho.data.dataset import (
-    FORMAT,
-    GROUND_TRUTH,
-    REQUIRED_ATTRS,
-    SCHEMA_VERSION,
-    UNITS,
-    centre_range,
-    content_digest,
-    patches_outside,
-)
 from ptycho.errors import DatasetError
+
+FORMAT = "ptycho-dataset"
+SCHEMA_VERSION = 1
+UNITS = ("counts", "sqrt_counts")
+ARRAYS = (
+    "diffraction",
+    "probe",
+    "objects",
+    "positions",
+    "position_object",
+    "groups",
+    "group_offsets",
+    "scan_region",
+)
+#: Attributes every file must carry, with their Python type.
+REQUIRED_ATTRS = {
+    "format": str,
+    "schema_version": int,
+    "package_version": str,
+    "n": int,
+    "gridsize": int,
+    "scale": float,
+    "units": str,
+    "nphotons": float,
+    "split": str,
+    "object_kind": str,
+    "phase_kind": str,
+    "probe_kind": str,
+    "seed": int,
+    "config": str,
+    "digest": str,
+}
+#: Optional attribute: False for measured data without an object (reconstruct-only).
+GROUND_TRUTH = "ground_truth"
+#: The arrays whose last two axes are an image's sides (bounded by ptycho.data.untrusted.MAX_SIDE).
+IMAGES = ("diffraction", "probe", "objects")
+
+
+def content_digest(arrays: dict[str, np.ndarray], scale: float, units: str) -> str:
+    """SHA-256 over every array (name, dtype, shape, little-endian bytes) and ``s``, units.
+
+    Stable across machines and independent of HDF5 layout details, so identical
+    simulations have identical digests and MLflow can track a dataset by it.
+    """
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    h.update(f"scale|{float(scale)!r}|units|{units}".encode())
+    return h.hexdigest()
+
+
+def patches_outside(positions: np.ndarray, n: int, shape: tuple[int, int]) -> np.ndarray:
+    """Which positions put their ``n``-px patch (partly) outside an object of ``shape`` (H, W).
+
+    The rule of :func:`ptycho.physics.translate.extract_patches`, the forward model's
+    crop: an integer position may touch the edge, a sub-pixel one needs a pixel of
+    margin for its interpolation. A patch outside the object was never measured there;
+    stitched, it lands outside the scored region and leaves an image of zeros.
+    """
+    pos = np.asarray(positions, dtype=np.float64).reshape(-1, 2)
+    ipos = np.rint(pos)
+    margin = np.where(np.any(pos != ipos, axis=1), 1, 0)[:, None]
+    lo = ipos - n // 2 - margin
+    hi = ipos - n // 2 + n + margin
+    limit = np.array([shape[1], shape[0]])
+    return np.any((lo < 0) | (hi > limit), axis=1)
+
+
+def centre_range(n: int, shape: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Integer patch centres allowed by :func:`patches_outside`: x0, x1, y0, y1 (inclusive)."""
+    return n // 2, shape[1] - n + n // 2, n // 2, shape[0] - n + n // 2
 
 
 def check_header(path: str, attrs: dict[str, Any]) -> None:
