@@ -39,7 +39,7 @@ test: setup  ## fast tests (unit and integration), minutes
 	"$(PY)" -m pytest -m "not slow" -q
 
 test-slow: setup  ## end-to-end and training tests
-	"$(PY)" -m pytest -m slow -q
+	"$(PY)" -m pytest -m slow -q --durations=15
 
 test-all: setup
 	"$(PY)" -m pytest -q
