@@ -725,11 +725,20 @@ def test_a_record_from_before_the_precision_axis_reads_as_float32_with_xlas_rati
         and jit.xla["train_step_alone"].ratio == pytest.approx(1.25)
     )
     assert record.entry("pinn", REFERENCE).xla == {}
+    # The oldest records name no mode in their entries: nothing of theirs is credited to XLA.
+    oldest = {key: {k: v for k, v in e.items() if k != "mode"} for key, e in legacy.items()}
+    older = BenchRecord.from_json({"arms": arms, "ratios": {"pinn": oldest}})
+    assert older.entry("pinn", "jit").xla == {} and older.entry("pinn", "jit").label == "jit"
+    from ptycho.study.bench import xla_ratio
+
+    assert fastest(older, "pinn", "alone") is None and xla_ratio(oldest["jit"], "train_step_alone") is None
 
 
 def test_a_broken_bench_record_is_refused_in_one_line():
     from ptycho.errors import PtychoError
     from ptycho.study.bench.record import BenchRecord
 
-    with pytest.raises(PtychoError, match=r"^bench.json: not a benchmark record \(KeyError: 'step_s'\); pass the JSON"):
-        BenchRecord.from_json({"arms": [{"model": "pinn", "mode": "off", "compile_s": 1.0}]}, "bench.json")
+    with pytest.raises(PtychoError, match=r"^bench.json: not a benchmark record \(AttributeError: .*\); pass the JSON"):
+        BenchRecord.from_json({"arms": ["pinn-off"]}, "bench.json")
+    with pytest.raises(PtychoError, match=r"^bench.json: not a benchmark record \(KeyError: 'mode'\); pass the JSON"):
+        BenchRecord.from_json({"arms": [{"model": "pinn", "compile_s": 1.0}]}, "bench.json")

@@ -647,16 +647,12 @@ def test_the_benchmarks_cross_check_has_a_fixed_tolerance_and_says_disagree():
                 "model": "pinn",
                 "mode": "off",
                 "precision": "float32",
-                "compile_s": 1.0,
-                "step_s": {"median": 0.6},
                 "shared": {"step_s": {"median": 1.208, "iqr": 0.7}},
             },
             {
                 "model": "pinn",
                 "mode": "jit",
                 "precision": "float32",
-                "compile_s": 1.0,
-                "step_s": {"median": 0.6},
                 "shared": {"step_s": {"median": 0.700, "iqr": 0.7}},
             },
         ]

@@ -140,14 +140,14 @@ class Peak:
 
     gflops: Mapping[str, float]
     threads: int | None = None
-    how: str = ""
+    how: str | None = None
     load: Load | None = None
 
     @classmethod
     def from_json(cls, d: Mapping | None) -> Peak | None:
         if not d:
             return None
-        return cls(dict(d.get("gflops", {})), d.get("threads"), d.get("how", ""), Load.from_json(d.get("foreign_load")))
+        return cls(dict(d.get("gflops", {})), d.get("threads"), d.get("how"), Load.from_json(d.get("foreign_load")))
 
 
 @dataclass(frozen=True)
@@ -215,9 +215,9 @@ class BenchArm:
             model=d["model"],
             mode=d["mode"],
             precision=d.get("precision", REFERENCE_PRECISION),
-            compile_s=float(d["compile_s"]),
-            startup_overhead_s=float(d.get("startup_overhead_s", d["compile_s"])),
-            step=Spread.from_json(d["step_s"]),
+            compile_s=stored_number(d.get("compile_s")),
+            startup_overhead_s=stored_number(d.get("startup_overhead_s", d.get("compile_s"))),
+            step=Spread.from_json(d.get("step_s") or {}),
             step_samples=tuple(d.get("step_samples_s", ())),
             shared=Spread.from_json(shared["step_s"]) if "step_s" in shared else None,
             shared_samples=tuple(shared.get("step_samples_s", ())),
@@ -276,13 +276,16 @@ class ArmRatios:
     @classmethod
     def from_json(cls, d: Mapping, key: str) -> ArmRatios:
         """An entry keyed ``key`` (for a record from before the precision axis, its mode).
-        Such a record holds a float32 XLA mode's ratios vs ``off`` at the top level only:
-        they are XLA's own effect too."""
+        A record from before the ``xla`` entry holds a float32 XLA mode's ratios vs
+        ``off`` at the top level only: they are XLA's own effect too when the entry names
+        its mode."""
         mode, precision = d.get("mode", key), d.get("precision", REFERENCE_PRECISION)
         overall = {k: Interval.from_json(d[k]) for k in MEASUREMENTS if k in d}
         if "xla" in d:
             xla = {k: Interval.from_json(v) for k, v in d["xla"].items()}
-        elif mode != REFERENCE and precision == REFERENCE_PRECISION:
+        elif d.get("mode", REFERENCE) != REFERENCE and precision == REFERENCE_PRECISION:
+            # a recorded mode's top-level ratios; an entry without its mode (the oldest
+            # records) is never credited to XLA
             xla = overall
         else:
             xla = {}

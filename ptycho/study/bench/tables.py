@@ -232,7 +232,7 @@ def tables(bench: BenchRecord | Mapping) -> list[Table]:
             [_roofline(a) for a in arms],
         ),
         (
-            f"Machine peak: {peak.how if peak else 'not measured'}{_contaminated(peak)}",
+            f"Machine peak: {peak.how if peak and peak.how is not None else 'not measured'}{_contaminated(peak)}",
             ["dtype", "GFLOP/s", f"vs {compute_dtype(REFERENCE_PRECISION)}"],
             _peak(peak),
         ),
