@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from ptycho.study.bench.coordinator import BenchConfig, run
 from ptycho.study.bench.machine import ForeignLoad, machine_info
-from ptycho.study.bench.result import arm_key, arm_runs, fastest, fastest_overall, ratios, xla_ratio
+from ptycho.study.bench.result import arm_runs, fastest, fastest_overall, ratios, xla_ratio
 from ptycho.study.bench.tables import arm_words, batch_table, batch_words, format_table, roofline_words, tables
 
 __all__ = [
     "BenchConfig",
-    "arm_key",
     "arm_runs",
     "arm_words",
     "batch_table",

@@ -30,6 +30,14 @@ def _number(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def _break_even(d: Mapping, key: str) -> float | None:
+    """A break-even step count: ``None`` when not recorded; JSON's null (how an infinite
+    count is written) is ``inf``, never repaid."""
+    if key not in d:
+        return None
+    return math.inf if d[key] is None else float(d[key])
+
+
 @dataclass(frozen=True)
 class Interval:
     """A ratio of medians (the reference's time over the arm's: above 1 = faster) with its
@@ -242,10 +250,11 @@ class BenchArm:
     def key(self) -> str:
         """The arm's key among its model's (:attr:`BenchRecord.ratios`): the mode at float32,
         as before the precision axis (``jit``), ``<mode>-<short>`` otherwise (``jit-bf16``)."""
-        return Arm(self.model, self.mode, 0, self.precision).key("mode", "precision")
+        return self.arm.key("mode", "precision")
 
     @property
     def arm(self) -> Arm:
+        """The arm (seed 0) this timing is of."""
         return Arm(self.model, self.mode, 0, self.precision)
 
     def spread(self, context: str) -> Spread | None:
@@ -267,11 +276,10 @@ class ArmRatios:
     xla_batches: Mapping[str, Mapping[str, Interval]] = field(default_factory=dict)
     vs_float32: Mapping[str, Interval] = field(default_factory=dict)
     compile_extra_s: float | None = None
-    #: steps to repay the extra compile time; ``inf`` (or ``None``, JSON's null) never
+    #: steps to repay the extra compile time: ``inf`` never (JSON's null), ``None`` not recorded
     break_even_steps: float | None = None
     break_even_steps_shared: float | None = None
     padded_vs_naive: float | None = None
-    has: frozenset[str] = frozenset()  #: the break-even keys the record holds
 
     @classmethod
     def from_json(cls, d: Mapping, key: str) -> ArmRatios:
@@ -300,10 +308,9 @@ class ArmRatios:
             },
             {k: Interval.from_json(v) for k, v in (d.get("vs_float32") or {}).items()},
             _number(d.get("compile_extra_s")),
-            _number(d.get("break_even_steps")),
-            _number(d.get("break_even_steps_shared")),
+            _break_even(d, "break_even_steps"),
+            _break_even(d, "break_even_steps_shared"),
             _number(d.get("padded_vs_naive")),
-            frozenset(k for k in ("break_even_steps", "break_even_steps_shared") if k in d),
         )
 
     @property

@@ -20,12 +20,6 @@ from ptycho.study.stats import bootstrap_ratio, break_even_steps
 from ptycho.tracking.record import NestedRun
 
 
-def arm_key(arm: Mapping | BenchArm) -> str:
-    """An arm's key among its model's arms (in ``ratios``): the mode at float32, as before
-    the precision axis (``jit``), ``<mode>-<short>`` otherwise (``jit-bf16``)."""
-    return (arm if isinstance(arm, BenchArm) else BenchArm.from_json(arm)).key
-
-
 def _batch_ratios(ref: BenchArm, a: BenchArm) -> dict[str, dict[str, dict]]:
     """Per sweep kind and batch size, ``ref``'s time over ``a``'s with its interval."""
     out: dict[str, dict[str, dict]] = {}
@@ -47,7 +41,7 @@ def _step_ratios(ref: BenchArm, a: BenchArm) -> dict[str, dict]:
 
 
 def ratios(arms: Sequence[Mapping | BenchArm]) -> dict[str, dict[str, dict]]:
-    """Per model and arm (:func:`arm_key`), three comparisons, each holding the other axis fixed:
+    """Per model and arm (:attr:`~ptycho.study.bench.record.BenchArm.key`), three comparisons, each holding the other axis fixed:
 
     * ``xla`` (every mode but ``off``): speed relative to ``off`` at the SAME precision,
       XLA's own effect, the one the speedup item judges; ``xla_batches`` the same per
@@ -105,7 +99,7 @@ def xla_ratio(entry: ArmRatios | Mapping[str, Any], measurement: str) -> Interva
 
 
 def fastest(bench: BenchRecord | Mapping, model: str = SUBJECT, context: str = "alone") -> tuple[str, Interval] | None:
-    """The XLA arm (:func:`arm_key`) with the highest train-step ratio vs ``off`` AT ITS OWN
+    """The XLA arm (its key) with the highest train-step ratio vs ``off`` AT ITS OWN
     PRECISION in ``context`` (:func:`xla_ratio`), with its interval; ``None`` if no XLA mode
     was compared with ``off``. A precision's gain is never counted here."""
     per = BenchRecord.of(bench).ratios.get(model, {})

@@ -26,11 +26,11 @@ from ptycho.study.tables import Table, fmt, to_text
 ACCELERATED = 1.5
 
 
-def _break_even(value: float | None, recorded: bool) -> str:
-    """A break-even step count; infinite (stored as null in JSON) is "never"."""
-    if not recorded:
+def _break_even(value: float | None) -> str:
+    """A break-even step count: not recorded is "n/a", infinite "never"."""
+    if value is None:
         return "n/a"
-    return "never" if value is None or value == float("inf") else f"{value:.0f}"
+    return "never" if value == math.inf else f"{value:.0f}"
 
 
 def _ms(spread: Spread | None) -> str:
@@ -146,8 +146,8 @@ def _ratios(ratios: Mapping[str, Mapping[str, ArmRatios]]) -> list[list[str]]:
                     _interval(r.vs_float32.get("train_step_shared")),
                     _interval(r.overall.get("train_step_alone")),
                     fmt(r.compile_extra_s),
-                    _break_even(r.break_even_steps, "break_even_steps" in r.has),
-                    _break_even(r.break_even_steps_shared, "break_even_steps_shared" in r.has),
+                    _break_even(r.break_even_steps),
+                    _break_even(r.break_even_steps_shared),
                 ]
             )
     return rows
@@ -341,7 +341,7 @@ def batch_words(bench: BenchRecord | Mapping) -> str:
 
 
 def arm_words(bench: BenchRecord | Mapping, model: str, key: str) -> str:
-    """An arm of ``model`` (its :func:`~ptycho.study.bench.result.arm_key`) in words:
+    """An arm of ``model`` (its :attr:`~ptycho.study.bench.record.BenchArm.key`) in words:
     ``"jit"`` at float32, ``"jit at bf16"`` otherwise."""
     r = BenchRecord.of(bench).entry(model, key)
     return r.label if r else key

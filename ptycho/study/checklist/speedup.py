@@ -303,7 +303,7 @@ def text(report: StudyReport) -> str:
 
     item = report.items["speedup"]
     ev = item.evidence
-    roof = roofline_words(ev.get("bench", {}))
+    roof = roofline_words(report.bench)
     machine = machine_line(ev.get("machine", {}))
     parts = [
         item.summary,
@@ -377,8 +377,7 @@ def _trainings_at_once(report: StudyReport) -> str:
     which reproduces the schedule of the run that made the bench."""
     counts = sorted({n for arm in report.arms.values() if (n := arm.get("timing", {}).get("trainings_at_once"))})
     if not counts:
-        bench = BenchRecord.of(report.evidence("speedup").get("bench", {}))
-        shared = bench.contexts.get("shared")
+        shared = report.bench.contexts.get("shared")
         counts = [shared.trainings_at_once] if shared and shared.trainings_at_once else []
     if not counts:
         return ""
@@ -417,7 +416,7 @@ def tables(report: StudyReport) -> list[Table]:
     from ptycho.study.bench import batch_table
     from ptycho.study.bench import tables as bench_tables
 
-    bench = BenchRecord.of(report.evidence("speedup").get("bench", {}))
+    bench = report.bench
     return [ttq_table(report), *bench_tables(bench), batch_table(bench), training_table(report)]
 
 

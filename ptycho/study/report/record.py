@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from ptycho.artifacts import FORMATS
 from ptycho.study import checklist
+from ptycho.study.bench.record import BenchRecord
 from ptycho.study.checklist.result import ItemResult
 from ptycho.study.conditions_view import ConditionRow
 from ptycho.study.solver_summary import SolverSummary
@@ -60,6 +61,11 @@ class StudyReport:
         """An item's evidence (``{}`` for an item the record lacks)."""
         found = self.items.get(item)
         return found.evidence if found else {}
+
+    @functools.cached_property
+    def bench(self) -> BenchRecord:
+        """The benchmark record the speed item's evidence embeds, read once (empty without one)."""
+        return BenchRecord.of(self.evidence("speedup").get("bench", {}))
 
     def to_json(self) -> dict[str, Any]:
         return {
