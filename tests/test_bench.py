@@ -5,6 +5,7 @@ the speedup item judged over every arm."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -112,6 +113,49 @@ def test_matched_seeds_are_compared_pairwise_so_a_shared_seed_effect_cancels():
     assert stats.seed_comparison(mode, {0: 0.850, 2: 0.899}, 0.02).design == "unpaired"
     # The seeds needed follow the design: paired needs fewer here.
     assert stats.seeds_needed(0.01, 0.01, 0.02, "paired") < stats.seeds_needed(0.01, 0.05, 0.02, "unpaired")
+
+
+def test_where_the_seed_spread_comes_from_is_split_between_the_seed_and_the_arms():
+    """Issue 45, item 2: a value is its seed's effect (initial weights, batch order, shared
+    by an arm and its reference) plus the arm's own remainder (its arithmetic). Simulated
+    with a known split, the seed's share of one arm's variance is recovered, and the words
+    and the report's table say it."""
+    from ptycho.study.checklist.seeds import source_table
+
+    rng = np.random.default_rng(0)
+    n, seed_sd, own_sd = 400, 0.03, 0.01  # the seed's variance is 0.9 of the whole
+    luck = rng.normal(0.85, seed_sd, n)
+    arm = dict(enumerate(luck + rng.normal(0, own_sd, n)))
+    ref = dict(enumerate(luck + rng.normal(0, own_sd, n)))
+    c = stats.seed_comparison(arm, ref, threshold=0.02)
+    expected = seed_sd**2 / (seed_sd**2 + own_sd**2)
+    assert c.design == "paired" and c.seed_share == pytest.approx(expected, abs=0.03)
+    assert c.seed_sd == pytest.approx(math.hypot(seed_sd, own_sd), rel=0.1)
+    # Trainings whose seeds share nothing (the numerics scatter them as much as a new seed):
+    # no share for pairing to remove.
+    apart = stats.seed_comparison(
+        dict(enumerate(rng.normal(0.85, 0.03, n))), dict(enumerate(rng.normal(0.85, 0.03, n))), 0.02
+    )
+    assert apart.seed_share == pytest.approx(0.0, abs=0.1)
+    # Arms that differ by nothing but a constant: every bit of the spread is the seed's.
+    same = stats.seed_comparison({0: 0.80, 1: 0.86, 2: 0.83}, {0: 0.79, 1: 0.85, 2: 0.82}, 0.02)
+    assert same.seed_share == 1.0 and same.sd == pytest.approx(0.0, abs=1e-12)
+    assert "the seed itself (initial weights, batch order) is 100% of one arm's seed-to-seed variance" in same.words()
+    # Unpaired, one seed, a side without variation, a yardstick: no split to read.
+    assert math.isnan(stats.seed_comparison({0: 0.8, 1: 0.9}, {2: 0.8, 3: 0.9}, 0.02).seed_share)
+    assert math.isnan(stats.seed_comparison({0: 0.8}, {0: 0.9}, 0.02).seed_share)
+    assert math.isnan(stats.seed_comparison({0: 0.8, 1: 0.9}, {0: 0.0, 1: 0.0}, 0.02).seed_share)
+    assert math.isnan(stats.seed_comparison({0: 0.8, 1: 0.9}, {0: 0.7, 1: 0.9}, 0.02, yardstick=True).seed_share)
+    assert "the seed itself" not in stats.seed_comparison({0: 0.8}, {0: 0.9}, 0.02).words()
+    # The record keeps it (an older record without it reads as no split), and the table shows it.
+    back = stats.SeedComparison.from_json(json.loads(json.dumps(same.to_json())))
+    assert back.seed_share == 1.0 and back.seed_sd == pytest.approx(same.seed_sd)
+    old = {k: v for k, v in same.to_json().items() if k != "seed_sd"}
+    assert math.isnan(stats.SeedComparison.from_json(old).seed_share)
+    title, header, rows = source_table({("pinn-jit", "amp ssim"): same.to_json(), ("pinn-auto", "amp ssim"): old})
+    assert "Where the seed-to-seed spread comes from" in title and len(header) == len(rows[0])
+    assert len(rows) == 1 and rows[0][:3] == ["pinn-jit", "amp ssim", "3"] and rows[0][5:] == ["100%", "0%"]
+    assert source_table({("pinn-auto", "amp ssim"): old}) is None
 
 
 def test_seed_comparison_is_equivalent_only_when_the_90_percent_interval_is_inside_the_margin():

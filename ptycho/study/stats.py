@@ -168,6 +168,38 @@ class SeedComparison:
     seeds_needed: float
     label: str = ""
     yardstick: bool = False
+    #: the pooled standard deviation of the seeds within each arm: all that makes two seeds
+    #: of one arm differ (initial weights, batch order, the arm's arithmetic); NaN where
+    #: the split below cannot be read (one seed, a side without variation, a yardstick)
+    seed_sd: float = math.nan
+
+    @property
+    def seed_share(self) -> float:
+        """The share of one arm's seed-to-seed variance that is the seed's own (initial
+        weights and batch order, which both arms of a pair share) and that pairing by seed
+        therefore removes: ``1 - sd**2 / (2 seed_sd**2)``, between 0 and 1, where ``sd``
+        is the spread of the per-seed differences (``var(arm - reference) = 2 var(e)`` when
+        a value is its seed's effect plus an independent remainder ``e``: the arms'
+        arithmetic and the effect compared). Near 1: the pairs move together and the
+        comparison sees through the seeds' luck; near 0: the arms' own numerics scatter a
+        training as much as a new seed does. NaN unless paired with a ``seed_sd``."""
+        if self.design != PAIRED or not (math.isfinite(self.sd) and math.isfinite(self.seed_sd)):
+            return math.nan
+        return min(1.0, max(0.0, 1.0 - self.sd**2 / (2.0 * self.seed_sd**2)))
+
+    def source_words(self, percent: bool = False) -> str:
+        """Where the seed-to-seed spread comes from, in one clause (empty without a split)."""
+        share = self.seed_share
+        if not math.isfinite(share):
+            return ""
+
+        def f(v: float) -> str:
+            return f"{v:.1%}" if percent else f"{v:.4f}"
+
+        return (
+            f"the seed itself (initial weights, batch order) is {share:.0%} of one arm's seed-to-seed variance, "
+            f"which pairing removes (seeds sd {f(self.seed_sd)}, paired differences sd {f(self.sd)})"
+        )
 
     @property
     def within(self) -> bool:
@@ -207,6 +239,8 @@ class SeedComparison:
         if not math.isfinite(self.sd):
             return f" (one seed per arm: no seed-to-seed spread to judge it by); INCONCLUSIVE, {self.needed_words()}"
         spread = f"seeds of the same arm differ by up to {f(self.spread)}" if math.isfinite(self.spread) else ""
+        source = self.source_words(percent)
+        spread = f"{spread}; {source}" if spread and source else spread or source
         sides = "pairs of seeds" if self.yardstick else "seeds"
         intervals = (
             f"90 % interval {f(self.low90, True)} to {f(self.high90, True)}, 95 % {f(self.low, True)} to "
@@ -294,7 +328,9 @@ def seed_comparison(
       INCONCLUSIVE otherwise, and always with one seed per arm (no spread to judge by);
     * ``seeds_needed``: per arm, what the observed difference and spread say would make
       it conclusive (:func:`seeds_needed`);
-    * ``spread``: the largest difference between two seeds of the same arm;
+    * ``spread``: the largest difference between two seeds of the same arm; ``seed_sd``
+      the pooled standard deviation of each arm's seeds, which with the paired differences'
+      ``sd`` says how much of it is the seed's own (:attr:`SeedComparison.seed_share`);
       ``within``: |difference| <= margin; ``equivalent``: the outcome is EQUIVALENT.
     """
     a = np.array([mode_values[s] for s in sorted(mode_values)], float)
@@ -304,8 +340,11 @@ def seed_comparison(
     dof = len(a) - 1 if design == PAIRED else len(a) - 1 + len(b) - 1
     margin = float(threshold)
     nan = math.nan
-    sd = low = high = low90 = high90 = needed = nan
+    sd = low = high = low90 = high90 = needed = seed_sd = nan
     outcome = INCONCLUSIVE
+    pooled_dof = len(a) - 1 + len(b) - 1
+    if pooled_dof > 0 and not yardstick and all(len(v) > 1 and np.ptp(v) > 0 for v in (a, b)):
+        seed_sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / pooled_dof)
     if dof > 0:
         if design == PAIRED:
             sd = float(np.std(a - b, ddof=1))
@@ -343,6 +382,7 @@ def seed_comparison(
         seeds_needed=needed,
         label=label,
         yardstick=yardstick,
+        seed_sd=seed_sd,
     )
 
 

@@ -168,14 +168,13 @@ def tables(report: StudyReport) -> list[Table]:
     ev = report.evidence("convergence")
     out = []
     if ev.get("comparisons"):
-        out.append(
-            seeds.comparison_table(
-                {
-                    (name, "final val loss above the floor / the reference's mean"): c
-                    for name, c in ev["comparisons"].items()
-                }
-            )
-        )
+        compared = {
+            (name, "final val loss above the floor / the reference's mean"): c for name, c in ev["comparisons"].items()
+        }
+        out.append(seeds.comparison_table(compared))
+        source = seeds.source_table(compared)
+        if source:
+            out.append(source)
     rows = [
         [
             name,

@@ -137,11 +137,13 @@ def tables(report: StudyReport) -> list[Table]:
         )
     ]
     if ev.get("comparisons"):
-        out.append(
-            seeds.comparison_table(
-                {(name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()}
-            )
-        )
+        compared = {
+            (name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()
+        }
+        out.append(seeds.comparison_table(compared))
+        source = seeds.source_table(compared)
+        if source:
+            out.append(source)
     for key, title, first in (
         ("arm_differences", "Each arm minus its reference (off, or float32), per seed", "comparison"),
         ("pinn_minus_baseline", "PINN minus baseline (physics-informed vs supervised)", "mode, seed"),
