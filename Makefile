@@ -36,7 +36,7 @@ all: setup  ## run the whole study (simulate, train, infer, score, report)
 	"$(SNAKEMAKE)" --cores $(CORES) all
 
 test: setup  ## fast tests (unit and integration), minutes
-	"$(PY)" -m pytest -m "not slow" -q
+	"$(PY)" -m pytest -m "not slow" -q --durations=20
 
 test-slow: setup  ## end-to-end and training tests
 	"$(PY)" -m pytest -m slow -q --durations=15

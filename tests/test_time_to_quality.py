@@ -357,3 +357,45 @@ def test_the_crossing_is_read_between_validation_readings_not_at_the_epochs_end(
     # a record without readings within epochs (before val_checks) interpolates between its epochs' ends
     old = dataclasses.replace(ttq.runs_of([_meta("off", 0, [0.50, 0.20], 0.1)])[0], floor=0.0)
     assert old.steps_to(target) == pytest.approx(10 + 10 * (0.50 - target) / (0.50 - 0.20))
+
+
+def test_the_spread_of_the_steps_to_the_target_is_split_between_the_seed_and_the_arms():
+    """Issue 45, item 2: the arm and its reference share each seed's initial weights and
+    batch order; when their steps to the target move together seed by seed, the seed is
+    nearly all of one arm's spread and the paired ratio sees through it (a table says so)."""
+
+    def reach(seed, steps, reached=True):
+        return ttc.Reach(seed, reached, 2, steps, 0.1, steps * 0.1, 1.0)
+
+    steps = {0: 400.0, 1: 620.0, 2: 510.0}  # the seeds' luck: 400 to 620 steps
+    arm = tuple(reach(s, n * 1.01) for s, n in steps.items())  # XLA: 1 % more, every seed
+    ref = tuple(reach(s, n) for s, n in steps.items())
+    c = ttc.Comparison(ratio=0.99, paired=True, arm=arm, reference=ref)
+    seed_sd, paired_sd, share = c.steps_split()
+    assert seed_sd == pytest.approx(0.216, abs=0.005) and paired_sd == pytest.approx(0.0, abs=1e-9)
+    assert share == 1.0
+    # The arm's own numerics scatter its steps as much as a new seed would: no share.
+    scattered = tuple(reach(s, n) for s, n in zip(steps, (620.0, 400.0, 510.0), strict=True))
+    assert dataclasses.replace(c, arm=scattered).steps_split()[2] < 0.2
+    # A seed that never reached the target is left out; with one seed left, or unpaired, no split.
+    missed = (reach(0, 400.0), reach(1, 1000.0, reached=False), reach(2, 520.0))
+    from ptycho.study.stats import variance_split
+
+    both = ({0: math.log(400), 2: math.log(520)}, {0: math.log(400), 2: math.log(510)})
+    assert dataclasses.replace(c, arm=missed).steps_split() == pytest.approx(variance_split(*both))
+    assert math.isnan(dataclasses.replace(c, arm=arm[:1]).steps_split()[2])
+    assert math.isnan(dataclasses.replace(c, paired=False).steps_split()[2])
+    # The speed section's table reads the record back from the report's JSON.
+    from types import SimpleNamespace
+
+    from ptycho.study.checklist.speedup import steps_source_table
+
+    record = dataclasses.replace(c, title="PINN jit - off").to_json()
+    title, header, rows = steps_source_table(
+        SimpleNamespace(evidence=lambda item: {"time_to_quality": {"pinn-jit": record}})
+    )
+    assert title.startswith("Where the spread of the steps") and rows == [
+        ["PINN jit - off", "3", rows[0][2], rows[0][3], "100%", "0%"]
+    ]
+    unpaired = dataclasses.replace(c, paired=False).to_json()
+    assert steps_source_table(SimpleNamespace(evidence=lambda item: {"time_to_quality": {"x": unpaired}})) is None

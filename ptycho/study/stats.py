@@ -183,9 +183,7 @@ class SeedComparison:
         arithmetic and the effect compared). Near 1: the pairs move together and the
         comparison sees through the seeds' luck; near 0: the arms' own numerics scatter a
         training as much as a new seed does. NaN unless paired with a ``seed_sd``."""
-        if self.design != PAIRED or not (math.isfinite(self.sd) and math.isfinite(self.seed_sd)):
-            return math.nan
-        return min(1.0, max(0.0, 1.0 - self.sd**2 / (2.0 * self.seed_sd**2)))
+        return seed_share(self.sd, self.seed_sd) if self.design == PAIRED else math.nan
 
     def source_words(self, percent: bool = False) -> str:
         """Where the seed-to-seed spread comes from, in one clause (empty without a split)."""
@@ -283,6 +281,28 @@ class SeedComparison:
         values["seeds_mode"] = tuple(record.get("seeds_mode", ()))
         values["seeds_off"] = tuple(record.get("seeds_off", ()))
         return cls(**values)
+
+
+def seed_share(paired_sd: float, seed_sd: float) -> float:
+    """The seed's own share of one arm's seed-to-seed variance, ``1 - paired_sd**2 /
+    (2 seed_sd**2)`` clipped to 0-1 (:attr:`SeedComparison.seed_share` says why); NaN
+    without both spreads or when the seeds do not vary."""
+    if not (math.isfinite(paired_sd) and math.isfinite(seed_sd)) or seed_sd <= 0:
+        return math.nan
+    return min(1.0, max(0.0, 1.0 - paired_sd**2 / (2.0 * seed_sd**2)))
+
+
+def variance_split(arm: Mapping[int, float], reference: Mapping[int, float]) -> tuple[float, float, float]:
+    """``(seed_sd, paired_sd, share)`` of the values of two arms on the seeds both have
+    (two or more): each arm's own seeds' standard deviation, pooled; that of the per-seed
+    differences; and :func:`seed_share`. NaN where it cannot be read."""
+    common = sorted(set(arm) & set(reference))
+    a, b = (np.array([side[s] for s in common], float) for side in (arm, reference))
+    if len(common) < 2 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return math.nan, math.nan, math.nan
+    seed_sd = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)
+    paired_sd = float(np.std(a - b, ddof=1))
+    return seed_sd, paired_sd, seed_share(paired_sd, seed_sd)
 
 
 def signed_words(v: float, percent: bool) -> str:

@@ -243,6 +243,23 @@ class Comparison:
             return None
         return True if self.judged_value >= threshold else None  # below it: the interval straddles it
 
+    def steps_split(self) -> tuple[float, float, float]:
+        """Where the spread of the steps to the target comes from (issue 45, item 2): over
+        the seeds whose trainings both reached it, on log steps, ``(seed_sd, paired_sd,
+        share)`` (:func:`ptycho.study.stats.variance_split`): how far seeds of one arm
+        differ, how far the paired log ratios do, and the seed's own share, which pairing
+        removes. The steps, not the seconds: they are the training's path, not the
+        machine's load. NaN unless paired with two such seeds."""
+        from ptycho.study.stats import variance_split
+
+        if not self.paired:
+            return math.nan, math.nan, math.nan
+        steps = [
+            {r.seed: math.log(r.steps) for r in side if r.reached and r.steps > 0}
+            for side in (self.arm, self.reference)
+        ]
+        return variance_split(*steps)
+
     # ------------------------------------------------------------------ worded
     @property
     def who(self) -> str:

@@ -367,6 +367,33 @@ def ttq_table(report: StudyReport) -> Table:
     )
 
 
+def steps_source_table(report: StudyReport) -> Table | None:
+    """Where the spread of the steps to the target comes from, per paired comparison with
+    two seeds that both reached it (:meth:`~ptycho.study.ttq_comparison.Comparison.steps_split`);
+    None when there is none."""
+    rows = []
+    for c in comparisons(report).values():
+        seed_sd, paired_sd, share = c.steps_split()
+        if math.isfinite(share):
+            both = {r.seed for r in c.arm if r.reached} & {r.seed for r in c.reference if r.reached}
+            rows.append([c.title, str(len(both)), fmt(seed_sd), fmt(paired_sd), f"{share:.0%}", f"{1 - share:.0%}"])
+    if not rows:
+        return None
+    return (
+        "Where the spread of the steps to the target comes from (log steps, seeds that reached it in both arms): "
+        "the seed's share (initial weights, batch order) is what the paired ratio leaves out",
+        [
+            "comparison",
+            "seeds",
+            "sd between seeds (one arm)",
+            "sd of the paired log ratios",
+            "the seed's share",
+            "the arms' own share",
+        ],
+        rows,
+    )
+
+
 def _trainings_at_once(report: StudyReport) -> str:
     """How many trainings ran at once, as words for the training table's title: one at a
     time (``--cores 1``, a cluster), up to N at once, or ``""`` when nothing says.
@@ -417,7 +444,14 @@ def tables(report: StudyReport) -> list[Table]:
     from ptycho.study.bench import tables as bench_tables
 
     bench = report.bench
-    return [ttq_table(report), *bench_tables(bench), batch_table(bench), training_table(report)]
+    source = steps_source_table(report)
+    return [
+        ttq_table(report),
+        *([source] if source else []),
+        *bench_tables(bench),
+        batch_table(bench),
+        training_table(report),
+    ]
 
 
 def _figure(kind: str):
