@@ -173,7 +173,8 @@ def _row(name: str, status: str = "PASS") -> dict:
         "accuracy": {"status": status, "value": 0.5, "summary": ""},
         "gradients": {"status": "PASS", "value": 0.1, "summary": ""},
         "solver": {"mode": "jit", "amp_ssim": 0.9, "phase_ssim": 0.95, "seconds_per_object": 1.5, "iterations": 30},
-        "models": {"pinn-off-s0": {"amp_ssim": 0.7, "phase_ssim": 0.8}, "pinn-jit-s0": {"amp_ssim": 0.71, "phase_ssim": 0.79}},
+        "models": {"pinn-off-s0": {"amp_ssim": 0.7, "phase_ssim": 0.8, "amp_scale": 1.37},
+                   "pinn-jit-s0": {"amp_ssim": 0.71, "phase_ssim": 0.79}},
     }  # fmt: skip
 
 
@@ -200,6 +201,10 @@ def test_a_condition_added_by_its_record_is_reported_and_its_failure_fails_the_v
     assert "| PINN off fp32 (1 seed) | 0.800/0.900 | 0.700/0.800 |" in md  # own point, then the condition
     assert f"Conditions ({SPARSE_LOW.name}, beside the study's own): accuracy and gradients PASS" in md
     assert f"at {SPARSE_LOW.name} the trained PINN arms score amplitude/phase SSIM 0.700-0.710/0.790-0.800" in md
+    # Seed by seed, with the amplitude's fitted scale where the scores record it (issue 45, item 4).
+    assert "The trained networks per seed at each condition" in md
+    assert "| pinn-off-s0 | 0.800/0.900 | 0.700/0.800 (x1.37) |" in md
+    assert "| pinn-jit-s0 | - | 0.710/0.790 |" in md
     failed, md = _report(base, [_row(SPARSE_LOW.name, "FAIL")], tmp_path / "failed")
     assert failed.verdict == "FAIL" and f"accuracy and gradients FAIL at {SPARSE_LOW.name} accuracy" in md
     lines = report.console_lines(failed, tmp_path / "validation.html")  # what `make all` ends with

@@ -271,7 +271,29 @@ def tables(report: StudyReport) -> list[Table]:
             ["network", *(row.name for row in rows)],
             networks,
         ),
+        per_seed_table(rows),
     ]  # fmt: skip
+
+
+def per_seed_table(rows: Sequence[ConditionRow]) -> Table:
+    """Every trained network, seed by seed, at each condition: amplitude/phase SSIM and the
+    amplitude's fitted scale (issue 45, item 4). The seed means above can hide one seed far
+    from its pair, and the scale says how far the amplitude was put right before scoring."""
+
+    def cell(scores: Mapping[str, float] | None) -> str:
+        if not scores:
+            return "-"
+        scale = scores.get("amp_scale")
+        return _pair(scores.get("amp_ssim"), scores.get("phase_ssim")) + (f" (x{scale:.2f})" if scale else "")
+
+    arms = sorted({arm for row in rows for arm in row.models})
+    return (
+        "The trained networks per seed at each condition: amplitude/phase SSIM (the amplitude's fitted scale: "
+        "scores are taken after the amplitude is multiplied by the least-squares factor against the truth; far "
+        "from 1, inference's normalisation by the data's mean count put the amplitude off its scale)",
+        ["arm", *(row.name for row in rows)],
+        [[arm, *(cell(row.models.get(arm)) for row in rows)] for arm in arms],
+    )
 
 
 def _text(report: StudyReport) -> str:
