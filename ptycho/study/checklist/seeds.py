@@ -114,34 +114,32 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping], subject: st
     )
 
 
+def split_table(title: str, rows: list[list[str]], unit: str = "differences") -> Table | None:
+    """A table of where a seed-to-seed spread comes from (issue 45, item 2), one row per
+    comparison: its name, what is compared, the seeds, the spread between seeds of one arm,
+    that of the paired ``unit`` and the seed's own share; None without a row."""
+    header = ["comparison", "metric", "seeds per arm", "sd between seeds (one arm)", f"sd of the paired {unit}"]
+    return (title, [*header, "the seed's share", "the arms' own share"], rows) if rows else None
+
+
+def split_row(name: str, metric: str, seeds: int, seed_sd: float, paired_sd: float, share: float) -> list[str]:
+    return [name, metric, str(seeds), fmt(seed_sd), fmt(paired_sd), f"{share:.0%}", f"{1 - share:.0%}"]
+
+
 def source_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table | None:
-    """Where the seed-to-seed spread comes from (issue 45, item 2), per comparison and
-    metric whose arms ran the same seeds (two or more): the spread of one arm's seeds
-    against the spread of the per-seed differences, and the seed's own share of the
-    variance (:attr:`~ptycho.study.stats.SeedComparison.seed_share`). None when no
-    comparison is paired with a spread on both sides."""
+    """Where the seed-to-seed spread comes from, per comparison and metric whose arms ran
+    the same seeds (two or more): the spread of one arm's seeds against the spread of the
+    per-seed differences, and the seed's own share of the variance
+    (:attr:`~ptycho.study.stats.SeedComparison.seed_share`). None when no comparison is
+    paired with a spread on both sides."""
     rows = []
     for (name, metric), record in sorted(comparisons.items()):
         c = SeedComparison.from_json(record)
-        share = c.seed_share
-        if math.isfinite(share):
-            rows.append(
-                [name, metric, str(len(c.seeds_mode)), fmt(c.seed_sd), fmt(c.sd), f"{share:.0%}", f"{1 - share:.0%}"]
-            )
-    if not rows:
-        return None
-    return (
+        if math.isfinite(c.seed_share):
+            rows.append(split_row(name, metric, len(c.seeds_mode), c.seed_sd, c.sd, c.seed_share))
+    return split_table(
         "Where the seed-to-seed spread comes from: two seeds of one arm differ by their initial weights and batch "
         "order, which an arm and its reference share seed by seed, and by the arms' own arithmetic; the seed's share "
         "is what pairing by seed removes from the comparison (1 - sd(differences)^2 / (2 sd(seeds)^2))",
-        [
-            "comparison",
-            "metric",
-            "seeds per arm",
-            "sd between seeds (one arm)",
-            "sd of the paired differences",
-            "the seed's share",
-            "the arms' own share",
-        ],
         rows,
     )

@@ -371,26 +371,19 @@ def steps_source_table(report: StudyReport) -> Table | None:
     """Where the spread of the steps to the target comes from, per paired comparison with
     two seeds that both reached it (:meth:`~ptycho.study.ttq_comparison.Comparison.steps_split`);
     None when there is none."""
+    from ptycho.study.checklist.seeds import split_row, split_table
+
     rows = []
     for c in comparisons(report).values():
         seed_sd, paired_sd, share = c.steps_split()
         if math.isfinite(share):
             both = {r.seed for r in c.arm if r.reached} & {r.seed for r in c.reference if r.reached}
-            rows.append([c.title, str(len(both)), fmt(seed_sd), fmt(paired_sd), f"{share:.0%}", f"{1 - share:.0%}"])
-    if not rows:
-        return None
-    return (
-        "Where the spread of the steps to the target comes from (log steps, seeds that reached it in both arms): "
-        "the seed's share (initial weights, batch order) is what the paired ratio leaves out",
-        [
-            "comparison",
-            "seeds",
-            "sd between seeds (one arm)",
-            "sd of the paired log ratios",
-            "the seed's share",
-            "the arms' own share",
-        ],
+            rows.append(split_row(c.title, "log steps to the target", len(both), seed_sd, paired_sd, share))
+    return split_table(
+        "Where the spread of the steps to the target comes from (seeds that reached it in both arms): the seed's "
+        "share (initial weights, batch order) is what the paired ratio leaves out",
         rows,
+        "log ratios",
     )
 
 
