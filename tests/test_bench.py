@@ -145,6 +145,7 @@ def test_where_the_seed_spread_comes_from_is_split_between_the_seed_and_the_arms
     assert math.isnan(stats.seed_comparison({0: 0.8, 1: 0.9}, {2: 0.8, 3: 0.9}, 0.02).seed_share)
     assert math.isnan(stats.seed_comparison({0: 0.8}, {0: 0.9}, 0.02).seed_share)
     assert math.isnan(stats.seed_comparison({0: 0.8, 1: 0.9}, {0: 0.0, 1: 0.0}, 0.02).seed_share)
+    assert all(math.isnan(v) for v in stats.variance_split({0: 1.0, 1: 2.0, 2: 3.0}, {0: 5.0, 1: 5.0, 2: 5.0}))
     assert math.isnan(stats.seed_comparison({0: 0.8, 1: 0.9}, {0: 0.7, 1: 0.9}, 0.02, yardstick=True).seed_share)
     assert "the seed itself" not in stats.seed_comparison({0: 0.8}, {0: 0.9}, 0.02).words()
     # The record keeps it (an older record without it reads as no split), and the table shows it.

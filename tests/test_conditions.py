@@ -205,6 +205,11 @@ def test_a_condition_added_by_its_record_is_reported_and_its_failure_fails_the_v
     assert "The trained networks per seed at each condition" in md
     assert "| pinn-off-s0 | 0.800/0.900 | 0.700/0.800 (x1.37) |" in md
     assert "| pinn-jit-s0 | - | 0.710/0.790 |" in md
+    from ptycho.study.conditions_view import ConditionRow, per_seed_table
+
+    row = _row(SPARSE_LOW.name)
+    row["models"]["pinn-jit-s1"] = {"amp_ssim": 0.0, "phase_ssim": 0.79, "amp_scale": 0.0}
+    assert ["pinn-jit-s1", "0.000/0.790 (x0.00)"] in per_seed_table([ConditionRow.from_json(row)])[2]  # shown: 0
     failed, md = _report(base, [_row(SPARSE_LOW.name, "FAIL")], tmp_path / "failed")
     assert failed.verdict == "FAIL" and f"accuracy and gradients FAIL at {SPARSE_LOW.name} accuracy" in md
     lines = report.console_lines(failed, tmp_path / "validation.html")  # what `make all` ends with

@@ -10,6 +10,7 @@ numerics that a dose or a loss breaks are XLA making it worse.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -284,7 +285,8 @@ def per_seed_table(rows: Sequence[ConditionRow]) -> Table:
         if not scores:
             return "-"
         scale = scores.get("amp_scale")
-        return _pair(scores.get("amp_ssim"), scores.get("phase_ssim")) + (f" (x{scale:.2f})" if scale else "")
+        shown = scale is not None and math.isfinite(scale)  # 0 shown: amplitudes that never overlap
+        return _pair(scores.get("amp_ssim"), scores.get("phase_ssim")) + (f" (x{scale:.2f})" if shown else "")
 
     arms = sorted({arm for row in rows for arm in row.models})
     return (

@@ -169,8 +169,9 @@ class SeedComparison:
     label: str = ""
     yardstick: bool = False
     #: the pooled standard deviation of the seeds within each arm: all that makes two seeds
-    #: of one arm differ (initial weights, batch order, the arm's arithmetic); NaN where
-    #: the split below cannot be read (one seed, a side without variation, a yardstick)
+    #: of one arm differ (initial weights, batch order, the arm's arithmetic; unpaired, it
+    #: equals ``sd``); NaN where the split below cannot be read (one seed, a side without
+    #: variation, a yardstick)
     seed_sd: float = math.nan
 
     @property
@@ -298,8 +299,8 @@ def variance_split(arm: Mapping[int, float], reference: Mapping[int, float]) -> 
     differences; and :func:`seed_share`. NaN where it cannot be read."""
     common = sorted(set(arm) & set(reference))
     a, b = (np.array([side[s] for s in common], float) for side in (arm, reference))
-    if len(common) < 2 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        return math.nan, math.nan, math.nan
+    if len(common) < 2 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or not (np.ptp(a) and np.ptp(b)):
+        return math.nan, math.nan, math.nan  # too few seeds, an undefined value, or a side without variation
     seed_sd = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)
     paired_sd = float(np.std(a - b, ddof=1))
     return seed_sd, paired_sd, seed_share(paired_sd, seed_sd)
