@@ -106,7 +106,7 @@ def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, ttc.Co
 # ------------------------------------------------------------------ per step (bench)
 def _bench_xla_words(bench: BenchRecord) -> dict[str, str]:
     """Per context: the fastest XLA mode's per-step ratio vs ``off`` at its own precision."""
-    from ptycho.study.bench import arm_words, fastest
+    from ptycho.study.bench import fastest
 
     out = {}
     for ctx in bench.contexts:
@@ -124,9 +124,10 @@ def _bench_xla_words(bench: BenchRecord) -> dict[str, str]:
             else ""
         )
         ratio = ratio_words(r) if reliable else f"{r.ratio:.2f}x"
+        entry = bench.entry(SUBJECT, arm)  # both sides named with their (one) precision
         out[ctx] = (
-            f"{CONTEXT_WORDS.get(ctx, ctx)}: {arm_words(bench, SUBJECT, arm)} {ratio} "
-            f"{REFERENCE} at {_at(bench.entry(SUBJECT, arm).precision)} ({how}, median of {n} steps per arm{dirty})"
+            f"{CONTEXT_WORDS.get(ctx, ctx)}: {entry.mode} at {_at(entry.precision)} {ratio} "
+            f"{REFERENCE} at {_at(entry.precision)} ({how}, median of {n} steps per arm{dirty})"
         )
     return out
 
