@@ -389,13 +389,14 @@ def test_the_spread_of_the_steps_to_the_target_is_split_between_the_seed_and_the
     from types import SimpleNamespace
 
     from ptycho.study.checklist.speedup import steps_source_table
+    from ptycho.study.tables import fmt
 
     record = dataclasses.replace(c, title="PINN jit - off").to_json()
     title, header, rows = steps_source_table(
         SimpleNamespace(evidence=lambda item: {"time_to_quality": {"pinn-jit": record}})
     )
     assert title.startswith("Where the spread of the steps") and rows == [
-        ["PINN jit - off", "log steps to the target", "3", rows[0][3], rows[0][4], "100%", "0%"]
+        ["PINN jit - off", "log steps to the target", "3", fmt(seed_sd), fmt(paired_sd), "100%", "0%"]
     ]
     unpaired = dataclasses.replace(c, paired=False).to_json()
     assert steps_source_table(SimpleNamespace(evidence=lambda item: {"time_to_quality": {"x": unpaired}})) is None

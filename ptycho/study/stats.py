@@ -192,12 +192,10 @@ class SeedComparison:
         if not math.isfinite(share):
             return ""
 
-        def f(v: float) -> str:
-            return f"{v:.1%}" if percent else f"{v:.4f}"
-
         return (
             f"the seed itself (initial weights, batch order) is {share:.0%} of one arm's seed-to-seed variance, "
-            f"which pairing removes (seeds sd {f(self.seed_sd)}, paired differences sd {f(self.sd)})"
+            f"which pairing removes (seeds sd {number_words(self.seed_sd, percent)}, "
+            f"paired differences sd {number_words(self.sd, percent)})"
         )
 
     @property
@@ -233,7 +231,7 @@ class SeedComparison:
         spread and the outcome (or why there is none)."""
 
         def f(v: float, signed: bool = False) -> str:
-            return signed_words(v, percent) if signed else (f"{v:.1%}" if percent else f"{v:.4f}")
+            return signed_words(v, percent) if signed else number_words(v, percent)
 
         if not math.isfinite(self.sd):
             return f" (one seed per arm: no seed-to-seed spread to judge it by); INCONCLUSIVE, {self.needed_words()}"
@@ -306,6 +304,11 @@ def variance_split(arm: Mapping[int, float], reference: Mapping[int, float]) -> 
     return seed_sd, paired_sd, seed_share(paired_sd, seed_sd)
 
 
+def number_words(v: float, percent: bool) -> str:
+    """A difference or a spread without its sign: percent with one decimal, else four decimals."""
+    return f"{v:.1%}" if percent else f"{v:.4f}"
+
+
 def signed_words(v: float, percent: bool) -> str:
     """A difference with its sign: percent with one decimal, else four decimals."""
     return f"{v:+.1%}" if percent else f"{v:+.4f}"
@@ -364,13 +367,16 @@ def seed_comparison(
     sd = low = high = low90 = high90 = needed = seed_sd = nan
     outcome = INCONCLUSIVE
     pooled_dof = len(a) - 1 + len(b) - 1
-    if pooled_dof > 0 and not yardstick and all(len(v) > 1 and np.ptp(v) > 0 for v in (a, b)):
-        seed_sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / pooled_dof)
+    pooled = (
+        math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / pooled_dof) if pooled_dof > 0 else nan
+    )
+    if not yardstick and all(len(v) > 1 and np.ptp(v) > 0 for v in (a, b)):
+        seed_sd = pooled
     if dof > 0:
         if design == PAIRED:
             sd = float(np.std(a - b, ddof=1))
         else:
-            sd = math.sqrt((((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / dof)
+            sd = pooled  # unpaired: dof is the pooled one
         h90, h95 = _half_widths(sd, len(a), len(b), design)
         low, high, low90, high90 = diff - h95, diff + h95, diff - h90, diff + h90
         # the interval's ends as "how much worse the arm is": the worse end first
