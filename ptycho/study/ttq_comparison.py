@@ -243,6 +243,15 @@ class Comparison:
             return None
         return True if self.judged_value >= threshold else None  # below it: the interval straddles it
 
+    def log_steps_to_target(self) -> tuple[dict[int, float], dict[int, float]]:
+        """Per side (arm, reference), seed -> log steps to the target, of the trainings that
+        reached it (a miss's steps are its whole training, not a crossing)."""
+        arm, reference = (
+            {r.seed: math.log(r.steps) for r in side if r.reached and r.steps > 0}
+            for side in (self.arm, self.reference)
+        )
+        return arm, reference
+
     def steps_split(self) -> tuple[float, float, float]:
         """Where the spread of the steps to the target comes from (issue 45, item 2): over
         the seeds whose trainings both reached it, on log steps, ``(seed_sd, paired_sd,
@@ -254,10 +263,7 @@ class Comparison:
 
         if not self.paired:
             return math.nan, math.nan, math.nan
-        steps = [
-            {r.seed: math.log(r.steps) for r in side if r.reached and r.steps > 0}
-            for side in (self.arm, self.reference)
-        ]
+        steps = self.log_steps_to_target()
         return variance_split(*steps)
 
     # ------------------------------------------------------------------ worded

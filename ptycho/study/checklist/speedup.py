@@ -378,8 +378,8 @@ def steps_source_table(report: StudyReport) -> Table | None:
     for c in comparisons(report).values():
         seed_sd, paired_sd, share = c.steps_split()
         if math.isfinite(share):
-            both = {r.seed for r in c.arm if r.reached and r.steps > 0}
-            both &= {r.seed for r in c.reference if r.reached and r.steps > 0}  # as steps_split reads them
+            arm, reference = c.log_steps_to_target()
+            both = set(arm) & set(reference)  # the seeds steps_split read
             rows.append(split_row(c.title, "log steps to the target", len(both), seed_sd, paired_sd, share))
     return split_table(
         "Where the spread of the steps to the target comes from (seeds that reached it in both arms): the seed's "
