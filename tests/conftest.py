@@ -240,3 +240,25 @@ def run_cli(*args: str, cwd: Path | None = None, python_flags: tuple[str, ...] =
 @pytest.fixture(scope="session")
 def cli() -> Callable[..., subprocess.CompletedProcess]:
     return run_cli
+
+
+# ------------------------------------------------------------------- order
+#: The longest test files (``make test-slow``'s and ``make test``'s durations lists), run first:
+#: with pytest-xdist's workers (``make test``: ``-n``; ``make test-slow``: ``--dist loadfile``)
+#: a long file started last runs alone while the other workers idle. Only the order changes.
+LONGEST_FIRST = (
+    "test_pipeline.py",
+    "test_upgrades.py",
+    "test_pipeline_faults.py",
+    "test_conditions.py",
+    "test_cluster.py",
+    "test_own_data.py",
+    "test_browser.py",
+    "test_store_rebuild.py",
+    "test_science_cli.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
