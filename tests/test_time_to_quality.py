@@ -314,7 +314,45 @@ def test_speed_has_four_answers_and_only_an_unresolved_one_is_inconclusive():
         assert rec.status == status, (name, rec.summary)
     noisy = ttq.compare(_runs(cases["noisy"][0]), _runs(off), 0.05)
     assert noisy.low < ttc.NO_EFFECT_BAND[0] and noisy.high > ttc.NO_EFFECT_BAND[1]
-    assert noisy.outcome.startswith("not resolved") and "more seeds" in noisy.sentence()
+    assert noisy.outcome.startswith("not resolved") and "seeds per arm would settle it" in noisy.sentence()
+
+
+def test_an_unresolved_speed_says_how_many_paired_seeds_would_resolve_it():
+    """Issue 45: the seeds that would settle a "not resolved" speed, from the paired log
+    ratios' mean and spread; seeds of that mean and spread resolve it at that number and
+    not at one fewer."""
+    import numpy as np
+
+    def reach(seed, seconds):
+        return ttc.Reach(seed, True, 2, 100.0, seconds / 100, seconds, 1.0)
+
+    def study(logs):
+        ref = tuple(reach(s, 100.0) for s in range(len(logs)))
+        arm = tuple(reach(s, 100.0 / math.exp(x)) for s, x in enumerate(logs))
+        ratio, low, high = ttq._t_log_ratios(np.exp(np.array(logs)), 0.95)
+        return ttc.Comparison(
+            ratio, low, high, paired=True, interval=ttc.T_LOG_RATIOS, arm=arm, reference=ref, inconclusive=False
+        )
+
+    logs = [-0.09, 0.04, -0.01]  # 0.98x (0.83-1.16): the default study's on Intel AMX
+    c = study(logs)
+    assert c.answer == ttc.NOT_RESOLVED and c.paired_log_ratios() == pytest.approx(dict(enumerate(logs)))
+    n = c.seeds_needed()
+    assert 15 <= n <= 30, n  # the interval must narrow to the band's lower side: about 21 seeds
+    mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
+
+    def alike(k):
+        """``k`` log ratios with the observed mean and standard deviation."""
+        z = np.linspace(-1.0, 1.0, k)
+        return list(mean + sd * (z - z.mean()) / z.std(ddof=1))
+
+    assert study(alike(int(n))).answer == ttc.NO_EFFECT
+    assert study(alike(int(n) - 1)).answer == ttc.NOT_RESOLVED
+    assert c.outcome.endswith(f"the paired seeds' spread says {n:.0f} seeds per arm would settle it)")
+    # A steady gain needs few; a bootstrap interval (unpaired seeds) gives no number.
+    assert study([0.30, 0.32, 0.31]).seeds_needed() == 2
+    unpaired = dataclasses.replace(c, interval=ttc.BOOTSTRAP, paired=False)
+    assert math.isnan(unpaired.seeds_needed()) and unpaired.outcome.endswith("more seeds would settle it)")
 
 
 def test_the_t_interval_on_paired_log_ratios_keeps_its_level_at_three_seeds():

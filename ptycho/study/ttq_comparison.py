@@ -217,8 +217,52 @@ class Comparison:
             return "not shown faster (no seed of the arm reached the target: the ratio is an upper bound)"
         if self.answer == NOT_RESOLVED:
             lo, hi = NO_EFFECT_BAND
-            return f"not resolved (the interval spans 1 and reaches beyond {lo:g}-{hi:g}: more seeds would settle it)"
+            return f"not resolved (the interval spans 1 and reaches beyond {lo:g}-{hi:g}: {self.needed_words()})"
         return self.answer
+
+    def paired_log_ratios(self) -> dict[int, float]:
+        """Seed -> log of the reference's seconds to the target over the arm's, for every seed
+        both sides ran: the terms of the paired ratio and its t interval."""
+        reference = {r.seed: r.seconds for r in self.reference}
+        return {
+            r.seed: math.log(reference[r.seed] / r.seconds)
+            for r in self.arm
+            if r.seed in reference and r.seconds > 0 and reference[r.seed] > 0
+        }
+
+    def seeds_needed(self) -> float:
+        """Paired seeds that would resolve the answer if the paired log ratios' mean and
+        standard deviation held (issue 45): the fewest whose t interval at :attr:`level`
+        lies above 1, below 1 or inside :data:`NO_EFFECT_BAND`, as :func:`effect_words`
+        reads it; at most :data:`ptycho.study.stats.MAX_SEEDS` (infinite beyond: a mean at
+        an edge of the band). NaN unless the interval is a t interval on paired log ratios
+        (two or more paired seeds)."""
+        from scipy import stats
+
+        from ptycho.study.stats import MAX_SEEDS
+
+        logs = list(self.paired_log_ratios().values())
+        if self.interval != T_LOG_RATIOS or len(logs) < 2:
+            return math.nan
+        mean, sd = float(sum(logs) / len(logs)), float(stats.tstd(logs))
+        band = [math.log(b) for b in NO_EFFECT_BAND]
+        for n in range(2, MAX_SEEDS + 1):
+            half = float(stats.t.ppf(0.5 + self.level / 2, n - 1)) * sd / math.sqrt(n)
+            low, high = mean - half, mean + half
+            if low > 0 or high < 0 or (band[0] <= low and high <= band[1]):
+                return float(n)
+        return math.inf
+
+    def needed_words(self) -> str:
+        """How many paired seeds would resolve a not-resolved answer, in words."""
+        n = self.seeds_needed()
+        if math.isnan(n):
+            return "more seeds would settle it"
+        if math.isinf(n):
+            from ptycho.study.stats import MAX_SEEDS
+
+            return f"the paired seeds' spread says more than {MAX_SEEDS} seeds per arm would be needed"
+        return f"the paired seeds' spread says {n:.0f} seeds per arm would settle it"
 
     @property
     def judged_value(self) -> float:
