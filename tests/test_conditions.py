@@ -151,8 +151,12 @@ def test_the_checks_at_a_condition_judge_its_data_and_loss_and_score_the_trained
     out = read_json(tmp_path / "check.json", producer="condition")
     assert out["condition"] == "dense-1e4-poisson" and out["loss"] == "poisson" and out["nphotons"] == 1e4
     assert out["accuracy"]["status"] == "PASS" and out["gradients"]["status"] == "PASS"
-    # The networks at inference on this split, jit vs off; the physics suites are the checklist's.
+    # The networks at inference on this split, jit vs off; the translation suite is the
+    # checklist's, the forward model runs on this split's own geometry and scale, per mode.
     assert out["accuracy"]["evidence"]["translation"] == []
+    forward = out["accuracy"]["evidence"]["forward_model"]
+    assert set(forward["modes"]) == {"jit"} and 0 <= forward["max_abs"] < 1e-5
+    assert "forward model on this data's geometry and scale, modes jit vs off" in out["accuracy"]["summary"]
     assert set(out["accuracy"]["evidence"]["trained_inference"]) == {"pinn-off-s0"}
     # The gradients with the condition's loss: the Poisson NLL is negative where the MAE is not.
     assert out["gradients"]["evidence"]["models"]["pinn"]["loss_off"] < 0

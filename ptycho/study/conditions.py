@@ -8,7 +8,10 @@ config lists (``conditions``), each with its own simulated test split (the study
 simulation with the condition's dose and test stride, same seed, so the same object):
 
 * accuracy: the trained networks at inference on that split, each XLA mode vs ``off``
-  and each reduced precision vs float32 (the numerics a dose moves);
+  and each reduced precision vs float32 (the numerics a dose moves), and the PINN's
+  physics head under each mode vs ``off`` on that split's own geometry and scale (the
+  true object at its group offsets: what a sparser scan or another dose changes for the
+  head's translation and FFT);
 * gradients: the loss gradients of every mode and precision with that condition's loss
   and dose;
 * the networks the study trained, applied to that split (``infer`` normalises by the

@@ -84,12 +84,22 @@ def translation_suite(seed: int = 0) -> list[dict]:
     return cases
 
 
-def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED) -> dict:
+#: Groups of a dataset the forward model is compared on (:func:`forward_model_agreement`).
+DATA_GROUPS = 16
+
+
+def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, dataset=None) -> dict:
     """Whole physics head (reassemble, extract, probe, FFT), each XLA mode vs ``off``.
 
     The head is compiled as each mode compiles it: ``jit`` and ``physics`` as one XLA
     function (in ``physics`` that function is exactly the head), ``auto`` as an
     auto-clustered graph. Errors are relative to the largest amplitude.
+
+    Without ``dataset``: random objects, shifts of +-3 px and a defocused probe. With a
+    simulated ``dataset`` (a condition's test split): its own geometry and scale, which are
+    what differs between modes at another overlap or dose: the true object's patches of its
+    first :data:`DATA_GROUPS` groups at their own offsets, its probe, its intensity scale and
+    its canvas, as the PINN's physics head would see them in training.
     """
     import tensorflow as tf
 
@@ -97,16 +107,29 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED) -> d
     from ptycho.physics.forward_tf import predicted_amplitude
     from ptycho.physics.probe import make_probe
 
-    rng = np.random.default_rng(seed)
-    n, c, b = 64, 4, 16
-    obj = (rng.uniform(0.3, 1.0, (b, n, n, c)) * np.exp(1j * rng.uniform(-1.5, 1.5, (b, n, n, c)))).astype(np.complex64)
-    offsets = rng.uniform(-3, 3, (b, c, 2)).astype(np.float32)
-    probe = make_probe("defocused", n).astype(np.complex64)
+    if dataset is None:
+        rng = np.random.default_rng(seed)
+        n, c, b = 64, 4, 16
+        obj = (rng.uniform(0.3, 1.0, (b, n, n, c)) * np.exp(1j * rng.uniform(-1.5, 1.5, (b, n, n, c)))).astype(
+            np.complex64
+        )
+        offsets = rng.uniform(-3, 3, (b, c, 2)).astype(np.float32)
+        probe = make_probe("defocused", n).astype(np.complex64)
+        log_scale, pad = 0.0, n // 4
+    else:
+        from ptycho.nets.inputs import prepare, true_outputs
+
+        amp, phase = (a[:DATA_GROUPS] for a in true_outputs(dataset, "pinn"))
+        obj = (amp * np.exp(1j * phase)).astype(np.complex64)
+        offsets = dataset.group_offsets[:DATA_GROUPS].astype(np.float32)
+        probe = np.asarray(dataset.probe, dtype=np.complex64)
+        physics = prepare(dataset, "pinn").physics
+        log_scale, pad = physics["log_scale"], physics["canvas_pad"]
 
     def head(mode):
         fn = compile_head(
             lambda o, f: predicted_amplitude(
-                o, f, probe, tf.constant(0.0), xla=xla_translation(mode), canvas_pad=n // 4
+                o, f, probe, tf.constant(log_scale, tf.float32), xla=xla_translation(mode), canvas_pad=pad
             ),
             mode,
         )
@@ -239,11 +262,18 @@ def accuracy(
     ``off`` (float32: the limit is ``threshold``), and the trained networks at inference
     at each precision (:func:`inference_agreement`; a reduced precision's limit is
     ``roundoff_count`` of its unit round-offs). The value is the worst difference over its
-    limit, judged against 1. ``physics`` False: the trained networks alone (a condition's
-    check, :mod:`ptycho.study.conditions`: the physics suites do not depend on the data)."""
+    limit, judged against 1. ``physics`` False (a condition's check,
+    :mod:`ptycho.study.conditions`): no translation suite, which does not depend on the
+    data, and the forward model on ``dataset``'s own geometry and scale
+    (:func:`forward_model_agreement`), beside the trained networks."""
     modes = compared(modes)
     cases = translation_suite(seed) if physics else []
-    forward = forward_model_agreement(seed, modes) if physics else {"max_abs": 0.0, "mean_abs": 0.0, "modes": {}}
+    if physics:
+        forward = forward_model_agreement(seed, modes)
+    elif dataset is not None:
+        forward = forward_model_agreement(seed, modes, dataset=dataset)
+    else:
+        forward = {"max_abs": 0.0, "mean_abs": 0.0, "modes": {}}
     inference = inference_agreement(model_dirs, dataset, modes=modes, precisions=precisions) if model_dirs else {}
     limit_of = limits(PRECISIONS, threshold, roundoff_count)
     physics_worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]])
@@ -263,7 +293,8 @@ def accuracy(
             f"XLA-safe translation vs ImageProjectiveTransformV3 over {len(cases)} cases and the whole forward model "
             f"(float32 at every precision), modes {', '.join(modes)} vs off: worst max |difference| {physics_worst:.2e}"
             if physics
-            else f"modes {', '.join(modes)} vs off"
+            else f"the forward model on this data's geometry and scale, modes {', '.join(modes)} vs off: "
+            f"worst max |difference| {physics_worst:.2e}"
         )
         + f"{_trained_summary(inference)}; limits {limits_text({p: limit_of[p] for p in used}, roundoff_count)}; "
         f"value: the worst difference over its limit, {value:.2g}",
