@@ -118,12 +118,13 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, data
         log_scale, pad = 0.0, n // 4
     else:
         from ptycho.nets.inputs import prepare, true_outputs
+        from ptycho.nets.models import SUBJECT
 
-        amp, phase = (a[:DATA_GROUPS] for a in true_outputs(dataset, "pinn"))
+        amp, phase = (a[:DATA_GROUPS] for a in true_outputs(dataset, SUBJECT))
         obj = (amp * np.exp(1j * phase)).astype(np.complex64)
         offsets = dataset.group_offsets[:DATA_GROUPS].astype(np.float32)
         probe = np.asarray(dataset.probe, dtype=np.complex64)
-        physics = prepare(dataset, "pinn").physics
+        physics = prepare(dataset, SUBJECT).physics
         log_scale, pad = physics["log_scale"], physics["canvas_pad"]
 
     def head(mode):
