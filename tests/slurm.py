@@ -80,18 +80,13 @@ def ensure_installed(timeout: float = 900) -> None:
         )
     if _which("apt-get") is None:
         raise Unavailable("SLURM is not installed and there is no apt-get to install it (Debian/Ubuntu only)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    from apt_install import apt_get  # waits for another test's apt-get (the browser tests' Chromium)
+
     with _no_service_starts():
-        update = subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True, timeout=timeout)
+        update = apt_get("update", timeout=timeout)
         if update.returncode != 0:
             raise Unavailable(f"apt-get update failed (no network or mirror?): {_tail(update.stderr)}")
-        install = subprocess.run(
-            ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "--no-install-recommends", *PACKAGES],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        install = apt_get("install", "-y", "--no-install-recommends", *PACKAGES, timeout=timeout)
     if install.returncode != 0:
         raise Unavailable(f"apt-get install {' '.join(PACKAGES)} failed: {_tail(install.stderr)}")
     if missing_commands():

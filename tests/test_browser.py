@@ -32,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from apt_install import apt_get
 from browser import Browser, BrowserError, stop_process_group
 from test_pipeline import _workdir, snakemake
 
@@ -42,27 +43,6 @@ EXPERIMENT = "xla-ptycho"
 
 
 # ---------------------------------------------------------------------- fixtures
-def _apt_get(*args: str, sudo: bool = False) -> subprocess.CompletedProcess:
-    """``apt-get ARGS``, waiting for other apt/dpkg runs on the machine to finish.
-
-    ``DPkg::Lock::Timeout`` makes dpkg wait for its lock; the lists lock taken by
-    ``update`` is retried here, for 5 min at most.
-    """
-    command = [
-        *(["sudo", "-n"] if sudo else []),
-        "env",
-        "DEBIAN_FRONTEND=noninteractive",
-        "apt-get",
-        "-o",
-        "DPkg::Lock::Timeout=300",
-        *args,
-    ]
-    deadline = time.monotonic() + 300
-    while True:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-        if result.returncode == 0 or "lock" not in result.stderr.lower() or time.monotonic() > deadline:
-            return result
-        time.sleep(5)
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +65,7 @@ def chromium() -> str:
         )
     started = time.monotonic()
     for args in (("update", "-q"), ("install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES)):
-        result = _apt_get(*args, sudo=sudo)
+        result = apt_get(*args, sudo=sudo)
         assert result.returncode == 0, (
             f"apt-get {' '.join(args)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
         )

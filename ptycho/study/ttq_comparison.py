@@ -227,7 +227,7 @@ class Comparison:
         return {
             r.seed: math.log(reference[r.seed] / r.seconds)
             for r in self.arm
-            if r.seed in reference and r.seconds > 0 and reference[r.seed] > 0
+            if r.seed in reference and 0 < r.seconds < math.inf and 0 < reference[r.seed] < math.inf
         }
 
     def seeds_needed(self) -> float:
@@ -235,23 +235,24 @@ class Comparison:
         standard deviation held (issue 45): the fewest whose t interval at :attr:`level`
         lies above 1, below 1 or inside :data:`NO_EFFECT_BAND`, as :func:`effect_words`
         reads it; at most :data:`ptycho.study.stats.MAX_SEEDS` (infinite beyond: a mean at
-        an edge of the band). NaN unless the interval is a t interval on paired log ratios
-        (two or more paired seeds)."""
+        an edge of the band). NaN unless the interval is a finite t interval on paired log
+        ratios of every seed (two or more, each with a finite time on both sides)."""
+        import numpy as np
         from scipy import stats
 
         from ptycho.study.stats import MAX_SEEDS
 
-        logs = list(self.paired_log_ratios().values())
-        if self.interval != T_LOG_RATIOS or len(logs) < 2:
+        logs = np.array(list(self.paired_log_ratios().values()))
+        whole = len(logs) == len(self.arm) == len(self.reference) >= 2  # the seeds the interval read
+        if self.interval != T_LOG_RATIOS or not whole or not (math.isfinite(self.low) and math.isfinite(self.high)):
             return math.nan
-        mean, sd = float(sum(logs) / len(logs)), float(stats.tstd(logs))
+        mean, sd = float(logs.mean()), float(logs.std(ddof=1))
+        n = np.arange(2, MAX_SEEDS + 1)
+        half = stats.t.ppf(0.5 + self.level / 2, n - 1) * sd / np.sqrt(n)
         band = [math.log(b) for b in NO_EFFECT_BAND]
-        for n in range(2, MAX_SEEDS + 1):
-            half = float(stats.t.ppf(0.5 + self.level / 2, n - 1)) * sd / math.sqrt(n)
-            low, high = mean - half, mean + half
-            if low > 0 or high < 0 or (band[0] <= low and high <= band[1]):
-                return float(n)
-        return math.inf
+        low, high = mean - half, mean + half
+        resolved = (low > 0) | (high < 0) | ((band[0] <= low) & (high <= band[1]))
+        return float(n[resolved.argmax()]) if resolved.any() else math.inf
 
     def needed_words(self) -> str:
         """How many paired seeds would resolve a not-resolved answer, in words."""

@@ -98,8 +98,11 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, data
     Without ``dataset``: random objects, shifts of +-3 px and a defocused probe. With a
     simulated ``dataset`` (a condition's test split): its own geometry and scale, which are
     what differs between modes at another overlap or dose: the true object's patches of its
-    first :data:`DATA_GROUPS` groups at their own offsets, its probe, its intensity scale and
-    its canvas, as the PINN's physics head would see them in training.
+    first :data:`DATA_GROUPS` groups at their own offsets, its probe, and the intensity scale
+    and canvas :func:`ptycho.nets.inputs.prepare` gives it (normalised by the split's own
+    mean count). Needs a ground truth (a simulated split: conditions are). Errors are
+    relative to the largest amplitude, so a dose alone changes them only through round-off;
+    a sparser scan changes the translations and the canvas.
     """
     import tensorflow as tf
 
