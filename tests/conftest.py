@@ -244,9 +244,8 @@ def cli() -> Callable[..., subprocess.CompletedProcess]:
 
 # ------------------------------------------------------------------- order
 #: The longest test files (``make test-slow``'s and ``make test``'s durations lists), run first:
-#: with pytest-xdist's workers (``make test``: ``-n``; ``make test-slow``: ``--dist loadfile``)
-#: a long file started last runs alone while the other workers idle. Only the order changes,
-#: and only roughly the schedule: a worker is handed its next file before it ends its current.
+#: with pytest-xdist's workers (``make test``: ``-n``) a long test started last runs alone
+#: while the other workers idle. Only the order changes.
 LONGEST_FIRST = (
     "test_pipeline.py",
     "test_upgrades.py",

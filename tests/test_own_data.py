@@ -482,6 +482,7 @@ def test_solve_reconstructs_measured_data_with_its_misfit_and_no_scores(measured
 
 # ------------------------------------------------------------------------ the whole study
 @pytest.mark.slow
+@pytest.mark.long
 def test_measured_data_from_cxi_to_a_report_with_the_arms_compared(tmp_path):
     """README, "Your own data": the smoke preset's simulated data exported to CXI without
     the object, then `snakemake all --config preset=smoke models=[pinn] data={...}`."""

@@ -31,6 +31,7 @@ def _ptycho(work, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_finished_smoke_study_survives_the_loss_of_its_store(tmp_path):
     work = _workdir(tmp_path)
     done = snakemake(work, "all", *CONFIG)

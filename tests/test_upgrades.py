@@ -303,6 +303,7 @@ def _mtimes(folder: Path) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_previous_releases_smoke_folder_runs_through_this_code(tmp_path):
     """Issue 34's upgrade: the previous release's smoke study, then this code on the same
     folder: it re-runs what :data:`UPGRADE_RERUNS` says, and its report reads the records
