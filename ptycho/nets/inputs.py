@@ -56,22 +56,28 @@ def layout(ds: Dataset, kind: str, per_pattern: np.ndarray) -> np.ndarray:
     return per_pattern[..., None]
 
 
+def head_constants(ds: Dataset, norm: float | None = None) -> dict[str, Any]:
+    """What the PINN's physics head needs of a dataset beside its object patches: the
+    intensity unit ``norm`` (default: the dataset's own :func:`intensity_norm`), the initial
+    ``log_scale`` (the file's s in that unit) and the ``canvas_pad`` its group offsets need."""
+    from ptycho.physics.forward_tf import canvas_pad_for
+
+    norm = intensity_norm(ds) if norm is None else norm
+    return {
+        "intensity_norm": norm,
+        "log_scale": float(np.log(ds.scale / np.sqrt(norm))),
+        "canvas_pad": canvas_pad_for(ds.group_offsets, ds.n),
+    }
+
+
 def prepare(ds: Dataset, kind: str, norm: float | None = None) -> TrainingData:
     """Arrays for ``kind`` from a dataset; ``norm`` defaults to this dataset's own.
 
     Inference passes the training set's ``norm`` so both splits share one unit.
     """
-    from ptycho.physics.forward_tf import canvas_pad_for
-
-    norm = intensity_norm(ds) if norm is None else norm
-    y = normalised(ds.counts, norm)  # (P, N, N)
+    physics = head_constants(ds, norm)
+    y = normalised(ds.counts, physics["intensity_norm"])  # (P, N, N)
     x = np.sqrt(y)  # network_inputs
-    n = ds.n
-    physics = {
-        "intensity_norm": norm,
-        "log_scale": float(np.log(ds.scale / np.sqrt(norm))),
-        "canvas_pad": canvas_pad_for(ds.group_offsets, n),
-    }
     if method_of(kind).physics:
         inputs, counts = layout(ds, kind, x), layout(ds, kind, y)
         return TrainingData(inputs, ds.group_offsets.astype(np.float32), {"counts": counts}, physics)

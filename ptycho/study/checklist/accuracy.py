@@ -99,8 +99,8 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, data
     simulated ``dataset`` (a condition's test split): its own geometry and scale, which are
     what differs between modes at another overlap or dose: the true object's patches of its
     first :data:`DATA_GROUPS` groups at their own offsets, its probe, and the intensity scale
-    and canvas :func:`ptycho.nets.inputs.prepare` gives it (normalised by the split's own
-    mean count). Needs a ground truth (a simulated split: conditions are). Errors are
+    and canvas :func:`ptycho.nets.inputs.head_constants` gives it (normalised by the split's
+    own mean count). Needs a ground truth (a simulated split: conditions are). Errors are
     relative to the largest amplitude, so a dose alone changes them only through round-off;
     a sparser scan changes the translations and the canvas.
     """
@@ -120,15 +120,15 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, data
         probe = make_probe("defocused", n).astype(np.complex64)
         log_scale, pad = 0.0, n // 4
     else:
-        from ptycho.nets.inputs import prepare, true_outputs
+        from ptycho.nets.inputs import head_constants, true_outputs
         from ptycho.nets.models import SUBJECT
 
         amp, phase = (a[:DATA_GROUPS] for a in true_outputs(dataset, SUBJECT))
         obj = (amp * np.exp(1j * phase)).astype(np.complex64)
         offsets = dataset.group_offsets[:DATA_GROUPS].astype(np.float32)
         probe = np.asarray(dataset.probe, dtype=np.complex64)
-        physics = prepare(dataset, SUBJECT).physics
-        log_scale, pad = physics["log_scale"], physics["canvas_pad"]
+        constants = head_constants(dataset)
+        log_scale, pad = constants["log_scale"], constants["canvas_pad"]
 
     def head(mode):
         fn = compile_head(
@@ -267,17 +267,14 @@ def accuracy(
     at each precision (:func:`inference_agreement`; a reduced precision's limit is
     ``roundoff_count`` of its unit round-offs). The value is the worst difference over its
     limit, judged against 1. ``physics`` False (a condition's check,
-    :mod:`ptycho.study.conditions`): no translation suite, which does not depend on the
-    data, and the forward model on ``dataset``'s own geometry and scale
-    (:func:`forward_model_agreement`), beside the trained networks."""
+    :mod:`ptycho.study.conditions`, which needs ``dataset``): no translation suite, which
+    does not depend on the data, and the forward model on ``dataset``'s own geometry and
+    scale (:func:`forward_model_agreement`), beside the trained networks."""
+    if not physics and dataset is None:
+        raise PtychoError("check accuracy at a condition: the forward model runs on its dataset; pass --dataset")
     modes = compared(modes)
     cases = translation_suite(seed) if physics else []
-    if physics:
-        forward = forward_model_agreement(seed, modes)
-    elif dataset is not None:
-        forward = forward_model_agreement(seed, modes, dataset=dataset)
-    else:
-        forward = {"max_abs": 0.0, "mean_abs": 0.0, "modes": {}}
+    forward = forward_model_agreement(seed, modes) if physics else forward_model_agreement(seed, modes, dataset=dataset)
     inference = inference_agreement(model_dirs, dataset, modes=modes, precisions=precisions) if model_dirs else {}
     limit_of = limits(PRECISIONS, threshold, roundoff_count)
     physics_worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]])
