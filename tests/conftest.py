@@ -243,19 +243,15 @@ def cli() -> Callable[..., subprocess.CompletedProcess]:
 
 
 # ------------------------------------------------------------------- order
-#: The longest test files (``make test-slow``'s and ``make test``'s durations lists), run first:
-#: with pytest-xdist's workers (``make test``: ``-n``) a long test started last runs alone
-#: while the other workers idle. Only the order changes.
+#: The fast suite's longest test files (``make test``'s durations list; the first holds a
+#: 270 s test, four times the next), run first: with pytest-xdist's workers a long test
+#: started last runs alone while the other worker idles. Only the order changes.
 LONGEST_FIRST = (
-    "test_pipeline.py",
-    "test_upgrades.py",
-    "test_pipeline_faults.py",
-    "test_conditions.py",
-    "test_cluster.py",
-    "test_own_data.py",
-    "test_browser.py",
-    "test_store_rebuild.py",
     "test_science_cli.py",
+    "test_rerun_truth.py",
+    "test_tf_core.py",
+    "test_faults.py",
+    "test_outages.py",
 )
 
 

@@ -244,7 +244,7 @@ def test_a_bumped_format_plans_its_producer_and_what_depends_on_it_only(tmp_path
 
 
 # ------------------------------------------------------------------------ the previous release
-def _run(work: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+def _run(work: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     """Snakemake in ``work`` with ``work``'s package first on the path (and as cwd): the
     workflow and its jobs import that copy, not the installed checkout."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
