@@ -184,6 +184,29 @@ def test_over_the_budget_the_lines_name_cheaper_choices(base):
     assert len(lines) == 1
 
 
+def test_no_cheaper_choice_trains_too_few_epochs_to_learn(base):
+    """On a slow machine (an AVX2 CPU's float32 step) the cheaper choices never go below
+    40 % of the study's epochs (8 of 20 still learns; 2, once offered here, collapses);
+    where nothing fits, the least that still learns is named as over the budget."""
+    from ptycho.study.estimate import cheaper, estimate
+
+    cfg = resolve(base, {"budget_min": 35}, hardware=AVX2)
+    cal = _calibration(cfg, 0.37)  # this AVX2 EPYC's float32 step, two at once (2026-12-01)
+    assert estimate(cfg, cal, 2).total_s > 90 * 60
+    options = cheaper(cfg, cal, 2, 35 * 60)
+    assert not any(f"epochs: {e}}}" in o for o in options for e in range(1, 8)), options
+    assert options[0].startswith("--config 'seeds=[0,1]' (") and "fewer seeds decide less often" in options[0]
+    assert options[-1].startswith("--config 'train={epochs: 8}' 'seeds=[0,1]' (")
+    assert options[-1].endswith("; over the budget, but the least that still learns)")
+    least = estimate({**resolve(base, {"train": {"epochs": 8}}, hardware=AVX2), "seeds": [0, 1]}, cal, 2)
+    roomy = cheaper(cfg, cal, 2, least.total_s + 60)  # now a choice of epochs with two seeds fits
+    assert roomy[-1].startswith("--config 'train={epochs: ") and roomy[-1].endswith("; lower quality)")
+    assert "least that still learns" not in roomy[-1]
+    one_seed = resolve(base, {"seeds": [0]}, hardware=AVX2)
+    options = cheaper(one_seed, _calibration(one_seed, 0.37), 2, 60)
+    assert options == [options[0]] and options[0].startswith("--config 'train={epochs: 8}' (")
+
+
 def _snakemake_dry_run(work: Path, env: dict, *config: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), "-n", "--cores", "2", "all"]
