@@ -31,7 +31,7 @@ def test_a_results_folder_is_read_by_kind_and_keyed_by_arm():
     arms = results.arms()
     assert sorted(arms) == ARMS
     for name, arm in arms.items():
-        assert arm["status"] == "FINISHED" and arm["final"] == results.histories[Arm.parse(name)][-1]
+        assert arm["status"] == "FINISHED" and arm["final"] == results.histories[Arm.parse(name)][-1].raw
         assert "step_times_s" not in arm["timing"] and arm["timing"] == results.timings[name]
         assert set(arm["metrics"]) >= {"amp_ssim", "phase_ssim"} and arm["infer_patterns_per_s"] > 0
     assert results.failed == {} and results.condition_records == {} and results.refinement is None
@@ -103,6 +103,38 @@ def test_what_a_study_did_not_give_is_said_in_one_line(tmp_path):
         _ = empty.benchmark
     with pytest.raises(PtychoError, match="no test dataset given"):
         _ = empty.truth
+
+
+def test_a_training_record_reads_older_files_with_the_defaults_decided_once():
+    """TrainingRecord is the one reader of model.json's keys: the smoke study's records
+    come out typed, and a record from before precisions, statuses, floors, the untrained
+    model's loss and the validation curve reads with its documented defaults."""
+    import json
+
+    from ptycho.study.training_record import Epoch, TrainingRecord
+
+    results = StudyResults.folder(STUDY)
+    jit = results.trainings[Arm.parse("pinn-jit-s0")]
+    stored = json.loads((STUDY / "models" / "pinn-jit-s0" / "model.json").read_text())
+    assert jit.history[-1] == Epoch.of(stored["history"][-1]) and jit.final == stored["history"][-1]
+    assert jit.step_times_s == tuple(stored["timing"]["step_times_s"]) and "step_times_s" not in jit.timing
+    assert jit.steps_per_epoch == stored["n_train"] // stored["train"]["batch_size"] and not jit.failed
+    assert jit.val_curve and jit.floor == stored["loss_bounds"]["floor"]
+    assert TrainingRecord.of(jit) is jit
+    old = {
+        "model": {"kind": "pinn"},
+        "train": {"xla": True, "seed": 1, "batch_size": 4, "epochs": 3},
+        "n_train": 10,
+        "history": [{"epoch": 1, "train_loss": 2.0, "val_loss": None}],
+        "timing": {"compile_s": 1.5, "step_times_s": [0.1, 0.2], "step_median_s": 0.15},
+    }
+    rec = TrainingRecord.of(old)
+    assert rec.arm == Arm("pinn", "jit", 1, "float32") and rec.status == "FINISHED" and rec.failure is None
+    assert rec.floor is None and rec.initial_val_loss is None and rec.val_curve == ()
+    assert rec.history[0].train_loss == 2.0 and rec.history[0].val_loss != rec.history[0].val_loss  # null: NaN
+    assert rec.steps_per_epoch == 2 and rec.planned_epochs == 3 and rec.compile_s == 1.5
+    failed = TrainingRecord.of({**old, "status": "FAILED", "failure": "loss became nan at epoch 2"})
+    assert failed.failed and failed.failure == "loss became nan at epoch 2"
 
 
 #: The records the judging, figures, report and MLflow view read (by their producers in

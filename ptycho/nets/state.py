@@ -62,11 +62,6 @@ def save_checkpoint(trainer: Trainer, out_dir: Path, meta: dict) -> None:
     write_json(out_dir / "model.json", meta, producer="train")  # stamped: ptycho.artifacts.FORMATS
 
 
-def timing_summary(meta: dict) -> dict:
-    """A trained model's timing without its per-step list (what the checks and the report read)."""
-    return {k: v for k, v in meta["timing"].items() if k != "step_times_s"}
-
-
 def load_meta(model_dir: str | os.PathLike) -> dict:
     """The ``model.json`` written by :func:`ptycho.nets.train.train`."""
     from ptycho.data.untrusted import human, loads_json

@@ -101,5 +101,5 @@ def training_losses(model_json: str) -> list[tuple[int, float]]:
     """(epoch, training loss) of a trained network's ``model.json``."""
     from ptycho.study.results import StudyResults
 
-    [meta] = StudyResults(models=[model_json]).trainings.values()
-    return [(int(r["epoch"]), float(r["train_loss"])) for r in meta.get("history", [])]
+    [record] = StudyResults(models=[model_json]).trainings.values()
+    return [(e.epoch, e.train_loss) for e in record.history]

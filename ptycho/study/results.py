@@ -17,7 +17,7 @@ line naming the file and the job to re-run (:class:`~ptycho.errors.PtychoError`)
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ptycho.study.bench.record import BenchRecord
     from ptycho.study.checklist.result import ItemResult
     from ptycho.study.solver_record import SolveRecord
+    from ptycho.study.training_record import Epoch, TrainingRecord
 
 
 def _arm_of_file(path: str) -> Arm:
@@ -119,18 +120,20 @@ class StudyResults:
 
     # ------------------------------------------------------------------ the trainings
     @cached_property
-    def trainings(self) -> dict[Arm, dict[str, Any]]:
+    def trainings(self) -> dict[Arm, TrainingRecord]:
         """Arm -> its training record (``model.json``), in the order given; two of one arm
         are refused in one line (which would the study judge?)."""
         from ptycho.artifacts import read_json
+        from ptycho.study.training_record import TrainingRecord
 
-        out: dict[Arm, dict[str, Any]] = {}
+        out: dict[Arm, TrainingRecord] = {}
         for path in self.models:
-            meta = read_json(path, producer="train")
-            arm = Arm.of_meta(meta)
-            if arm in out:
-                raise PtychoError(f"{path}: a second training of arm {arm.name}; pass each arm's model.json once")
-            out[arm] = meta
+            record = TrainingRecord.of(read_json(path, producer="train"))
+            if record.arm in out:
+                raise PtychoError(
+                    f"{path}: a second training of arm {record.arm.name}; pass each arm's model.json once"
+                )
+            out[record.arm] = record
         return out
 
     @property
@@ -139,23 +142,19 @@ class StudyResults:
         return [str(Path(p).parent) for p in self.models]
 
     @cached_property
-    def histories(self) -> dict[Arm, list[dict]]:
+    def histories(self) -> dict[Arm, tuple[Epoch, ...]]:
         """Arm -> its per-epoch training records (``model.json``'s ``history``)."""
-        return {arm: meta["history"] for arm, meta in self.trainings.items()}
+        return {arm: r.history for arm, r in self.trainings.items()}
 
     @cached_property
-    def timings(self) -> dict[str, dict[str, Any]]:
+    def timings(self) -> dict[str, Mapping[str, Any]]:
         """Arm name -> its training's timing, without the per-step list."""
-        from ptycho.nets.state import timing_summary
-
-        return {arm.name: timing_summary(m) for arm, m in self.trainings.items()}
+        return {arm.name: r.timing for arm, r in self.trainings.items()}
 
     @cached_property
     def failed(self) -> dict[str, str]:
         """Arm name -> reason, for every training whose record says it diverged."""
-        return {
-            arm.name: m.get("failure", "diverged") for arm, m in self.trainings.items() if m.get("status") == "FAILED"
-        }
+        return {arm.name: r.failure or "diverged" for arm, r in self.trainings.items() if r.failed}
 
     @cached_property
     def loss_curves(self) -> dict[Arm, dict[str, list]]:
@@ -167,8 +166,8 @@ class StudyResults:
         for pair in pairs(histories):
             for arm in (pair.reference, pair.arm):
                 out[arm] = {
-                    "train": [h["train_loss"] for h in histories[arm]],
-                    "val": [h["val_loss"] for h in histories[arm]],
+                    "train": [e.train_loss for e in histories[arm]],
+                    "val": [e.val_loss for e in histories[arm]],
                 }
         return out
 
@@ -252,13 +251,8 @@ class StudyResults:
         status and failure (when trained), its mean scores (``metrics``) and its inference
         rate (``infer_patterns_per_s``) where those were given."""
         out: dict[str, dict[str, Any]] = {}
-        for arm, meta in self.trainings.items():
-            out[arm.name] = {
-                "timing": self.timings[arm.name],
-                "final": meta["history"][-1] if meta["history"] else None,
-                "status": meta.get("status", "FINISHED"),
-                "failure": meta.get("failure"),
-            }
+        for arm, r in self.trainings.items():
+            out[arm.name] = {"timing": r.timing, "final": r.final, "status": r.status, "failure": r.failure}
         for name, scored in self.scores.items():
             out.setdefault(name, {})["metrics"] = scored.get("mean", {})
         for name, rate in self.infer_rates.items():

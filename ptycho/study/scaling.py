@@ -30,6 +30,7 @@ def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = Fa
     from ptycho.data.simulate import simulate
     from ptycho.nets.train import train
     from ptycho.physics.translate import extract_patches
+    from ptycho.study.training_record import TrainingRecord
 
     steps: dict[str, list[float]] = {"simulate": [], "train_epoch": [], "stitch": []}
     units: dict[str, list[int]] = {"simulate": [], "train_epoch": [], "stitch": []}
@@ -40,9 +41,11 @@ def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = Fa
         steps["simulate"].append(time.perf_counter() - t0)
         units["simulate"].append(pair["train"].diffraction.shape[0] + pair["test"].diffraction.shape[0])
         with tempfile.TemporaryDirectory() as tmp:
-            meta = train(pair["train"], model_cfg, dataclasses.replace(train_cfg, epochs=1), tmp, progress=False)
-        steps["train_epoch"].append(float(np.sum(meta["timing"]["step_times_s"])))
-        units["train_epoch"].append(len(meta["timing"]["step_times_s"]) + 1)
+            trained = TrainingRecord.of(
+                train(pair["train"], model_cfg, dataclasses.replace(train_cfg, epochs=1), tmp, progress=False)
+            )
+        steps["train_epoch"].append(float(np.sum(trained.step_times_s)))
+        units["train_epoch"].append(len(trained.step_times_s) + 1)
         test = pair["test"]
         objects = test.position_object[test.groups].reshape(-1)
         order = np.argsort(objects, kind="stable")  # object by object, as the patches are cut

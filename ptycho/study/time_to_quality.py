@@ -52,12 +52,14 @@ import dataclasses
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from ptycho.artifacts import stored_number
 from ptycho.study.ttq_comparison import BOOTSTRAP, T_LOG_RATIOS, Comparison, Reach, Sides
+
+if TYPE_CHECKING:
+    from ptycho.study.training_record import TrainingRecord
 
 #: Below this many runs per arm the mean is not trimmed.
 TRIM_FROM = 5
@@ -125,14 +127,6 @@ class Run:
         return Reach(self.seed, reached, epochs, steps, self.step_s, steps * self.step_s, self.compile_s)
 
 
-def loss_floor(meta: Mapping) -> float | None:
-    """A training record's loss floor (``loss_bounds.floor``: a perfect reconstruction's
-    loss on its validation split), None when it records none (trained before floors were
-    recorded, or without a validation split)."""
-    floor = (meta.get("loss_bounds") or {}).get("floor")
-    return float(floor) if floor is not None else None
-
-
 def common_floors(floors: Mapping[K, float | None]) -> tuple[dict[K, float], list[K]]:
     """The floors that trainings compared with each other are measured above, and those
     that record none. Only all or none: a training measured above its floor against one
@@ -148,34 +142,30 @@ def common_floors(floors: Mapping[K, float | None]) -> tuple[dict[K, float], lis
     return dict.fromkeys(floors, 0.0), missing if mixed else []
 
 
-def runs_of(metas: Sequence[Mapping]) -> list[Run]:
-    """:class:`Run` records of trainings' ``model.json``. A FAILED one is kept (a seed that
-    never reached the target, :func:`compare`); a finished one without a curve or step
-    times is left out: it has no time to quality."""
+def runs_of(records: Sequence[TrainingRecord | Mapping]) -> list[Run]:
+    """:class:`Run` records of trainings (their ``model.json``, or
+    :class:`~ptycho.study.training_record.TrainingRecord`). A FAILED one is kept (a seed
+    that never reached the target, :func:`compare`); a finished one without a curve or
+    step times is left out: it has no time to quality."""
+    from ptycho.study.training_record import TrainingRecord
+
     out = []
-    for m in metas:
-        timing = m.get("timing") or {}
-        history = m.get("history") or []
-        failed = m.get("status") == "FAILED"
-        if not failed and (not history or not timing.get("step_times_s")):
+    for r in map(TrainingRecord.of, records):
+        if not r.failed and (not r.history or not r.step_times_s):
             continue
-        train = m["train"]
-        steps = max(1, int(m["n_train"]) // int(train["batch_size"]))  # as training splits its epochs
-        initial = m.get("initial_val_loss")
+        initial = r.initial_val_loss
         out.append(
             Run(
-                seed=int(train["seed"]),
-                val_loss=tuple(float(h["val_loss"]) for h in history),
-                initial_val_loss=float(
-                    initial if initial is not None else history[0]["train_loss"] if history else "nan"
-                ),
-                steps_per_epoch=steps,
-                step_times_s=tuple(float(t) for t in timing.get("step_times_s") or ()),
-                compile_s=float(timing.get("compile_s") or 0.0),
-                floor=loss_floor(m),
-                failed=failed,
-                planned_epochs=int(train.get("epochs") or 0),
-                curve=tuple((int(p["step"]), stored_number(p.get("val_loss"))) for p in m.get("val_curve") or ()),
+                seed=r.seed,
+                val_loss=tuple(e.val_loss for e in r.history),
+                initial_val_loss=initial if initial is not None else r.history[0].train_loss if r.history else math.nan,
+                steps_per_epoch=r.steps_per_epoch,
+                step_times_s=r.step_times_s,
+                compile_s=r.compile_s or 0.0,
+                floor=r.floor,
+                failed=r.failed,
+                planned_epochs=r.planned_epochs,
+                curve=r.val_curve,
             )
         )
     return out

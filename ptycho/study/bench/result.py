@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION
@@ -18,6 +18,9 @@ from ptycho.study.arms import Arm
 from ptycho.study.bench.record import ArmRatios, BenchArm, BenchRecord, Interval
 from ptycho.study.stats import bootstrap_ratio, break_even_steps
 from ptycho.tracking.record import NestedRun
+
+if TYPE_CHECKING:
+    from ptycho.study.training_record import TrainingRecord
 
 
 def _batch_ratios(ref: BenchArm, a: BenchArm) -> dict[str, dict[str, dict]]:
@@ -186,23 +189,23 @@ def arm_runs(bench: BenchRecord | Mapping[str, Any]) -> list[NestedRun]:
 CROSS_CHECK_TOLERANCE = 1.25
 
 
-def cross_check(bench: BenchRecord | Mapping[str, Any], metas: Sequence[Mapping]) -> dict[str, dict]:
+def cross_check(bench: BenchRecord | Mapping[str, Any], metas: Sequence[TrainingRecord | Mapping]) -> dict[str, dict]:
     """The benchmark's pipeline-schedule step medians against the training jobs' own (same
-    mode and precision, every seed): ``ratio`` is the bench's median over the trainings'
+    mode and precision, every seed; ``metas``: the trainings' records or ``model.json``):
+    ``ratio`` is the bench's median over the trainings'
     median, ``agree`` when it lies within :data:`CROSS_CHECK_TOLERANCE` either way. The
     tolerance is fixed, not the bench's own spread: a contaminated bench (a wide IQR) must
     not agree with anything."""
     import statistics
 
+    from ptycho.study.training_record import TrainingRecord
+
+    records = [TrainingRecord.of(m) for m in metas]
     out = {}
     for a in BenchRecord.of(bench).arms_of(SUBJECT):
         if a.shared is None:
             continue
-        medians = [
-            m["timing"]["step_median_s"]
-            for m in metas
-            if Arm.of_meta(m)._replace(seed=0) == a.arm and (m.get("timing") or {}).get("step_median_s")
-        ]
+        medians = [r.step_median_s for r in records if r.arm._replace(seed=0) == a.arm and r.step_median_s]
         if not medians:
             continue
         ratio = a.shared.median / statistics.median(medians)

@@ -23,7 +23,8 @@ from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import LOWER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
-from ptycho.study.time_to_quality import common_floors, loss_floor
+from ptycho.study.time_to_quality import common_floors
+from ptycho.study.training_record import Epoch
 from ptycho.study.ttq_comparison import raw_loss_words
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 WHAT = "final validation loss above a perfect reconstruction's"
 
 
-def loss_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict]:
+def loss_curves(histories: Mapping[str, Sequence[Epoch]]) -> dict[str, dict]:
     """Per-epoch losses of every compared arm of each (model, seed), side by side, keyed by
     mode and precision: ``{"pinn-s0": {"off": {"train": [...], "val": [...]}, "jit": {...},
     "off-bf16": {...}}}`` (only arms of a pair, :func:`ptycho.study.arms.pairs`)."""
@@ -42,14 +43,14 @@ def loss_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[st
         group = out.setdefault(pair.arm.key("model", "seed"), {})
         for arm in (pair.reference, pair.arm):
             group[arm.key("mode", "precision")] = {
-                "train": [h["train_loss"] for h in histories[arm.name]],
-                "val": [h["val_loss"] for h in histories[arm.name]],
+                "train": [e.train_loss for e in histories[arm.name]],
+                "val": [e.val_loss for e in histories[arm.name]],
             }
     return out
 
 
 def convergence(
-    histories: Mapping[str, Sequence[Mapping[str, Any]]],
+    histories: Mapping[str, Sequence[Epoch | Mapping[str, Any]]],
     threshold: float,
     initial: Mapping[str, float] | None = None,
     failed: Mapping[str, str] | None = None,
@@ -71,15 +72,16 @@ def convergence(
     names them). ``test``: non-inferiority (an arm's excess NOT WORSE, i.e. not higher than
     its reference's by more than ``threshold`` of it) or equivalence (two-sided).
     """
+    histories = {n: tuple(map(Epoch.of, h)) for n, h in histories.items()}
     initial = dict(initial or {})
     failed = dict(failed or {})
     floors, unfloored = common_floors({n: (floors or {}).get(n) for n in histories})
 
-    def decreased(arm: str, h: Sequence[Mapping[str, Any]]) -> bool:
+    def decreased(arm: str, h: Sequence[Epoch]) -> bool:
         start = initial.get(arm)
-        if start is not None and math.isfinite(start) and math.isfinite(h[-1]["val_loss"]):
-            return h[-1]["val_loss"] < start
-        return h[-1]["train_loss"] < h[0]["train_loss"]
+        if start is not None and math.isfinite(start) and math.isfinite(h[-1].val_loss):
+            return h[-1].val_loss < start
+        return h[-1].train_loss < h[0].train_loss
 
     compared, all_decreased = {}, True
     for pair in pairs(histories):
@@ -89,14 +91,14 @@ def convergence(
         if not a or not b:  # a diverged arm may have no good epoch at all
             compared[pair.key] = {
                 **record,
-                "final_val_loss": a[-1]["val_loss"] if a else None,
-                "final_val_loss_off": b[-1]["val_loss"] if b else None,
+                "final_val_loss": a[-1].val_loss if a else None,
+                "final_val_loss_off": b[-1].val_loss if b else None,
                 "relative_difference": float("nan"),
                 "decreased": {},
                 "initial_val_loss": {},
             }
             continue  # its NaN final loss makes the comparison below FAIL
-        fa, fb = a[-1]["val_loss"], b[-1]["val_loss"]
+        fa, fb = a[-1].val_loss, b[-1].val_loss
         went_down = {name: decreased(name, h) for name, h in ((arm, a), (ref, b))}
         all_decreased &= all(went_down.values())
         compared[pair.key] = {
@@ -109,7 +111,7 @@ def convergence(
         }
     # The verdict, as for quality: each arm's mean final excess over seeds against its
     # reference's, relative to the reference's mean, with its interval from the seed-to-seed spread.
-    finals = {n: h[-1]["val_loss"] - floors.get(n, 0.0) if h else float("nan") for n, h in histories.items()}
+    finals = {n: h[-1].val_loss - floors.get(n, 0.0) if h else float("nan") for n, h in histories.items()}
     comparisons, words = {}, []
     for g in seeds.seed_groups(histories):
         ref = float(np.mean([finals[n] for n in g.seeds_off.values()]))
@@ -154,11 +156,11 @@ def convergence(
 def collect(inputs: Inputs, threshold: float) -> ItemResult:
     trained = inputs.results.trainings
     return convergence(
-        {arm.name: m["history"] for arm, m in trained.items()},
+        {arm.name: r.history for arm, r in trained.items()},
         threshold,
-        {arm.name: m.get("initial_val_loss") for arm, m in trained.items()},
+        {arm.name: r.initial_val_loss for arm, r in trained.items()},
         inputs.results.failed,
-        {arm.name: loss_floor(m) for arm, m in trained.items()},
+        {arm.name: r.floor for arm, r in trained.items()},
         inputs.test,
     )
 

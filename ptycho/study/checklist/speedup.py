@@ -29,6 +29,7 @@ from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, 
 from ptycho.study.figures.timing import MEASUREMENTS
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.tables import Table, fmt
+from ptycho.study.training_record import TrainingRecord
 
 if TYPE_CHECKING:
     from ptycho.study.report.record import StudyReport
@@ -80,15 +81,15 @@ def comparisons(report: StudyReport) -> dict[str, ttc.Comparison]:
 
 
 # ----------------------------------------------------------------- time to quality
-def time_to_quality(metas: Sequence[Mapping], margin: float) -> dict[str, ttc.Comparison]:
-    """Every comparison the trained arms allow, each holding the other axis fixed, keyed
+def time_to_quality(metas: Sequence[TrainingRecord | Mapping], margin: float) -> dict[str, ttc.Comparison]:
+    """Every comparison the trained arms allow (``metas``: their records, or their
+    ``model.json``), each holding the other axis fixed, keyed
     like the other items' (:attr:`~ptycho.study.arms.Pair.group`): each XLA mode vs
     ``off`` at the same precision (``pinn-physics-bf16``) and each reduced precision vs
     float32 in the same mode (``pinn-off-bf16-vs-fp32``)."""
-    by_arm: dict[Arm, list[Mapping]] = {}
-    for m in metas:
-        a = Arm.of_meta(m)
-        by_arm.setdefault(a._replace(seed=0), []).append(m)
+    by_arm: dict[Arm, list[TrainingRecord]] = {}
+    for r in map(TrainingRecord.of, metas):
+        by_arm.setdefault(r.arm._replace(seed=0), []).append(r)
     out = {}
     for arm in sorted(by_arm, key=lambda a: a.order):
         candidates = []
@@ -199,7 +200,7 @@ def speedup(
     threshold: float,
     train_timings: Mapping[str, Any] | None = None,
     context: str = "alone",
-    metas: Sequence[Mapping] = (),
+    metas: Sequence[TrainingRecord | Mapping] = (),
     margin: float = Inputs.margin,
 ) -> ItemResult:
     """XLA's own effect on the PINN: time to quality of every trained XLA mode vs ``off`` at

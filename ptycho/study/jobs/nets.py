@@ -38,6 +38,7 @@ def train(
     from ptycho.data.dataset import read_dataset
     from ptycho.nets.train import train as fit
     from ptycho.study.schedule import scheduled_at_once
+    from ptycho.study.training_record import TrainingRecord
 
     ds = read_dataset(dataset)
     model_params = prefixed("model", model_cfg)
@@ -70,21 +71,21 @@ def train(
     )
     record = with_dataset(JobRecord(params=params, tags=resumed), "train.h5", ds, dataset, "train")
     record.artifacts.append((str(Path(out) / "model.json"), "model"))
-    if meta.get("status") == "FAILED":
-        record.failure = meta["failure"]
-        record.summary = f"ptycho train: warning: {meta['failure']}; recorded as a FAILED model in {out}"
+    trained = TrainingRecord.of(meta)
+    if trained.failed:
+        record.failure = trained.failure
+        record.summary = f"ptycho train: warning: {trained.failure}; recorded as a FAILED model in {out}"
         return record
     from ptycho.study.stats import iqr
 
-    last, t = meta["history"][-1], meta["timing"]
-    steps = np.asarray(t["step_times_s"])
+    last = trained.history[-1]
     record.metrics.update(
         {
-            "compile_s": t["compile_s"],
-            "step_median_s": t["step_median_s"],
-            "step_iqr_s": iqr(steps),
-            "train_wall_s": t["train_wall_s"],
-            "traces_train": meta["traces"]["train"],
+            "compile_s": trained.compile_s,
+            "step_median_s": trained.step_median_s,
+            "step_iqr_s": iqr(np.asarray(trained.step_times_s)),
+            "train_wall_s": trained.wall_s,
+            "traces_train": trained.train_traces,
         }
     )
     from ptycho.nets.inputs import layout
@@ -105,17 +106,17 @@ def train(
             "train.epochs": train_cfg.epochs,
         },
         tags=arm_tags,
-        step=last["epoch"],
+        step=last.epoch,
         metrics={
-            "final_train_loss": last["train_loss"],
-            "final_val_loss": last["val_loss"],
-            "step_median_s": t["step_median_s"] or float("nan"),
+            "final_train_loss": last.train_loss,
+            "final_val_loss": last.val_loss,
+            "step_median_s": trained.step_median_s or float("nan"),
         },
     )
     record.summary = (
-        f"{out}: {model_cfg.kind} xla={train_cfg.xla} epochs={last['epoch']} train_loss={last['train_loss']:.6g} "
-        f"val_loss={last['val_loss']:.6g} compile={t['compile_s']:.2f}s "
-        f"step_median={t['step_median_s'] or float('nan'):.4f}s"
+        f"{out}: {model_cfg.kind} xla={train_cfg.xla} epochs={last.epoch} train_loss={last.train_loss:.6g} "
+        f"val_loss={last.val_loss:.6g} compile={trained.compile_s or float('nan'):.2f}s "
+        f"step_median={trained.step_median_s or float('nan'):.4f}s"
     )
     return record
 

@@ -40,8 +40,8 @@ def bench(
 
     if model_jsons:
         configs = {}
-        for meta in StudyResults(models=model_jsons).trainings.values():
-            model_cfg, trained = configs_from_meta(meta)
+        for record in StudyResults(models=model_jsons).trainings.values():
+            model_cfg, trained = configs_from_meta(record.meta)
             configs.setdefault(model_cfg.kind, (model_cfg, trained))
         kinds = [m.kind for m in models]
         models = [configs[k][0] for k in kinds if k in configs]
