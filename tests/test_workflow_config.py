@@ -274,15 +274,15 @@ def test_command_line_scalars_arrive_as_strings_and_are_retyped(base):
 
 
 def test_mode_pairs_match_each_mode_with_the_off_arm_of_its_model_and_seed_only():
-    from ptycho.study.arms import arm_of, mode_pairs
+    from ptycho.study.arms import Arm, mode_pairs
 
     names = ["pinn-jit-s0", "pinn-off-s0", "pinn-physics-s0", "baseline-jit-s0", "pinn-jit-s1", "baseline-off-s1"]
     assert [(p.key, p.arm.name, p.reference.name) for p in mode_pairs(names)] == [
         ("pinn-s0-jit", "pinn-jit-s0", "pinn-off-s0"),
         ("pinn-s0-physics", "pinn-physics-s0", "pinn-off-s0"),
     ]
-    assert arm_of({"model": {"kind": "baseline"}, "train": {"xla": False, "seed": 2}}) == "baseline-off-s2"
-    assert arm_of({"model": {"kind": "pinn"}, "train": {"xla": "auto", "seed": 0}}) == "pinn-auto-s0"
+    assert Arm.of_meta({"model": {"kind": "baseline"}, "train": {"xla": False, "seed": 2}}).name == "baseline-off-s2"
+    assert Arm.of_meta({"model": {"kind": "pinn"}, "train": {"xla": "auto", "seed": 0}}).name == "pinn-auto-s0"
 
 
 def test_the_schema_offers_exactly_the_modes_of_ptycho_xla():

@@ -216,11 +216,6 @@ def parse_arm(name: str) -> Arm:
     return Arm.parse(name)
 
 
-def arm_of(meta: Mapping) -> str:
-    """Arm name of a trained model, from its ``model.json``."""
-    return Arm.of_meta(meta).name
-
-
 def _arms(names: Iterable[str | Arm]) -> list[Arm]:
     return sorted({a if isinstance(a, Arm) else Arm.parse(a) for a in names}, key=lambda a: a.order)
 
