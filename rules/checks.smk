@@ -80,11 +80,12 @@ rule check_convergence:
         track=tracking("check_convergence"),
         threshold=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
+        alpha=CFG["thresholds"]["alpha"],
         **rerun_params("check_convergence"),
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} check convergence --threshold {params.threshold} {params.sided}--models {input.models} "
+        "{params.ptycho} {params.track} check convergence --threshold {params.threshold} --alpha {params.alpha} {params.sided}--models {input.models} "
         "--out {output} > {log} 2>&1"
 
 
@@ -110,11 +111,12 @@ rule check_quality:
         threshold=CFG["thresholds"]["quality_max_ssim_diff"],
         margin=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
+        alpha=CFG["thresholds"]["alpha"],
         **rerun_params("check_quality"),
     conda:
         "../envs/ptycho.yaml"
     shell:
-        "{params.ptycho} {params.track} check quality --threshold {params.threshold} --margin {params.margin} "
+        "{params.ptycho} {params.track} check quality --threshold {params.threshold} --margin {params.margin} --alpha {params.alpha} "
         "{params.sided}--metrics {input.metrics} "
         f"--models {{input.models}} {QUALITY_STITCHED_FLAG}--out {{output}} > {{log}} 2>&1"
 
@@ -183,9 +185,10 @@ rule check_speedup:
         threshold=CFG["thresholds"]["speedup_min"],
         context=CFG["bench"]["context"],
         margin=CFG["thresholds"]["convergence_max_rel"],
+        alpha=CFG["thresholds"]["alpha"],
         **rerun_params("check_speedup"),
     conda:
         "../envs/ptycho.yaml"
     shell:
         "{params.ptycho} {params.track} check speedup --threshold {params.threshold} --bench {input.bench} "
-        "--context {params.context} --margin {params.margin} --models {input.models} --out {output} > {log} 2>&1"
+        "--context {params.context} --margin {params.margin} --alpha {params.alpha} --models {input.models} --out {output} > {log} 2>&1"

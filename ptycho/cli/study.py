@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from ptycho.cli.declare import Live, arg, command
-from ptycho.cli.values import fraction, json_object, mode, positive, positive_int, precision, study_config
+from ptycho.cli.values import error_rate, fraction, json_object, mode, positive, positive_int, precision, study_config
 from ptycho.config import choices, spec
 from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS, SUBJECT
 from ptycho.nets.precision import PRECISIONS
@@ -253,6 +253,13 @@ def cmd_config(args: argparse.Namespace, live: Live) -> JobRecord:
         "measured data, how much worse an arm's data misfit and half-scan resolution may be (quality)",
     ),
     arg(
+        "--alpha",
+        type=error_rate,
+        default=checklist.Inputs.alpha,
+        help="the error rate of each verdict, one-sided (it passes thresholds.alpha): quality and convergence judge "
+        "by the 1 - 2 alpha and 1 - alpha intervals, speed by the 1 - alpha one (default: %(default)s)",
+    ),
+    arg(
         "--two-sided",
         action="store_true",
         help="judge convergence and quality as equivalence within +-threshold (default: non-inferiority, "
@@ -281,6 +288,7 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
         context=args.context,
         margin=args.margin,
         two_sided=args.two_sided,
+        alpha=args.alpha,
     )
 
 

@@ -56,6 +56,17 @@ def fraction(text: str) -> float:
     return value
 
 
+def error_rate(text: str) -> float:
+    """A verdict's error rate (``thresholds.alpha``): above 0, at most 0.25."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an error rate above 0 and at most 0.25, got {text!r}") from None
+    if not 0.0 < value <= 0.25:
+        raise argparse.ArgumentTypeError(f"expected an error rate above 0 and at most 0.25, got {text!r}")
+    return value
+
+
 def mode(text: str) -> str:
     """An XLA mode (:func:`ptycho.nets.xla.parse_mode`)."""
     from ptycho.nets.xla import parse_mode

@@ -94,18 +94,30 @@ MAX_SEEDS = 1000
 #: The two designs of a seed comparison (:func:`seed_comparison`).
 PAIRED, UNPAIRED = "paired", "unpaired"
 
+#: The error rate of one verdict (``thresholds.alpha``): each decision is a one-sided test
+#: at this level, read off the ``1 - 2 alpha`` interval's end (90 % at 0.05; NOT WORSE,
+#: EQUIVALENT by the two one-sided tests) or the ``1 - alpha`` interval (95 %: DIFFERENT,
+#: WORSE... and the speed's interval). Lower asks a stricter question and needs more seeds.
+ALPHA = 0.05
 
-def _half_widths(sd: float, n_a: int, n_b: int, design: str = UNPAIRED) -> tuple[float, float]:
-    """Half-widths of the 90 % and 95 % t intervals of a difference of two means:
-    ``paired``, the mean of ``n_a`` per-seed differences whose standard deviation is ``sd``
-    (``n_a - 1`` degrees of freedom); ``unpaired``, two means with pooled ``sd``."""
+
+def level_words(level: float) -> str:
+    """An interval's level in words: ``90 %``, ``95 %``, ``96.7 %``."""
+    return f"{100 * level:.1f}".rstrip("0").rstrip(".") + " %"
+
+
+def _half_widths(sd: float, n_a: int, n_b: int, design: str = UNPAIRED, alpha: float = ALPHA) -> tuple[float, float]:
+    """Half-widths of the ``1 - 2 alpha`` and ``1 - alpha`` t intervals (90 % and 95 % at
+    the default alpha) of a difference of two means: ``paired``, the mean of ``n_a``
+    per-seed differences whose standard deviation is ``sd`` (``n_a - 1`` degrees of
+    freedom); ``unpaired``, two means with pooled ``sd``."""
     from scipy import stats
 
     if design == PAIRED:
         dof, se = n_a - 1, sd / math.sqrt(n_a)
     else:
         dof, se = n_a - 1 + n_b - 1, sd * math.sqrt(1 / n_a + 1 / n_b)
-    return float(stats.t.ppf(0.95, dof) * se), float(stats.t.ppf(0.975, dof) * se)
+    return float(stats.t.ppf(1 - alpha, dof) * se), float(stats.t.ppf(1 - alpha / 2, dof) * se)
 
 
 def worse_by(difference: float, better: str = HIGHER) -> float:
@@ -116,27 +128,37 @@ def worse_by(difference: float, better: str = HIGHER) -> float:
 
 
 def seeds_needed(
-    difference: float, sd: float, margin: float, design: str = UNPAIRED, test: str = EQUIVALENCE, better: str = HIGHER
+    difference: float,
+    sd: float,
+    margin: float,
+    design: str = UNPAIRED,
+    test: str = EQUIVALENCE,
+    better: str = HIGHER,
+    alpha: float = ALPHA,
 ) -> float:
     """Seeds per arm that would make the comparison conclusive if the observed difference
     and standard deviation (of the per-seed differences when ``paired``, of the seeds
-    otherwise) held. ``equivalence``: EQUIVALENT when ``|difference| < margin`` (90 %
-    interval inside), DIFFERENT when it is beyond (95 % interval outside);
-    ``non-inferiority``: NOT WORSE when the one-sided 95 % bound on the worse side stays
-    within the margin, WORSE when the other bound lies beyond it. Infinite when no number
-    would (a difference exactly at the margin, or more than :data:`MAX_SEEDS`), NaN without
-    a standard deviation."""
+    otherwise) held, at error rate ``alpha``. ``equivalence``: EQUIVALENT when
+    ``|difference| < margin`` (the ``1 - 2 alpha``, 90 %, interval inside), DIFFERENT when
+    it is beyond (the ``1 - alpha``, 95 %, interval outside); ``non-inferiority``: NOT WORSE
+    when the one-sided ``1 - alpha`` bound on the worse side stays within the margin, WORSE
+    when the other bound lies beyond it. Infinite when no number would (a difference
+    exactly at the margin, or more than :data:`MAX_SEEDS`), NaN without a standard deviation."""
+    from scipy import stats
+
     if not (math.isfinite(difference) and math.isfinite(sd)):
         return float("nan")
     worse = worse_by(difference, better)
-    for n in range(2, MAX_SEEDS + 1):
-        h90, h95 = _half_widths(sd, n, n, design)
-        if test == NON_INFERIORITY:
-            if worse + h90 <= margin or worse - h90 > margin:
-                return float(n)
-        elif abs(difference) + h90 <= margin or abs(difference) - h95 > margin:
-            return float(n)
-    return float("inf")
+    # every candidate at once (one t quantile call, not one per n): :func:`_half_widths`'
+    # arithmetic over n = 2 .. MAX_SEEDS seeds per arm
+    n = np.arange(2, MAX_SEEDS + 1, dtype=float)
+    dof, se = (n - 1, sd / np.sqrt(n)) if design == PAIRED else (2 * n - 2, sd * np.sqrt(2 / n))
+    h90, h95 = stats.t.ppf(1 - alpha, dof) * se, stats.t.ppf(1 - alpha / 2, dof) * se
+    if test == NON_INFERIORITY:
+        settled = (worse + h90 <= margin) | (worse - h90 > margin)
+    else:
+        settled = (abs(difference) + h90 <= margin) | (abs(difference) - h95 > margin)
+    return float(n[np.argmax(settled)]) if settled.any() else float("inf")
 
 
 @dataclass(frozen=True)
@@ -173,6 +195,14 @@ class SeedComparison:
     #: equals ``sd``); NaN where the split below cannot be read (one seed, a side without
     #: variation, a yardstick)
     seed_sd: float = math.nan
+    #: the error rate of its verdict (:data:`ALPHA`): ``low90``/``high90`` are the
+    #: ``1 - 2 alpha`` interval, ``low``/``high`` the ``1 - alpha`` one
+    alpha: float = ALPHA
+
+    @property
+    def levels(self) -> tuple[str, str]:
+        """The two intervals' levels in words: ``("90 %", "95 %")`` at the default alpha."""
+        return level_words(1 - 2 * self.alpha), level_words(1 - self.alpha)
 
     @property
     def seed_share(self) -> float:
@@ -239,17 +269,18 @@ class SeedComparison:
         source = self.source_words(percent)
         spread = f"{spread}; {source}" if spread and source else spread or source
         sides = "pairs of seeds" if self.yardstick else "seeds"
+        narrow, wide = self.levels
         intervals = (
-            f"90 % interval {f(self.low90, True)} to {f(self.high90, True)}, 95 % {f(self.low, True)} to "
+            f"{narrow} interval {f(self.low90, True)} to {f(self.high90, True)}, {wide} {f(self.low, True)} to "
             f"{f(self.high, True)}, {len(self.seeds_mode)} {'seeds vs' if self.yardstick else 'vs'} "
             f"{len(self.seeds_off)} {sides}" + (", paired by seed" if self.design == PAIRED else "")
         )
         margin = f(self.margin)
         judged = {
-            EQUIVALENT: f"EQUIVALENT within the {margin} margin (its 90 % interval lies inside)",
-            DIFFERENT: f"DIFFERENT: its 95 % interval lies beyond the {margin} margin",
-            NOT_WORSE: f"NOT WORSE by more than the {margin} margin (its one-sided 95 % bound lies inside)",
-            WORSE: f"WORSE by more than the {margin} margin (even its 90 % interval's better end lies beyond it)",
+            EQUIVALENT: f"EQUIVALENT within the {margin} margin (its {narrow} interval lies inside)",
+            DIFFERENT: f"DIFFERENT: its {wide} interval lies beyond the {margin} margin",
+            NOT_WORSE: f"NOT WORSE by more than the {margin} margin (its one-sided {wide} bound lies inside)",
+            WORSE: f"WORSE by more than the {margin} margin (even its {narrow} interval's better end lies beyond it)",
         }.get(self.outcome, f"INCONCLUSIVE against the {margin} margin; {self.needed_words()}")
         return f" ({intervals}{'; ' + spread if spread else ''}); {judged}"
 
@@ -263,6 +294,8 @@ class SeedComparison:
             out["label"] = self.label
         if self.yardstick:
             out["yardstick"] = True
+        if self.alpha == ALPHA:  # records before the key, and the default, say nothing
+            del out["alpha"]
         return out
 
     @classmethod
@@ -277,6 +310,7 @@ class SeedComparison:
         # what records written before a field existed meant: two-sided, higher is better, pooled
         values = {"test": EQUIVALENCE, "better": HIGHER, "design": UNPAIRED}
         values |= {k: (number(k) if k in floats else record[k]) for k in names if k in record or k in floats}
+        values["alpha"] = number("alpha") if record.get("alpha") is not None else ALPHA
         values["seeds_mode"] = tuple(record.get("seeds_mode", ()))
         values["seeds_off"] = tuple(record.get("seeds_off", ()))
         return cls(**values)
@@ -323,6 +357,7 @@ def seed_comparison(
     *,
     label: str = "",
     yardstick: bool = False,
+    alpha: float = ALPHA,
 ) -> SeedComparison:
     """One metric of one mode against ``off`` across seeds, with one of three outcomes.
 
@@ -334,6 +369,10 @@ def seed_comparison(
     matched-pairs design: the ``design`` is ``paired`` and the interval comes from the
     per-seed differences, which carry only what the two arms differ in (the XLA mode or
     the precision), not how lucky a seed was. Otherwise it is ``unpaired`` (pooled).
+
+    Every level below is at the default error rate ``alpha`` = 0.05 (:data:`ALPHA`,
+    ``thresholds.alpha``): the 90 % interval is the ``1 - 2 alpha`` one, the 95 % the
+    ``1 - alpha`` one, and a lower alpha widens both.
 
     * ``difference``: mean(mode) - mean(off); ``low``/``high`` its 95 % t interval and
       ``low90``/``high90`` its 90 % one: paired, from the standard deviation ``sd`` of the
@@ -377,7 +416,7 @@ def seed_comparison(
             sd = float(np.std(a - b, ddof=1))
         else:
             sd = pooled  # unpaired: dof is the pooled one
-        h90, h95 = _half_widths(sd, len(a), len(b), design)
+        h90, h95 = _half_widths(sd, len(a), len(b), design, alpha)
         low, high, low90, high90 = diff - h95, diff + h95, diff - h90, diff + h90
         # the interval's ends as "how much worse the arm is": the worse end first
         worst, best = sorted((worse_by(low90, better), worse_by(high90, better)), reverse=True)
@@ -388,7 +427,7 @@ def seed_comparison(
         elif low > margin or high < -margin:
             outcome = DIFFERENT
         if outcome == INCONCLUSIVE:
-            needed = seeds_needed(diff, sd, margin, design, test, better)
+            needed = seeds_needed(diff, sd, margin, design, test, better, alpha)
     return SeedComparison(
         seeds_mode=tuple(sorted(mode_values)),
         seeds_off=tuple(sorted(off_values)),
@@ -410,6 +449,7 @@ def seed_comparison(
         label=label,
         yardstick=yardstick,
         seed_sd=seed_sd,
+        alpha=float(alpha),
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ptycho.artifacts import stored_number
+from ptycho.study.stats import level_words
 
 #: The band around 1 inside which a resolved ratio is "no measurable effect": an interval
 #: within 0.95-1.05 says XLA changes the time to quality by less than 5 %, less than the
@@ -95,10 +96,11 @@ def raw_loss_words(verb: str, which: str) -> str:
     )
 
 
-def ratio_words(ratio: float, low: float = math.nan, high: float = math.nan) -> str:
-    """``"1.06x (95% CI 0.99-1.15)"``, or the ratio alone without a finite interval."""
+def ratio_words(ratio: float, low: float = math.nan, high: float = math.nan, level: float = 0.95) -> str:
+    """``"1.06x (95% CI 0.99-1.15)"`` (the interval at ``level``), or the ratio alone
+    without a finite interval."""
     if math.isfinite(low) and math.isfinite(high):
-        return f"{ratio:.2f}x (95% CI {low:.2f}-{high:.2f})"
+        return f"{ratio:.2f}x ({level_words(level).replace(' ', '')} CI {low:.2f}-{high:.2f})"
     return f"{ratio:.2f}x"
 
 
@@ -328,7 +330,7 @@ class Comparison:
 
     def ratio_words(self) -> str:
         """``"1.06x (95% CI 0.99-1.15)"``."""
-        return ratio_words(self.ratio, self.low, self.high)
+        return ratio_words(self.ratio, self.low, self.high, self.level)
 
     def value_words(self) -> str:
         """``1.21x (1.11-1.35)``; an upper bound ``<= 0.80x (upper bound)``."""

@@ -50,7 +50,7 @@ from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
-from ptycho.study.stats import HIGHER, LOWER, NON_INFERIORITY, SeedComparison, seed_comparison
+from ptycho.study.stats import ALPHA, HIGHER, LOWER, NON_INFERIORITY, SeedComparison, level_words, seed_comparison
 from ptycho.study.tables import Table, fmt
 
 #: The scores of a reconstruction, with their words in the tables: against the ground
@@ -106,6 +106,7 @@ def agreement(
     *,
     margin: float = 0.05,
     test: str = NON_INFERIORITY,
+    alpha: float = ALPHA,
 ) -> ItemResult:
     """The quality item's record on measured data (the module docstring's rule).
 
@@ -146,10 +147,12 @@ def agreement(
             if judged_as == "relative":
                 relative = {s: _relative(arm[s], ref[s]) for s in common}
                 label = f"{label}, (arm - reference) / reference"
-                c = seed_comparison(relative, dict.fromkeys(relative, 0.0), margin, test, better, label=label)
+                c = seed_comparison(
+                    relative, dict.fromkeys(relative, 0.0), margin, test, better, label=label, alpha=alpha
+                )
                 words.append(seeds.comparison_words(g, label, c, percent=True))
             elif judged_as == "difference":
-                c = seed_comparison(arm, ref, threshold, test, better, label=label)
+                c = seed_comparison(arm, ref, threshold, test, better, label=label, alpha=alpha)
                 words.append(seeds.comparison_words(g, label, c))
             else:
                 continue
@@ -169,6 +172,7 @@ def agreement(
                 threshold,
                 test,
                 HIGHER,
+                alpha=alpha,
                 label=f"{label} between the arms vs between seeds",
                 yardstick=True,
             )
@@ -182,7 +186,7 @@ def agreement(
     found_words = "; ".join(words) or "no pair to compare (an XLA mode and off, or a reduced precision and float32)"
     summary = (
         f"no ground truth (measured data): each arm against its reference arm of the same seed; {found_words}; "
-        "value: the worst 90 % interval's reach over its margin"
+        f"value: the worst {level_words(1 - 2 * alpha)} interval's reach over its margin"
     )
     if failed:
         value, status = float("nan"), FAIL

@@ -21,7 +21,7 @@ from ptycho.study.arms import pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
-from ptycho.study.stats import LOWER, NON_INFERIORITY, seed_comparison
+from ptycho.study.stats import ALPHA, LOWER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 from ptycho.study.time_to_quality import common_floors
 from ptycho.study.training_record import Epoch
@@ -56,6 +56,7 @@ def convergence(
     failed: Mapping[str, str] | None = None,
     floors: Mapping[str, float | None] | None = None,
     test: str = NON_INFERIORITY,
+    alpha: float = ALPHA,
 ) -> ItemResult:
     """Final validation losses of each mode's arm vs the ``off`` arm of the same model,
     precision and seed, and of each reduced precision's arm vs float32 (same model, mode and
@@ -122,6 +123,7 @@ def convergence(
             threshold,
             test,
             LOWER,
+            alpha=alpha,
         )
         comparisons[g.key] = c
         words.append(seeds.comparison_words(g, f"{WHAT} (relative to the reference's mean)", c, percent=True))
@@ -162,6 +164,7 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
         inputs.results.failed,
         {arm.name: r.floor for arm, r in trained.items()},
         inputs.test,
+        inputs.alpha,
     )
 
 

@@ -43,6 +43,9 @@ class Inputs:
     #: convergence and quality as equivalence (two-sided) instead of non-inferiority
     #: (:data:`ptycho.study.stats.NON_INFERIORITY`; thresholds.two_sided)
     two_sided: bool = False
+    #: the error rate of each verdict (thresholds.alpha, :data:`ptycho.study.stats.ALPHA`):
+    #: quality and convergence read the 1 - 2 alpha and 1 - alpha intervals, speed the 1 - alpha one
+    alpha: float = defaults("thresholds")["alpha"]
 
     @property
     def test(self) -> str:

@@ -19,7 +19,7 @@ from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
 from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
-from ptycho.study.stats import HIGHER, NON_INFERIORITY, seed_comparison
+from ptycho.study.stats import ALPHA, HIGHER, NON_INFERIORITY, seed_comparison
 from ptycho.study.tables import Table, fmt
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ def quality(
     threshold: float,
     failed: Mapping[str, str] | None = None,
     test: str = NON_INFERIORITY,
+    alpha: float = ALPHA,
 ) -> ItemResult:
     """SSIM/PSNR/MAE/FRC per arm; the verdict compares each mode with ``off`` (at the same
     precision) and each reduced precision with float32 (in the same mode) across seeds.
@@ -71,6 +72,7 @@ def quality(
                 threshold,
                 test,
                 HIGHER,
+                alpha=alpha,
             )
             comparisons[g.key][key] = c
             words.append(seeds.comparison_words(g, SSIM_KEYS[key], c))
@@ -120,8 +122,9 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
             ITEM.name,
             margin=inputs.margin,
             test=inputs.test,
+            alpha=inputs.alpha,
         )
-    return quality(records, threshold, failed, inputs.test)
+    return quality(records, threshold, failed, inputs.test, inputs.alpha)
 
 
 def tables(report: StudyReport) -> list[Table]:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from ptycho.study.arms import Arm, Pair, pairs
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS
-from ptycho.study.stats import DIFFERENT, EQUIVALENT, SeedComparison, overall, signed_words
+from ptycho.study.stats import ALPHA, DIFFERENT, EQUIVALENT, SeedComparison, level_words, overall, signed_words
 from ptycho.study.tables import Table, fmt
 
 
@@ -75,9 +75,10 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping], subject: st
     """The :class:`~ptycho.study.stats.SeedComparison` records (as the report keeps them)
     keyed by (comparison, metric);
     ``subject`` is the title's first part, what is compared."""
-    rows = []
+    rows, levels = [], (level_words(1 - 2 * ALPHA), level_words(1 - ALPHA))
     for (name, metric), record in sorted(comparisons.items()):
         c = SeedComparison.from_json(record)
+        levels = c.levels  # one alpha per study
         judged = c.outcome + (f", {c.seeds_needed:.0f} seeds needed" if c.seeds_needed < float("inf") else "")
         rows.append(
             [
@@ -93,19 +94,20 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping], subject: st
                 judged,
             ]
         )
+    narrow, wide = levels
     return (
-        f"{subject}: NOT WORSE when the 90 % interval's end on the worse side (a one-sided 95 % bound) lies within the "
-        "margin (the threshold), WORSE when its other end lies beyond it; two-sided (thresholds.two_sided): "
-        "EQUIVALENT when the 90 % interval lies inside +-margin, DIFFERENT when the 95 % interval lies outside it; "
-        "else INCONCLUSIVE",
+        f"{subject}: NOT WORSE when the {narrow} interval's end on the worse side (a one-sided {wide} bound) lies "
+        "within the margin (the threshold), WORSE when its other end lies beyond it; two-sided (thresholds.two_sided): "
+        f"EQUIVALENT when the {narrow} interval lies inside +-margin, DIFFERENT when the {wide} interval lies outside "
+        "it; else INCONCLUSIVE",
         [
             "comparison",
             "metric",
             "seeds (arm / reference)",
             "mean (arm)",
             "mean (reference)",
-            "difference (90 % interval)",
-            "95 % interval",
+            f"difference ({narrow} interval)",
+            f"{wide} interval",
             "seed spread",
             "margin",
             "outcome",

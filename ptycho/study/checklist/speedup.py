@@ -28,6 +28,7 @@ from ptycho.study.checklist.item import Figure, Inputs, Item
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, verdict
 from ptycho.study.figures.timing import MEASUREMENTS
 from ptycho.study.presentation import MODEL_WORDS
+from ptycho.study.stats import ALPHA
 from ptycho.study.tables import Table, fmt
 from ptycho.study.training_record import TrainingRecord
 
@@ -81,12 +82,14 @@ def comparisons(report: StudyReport) -> dict[str, ttc.Comparison]:
 
 
 # ----------------------------------------------------------------- time to quality
-def time_to_quality(metas: Sequence[TrainingRecord | Mapping], margin: float) -> dict[str, ttc.Comparison]:
+def time_to_quality(
+    metas: Sequence[TrainingRecord | Mapping], margin: float, alpha: float = ALPHA
+) -> dict[str, ttc.Comparison]:
     """Every comparison the trained arms allow (``metas``: their records, or their
     ``model.json``), each holding the other axis fixed, keyed
     like the other items' (:attr:`~ptycho.study.arms.Pair.group`): each XLA mode vs
     ``off`` at the same precision (``pinn-physics-bf16``) and each reduced precision vs
-    float32 in the same mode (``pinn-off-bf16-vs-fp32``)."""
+    float32 in the same mode (``pinn-off-bf16-vs-fp32``); each interval at ``1 - alpha``."""
     by_arm: dict[Arm, list[TrainingRecord]] = {}
     for r in map(TrainingRecord.of, metas):
         by_arm.setdefault(r.arm._replace(seed=0), []).append(r)
@@ -99,7 +102,7 @@ def time_to_quality(metas: Sequence[TrainingRecord | Mapping], margin: float) ->
             candidates.append(Pair(arm, arm._replace(precision=REFERENCE_PRECISION)))
         for pair in candidates:
             if pair.reference in by_arm:
-                c = ttq.compare(ttq.runs_of(by_arm[arm]), ttq.runs_of(by_arm[pair.reference]), margin)
+                c = ttq.compare(ttq.runs_of(by_arm[arm]), ttq.runs_of(by_arm[pair.reference]), margin, level=1 - alpha)
                 out[pair.group] = c.of_pair(pair)
     return out
 
@@ -202,6 +205,7 @@ def speedup(
     context: str = "alone",
     metas: Sequence[TrainingRecord | Mapping] = (),
     margin: float = Inputs.margin,
+    alpha: float = ALPHA,
 ) -> ItemResult:
     """XLA's own effect on the PINN: time to quality of every trained XLA mode vs ``off`` at
     the same precision (``metas``: the trainings' ``model.json``; ``margin``: the
@@ -222,7 +226,7 @@ def speedup(
 
     bench = BenchRecord.of(bench)
     train_timings = dict(train_timings or {})
-    records = time_to_quality(metas, margin)
+    records = time_to_quality(metas, margin, alpha)
     xla = {k: c for k, c in records.items() if c.is_xla(SUBJECT)}
     per_step = _bench_xla_words(bench)
     status = None
@@ -294,6 +298,7 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
         context=inputs.context,
         metas=list(results.trainings.values()),
         margin=inputs.margin,
+        alpha=inputs.alpha,
     )
 
 
