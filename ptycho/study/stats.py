@@ -94,10 +94,11 @@ MAX_SEEDS = 1000
 #: The two designs of a seed comparison (:func:`seed_comparison`).
 PAIRED, UNPAIRED = "paired", "unpaired"
 
-#: The error rate of one verdict (``thresholds.alpha``): each decision is a one-sided test
-#: at this level, read off the ``1 - 2 alpha`` interval's end (90 % at 0.05; NOT WORSE,
-#: EQUIVALENT by the two one-sided tests) or the ``1 - alpha`` interval (95 %: DIFFERENT,
-#: WORSE... and the speed's interval). Lower asks a stricter question and needs more seeds.
+#: The error rate of one verdict (``thresholds.alpha``, whose schema default a test keeps
+#: equal): each decision is a one-sided test at this rate, read off the ``1 - 2 alpha``
+#: interval (90 % at 0.05: NOT WORSE, and EQUIVALENT by the two one-sided tests) or the
+#: ``1 - alpha`` one (95 %: WORSE, DIFFERENT, and the speed's interval). Lower asks a
+#: stricter question and needs more seeds.
 ALPHA = 0.05
 
 
@@ -106,18 +107,27 @@ def level_words(level: float) -> str:
     return f"{100 * level:.1f}".rstrip("0").rstrip(".") + " %"
 
 
-def _half_widths(sd: float, n_a: int, n_b: int, design: str = UNPAIRED, alpha: float = ALPHA) -> tuple[float, float]:
+def interval_levels(alpha: float = ALPHA) -> tuple[str, str]:
+    """The two intervals a verdict at error rate ``alpha`` reads, in words: the
+    ``1 - 2 alpha`` and the ``1 - alpha`` one (``("90 %", "95 %")`` at the default)."""
+    return level_words(1 - 2 * alpha), level_words(1 - alpha)
+
+
+def _half_widths(sd: float, n_a, n_b, design: str = UNPAIRED, alpha: float = ALPHA):
     """Half-widths of the ``1 - 2 alpha`` and ``1 - alpha`` t intervals (90 % and 95 % at
     the default alpha) of a difference of two means: ``paired``, the mean of ``n_a``
     per-seed differences whose standard deviation is ``sd`` (``n_a - 1`` degrees of
-    freedom); ``unpaired``, two means with pooled ``sd``."""
+    freedom); ``unpaired``, two means with pooled ``sd``. ``n_a`` and ``n_b`` may be
+    arrays of candidate seed counts (:func:`seeds_needed`), giving arrays."""
     from scipy import stats
 
+    n_a, n_b = np.asarray(n_a, float), np.asarray(n_b, float)
     if design == PAIRED:
-        dof, se = n_a - 1, sd / math.sqrt(n_a)
+        dof, se = n_a - 1, sd / np.sqrt(n_a)
     else:
-        dof, se = n_a - 1 + n_b - 1, sd * math.sqrt(1 / n_a + 1 / n_b)
-    return float(stats.t.ppf(1 - alpha, dof) * se), float(stats.t.ppf(1 - alpha / 2, dof) * se)
+        dof, se = n_a - 1 + n_b - 1, sd * np.sqrt(1 / n_a + 1 / n_b)
+    h90, h95 = stats.t.ppf(1 - alpha, dof) * se, stats.t.ppf(1 - alpha / 2, dof) * se
+    return (h90, h95) if np.ndim(h90) else (float(h90), float(h95))
 
 
 def worse_by(difference: float, better: str = HIGHER) -> float:
@@ -144,16 +154,11 @@ def seeds_needed(
     when the one-sided ``1 - alpha`` bound on the worse side stays within the margin, WORSE
     when the other bound lies beyond it. Infinite when no number would (a difference
     exactly at the margin, or more than :data:`MAX_SEEDS`), NaN without a standard deviation."""
-    from scipy import stats
-
     if not (math.isfinite(difference) and math.isfinite(sd)):
         return float("nan")
     worse = worse_by(difference, better)
-    # every candidate at once (one t quantile call, not one per n): :func:`_half_widths`'
-    # arithmetic over n = 2 .. MAX_SEEDS seeds per arm
-    n = np.arange(2, MAX_SEEDS + 1, dtype=float)
-    dof, se = (n - 1, sd / np.sqrt(n)) if design == PAIRED else (2 * n - 2, sd * np.sqrt(2 / n))
-    h90, h95 = stats.t.ppf(1 - alpha, dof) * se, stats.t.ppf(1 - alpha / 2, dof) * se
+    n = np.arange(2, MAX_SEEDS + 1, dtype=float)  # every candidate at once: one t quantile call
+    h90, h95 = _half_widths(sd, n, n, design, alpha)
     if test == NON_INFERIORITY:
         settled = (worse + h90 <= margin) | (worse - h90 > margin)
     else:
@@ -202,7 +207,7 @@ class SeedComparison:
     @property
     def levels(self) -> tuple[str, str]:
         """The two intervals' levels in words: ``("90 %", "95 %")`` at the default alpha."""
-        return level_words(1 - 2 * self.alpha), level_words(1 - self.alpha)
+        return interval_levels(self.alpha)
 
     @property
     def seed_share(self) -> float:

@@ -50,7 +50,7 @@ from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
-from ptycho.study.stats import ALPHA, HIGHER, LOWER, NON_INFERIORITY, SeedComparison, level_words, seed_comparison
+from ptycho.study.stats import ALPHA, HIGHER, LOWER, NON_INFERIORITY, SeedComparison, interval_levels, seed_comparison
 from ptycho.study.tables import Table, fmt
 
 #: The scores of a reconstruction, with their words in the tables: against the ground
@@ -186,7 +186,7 @@ def agreement(
     found_words = "; ".join(words) or "no pair to compare (an XLA mode and off, or a reduced precision and float32)"
     summary = (
         f"no ground truth (measured data): each arm against its reference arm of the same seed; {found_words}; "
-        f"value: the worst {level_words(1 - 2 * alpha)} interval's reach over its margin"
+        f"value: the worst {interval_levels(alpha)[0]} interval's reach over its margin"
     )
     if failed:
         value, status = float("nan"), FAIL

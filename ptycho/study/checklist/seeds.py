@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from ptycho.study.arms import Arm, Pair, pairs
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS
-from ptycho.study.stats import ALPHA, DIFFERENT, EQUIVALENT, SeedComparison, level_words, overall, signed_words
+from ptycho.study.stats import DIFFERENT, EQUIVALENT, SeedComparison, interval_levels, overall, signed_words
 from ptycho.study.tables import Table, fmt
 
 
@@ -75,7 +75,7 @@ def comparison_table(comparisons: Mapping[tuple[str, str], Mapping], subject: st
     """The :class:`~ptycho.study.stats.SeedComparison` records (as the report keeps them)
     keyed by (comparison, metric);
     ``subject`` is the title's first part, what is compared."""
-    rows, levels = [], (level_words(1 - 2 * ALPHA), level_words(1 - ALPHA))
+    rows, levels = [], interval_levels()
     for (name, metric), record in sorted(comparisons.items()):
         c = SeedComparison.from_json(record)
         levels = c.levels  # one alpha per study
