@@ -27,12 +27,12 @@ import numpy as np
 
 from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs, pattern
+from ptycho.study.training_record import Epoch, TrainingRecord
 
 if TYPE_CHECKING:
     from ptycho.study.bench.record import BenchRecord
     from ptycho.study.checklist.result import ItemResult
     from ptycho.study.solver_record import SolveRecord
-    from ptycho.study.training_record import Epoch, TrainingRecord
 
 
 def _arm_of_file(path: str) -> Arm:
@@ -124,7 +124,6 @@ class StudyResults:
         """Arm -> its training record (``model.json``), in the order given; two of one arm
         are refused in one line (which would the study judge?)."""
         from ptycho.artifacts import read_json
-        from ptycho.study.training_record import TrainingRecord
 
         out: dict[Arm, TrainingRecord] = {}
         for path in self.models:

@@ -52,14 +52,12 @@ import dataclasses
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
+from ptycho.study.training_record import TrainingRecord
 from ptycho.study.ttq_comparison import BOOTSTRAP, T_LOG_RATIOS, Comparison, Reach, Sides
-
-if TYPE_CHECKING:
-    from ptycho.study.training_record import TrainingRecord
 
 #: Below this many runs per arm the mean is not trimmed.
 TRIM_FROM = 5
@@ -147,8 +145,6 @@ def runs_of(records: Sequence[TrainingRecord | Mapping]) -> list[Run]:
     :class:`~ptycho.study.training_record.TrainingRecord`). A FAILED one is kept (a seed
     that never reached the target, :func:`compare`); a finished one without a curve or
     step times is left out: it has no time to quality."""
-    from ptycho.study.training_record import TrainingRecord
-
     out = []
     for r in map(TrainingRecord.of, records):
         if not r.failed and (not r.history or not r.step_times_s):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION
@@ -17,10 +17,8 @@ from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import Arm
 from ptycho.study.bench.record import ArmRatios, BenchArm, BenchRecord, Interval
 from ptycho.study.stats import bootstrap_ratio, break_even_steps
+from ptycho.study.training_record import TrainingRecord
 from ptycho.tracking.record import NestedRun
-
-if TYPE_CHECKING:
-    from ptycho.study.training_record import TrainingRecord
 
 
 def _batch_ratios(ref: BenchArm, a: BenchArm) -> dict[str, dict[str, dict]]:
@@ -197,8 +195,6 @@ def cross_check(bench: BenchRecord | Mapping[str, Any], metas: Sequence[Training
     tolerance is fixed, not the bench's own spread: a contaminated bench (a wide IQR) must
     not agree with anything."""
     import statistics
-
-    from ptycho.study.training_record import TrainingRecord
 
     records = [TrainingRecord.of(m) for m in metas]
     out = {}
