@@ -49,7 +49,7 @@ test: setup  ## fast tests (unit and integration), minutes
 test-slow: setup  ## end-to-end and training tests (CI runs them)
 	"$(PY)" -m pytest -m "slow and not long" -q --durations=15
 
-test-long: setup  ## the end-to-end tests CI leaves out: an upgrade from the previous release, a lost store, a CXI study
+test-long: setup  ## the end-to-end tests CI leaves out: an upgrade, a lost store, a CXI study, Ctrl-C and kill -9, a condition, the locks on PyPI
 	"$(PY)" -m pytest -m long -q --durations=15
 
 test-all: setup

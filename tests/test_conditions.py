@@ -245,6 +245,7 @@ def test_a_real_snakemake_plans_the_jobs_of_a_condition_added_by_its_record(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_smoke_study_with_a_condition_reports_it_and_tracks_its_jobs(tmp_path):
     """The whole smoke study with one condition: its jobs run, the report's Conditions
     section and record hold it, and its jobs are child runs of the study's parent."""

@@ -120,6 +120,7 @@ def test_make_setup_installs_the_lock_of_the_chosen_tensorflow_and_the_choice_st
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_both_locks_resolve_on_pypi_as_written(tmp_path):
     """pip resolves each lock as a closed set (metadata only: nothing is installed)."""
     import sys

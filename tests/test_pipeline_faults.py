@@ -89,6 +89,7 @@ def _training_in_progress(work: Path, proc: subprocess.Popen, exclude: tuple[str
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_pipeline_survives_ctrl_c_and_kill_9_and_refuses_a_second_snakemake(tmp_path):
     work = tmp_path
     for name in WORKFLOW_FILES:

@@ -28,6 +28,7 @@ from ptycho.study.checklist.comparisons import (
     limits,
     limits_text,
     ordered,
+    path_roundings,
     roundoffs,
     worst_by_group,
 )
@@ -276,7 +277,7 @@ def accuracy(
     cases = translation_suite(seed) if physics else []
     forward = forward_model_agreement(seed, modes) if physics else forward_model_agreement(seed, modes, dataset=dataset)
     inference = inference_agreement(model_dirs, dataset, modes=modes, precisions=precisions) if model_dirs else {}
-    limit_of = limits(PRECISIONS, threshold, roundoff_count)
+    limit_of = limits(PRECISIONS, threshold, roundoff_count, aligned=path_roundings())
     physics_worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]])
     ratios = [physics_worst / threshold]
     for record in inference.values():

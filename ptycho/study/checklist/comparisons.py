@@ -76,10 +76,41 @@ def comparisons(modes: Iterable[str], precisions: Iterable[str]) -> list[Compari
     return same + across
 
 
-def limits(precisions: Iterable[str], threshold: float, roundoffs: float) -> dict[str, float]:
+def path_roundings(depth: int | None = None, mixing: int | None = None) -> int:
+    """R, the roundings on the network's longest path, input to output, at a reduced
+    precision: 2 per convolution or dense layer (4 per encoder level, 1 per mixing layer),
+    1 per pooling, residual add, input cast and recast, so ``10 depth + 3 mixing`` (23 at
+    the study's depth 2, mixing 1; docs/physics.md section 9). Default: the study's model."""
+    from ptycho.nets.models import ModelConfig
+
+    model = ModelConfig()
+    depth = model.depth if depth is None else depth
+    mixing = model.mixing if mixing is None else mixing
+    return 10 * depth + 3 * mixing
+
+
+def emulated(precisions: Iterable[str]) -> list[str]:
+    """The reduced precisions of ``precisions`` that this machine (:func:`ptycho.study.bench.machine.hardware`)
+    does not compute natively: its kernels accumulate partly in the reduced type (bf16 on an
+    AVX2-only CPU, fp16 on a CPU without AVX512-FP16), so their roundings need not be
+    independent (docs/physics.md section 9)."""
+    from ptycho.nets.precision import is_native
+    from ptycho.study.bench.machine import hardware
+
+    hw = hardware()
+    return [p for p in ordered(precisions) if p != REFERENCE_PRECISION and not is_native(p, hw)]
+
+
+def limits(precisions: Iterable[str], threshold: float, roundoffs: float, aligned: float = 0.0) -> dict[str, float]:
     """Each precision's limit: the item's ``threshold`` at float32, ``roundoffs`` unit
-    round-offs at a reduced precision."""
-    return {p: threshold if p == REFERENCE_PRECISION else roundoffs * EPSILON[p] for p in ordered(precisions)}
+    round-offs at a reduced precision, and at least ``aligned`` of them (the bound where
+    every rounding errs the same way: R for outputs, 2R for gradients, :func:`path_roundings`)
+    at one this machine only emulates (:func:`emulated`), whose kernels accumulate in it."""
+    slow = emulated(precisions) if aligned else []
+    return {
+        p: threshold if p == REFERENCE_PRECISION else (max(roundoffs, aligned) if p in slow else roundoffs) * EPSILON[p]
+        for p in ordered(precisions)
+    }
 
 
 def roundoffs(given: float | None, key: str) -> float:
@@ -110,8 +141,15 @@ def worst_by_group(records: Iterable[Mapping], field: str) -> str:
 
 
 def limits_text(limit_of: Mapping[str, float], roundoff_count: float) -> str:
-    """``"fp32 1e-05; bf16 0.0625 (16 u)"``: the limits a summary states."""
+    """``"fp32 1e-05; bf16 0.0625 (16 u)"``: the limits a summary states; a limit raised
+    to the aligned bound on an emulated precision says so (``"fp16 0.0112 (23 u, emulated
+    here: aligned bound)"``)."""
+
+    def count(p: str, limit: float) -> str:
+        n = limit / EPSILON[p]
+        return f" ({n:.3g} u)" if abs(n - roundoff_count) < 1e-6 else f" ({n:.3g} u, emulated here: aligned bound)"
+
     return "; ".join(
-        f"{SHORT[p]} {limit:.3g}" + ("" if p == REFERENCE_PRECISION else f" ({roundoff_count:g} u)")
+        f"{SHORT[p]} {limit:.3g}" + ("" if p == REFERENCE_PRECISION else count(p, limit))
         for p, limit in limit_of.items()
     )

@@ -27,6 +27,7 @@ from ptycho.study.checklist.comparisons import (
     limits,
     limits_text,
     ordered,
+    path_roundings,
     roundoffs,
     worst_by_group,
 )
@@ -121,7 +122,7 @@ def gradients(
 
     modes = compared(modes)
     used = ordered(precisions)
-    limit_of = limits(PRECISIONS, threshold, roundoff_count)
+    limit_of = limits(PRECISIONS, threshold, roundoff_count, aligned=2 * path_roundings())
     ds = simulate_split(
         SimulationConfig(
             n=n, object_size=n + 24, n_lines=40, nphotons=nphotons, probe_kind="defocused", n_objects_train=1, seed=seed
