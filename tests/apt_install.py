@@ -27,8 +27,17 @@ def apt_get(
         *args,
     ]
     deadline = time.monotonic() + 300
+    repaired = False
     while True:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+        if "dpkg was interrupted" in result.stderr and not repaired:
+            # An install stopped midway (a timeout, a killed test) leaves dpkg refusing every
+            # later one, which would turn the SLURM test into a skip: finish it, once, as
+            # apt's own message says.
+            repaired = True
+            configure = [*(["sudo", "-n"] if sudo else []), "env", "DEBIAN_FRONTEND=noninteractive"]
+            subprocess.run([*configure, "dpkg", "--configure", "-a"], env=env, capture_output=True, timeout=timeout)
+            continue
         if result.returncode == 0 or "lock" not in result.stderr.lower() or time.monotonic() > deadline:
             return result
         time.sleep(5)

@@ -75,11 +75,14 @@ def reassemble(patches, offsets, canvas_size: int, *, xla: bool):
     ones = tf.ones_like(tf.math.real(patches))
     weight = flat_to_channels(translate(channels_to_flat(pad_centre(ones, canvas_size)), shifts, xla=xla), c)
     total = tf.reduce_sum(moved, axis=-1, keepdims=True)
-    # The coverage depends on the offsets alone: no gradient flows through it (without the
-    # stop, the backward pass reached the ones' float32-to-complex cast and TensorFlow
-    # warned on every trace that the cast's gradient discards an imaginary part).
+    # The coverage depends on the offsets alone: no gradient flows through it. It is made
+    # complex with tf.complex, not a cast: a backward pass through a real-to-complex Cast
+    # (built even behind the stop when the head is its own compiled function, the physics
+    # mode) makes TensorFlow warn on every trace that the cast's gradient discards an
+    # imaginary part.
     norm = tf.stop_gradient(tf.reduce_sum(weight, axis=-1, keepdims=True))
-    return total / tf.cast(tf.maximum(norm, 1e-3), total.dtype)
+    inverse = 1.0 / tf.maximum(norm, 1e-3)
+    return total * tf.complex(inverse, tf.zeros_like(inverse))
 
 
 def extract(canvas, offsets, n: int, *, xla: bool):
