@@ -18,6 +18,7 @@ import pytest
 
 from ptycho.config import spec
 from ptycho.nets.precision import EPSILON, PRECISIONS
+from ptycho.study.bench.machine import CPU_FLAGS_ENV, GPU_ENV
 from ptycho.study.checklist import accuracy as accuracy_item
 from ptycho.study.checklist import gradients as gradients_item
 from ptycho.study.checklist.comparisons import (
@@ -48,8 +49,8 @@ def test_a_precision_the_cpu_emulates_is_held_to_the_aligned_bound(monkeypatch, 
     roundings of the longest path (R = 23 at depth 2, mixing 1) need not be independent: the
     limit is at least the aligned bound, R u for outputs and 2R u for gradients. fp16 has no
     native kernels on any of these CPUs; bf16 has them with avx512_bf16 or AMX."""
-    monkeypatch.setenv("PTYCHO_CPU_FLAGS", flags)
-    monkeypatch.setenv("PTYCHO_GPU_CAPABILITY", "none")
+    monkeypatch.setenv(CPU_FLAGS_ENV, flags)
+    monkeypatch.setenv(GPU_ENV, "none")
     assert path_roundings() == 23 and path_roundings(depth=3, mixing=0) == 30
     assert emulated(PRECISIONS) == ([BF16, FP16] if bf16_roundoffs == 46 else [FP16])
     got = limits(PRECISIONS, 1e-4, 32, aligned=2 * path_roundings())
@@ -59,7 +60,7 @@ def test_a_precision_the_cpu_emulates_is_held_to_the_aligned_bound(monkeypatch, 
     text = limits_text(got, 32)
     assert "fp16 0.0225 (46 u, emulated here: aligned bound)" in text
     assert ("bf16 0.125 (32 u)" in text) == (bf16_roundoffs == 32)
-    monkeypatch.setenv("PTYCHO_GPU_CAPABILITY", "8.0")  # an A100: both native, the item's own count
+    monkeypatch.setenv(GPU_ENV, "8.0")  # an A100: both native, the item's own count
     assert limits(PRECISIONS, 1e-4, 32, aligned=46) == {"float32": 1e-4, BF16: 0.125, FP16: 32 * EPSILON[FP16]}
 
 
@@ -105,8 +106,8 @@ def test_a_variable_whose_gradient_is_about_zero_is_not_flagged_by_its_rounding_
 
 
 def test_the_verdict_is_the_worst_difference_over_its_limit_and_names_every_limit(monkeypatch):
-    monkeypatch.setenv("PTYCHO_CPU_FLAGS", "avx2 avx512_bf16")  # bf16 native: the item's own 16 u
-    monkeypatch.setenv("PTYCHO_GPU_CAPABILITY", "none")
+    monkeypatch.setenv(CPU_FLAGS_ENV, "avx2 avx512_bf16")  # bf16 native: the item's own 16 u
+    monkeypatch.setenv(GPU_ENV, "none")
     monkeypatch.setattr(accuracy_item, "translation_suite", lambda seed: [_case(2e-6)])
     monkeypatch.setattr(accuracy_item, "forward_model_agreement", lambda seed, modes: {"max_abs": 1e-6})
     trained = {
@@ -130,7 +131,7 @@ def test_the_verdict_is_the_worst_difference_over_its_limit_and_names_every_limi
     assert "bf16 vs fp32 worst 3.1e-02" in record.summary and "modes vs off at bf16 worst 1.0e-02" in record.summary
     trained["pinn-off-s0"]["comparisons"]["jit-bf16"]["max_abs"] = 0.07  # over 16 u
     assert accuracy_item.accuracy(1e-5, 16, model_dirs=["m"], precisions=[BF16]).status == "FAIL"
-    monkeypatch.setenv("PTYCHO_CPU_FLAGS", "avx avx2 fma")  # emulated: the aligned R = 23 u
+    monkeypatch.setenv(CPU_FLAGS_ENV, "avx avx2 fma")  # emulated: the aligned R = 23 u
     emulated_here = accuracy_item.accuracy(1e-5, 16, model_dirs=["m"], precisions=[BF16])
     assert (
         emulated_here.status == "PASS" and "bf16 0.0898 (23 u, emulated here: aligned bound)" in emulated_here.summary

@@ -107,7 +107,7 @@ def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, messa
 
 
 #: The smoke study with two XLA modes trained: physics is an arm, compared with off (the
-#: smoke preset's own jit arm is trained by the browser, conditions and cluster tests'
+#: smoke preset's own jit arm is trained by the browser, cluster and Siemens star tests'
 #: pipelines). auto is benched (below), so the accuracy and gradients checks compare it too.
 TRAINED_MODES = ("off", "physics")
 #: Every mode the checks compare with off: the trained ones and the bench's.

@@ -80,7 +80,9 @@ def path_roundings(depth: int | None = None, mixing: int | None = None) -> int:
     """R, the roundings on the network's longest path, input to output, at a reduced
     precision: 2 per convolution or dense layer (4 per encoder level, 1 per mixing layer),
     1 per pooling, residual add, input cast and recast, so ``10 depth + 3 mixing`` (23 at
-    the study's depth 2, mixing 1; docs/physics.md section 9). Default: the study's model."""
+    the default depth 2, mixing 1; docs/physics.md section 9). Default: the package's default
+    model (:class:`~ptycho.nets.models.ModelConfig`), the one the roundoff thresholds were
+    sized for."""
     from ptycho.nets.models import ModelConfig
 
     model = ModelConfig()
@@ -106,9 +108,11 @@ def limits(precisions: Iterable[str], threshold: float, roundoffs: float, aligne
     round-offs at a reduced precision, and at least ``aligned`` of them (the bound where
     every rounding errs the same way: R for outputs, 2R for gradients, :func:`path_roundings`)
     at one this machine only emulates (:func:`emulated`), whose kernels accumulate in it."""
-    slow = emulated(precisions) if aligned else []
+    raised = emulated(precisions) if aligned else []
     return {
-        p: threshold if p == REFERENCE_PRECISION else (max(roundoffs, aligned) if p in slow else roundoffs) * EPSILON[p]
+        p: threshold
+        if p == REFERENCE_PRECISION
+        else (max(roundoffs, aligned) if p in raised else roundoffs) * EPSILON[p]
         for p in ordered(precisions)
     }
 
@@ -141,13 +145,13 @@ def worst_by_group(records: Iterable[Mapping], field: str) -> str:
 
 
 def limits_text(limit_of: Mapping[str, float], roundoff_count: float) -> str:
-    """``"fp32 1e-05; bf16 0.0625 (16 u)"``: the limits a summary states; a limit raised
-    to the aligned bound on an emulated precision says so (``"fp16 0.0112 (23 u, emulated
-    here: aligned bound)"``)."""
+    """``"fp32 1e-05; bf16 0.0625 (16 u)"``: the limits a summary states; a limit that
+    :func:`limits` raised above ``roundoff_count`` (the aligned bound of an emulated
+    precision) says so: ``"fp16 0.0112 (23 u, emulated here: aligned bound)"``."""
 
     def count(p: str, limit: float) -> str:
         n = limit / EPSILON[p]
-        return f" ({n:.3g} u)" if abs(n - roundoff_count) < 1e-6 else f" ({n:.3g} u, emulated here: aligned bound)"
+        return f" ({n:.3g} u, emulated here: aligned bound)" if n > roundoff_count else f" ({n:.3g} u)"
 
     return "; ".join(
         f"{SHORT[p]} {limit:.3g}" + ("" if p == REFERENCE_PRECISION else count(p, limit))
