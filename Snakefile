@@ -21,6 +21,7 @@ include: "rules/simulate.smk"
 include: "rules/train.smk"
 include: "rules/infer.smk"
 include: "rules/evaluate.smk"
+include: "rules/looks.smk"
 include: "rules/checks.smk"
 include: "rules/solve.smk"
 include: "rules/conditions.smk"
@@ -34,6 +35,7 @@ rule all:
         REPORTS,
         DATASETS,
         PRODUCTS,
+        FINAL_PRODUCTS,  # with looks: the added seeds' too
         # A hole asked for by name is made, and every job downstream of it sees an
         # updated input and runs again: as --forcerun would, for the lost files only.
         HOLES,
@@ -44,14 +46,14 @@ rule datasets:
         DATASETS,
 
 
-rule models:  # every arm trained
+rule models:  # every arm trained (with looks: the seeds of the look that stopped)
     input:
-        MODELS,
+        FINAL_MODELS,
 
 
 rule metrics:  # every arm reconstructed, stitched and scored
     input:
-        METRICS,
+        FINAL_METRICS,
 
 
 onsuccess:

@@ -56,6 +56,7 @@ FORMATS: dict[str, int] = {
     "check_convergence": 1,
     "check_quality": 1,
     "check_speedup": 3,
+    "look": 1,
     "condition": 1,
     "simulate_condition": 1,
     "solve_condition": 1,  # writes solve's records (ptycho solve): bumped with "solve"

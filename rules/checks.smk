@@ -66,7 +66,7 @@ rule check_gradients:
 
 rule check_convergence:
     input:
-        models=MODELS,
+        models=FINAL_MODELS,
         parent=PARENT,
     output:
         f"{R}/checks/convergence.json",
@@ -80,7 +80,7 @@ rule check_convergence:
         track=tracking("check_convergence"),
         threshold=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
-        alpha=CFG["thresholds"]["alpha"],
+        alpha=ALPHA,
         **rerun_params("check_convergence"),
     conda:
         "../envs/ptycho.yaml"
@@ -94,9 +94,9 @@ rule check_quality:
     # arm's data misfit, half-scan resolution (relative margin: --margin) and reconstruction
     # are judged against its reference arm's (checklist/agreement.py).
     input:
-        metrics=METRICS,
-        models=MODELS,
-        stitched=QUALITY_STITCHED,
+        metrics=FINAL_METRICS,
+        models=FINAL_MODELS,
+        stitched=FINAL_STITCHED if DATA else [],
         parent=PARENT,
     output:
         f"{R}/checks/quality.json",
@@ -111,7 +111,7 @@ rule check_quality:
         threshold=CFG["thresholds"]["quality_max_ssim_diff"],
         margin=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
-        alpha=CFG["thresholds"]["alpha"],
+        alpha=ALPHA,
         **rerun_params("check_quality"),
     conda:
         "../envs/ptycho.yaml"
@@ -170,7 +170,7 @@ rule bench:
 rule check_speedup:
     input:
         bench=f"{R}/bench/bench.json",
-        models=MODELS,
+        models=FINAL_MODELS,
         parent=PARENT,
     output:
         f"{R}/checks/speedup.json",
@@ -185,7 +185,7 @@ rule check_speedup:
         threshold=CFG["thresholds"]["speedup_min"],
         context=CFG["bench"]["context"],
         margin=CFG["thresholds"]["convergence_max_rel"],
-        alpha=CFG["thresholds"]["alpha"],
+        alpha=ALPHA,
         **rerun_params("check_speedup"),
     conda:
         "../envs/ptycho.yaml"

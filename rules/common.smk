@@ -18,6 +18,7 @@ from ptycho.study import checklist, run_lock
 from ptycho.study.bench.machine import hardware, hardware_environment
 from ptycho.study.conditions import checked as checked_conditions, skipped_words as skipped_conditions
 from ptycho.study.data_files import data_files
+from ptycho.study.looks import Plan as LookPlan
 from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, precision_warnings, section_for, solver_mode, warm_arms)
 from ptycho.study.preflight import (address_space_error, disk_bytes, disk_lines, holes, job_memory, parse_time_checks, report_folder)
 from ptycho.study.schedule import (AT_ONCE_ENV, concurrent_jobs, declared_threads, job_threads, usable_cores)
@@ -69,6 +70,10 @@ HASH = config_hash(CFG)
 # would re-run every job on any change.
 os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, sort_keys=True))
 ARMS = arms(CFG)
+# The looks of a study that adds seeds until it decides (config max_seeds, rules/looks.smk):
+# ARMS are the first look's; the checks judge at the plan's per-look error rate.
+LOOKS = LookPlan.of(CFG)
+ALPHA = LOOKS.look_alpha
 # Each job's memory request (Snakemake's mem_mb: SLURM's --mem) from the estimate of what it
 # holds (ptycho.study.resources), never below the rule's floor: a larger study asks for more.
 JOB_MB = {job: -(-need // 2**20) for job, need in job_memory(CFG).items()}
@@ -118,7 +123,6 @@ PRODUCTS = [*expand(f"{R}/products/{{arm}}", arm=ARMS), *expand(f"{R}/products/s
 CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
 # The quality item on the user's own data also reads the arms' stitched objects (without a
 # ground truth it compares the arms with each other); on simulated data its command is as it was.
-QUALITY_STITCHED = expand(f"{R}/stitched/{{arm}}.npz", arm=ARMS) if DATA else []
 QUALITY_STITCHED_FLAG = "--stitched {input.stitched} " if DATA else ""
 # Convergence and quality ask "not worse" (one-sided) unless the config asks "the same" (two-sided).
 TWO_SIDED = "--two-sided " if CFG["thresholds"]["two_sided"] else ""
@@ -204,9 +208,9 @@ def train_priority(wildcards):
     all off arms in one load window and the XLA arms in another."""
     arm = parse_arm(wildcards.arm)
     group = [a for a in map(parse_arm, ARMS) if (a.model, a.precision) == (arm.model, arm.precision)]
-    cost = max(_train_cost(a) for a in group if a.seed == arm.seed)
-    rank = sorted({a.seed for a in group}).index(arm.seed)
-    return int(round(10 * cost)) * 1000 + max(0, 999 - rank)
+    cost = max(_train_cost(a._replace(seed=arm.seed)) for a in group)
+    seeds = sorted({a.seed for a in group} | {arm.seed})  # a look's added seeds are not in ARMS
+    return int(round(10 * cost)) * 1000 + max(0, 999 - seeds.index(arm.seed))
 
 
 def tracking(rule_name, **tags):

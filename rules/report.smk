@@ -7,11 +7,11 @@ FIGURES = [name for name, _, _ in report_figures()]
 rule figures:
     input:
         data=f"{R}/data/test.h5",
-        stitched=expand(f"{R}/stitched/{{arm}}.npz", arm=ARMS),
-        metrics=METRICS,
-        models=MODELS,
+        stitched=FINAL_STITCHED,
+        metrics=FINAL_METRICS,
+        models=FINAL_MODELS,
         bench=f"{R}/bench/bench.json",
-        recon=expand(f"{R}/reconstructions/{{arm}}.npz", arm=ARMS),
+        recon=FINAL_RECONSTRUCTIONS,
         solver=SOLVER,
         parent=PARENT,
     output:
@@ -51,9 +51,10 @@ STAGED = f"{R}/report"
 rule report:
     input:
         checks=CHECKS,
-        metrics=METRICS,
-        models=MODELS,
-        recon=expand(f"{R}/reconstructions/{{arm}}.npz", arm=ARMS),
+        metrics=FINAL_METRICS,
+        models=FINAL_MODELS,
+        recon=FINAL_RECONSTRUCTIONS,
+        looks=LOOK_RECORDS,
         figures=expand(f"{R}/figures/{{name}}.png", name=FIGURES),
         config=CONFIG_JSON,
         solver=SOLVER,
@@ -77,7 +78,17 @@ rule report:
         "{params.ptycho} {params.track} report --checks {input.checks} --metrics {input.metrics} --models {input.models} "
         "--reconstructions {input.recon} --figures {input.figures} --config-json {input.config} --out-dir {params.out} "
         "--finish-parent {input.parent} --benchmarks {params.benchmarks} --solver {input.solver} "
-        f"{CONDITIONS_FLAG}{PROBE_FLAG}> {{log}} 2>&1"
+        f"{CONDITIONS_FLAG}{PROBE_FLAG}{LOOKS_FLAG}> {{log}} 2>&1"
+
+
+def resolved_inputs(wildcards, inputs):
+    """A rule's inputs as plain paths: its input functions (a study with looks has some) called."""
+    out = []
+    for item in inputs:
+        if callable(item):
+            item = item(wildcards)
+        out += [item] if isinstance(item, str) else resolved_inputs(wildcards, item)
+    return out
 
 
 rule publish_report:
@@ -89,7 +100,7 @@ rule publish_report:
     # the next run redo the report instead of saying "Nothing to be done".
     input:
         staged=expand(f"{STAGED}/validation.{{ext}}", ext=["html", "md", "json"]),
-        sources=rules.report.input,
+        sources=lambda w: resolved_inputs(w, rules.report.input),
     output:
         report(f"{REPORT_DIR}/validation.html", caption="../ptycho/captions/validation.rst", category="Validation"),
         f"{REPORT_DIR}/validation.md",

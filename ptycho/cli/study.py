@@ -1,4 +1,4 @@
-"""Study commands: bench, scaling, check, condition, figures, report, config, machines."""
+"""Study commands: bench, scaling, check, look, condition, figures, report, config, machines."""
 
 from __future__ import annotations
 
@@ -6,7 +6,17 @@ import argparse
 import dataclasses
 
 from ptycho.cli.declare import Live, arg, command
-from ptycho.cli.values import error_rate, fraction, json_object, mode, positive, positive_int, precision, study_config
+from ptycho.cli.values import (
+    error_rate,
+    fraction,
+    json_object,
+    mode,
+    nonnegative_int,
+    positive,
+    positive_int,
+    precision,
+    study_config,
+)
 from ptycho.config import choices, spec
 from ptycho.nets.models import LOSSES, MODEL_KINDS, POOLINGS, SUBJECT
 from ptycho.nets.precision import PRECISIONS
@@ -293,6 +303,34 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
 
 
 @command(
+    "look",
+    "one look of a study that adds seeds until it decides: convergence, quality and speed judged on the seeds "
+    "so far at the plan's per-look error rate, and whether to stop or which seeds to add",
+    arg("--index", type=nonnegative_int, required=True, help="the look's number, from 0"),
+    arg("--plan", required=True, help="JSON object of the plan: seeds per model, max_seeds, seeds_per_look, alpha"),
+    arg("--models", nargs="+", required=True, help="model.json files of the look's trained arms"),
+    arg("--metrics", nargs="+", required=True, help="metrics JSON files of the look's arms"),
+    arg("--stitched", nargs="*", default=[], help="stitched objects of every arm (measured data)"),
+    arg("--thresholds", default="{}", help="JSON object of the study's thresholds (default: the schema's)"),
+    arg(
+        "--margin", type=fraction, default=checklist.Inputs.margin, help="the study's relative margin (check --margin)"
+    ),
+    arg("--two-sided", action="store_true", help="judge convergence and quality as equivalence (check --two-sided)"),
+    arg("--out", required=True, output=True, help="the look's record (.json)"),
+)
+def cmd_look(args: argparse.Namespace, live: Live) -> JobRecord:
+    return jobs.look(
+        args.index,
+        json_object(args.plan, "--plan", "pass the plan as JSON (ptycho.study.looks.Plan.to_json)"),
+        json_object(args.thresholds, "--thresholds", "pass the study's thresholds section as JSON"),
+        args.out,
+        results=StudyResults(models=args.models, metrics=args.metrics, stitched=args.stitched or ()),
+        margin=args.margin,
+        two_sided=args.two_sided,
+    )
+
+
+@command(
     "condition",
     "the cheap checks at one condition (dose, overlap, loss): the trained networks' accuracy at inference and "
     "the loss gradients under every XLA mode and precision, and the networks applied to its test split, scored",
@@ -365,6 +403,7 @@ def cmd_figures(args: argparse.Namespace, live: Live) -> JobRecord:
         help="the conditions' records: <condition>/check.json ('ptycho condition') and <condition>/solve.json",
     ),
     arg("--probe", help="'ptycho refine-probe' record: measured data's probe, refined by the solver"),
+    arg("--looks", nargs="*", help="'ptycho look' records of a study that added seeds until it decided"),
 )
 def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.artifacts import read_json
@@ -378,6 +417,7 @@ def cmd_report(args: argparse.Namespace, live: Live) -> JobRecord:
         solver=args.solver or (),
         conditions=args.conditions or (),
         probe=args.probe,
+        looks=args.looks or (),
     )
     return jobs.report(results, args.figures or (), args.benchmarks, read_json(args.config_json), args.out_dir, parent)
 

@@ -32,6 +32,7 @@ from ptycho.study.training_record import Epoch, TrainingRecord
 if TYPE_CHECKING:
     from ptycho.study.bench.record import BenchRecord
     from ptycho.study.checklist.result import ItemResult
+    from ptycho.study.looks import Look
     from ptycho.study.solver_record import SolveRecord
 
 
@@ -78,6 +79,7 @@ class StudyResults:
     solver: Sequence[str] = ()
     conditions: Sequence[str] = ()
     probe: str | None = None
+    looks: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         for name in ("models", "metrics", "stitched", "reconstructions", "checks", "solver", "conditions"):
@@ -308,6 +310,14 @@ class StudyResults:
             else:
                 raise PtychoError(f"{path}: not a condition's record; pass <condition>/check.json and solve.json")
         return records
+
+    @cached_property
+    def look_records(self) -> tuple[Look, ...]:
+        """The looks of a study that added seeds until it decided (:mod:`ptycho.study.looks`), in order."""
+        from ptycho.artifacts import read_json
+        from ptycho.study.looks import Look
+
+        return tuple(sorted((Look.from_json(read_json(p, producer="look")) for p in self.looks), key=lambda k: k.index))
 
     @cached_property
     def refinement(self) -> dict[str, Any] | None:

@@ -208,6 +208,9 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
         for precision in precisions:
             train_config(resolved, modes[0], seeds[0], kind, precision)
     solver_config(resolved)  # its keys and its engine, before any job
+    from ptycho.study.looks import Plan
+
+    Plan.of(resolved)  # max_seeds against the seeds an arm already has
     return resolved
 
 

@@ -9,7 +9,7 @@ call a job and read its record. Heavy libraries are imported inside, as everywhe
 
 from ptycho.study.jobs.data import export_cxi, import_data, simulate
 from ptycho.study.jobs.nets import CURVE_KEYS, evaluate, evaluate_measured, evaluate_scored, infer, stitch, train
-from ptycho.study.jobs.study import bench, check, condition, figures, report, scaling
+from ptycho.study.jobs.study import bench, check, condition, figures, look, report, scaling
 
 __all__ = [
     "CURVE_KEYS",
@@ -23,6 +23,7 @@ __all__ = [
     "figures",
     "import_data",
     "infer",
+    "look",
     "report",
     "scaling",
     "simulate",

@@ -1,4 +1,4 @@
-"""The study's jobs: the benchmark, the scaling run, a checklist item, a condition, the figures and the report."""
+"""The study's jobs: the benchmark, the scaling run, a checklist item, a look, a condition, the figures and the report."""
 
 from __future__ import annotations
 
@@ -119,6 +119,31 @@ def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
         artifacts=[(out, None)],
         summary=f"{item}: {result.status} (value {result.value:.4g}, threshold {result.comparison} "
         f"{result.threshold:.4g}): {result.summary}",
+    )
+
+
+def look(index: int, plan: Mapping, thresholds: Mapping[str, float], out: str, **inputs) -> JobRecord:
+    """Look ``index`` of a study that adds seeds until it decides (:mod:`ptycho.study.looks`):
+    the seeded items judged on the trainings and scores given (``inputs``: the
+    :class:`~ptycho.study.checklist.Inputs` fields) at the plan's per-look rate, and
+    whether to stop or which seeds to add."""
+    from ptycho.artifacts import write_json
+    from ptycho.config import defaults
+    from ptycho.study import checklist, looks
+
+    limits = {**defaults("thresholds"), **thresholds}
+    by_item = {name: float(limits[checklist.get(name).threshold]) for name in looks.SEEDED}
+    record = looks.judge(index, looks.Plan.from_json(plan), checklist.Inputs(**inputs), by_item)
+    write_json(out, record.to_json(), producer="look")
+    return JobRecord(
+        metrics={
+            "look": float(index),
+            "stop": float(record.stop),
+            **{f"{k}_seeds": len(v) for k, v in record.seeds.items()},
+        },
+        tags={"why": record.why},
+        artifacts=[(out, None)],
+        summary=record.words(),
     )
 
 
@@ -250,6 +275,7 @@ def report(
         solver_view.entry(results),
         conditions_view.rows(results.condition_records, config),
         probe=results.refinement,
+        looks=results.look_records,
     )
     paths = views.write(result, out_dir, figures)
     artifacts = [(str(p), "report") for p in paths.values()]

@@ -21,6 +21,7 @@ from ptycho.study import checklist
 from ptycho.study.bench.record import BenchRecord
 from ptycho.study.checklist.result import ItemResult
 from ptycho.study.conditions_view import ConditionRow
+from ptycho.study.looks import Look
 from ptycho.study.solver_summary import SolverSummary
 
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
@@ -54,6 +55,8 @@ class StudyReport:
     solver: SolverSummary | None = None
     conditions: tuple[ConditionRow, ...] = ()
     probe: Mapping[str, Any] | None = None
+    #: the looks of a study that added seeds until it decided (:mod:`ptycho.study.looks`)
+    looks: tuple[Look, ...] = ()
     question: str = QUESTION
     schema_version: int = REPORT_SCHEMA_VERSION
 
@@ -83,6 +86,7 @@ class StudyReport:
             **({"solver": self.solver.to_json()} if self.solver else {}),
             **({"conditions": [row.to_json() for row in self.conditions]} if self.conditions else {}),
             **({"probe": dict(self.probe)} if self.probe else {}),
+            **({"looks": [look.to_json() for look in self.looks]} if self.looks else {}),
             "generated_utc": self.generated_utc,
         }
 
@@ -103,6 +107,7 @@ class StudyReport:
             solver=SolverSummary.from_json(d["solver"]) if d.get("solver") else None,
             conditions=tuple(ConditionRow.from_json(row) for row in d.get("conditions") or ()),
             probe=d.get("probe"),
+            looks=tuple(Look.from_json(look) for look in d.get("looks") or ()),
             question=d.get("question", QUESTION),
             schema_version=d.get("schema_version", REPORT_SCHEMA_VERSION),
         )
@@ -141,6 +146,7 @@ def build(
     solver: SolverSummary | None = None,
     conditions: Sequence[ConditionRow | Mapping] = (),
     probe: Mapping | None = None,
+    looks: Sequence[Look] = (),
 ) -> StudyReport:
     """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
     ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
@@ -149,7 +155,8 @@ def build(
     :func:`ptycho.study.solver_view.summarise` of the conventional solver's records;
     ``conditions`` the rows of :func:`ptycho.study.conditions_view.rows` (a condition's
     accuracy or gradients FAIL fails the verdict); ``probe`` the summary of measured
-    data's probe refinement (:func:`ptycho.study.probe.summary`)."""
+    data's probe refinement (:func:`ptycho.study.probe.summary`); ``looks`` the looks of a
+    study that added seeds until it decided (:mod:`ptycho.study.looks`)."""
     names = checklist.names()
     missing = [name for name in names if name not in items]
     if missing:
@@ -176,6 +183,7 @@ def build(
         solver=solver,
         conditions=tuple(conditions),
         probe=dict(probe) if probe else None,
+        looks=tuple(looks),
     )
 
 

@@ -1,0 +1,383 @@
+"""Seeds added until the verdict decides (issue 45): the plan of looks, one look's
+judgement and its record.
+
+A study may set ``max_seeds``: it then starts with its configured seeds and, after they
+are trained and scored, *looks*: the items whose outcome rests on the seeds
+(:data:`SEEDED`: convergence, quality, speed) are judged on the seeds so far. While one is
+INCONCLUSIVE, ``seeds_per_look`` seeds are added to every arm of each model with an open
+comparison (all of that model's arms, so that its comparisons stay paired by seed), up to
+``max_seeds`` per arm; the workflow trains them (a Snakemake checkpoint: on a cluster they
+run at once) and looks again.
+
+Looking again at the same error rate would call a worse arm NOT WORSE more often than
+the rate says (``tests/test_error_rate.py`` measures it). So the study's ``alpha`` is split
+evenly over the looks planned (a union bound: the chance of a false claim at ANY look is at
+most the sum of the looks' rates, whatever the stopping rule), and every look, and the
+checks of the look the study stops at, judges at ``alpha / looks``. A study without
+``max_seeds`` plans one look: its verdict is judged at ``alpha``, as before.
+
+A look stops the study when every seeded item decides (:data:`DECIDED`), at the last
+planned look (:data:`CAP`), or when an open comparison's mean sits where no number of seeds
+would settle it (:data:`FUTILE`). The seeds an open comparison's own spread says it needs
+are recorded, not acted on: an estimate from three seeds is itself too noisy to give up on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ptycho.errors import ConfigError
+from ptycho.study.arms import Arm
+from ptycho.study.checklist.result import INCONCLUSIVE, ItemResult
+
+#: The checklist items whose outcome rests on the seeds, in report order.
+SEEDED = ("convergence", "quality", "speedup")
+#: Why a look stopped the study, or that it did not.
+DECIDED, CAP, FUTILE, MORE = "decided", "cap", "futile", "more seeds"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The looks a study plans: the configured seeds of its models that compare arms (a
+    model trained in one mode and precision has nothing to leave open), the most seeds per
+    arm (``None``: one look, no seeds added), how many a look adds, and the study's error rate."""
+
+    seeds: Mapping[str, tuple[int, ...]]
+    max_seeds: int | None = None
+    per_look: int = 2
+    alpha: float = 0.05
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any]) -> Plan:
+        """The plan of a resolved config; a ``max_seeds`` below a model's seed count is one line."""
+        from ptycho.study.workflow import arm_lists
+
+        lists = {kind: arm_lists(cfg, kind) for kind in cfg["models"]}
+        # only a model with a comparison (two modes or precisions) can leave one open
+        seeds = {kind: tuple(s) for kind, (modes, precisions, s) in lists.items() if len(modes) * len(precisions) > 1}
+        plan = cls(seeds, cfg.get("max_seeds"), int(cfg.get("seeds_per_look", 2)), float(cfg["thresholds"]["alpha"]))
+        fewest = max(len(s) for s in seeds.values())
+        if plan.max_seeds is not None and plan.max_seeds < fewest:
+            raise ConfigError(
+                f"config key 'max_seeds' = {plan.max_seeds} is below the {fewest} seeds an arm already has; raise it "
+                "(max_seeds=6) or leave it out (no seeds are then added)"
+            )
+        return plan
+
+    @property
+    def looks(self) -> int:
+        """Looks planned: the first, then one per ``per_look`` seeds until the model with the
+        fewest seeds reaches ``max_seeds``."""
+        if self.max_seeds is None:
+            return 1
+        fewest = min(len(s) for s in self.seeds.values())
+        return 1 + max(0, math.ceil((self.max_seeds - fewest) / self.per_look))
+
+    @property
+    def sequential(self) -> bool:
+        """More than one look planned: the workflow's ``look`` checkpoint runs."""
+        return self.looks > 1
+
+    @property
+    def look_alpha(self) -> float:
+        """The error rate each look, and the verdict at the look the study stops at, is judged at."""
+        return self.alpha / self.looks
+
+    def added(self, seeds: Iterable[int]) -> tuple[int, ...]:
+        """``seeds`` with this plan's next ones (the smallest unused numbers above them),
+        at most ``max_seeds`` in all."""
+        seeds = tuple(seeds)
+        room = (self.max_seeds or len(seeds)) - len(seeds)
+        new = range(max(seeds) + 1, max(seeds) + 1 + max(0, min(self.per_look, room)))
+        return (*seeds, *new)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seeds": {k: list(v) for k, v in self.seeds.items()},
+            "max_seeds": self.max_seeds,
+            "seeds_per_look": self.per_look,
+            "alpha": self.alpha,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Plan:
+        return cls(
+            {k: tuple(map(int, v)) for k, v in d["seeds"].items()},
+            d.get("max_seeds"),
+            int(d.get("seeds_per_look", 2)),
+            float(d.get("alpha", 0.05)),
+        )
+
+
+@dataclass(frozen=True)
+class Open:
+    """A comparison a look left INCONCLUSIVE: its item, key (``pinn-jit``, as the item's
+    evidence keys it), model, and the seeds per arm its own spread says would settle it
+    (NaN: it cannot say, e.g. one seed per arm)."""
+
+    item: str
+    key: str
+    model: str
+    needed: float = math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        return {"item": self.item, "key": self.key, "model": self.model, "needed": self.needed}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Open:
+        from ptycho.artifacts import stored_number
+
+        return cls(d["item"], d["key"], d["model"], stored_number(d.get("needed")))
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look: the seeds it judged (per model), each seeded item's status at
+    :attr:`Plan.look_alpha`, the comparisons still open, and its decision (``stop``,
+    ``why``, and the seeds per model of the next look)."""
+
+    index: int
+    plan: Plan
+    seeds: Mapping[str, tuple[int, ...]]
+    statuses: Mapping[str, str]
+    open: tuple[Open, ...] = ()
+    why: str = DECIDED
+    next_seeds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def stop(self) -> bool:
+        return self.why != MORE
+
+    def seeds_after(self) -> Mapping[str, tuple[int, ...]]:
+        """The seeds per model the study ends with if this look stops it, else the next look's."""
+        return self.seeds if self.stop else self.next_seeds
+
+    def needed(self) -> float:
+        """The most seeds per arm an open comparison needs by its own spread (NaN: unknown)."""
+        values = [o.needed for o in self.open]
+        if not values or any(math.isnan(v) for v in values):
+            return math.nan
+        return max(values)
+
+    def words(self) -> str:
+        """The look in one sentence: seeds, the items' statuses and what it decided."""
+        counts = ", ".join(f"{m} {_seeds(len(s))}" for m, s in self.seeds.items())
+        statuses = ", ".join(f"{item} {status}" for item, status in self.statuses.items())
+        head = f"look {self.index + 1} of {self.plan.looks} ({counts} per arm; {statuses})"
+        opened = ", ".join(sorted({f"{o.item} {o.key}" for o in self.open}))
+        needed = self.needed()
+        need = f"; by their spread they need {needed:.0f} seeds per arm" if math.isfinite(needed) else ""
+        if math.isinf(needed):
+            need = "; by their spread they need more seeds than any study could train"
+        if self.why == DECIDED:
+            return f"{head}: every seeded item decided, stopped"
+        if self.why == CAP:
+            return f"{head}: still open ({opened}{need}), stopped at the cap of {self.plan.max_seeds} seeds per arm"
+        if self.why == FUTILE:
+            return f"{head}: still open ({opened}{need}), stopped"
+        more = ", ".join(f"{m} to {len(s)}" for m, s in self.next_seeds.items() if len(s) > len(self.seeds.get(m, ())))
+        return f"{head}: still open ({opened}{need}), seeds added ({more})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "look": self.index,
+            "looks_planned": self.plan.looks,
+            "alpha": self.plan.look_alpha,
+            "plan": self.plan.to_json(),
+            "seeds": {k: list(v) for k, v in self.seeds.items()},
+            "statuses": dict(self.statuses),
+            "open": [o.to_json() for o in self.open],
+            "needed": self.needed(),
+            "stop": self.stop,
+            "why": self.why,
+            "next_seeds": {k: list(v) for k, v in self.next_seeds.items()},
+            "summary": self.words(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Look:
+        return cls(
+            int(d["look"]),
+            Plan.from_json(d["plan"]),
+            {k: tuple(map(int, v)) for k, v in d["seeds"].items()},
+            dict(d["statuses"]),
+            tuple(Open.from_json(o) for o in d.get("open", ())),
+            str(d["why"]),
+            {k: tuple(map(int, v)) for k, v in (d.get("next_seeds") or {}).items()},
+        )
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" + ("" if n == 1 else "s")
+
+
+def open_comparisons(results: Mapping[str, ItemResult], threshold: Mapping[str, float]) -> list[Open]:
+    """The comparisons of the INCONCLUSIVE seeded items that are themselves undecided:
+    quality and convergence by their seed comparisons' outcomes, speed by its PINN XLA
+    comparisons that neither pass nor fail at ``threshold["speedup"]``."""
+    from ptycho.study.stats import SeedComparison
+
+    out = []
+    for name in ("convergence", "quality"):
+        result = results.get(name)
+        if result is None or result.status != INCONCLUSIVE:
+            continue
+        for key, compared in (result.evidence.get("comparisons") or {}).items():
+            per = [compared] if "outcome" in compared else list(compared.values())
+            undecided = [c for c in map(SeedComparison.from_json, per) if c.outcome == INCONCLUSIVE]
+            if undecided:
+                needed = max(c.seeds_needed for c in undecided)
+                out.append(Open(name, key, _model_of(key), needed))
+    speed = results.get("speedup")
+    if speed is not None and speed.status == INCONCLUSIVE:
+        from ptycho.nets.models import SUBJECT
+        from ptycho.study.ttq_comparison import Comparison
+
+        for key, record in (speed.evidence.get("time_to_quality") or {}).items():
+            c = Comparison.from_json(record)
+            if c.is_xla(SUBJECT) and c.measured and c.passes(threshold["speedup"]) is None:
+                out.append(Open("speedup", key, c.model, c.seeds_needed()))
+    return out
+
+
+def _model_of(key: str) -> str:
+    """The model of an evidence key (``pinn-jit``, ``baseline-off-bf16-vs-fp32``)."""
+    return key.split("-", 1)[0]
+
+
+def decide(plan: Plan, index: int, seeds: Mapping[str, tuple[int, ...]], results: Mapping[str, ItemResult],
+           opened: Iterable[Open]) -> Look:  # fmt: skip
+    """Look ``index`` of ``plan`` on ``seeds`` (per model), given its seeded items'
+    results and their open comparisons: stop (decided, at the cap, or futile) or add seeds."""
+    opened = tuple(opened)
+    statuses = {name: results[name].status for name in SEEDED if name in results}
+    look = Look(index, plan, dict(seeds), statuses, opened)
+    if INCONCLUSIVE not in statuses.values():
+        return look
+    if index + 1 >= plan.looks:
+        return _replace(look, why=CAP)
+    if math.isinf(look.needed()):  # a mean at the margin's edge: no number of seeds settles it
+        return _replace(look, why=FUTILE)
+    models = {o.model for o in opened} or set(seeds)
+    grown = {m: plan.added(s) if m in models else s for m, s in seeds.items()}
+    if grown == dict(seeds):  # every open model is at the cap already
+        return _replace(look, why=CAP)
+    return _replace(look, why=MORE, next_seeds=grown)
+
+
+def _replace(look: Look, **changes) -> Look:
+    import dataclasses
+
+    return dataclasses.replace(look, **changes)
+
+
+def judge(index: int, plan: Plan, inputs, thresholds: Mapping[str, float]) -> Look:
+    """Look ``index``: the seeded items judged on ``inputs`` (a
+    :class:`~ptycho.study.checklist.Inputs` whose results are the look's trainings and
+    scores) at the plan's per-look rate. Speed is judged from the trainings alone: the
+    benchmark, which times the first seeds' arms, decides nothing a seed could change."""
+    import dataclasses
+
+    from ptycho.study import checklist
+    from ptycho.study.bench.record import BenchRecord
+    from ptycho.study.checklist.speedup import speedup
+
+    inputs = dataclasses.replace(inputs, alpha=plan.look_alpha)
+    trainings = list(inputs.results.trainings.values())
+    results = {
+        "convergence": checklist.get("convergence").collect(inputs, thresholds["convergence"]),
+        "quality": checklist.get("quality").collect(inputs, thresholds["quality"]),
+        "speedup": speedup(
+            BenchRecord.from_json({}), thresholds["speedup"], metas=trainings, margin=inputs.margin,
+            alpha=plan.look_alpha,
+        ),
+    }  # fmt: skip
+    seeds: dict[str, set[int]] = {}
+    for arm in inputs.results.trainings:
+        seeds.setdefault(arm.model, set()).add(arm.seed)
+    ordered = {m: tuple(sorted(seeds[m])) for m in plan.seeds if m in seeds}
+    return decide(plan, index, ordered, results, open_comparisons(results, thresholds))
+
+
+def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) -> list[str]:
+    """The matrix ``names`` (the first look's arms) with each model's arms at ``seeds``:
+    the modes and precisions of the first look, the seeds of another."""
+    from ptycho.study.arms import arm_name
+
+    first = [Arm.parse(n) for n in names]
+    out: dict[str, None] = {}
+    for model in dict.fromkeys(a.model for a in first):
+        kinds = dict.fromkeys((a.mode, a.precision) for a in first if a.model == model)
+        for seed in seeds.get(model, sorted({a.seed for a in first if a.model == model})):
+            for mode, precision in kinds:
+                out[arm_name(model, mode, seed, precision)] = None
+    return list(out)
+
+
+# ------------------------------------------------------------------ the report's section
+def sentence(looks: Iterable[Look]) -> str:
+    """The looks in words: how many were planned and taken, at what rate, and why the study stopped."""
+    from ptycho.study.stats import level_words
+
+    looks = tuple(looks)
+    if not looks:
+        return ""
+    plan, last = looks[0].plan, looks[-1]
+    why = {
+        DECIDED: "every seeded item decided",
+        CAP: f"it reached the cap of {plan.max_seeds} seeds per arm (max_seeds) with an item still INCONCLUSIVE",
+        FUTILE: "an open comparison's mean sat where no number of seeds would settle it",
+    }.get(last.why, last.why)
+    return (
+        f"Seeds were added until the verdict decided: {len(looks)} of {plan.looks} planned looks taken "
+        f"(up to {plan.max_seeds} seeds per arm, {plan.per_look} added per look). The error rate "
+        f"{plan.alpha:g} is split evenly over the planned looks (a union bound), so every look and the "
+        f"verdict above judge at {plan.look_alpha:.3g} (its intervals at {level_words(1 - 2 * plan.look_alpha)} and "
+        f"{level_words(1 - plan.look_alpha)}). It stopped because {why}. "
+        + " ".join(f"{look.words()[0].upper()}{look.words()[1:]}." for look in looks)
+    )
+
+
+def _tables(report) -> list:
+    looks = report.looks
+    if not looks:
+        return []
+    items = list(dict.fromkeys(i for look in looks for i in look.statuses))
+
+    def decision(look: Look) -> str:
+        if look.stop:
+            return f"stop: {look.why}"
+        return "add seeds: " + ", ".join(f"{m} to {len(s)}" for m, s in look.next_seeds.items())
+
+    rows = [
+        [
+            str(look.index + 1),
+            ", ".join(f"{m} {len(s)}" for m, s in look.seeds.items()),
+            *(look.statuses.get(i, "-") for i in items),
+            ", ".join(sorted({f"{o.item} {o.key}" for o in look.open})) or "-",
+            "-" if math.isnan(look.needed()) else f"{look.needed():.0f}",
+            decision(look),
+        ]
+        for look in looks
+    ]
+    return [
+        (
+            f"The looks: each judged at {looks[0].plan.look_alpha:.3g} on the seeds so far (seeds per arm, by model)",
+            ["look", "seeds", *items, "open comparisons", "seeds they need", "decision"],
+            rows,
+        )
+    ]
+
+
+def _text(report) -> str:
+    return sentence(report.looks)
+
+
+def section():
+    """The report's section on the looks (shown when the study took some)."""
+    from ptycho.study.checklist.item import Section
+
+    return Section("looks", "Seeds added until it decides", _tables, text=_text)

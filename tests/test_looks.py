@@ -1,0 +1,237 @@
+"""Seeds added until the verdict decides (issue 45): the plan of looks, what a look decides
+on a study's trainings and scores, the error rate the sequential rule keeps (by
+simulation), the report's section, and the workflow's checkpoint (dry run; the slow test
+runs it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ptycho.artifacts import write_json
+from ptycho.errors import ConfigError
+from ptycho.study import looks
+from ptycho.study.checklist import Inputs
+from ptycho.study.checklist.quality import COLUMNS, quality
+from ptycho.study.results import StudyResults
+from ptycho.study.stats import ALPHA, NOT_WORSE
+from ptycho.study.workflow import resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+THRESHOLDS = {"convergence": 0.05, "quality": 0.02, "speedup": 1.0}
+EPOCHS, STEPS = 6, 10  # n_train 80 / batch 8
+
+
+@pytest.fixture(scope="module")
+def base():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+# ------------------------------------------------------------------ the plan
+def test_the_plan_splits_alpha_over_the_looks_it_plans(base):
+    plan = looks.Plan.of(resolve(base, {"max_seeds": 7}))
+    assert plan.seeds == {"pinn": (0, 1, 2)}  # the default's baseline trains one arm: nothing to compare
+    assert plan.looks == 3 and plan.sequential and math.isclose(plan.look_alpha, ALPHA / 3)
+    assert plan.added((0, 1, 2)) == (0, 1, 2, 3, 4) and plan.added((0, 1, 2, 3, 4, 5)) == (0, 1, 2, 3, 4, 5, 6)
+    assert plan.added((0, 1, 2, 3, 4, 5, 6)) == (0, 1, 2, 3, 4, 5, 6)  # at the cap: no more
+    one = looks.Plan.of(resolve(base))  # no max_seeds: one look at the full rate, as before looks existed
+    assert one.looks == 1 and not one.sequential and one.look_alpha == ALPHA
+    assert looks.Plan.from_json(plan.to_json()) == plan
+
+
+def test_a_cap_below_the_seeds_an_arm_has_is_one_line(base):
+    with pytest.raises(ConfigError) as err:
+        resolve(base, {"max_seeds": 2})
+    assert "config key 'max_seeds' = 2 is below the 3 seeds" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="seeds_per_look"):
+        resolve(base, {"max_seeds": 6, "seeds_per_look": 0})
+
+
+# ------------------------------------------------------------------ a look on a study's files
+def _curve(final: float, reach: int) -> list[float]:
+    """A validation curve falling from 1.0 to ``final`` at epoch ``reach``, then flat."""
+    return [final + (1.0 - final) * max(0, reach - e) / reach for e in range(1, EPOCHS + 1)]
+
+
+def _study(tmp_path: Path, seeds, amp, step_s, reach=(4, 4)) -> StudyResults:
+    """Files of a PINN study with arms ``off`` and ``jit``: per seed, each arm's amplitude
+    SSIM (``amp[mode](seed)``), its step time (``step_s[mode]``) and the epoch its
+    validation loss reaches its final value (``reach``: off's, jit's)."""
+    models, metrics = [], []
+    for seed in seeds:
+        for mode, epoch in zip(("off", "jit"), reach, strict=True):
+            name = f"pinn-{mode}-s{seed}"
+            steps = [step_s[mode] * (1 + 0.002 * ((k % 7) - 3)) for k in range(EPOCHS * STEPS - 1)]
+            models.append(tmp_path / "models" / name / "model.json")
+            models[-1].parent.mkdir(parents=True, exist_ok=True)
+            write_json(
+                models[-1],
+                {
+                    "model": {"kind": "pinn"},
+                    "loss_bounds": {"floor": 0.0},
+                    "train": {"xla": mode, "seed": seed, "precision": "float32", "batch_size": 8},
+                    "n_train": 80,
+                    "initial_val_loss": 1.2,
+                    "history": [
+                        {"epoch": e + 1, "train_loss": v, "val_loss": v}
+                        for e, v in enumerate(_curve(0.10 * (1 + 0.01 * seed), epoch))
+                    ],
+                    "timing": {"compile_s": 2.0, "step_times_s": steps, "step_median_s": step_s[mode]},
+                },
+                producer="train",
+            )
+            metrics.append(tmp_path / "metrics" / f"{name}.json")
+            metrics[-1].parent.mkdir(exist_ok=True)
+            scores = dict.fromkeys(COLUMNS, 0.5) | {"amp_ssim": amp[mode](seed), "phase_ssim": 0.9}
+            write_json(metrics[-1], {"mean": scores}, producer="evaluate")
+    return StudyResults(models=tuple(map(str, models)), metrics=tuple(map(str, metrics)))
+
+
+def _luck(seed: int) -> float:
+    """A seed's own quality, shared by both arms of the seed (initial weights, batch order)."""
+    return 0.8 + 0.03 * math.sin(3.7 * seed)
+
+
+PLAN = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=7, per_look=2)
+
+
+def test_identical_arms_decide_at_the_first_look(tmp_path):
+    study = _study(tmp_path, range(3), {"off": _luck, "jit": _luck}, {"off": 0.1, "jit": 0.1})
+    look = looks.judge(0, PLAN, Inputs(results=study), THRESHOLDS)
+    assert look.statuses["quality"] == look.statuses["convergence"] == "PASS"
+    assert look.statuses["speedup"] == "FAIL"  # identical steps: no measurable effect, decided
+    assert look.stop and look.why == looks.DECIDED and look.seeds == {"pinn": (0, 1, 2)}
+    assert "every seeded item decided, stopped" in look.words()
+
+
+def test_a_true_2x_slowdown_decides_slower_at_the_first_look(tmp_path):
+    study = _study(tmp_path, range(3), {"off": _luck, "jit": _luck}, {"off": 0.1, "jit": 0.2})
+    look = looks.judge(0, PLAN, Inputs(results=study), THRESHOLDS)
+    assert look.statuses["speedup"] == "FAIL" and look.stop and look.why == looks.DECIDED
+
+
+def test_a_noisy_study_adds_seeds_to_the_open_model_and_stops_at_the_cap_with_what_it_would_need(tmp_path):
+    def noisy(seed: int) -> float:  # jit's own scatter around off: paired differences of sd ~0.025
+        return _luck(seed) + (0.03, -0.03, 0.0, -0.025, 0.02, -0.03, 0.015)[seed]
+
+    first = looks.judge(0, PLAN, Inputs(results=_study(tmp_path / "a", range(3), {"off": _luck, "jit": noisy},
+                                                       {"off": 0.1, "jit": 0.1})), THRESHOLDS)  # fmt: skip
+    assert first.statuses["quality"] == "INCONCLUSIVE" and not first.stop and first.why == looks.MORE
+    assert first.next_seeds == {"pinn": (0, 1, 2, 3, 4)}
+    assert [o.key for o in first.open if o.item == "quality"] == ["pinn-jit"]
+    assert "seeds added (pinn to 5)" in first.words()
+    last = looks.judge(2, PLAN, Inputs(results=_study(tmp_path / "b", range(7), {"off": _luck, "jit": noisy},
+                                                      {"off": 0.1, "jit": 0.1})), THRESHOLDS)  # fmt: skip
+    assert last.statuses["quality"] == "INCONCLUSIVE" and last.stop and last.why == looks.CAP
+    assert math.isfinite(last.needed()) and last.needed() > 7
+    assert f"need {last.needed():.0f} seeds per arm), stopped at the cap of 7 seeds per arm" in last.words()
+    assert looks.Look.from_json(json.loads(json.dumps(last.to_json()))) == last
+
+
+def test_a_look_stops_as_futile_only_where_no_number_of_seeds_would_settle_it():
+    """Many seeds needed by a three-seed estimate is no reason to give up (the estimate is
+    noisy); a mean at the margin's edge, which no number settles, is."""
+    plan = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=5, per_look=1)
+    values = {"off": {s: 0.8 for s in range(3)}, "jit": {0: 0.78, 1: 0.82, 2: 0.795}}
+    metrics = {
+        f"pinn-{m}-s{s}": {"mean": {"amp_ssim": v, "phase_ssim": 0.9}} for m in values for s, v in values[m].items()
+    }
+    result = quality(metrics, 0.02, alpha=plan.look_alpha)
+    opened = looks.open_comparisons({"quality": result}, THRESHOLDS)
+    assert result.status == "INCONCLUSIVE" and 5 < opened[0].needed < math.inf
+    assert looks.decide(plan, 0, {"pinn": (0, 1, 2)}, {"quality": result}, opened).why == looks.MORE
+    edge = [looks.Open("quality", "pinn-jit", "pinn", math.inf)]
+    look = looks.decide(plan, 0, {"pinn": (0, 1, 2)}, {"quality": result}, edge)
+    assert look.stop and look.why == looks.FUTILE
+    assert "more seeds than any study could train), stopped" in look.words()
+
+
+# ------------------------------------------------------------------ the error rate, by simulation
+def _run_study(rng: np.random.Generator, plan: looks.Plan, difference: float, sd: float) -> looks.Look:
+    """One synthetic study driven look by look by :func:`looks.decide`: its quality item
+    on paired seeds whose arm differs from off by ``difference`` (plus scatter ``sd``)."""
+    n = plan.max_seeds
+    luck = rng.normal(0.8, 0.03, n)
+    arm = luck + difference + rng.normal(0, sd, n)
+    seeds, k = plan.seeds["pinn"], 0
+    while True:
+        metrics = {
+            **{f"pinn-off-s{s}": {"mean": {"amp_ssim": luck[s], "phase_ssim": 0.9}} for s in seeds},
+            **{f"pinn-jit-s{s}": {"mean": {"amp_ssim": arm[s], "phase_ssim": 0.9}} for s in seeds},
+        }
+        result = quality(metrics, 0.02, alpha=plan.look_alpha)
+        look = looks.decide(
+            plan, k, {"pinn": seeds}, {"quality": result}, looks.open_comparisons({"quality": result}, THRESHOLDS)
+        )
+        if look.stop:
+            return look
+        seeds, k = look.next_seeds["pinn"], k + 1
+
+
+def test_the_sequential_rule_calls_a_worse_arm_not_worse_at_most_alpha_of_the_time():
+    """Arms truly worse by exactly the margin (the hardest case): over 1000 simulated studies
+    that add seeds look by look (3, 5, 7), the final verdict says NOT WORSE in at most
+    alpha of them (binomial slack of three standard errors); and the looks add seeds: a
+    study that stops later has more of them."""
+    rng = np.random.default_rng(5)
+    studies = 1000
+    ended = [_run_study(rng, PLAN, -0.02, 0.012) for _ in range(studies)]
+    wrong = sum(look.statuses["quality"] == "PASS" for look in ended)
+    assert wrong / studies <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / studies)
+    assert {look.index for look in ended} >= {0, 1, 2}  # some decided early, some went to the cap
+    assert all(len(look.seeds["pinn"]) == 3 + 2 * look.index for look in ended)
+
+
+def test_identical_arms_are_mostly_decided_not_worse_before_the_cap():
+    rng = np.random.default_rng(6)
+    ended = [_run_study(rng, PLAN, 0.0, 0.012) for _ in range(300)]
+    decided = [look for look in ended if look.why == looks.DECIDED]
+    assert len(decided) / len(ended) > 0.9 and all(look.statuses["quality"] == "PASS" for look in decided)
+    assert NOT_WORSE  # the outcome the PASS stands for
+
+
+# ------------------------------------------------------------------ the report
+def test_the_report_says_how_many_looks_were_taken_and_why_it_stopped(tmp_path):
+    """The looks travel in the report's record and make a section of both views, only when
+    a study took some (the recorded smoke report, without looks, gains nothing)."""
+    from ptycho.study.report import markdown
+    from ptycho.study.report.record import StudyReport
+
+    study = _study(tmp_path, range(3), {"off": _luck, "jit": _luck}, {"off": 0.1, "jit": 0.1})
+    look = looks.judge(0, PLAN, Inputs(results=study), THRESHOLDS)
+    recorded = json.loads((ROOT / "tests" / "data" / "smoke-validation.json").read_text())
+    plain = StudyReport.from_json(recorded)
+    record = StudyReport.from_json({**recorded, "looks": [look.to_json()]})
+    assert record.looks == (look,) and StudyReport.from_json(record.to_json()).looks == (look,)
+    assert "looks" not in plain.to_json() and "Seeds added until it decides" not in markdown(plain)
+    text = looks.sentence(record.looks)
+    assert "1 of 3 planned looks taken" in text and "It stopped because every seeded item decided" in text
+    assert "judge at 0.0167 (its intervals at 96.7 % and 98.3 %)" in text
+    page = markdown(record)
+    assert "Seeds added until it decides" in page and text in page and "stop: decided" in page
+
+
+# ------------------------------------------------------------------ the workflow
+def test_the_workflow_looks_only_when_max_seeds_is_set_and_judges_at_the_per_look_rate(tmp_path):
+    """The real Snakemake, dry run: with max_seeds a look checkpoint stands between the
+    trainings and the checks, which judge at alpha / looks; without it, no look."""
+
+    def plan(*config: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", "all", "--config", f"results={tmp_path}/r",
+             "allow_results_outside=true", "preset=smoke", *config],
+            cwd=ROOT, capture_output=True, text=True, check=True, env={**__import__("os").environ, "PTYCHO_CALIBRATE": "0"},
+        ).stdout  # fmt: skip
+
+    with_looks = plan("max_seeds=3", "seeds_per_look=1")
+    assert "checkpoint look:" in with_looks and "look --index 0" in with_looks
+    assert "checkpoint jobs" in with_looks and "--alpha 0.016666666666666666" in with_looks
+    without = plan()
+    assert "look --index" not in without and "--alpha 0.05" in without
