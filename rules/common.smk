@@ -213,6 +213,16 @@ def train_priority(wildcards):
     return int(round(10 * cost)) * 1000 + max(0, 999 - seeds.index(arm.seed))
 
 
+def resolved_inputs(wildcards, inputs):
+    """A rule's inputs as plain paths: its input functions (a study with looks has some) called."""
+    out = []
+    for item in inputs:
+        if callable(item):
+            item = item(wildcards)
+        out += [item] if isinstance(item, str) else resolved_inputs(wildcards, item)
+    return out
+
+
 def tracking(rule_name, **tags):
     """CLI options that make a job a child run of this pipeline's MLflow parent run.
 

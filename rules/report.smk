@@ -81,16 +81,6 @@ rule report:
         f"{CONDITIONS_FLAG}{PROBE_FLAG}{LOOKS_FLAG}> {{log}} 2>&1"
 
 
-def resolved_inputs(wildcards, inputs):
-    """A rule's inputs as plain paths: its input functions (a study with looks has some) called."""
-    out = []
-    for item in inputs:
-        if callable(item):
-            item = item(wildcards)
-        out += [item] if isinstance(item, str) else resolved_inputs(wildcards, item)
-    return out
-
-
 rule publish_report:
     # The last step: the complete staged report copied into reports/ (milliseconds, no
     # MLflow). Interrupted, it is redone from the staged copy alone. It also lists the
