@@ -184,6 +184,26 @@ def test_over_the_budget_the_lines_name_cheaper_choices(base):
     assert len(lines) == 1
 
 
+def test_a_study_that_may_add_seeds_says_what_it_takes_at_the_cap(base):
+    """The estimate is for the configured seeds; with max_seeds the line also says what
+    the study takes if every look adds seeds up to the cap (issue 45)."""
+    from ptycho.study.estimate import _with_seeds, estimate, estimate_lines
+    from ptycho.study.looks import Plan
+
+    cfg = resolve(base, {"max_seeds": 7, "budget_min": 10000}, hardware=AMX)
+    cal = _calibration(cfg)
+    est, lines = estimate_lines(cfg, cal, 2)
+    capped = _with_seeds(cfg, Plan.of(cfg))
+    assert capped["per_model"]["pinn"]["seeds"] == [0, 1, 2, 3, 4, 5, 6] and capped["per_model"]["baseline"][
+        "seeds"
+    ] == [0]
+    most = estimate(capped, cal, 2)
+    assert most.trainings == 15 and most.total_s > 2 * est.total_s - 600
+    assert lines[0].endswith("if the looks add seeds to the cap (max_seeds=7)") and "; up to " in lines[0]
+    _, plain = estimate_lines(resolve(base, {"budget_min": 10000}, hardware=AMX), cal, 2)
+    assert "max_seeds" not in plain[0]
+
+
 def test_no_cheaper_choice_trains_too_few_epochs_to_learn(base):
     """On a slow machine (an AVX2 CPU's float32 step) the cheaper choices never go below
     40 % of the study's epochs (8 of 20 still learns; 2, once offered here, collapses);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,7 +100,7 @@ def _luck(seed: int) -> float:
     return 0.8 + 0.03 * math.sin(3.7 * seed)
 
 
-PLAN = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=7, per_look=2)
+PLAN = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=7, seeds_per_look=2)
 
 
 def test_identical_arms_decide_at_the_first_look(tmp_path):
@@ -138,7 +139,7 @@ def test_a_noisy_study_adds_seeds_to_the_open_model_and_stops_at_the_cap_with_wh
 def test_a_look_stops_as_futile_only_where_no_number_of_seeds_would_settle_it():
     """Many seeds needed by a three-seed estimate is no reason to give up (the estimate is
     noisy); a mean at the margin's edge, which no number settles, is."""
-    plan = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=5, per_look=1)
+    plan = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=5, seeds_per_look=1)
     values = {"off": {s: 0.8 for s in range(3)}, "jit": {0: 0.78, 1: 0.82, 2: 0.795}}
     metrics = {
         f"pinn-{m}-s{s}": {"mean": {"amp_ssim": v, "phase_ssim": 0.9}} for m in values for s, v in values[m].items()
@@ -216,6 +217,17 @@ def test_the_report_says_how_many_looks_were_taken_and_why_it_stopped(tmp_path):
     assert "judge at 0.0167 (its intervals at 96.7 % and 98.3 %)" in text
     page = markdown(record)
     assert "Seeds added until it decides" in page and text in page and "stop: decided" in page
+    from ptycho.study.report.answers import answers
+    from ptycho.study.report.words import console_lines
+
+    assert looks.headline(record.looks) in console_lines(record, "validation.html")
+    assert looks.headline(record.looks).startswith(
+        "Seeds: 1 of 3 planned looks (pinn 3 -> 3 seeds per arm), stopped: decided"
+    )
+    parent = answers(record)[""]
+    assert parent.metrics["looks_taken"] == 1 and parent.metrics["seeds.pinn"] == 3
+    assert parent.tags["looks.stopped"] == "decided"
+    assert not [line for line in console_lines(plain, "v.html") if line.startswith("Seeds:")]
 
 
 # ------------------------------------------------------------------ the workflow
@@ -227,7 +239,7 @@ def test_the_workflow_looks_only_when_max_seeds_is_set_and_judges_at_the_per_loo
         return subprocess.run(
             [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", "all", "--config", f"results={tmp_path}/r",
              "allow_results_outside=true", "preset=smoke", *config],
-            cwd=ROOT, capture_output=True, text=True, check=True, env={**__import__("os").environ, "PTYCHO_CALIBRATE": "0"},
+            cwd=ROOT, capture_output=True, text=True, check=True, env={**os.environ, "PTYCHO_CALIBRATE": "0"},
         ).stdout  # fmt: skip
 
     with_looks = plan("max_seeds=3", "seeds_per_look=1")
@@ -235,3 +247,41 @@ def test_the_workflow_looks_only_when_max_seeds_is_set_and_judges_at_the_per_loo
     assert "checkpoint jobs" in with_looks and "--alpha 0.016666666666666666" in with_looks
     without = plan()
     assert "look --index" not in without and "--alpha 0.05" in without
+
+
+@pytest.mark.slow
+def test_a_smoke_study_adds_a_seed_at_its_first_look_and_reports_both_looks(tmp_path):
+    """The real Snakemake runs the checkpoint: the smoke PINN (one seed, so every seeded item
+    is INCONCLUSIVE) looks, trains, scores and looks again with a second seed, stops at the
+    cap, and the checks and the report judge both seeds at alpha / 2, with the looks'
+    section. The bench and the solver are cut to their least: they are not what is tested."""
+    import shutil
+
+    work = tmp_path
+    for name in ("Snakefile", "config.yaml", "rules", "envs", "ptycho"):  # a checkout of its own
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, work / name)
+    config = ["preset=smoke", "models=[pinn]", "conditions=[]", "max_seeds=2", "seeds_per_look=1",
+              "bench={repeats: 3, warmup: 1}", "solver={iterations: 5}"]  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "8", "all", "--config", *config],
+        cwd=work, capture_output=True, text=True, timeout=1800, env={**os.environ, "PTYCHO_CALIBRATE": "0"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    r = work / "results" / "smoke"
+    first, second = (looks.Look.from_json(json.loads((r / "looks" / f"{k}.json").read_text())) for k in (0, 1))
+    assert first.seeds == {"pinn": (0,)} and first.why == looks.MORE and first.next_seeds == {"pinn": (0, 1)}
+    assert second.index == 1 and second.seeds == {"pinn": (0, 1)} and second.stop
+    assert not (r / "looks" / "2.json").exists()
+    assert sorted(p.name for p in (r / "models").iterdir()) == [
+        "pinn-jit-s0",
+        "pinn-jit-s1",
+        "pinn-off-s0",
+        "pinn-off-s1",
+    ]
+    quality_record = json.loads((r / "checks" / "quality.json").read_text())
+    assert set(quality_record["evidence"]["per_arm"]) == {"pinn-off-s0", "pinn-off-s1", "pinn-jit-s0", "pinn-jit-s1"}
+    assert quality_record["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"]["alpha"] == 0.025
+    report = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
+    assert [look["index"] for look in report["looks"]] == [0, 1]
+    page = (work / "reports" / "smoke" / "validation.md").read_text()
+    assert "Seeds added until it decides" in page and "2 of 2 planned looks taken" in page

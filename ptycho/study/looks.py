@@ -24,6 +24,7 @@ are recorded, not acted on: an estimate from three seeds is itself too noisy to 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ class Plan:
 
     seeds: Mapping[str, tuple[int, ...]]
     max_seeds: int | None = None
-    per_look: int = 2
+    seeds_per_look: int = 2
     alpha: float = 0.05
 
     @classmethod
@@ -69,12 +70,12 @@ class Plan:
 
     @property
     def looks(self) -> int:
-        """Looks planned: the first, then one per ``per_look`` seeds until the model with the
+        """Looks planned: the first, then one per ``seeds_per_look`` seeds until the model with the
         fewest seeds reaches ``max_seeds``."""
         if self.max_seeds is None:
             return 1
         fewest = min(len(s) for s in self.seeds.values())
-        return 1 + max(0, math.ceil((self.max_seeds - fewest) / self.per_look))
+        return 1 + max(0, math.ceil((self.max_seeds - fewest) / self.seeds_per_look))
 
     @property
     def sequential(self) -> bool:
@@ -91,25 +92,16 @@ class Plan:
         at most ``max_seeds`` in all."""
         seeds = tuple(seeds)
         room = (self.max_seeds or len(seeds)) - len(seeds)
-        new = range(max(seeds) + 1, max(seeds) + 1 + max(0, min(self.per_look, room)))
+        new = range(max(seeds) + 1, max(seeds) + 1 + max(0, min(self.seeds_per_look, room)))
         return (*seeds, *new)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "seeds": {k: list(v) for k, v in self.seeds.items()},
-            "max_seeds": self.max_seeds,
-            "seeds_per_look": self.per_look,
-            "alpha": self.alpha,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Plan:
-        return cls(
-            {k: tuple(map(int, v)) for k, v in d["seeds"].items()},
-            d.get("max_seeds"),
-            int(d.get("seeds_per_look", 2)),
-            float(d.get("alpha", 0.05)),
-        )
+        known = _known(cls, d)
+        return cls(**{**known, "seeds": _seed_map(known["seeds"])})
 
 
 @dataclass(frozen=True)
@@ -124,13 +116,14 @@ class Open:
     needed: float = math.nan
 
     def to_json(self) -> dict[str, Any]:
-        return {"item": self.item, "key": self.key, "model": self.model, "needed": self.needed}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Open:
         from ptycho.artifacts import stored_number
 
-        return cls(d["item"], d["key"], d["model"], stored_number(d.get("needed")))
+        known = _known(cls, d)
+        return cls(**{**known, "needed": stored_number(known.get("needed"))})  # JSON's null: NaN
 
 
 @dataclass(frozen=True)
@@ -182,32 +175,32 @@ class Look:
         return f"{head}: still open ({opened}{need}), seeds added ({more})"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "look": self.index,
-            "looks_planned": self.plan.looks,
-            "alpha": self.plan.look_alpha,
-            "plan": self.plan.to_json(),
-            "seeds": {k: list(v) for k, v in self.seeds.items()},
-            "statuses": dict(self.statuses),
-            "open": [o.to_json() for o in self.open],
-            "needed": self.needed(),
-            "stop": self.stop,
-            "why": self.why,
-            "next_seeds": {k: list(v) for k, v in self.next_seeds.items()},
-            "summary": self.words(),
-        }
+        """Its fields, and for a reader of the file what follows from them: the looks
+        planned, the per-look rate, the most seeds an open comparison needs, whether it
+        stopped, and the look in words."""
+        derived = {"looks_planned": self.plan.looks, "alpha": self.plan.look_alpha, "needed": self.needed()}
+        return {**dataclasses.asdict(self), **derived, "stop": self.stop, "summary": self.words()}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Look:
-        return cls(
-            int(d["look"]),
-            Plan.from_json(d["plan"]),
-            {k: tuple(map(int, v)) for k, v in d["seeds"].items()},
-            dict(d["statuses"]),
-            tuple(Open.from_json(o) for o in d.get("open", ())),
-            str(d["why"]),
-            {k: tuple(map(int, v)) for k, v in (d.get("next_seeds") or {}).items()},
-        )
+        known = _known(cls, d)
+        typed = {
+            "plan": Plan.from_json(known["plan"]),
+            "seeds": _seed_map(known["seeds"]),
+            "open": tuple(map(Open.from_json, known.get("open", ()))),
+            "next_seeds": _seed_map(known.get("next_seeds") or {}),
+        }
+        return cls(**{**known, **typed})
+
+
+def _known(cls, d: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of a record that are ``cls``'s fields: its JSON keys are its field names."""
+    return {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
+
+
+def _seed_map(d: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Model -> seeds as read from JSON (lists of numbers)."""
+    return {k: tuple(map(int, v)) for k, v in d.items()}
 
 
 def _seeds(n: int) -> str:
@@ -269,8 +262,6 @@ def decide(plan: Plan, index: int, seeds: Mapping[str, tuple[int, ...]], results
 
 
 def _replace(look: Look, **changes) -> Look:
-    import dataclasses
-
     return dataclasses.replace(look, **changes)
 
 
@@ -279,8 +270,6 @@ def judge(index: int, plan: Plan, inputs, thresholds: Mapping[str, float]) -> Lo
     :class:`~ptycho.study.checklist.Inputs` whose results are the look's trainings and
     scores) at the plan's per-look rate. Speed is judged from the trainings alone: the
     benchmark, which times the first seeds' arms, decides nothing a seed could change."""
-    import dataclasses
-
     from ptycho.study import checklist
     from ptycho.study.bench.record import BenchRecord
     from ptycho.study.checklist.speedup import speedup
@@ -333,11 +322,24 @@ def sentence(looks: Iterable[Look]) -> str:
     }.get(last.why, last.why)
     return (
         f"Seeds were added until the verdict decided: {len(looks)} of {plan.looks} planned looks taken "
-        f"(up to {plan.max_seeds} seeds per arm, {plan.per_look} added per look). The error rate "
+        f"(up to {plan.max_seeds} seeds per arm, {plan.seeds_per_look} added per look). The error rate "
         f"{plan.alpha:g} is split evenly over the planned looks (a union bound), so every look and the "
         f"verdict above judge at {plan.look_alpha:.3g} (its intervals at {level_words(1 - 2 * plan.look_alpha)} and "
         f"{level_words(1 - plan.look_alpha)}). It stopped because {why}. "
         + " ".join(f"{look.words()[0].upper()}{look.words()[1:]}." for look in looks)
+    )
+
+
+def headline(looks: Iterable[Look]) -> str:
+    """The looks in one line for the console and the parent run: how many, the seeds, why it stopped."""
+    looks = tuple(looks)
+    if not looks:
+        return ""
+    first, last = looks[0], looks[-1]
+    seeds = ", ".join(f"{m} {len(first.seeds.get(m, s))} -> {len(s)}" for m, s in last.seeds.items())
+    return (
+        f"Seeds: {len(looks)} of {last.plan.looks} planned looks ({seeds} seeds per arm), stopped: {last.why}; "
+        f"each verdict at alpha {last.plan.look_alpha:.3g} (the report's section on the looks)."
     )
 
 

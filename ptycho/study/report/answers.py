@@ -92,6 +92,10 @@ def answers(report: StudyReport) -> dict[str, JobRecord]:
         + " The report is attached (report/validation.html); each arm's run (named as the arm, e.g. pinn-off-s0) "
         "carries its quality and time to quality: filter tags.rule = 'train' and tags.outputs = 'current' and compare."
     )
+    if report.looks:  # a study that added seeds until it decided: how far it went, and why it stopped
+        parent_metrics.update({"looks_taken": len(report.looks), "looks_planned": report.looks[-1].plan.looks})
+        parent_metrics.update({f"seeds.{m}": len(s) for m, s in report.looks[-1].seeds.items()})
+        tags["looks.stopped"] = report.looks[-1].why
     tags["mlflow.note.content"] = note
     out = {"": JobRecord(metrics=parent_metrics, tags=tags)}
     out.update({name: JobRecord(metrics=m) for name, m in arms.items() if m})

@@ -273,10 +273,14 @@ def verdict_line(report: StudyReport) -> str:
 @reads_report
 def console_lines(report: StudyReport, path: str | Path) -> list[str]:
     """What ``make all`` prints last: the verdict with the three sentences (and the
-    conditions whose checks failed it, if any), and where the report is."""
+    conditions whose checks failed it, and the looks of a study that added seeds, if
+    any), and where the report is."""
+    from ptycho.study.looks import headline
+
     failed = conditions_view.failing(report)
     why = [f"Conditions: FAIL at {', '.join(failed)} (the report's Conditions section)."] if failed else []
-    return [verdict_line(report), *answer(report), *why, f"Report: {path}"]
+    looked = [headline(report.looks)] if report.looks else []
+    return [verdict_line(report), *answer(report), *why, *looked, f"Report: {path}"]
 
 
 def print_answer(json_path: str | Path) -> None:
