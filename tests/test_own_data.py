@@ -578,7 +578,10 @@ def test_the_real_siemens_star_runs_the_study_to_a_report(tmp_path):
     """Issue 44: measured X-ray data nobody here made (tike's Siemens star, in the
     repository) through the whole smoke study at 64 px (central detector pixels), with
     real MLflow: imported as a tike scan, trained on, the arms compared without a truth
-    (3 min 21 s on 2 cores, 2026-11-28)."""
+    (3 min 21 s on 2 cores, 2026-11-28). And issue 45's looks through the real checkpoint
+    (``max_seeds=2``): one seed leaves every seeded item INCONCLUSIVE, so the first look
+    adds a second seed, the second stops at the cap, and the checks and the report judge
+    both seeds at alpha / 2 with the looks' section."""
     import shutil
 
     from mlflow.tracking import MlflowClient
@@ -589,8 +592,9 @@ def test_the_real_siemens_star_runs_the_study_to_a_report(tmp_path):
     (work / "data" / "siemens-star").mkdir(parents=True)
     shutil.copyfile(ROOT / star, work / star)
     run = snakemake(
-        work, "all", "--config", "preset=smoke", "models=[pinn]", f"data={{train: {star}, test: {star}, n: 64}}"
-    )
+        work, "all", "--config", "preset=smoke", "models=[pinn]", f"data={{train: {star}, test: {star}, n: 64}}",
+        "max_seeds=2", "seeds_per_look=1",
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     r = work / "results" / "smoke"
     attrs = read_attributes(r / "data" / "train.h5")
@@ -606,19 +610,33 @@ def test_the_real_siemens_star_runs_the_study_to_a_report(tmp_path):
     )
     report = json.loads((work / "reports" / "smoke" / "validation.json").read_text())
     ev = report["items"]["quality"]["evidence"]
-    assert ev["ground_truth"] is False and set(ev["between_arms"]) == {"pinn-s0-jit"}
-    assert all(0 < ev["per_arm"][a]["data_misfit"] for a in ("pinn-off-s0", "pinn-jit-s0"))
+    assert ev["ground_truth"] is False and set(ev["between_arms"]) == {"pinn-s0-jit", "pinn-s1-jit"}
+    arms = ("pinn-off-s0", "pinn-jit-s0", "pinn-off-s1", "pinn-jit-s1")
+    assert all(0 < ev["per_arm"][a]["data_misfit"] for a in arms)
+    # The looks: the second seed added by the first, both seeds judged at alpha / 2.
+    from ptycho.study.looks import MORE, Look
+
+    first, second = (Look.from_json(json.loads((r / "looks" / f"{k}.json").read_text())) for k in (0, 1))
+    assert first.seeds == {"pinn": (0,)} and first.why == MORE and first.next_seeds == {"pinn": (0, 1)}
+    assert second.seeds == {"pinn": (0, 1)} and second.stop and not (r / "looks" / "2.json").exists()
+    assert [look["index"] for look in report["looks"]] == [0, 1]
+    assert (
+        json.loads((r / "checks" / "convergence.json").read_text())["evidence"]["comparisons"]["pinn-jit"]["alpha"]
+        == 0.025
+    )
+    page = (work / "reports" / "smoke" / "validation.md").read_text()
+    assert "Seeds added until it decides" in page and "2 of 2 planned looks taken" in page
     assert report["solver"]["ground_truth"] is False
     assert "Data: your own files, train " + star in (work / "reports" / "smoke" / "validation.md").read_text()
     # Every reconstruction handed to ptychodus, the geometry said to be assumed (a tike scan has none).
     from ptycho.data.ptychodus import read_product
 
-    for name in ("pinn-off-s0", "pinn-jit-s0", "solver-off", "solver-jit"):
+    for name in (*arms, "solver-off", "solver-jit"):
         product = read_product(r / "products" / name / "object-0.h5")
         assert (
             "geometry assumed" in product["attrs"]["comments"] and "MLflow parent run" in product["attrs"]["comments"]
         )
-    assert all(ev["per_arm"][a]["phase_half_frc_mean"] > 0 for a in ("pinn-off-s0", "pinn-jit-s0"))
+    assert all(ev["per_arm"][a]["phase_half_frc_mean"] > 0 for a in arms)
     client = MlflowClient(f"sqlite:///{work / 'results' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("xla-ptycho")
     imports = client.search_runs([experiment.experiment_id], "tags.rule = 'import_data'", max_results=10)

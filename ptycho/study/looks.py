@@ -60,10 +60,10 @@ class Plan:
         # only a model with a comparison (two modes or precisions) can leave one open
         seeds = {kind: tuple(s) for kind, (modes, precisions, s) in lists.items() if len(modes) * len(precisions) > 1}
         plan = cls(seeds, cfg.get("max_seeds"), int(cfg.get("seeds_per_look", 2)), float(cfg["thresholds"]["alpha"]))
-        fewest = max(len(s) for s in seeds.values())
-        if plan.max_seeds is not None and plan.max_seeds < fewest:
+        most = max(len(s) for s in seeds.values())
+        if plan.max_seeds is not None and plan.max_seeds < most:
             raise ConfigError(
-                f"config key 'max_seeds' = {plan.max_seeds} is below the {fewest} seeds an arm already has; raise it "
+                f"config key 'max_seeds' = {plan.max_seeds} is below the {most} seeds an arm already has; raise it "
                 "(max_seeds=6) or leave it out (no seeds are then added)"
             )
         return plan
@@ -321,7 +321,7 @@ def sentence(looks: Iterable[Look]) -> str:
         FUTILE: "an open comparison's mean sat where no number of seeds would settle it",
     }.get(last.why, last.why)
     return (
-        f"Seeds were added until the verdict decided: {len(looks)} of {plan.looks} planned looks taken "
+        f"Seeds were added while an item was INCONCLUSIVE: {len(looks)} of {plan.looks} planned looks taken "
         f"(up to {plan.max_seeds} seeds per arm, {plan.seeds_per_look} added per look). The error rate "
         f"{plan.alpha:g} is split evenly over the planned looks (a union bound), so every look and the "
         f"verdict above judge at {plan.look_alpha:.3g} (its intervals at {level_words(1 - 2 * plan.look_alpha)} and "
