@@ -404,7 +404,7 @@ def estimate_lines(
 
     plan = Plan.of(cfg)
     if plan.sequential:  # the configured seeds first; the looks may add up to max_seeds
-        most = estimate(_with_seeds(cfg, plan), calibration, at_once, trained, bench_done)
+        most = estimate(plan.at_cap(cfg), calibration, at_once, trained, bench_done)
         lines[0] += f"; up to {minutes(most.total_s)} if the looks add seeds to the cap (max_seeds={plan.max_seeds})"
     budget_s = 60 * cfg["budget_min"]
     if est.total_s > budget_s:
@@ -414,19 +414,6 @@ def estimate_lines(
             + (f"; cheaper: {'; '.join(options)}" if options else "; no cheaper choice of epochs or seeds fits it")
         )
     return est, lines
-
-
-def _with_seeds(cfg: Mapping, plan) -> dict:
-    """``cfg`` with each of ``plan``'s models trained at ``max_seeds`` seeds (the most the looks may add)."""
-    import copy
-
-    out = copy.deepcopy(dict(cfg))
-    for kind, seeds in plan.seeds.items():
-        full = seeds
-        while len(full) < plan.max_seeds:
-            full = plan.added(full)
-        out.setdefault("per_model", {}).setdefault(kind, {})["seeds"] = list(full)
-    return out
 
 
 def _with_precision(cfg: Mapping, emulated: Sequence[str], native: str) -> dict:

@@ -95,6 +95,18 @@ class Plan:
         new = range(max(seeds) + 1, max(seeds) + 1 + max(0, min(self.seeds_per_look, room)))
         return (*seeds, *new)
 
+    def at_cap(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """``cfg`` with each of this plan's models at ``max_seeds`` seeds: the most the looks
+        may train (what the estimate states beside the configured seeds')."""
+        import copy
+
+        out = copy.deepcopy(dict(cfg))
+        for kind, seeds in self.seeds.items():
+            while len(seeds) < (self.max_seeds or 0):
+                seeds = self.added(seeds)
+            out.setdefault("per_model", {}).setdefault(kind, {})["seeds"] = list(seeds)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
