@@ -138,7 +138,7 @@ def test_a_noisy_study_adds_seeds_to_the_open_model_and_stops_at_the_cap_with_wh
 
 def test_a_look_stops_as_futile_only_where_no_number_of_seeds_would_settle_it():
     """Many seeds needed by a three-seed estimate is no reason to give up (the estimate is
-    noisy); a mean at the margin's edge, which no number settles, is."""
+    noisy); a mean so near the margin that more than MAX_SEEDS would be needed is."""
     plan = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=5, seeds_per_look=1)
     values = {"off": {s: 0.8 for s in range(3)}, "jit": {0: 0.78, 1: 0.82, 2: 0.795}}
     metrics = {
@@ -151,7 +151,7 @@ def test_a_look_stops_as_futile_only_where_no_number_of_seeds_would_settle_it():
     edge = [looks.Open("quality", "pinn-jit", "pinn", math.inf)]
     look = looks.decide(plan, 0, {"pinn": (0, 1, 2)}, {"quality": result}, edge)
     assert look.stop and look.why == looks.FUTILE
-    assert "more seeds than any study could train), stopped" in look.words()
+    assert "they need more than 1000 seeds per arm), stopped" in look.words()
 
 
 # ------------------------------------------------------------------ the error rate, by simulation

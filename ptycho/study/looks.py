@@ -17,9 +17,11 @@ checks of the look the study stops at, judges at ``alpha / looks``. A study with
 ``max_seeds`` plans one look: its verdict is judged at ``alpha``, as before.
 
 A look stops the study when every seeded item decides (:data:`DECIDED`), at the last
-planned look (:data:`CAP`), or when an open comparison's mean sits where no number of seeds
-would settle it (:data:`FUTILE`). The seeds an open comparison's own spread says it needs
-are recorded, not acted on: an estimate from three seeds is itself too noisy to give up on.
+planned look (:data:`CAP`), or when an open comparison's mean sits so near the margin that
+its spread says more than :data:`~ptycho.study.stats.MAX_SEEDS` seeds per arm would settle
+it (:data:`FUTILE`; stopping early never raises the error rate). Any smaller number an open
+comparison's spread names is recorded, not acted on: an estimate from three seeds is itself
+too noisy to give up on.
 """
 
 from __future__ import annotations
@@ -176,7 +178,9 @@ class Look:
         needed = self.needed()
         need = f"; by their spread they need {needed:.0f} seeds per arm" if math.isfinite(needed) else ""
         if math.isinf(needed):
-            need = "; by their spread they need more seeds than any study could train"
+            from ptycho.study.stats import MAX_SEEDS
+
+            need = f"; by their spread they need more than {MAX_SEEDS} seeds per arm"
         if self.why == DECIDED:
             return f"{head}: every seeded item decided, stopped"
         if self.why == CAP:
@@ -264,7 +268,7 @@ def decide(plan: Plan, index: int, seeds: Mapping[str, tuple[int, ...]], results
         return look
     if index + 1 >= plan.looks:
         return _replace(look, why=CAP)
-    if math.isinf(look.needed()):  # a mean at the margin's edge: no number of seeds settles it
+    if math.isinf(look.needed()):  # a mean at the margin's edge: more than MAX_SEEDS would not settle it
         return _replace(look, why=FUTILE)
     models = {o.model for o in opened} or set(seeds)
     grown = {m: plan.added(s) if m in models else s for m, s in seeds.items()}
@@ -330,7 +334,7 @@ def sentence(looks: Iterable[Look]) -> str:
     why = {
         DECIDED: "every seeded item decided",
         CAP: f"it reached the cap of {plan.max_seeds} seeds per arm (max_seeds) with an item still INCONCLUSIVE",
-        FUTILE: "an open comparison's mean sat where no number of seeds would settle it",
+        FUTILE: "an open comparison's mean sat so near its margin that more seeds than any study trains would be needed",
     }.get(last.why, last.why)
     return (
         f"Seeds were added while an item was INCONCLUSIVE: {len(looks)} of {plan.looks} planned looks taken "
