@@ -18,8 +18,7 @@ from ptycho.study import checklist, run_lock
 from ptycho.study.bench.machine import hardware, hardware_environment
 from ptycho.study.conditions import checked as checked_conditions, skipped_words as skipped_conditions
 from ptycho.study.data_files import data_files
-from ptycho.study.looks import Plan as LookPlan
-from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, precision_warnings, section_for, solver_mode, warm_arms)
+from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, look_plan, precision_warnings, section_for, solver_mode, warm_arms)
 from ptycho.study.preflight import (address_space_error, disk_bytes, disk_lines, holes, job_memory, parse_time_checks, report_folder)
 from ptycho.study.schedule import (AT_ONCE_ENV, concurrent_jobs, declared_threads, job_threads, usable_cores)
 from ptycho.tracking import config_hash
@@ -72,7 +71,7 @@ os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, so
 ARMS = arms(CFG)
 # The looks of a study that adds seeds until it decides (config max_seeds, rules/looks.smk):
 # ARMS are the first look's; the checks judge at the plan's per-look error rate.
-LOOKS = LookPlan.of(CFG)
+LOOKS = look_plan(CFG)
 ALPHA = LOOKS.look_alpha
 # Each job's memory request (Snakemake's mem_mb: SLURM's --mem) from the estimate of what it
 # holds (ptycho.study.resources), never below the rule's floor: a larger study asks for more.

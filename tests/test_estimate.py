@@ -188,12 +188,12 @@ def test_a_study_that_may_add_seeds_says_what_it_takes_at_the_cap(base):
     """The estimate is for the configured seeds; with max_seeds the line also says what
     the study takes if every look adds seeds up to the cap (issue 45)."""
     from ptycho.study.estimate import estimate, estimate_lines
-    from ptycho.study.looks import Plan
+    from ptycho.study.workflow import look_plan
 
     cfg = resolve(base, {"max_seeds": 7, "budget_min": 10000}, hardware=AMX)
     cal = _calibration(cfg)
     est, lines = estimate_lines(cfg, cal, 2)
-    capped = Plan.of(cfg).at_cap(cfg)
+    capped = look_plan(cfg).at_cap(cfg)
     assert capped["per_model"]["pinn"]["seeds"] == [0, 1, 2, 3, 4, 5, 6] and capped["per_model"]["baseline"][
         "seeds"
     ] == [0]

@@ -18,12 +18,13 @@ import yaml
 
 from ptycho.artifacts import write_json
 from ptycho.errors import ConfigError
-from ptycho.study import looks
+from ptycho.study import looks, looks_view
 from ptycho.study.checklist import Inputs
+from ptycho.study.checklist.look import judge
 from ptycho.study.checklist.quality import COLUMNS, quality
 from ptycho.study.results import StudyResults
 from ptycho.study.stats import ALPHA, NOT_WORSE
-from ptycho.study.workflow import resolve
+from ptycho.study.workflow import look_plan, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLDS = {"convergence": 0.05, "quality": 0.02, "speedup": 1.0}
@@ -37,12 +38,12 @@ def base():
 
 # ------------------------------------------------------------------ the plan
 def test_the_plan_splits_alpha_over_the_looks_it_plans(base):
-    plan = looks.Plan.of(resolve(base, {"max_seeds": 7}))
+    plan = look_plan(resolve(base, {"max_seeds": 7}))
     assert plan.seeds == {"pinn": (0, 1, 2)}  # the default's baseline trains one arm: nothing to compare
     assert plan.looks == 3 and plan.sequential and math.isclose(plan.look_alpha, ALPHA / 3)
     assert plan.added((0, 1, 2)) == (0, 1, 2, 3, 4) and plan.added((0, 1, 2, 3, 4, 5)) == (0, 1, 2, 3, 4, 5, 6)
     assert plan.added((0, 1, 2, 3, 4, 5, 6)) == (0, 1, 2, 3, 4, 5, 6)  # at the cap: no more
-    one = looks.Plan.of(resolve(base))  # no max_seeds: one look at the full rate, as before looks existed
+    one = look_plan(resolve(base))  # no max_seeds: one look at the full rate, as before looks existed
     assert one.looks == 1 and not one.sequential and one.look_alpha == ALPHA
     assert looks.Plan.from_json(plan.to_json()) == plan
 
@@ -105,7 +106,7 @@ PLAN = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=7, seeds_per_look=2)
 
 def test_identical_arms_decide_at_the_first_look(tmp_path):
     study = _study(tmp_path, range(3), {"off": _luck, "jit": _luck}, {"off": 0.1, "jit": 0.1})
-    look = looks.judge(0, PLAN, Inputs(results=study), THRESHOLDS)
+    look = judge(0, PLAN, Inputs(results=study), THRESHOLDS)
     assert look.statuses["quality"] == look.statuses["convergence"] == "PASS"
     assert look.statuses["speedup"] == "FAIL"  # identical steps: no measurable effect, decided
     assert look.stop and look.why == looks.DECIDED and look.seeds == {"pinn": (0, 1, 2)}
@@ -114,7 +115,7 @@ def test_identical_arms_decide_at_the_first_look(tmp_path):
 
 def test_a_true_2x_slowdown_decides_slower_at_the_first_look(tmp_path):
     study = _study(tmp_path, range(3), {"off": _luck, "jit": _luck}, {"off": 0.1, "jit": 0.2})
-    look = looks.judge(0, PLAN, Inputs(results=study), THRESHOLDS)
+    look = judge(0, PLAN, Inputs(results=study), THRESHOLDS)
     assert look.statuses["speedup"] == "FAIL" and look.stop and look.why == looks.DECIDED
 
 
@@ -122,13 +123,13 @@ def test_a_noisy_study_adds_seeds_to_the_open_model_and_stops_at_the_cap_with_wh
     def noisy(seed: int) -> float:  # jit's own scatter around off: paired differences of sd ~0.025
         return _luck(seed) + (0.03, -0.03, 0.0, -0.025, 0.02, -0.03, 0.015)[seed]
 
-    first = looks.judge(0, PLAN, Inputs(results=_study(tmp_path / "a", range(3), {"off": _luck, "jit": noisy},
+    first = judge(0, PLAN, Inputs(results=_study(tmp_path / "a", range(3), {"off": _luck, "jit": noisy},
                                                        {"off": 0.1, "jit": 0.1})), THRESHOLDS)  # fmt: skip
     assert first.statuses["quality"] == "INCONCLUSIVE" and not first.stop and first.why == looks.MORE
     assert first.next_seeds == {"pinn": (0, 1, 2, 3, 4)}
     assert [o.key for o in first.open if o.item == "quality"] == ["pinn-jit"]
     assert "seeds added (pinn to 5)" in first.words()
-    last = looks.judge(2, PLAN, Inputs(results=_study(tmp_path / "b", range(7), {"off": _luck, "jit": noisy},
+    last = judge(2, PLAN, Inputs(results=_study(tmp_path / "b", range(7), {"off": _luck, "jit": noisy},
                                                       {"off": 0.1, "jit": 0.1})), THRESHOLDS)  # fmt: skip
     assert last.statuses["quality"] == "INCONCLUSIVE" and last.stop and last.why == looks.CAP
     assert math.isfinite(last.needed()) and last.needed() > 7
@@ -206,13 +207,13 @@ def test_the_report_says_how_many_looks_were_taken_and_why_it_stopped(tmp_path):
     from ptycho.study.report.record import StudyReport
 
     study = _study(tmp_path, range(3), {"off": _luck, "jit": _luck}, {"off": 0.1, "jit": 0.1})
-    look = looks.judge(0, PLAN, Inputs(results=study), THRESHOLDS)
+    look = judge(0, PLAN, Inputs(results=study), THRESHOLDS)
     recorded = json.loads((ROOT / "tests" / "data" / "smoke-validation.json").read_text())
     plain = StudyReport.from_json(recorded)
     record = StudyReport.from_json({**recorded, "looks": [look.to_json()]})
     assert record.looks == (look,) and StudyReport.from_json(record.to_json()).looks == (look,)
     assert "looks" not in plain.to_json() and "Seeds added until it decides" not in markdown(plain)
-    text = looks.sentence(record.looks)
+    text = looks_view.sentence(record.looks)
     assert "1 of 3 planned looks taken" in text and "It stopped because every seeded item decided" in text
     assert "judge at 0.0167 (its intervals at 96.7 % and 98.3 %)" in text
     page = markdown(record)
@@ -220,8 +221,8 @@ def test_the_report_says_how_many_looks_were_taken_and_why_it_stopped(tmp_path):
     from ptycho.study.report.answers import answers
     from ptycho.study.report.words import console_lines
 
-    assert looks.headline(record.looks) in console_lines(record, "validation.html")
-    assert looks.headline(record.looks).startswith(
+    assert looks_view.headline(record.looks) in console_lines(record, "validation.html")
+    assert looks_view.headline(record.looks).startswith(
         "Seeds: 1 of 3 planned looks (pinn 3 -> 3 seeds per arm), stopped: decided"
     )
     parent = answers(record)[""]

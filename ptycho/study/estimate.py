@@ -400,9 +400,9 @@ def estimate_lines(
                 lines[0] += f" (precision=[{AUTO}], {native} here: {minutes(faster.total_s)})"
         except KeyError:
             pass
-    from ptycho.study.looks import Plan
+    from ptycho.study.workflow import look_plan
 
-    plan = Plan.of(cfg)
+    plan = look_plan(cfg)
     if plan.sequential:  # the configured seeds first; the looks may add up to max_seeds
         most = estimate(plan.at_cap(cfg), calibration, at_once, trained, bench_done)
         lines[0] += f"; up to {minutes(most.total_s)} if the looks add seeds to the cap (max_seeds={plan.max_seeds})"

@@ -32,7 +32,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ptycho.errors import ConfigError
 from ptycho.study.arms import Arm
 from ptycho.study.checklist.result import INCONCLUSIVE, ItemResult
 
@@ -52,23 +51,6 @@ class Plan:
     max_seeds: int | None = None
     seeds_per_look: int = 2
     alpha: float = 0.05
-
-    @classmethod
-    def of(cls, cfg: Mapping[str, Any]) -> Plan:
-        """The plan of a resolved config; a ``max_seeds`` below a model's seed count is one line."""
-        from ptycho.study.workflow import arm_lists
-
-        lists = {kind: arm_lists(cfg, kind) for kind in cfg["models"]}
-        # only a model with a comparison (two modes or precisions) can leave one open
-        seeds = {kind: tuple(s) for kind, (modes, precisions, s) in lists.items() if len(modes) * len(precisions) > 1}
-        plan = cls(seeds, cfg.get("max_seeds"), int(cfg.get("seeds_per_look", 2)), float(cfg["thresholds"]["alpha"]))
-        most = max(len(s) for s in seeds.values())
-        if plan.max_seeds is not None and plan.max_seeds < most:
-            raise ConfigError(
-                f"config key 'max_seeds' = {plan.max_seeds} is below the {most} seeds an arm already has; raise it "
-                "(max_seeds=6) or leave it out (no seeds are then added)"
-            )
-        return plan
 
     @property
     def looks(self) -> int:
@@ -281,32 +263,6 @@ def _replace(look: Look, **changes) -> Look:
     return dataclasses.replace(look, **changes)
 
 
-def judge(index: int, plan: Plan, inputs, thresholds: Mapping[str, float]) -> Look:
-    """Look ``index``: the seeded items judged on ``inputs`` (a
-    :class:`~ptycho.study.checklist.Inputs` whose results are the look's trainings and
-    scores) at the plan's per-look rate. Speed is judged from the trainings alone: the
-    benchmark, which times the first seeds' arms, decides nothing a seed could change."""
-    from ptycho.study import checklist
-    from ptycho.study.bench.record import BenchRecord
-    from ptycho.study.checklist.speedup import speedup
-
-    inputs = dataclasses.replace(inputs, alpha=plan.look_alpha)
-    trainings = list(inputs.results.trainings.values())
-    results = {
-        "convergence": checklist.get("convergence").collect(inputs, thresholds["convergence"]),
-        "quality": checklist.get("quality").collect(inputs, thresholds["quality"]),
-        "speedup": speedup(
-            BenchRecord.from_json({}), thresholds["speedup"], metas=trainings, margin=inputs.margin,
-            alpha=plan.look_alpha,
-        ),
-    }  # fmt: skip
-    seeds: dict[str, set[int]] = {}
-    for arm in inputs.results.trainings:
-        seeds.setdefault(arm.model, set()).add(arm.seed)
-    ordered = {m: tuple(sorted(seeds[m])) for m in plan.seeds if m in seeds}
-    return decide(plan, index, ordered, results, open_comparisons(results, thresholds))
-
-
 def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) -> list[str]:
     """The matrix ``names`` (the first look's arms) with each model's arms at ``seeds``:
     the modes and precisions of the first look, the seeds of another."""
@@ -320,82 +276,3 @@ def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) ->
             for mode, precision in kinds:
                 out[arm_name(model, mode, seed, precision)] = None
     return list(out)
-
-
-# ------------------------------------------------------------------ the report's section
-def sentence(looks: Iterable[Look]) -> str:
-    """The looks in words: how many were planned and taken, at what rate, and why the study stopped."""
-    from ptycho.study.stats import level_words
-
-    looks = tuple(looks)
-    if not looks:
-        return ""
-    plan, last = looks[0].plan, looks[-1]
-    why = {
-        DECIDED: "every seeded item decided",
-        CAP: f"it reached the cap of {plan.max_seeds} seeds per arm (max_seeds) with an item still INCONCLUSIVE",
-        FUTILE: "an open comparison's mean sat so near its margin that more seeds than any study trains would be needed",
-    }.get(last.why, last.why)
-    return (
-        f"Seeds were added while an item was INCONCLUSIVE: {len(looks)} of {plan.looks} planned looks taken "
-        f"(up to {plan.max_seeds} seeds per arm, {plan.seeds_per_look} added per look). The error rate "
-        f"{plan.alpha:g} is split evenly over the planned looks (a union bound), so every look and the "
-        f"verdict above judge at {plan.look_alpha:.3g} (its intervals at {level_words(1 - 2 * plan.look_alpha)} and "
-        f"{level_words(1 - plan.look_alpha)}). It stopped because {why}. "
-        + " ".join(f"{look.words()[0].upper()}{look.words()[1:]}." for look in looks)
-    )
-
-
-def headline(looks: Iterable[Look]) -> str:
-    """The looks in one line for the console and the parent run: how many, the seeds, why it stopped."""
-    looks = tuple(looks)
-    if not looks:
-        return ""
-    first, last = looks[0], looks[-1]
-    seeds = ", ".join(f"{m} {len(first.seeds.get(m, s))} -> {len(s)}" for m, s in last.seeds.items())
-    return (
-        f"Seeds: {len(looks)} of {last.plan.looks} planned looks ({seeds} seeds per arm), stopped: {last.why}; "
-        f"each verdict at alpha {last.plan.look_alpha:.3g} (the report's section on the looks)."
-    )
-
-
-def _tables(report) -> list:
-    looks = report.looks
-    if not looks:
-        return []
-    items = list(dict.fromkeys(i for look in looks for i in look.statuses))
-
-    def decision(look: Look) -> str:
-        if look.stop:
-            return f"stop: {look.why}"
-        return "add seeds: " + ", ".join(f"{m} to {len(s)}" for m, s in look.next_seeds.items())
-
-    rows = [
-        [
-            str(look.index + 1),
-            ", ".join(f"{m} {len(s)}" for m, s in look.seeds.items()),
-            *(look.statuses.get(i, "-") for i in items),
-            ", ".join(sorted({f"{o.item} {o.key}" for o in look.open})) or "-",
-            "-" if math.isnan(look.needed()) else f"{look.needed():.0f}",
-            decision(look),
-        ]
-        for look in looks
-    ]
-    return [
-        (
-            f"The looks: each judged at {looks[0].plan.look_alpha:.3g} on the seeds so far (seeds per arm, by model)",
-            ["look", "seeds", *items, "open comparisons", "seeds they need", "decision"],
-            rows,
-        )
-    ]
-
-
-def _text(report) -> str:
-    return sentence(report.looks)
-
-
-def section():
-    """The report's section on the looks (shown when the study took some)."""
-    from ptycho.study.checklist.item import Section
-
-    return Section("looks", "Seeds added until it decides", _tables, text=_text)

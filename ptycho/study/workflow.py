@@ -20,6 +20,7 @@ from typing import Any
 from ptycho.config import SCHEMA_FILE as SCHEMA
 from ptycho.errors import ConfigError
 from ptycho.nets.models import SUBJECT
+from ptycho.study.looks import Plan
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:
@@ -208,9 +209,7 @@ def resolve(config: Mapping, overrides: Mapping | None = None, schema_path: str 
         for precision in precisions:
             train_config(resolved, modes[0], seeds[0], kind, precision)
     solver_config(resolved)  # its keys and its engine, before any job
-    from ptycho.study.looks import Plan
-
-    Plan.of(resolved)  # max_seeds against the seeds an arm already has
+    look_plan(resolved)  # max_seeds against the seeds an arm already has
     return resolved
 
 
@@ -465,6 +464,23 @@ def checked_lists(cfg: Mapping) -> tuple[list[str], list[str]]:
     thing (a check costs seconds per mode, not a training)."""
     _, modes, precisions = bench_lists(cfg)
     return list(dict.fromkeys([*cfg["xla"], *modes])), list(dict.fromkeys([*cfg["precision"], *precisions]))
+
+
+def look_plan(cfg: Mapping) -> Plan:
+    """The plan of looks of a resolved config (:mod:`ptycho.study.looks`): the seeds of the
+    models that compare arms (a model trained in one mode and precision has nothing to
+    leave open), ``max_seeds``, ``seeds_per_look`` and ``thresholds.alpha``; a
+    ``max_seeds`` below an arm's seed count is one line."""
+    lists = {kind: arm_lists(cfg, kind) for kind in cfg["models"]}
+    seeds = {kind: tuple(s) for kind, (modes, precisions, s) in lists.items() if len(modes) * len(precisions) > 1}
+    plan = Plan(seeds, cfg.get("max_seeds"), int(cfg.get("seeds_per_look", 2)), float(cfg["thresholds"]["alpha"]))
+    most = max(len(s) for s in seeds.values())
+    if plan.max_seeds is not None and plan.max_seeds < most:
+        raise ConfigError(
+            f"config key 'max_seeds' = {plan.max_seeds} is below the {most} seeds an arm already has; raise it "
+            "(max_seeds=6) or leave it out (no seeds are then added)"
+        )
+    return plan
 
 
 def arms(cfg: Mapping) -> list[str]:

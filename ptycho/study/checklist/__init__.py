@@ -65,9 +65,9 @@ def unregister(name: str) -> None:
 
 def sections() -> list[Section]:
     """The report's sections after the checklist: the items, the looks, the solver, the conditions."""
-    from ptycho.study import conditions_view, looks, solver_view
+    from ptycho.study import conditions_view, looks_view, solver_view
 
-    return [*items(), looks.section(), solver_view.SECTION, conditions_view.SECTION]
+    return [*items(), looks_view.SECTION, solver_view.SECTION, conditions_view.SECTION]
 
 
 def figures() -> list[tuple[str, Figure]]:

@@ -130,10 +130,11 @@ def look(index: int, plan: Mapping, thresholds: Mapping[str, float], out: str, *
     from ptycho.artifacts import write_json
     from ptycho.config import defaults
     from ptycho.study import checklist, looks
+    from ptycho.study.checklist.look import judge
 
     limits = {**defaults("thresholds"), **thresholds}
     by_item = {name: float(limits[checklist.get(name).threshold]) for name in looks.SEEDED}
-    record = looks.judge(index, looks.Plan.from_json(plan), checklist.Inputs(**inputs), by_item)
+    record = judge(index, looks.Plan.from_json(plan), checklist.Inputs(**inputs), by_item)
     write_json(out, record.to_json(), producer="look")
     return JobRecord(
         metrics={

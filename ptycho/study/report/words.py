@@ -275,7 +275,7 @@ def console_lines(report: StudyReport, path: str | Path) -> list[str]:
     """What ``make all`` prints last: the verdict with the three sentences (and the
     conditions whose checks failed it, and the looks of a study that added seeds, if
     any), and where the report is."""
-    from ptycho.study.looks import headline
+    from ptycho.study.looks_view import headline
 
     failed = conditions_view.failing(report)
     why = [f"Conditions: FAIL at {', '.join(failed)} (the report's Conditions section)."] if failed else []

@@ -1,0 +1,34 @@
+"""One look of a study that adds seeds until it decides (:mod:`ptycho.study.looks`): the
+seeded checklist items judged on the seeds so far, at the plan's per-look rate."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from ptycho.study import checklist
+from ptycho.study.bench.record import BenchRecord
+from ptycho.study.checklist.speedup import speedup
+from ptycho.study.looks import Look, Plan, decide, open_comparisons
+
+
+def judge(index: int, plan: Plan, inputs, thresholds: Mapping[str, float]) -> Look:
+    """Look ``index``: the seeded items judged on ``inputs`` (a
+    :class:`~ptycho.study.checklist.Inputs` whose results are the look's trainings and
+    scores) at the plan's per-look rate. Speed is judged from the trainings alone: the
+    benchmark, which times the first seeds' arms, decides nothing a seed could change."""
+    inputs = dataclasses.replace(inputs, alpha=plan.look_alpha)
+    trainings = list(inputs.results.trainings.values())
+    results = {
+        "convergence": checklist.get("convergence").collect(inputs, thresholds["convergence"]),
+        "quality": checklist.get("quality").collect(inputs, thresholds["quality"]),
+        "speedup": speedup(
+            BenchRecord.from_json({}), thresholds["speedup"], metas=trainings, margin=inputs.margin,
+            alpha=plan.look_alpha,
+        ),
+    }  # fmt: skip
+    seeds: dict[str, set[int]] = {}
+    for arm in inputs.results.trainings:
+        seeds.setdefault(arm.model, set()).add(arm.seed)
+    ordered = {m: tuple(sorted(seeds[m])) for m in plan.seeds if m in seeds}
+    return decide(plan, index, ordered, results, open_comparisons(results, thresholds))

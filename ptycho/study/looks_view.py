@@ -1,0 +1,85 @@
+"""The looks of a study that added seeds until it decided, in words: the report's section,
+its sentence and the console's line (:mod:`ptycho.study.looks` holds the records)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from ptycho.study.checklist.item import Section
+from ptycho.study.looks import CAP, DECIDED, FUTILE, Look
+
+
+def sentence(looks: Iterable[Look]) -> str:
+    """The looks in words: how many were planned and taken, at what rate, and why the study stopped."""
+    from ptycho.study.stats import level_words
+
+    looks = tuple(looks)
+    if not looks:
+        return ""
+    plan, last = looks[0].plan, looks[-1]
+    why = {
+        DECIDED: "every seeded item decided",
+        CAP: f"it reached the cap of {plan.max_seeds} seeds per arm (max_seeds) with an item still INCONCLUSIVE",
+        FUTILE: "an open comparison's mean sat so near its margin that more seeds than any study trains would be needed",
+    }.get(last.why, last.why)
+    return (
+        f"Seeds were added while an item was INCONCLUSIVE: {len(looks)} of {plan.looks} planned looks taken "
+        f"(up to {plan.max_seeds} seeds per arm, {plan.seeds_per_look} added per look). The error rate "
+        f"{plan.alpha:g} is split evenly over the planned looks (a union bound), so every look and the "
+        f"verdict above judge at {plan.look_alpha:.3g} (its intervals at {level_words(1 - 2 * plan.look_alpha)} and "
+        f"{level_words(1 - plan.look_alpha)}). It stopped because {why}. "
+        + " ".join(f"{look.words()[0].upper()}{look.words()[1:]}." for look in looks)
+    )
+
+
+def headline(looks: Iterable[Look]) -> str:
+    """The looks in one line for the console and the parent run: how many, the seeds, why it stopped."""
+    looks = tuple(looks)
+    if not looks:
+        return ""
+    first, last = looks[0], looks[-1]
+    seeds = ", ".join(f"{m} {len(first.seeds.get(m, s))} -> {len(s)}" for m, s in last.seeds.items())
+    return (
+        f"Seeds: {len(looks)} of {last.plan.looks} planned looks ({seeds} seeds per arm), stopped: {last.why}; "
+        f"each verdict at alpha {last.plan.look_alpha:.3g} (the report's section on the looks)."
+    )
+
+
+def _tables(report) -> list:
+    looks = report.looks
+    if not looks:
+        return []
+    items = list(dict.fromkeys(i for look in looks for i in look.statuses))
+
+    def decision(look: Look) -> str:
+        if look.stop:
+            return f"stop: {look.why}"
+        return "add seeds: " + ", ".join(f"{m} to {len(s)}" for m, s in look.next_seeds.items())
+
+    rows = [
+        [
+            str(look.index + 1),
+            ", ".join(f"{m} {len(s)}" for m, s in look.seeds.items()),
+            *(look.statuses.get(i, "-") for i in items),
+            ", ".join(sorted({f"{o.item} {o.key}" for o in look.open})) or "-",
+            "-" if math.isnan(look.needed()) else f"{look.needed():.0f}",
+            decision(look),
+        ]
+        for look in looks
+    ]
+    return [
+        (
+            f"The looks: each judged at {looks[0].plan.look_alpha:.3g} on the seeds so far (seeds per arm, by model)",
+            ["look", "seeds", *items, "open comparisons", "seeds they need", "decision"],
+            rows,
+        )
+    ]
+
+
+def _text(report) -> str:
+    return sentence(report.looks)
+
+
+#: The report's section on the looks (shown when the study took some).
+SECTION = Section("looks", "Seeds added until it decides", _tables, text=_text)
