@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ptycho.errors import ConfigError
 from ptycho.study.arms import Arm
 from ptycho.study.checklist.result import INCONCLUSIVE, ItemResult
 
@@ -51,6 +52,22 @@ class Plan:
     max_seeds: int | None = None
     seeds_per_look: int = 2
     alpha: float = 0.05
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any], lists: Mapping[str, tuple]) -> Plan:
+        """The plan of a resolved config whose models train ``lists`` (model -> modes,
+        precisions, seeds: :func:`ptycho.study.workflow.arm_lists`): the seeds of the models
+        that compare arms (one mode and precision leaves nothing open); a ``max_seeds``
+        below an arm's seed count is one line."""
+        seeds = {kind: tuple(s) for kind, (modes, precisions, s) in lists.items() if len(modes) * len(precisions) > 1}
+        plan = cls(seeds, cfg.get("max_seeds"), int(cfg.get("seeds_per_look", 2)), float(cfg["thresholds"]["alpha"]))
+        most = max(len(s) for s in seeds.values())
+        if plan.max_seeds is not None and plan.max_seeds < most:
+            raise ConfigError(
+                f"config key 'max_seeds' = {plan.max_seeds} is below the {most} seeds an arm already has; raise it "
+                "(max_seeds=6) or leave it out (no seeds are then added)"
+            )
+        return plan
 
     @property
     def looks(self) -> int:

@@ -467,20 +467,8 @@ def checked_lists(cfg: Mapping) -> tuple[list[str], list[str]]:
 
 
 def look_plan(cfg: Mapping) -> Plan:
-    """The plan of looks of a resolved config (:mod:`ptycho.study.looks`): the seeds of the
-    models that compare arms (a model trained in one mode and precision has nothing to
-    leave open), ``max_seeds``, ``seeds_per_look`` and ``thresholds.alpha``; a
-    ``max_seeds`` below an arm's seed count is one line."""
-    lists = {kind: arm_lists(cfg, kind) for kind in cfg["models"]}
-    seeds = {kind: tuple(s) for kind, (modes, precisions, s) in lists.items() if len(modes) * len(precisions) > 1}
-    plan = Plan(seeds, cfg.get("max_seeds"), int(cfg.get("seeds_per_look", 2)), float(cfg["thresholds"]["alpha"]))
-    most = max(len(s) for s in seeds.values())
-    if plan.max_seeds is not None and plan.max_seeds < most:
-        raise ConfigError(
-            f"config key 'max_seeds' = {plan.max_seeds} is below the {most} seeds an arm already has; raise it "
-            "(max_seeds=6) or leave it out (no seeds are then added)"
-        )
-    return plan
+    """The plan of looks of a resolved config (:meth:`ptycho.study.looks.Plan.of`)."""
+    return Plan.of(cfg, {kind: arm_lists(cfg, kind) for kind in cfg["models"]})
 
 
 def arms(cfg: Mapping) -> list[str]:
