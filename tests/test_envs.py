@@ -38,7 +38,7 @@ def test_conda_env_pins_agree_with_the_lock(env):
 def test_every_rule_uses_a_pinned_environment():
     for rules in (ROOT / "rules").glob("*.smk"):
         text = rules.read_text()
-        assert text.count("    conda:") == len(re.findall(r"(?m)^(?:rule|checkpoint) ", text)), rules.name
+        assert text.count("    conda:") == len(re.findall(r"(?m)^ *(?:rule|checkpoint) ", text)), rules.name
 
 
 def _rules(*methods):
