@@ -34,8 +34,8 @@ rule all:
     input:
         REPORTS,
         DATASETS,
-        PRODUCTS,
-        FINAL_PRODUCTS,  # with looks: the added seeds' too
+        FINAL_PRODUCTS,
+        SOLVER_PRODUCTS,
         # A hole asked for by name is made, and every job downstream of it sees an
         # updated input and runs again: as --forcerun would, for the lost files only.
         HOLES,

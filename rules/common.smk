@@ -117,8 +117,9 @@ DATASETS = expand(f"{R}/data/{{split}}.{{ext}}", split=["train", "test"], ext=["
 MODELS = expand(f"{R}/models/{{arm}}/model.json", arm=ARMS)
 METRICS = expand(f"{R}/metrics/{{arm}}.json", arm=ARMS)
 # Every reconstruction as ptychodus products (evaluate's and solve's folder outputs): asked for
-# by `all`, as nothing reads them, so that a folder made before them gets them too.
-PRODUCTS = [*expand(f"{R}/products/{{arm}}", arm=ARMS), *expand(f"{R}/products/solver-{{mode}}", mode=CFG["xla"])]
+# by `all`, as nothing reads them, so that a folder made before them gets them too; the arms'
+# are FINAL_PRODUCTS (rules/looks.smk: with looks, the added seeds' too).
+SOLVER_PRODUCTS = expand(f"{R}/products/solver-{{mode}}", mode=CFG["xla"])
 CHECKS = expand(f"{R}/checks/{{item}}.json", item=CHECK_ITEMS)
 # The quality item on the user's own data also reads the arms' stitched objects (without a
 # ground truth it compares the arms with each other); on simulated data its command is as it was.
@@ -207,7 +208,7 @@ def train_priority(wildcards):
     all off arms in one load window and the XLA arms in another."""
     arm = parse_arm(wildcards.arm)
     group = [a for a in map(parse_arm, ARMS) if (a.model, a.precision) == (arm.model, arm.precision)]
-    cost = max(_train_cost(a._replace(seed=arm.seed)) for a in group)
+    cost = max(_train_cost(a) for a in group)
     seeds = sorted({a.seed for a in group} | {arm.seed})  # a look's added seeds are not in ARMS
     return int(round(10 * cost)) * 1000 + max(0, 999 - seeds.index(arm.seed))
 

@@ -17,20 +17,22 @@ def look_arms(k):
     return ARMS if k == 0 else arms_with_seeds(ARMS, _look(k - 1).next_seeds)
 
 
+def _last_look():
+    """The look that stopped the study (Snakemake runs each one before it until then)."""
+    k = 0
+    while not (look := _look(k)).stop:
+        k += 1
+    return look
+
+
 def looks_taken():
     """The records of the looks up to the one that stopped the study (none without max_seeds)."""
-    if not LOOKS.sequential:
-        return []
-    k = 0
-    while not _look(k).stop:
-        k += 1
-    return [f"{R}/looks/{i}.json" for i in range(k + 1)]
+    return [f"{R}/looks/{i}.json" for i in range(_last_look().index + 1)] if LOOKS.sequential else []
 
 
 def final_arms():
     """The arms the checks, figures and report judge: the configured ones, or the seeds of the look that stopped."""
-    taken = looks_taken()
-    return arms_with_seeds(ARMS, _look(len(taken) - 1).seeds) if taken else ARMS
+    return arms_with_seeds(ARMS, _last_look().seeds) if LOOKS.sequential else ARMS
 
 
 def per_final_arm(pattern):

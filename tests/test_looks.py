@@ -23,7 +23,7 @@ from ptycho.study.checklist import Inputs
 from ptycho.study.checklist.look import judge
 from ptycho.study.checklist.quality import COLUMNS, quality
 from ptycho.study.results import StudyResults
-from ptycho.study.stats import ALPHA, NOT_WORSE
+from ptycho.study.stats import ALPHA
 from ptycho.study.workflow import look_plan, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,7 +196,6 @@ def test_identical_arms_are_mostly_decided_not_worse_before_the_cap():
     ended = [_run_study(rng, PLAN, 0.0, 0.012) for _ in range(300)]
     decided = [look for look in ended if look.why == looks.DECIDED]
     assert len(decided) / len(ended) > 0.9 and all(look.statuses["quality"] == "PASS" for look in decided)
-    assert NOT_WORSE  # the outcome the PASS stands for
 
 
 # ------------------------------------------------------------------ the report

@@ -620,6 +620,9 @@ def test_the_real_siemens_star_runs_the_study_to_a_report(tmp_path):
     assert first.seeds == {"pinn": (0,)} and first.why == MORE and first.next_seeds == {"pinn": (0, 1)}
     assert second.seeds == {"pinn": (0, 1)} and second.stop and not (r / "looks" / "2.json").exists()
     assert [look["index"] for look in report["looks"]] == [0, 1]
+    from ptycho.study.results import StudyResults
+
+    assert StudyResults.folder(r).look_records == (first, second)  # a notebook's reader of the folder sees them
     assert (
         json.loads((r / "checks" / "convergence.json").read_text())["evidence"]["comparisons"]["pinn-jit"]["alpha"]
         == 0.025

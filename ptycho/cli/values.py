@@ -39,7 +39,7 @@ def nonnegative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = -1
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
     return value

@@ -157,10 +157,6 @@ class Look:
     def stop(self) -> bool:
         return self.why != MORE
 
-    def seeds_after(self) -> Mapping[str, tuple[int, ...]]:
-        """The seeds per model the study ends with if this look stops it, else the next look's."""
-        return self.seeds if self.stop else self.next_seeds
-
     def needed(self) -> float:
         """The most seeds per arm an open comparison needs by its own spread (NaN: unknown)."""
         values = [o.needed for o in self.open]
@@ -266,18 +262,14 @@ def decide(plan: Plan, index: int, seeds: Mapping[str, tuple[int, ...]], results
     if INCONCLUSIVE not in statuses.values():
         return look
     if index + 1 >= plan.looks:
-        return _replace(look, why=CAP)
+        return dataclasses.replace(look, why=CAP)
     if math.isinf(look.needed()):  # a mean at the margin's edge: more than MAX_SEEDS would not settle it
-        return _replace(look, why=FUTILE)
+        return dataclasses.replace(look, why=FUTILE)
     models = {o.model for o in opened} or set(seeds)
     grown = {m: plan.added(s) if m in models else s for m, s in seeds.items()}
     if grown == dict(seeds):  # every open model is at the cap already
-        return _replace(look, why=CAP)
-    return _replace(look, why=MORE, next_seeds=grown)
-
-
-def _replace(look: Look, **changes) -> Look:
-    return dataclasses.replace(look, **changes)
+        return dataclasses.replace(look, why=CAP)
+    return dataclasses.replace(look, why=MORE, next_seeds=grown)
 
 
 def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) -> list[str]:

@@ -12,7 +12,7 @@ from ptycho.study.looks import CAP, DECIDED, FUTILE, Look
 
 def sentence(looks: Iterable[Look]) -> str:
     """The looks in words: how many were planned and taken, at what rate, and why the study stopped."""
-    from ptycho.study.stats import level_words
+    from ptycho.study.stats import MAX_SEEDS, level_words
 
     looks = tuple(looks)
     if not looks:
@@ -21,7 +21,7 @@ def sentence(looks: Iterable[Look]) -> str:
     why = {
         DECIDED: "every seeded item decided",
         CAP: f"it reached the cap of {plan.max_seeds} seeds per arm (max_seeds) with an item still INCONCLUSIVE",
-        FUTILE: "an open comparison's mean sat so near its margin that more seeds than any study trains would be needed",
+        FUTILE: f"an open comparison's spread said more than {MAX_SEEDS} seeds per arm would be needed",
     }.get(last.why, last.why)
     return (
         f"Seeds were added while an item was INCONCLUSIVE: {len(looks)} of {plan.looks} planned looks taken "

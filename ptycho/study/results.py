@@ -118,6 +118,7 @@ class StudyResults:
             solver=[str(p) for p in (flat, warm) if p.is_file()] if flat.is_file() else [],
             conditions=glob("conditions/*/check.json") + glob("conditions/*/solve.json"),
             probe=one("solver/probe.json"),
+            looks=glob("looks/*.json"),
         )
 
     # ------------------------------------------------------------------ the trainings
