@@ -12,6 +12,7 @@ import pytest
 
 from ptycho.errors import PtychoError
 from ptycho.study import solver_view
+from ptycho.study.arm_summary import ArmSummary
 from ptycho.study.arms import Arm
 from ptycho.study.results import StudyResults
 
@@ -31,9 +32,10 @@ def test_a_results_folder_is_read_by_kind_and_keyed_by_arm():
     arms = results.arms()
     assert sorted(arms) == ARMS
     for name, arm in arms.items():
-        assert arm["status"] == "FINISHED" and arm["final"] == results.histories[Arm.parse(name)][-1].raw
-        assert "step_times_s" not in arm["timing"] and arm["timing"] == results.timings[name]
-        assert set(arm["metrics"]) >= {"amp_ssim", "phase_ssim"} and arm["infer_patterns_per_s"] > 0
+        assert arm.status == "FINISHED" and arm.final == results.histories[Arm.parse(name)][-1].raw
+        assert "step_times_s" not in arm.timing and arm.timing == results.timings[name]
+        assert set(arm.metrics) >= {"amp_ssim", "phase_ssim"} and arm.infer_patterns_per_s > 0
+        assert ArmSummary.from_json(arm.to_json()) == arm  # the report's entry reads back as it was
     assert results.failed == {} and results.condition_records == {} and results.refinement is None
     assert set(results.checked) == {"accuracy", "gradients", "convergence", "quality", "speedup"}
     assert solver_view.entry(results).engine and results.benchmark.arms
@@ -182,3 +184,28 @@ def test_the_studys_subject_is_a_role_of_one_network_kind():
         ("ptycho/study/presentation.py", "baseline"),
         ("ptycho/study/checklist/quality.py", "baseline"),
     }
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"metrics": {"amp_ssim": 0.8}},  # scored, not trained in the records given
+        {"timing": {"compile_s": None}, "final": None, "status": "FAILED", "failure": None},
+        {
+            "timing": {"train_wall_s": 60.0},
+            "final": {"epoch": 3},
+            "status": "FINISHED",
+            "failure": None,
+            "metrics": {"amp_ssim": 0.8},
+            "infer_patterns_per_s": 1e3,
+        },
+    ],
+)
+def test_an_arms_report_entry_names_only_what_it_has(entry):
+    """The report's entry of an arm writes back key for key what it was read from (a
+    scored arm without a training names no status), and reads its failure."""
+    arm = ArmSummary.from_json(entry)
+    assert arm.to_json() == entry and arm.trained == ("timing" in entry)
+    assert (arm.failed, arm.failure_words) == (
+        (True, "diverged") if entry.get("status") == "FAILED" else (False, "diverged")
+    )

@@ -170,7 +170,7 @@ def own_row(report: StudyReport) -> ConditionRow:
         own_settings(config)["loss"],
         {c: Check(report.items[c].status, report.items[c].value) for c in CHECKS},
         SolverCell.of_run(mode, run) if run else None,
-        {arm: a["metrics"] for arm, a in report.arms.items() if a.get("metrics")},
+        {arm: a.metrics for arm, a in report.arms.items() if a.metrics},
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ptycho.errors import PtychoError
+from ptycho.study.arm_summary import ArmSummary
 from ptycho.study.arms import Arm, pairs, pattern
 from ptycho.study.training_record import Epoch, TrainingRecord
 
@@ -248,17 +249,17 @@ class StudyResults:
             }
         return out
 
-    def arms(self) -> dict[str, dict[str, Any]]:
-        """Arm name -> what the report keeps of it: its training's timing, last epoch,
-        status and failure (when trained), its mean scores (``metrics``) and its inference
-        rate (``infer_patterns_per_s``) where those were given."""
-        out: dict[str, dict[str, Any]] = {}
+    def arms(self) -> dict[str, ArmSummary]:
+        """Arm name -> what the report keeps of it (:class:`~ptycho.study.arm_summary.ArmSummary`):
+        its training's timing, last epoch, status and failure (when trained), its mean
+        scores and its inference rate where those were given."""
+        out: dict[str, ArmSummary] = {}
         for arm, r in self.trainings.items():
-            out[arm.name] = {"timing": r.timing, "final": r.final, "status": r.status, "failure": r.failure}
+            out[arm.name] = ArmSummary(timing=r.timing, final=r.final, status=r.status, failure=r.failure)
         for name, scored in self.scores.items():
-            out.setdefault(name, {})["metrics"] = scored.get("mean", {})
+            out[name] = replace(out.get(name, ArmSummary()), metrics=scored.get("mean", {}))
         for name, rate in self.infer_rates.items():
-            out.setdefault(name, {})["infer_patterns_per_s"] = rate
+            out[name] = replace(out.get(name, ArmSummary()), infer_patterns_per_s=rate)
         return out
 
     # ------------------------------------------------------------------ the other jobs' records

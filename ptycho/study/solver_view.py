@@ -19,6 +19,7 @@ import numpy as np
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
+from ptycho.study.arm_summary import ArmSummary
 from ptycho.study.arms import Arm
 from ptycho.study.bench.record import Interval
 from ptycho.study.checklist.agreement import OWN
@@ -58,22 +59,24 @@ def _below(run: SolverRun, misfit: float) -> Reach | None:
     return None if hit is None else Reach(hit["iteration"], _seconds(run, hit["iteration"]))
 
 
-def summarise(solve: SolveRecord, warm: SolveRecord | None, arms: Mapping[str, Mapping]) -> SolverSummary:
+def summarise(
+    solve: SolveRecord, warm: SolveRecord | None, arms: Mapping[str, ArmSummary | Mapping[str, Any]]
+) -> SolverSummary:
     """The report's ``solver`` entry.
 
-    ``arms`` are the report's network arms (metrics, timing, inference rate); a
+    ``arms`` are the report's network arms (:class:`ArmSummary`, or their JSON); a
     network's seconds per object are its inference time for one object's patterns.
     """
     flat = solve.flat_runs()
     truth = solve.ground_truth
     per_object = solve.patterns / max(solve.objects, 1)
     networks = []
-    for name, arm in sorted(arms.items()):
-        metrics = arm.get("metrics")
+    for name in sorted(arms):
+        arm = ArmSummary.of(arms[name])
+        metrics = arm.metrics
         if not metrics:
             continue
-        rate = arm.get("infer_patterns_per_s")
-        wall = (arm.get("timing") or {}).get("train_wall_s")
+        rate, wall = arm.infer_patterns_per_s, arm.train_wall_s
         quality = (
             {
                 "amp_ssim": metrics["amp_ssim"],

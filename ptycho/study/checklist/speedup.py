@@ -403,7 +403,7 @@ def _trainings_at_once(report: StudyReport) -> str:
     whose arms ran in different runs (a rerun with another ``--cores``) says each count.
     Models trained before that was recorded fall back to the bench's shared context,
     which reproduces the schedule of the run that made the bench."""
-    counts = sorted({n for arm in report.arms.values() if (n := arm.get("timing", {}).get("trainings_at_once"))})
+    counts = sorted({n for arm in report.arms.values() if (n := arm.trainings_at_once)})
     if not counts:
         shared = report.bench.contexts.get("shared")
         counts = [shared.trainings_at_once] if shared and shared.trainings_at_once else []
@@ -419,18 +419,15 @@ def _trainings_at_once(report: StudyReport) -> str:
 def training_table(report: StudyReport) -> Table:
     rows = []
     for name, arm in sorted(report.arms.items()):
-        t = arm.get("timing", {})
-        status = arm.get("status", "FINISHED")
-        if status == "FAILED":
-            status = f"FAILED: {arm.get('failure') or 'diverged'}"
+        status = f"FAILED: {arm.failure_words}" if arm.failed else arm.status or "FINISHED"
         rows.append(
             [
                 name,
                 status,
-                fmt(t.get("compile_s")),
-                fmt(t.get("step_median_s")),
-                fmt(t.get("train_wall_s")),
-                fmt(arm.get("infer_patterns_per_s")),
+                fmt(arm.compile_s),
+                fmt(arm.step_median_s),
+                fmt(arm.train_wall_s),
+                fmt(arm.infer_patterns_per_s),
             ]
         )
     return (

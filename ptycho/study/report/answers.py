@@ -28,7 +28,7 @@ def _measured_answers(report: StudyReport, arms: dict[str, dict[str, float]]) ->
         return arms
     for name, arm in report.arms.items():
         for key in OWN:
-            value = (arm.get("metrics") or {}).get(key)
+            value = (arm.metrics or {}).get(key)
             if isinstance(value, int | float):
                 arms.setdefault(name, {})[key] = value
     for pair in evidence.get("between_arms", {}).values():
@@ -63,9 +63,9 @@ def answers(report: StudyReport) -> dict[str, JobRecord]:
 
     arms: dict[str, dict[str, float]] = {}
     for name, arm in report.arms.items():
-        metrics = {k: arm["metrics"][k] for k in ANSWER_METRICS if k in (arm.get("metrics") or {})}
-        if "infer_patterns_per_s" in arm:
-            metrics["infer_patterns_per_s"] = arm["infer_patterns_per_s"]
+        metrics = {k: arm.metrics[k] for k in ANSWER_METRICS if k in (arm.metrics or {})}
+        if arm.infer_patterns_per_s is not None:
+            metrics["infer_patterns_per_s"] = arm.infer_patterns_per_s
         arms[name] = metrics
     arms = _measured_answers(report, arms)
     parent_metrics: dict[str, float] = {"verdict_pass": float(report.verdict == "PASS")}

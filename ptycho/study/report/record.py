@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from ptycho.artifacts import FORMATS
 from ptycho.study import checklist
+from ptycho.study.arm_summary import ArmSummary
 from ptycho.study.bench.record import BenchRecord
 from ptycho.study.checklist.result import ItemResult
 from ptycho.study.conditions_view import ConditionRow
@@ -38,13 +39,13 @@ QUESTION = "Does XLA make physics-informed ptychographic reconstruction faster w
 @dataclass(frozen=True)
 class StudyReport:
     """The report's record as a type: the one code that knows ``validation.json``'s keys
-    (:meth:`to_json`, :meth:`from_json`). Its items are :class:`ItemResult`; the arms,
-    the machine, the cost, the config, the provenance, the solver's entry, the conditions'
+    (:meth:`to_json`, :meth:`from_json`). Its items are :class:`ItemResult`, its arms
+    :class:`ArmSummary`; the machine, the cost, the config, the provenance, the solver's entry, the conditions'
     rows and the probe refinement are the JSON their own modules write."""
 
     verdict: str
     items: Mapping[str, ItemResult]
-    arms: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    arms: Mapping[str, ArmSummary] = field(default_factory=dict)
     failed_arms: Mapping[str, str] = field(default_factory=dict)
     machine: Mapping[str, Any] = field(default_factory=dict)
     figures: tuple[str, ...] = ()
@@ -76,7 +77,7 @@ class StudyReport:
             "question": self.question,
             "verdict": self.verdict,
             "items": {name: r.to_json() for name, r in self.items.items()},
-            "arms": dict(self.arms),
+            "arms": {name: arm.to_json() for name, arm in self.arms.items()},
             "failed_arms": dict(self.failed_arms),
             "machine": dict(self.machine),
             "figures": list(self.figures),
@@ -96,7 +97,7 @@ class StudyReport:
         return cls(
             verdict=d.get("verdict", ""),
             items={name: _item(name, r) for name, r in (d.get("items") or {}).items()},
-            arms=d.get("arms") or {},
+            arms={name: ArmSummary.from_json(arm) for name, arm in (d.get("arms") or {}).items()},
             failed_arms=d.get("failed_arms") or {},
             machine=d.get("machine") or {},
             figures=tuple(d.get("figures") or ()),
@@ -137,7 +138,7 @@ def _item(name: str, r: Mapping[str, Any]) -> ItemResult:
 
 def build(
     items: Mapping[str, ItemResult],
-    arms: Mapping[str, dict],
+    arms: Mapping[str, ArmSummary | Mapping[str, Any]],
     config: Mapping,
     machine: Mapping | None = None,
     figures: tuple[str, ...] = (),
@@ -148,7 +149,8 @@ def build(
     probe: Mapping | None = None,
     looks: Sequence[Look] = (),
 ) -> StudyReport:
-    """Assemble the report record. ``arms`` maps arm name -> {metrics, timing, ...};
+    """Assemble the report record. ``arms`` maps arm name -> its :class:`ArmSummary`
+    (:meth:`ptycho.study.results.StudyResults.arms`; or its JSON);
     ``cost`` is :func:`pipeline_cost` of the run's job benchmarks; ``provenance`` says
     which run this is (config hash, git commit, MLflow parent run; the preset is added
     from ``config``), shown in the views' first lines; ``solver`` is
@@ -161,7 +163,8 @@ def build(
     missing = [name for name in names if name not in items]
     if missing:
         raise ValueError(f"checklist items missing from the report: {', '.join(missing)}")
-    failed = {name: arm.get("failure") or "diverged" for name, arm in arms.items() if arm.get("status") == "FAILED"}
+    arms = {name: ArmSummary.of(arm) for name, arm in arms.items()}
+    failed = {name: arm.failure_words for name, arm in arms.items() if arm.failed}
     conditions = [ConditionRow.of(row) for row in conditions]
     statuses = {items[name].status for name in names}
     statuses |= {check.status for row in conditions for check in row.checks.values()}
@@ -172,7 +175,7 @@ def build(
     return StudyReport(
         verdict=verdict,
         items={name: items[name] for name in names},
-        arms=dict(arms),
+        arms=arms,
         failed_arms=failed,
         machine=dict(machine or {}),
         figures=tuple(figures),
