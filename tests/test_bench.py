@@ -120,7 +120,7 @@ def test_where_the_seed_spread_comes_from_is_split_between_the_seed_and_the_arms
     by an arm and its reference) plus the arm's own remainder (its arithmetic). Simulated
     with a known split, the seed's share of one arm's variance is recovered, and the words
     and the report's table say it."""
-    from ptycho.study.checklist.seeds import source_table
+    from ptycho.study.report.items.seeds import source_table
 
     rng = np.random.default_rng(0)
     n, seed_sd, own_sd = 400, 0.03, 0.01  # the seed's variance is 0.9 of the whole
@@ -519,7 +519,7 @@ def test_the_shared_context_says_when_the_pipeline_ran_one_training_at_a_time():
     """``--cores 1`` (or a cluster): the pipeline trains one at a time, the bench reproduces
     that, and its words say no arm shared the cores, not that the arms had partners (#35)."""
     from ptycho.study.bench.coordinator import shared_how
-    from ptycho.study.checklist.speedup import training_table
+    from ptycho.study.report.items.speedup import training_table
 
     assert shared_how(4, 1, 1, threads=1, alone_threads=2, n_cores=2) == (
         "one arm's step loop at a time, 1 thread on 2 cores: the pipeline runs its trainings one at a time here, "
@@ -668,7 +668,7 @@ def test_a_precision_that_is_faster_without_xla_does_not_pass_the_speed_item():
 
 
 def test_the_speedup_text_says_how_close_the_fastest_arm_is_to_the_peak():
-    from ptycho.study.checklist.speedup import text
+    from ptycho.study.report.items.speedup import text
 
     record = _record(_precision_arms())
     words = text(StudyReport(verdict="", items={"speedup": speedup(record, 1.0)}))

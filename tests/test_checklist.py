@@ -1,8 +1,9 @@
-"""The checklist's shape: an item is one module, the rest of the study reads the list.
+"""The checklist's shape: an item is its judging (a checklist module) and its section (a
+report module), and the rest of the study reads the lists.
 
-An item defined here, in a test module, is registered and then appears in ``ptycho
-check``'s job, the verdict, the report's checklist table, its own section with its
-tables, and the figures job's list, without any other module knowing its name.
+An item defined here, in a test module, with its section, is registered and then appears
+in ``ptycho check``'s job, the verdict, the report's checklist table, its own section with
+its tables, and the figures job's list, without any other module knowing its name.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import sys
 import pytest
 
 from ptycho.study import checklist, report
-from ptycho.study.checklist import Figure, Inputs, Item, ItemResult, verdict
+from ptycho.study.checklist import Inputs, Item, ItemResult, verdict
+from ptycho.study.report import items as sections
 from ptycho.study.results import StudyResults
+from ptycho.study.section import Figure, Section
 
 
 def _collect(inputs: Inputs, threshold: float) -> ItemResult:
@@ -35,21 +38,19 @@ def _draw(inputs):
     return message_figure("tidy")
 
 
-TIDINESS = Item(
-    name="tidiness",
-    title="Tidiness",
-    tables=_tables,
-    figures=(Figure("tidiness", "a tidy figure", _draw),),
-    collect=_collect,
-    threshold="tidiness_max",
+TIDINESS = Item(name="tidiness", collect=_collect, threshold="tidiness_max")
+TIDINESS_SECTION = Section(
+    name="tidiness", title="Tidiness", tables=_tables, figures=(Figure("tidiness", "a tidy figure", _draw),)
 )
 
 
 @pytest.fixture
 def tidiness():
     checklist.register(TIDINESS)
+    sections.register(TIDINESS_SECTION)
     yield TIDINESS
     checklist.unregister(TIDINESS.name)
+    sections.unregister(TIDINESS.name)
 
 
 def _passing_items():
@@ -62,7 +63,8 @@ def _passing_items():
 def test_the_package_lists_its_items_once_in_report_order():
     assert checklist.names() == ["accuracy", "gradients", "convergence", "quality", "speedup"]
     assert [it.name for it in checklist.items() if it.measures] == ["accuracy", "gradients"]
-    assert [f.stem for _, f in checklist.figures()] == [
+    assert [s.name for s in sections.sections()][:5] == checklist.names()  # each item's section, in its order
+    assert [f.stem for _, f in sections.figures()] == [
         "losses",
         "reconstructions",
         "errors",
@@ -98,8 +100,8 @@ def test_an_item_registered_from_a_test_module_is_checked_judged_and_reported(ti
 
 def test_the_items_that_only_judge_import_no_tensorflow():
     code = (
-        "import sys; from ptycho.study import checklist, report; "
-        "[it.tables for it in checklist.items()]; "
+        "import sys; from ptycho.study import checklist, report; from ptycho.study.report import items as sections; "
+        "[sections.section(it.name).tables for it in checklist.items()]; "
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -113,3 +115,20 @@ def test_an_unknown_item_is_one_line_naming_the_choices(tmp_path):
     with pytest.raises(PtychoError, match="unknown item 'tidyness'; choose one of accuracy, gradients"):
         jobs.check("tidyness", 1.0, str(tmp_path / "x.json"))
     assert not (tmp_path / "x.json").exists()
+
+
+def test_an_item_without_a_section_is_one_line_naming_the_fix():
+    with pytest.raises(KeyError, match="checklist item 'tidiness' has no report section; register one"):
+        sections.section("tidiness")
+
+
+def test_the_judging_modules_say_nothing_of_how_they_are_shown():
+    """Judging apart from narrating: no checklist module builds a table or draws a figure
+    (their sections do, in ptycho/study/report/items/), and each item has its section."""
+    from pathlib import Path
+
+    folder = Path(checklist.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text()
+        assert "ptycho.study.figures" not in text and "-> Table" not in text, f"{path.name} narrates"
+    assert [sections.section(name).name for name in checklist.names()] == checklist.names()

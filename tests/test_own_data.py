@@ -324,8 +324,8 @@ def test_one_seed_without_ground_truth_is_inconclusive_and_every_view_reads_it(t
     With one seed there is no yardstick: the agreement is shown, not judged."""
     from ptycho.artifacts import read_json, write_json
     from ptycho.study import report as views
-    from ptycho.study.checklist.quality import tables
     from ptycho.study.report.answers import _measured_answers
+    from ptycho.study.report.items.quality import tables
     from ptycho.study.report.record import StudyReport
 
     rng = np.random.default_rng(2)

@@ -427,17 +427,17 @@ def test_the_spread_of_the_steps_to_the_target_is_split_between_the_seed_and_the
     assert math.isnan(dataclasses.replace(c, arm=arm[:1]).steps_split()[2])
     assert math.isnan(dataclasses.replace(c, paired=False).steps_split()[2])
     # The speed section's table reads the record back from the report's JSON.
-    from types import SimpleNamespace
-
-    from ptycho.study.checklist.speedup import steps_source_table
+    from ptycho.study.report.items.speedup import steps_source_table
+    from ptycho.study.report.record import StudyReport
     from ptycho.study.tables import fmt
 
+    def speed(found):
+        return StudyReport.of({"items": {"speedup": {"evidence": {"time_to_quality": found}}}})
+
     record = dataclasses.replace(c, title="PINN jit - off").to_json()
-    title, header, rows = steps_source_table(
-        SimpleNamespace(evidence=lambda item: {"time_to_quality": {"pinn-jit": record}})
-    )
+    title, header, rows = steps_source_table(speed({"pinn-jit": record}))
     assert title.startswith("Where the spread of the steps") and rows == [
         ["PINN jit - off", "log steps to the target", "3", fmt(seed_sd), fmt(paired_sd), "100%", "0%"]
     ]
     unpaired = dataclasses.replace(c, paired=False).to_json()
-    assert steps_source_table(SimpleNamespace(evidence=lambda item: {"time_to_quality": {"x": unpaired}})) is None
+    assert steps_source_table(speed({"x": unpaired})) is None

@@ -110,6 +110,13 @@ class _Field(Mapping):
 
 #: The short word of each precision in arm names, figures and tables (from the records).
 SHORT: Mapping[str, str] = _Field("short")
+
+
+def short(precision: str) -> str:
+    """A precision's short word (``bf16``); a name no record has, as itself."""
+    return SHORT.get(precision, precision)
+
+
 #: The unit round-off of each precision's compute type (from the records).
 EPSILON: Mapping[str, float] = _Field("epsilon")
 #: The CPU flags giving each reduced precision native kernels (from the records; the

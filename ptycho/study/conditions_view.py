@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
-from ptycho.study.checklist.item import Section
 from ptycho.study.presentation import MODEL_WORDS
+from ptycho.study.section import Section
 from ptycho.study.tables import Table
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from ptycho.study.checklist.item import Section
 from ptycho.study.looks import CAP, DECIDED, FUTILE, Look
+from ptycho.study.section import Section
 
 
 def sentence(looks: Iterable[Look]) -> str:

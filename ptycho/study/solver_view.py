@@ -23,8 +23,8 @@ from ptycho.study.arm_summary import ArmSummary
 from ptycho.study.arms import Arm
 from ptycho.study.bench.record import Interval
 from ptycho.study.checklist.agreement import OWN
-from ptycho.study.checklist.item import Figure, Section
 from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
+from ptycho.study.section import Figure, Section
 from ptycho.study.solve import MISFIT, first_below, first_reaching
 from ptycho.study.solver_record import SolveRecord, SolverRun
 from ptycho.study.solver_summary import ModeSummary, NetworkSummary, Reach, SolverSummary

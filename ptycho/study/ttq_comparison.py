@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ptycho.artifacts import stored_number
+from ptycho.nets.precision import short
 from ptycho.study.stats import level_words
 
 #: The band around 1 inside which a resolved ratio is "no measurable effect": an interval
@@ -117,12 +118,6 @@ def effect_words(ratio: float, low: float = math.nan, high: float = math.nan) ->
     if NO_EFFECT_BAND[0] <= low and high <= NO_EFFECT_BAND[1]:
         return NO_EFFECT
     return NOT_RESOLVED
-
-
-def _short(precision: str) -> str:
-    from ptycho.nets.precision import SHORT
-
-    return SHORT.get(precision, precision)
 
 
 @dataclass(frozen=True)
@@ -318,15 +313,15 @@ class Comparison:
     def who(self) -> str:
         """The arm in words: ``physics at bf16``, or ``bf16 (off)`` on the precision axis."""
         if self.axis == "mode":
-            return f"{self.mode} at {_short(self.precision)}"
-        return f"{_short(self.precision)} ({self.mode})"
+            return f"{self.mode} at {short(self.precision)}"
+        return f"{short(self.precision)} ({self.mode})"
 
     @property
     def whom(self) -> str:
         """The reference in words: ``off at bf16``, or ``fp32 (off)``."""
         if self.axis == "mode":
-            return f"{self.reference_mode} at {_short(self.precision)}"
-        return f"{_short(self.reference_precision)} ({self.mode})"
+            return f"{self.reference_mode} at {short(self.precision)}"
+        return f"{short(self.reference_precision)} ({self.mode})"
 
     def ratio_words(self) -> str:
         """``"1.06x (95% CI 0.99-1.15)"``."""
@@ -387,7 +382,7 @@ class Comparison:
         not resolved (...)"``."""
         n = len(self.arm)
         return (
-            f"at {_short(self.precision)} the best mode, {self.mode}, reaches the PINN's quality target at "
+            f"at {short(self.precision)} the best mode, {self.mode}, reaches the PINN's quality target at "
             f"{self.ratio_words()} {self.reference_mode}'s speed ({n} seed{'s' * (n != 1)}; "
             f"{self.per_step:.2f}x per step): {self.outcome}"
         )

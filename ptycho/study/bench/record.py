@@ -23,6 +23,10 @@ from ptycho.study.arms import Arm
 
 #: The measurements a ratio entry may hold, in the record's order.
 MEASUREMENTS = ("train_step_alone", "train_step_shared", "inference")
+#: Each measurement in words, in that order (the report's index of ratios, the figures' labels).
+MEASUREMENT_WORDS = dict(
+    zip(MEASUREMENTS, ("train step alone", "train step, pipeline's schedule", "inference"), strict=True)
+)
 
 
 def _number(value: Any) -> float | None:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 
 from ptycho.nets.models import SUBJECT
-from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
+from ptycho.nets.precision import REFERENCE_PRECISION, short
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.bench.machine import flags_words
 from ptycho.study.bench.record import ArmRatios, BenchArm, BenchRecord, Context, Interval, Peak, Spread
@@ -60,13 +60,9 @@ def _conditions(contexts: Mapping[str, Context]) -> list[list[str]]:
     return rows
 
 
-def _short(precision: str) -> str:
-    return SHORT.get(precision, precision)
-
-
 def _arm(a: BenchArm) -> list[str]:
     """An arm's first cells: model, mode, precision (short word)."""
-    return [a.model, a.mode, _short(a.precision)]
+    return [a.model, a.mode, short(a.precision)]
 
 
 def _timing(a: BenchArm) -> list[str]:
@@ -138,7 +134,7 @@ def _ratios(ratios: Mapping[str, Mapping[str, ArmRatios]]) -> list[list[str]]:
                 [
                     model,
                     r.mode,
-                    _short(r.precision),
+                    short(r.precision),
                     _interval(r.xla.get("train_step_alone")),
                     _interval(r.xla.get("train_step_shared")),
                     _interval(r.xla.get("inference")),
@@ -283,7 +279,7 @@ def batch_table(bench: BenchRecord | Mapping) -> Table:
                 [
                     a.model,
                     a.mode,
-                    _short(a.precision),
+                    short(a.precision),
                     "training step" if kind == "train" else "inference batch",
                     str(b),
                     _ms(rec),
@@ -320,7 +316,7 @@ def batch_words(bench: BenchRecord | Mapping) -> str:
                 by_kind.setdefault(kind, []).append(f"{b}: {fmt(r.ratio)}x")
         if by_kind:
             parts.append(
-                f"{a.mode} at {_short(a.precision)}: "
+                f"{a.mode} at {short(a.precision)}: "
                 + "; ".join(
                     f"{'training' if k == 'train' else 'inference'} batch {', '.join(v)}" for k, v in by_kind.items()
                 )
@@ -333,7 +329,7 @@ def batch_words(bench: BenchRecord | Mapping) -> str:
     if best:
         per_s, a, b = best
         text += (
-            f". Highest PINN inference throughput here: {a.mode} at {_short(a.precision)} with batch {b} "
+            f". Highest PINN inference throughput here: {a.mode} at {short(a.precision)} with batch {b} "
             f"({fmt(1 / per_s)} pattern groups/s); a training batch also changes the optimisation, so no training "
             "batch is recommended on speed alone"
         )
@@ -399,7 +395,7 @@ def format_table(result: BenchRecord | Mapping) -> str:
             words.append(
                 f"XLA's own effect on the PINN train step, {context}: the fastest mode is "
                 f"{arm_words(record, SUBJECT, found[0])} ({_interval(found[1])} vs {REFERENCE} at "
-                f"{_short(entry.precision)})"
+                f"{short(entry.precision)})"
             )
     words += [w for w in (roofline_words(record), batch_words(record)) if w]
     title, header, rows = batch_table(record)

@@ -1,32 +1,32 @@
 """The validation checklist: one module per item, listed once, here, in report order.
 
 Each module defines ``ITEM`` (:class:`~ptycho.study.checklist.item.Item`): how the item
-is measured or collected, judged, tabled and drawn. The ``check`` command, the report,
-the figures job and the rules read this list; adding an item is a module, a line in
-:data:`_MODULES`, a rule and a caption (or :func:`register` from outside the package).
-Importing the list imports no TensorFlow: the items that measure import it when they run.
+is measured or collected and judged. What the report says of it (its text, tables and
+figures) is its section's, a module of the same name in :mod:`ptycho.study.report.items`.
+The ``check`` command, the looks, the report and the rules read this list; adding an item
+is a module here, its section there, a line in :data:`_MODULES`, a rule and a caption (or
+:func:`register` here and :func:`ptycho.study.report.items.register` there, from outside
+the package). Importing the list imports no TensorFlow: the items that measure import it
+when they run.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 
-from ptycho.study.checklist.item import Figure, Inputs, Item, Section
+from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import ItemResult, verdict
 from ptycho.study.results import check_producer as producer
 
 __all__ = [
-    "Figure",
     "Inputs",
     "Item",
     "ItemResult",
-    "Section",
     "get",
     "items",
     "names",
     "producer",
     "register",
-    "sections",
     "verdict",
 ]
 
@@ -61,15 +61,3 @@ def register(item: Item) -> Item:
 
 def unregister(name: str) -> None:
     _EXTRA.pop(name, None)
-
-
-def sections() -> list[Section]:
-    """The report's sections after the checklist: the items, the looks, the solver, the conditions."""
-    from ptycho.study import conditions_view, looks_view, solver_view
-
-    return [*items(), looks_view.SECTION, solver_view.SECTION, conditions_view.SECTION]
-
-
-def figures() -> list[tuple[str, Figure]]:
-    """(section name, figure) of every figure of the report, in reading order."""
-    return [(section.name, figure) for section in sections() for figure in section.figures]

@@ -40,8 +40,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from itertools import combinations
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -51,7 +49,6 @@ from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import ALPHA, HIGHER, LOWER, NON_INFERIORITY, SeedComparison, interval_levels, seed_comparison
-from ptycho.study.tables import Table, fmt
 
 #: The scores of a reconstruction, with their words in the tables: against the ground
 #: truth (the quality item's) or, here, against the reference arm's reconstruction.
@@ -249,88 +246,3 @@ def agreement_words(words: str, label: str, c: SeedComparison) -> str:
         f"arm {c.mean_off:.4f}: {c.difference:+.4f}"
     )
     return head + c.words()
-
-
-def tables(ev: Mapping) -> list[Table]:
-    """The quality section's tables on measured data."""
-    out: list[Table] = [
-        (
-            "Per arm: no ground truth (measured data), so no scores; the data misfit of its stitched objects (Poisson "
-            "NLL per measured pixel above the saturated model's, 0.5 at the noise level; lower explains the data "
-            "better), the half-scan FRC's mean over the rings (the reconstructions from the two halves of the scan "
-            "correlated; higher agrees more) and where it crosses the 1/2-bit curve (the resolution, cycles/px; "
-            "higher is finer, 0.5 is Nyquist)",
-            ["arm", *(label for _, label, _ in OWN.values())],
-            [[arm, *(fmt(m.get(k)) for k in OWN)] for arm, m in sorted(ev.get("per_arm", {}).items())],
-        )
-    ]
-    if ev.get("between_arms"):
-        out.append(
-            (
-                "Each arm's reconstruction against its reference arm's (off, or float32) of the same seed, scored as "
-                "against a truth (registered, amplitude scaled, phase plane removed; 1 = the same reconstruction)",
-                ["comparison", "arm", "reference", *COLUMNS.values()],
-                [
-                    [key, s["arm"], s["reference"], *(fmt(s.get(k)) for k in COLUMNS)]
-                    for key, s in sorted(ev["between_arms"].items())
-                ],
-            )
-        )
-    comparisons = {
-        (name, SeedComparison.from_json(c).label or key): c
-        for name, per in ev.get("comparisons", {}).items()
-        for key, c in per.items()
-    }
-    if comparisons:
-        out.append(
-            seeds.comparison_table(
-                comparisons,
-                "Each arm against its reference across seeds: the data misfit as the relative difference (arm - "
-                "reference) / reference against the relative margin, the half-scan FRC means as differences against "
-                "the SSIM margin, both paired by seed; the SSIM between the arms against the SSIM between two seeds of "
-                "the reference arm (unpaired), against the SSIM margin",
-            )
-        )
-    if ev.get("seed_to_seed"):
-        out.append(
-            (
-                "Yardstick: two trainings of the same reference arm with different seeds, against each other (mean "
-                "over pairs of seeds)",
-                ["reference arm", "amp SSIM", "phase SSIM", "pairs of seeds"],
-                [
-                    [name, fmt(s["amp_ssim"]), fmt(s["phase_ssim"]), str(s["pairs"])]
-                    for name, s in sorted(ev["seed_to_seed"].items())
-                ],
-            )
-        )
-    return out
-
-
-def against_reference(results) -> tuple[Arm, dict[Arm, dict[str, Any]]] | None:
-    """For the quality figures on measured data: the reference arm and every other
-    arm's first stitched object compared with the reference arm's
-    (:func:`ptycho.analysis.metrics.compare`, as against a truth); None when the figures'
-    dataset has a ground truth. The reference is the first ``off`` arm at float32 (else at
-    its first precision) of the first model and seed."""
-    from ptycho.analysis.metrics import compare
-    from ptycho.nets.precision import REFERENCE_PRECISION
-
-    if results.ground_truth:
-        return None
-    firsts = {}
-    for path in results.stitched:
-        images = results.images[Path(path).stem]
-        if len(images) == 0:
-            raise PtychoError(f"{path}: no stitched object; re-run stitch")
-        firsts[Arm.parse(Path(path).stem)] = images[0]
-    if not firsts:
-        raise PtychoError("no stitched objects to show; pass the arms' stitched files")
-    ordered = sorted(firsts, key=lambda a: a.order)
-    ref = next(
-        (a for a in ordered if a.is_reference and a.precision == REFERENCE_PRECISION),
-        next((a for a in ordered if a.is_reference), ordered[0]),
-    )
-    compared = {arm: compare(image, firsts[ref]) for arm, image in firsts.items() if arm != ref}
-    if not compared:
-        raise PtychoError(f"only the reference arm {ref.name} was reconstructed: no other arm to compare with it")
-    return ref, compared

@@ -19,16 +19,15 @@ import numpy as np
 
 from ptycho.study.arms import pairs
 from ptycho.study.checklist import seeds
-from ptycho.study.checklist.item import Figure, Inputs, Item
+from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import ALPHA, LOWER, NON_INFERIORITY, seed_comparison
-from ptycho.study.tables import Table, fmt
 from ptycho.study.time_to_quality import common_floors
 from ptycho.study.training_record import Epoch
 from ptycho.study.ttq_comparison import raw_loss_words
 
 if TYPE_CHECKING:
-    from ptycho.study.report.record import StudyReport
+    pass
 
 #: What the item compares, in its words.
 WHAT = "final validation loss above a perfect reconstruction's"
@@ -168,43 +167,8 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     )
 
 
-def tables(report: StudyReport) -> list[Table]:
-    """The across-seed comparison (when there is one), then the per-seed final losses."""
-    ev = report.evidence("convergence")
-    out = []
-    if ev.get("comparisons"):
-        compared = {
-            (name, "final val loss above the floor / the reference's mean"): c for name, c in ev["comparisons"].items()
-        }
-        out.append(seeds.comparison_table(compared))
-        source = seeds.source_table(compared)
-        if source:
-            out.append(source)
-    rows = [
-        [
-            name,
-            fmt(p["final_val_loss"]),
-            fmt(p["final_val_loss_off"]),
-            fmt(p["relative_difference"]),
-            ", ".join(f"{arm}: {fmt(ok)}" for arm, ok in sorted(p["decreased"].items())),
-        ]
-        for name, p in sorted(ev.get("pairs", {}).items())
-    ]
-    header = ["model, seed, mode", "final val loss (mode)", "final val loss (off)", "relative difference", "decreased"]
-    return [*out, ("Per seed", header, rows)]
-
-
-def _draw_losses(inputs):
-    from ptycho.study.figures import curves
-
-    return curves.loss_curves(inputs.loss_curves)
-
-
 ITEM = Item(
     name="convergence",
-    title="Convergence",
-    tables=tables,
-    figures=(Figure("losses", "loss curves of every mode and off", _draw_losses),),
     collect=collect,
     threshold="convergence_max_rel",
 )

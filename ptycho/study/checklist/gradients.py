@@ -33,10 +33,9 @@ from ptycho.study.checklist.comparisons import (
 )
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import ItemResult, verdict
-from ptycho.study.tables import Table, fmt
 
 if TYPE_CHECKING:
-    from ptycho.study.report.record import StudyReport
+    pass
 
 
 def variable_differences(weights: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> list[float]:
@@ -252,57 +251,8 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     )
 
 
-def tables(report: StudyReport) -> list[Table]:
-    """Per model and comparison: the variable that differs most (over the whole gradient's
-    norm), the whole weight gradient's and the inputs' relative differences, the losses and
-    the limit."""
-    ev = report.evidence("gradients")
-    rows = []
-    for model, m in ev.get("models", {}).items():
-        for c in m.get("comparisons", {}).values():
-            name, worst = max(c["per_variable"].items(), key=lambda kv: kv[1])
-            inputs = fmt(c["inputs"]) + ("" if c["judged"] == "weights and inputs" else " (not judged)")
-            rows.append(
-                [
-                    model,
-                    c["compared"],
-                    f"{name}: {fmt(worst)}",
-                    fmt(c["whole_weights"]),
-                    inputs,
-                    f"{fmt(c['loss'])} / {fmt(c['loss_reference'])}",
-                    fmt(c["limit"]),
-                ]
-            )
-    fd = ev.get("finite_differences")
-    if fd:
-        limit = fmt(ev.get("limits", {}).get(REFERENCE_PRECISION, float("nan")))
-        rows.append(
-            [
-                "PINN physics (float64)",
-                f"analytic vs finite differences, {fd['points']} points",
-                "",
-                fmt(fd["max_rel"]),
-                "",
-                "",
-                limit,
-            ]
-        )
-    header = [
-        "model",
-        "compared",
-        "largest variable difference",
-        "whole weight gradient",
-        "inputs",
-        "loss / reference",
-        "limit",
-    ]
-    return [("", header, rows)]
-
-
 ITEM = Item(
     name="gradients",
-    title="Gradients",
-    tables=tables,
     collect=collect,
     threshold="gradients_max_rel",
     measures=True,

@@ -1,20 +1,16 @@
-"""What a checklist item is: one record type the job, the rules, the report and the
-figures read, so that an item is one module (its measurement or collection, its
-verdict, its tables and its figures) and nothing else names it."""
+"""What a checklist item is, as judged: one record type (:class:`Item`) the ``check`` job,
+the rules and the looks read, so that an item's measurement or collection and its verdict
+are one module; what the report says of it (text, tables, figures) is its section's, in
+:mod:`ptycho.study.report.items`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from ptycho.config import defaults
 from ptycho.study.checklist.result import ItemResult
 from ptycho.study.results import StudyResults
-from ptycho.study.tables import Table
-
-if TYPE_CHECKING:
-    from ptycho.study.report.record import StudyReport
 
 
 @dataclass(frozen=True)
@@ -56,45 +52,17 @@ class Inputs:
 
 
 @dataclass(frozen=True)
-class Figure:
-    """One figure of the report: ``draw`` takes the figures job's
-    :class:`~ptycho.study.results.StudyResults` and returns a Matplotlib figure;
-    the caption is the package's ``captions/<stem>.rst``."""
-
-    stem: str
-    alt: str
-    draw: Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class Section:
-    """A part of the report: its text and tables from the report record, its figures.
-    A checklist item is a section with a verdict; other sections (the solver) have none."""
+class Item:
+    """A checklist item, as judged: ``collect(inputs, threshold)`` returns its
+    :class:`ItemResult`. ``measures``: it runs TensorFlow itself (the others judge the
+    pipeline's outputs and import no TensorFlow). ``threshold``: its key under
+    ``thresholds:`` in the config; ``precision_threshold``: its second key there, the limit
+    of its reduced-precision comparisons (``check --precision-threshold``), for the items
+    that make them. Its words, tables and figures are its report section's
+    (:mod:`ptycho.study.report.items`), apart from the judging."""
 
     name: str
-    title: str
-    tables: Callable[[StudyReport], list[Table]]
-    figures: tuple[Figure, ...] = ()
-    #: the section's text from the report record; an item's default is its verdict's summary
-    text: Callable[[StudyReport], str] | None = None
-
-    def describe(self, report: StudyReport) -> str:
-        return self.text(report) if self.text else report.items[self.name].summary
-
-
-@dataclass(frozen=True)
-class Item(Section):
-    """A checklist item: ``collect(inputs, threshold)`` returns its :class:`ItemResult`.
-    ``measures``: it runs TensorFlow itself (the others judge the pipeline's outputs and
-    import no TensorFlow). ``threshold``: its key under ``thresholds:`` in the config;
-    ``precision_threshold``: its second key there, the limit of its reduced-precision
-    comparisons (``check --precision-threshold``), for the items that make them."""
-
-    collect: Callable[[Inputs, float], ItemResult] | None = None  #: required; a default only for field order
-    threshold: str = ""
+    collect: Callable[[Inputs, float], ItemResult]
+    threshold: str
     measures: bool = False
     precision_threshold: str = ""
-
-    def __post_init__(self) -> None:
-        if self.collect is None:
-            raise TypeError(f"checklist item {self.name!r} has no collect function")

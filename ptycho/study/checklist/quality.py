@@ -17,13 +17,12 @@ from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
-from ptycho.study.checklist.item import Figure, Inputs, Item
+from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import ALPHA, HIGHER, NON_INFERIORITY, seed_comparison
-from ptycho.study.tables import Table, fmt
 
 if TYPE_CHECKING:
-    from ptycho.study.report.record import StudyReport
+    pass
 
 #: The metrics of an arm, with their words in the report's tables: the scores the
 #: comparison between arms keeps too (one table, :data:`agreement.COLUMNS`).
@@ -127,78 +126,8 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     return quality(records, threshold, failed, inputs.test, inputs.alpha)
 
 
-def tables(report: StudyReport) -> list[Table]:
-    ev = report.evidence("quality")
-    if ev.get("ground_truth") is False:
-        return agreement.tables(ev)
-    header = list(COLUMNS.values())
-    out = [
-        (
-            "Per arm (test split, stitched objects, mean over images)",
-            ["arm", *header],
-            [[arm, *(fmt(m.get(k)) for k in COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())],
-        )
-    ]
-    if ev.get("comparisons"):
-        compared = {
-            (name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()
-        }
-        out.append(seeds.comparison_table(compared))
-        source = seeds.source_table(compared)
-        if source:
-            out.append(source)
-    for key, title, first in (
-        ("arm_differences", "Each arm minus its reference (off, or float32), per seed", "comparison"),
-        ("pinn_minus_baseline", "PINN minus baseline (physics-informed vs supervised)", "mode, seed"),
-    ):
-        if ev.get(key):
-            rows = [[name, *(fmt(d.get(k)) for k in COLUMNS)] for name, d in sorted(ev[key].items())]
-            out.append((title, [first, *header], rows))
-    return out
-
-
-def _grid(inputs):
-    from ptycho.study.figures import images
-
-    measured = agreement.against_reference(inputs)  # no ground truth: the reference arm stands in for it
-    if measured:
-        ref, compared = measured
-        return images.reconstruction_grid(*images.common_window(compared), reference=f"Reference: {ref.label()}")
-    return images.reconstruction_grid(*images.common_window(inputs.compared))
-
-
-def _errors(inputs):
-    from ptycho.study.figures import images
-
-    measured = agreement.against_reference(inputs)
-    if measured:
-        ref, compared = measured
-        return images.error_maps(*images.common_window(compared), against=f"the reference arm ({ref.label()})")
-    return images.error_maps(*images.common_window(inputs.compared))
-
-
-def _frc(inputs):
-    from ptycho.study.figures import curves
-    from ptycho.study.figures.style import message_figure
-
-    if not inputs.ground_truth:
-        return message_figure(
-            "no ground truth (measured data): no Fourier ring correlation with a truth;\n"
-            "the arms against each other are in the quality tables",
-            (6.5, 2.0),
-        )
-    return curves.frc_curves(inputs.frc)
-
-
 ITEM = Item(
     name="quality",
-    title="Quality",
-    tables=tables,
-    figures=(
-        Figure("reconstructions", "reconstruction grid", _grid),
-        Figure("errors", "error maps", _errors),
-        Figure("frc", "Fourier ring correlation curves", _frc),
-    ),
     collect=collect,
     threshold="quality_max_ssim_diff",
 )

@@ -18,31 +18,25 @@ from typing import TYPE_CHECKING, Any
 
 from ptycho.errors import PtychoError
 from ptycho.nets.models import SUBJECT
-from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
+from ptycho.nets.precision import REFERENCE_PRECISION, short
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import time_to_quality as ttq
 from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, Pair
-from ptycho.study.bench.record import BenchRecord, Interval
-from ptycho.study.checklist.item import Figure, Inputs, Item
+from ptycho.study.bench.record import MEASUREMENT_WORDS, BenchRecord, Interval
+from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, verdict
-from ptycho.study.figures.timing import MEASUREMENTS
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.stats import ALPHA
-from ptycho.study.tables import Table, fmt
 from ptycho.study.training_record import TrainingRecord
 
 if TYPE_CHECKING:
-    from ptycho.study.report.record import StudyReport
+    pass
 
 #: Below this many timed steps per arm a percentile bootstrap of the median is not
 #: trusted (with 3 equal samples it gives a zero-width interval): the summary says so.
 MIN_STEPS_FOR_INTERVAL = 10
 CONTEXT_WORDS = {"alone": "alone on the machine", "shared": "in the pipeline's schedule"}
-
-
-def _at(precision: str) -> str:
-    return SHORT.get(precision, precision)
 
 
 def speedup_intervals(bench: BenchRecord) -> dict[str, dict]:
@@ -55,13 +49,13 @@ def speedup_intervals(bench: BenchRecord) -> dict[str, dict]:
     for model, per in bench.ratios.items():
         label = MODEL_WORDS.get(model, model.capitalize())
         for r in per.values():
-            for key, word in MEASUREMENTS.items():
+            for key, word in MEASUREMENT_WORDS.items():
                 if key in r.xla:
-                    out[f"{label} {r.mode} vs {REFERENCE} at {_at(r.precision)}, {word}"] = r.xla[key].to_json()
+                    out[f"{label} {r.mode} vs {REFERENCE} at {short(r.precision)}, {word}"] = r.xla[key].to_json()
                 if key in r.vs_float32:
-                    out[f"{label} {r.mode}: {_at(r.precision)} vs {_at(REFERENCE_PRECISION)}, {word}"] = r.vs_float32[
-                        key
-                    ].to_json()
+                    out[f"{label} {r.mode}: {short(r.precision)} vs {short(REFERENCE_PRECISION)}, {word}"] = (
+                        r.vs_float32[key].to_json()
+                    )
     return out
 
 
@@ -73,12 +67,6 @@ def ratio_words(r: Interval) -> str:
 def effect_words(r: Interval) -> str:
     """A benchmark ratio's effect (:func:`ptycho.study.ttq_comparison.effect_words`)."""
     return ttc.effect_words(r.ratio, r.low, r.high)
-
-
-def comparisons(report: StudyReport) -> dict[str, ttc.Comparison]:
-    """The speedup item's time-to-quality comparisons of a report, by key."""
-    found = report.evidence("speedup").get("time_to_quality") or {}
-    return {k: ttc.Comparison.from_json(c) for k, c in found.items()}
 
 
 # ----------------------------------------------------------------- time to quality
@@ -130,8 +118,8 @@ def _bench_xla_words(bench: BenchRecord) -> dict[str, str]:
         ratio = ratio_words(r) if reliable else f"{r.ratio:.2f}x"
         entry = bench.entry(SUBJECT, arm)  # both sides named with their (one) precision
         out[ctx] = (
-            f"{CONTEXT_WORDS.get(ctx, ctx)}: {entry.mode} at {_at(entry.precision)} {ratio} "
-            f"{REFERENCE} at {_at(entry.precision)} ({how}, median of {n} steps per arm{dirty})"
+            f"{CONTEXT_WORDS.get(ctx, ctx)}: {entry.mode} at {short(entry.precision)} {ratio} "
+            f"{REFERENCE} at {short(entry.precision)} ({how}, median of {n} steps per arm{dirty})"
         )
     return out
 
@@ -164,7 +152,7 @@ def precision_finding(bench: BenchRecord, ttq_records: Mapping[str, ttc.Comparis
             for k in ("train_step_alone", "train_step_shared")
             if k in vs
         )
-        parts.append(f"{_at(r.precision)} vs {_at(REFERENCE_PRECISION)} with {REFERENCE}, per step: {steps}")
+        parts.append(f"{short(r.precision)} vs {short(REFERENCE_PRECISION)} with {REFERENCE}, per step: {steps}")
     for c in ttq_records.values():
         if c.axis == "precision" and c.model == SUBJECT and c.measured:
             parts.append(f"in time to quality, {c.sentence()}")
@@ -194,7 +182,7 @@ def recommendation(bench: BenchRecord, context: str) -> str:
         f"Recommendation for this machine kind ({bench.machine.get('cpu', 'CPU not recorded')}"
         f"{flags_words(bench.machine)}): the fastest PINN "
         f"configuration per step {CONTEXT_WORDS.get(context, context)} is {arm_words(bench, SUBJECT, arm)}, "
-        f"{ratio_words(r)} {REFERENCE} at {_at(REFERENCE_PRECISION)} ({whose})"
+        f"{ratio_words(r)} {REFERENCE} at {short(REFERENCE_PRECISION)} ({whose})"
     )
 
 
@@ -302,185 +290,8 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
     )
 
 
-def text(report: StudyReport) -> str:
-    """The verdict's summary, the roofline in words (how close the fastest arm is to the
-    machine's peak, which precision the hardware accelerates) and the machine."""
-    from ptycho.study.bench import roofline_words
-    from ptycho.study.bench.machine import machine_line
-
-    item = report.items["speedup"]
-    ev = item.evidence
-    roof = roofline_words(report.bench)
-    machine = machine_line(ev.get("machine", {}))
-    parts = [
-        item.summary,
-        ev.get("cross_check_words"),
-        ev.get("batch"),
-        ev.get("precision"),
-        ev.get("recommendation"),
-    ]
-    text = ". ".join(p for p in parts if p)
-    return f"{text}. {roof + ' ' if roof else ''}Benchmark machine: {machine}."
-
-
-def ttq_table(report: StudyReport) -> Table:
-    """Per comparison and seed: steps, step time and seconds to the target, both arms."""
-    rows = []
-    for c in comparisons(report).values():
-        for side, reaches in (("arm", c.arm), ("reference", c.reference)):
-            who = (
-                f"{c.mode} {_at(c.precision)}" if side == "arm" else f"{c.reference_mode} {_at(c.reference_precision)}"
-            )
-            failed = getattr(c.failed, side)
-            for x in reaches:
-                rows.append(
-                    [
-                        c.title,
-                        f"{who}, seed {x.seed}",
-                        fmt(c.target),
-                        str(x.epochs) + ("" if x.reached else " (FAILED)" if x.seed in failed else " (never)"),
-                        fmt(x.steps),
-                        fmt(x.step_s * 1e3),
-                        fmt(x.seconds),
-                        fmt(x.compile_s),
-                    ]
-                )
-        if c.measured:
-            rows.append(
-                [
-                    c.title,
-                    "ratio (reference / arm)",
-                    "",
-                    "",
-                    fmt(1 / c.steps_ratio),
-                    fmt(c.per_step),
-                    c.ratio_words(),
-                    fmt(c.ratio_with_compile),
-                ]
-            )
-    return (
-        "Time to quality (target: the reference's mean final validation loss above its floor, plus the margin times its loss drop)",
-        [
-            "comparison",
-            "run",
-            "target (val loss above the floor)",
-            "epochs to target",
-            "steps",
-            "step ms",
-            "seconds to target",
-            "compile s",
-        ],
-        rows,
-    )
-
-
-def steps_source_table(report: StudyReport) -> Table | None:
-    """Where the spread of the steps to the target comes from, per paired comparison with
-    two seeds that both reached it (:meth:`~ptycho.study.ttq_comparison.Comparison.steps_split`);
-    None when there is none."""
-    from ptycho.study.checklist.seeds import split_row, split_table
-
-    rows = []
-    for c in comparisons(report).values():
-        seed_sd, paired_sd, share = c.steps_split()
-        if math.isfinite(share):
-            arm, reference = c.log_steps_to_target()
-            both = set(arm) & set(reference)  # the seeds steps_split read
-            rows.append(split_row(c.title, "log steps to the target", len(both), seed_sd, paired_sd, share))
-    return split_table(
-        "Where the spread of the steps to the target comes from (seeds that reached it in both arms): the seed's "
-        "share (initial weights, batch order) is what the paired ratio leaves out",
-        rows,
-        "log ratios",
-    )
-
-
-def _trainings_at_once(report: StudyReport) -> str:
-    """How many trainings ran at once, as words for the training table's title: one at a
-    time (``--cores 1``, a cluster), up to N at once, or ``""`` when nothing says.
-
-    Each training records the schedule it ran in (``timing.trainings_at_once``); a study
-    whose arms ran in different runs (a rerun with another ``--cores``) says each count.
-    Models trained before that was recorded fall back to the bench's shared context,
-    which reproduces the schedule of the run that made the bench."""
-    counts = sorted({n for arm in report.arms.values() if (n := arm.trainings_at_once)})
-    if not counts:
-        shared = report.bench.contexts.get("shared")
-        counts = [shared.trainings_at_once] if shared and shared.trainings_at_once else []
-    if not counts:
-        return ""
-    if counts == [1]:
-        return ": one training at a time, nothing beside it"
-    if len(counts) == 1:
-        return f": up to {counts[0]} trainings at once, beside each other"
-    return f": up to {' or '.join(map(str, counts))} trainings at once (arms trained in runs of different --cores)"
-
-
-def training_table(report: StudyReport) -> Table:
-    rows = []
-    for name, arm in sorted(report.arms.items()):
-        status = f"FAILED: {arm.failure_words}" if arm.failed else arm.status or "FINISHED"
-        rows.append(
-            [
-                name,
-                status,
-                fmt(arm.compile_s),
-                fmt(arm.step_median_s),
-                fmt(arm.train_wall_s),
-                fmt(arm.infer_patterns_per_s),
-            ]
-        )
-    return (
-        f"Training jobs (their steps ran in the pipeline's schedule{_trainings_at_once(report)})",
-        ["arm", "training", "compile s", "step median s", "train wall s", "infer patterns/s"],
-        rows,
-    )
-
-
-def tables(report: StudyReport) -> list[Table]:
-    from ptycho.study.bench import batch_table
-    from ptycho.study.bench import tables as bench_tables
-
-    bench = report.bench
-    source = steps_source_table(report)
-    return [
-        ttq_table(report),
-        *([source] if source else []),
-        *bench_tables(bench),
-        batch_table(bench),
-        training_table(report),
-    ]
-
-
-def _figure(kind: str):
-    def draw(inputs):
-        from ptycho.study.figures import timing
-
-        bench = inputs.benchmark.to_json()  # the figures draw the record's JSON, as they validate it
-        if kind == "speedup":
-            return timing.speedup_bars(bench.get("ratios", {}))
-        if kind == "precision_speedup":
-            return timing.speedup_bars(bench.get("ratios", {}), axis="precision")
-        return getattr(timing, kind)(bench["arms"])
-
-    return draw
-
-
 ITEM = Item(
     name="speedup",
-    title="Speedup",
-    text=text,
-    tables=tables,
-    figures=(
-        Figure("step_times", "step-time distributions", _figure("step_time_distributions")),
-        Figure("components", "where the step time goes, per mode", _figure("component_bars")),
-        Figure("speedup", "XLA's own speedup: each mode vs off at the same precision", _figure("speedup")),
-        Figure(
-            "precision_speedup",
-            "the precision's own speedup: each precision vs float32 in the same mode",
-            _figure("precision_speedup"),
-        ),
-    ),
     collect=collect,
     threshold="speedup_min",
 )

@@ -22,7 +22,7 @@ import numpy as np
 from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
-from ptycho.study.bench.record import MEASUREMENTS as BENCH_MEASUREMENTS
+from ptycho.study.bench.record import MEASUREMENT_WORDS as MEASUREMENTS
 from ptycho.study.figures.inputs import floats, number
 from ptycho.study.figures.style import (
     INK,
@@ -46,11 +46,6 @@ from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-#: The benchmark's speed-up measurements (:data:`ptycho.study.bench.record.MEASUREMENTS`), in
-#: drawing order, and their words.
-MEASUREMENTS = dict(
-    zip(BENCH_MEASUREMENTS, ("train step alone", "train step, pipeline's schedule", "inference"), strict=True)
-)
 #: The benchmark's contexts in titles and labels.
 CONTEXT_TITLES = {"alone": "alone", "shared": "pipeline's schedule"}
 #: The parts of a train step timed on their own: key, words, hatching.

@@ -194,14 +194,14 @@ def condition(
 
 
 def figures(results: StudyResults, out_dir: str) -> JobRecord:
-    """The report's figures (each section's own, :func:`ptycho.study.checklist.figures`)
+    """The report's figures (each section's own, :func:`ptycho.study.report.items.figures`)
     from the study's outputs, as PNG and SVG, all rendered before any is written."""
     from ptycho.artifacts import atomic_write
-    from ptycho.study import checklist
     from ptycho.study.figures.style import render
+    from ptycho.study.report import items
 
     try:  # render everything before writing anything: no partial set of figures
-        made = {figure.stem: render(figure.draw(results)) for _, figure in checklist.figures()}
+        made = {figure.stem: render(figure.draw(results)) for _, figure in items.figures()}
     except (ValueError, KeyError) as err:
         raise PtychoError(
             f"cannot draw the figures from these inputs ({err}); re-run the jobs that wrote them"

@@ -12,17 +12,13 @@ from typing import Any
 
 from ptycho.errors import ConfigError, PtychoError
 from ptycho.nets.models import SUBJECT
-from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION, SHORT
+from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION, short
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.report import REPORT_SCHEMA_VERSION
 
 NOT_SHOWN = "XLA not shown faster here"
-
-
-def _short(precision: str) -> str:
-    return SHORT.get(precision, precision)
 
 
 def _number(value: Any) -> float:
@@ -101,7 +97,7 @@ class Comparison:
 
     def label(self) -> str:
         """``jit`` on the mode axis, ``bf16 vs fp32 (off)`` on the precision axis."""
-        vs = f"{_short(self.precision)} vs {_short(self.reference_precision)} ({self.mode})"
+        vs = f"{short(self.precision)} vs {short(self.reference_precision)} ({self.mode})"
         return self.mode if self.axis == "mode" else vs
 
     def value_words(self) -> str:
@@ -291,10 +287,10 @@ def mode_choice(report: Report, precision: str) -> tuple[str, str]:
     """The XLA mode recommended at ``precision`` (over ``off`` at the same precision), and why."""
     here = [c for c in report.comparisons if c.axis == "mode" and c.precision == precision]
     if not here:
-        return REFERENCE, f"{NOT_SHOWN} (no XLA mode trained at {_short(precision)})"
+        return REFERENCE, f"{NOT_SHOWN} (no XLA mode trained at {short(precision)})"
     best = _best(here)
     if best is not None:
-        return best.mode, f"{best.mode} faster than {REFERENCE} at {_short(precision)}: {best.value_words()}"
+        return best.mode, f"{best.mode} faster than {REFERENCE} at {short(precision)}: {best.value_words()}"
     worse = [c.mode for c in here if c.resolved_faster]
     return REFERENCE, f"{NOT_SHOWN} ({worse[0]} faster but its quality DIFFERENT or WORSE)" if worse else NOT_SHOWN
 
@@ -309,11 +305,11 @@ def recommend(report: Report) -> dict:
     best = _best(effects)
     if best is not None:
         precision = best.precision
-        why = f"{_short(precision)} faster than fp32 with {REFERENCE} (its own effect): {best.value_words()}"
+        why = f"{short(precision)} faster than fp32 with {REFERENCE} (its own effect): {best.value_words()}"
     elif len(report.precisions) == 1:
-        precision, why = report.precisions[0], f"{_short(report.precisions[0])}: the only precision trained"
+        precision, why = report.precisions[0], f"{short(report.precisions[0])}: the only precision trained"
     else:
-        precision, shown = REFERENCE_PRECISION, ", ".join(sorted({_short(c.precision) for c in effects}))
+        precision, shown = REFERENCE_PRECISION, ", ".join(sorted({short(c.precision) for c in effects}))
         why = f"{shown} not shown faster than fp32 here" if shown else ""
     mode, mode_why = mode_choice(report, precision)
     return {
@@ -369,7 +365,7 @@ def _row_cells(row: Row) -> list[str]:
     ]
     return [
         *_head_cells(row.report),
-        _short(row.precision),
+        short(row.precision),
         "; ".join(c.words() for c in row.xla) or "no XLA mode trained",
         "; ".join(c.words() for c in row.precision_effect) or fp32,
         "; ".join(quality) or "no comparison",

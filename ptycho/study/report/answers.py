@@ -59,8 +59,6 @@ def answers(report: StudyReport) -> dict[str, JobRecord]:
     its description. On measured data (no ground truth) an arm's quality is its
     agreement with its reference arm and its data misfit (:func:`_measured_answers`).
     """
-    from ptycho.study.checklist.speedup import comparisons
-
     arms: dict[str, dict[str, float]] = {}
     for name, arm in report.arms.items():
         metrics = {k: arm.metrics[k] for k in ANSWER_METRICS if k in (arm.metrics or {})}
@@ -69,7 +67,7 @@ def answers(report: StudyReport) -> dict[str, JobRecord]:
         arms[name] = metrics
     arms = _measured_answers(report, arms)
     parent_metrics: dict[str, float] = {"verdict_pass": float(report.verdict == "PASS")}
-    for c in comparisons(report).values():
+    for c in report.time_to_quality.values():
         if not c.is_xla():  # an arm's target is its XLA comparison's (off at its precision)
             continue
         for side, mode, precision in (("arm", c.mode, c.precision), ("reference", c.reference_mode, c.precision)):

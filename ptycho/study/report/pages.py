@@ -10,7 +10,6 @@ import base64
 from collections.abc import Mapping
 from pathlib import Path
 
-from ptycho.study import checklist
 from ptycho.study.bench.machine import machine_line
 from ptycho.study.report.record import REPORT_FILES, StudyReport, reads_report
 from ptycho.study.report.words import (
@@ -39,9 +38,11 @@ def cost_table(report: StudyReport) -> tuple[list[str], list[list[str]]]:
 
 def figures() -> list[tuple[str, str, str]]:
     """(file stem, section, alt text) of the report's figures, in order; each section
-    (:func:`ptycho.study.checklist.sections`) declares its own. Captions are the package's
+    (:func:`ptycho.study.report.items.sections`) declares its own. Captions are the package's
     ``captions/<stem>.rst``, shared with ``snakemake --report``."""
-    return [(f.stem, section, f.alt) for section, f in checklist.figures()]
+    from ptycho.study.report import items
+
+    return [(f.stem, section, f.alt) for section, f in items.figures()]
 
 
 def caption(stem: str) -> str:
@@ -66,8 +67,10 @@ def sections(report: StudyReport) -> list[tuple[str, str, str, list[tuple[str, l
     """(id, title, text, [(table title, header, rows)]) in reading order; both views use it.
     The checklist's items always; a section without a verdict (the solver) when the
     report holds its record."""
+    from ptycho.study.report import items
+
     out = []
-    for section in checklist.sections():
+    for section in items.sections():
         if section.name in report.items or getattr(report, section.name, None):
             out.append((section.name, section.title, section.describe(report), section.tables(report)))
     return out

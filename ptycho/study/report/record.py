@@ -24,6 +24,7 @@ from ptycho.study.checklist.result import ItemResult
 from ptycho.study.conditions_view import ConditionRow
 from ptycho.study.looks import Look
 from ptycho.study.solver_summary import SolverSummary
+from ptycho.study.ttq_comparison import Comparison
 
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
 #: the record as ``schema_version`` (2: XLA modes replace the boolean arms).
@@ -65,6 +66,13 @@ class StudyReport:
         """An item's evidence (``{}`` for an item the record lacks)."""
         found = self.items.get(item)
         return found.evidence if found else {}
+
+    @functools.cached_property
+    def time_to_quality(self) -> dict[str, Comparison]:
+        """The speed item's time-to-quality comparisons, by key (each XLA mode vs off at its
+        precision, each reduced precision vs float32 in its mode), read once."""
+        found = self.evidence("speedup").get("time_to_quality") or {}
+        return {key: Comparison.from_json(c) for key, c in found.items()}
 
     @functools.cached_property
     def bench(self) -> BenchRecord:

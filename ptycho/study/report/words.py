@@ -49,11 +49,10 @@ def speed_sentence(report: StudyReport) -> str:
     """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
     quality vs ``off`` at that precision with its interval, where it was timed, and the
     plain answer (faster, SLOWER, no measurable effect, not resolved)."""
-    from ptycho.study.checklist.speedup import comparisons
 
     ev = report.evidence("speedup")
     best: dict[str, Any] = {}  # per precision, the fastest measured XLA mode of the PINN
-    for c in comparisons(report).values():
+    for c in report.time_to_quality.values():
         if c.is_xla(SUBJECT) and c.measured and (c.precision not in best or c.ratio > best[c.precision].ratio):
             best[c.precision] = c
     if best:

@@ -1,0 +1,49 @@
+"""The convergence item's section: the comparison across seeds, the per-seed final losses
+and the loss curves (the judging: :mod:`ptycho.study.checklist.convergence`)."""
+
+from __future__ import annotations
+
+from ptycho.study.report.items import seeds
+from ptycho.study.report.record import StudyReport
+from ptycho.study.section import Figure, Section
+from ptycho.study.tables import Table, fmt
+
+
+def tables(report: StudyReport) -> list[Table]:
+    """The across-seed comparison (when there is one), then the per-seed final losses."""
+    ev = report.evidence("convergence")
+    out = []
+    if ev.get("comparisons"):
+        compared = {
+            (name, "final val loss above the floor / the reference's mean"): c for name, c in ev["comparisons"].items()
+        }
+        out.append(seeds.comparison_table(compared))
+        source = seeds.source_table(compared)
+        if source:
+            out.append(source)
+    rows = [
+        [
+            name,
+            fmt(p["final_val_loss"]),
+            fmt(p["final_val_loss_off"]),
+            fmt(p["relative_difference"]),
+            ", ".join(f"{arm}: {fmt(ok)}" for arm, ok in sorted(p["decreased"].items())),
+        ]
+        for name, p in sorted(ev.get("pairs", {}).items())
+    ]
+    header = ["model, seed, mode", "final val loss (mode)", "final val loss (off)", "relative difference", "decreased"]
+    return [*out, ("Per seed", header, rows)]
+
+
+def _draw_losses(inputs):
+    from ptycho.study.figures import curves
+
+    return curves.loss_curves(inputs.loss_curves)
+
+
+SECTION = Section(
+    name="convergence",
+    title="Convergence",
+    tables=tables,
+    figures=(Figure("losses", "loss curves of every mode and off", _draw_losses),),
+)
