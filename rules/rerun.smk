@@ -1,7 +1,25 @@
+from pathlib import Path
+
+
 # A rerun checks what the report stands on: an output lost while results made from it
 # remain (a killed forced job) is made again, with what depends on it (preflight.holes).
+def _looked_arms():
+    """The configured arms and, in a study that adds seeds (max_seeds), the arms of every
+    look recorded so far: an added seed's lost model is a hole like a configured one's. A
+    look record that cannot be read names no arm here (its checkpoint makes it again)."""
+    out = dict.fromkeys(ARMS)
+    if LOOKS.sequential:
+        for path in sorted(Path(R, "looks").glob("*.json")):
+            try:
+                look = Look.from_json(read_json(path, "look"))
+            except (PtychoError, KeyError, TypeError, ValueError):
+                continue
+            out.update(dict.fromkeys(arms_with_seeds(ARMS, {**look.seeds, **look.next_seeds})))
+    return list(out)
+
+
 def _arm_files(*patterns):
-    return {arm: [p.format(R=R, arm=arm) for p in patterns] for arm in ARMS}
+    return {arm: [p.format(R=R, arm=arm) for p in patterns] for arm in _looked_arms()}
 
 
 def _condition_files(*rule_names):

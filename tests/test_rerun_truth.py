@@ -134,6 +134,35 @@ def test_a_lost_conditions_output_is_made_again_and_a_new_condition_is_no_hole(t
     assert "sparse-1e9-mae" not in said[0]
 
 
+def test_a_lost_model_of_a_seed_a_look_added_is_made_again(tmp_path):
+    """A study that adds seeds (max_seeds): the arms of the seeds a recorded look added
+    are checked for holes like the configured ones (they were not: a lost model of an
+    added seed stayed lost under its scores)."""
+    import yaml
+
+    from ptycho.artifacts import write_json
+    from ptycho.study.looks import MORE, Look
+    from ptycho.study.workflow import look_plan, resolve
+
+    config = (*SMOKE, "max_seeds=3", "seeds_per_look=1")
+    work = _finished_looking_study(tmp_path)
+    cfg = resolve(
+        yaml.safe_load((work / "config.yaml").read_text()), {"preset": "smoke", "max_seeds": 3, "seeds_per_look": 1}
+    )
+    plan = look_plan(cfg)
+    first = plan.seeds["pinn"]
+    added = (*first, max(first) + 1)
+    results = work / "results/smoke"
+    write_json(results / "looks/0.json", Look(0, plan, {"pinn": first}, {"speedup": "INCONCLUSIVE"}, why=MORE,
+                                              next_seeds={"pinn": added}).to_json(), producer="look")  # fmt: skip
+    arm = f"pinn-off-s{added[-1]}"
+    _touch(results / "metrics" / f"{arm}.json")  # its scores remain, its model is gone
+    dry = snakemake(work, "-n", "all", *config)
+    said = [line for line in dry.stderr.splitlines() if "output(s) are missing" in line]
+    assert said and said[0].startswith("ptycho workflow: 4 output(s) are missing"), dry.stderr[-3000:]
+    assert f"models/{arm}/model.json, models/{arm}/model.keras, reconstructions/{arm}.npz" in said[0], said[0]
+
+
 def test_an_output_damaged_after_its_job_is_moved_aside_and_made_again(tmp_path):
     """A model.keras cut short (a copy, a full disk under cp) was not noticed by a rerun
     ('Nothing to be done'), and its inference then failed on it. A dry run names it and
