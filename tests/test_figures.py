@@ -11,6 +11,7 @@ import pytest
 
 from ptycho.study import solver_view
 from ptycho.study.arms import Arm
+from ptycho.study.bench.record import MEASUREMENT_WORDS
 from ptycho.study.figures import curves, images, quality, style, timing
 
 ARMS = tuple(map(Arm.parse, ("pinn-jit-s0", "pinn-off-s0", "baseline-jit-s0", "baseline-off-s0")))
@@ -541,7 +542,7 @@ def test_speedup_bars_nan_ratio_draws_no_bar_and_nan_interval_no_error_bar():
 
 def test_speedup_bars_label_every_measurement_in_words_from_the_records_fields():
     entry = {"ratio": 1.2, "low": 1.1, "high": 1.3}
-    fig = timing.speedup_bars({"pinn": {"auto": dict.fromkeys(timing.MEASUREMENTS, entry)}})
+    fig = timing.speedup_bars({"pinn": {"auto": dict.fromkeys(MEASUREMENT_WORDS, entry)}})
     labels = [t.get_text().split("\n")[0] for t in fig.axes[0].get_yticklabels()]
     assert labels == [
         "PINN auto, train step alone",

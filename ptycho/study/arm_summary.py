@@ -6,7 +6,8 @@ read its fields.
 
 An entry has what the study gave of the arm: its training (``timing``, ``final``,
 ``status``, ``failure``) when it was trained, its mean scores (``metrics``) when it was
-scored, its inference rate when it was timed; the JSON names only what it has."""
+scored, its inference rate when it was timed; the JSON names only what it has, and no
+other key (an older report's extra keys are not carried into a new one)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class ArmSummary:
 
     @property
     def trained(self) -> bool:
-        return self.timing is not None
+        """A training was recorded for it (its timing, or at least its status)."""
+        return self.timing is not None or self.status is not None
 
     @property
     def failed(self) -> bool:
@@ -70,7 +72,8 @@ class ArmSummary:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.trained:
-            out.update(timing=dict(self.timing), final=self.final, status=self.status, failure=self.failure)
+            timing = None if self.timing is None else dict(self.timing)
+            out.update(timing=timing, final=self.final, status=self.status, failure=self.failure)
         if self.metrics is not None:
             out["metrics"] = dict(self.metrics)
         if self.infer_patterns_per_s is not None:
@@ -80,7 +83,7 @@ class ArmSummary:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ArmSummary:
         return cls(
-            timing=d.get("timing") if "timing" in d else None,
+            timing=d.get("timing"),
             final=d.get("final"),
             status=d.get("status"),
             failure=d.get("failure"),

@@ -320,11 +320,11 @@ class ArmRatios:
     @property
     def label(self) -> str:
         """The arm in words: ``jit`` at float32, ``jit at bf16`` otherwise."""
-        from ptycho.nets.precision import SHORT
+        from ptycho.nets.precision import short
 
         if self.precision == REFERENCE_PRECISION:
             return self.mode
-        return f"{self.mode} at {SHORT.get(self.precision, self.precision)}"
+        return f"{self.mode} at {short(self.precision)}"
 
 
 @dataclass(frozen=True)

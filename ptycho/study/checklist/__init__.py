@@ -53,8 +53,9 @@ def get(name: str) -> Item:
 
 
 def register(item: Item) -> Item:
-    """Add (or replace) an item from outside the package; it then appears in ``check``,
-    the report and the verdict like the package's own."""
+    """Add (or replace) an item from outside the package; it then appears in ``check``
+    and the verdict like the package's own, and in the report once its section is
+    registered too (:func:`ptycho.study.report.items.register`)."""
     _EXTRA[item.name] = item
     return item
 

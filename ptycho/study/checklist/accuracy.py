@@ -15,7 +15,7 @@ unit round-offs (section 9). The value is the worst difference over its limit.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,9 +34,6 @@ from ptycho.study.checklist.comparisons import (
 )
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import ItemResult, verdict
-
-if TYPE_CHECKING:
-    pass
 
 
 def translation_suite(seed: int = 0) -> list[dict]:

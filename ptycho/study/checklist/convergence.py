@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -25,9 +25,6 @@ from ptycho.study.stats import ALPHA, LOWER, NON_INFERIORITY, seed_comparison
 from ptycho.study.time_to_quality import common_floors
 from ptycho.study.training_record import Epoch
 from ptycho.study.ttq_comparison import raw_loss_words
-
-if TYPE_CHECKING:
-    pass
 
 #: What the item compares, in its words.
 WHAT = "final validation loss above a perfect reconstruction's"

@@ -13,7 +13,6 @@ gradient against central finite differences in float64.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,9 +32,6 @@ from ptycho.study.checklist.comparisons import (
 )
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import ItemResult, verdict
-
-if TYPE_CHECKING:
-    pass
 
 
 def variable_differences(weights: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> list[float]:

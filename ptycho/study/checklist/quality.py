@@ -11,7 +11,7 @@ agreement with its reference are judged instead (:mod:`ptycho.study.checklist.ag
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
@@ -20,9 +20,6 @@ from ptycho.study.checklist import agreement, seeds
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import ALPHA, HIGHER, NON_INFERIORITY, seed_comparison
-
-if TYPE_CHECKING:
-    pass
 
 #: The metrics of an arm, with their words in the report's tables: the scores the
 #: comparison between arms keeps too (one table, :data:`agreement.COLUMNS`).

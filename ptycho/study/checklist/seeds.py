@@ -1,5 +1,6 @@
 """What the seed-based items (convergence, quality) share: grouping arms by seed, the
-comparison in words and as a table. The statistics are :mod:`ptycho.study.stats`'."""
+judgement and the comparison in words (its table is the report's,
+:mod:`ptycho.study.report.items.seeds`). The statistics are :mod:`ptycho.study.stats`'."""
 
 from __future__ import annotations
 

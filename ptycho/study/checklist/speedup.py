@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ptycho.errors import PtychoError
 from ptycho.nets.models import SUBJECT
@@ -29,9 +29,6 @@ from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, 
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.stats import ALPHA
 from ptycho.study.training_record import TrainingRecord
-
-if TYPE_CHECKING:
-    pass
 
 #: Below this many timed steps per arm a percentile bootstrap of the median is not
 #: trusted (with 3 equal samples it gives a zero-width interval): the summary says so.

@@ -22,7 +22,7 @@ import numpy as np
 from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
-from ptycho.study.bench.record import MEASUREMENT_WORDS as MEASUREMENTS
+from ptycho.study.bench.record import MEASUREMENT_WORDS
 from ptycho.study.figures.inputs import floats, number
 from ptycho.study.figures.style import (
     INK,
@@ -348,8 +348,8 @@ class _Ratio(NamedTuple):
 
 
 def _measurements(entry: Mapping, what: str) -> Iterator[tuple[str, float, float, float]]:
-    """``(words, ratio, low, high)`` of each measurement of :data:`MEASUREMENTS` in ``entry``."""
-    for key, word in MEASUREMENTS.items():
+    """``(words, ratio, low, high)`` of each measurement of :data:`~ptycho.study.bench.record.MEASUREMENT_WORDS` in ``entry``."""
+    for key, word in MEASUREMENT_WORDS.items():
         if key not in entry:
             continue
         where = f"{what}[{key!r}]"
@@ -398,7 +398,7 @@ def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]], axis: st
     ``ratios`` is ``bench.json["ratios"]``: model -> arm -> ``{"mode", "precision",
     "xla": {"train_step_alone": {"ratio", "low", "high"}, ...}, "vs_float32": {...},
     ...}``, the ratio being "how many times faster than the reference" (its time / the
-    arm's); one bar per measurement of :data:`MEASUREMENTS` present, in the record's
+    arm's); one bar per measurement of :data:`~ptycho.study.bench.record.MEASUREMENT_WORDS` present, in the record's
     order. The x axis is logarithmic and symmetric about 1, so 2x faster and 2x slower
     are equally long. A bar has its mode's colour, is hatched for the baseline and
     paler and hatched again for a reduced precision; NaN ``low`` or ``high`` draws no

@@ -49,7 +49,6 @@ def speed_sentence(report: StudyReport) -> str:
     """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
     quality vs ``off`` at that precision with its interval, where it was timed, and the
     plain answer (faster, SLOWER, no measurable effect, not resolved)."""
-
     ev = report.evidence("speedup")
     best: dict[str, Any] = {}  # per precision, the fastest measured XLA mode of the PINN
     for c in report.time_to_quality.values():

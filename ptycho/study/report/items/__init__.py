@@ -30,13 +30,20 @@ def unregister(name: str) -> None:
 
 
 def section(name: str) -> Section:
-    """The section of checklist item ``name``; one line if it has none."""
+    """The section of checklist item ``name``: the package's module of that name, or one
+    registered; KeyError naming the fix if there is none."""
     if name in _EXTRA:
         return _EXTRA[name]
+    missing = KeyError(f"checklist item {name!r} has no report section; register one (report.items.register)")
     try:
-        return import_module(f"{__name__}.{name}").SECTION
-    except ModuleNotFoundError:
-        raise KeyError(f"checklist item {name!r} has no report section; register one (report.items.register)") from None
+        found = getattr(import_module(f"{__name__}.{name}"), "SECTION", None)
+    except ModuleNotFoundError as err:
+        if err.name != f"{__name__}.{name}":
+            raise  # the section's module exists and something it imports does not
+        raise missing from None
+    if not isinstance(found, Section):
+        raise missing
+    return found
 
 
 def sections() -> list[Section]:
