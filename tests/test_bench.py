@@ -153,7 +153,8 @@ def test_where_the_seed_spread_comes_from_is_split_between_the_seed_and_the_arms
     assert back.seed_share == 1.0 and back.seed_sd == pytest.approx(same.seed_sd)
     old = {k: v for k, v in same.to_json().items() if k != "seed_sd"}
     assert math.isnan(stats.SeedComparison.from_json(old).seed_share)
-    title, header, rows = source_table({("pinn-jit", "amp ssim"): same.to_json(), ("pinn-auto", "amp ssim"): old})
+    old = stats.SeedComparison.from_json(old)
+    title, header, rows = source_table({("pinn-jit", "amp ssim"): same, ("pinn-auto", "amp ssim"): old})
     assert "Where the seed-to-seed spread comes from" in title and len(header) == len(rows[0])
     assert len(rows) == 1 and rows[0][:3] == ["pinn-jit", "amp ssim", "3"] and rows[0][5:] == ["100%", "0%"]
     assert source_table({("pinn-auto", "amp ssim"): old}) is None

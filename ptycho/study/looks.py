@@ -222,16 +222,14 @@ def open_comparisons(results: Mapping[str, ItemResult], threshold: Mapping[str, 
     """The comparisons of the INCONCLUSIVE seeded items that are themselves undecided:
     quality and convergence by their seed comparisons' outcomes, speed by its PINN XLA
     comparisons that neither pass nor fail at ``threshold["speedup"]``."""
-    from ptycho.study.stats import SeedComparison
 
     out = []
     for name in ("convergence", "quality"):
         result = results.get(name)
         if result is None or result.status != INCONCLUSIVE:
             continue
-        for key, compared in (result.evidence.get("comparisons") or {}).items():
-            per = [compared] if "outcome" in compared else list(compared.values())
-            undecided = [c for c in map(SeedComparison.from_json, per) if c.outcome == INCONCLUSIVE]
+        for key, per in result.seed_comparisons().items():
+            undecided = [c for c in per.values() if c.outcome == INCONCLUSIVE]
             if undecided:
                 needed = max(c.seeds_needed for c in undecided)
                 out.append(Open(name, key, _model_of(key), needed))

@@ -8,9 +8,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ptycho.artifacts import stored_number
+
+if TYPE_CHECKING:
+    from ptycho.study.stats import SeedComparison
 
 #: An item's statuses: INCONCLUSIVE is for the seed-based items whose evidence is too thin
 #: to say either way (:func:`ptycho.study.stats.seed_comparison`); it is not a PASS.
@@ -35,6 +38,19 @@ class ItemResult:
     @property
     def passed(self) -> bool:
         return self.status == PASS
+
+    def seed_comparisons(self) -> dict[str, dict[str, SeedComparison]]:
+        """A seed-based item's comparisons across seeds (convergence, quality), read once:
+        comparison key -> metric -> its :class:`~ptycho.study.stats.SeedComparison`.
+        Convergence compares one metric per key, named ``""`` here; ``{}`` for an item
+        without such comparisons."""
+        from ptycho.study.stats import SeedComparison
+
+        out = {}
+        for key, found in (self.evidence.get("comparisons") or {}).items():
+            per = {"": found} if "outcome" in found else found
+            out[key] = {metric: SeedComparison.from_json(c) for metric, c in per.items()}
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {

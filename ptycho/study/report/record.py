@@ -24,6 +24,7 @@ from ptycho.study.checklist.result import ItemResult
 from ptycho.study.conditions_view import ConditionRow
 from ptycho.study.looks import Look
 from ptycho.study.solver_summary import SolverSummary
+from ptycho.study.stats import SeedComparison
 from ptycho.study.ttq_comparison import Comparison
 
 #: The report's format: one number, its producer's (:data:`ptycho.artifacts.FORMATS`), in
@@ -66,6 +67,12 @@ class StudyReport:
         """An item's evidence (``{}`` for an item the record lacks)."""
         found = self.items.get(item)
         return found.evidence if found else {}
+
+    def seed_comparisons(self, item: str) -> dict[str, dict[str, SeedComparison]]:
+        """A seed-based item's comparisons across seeds, by key and metric
+        (:meth:`ItemResult.seed_comparisons`; ``{}`` for an item the record lacks)."""
+        found = self.items.get(item)
+        return found.seed_comparisons() if found else {}
 
     @functools.cached_property
     def time_to_quality(self) -> dict[str, Comparison]:

@@ -73,9 +73,9 @@ def _subject_comparisons(report: StudyReport, axis: str) -> list[tuple[Pair, dic
     :class:`~ptycho.study.arms.Pair` (from the arms, never from parsing the evidence's keys)."""
     from ptycho.study.checklist.seeds import seed_groups
 
-    comparisons = report.evidence("quality").get("comparisons", {})
+    comparisons = report.seed_comparisons("quality")
     return [
-        (g.pair, {metric: SeedComparison.from_json(c) for metric, c in comparisons[g.key].items()})
+        (g.pair, comparisons[g.key])
         for g in seed_groups(report.arms)
         if g.key in comparisons and g.pair.axis == axis and g.pair.arm.model == SUBJECT
     ]

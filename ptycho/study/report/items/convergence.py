@@ -13,10 +13,10 @@ def tables(report: StudyReport) -> list[Table]:
     """The across-seed comparison (when there is one), then the per-seed final losses."""
     ev = report.evidence("convergence")
     out = []
-    if ev.get("comparisons"):
-        compared = {
-            (name, "final val loss above the floor / the reference's mean"): c for name, c in ev["comparisons"].items()
-        }
+    found = report.seed_comparisons("convergence")
+    if found:
+        metric = "final val loss above the floor / the reference's mean"
+        compared = {(name, metric): c for name, per in found.items() for c in per.values()}
         out.append(seeds.comparison_table(compared))
         source = seeds.source_table(compared)
         if source:

@@ -4,7 +4,6 @@ arms against each other, and the reconstructions, error maps and FRC curves (the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +14,13 @@ from ptycho.study.checklist.quality import COLUMNS
 from ptycho.study.report.items import seeds
 from ptycho.study.report.record import StudyReport
 from ptycho.study.section import Figure, Section
-from ptycho.study.stats import SeedComparison
 from ptycho.study.tables import Table, fmt
 
 
 def tables(report: StudyReport) -> list[Table]:
     ev = report.evidence("quality")
     if ev.get("ground_truth") is False:
-        return measured_tables(ev)
+        return measured_tables(report)
     header = list(COLUMNS.values())
     out = [
         (
@@ -31,10 +29,9 @@ def tables(report: StudyReport) -> list[Table]:
             [[arm, *(fmt(m.get(k)) for k in COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())],
         )
     ]
-    if ev.get("comparisons"):
-        compared = {
-            (name, key.replace("_", " ")): c for name, per in ev["comparisons"].items() for key, c in per.items()
-        }
+    found = report.seed_comparisons("quality")
+    if found:
+        compared = {(name, metric.replace("_", " ")): c for name, per in found.items() for metric, c in per.items()}
         out.append(seeds.comparison_table(compared))
         source = seeds.source_table(compared)
         if source:
@@ -49,8 +46,9 @@ def tables(report: StudyReport) -> list[Table]:
     return out
 
 
-def measured_tables(ev: Mapping) -> list[Table]:
+def measured_tables(report: StudyReport) -> list[Table]:
     """The quality section's tables on measured data."""
+    ev = report.evidence("quality")
     out: list[Table] = [
         (
             "Per arm: no ground truth (measured data), so no scores; the data misfit of its stitched objects (Poisson "
@@ -75,9 +73,9 @@ def measured_tables(ev: Mapping) -> list[Table]:
             )
         )
     comparisons = {
-        (name, SeedComparison.from_json(c).label or key): c
-        for name, per in ev.get("comparisons", {}).items()
-        for key, c in per.items()
+        (name, c.label or metric): c
+        for name, per in report.seed_comparisons("quality").items()
+        for metric, c in per.items()
     }
     if comparisons:
         out.append(

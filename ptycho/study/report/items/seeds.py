@@ -15,13 +15,12 @@ ACROSS_SEEDS = (
 )
 
 
-def comparison_table(comparisons: Mapping[tuple[str, str], Mapping], subject: str = ACROSS_SEEDS) -> Table:
-    """The :class:`~ptycho.study.stats.SeedComparison` records (as the report keeps them)
-    keyed by (comparison, metric);
-    ``subject`` is the title's first part, what is compared."""
+def comparison_table(comparisons: Mapping[tuple[str, str], SeedComparison], subject: str = ACROSS_SEEDS) -> Table:
+    """The comparisons across seeds keyed by (comparison, metric)
+    (:meth:`~ptycho.study.report.record.StudyReport.seed_comparisons`); ``subject`` is the
+    title's first part, what is compared."""
     rows, levels = [], interval_levels()
-    for (name, metric), record in sorted(comparisons.items()):
-        c = SeedComparison.from_json(record)
+    for (name, metric), c in sorted(comparisons.items()):
         levels = c.levels  # one alpha per study
         judged = c.outcome + (f", {c.seeds_needed:.0f} seeds needed" if c.seeds_needed < float("inf") else "")
         rows.append(
@@ -72,15 +71,14 @@ def split_row(name: str, metric: str, seeds: int, seed_sd: float, paired_sd: flo
     return [name, metric, str(seeds), fmt(seed_sd), fmt(paired_sd), f"{share:.0%}", f"{1 - share:.0%}"]
 
 
-def source_table(comparisons: Mapping[tuple[str, str], Mapping]) -> Table | None:
+def source_table(comparisons: Mapping[tuple[str, str], SeedComparison]) -> Table | None:
     """Where the seed-to-seed spread comes from, per comparison and metric whose arms ran
     the same seeds (two or more): the spread of one arm's seeds against the spread of the
     per-seed differences, and the seed's own share of the variance
     (:attr:`~ptycho.study.stats.SeedComparison.seed_share`). None when no comparison is
     paired with a spread on both sides."""
     rows = []
-    for (name, metric), record in sorted(comparisons.items()):
-        c = SeedComparison.from_json(record)
+    for (name, metric), c in sorted(comparisons.items()):
         if math.isfinite(c.seed_share):
             rows.append(split_row(name, metric, len(c.seeds_mode), c.seed_sd, c.sd, c.seed_share))
     return split_table(
