@@ -1,35 +1,9 @@
 # A rerun checks what the report stands on: an output lost while results made from it
 # remain (a killed forced job) is made again, with what depends on it (preflight.holes).
-from pathlib import Path
+from ptycho.study.looks import recorded_arms
 
-from ptycho.artifacts import read_json
-from ptycho.errors import PtychoError
-from ptycho.study.looks import Look, arms_with_seeds
-
-
-def _looked_arms():
-    """The configured arms and, in a study that adds seeds (max_seeds), the arms of the
-    looks recorded so far under this plan, from the first until one stopped: an added
-    seed's lost model is a hole like a configured one's. A look that cannot be read, or
-    was planned otherwise (another max_seeds), ends the chain here: its checkpoint makes
-    it again. Read while the workflow is parsed, so nothing here may stop it."""
-    out = dict.fromkeys(ARMS)
-    k = 0
-    while LOOKS.sequential and (path := Path(R, "looks", f"{k}.json")).is_file():
-        try:
-            look = Look.from_json(read_json(path, "look"))
-        except (PtychoError, OSError, AttributeError, KeyError, TypeError, ValueError):
-            break
-        if look.plan != LOOKS:
-            break
-        out.update(dict.fromkeys(arms_with_seeds(ARMS, {**look.seeds, **look.next_seeds})))
-        if look.stop:
-            break
-        k += 1
-    return list(out)
-
-
-LOOKED_ARMS = _looked_arms()
+# an added seed's lost model is a hole like a configured one's
+LOOKED_ARMS = recorded_arms(R, LOOKS, ARMS)
 
 
 def _arm_files(*patterns):

@@ -247,3 +247,22 @@ def test_the_workflow_looks_only_when_max_seeds_is_set_and_judges_at_the_per_loo
     assert "checkpoint jobs" in with_looks and "--alpha 0.016666666666666666" in with_looks
     without = plan()
     assert "look --index" not in without and "--alpha 0.05" in without
+
+
+def test_a_rerun_reads_this_plans_chain_of_looks_and_stops_at_anything_else(base, tmp_path):
+    """``recorded_arms``: the first look's arms, then each recorded look's seeds while the
+    chain holds; a look of another plan or one that cannot be read ends it."""
+    plan = look_plan(resolve(base, {"preset": "smoke", "max_seeds": 3, "seeds_per_look": 1}))
+    first = ["pinn-off-s0", "pinn-jit-s0"]
+
+    def record(k, plan_, next_seeds):
+        look = looks.Look(k, plan_, {"pinn": (0,)}, {}, why=looks.MORE, next_seeds={"pinn": next_seeds})
+        write_json(tmp_path / "looks" / f"{k}.json", look.to_json(), producer="look")
+
+    assert looks.recorded_arms(tmp_path, plan, first) == first  # no look yet
+    record(0, plan, (0, 1))
+    record(1, looks.Plan(plan.seeds, 4, 1, plan.alpha), (0, 1, 2))  # planned with another cap
+    assert looks.recorded_arms(tmp_path, plan, first) == [*first, "pinn-off-s1", "pinn-jit-s1"]
+    (tmp_path / "looks" / "1.json").write_text("{")  # cut short
+    assert looks.recorded_arms(tmp_path, plan, first) == [*first, "pinn-off-s1", "pinn-jit-s1"]
+    assert looks.recorded_arms(tmp_path, looks.Plan(plan.seeds), first) == first  # no looks planned

@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: a failed training's reason when its record names none
-DIVERGED = "diverged"
+from ptycho.study.training_record import DIVERGED, FAILED
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class ArmSummary:
 
     @property
     def failed(self) -> bool:
-        return self.status == "FAILED"
+        return self.status == FAILED
 
     @property
     def failure_words(self) -> str:

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ptycho.errors import ConfigError
@@ -282,4 +284,30 @@ def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) ->
         for seed in seeds.get(model, sorted({a.seed for a in first if a.model == model})):
             for mode, precision in kinds:
                 out[arm_name(model, mode, seed, precision)] = None
+    return list(out)
+
+
+def recorded_arms(folder: str | os.PathLike, plan: Plan, names: Iterable[str]) -> list[str]:
+    """The arms ``names`` (the first look's) and those of the looks recorded under
+    ``folder/looks/`` for this ``plan``, from the first until one stopped: what a rerun
+    checks for lost outputs (``rules/rerun.smk``), read while the workflow is parsed. A
+    look that cannot be read, or was planned otherwise (another ``max_seeds``), ends the
+    chain: its checkpoint makes it again, and parsing never stops on it."""
+    from ptycho.artifacts import read_json
+    from ptycho.errors import PtychoError
+
+    names = list(names)
+    out = dict.fromkeys(names)
+    k = 0
+    while plan.sequential and (path := Path(folder, "looks", f"{k}.json")).is_file():
+        try:
+            look = Look.from_json(read_json(path, "look"))
+        except (PtychoError, OSError, AttributeError, KeyError, TypeError, ValueError):
+            break
+        if look.plan != plan:
+            break
+        out.update(dict.fromkeys(arms_with_seeds(names, {**look.seeds, **look.next_seeds})))
+        if look.stop:
+            break
+        k += 1
     return list(out)

@@ -157,7 +157,7 @@ class StudyResults:
     @cached_property
     def failed(self) -> dict[str, str]:
         """Arm name -> reason, for every training whose record says it diverged."""
-        return {arm.name: r.failure or "diverged" for arm, r in self.trainings.items() if r.failed}
+        return {arm.name: r.failure_words for arm, r in self.trainings.items() if r.failed}
 
     @cached_property
     def loss_curves(self) -> dict[Arm, dict[str, list]]:

@@ -29,6 +29,10 @@ from typing import Any
 from ptycho.artifacts import stored_number as _number
 from ptycho.study.arms import Arm
 
+#: A training's status when it diverged or collapsed (``ptycho train`` writes it), and its
+#: reason when the record names none.
+FAILED, DIVERGED = "FAILED", "diverged"
+
 
 @dataclass(frozen=True)
 class Epoch:
@@ -111,7 +115,12 @@ class TrainingRecord:
     @property
     def failed(self) -> bool:
         """The training diverged or collapsed (``status: FAILED``)."""
-        return self.status == "FAILED"
+        return self.status == FAILED
+
+    @property
+    def failure_words(self) -> str:
+        """Why it failed (``diverged`` when its record says nothing)."""
+        return self.failure or DIVERGED
 
     @property
     def steps_per_epoch(self) -> int:
