@@ -20,7 +20,8 @@ from ptycho.study.conditions import checked as checked_conditions, skipped_words
 from ptycho.study.data_files import data_files
 from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, look_plan, precision_warnings, section_for, solver_mode, warm_arms)
 from ptycho.study.preflight import (address_space_error, disk_bytes, disk_lines, holes, job_memory, parse_time_checks, report_folder)
-from ptycho.study.schedule import (AT_ONCE_ENV, concurrent_jobs, declared_threads, job_threads, usable_cores)
+from ptycho.study.estimate import calibrated_training_s
+from ptycho.study.schedule import (AT_ONCE_ENV, concurrent_jobs, declared_threads, job_threads, training_priority, usable_cores)
 from ptycho.tracking import config_hash
 
 
@@ -200,17 +201,13 @@ def _train_cost(arm):
 
 
 def train_priority(wildcards):
-    """Longest trainings first: with two at a time, the last one otherwise runs alone
-    while the other slot idles (a PINN jit arm took its last 4.5 min alone at b5dd022).
-    And each XLA arm beside its off pair: the modes of one model, precision and seed share
-    a priority (the costliest mode's), seeds in order, so that the scheduler starts an
-    arm and its reference together and both are timed on the same machine state, not
-    all off arms in one load window and the XLA arms in another."""
-    arm = parse_arm(wildcards.arm)
-    group = [a for a in map(parse_arm, ARMS) if (a.model, a.precision) == (arm.model, arm.precision)]
-    cost = max(_train_cost(a) for a in group)
-    seeds = sorted({a.seed for a in group} | {arm.seed})  # a look's added seeds are not in ARMS
-    return int(round(10 * cost)) * 1000 + max(0, 999 - seeds.index(arm.seed))
+    """Longest groups first, seeds in order, the slower mode of a seed first, so that each
+    XLA arm trains beside its off pair (ptycho.study.schedule.training_priority), by the
+    trainings' seconds this machine's calibration expects, or the records' cost fields."""
+    def seconds(arm):
+        return CALIBRATED.get((arm.model, arm.mode, arm.precision)) or _train_cost(arm)
+
+    return training_priority(parse_arm(wildcards.arm), [parse_arm(a) for a in ARMS], seconds)
 
 
 def resolved_inputs(wildcards, inputs):
@@ -274,3 +271,5 @@ if workflow.is_main_process and RUNS_JOBS:
 
     for line in announce(CFG, CFG["results"], trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES), HARDWARE):
         sys.stderr.write(f"ptycho workflow: {line}\n")
+# Each planned training's seconds by the calibration announce made (empty without one).
+CALIBRATED = calibrated_training_s(CFG, trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES)) if workflow.is_main_process and RUNS_JOBS else {}

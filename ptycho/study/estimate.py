@@ -481,11 +481,27 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
     return lines
 
 
+def calibrated_training_s(cfg: Mapping, at_once: int, threads: int) -> dict[tuple[str, str, str], float]:
+    """Each planned (model, mode, precision)'s training seconds by this machine's cached
+    calibration (the one :func:`announce` made or found), which orders the workflow's
+    trainings (:func:`ptycho.study.schedule.training_priority`); empty without a readable
+    calibration of every planned arm (the order then rests on the records' cost fields)."""
+    from ptycho.study.bench.machine import machine_info
+
+    try:
+        calibration = json.loads(calibration_path(cfg, at_once, threads, machine_info()).read_text())
+        costs = _costs(calibration)
+        return {arm: training_seconds(cfg, arm[0], costs[arm_key(*arm)]) for arm in planned_arms(cfg)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 __all__ = [
     "announce",
     "ArmCost",
     "Estimate",
     "calibrate",
+    "calibrated_training_s",
     "calibration_path",
     "estimate",
     "estimate_lines",

@@ -6,6 +6,9 @@ and how a training learns the schedule it ran in (:data:`AT_ONCE_ENV`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+
+from ptycho.study.arms import Arm
 
 
 def usable_cores() -> int:
@@ -59,3 +62,32 @@ def job_threads(declared: int, cores: int, machine: int) -> int:
     """The threads a job declared by :func:`declared_threads` uses (its inverse)."""
     usable = max(1, min(cores, machine))
     return max(1, min(usable, declared * usable // cores))
+
+
+def training_priority(arm: Arm, planned: Sequence[Arm], seconds: Callable[[Arm], float]) -> int:
+    """The Snakemake priority of one training (higher starts first), from each training's
+    expected ``seconds`` (the calibration's, or the records' relative costs).
+
+    Three orders, most significant first:
+
+    * **Longest groups first**: a group is the arms of one model and precision, weighed by
+      its longest arm. With two trainings at a time the last one otherwise runs alone while
+      the other slot idles (a PINN jit arm took its last 4.5 min alone at b5dd022).
+    * **Seeds in order**: the modes of one seed, an XLA arm and its ``off`` reference, start
+      together and are timed on the same machine state, not all ``off`` arms in one load
+      window and the XLA arms in another.
+    * **The slower mode of a seed first.** When one mode's epochs are faster (``physics``
+      95 s against ``off``'s 104 s on an AVX2 EPYC, 2026-12-02), its arm ends first and the
+      freed slot starts the next seed. Starting that seed's slower arm there, and its
+      faster arm when the slow one of this seed ends, makes the two end together, so each
+      seed pair starts (or ends) side by side and the offset never grows beyond one pair's
+      difference. Started faster-first, the offset grew by that difference with every seed
+      until the last ``off`` arm trained beside the baseline.
+
+    ``planned`` are the study's arms; ``arm`` may be a seed a look added (not among them)."""
+    group = [a for a in (*planned, arm) if (a.model, a.precision) == (arm.model, arm.precision)]
+    longest = max(seconds(a) for a in group)
+    seeds = sorted({a.seed for a in group})
+    fastest_first = sorted(dict.fromkeys(a.mode for a in group), key=lambda m: seconds(arm._replace(mode=m)))
+    slot = max(0, 999 - seeds.index(arm.seed))
+    return round(10 * longest) * 100_000 + slot * 100 + min(fastest_first.index(arm.mode), 99)
