@@ -5,6 +5,7 @@ what was trained, over ``off`` or float32 only where the measurement resolved it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -17,6 +18,7 @@ from ptycho.nets.xla import REFERENCE
 from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.report import REPORT_SCHEMA_VERSION
+from ptycho.study.stats import SeedComparison
 
 NOT_SHOWN = "XLA not shown faster here"
 
@@ -131,17 +133,18 @@ class Comparison:
         }
 
 
-def _comparison(pair, speed: Any, quality: Any) -> Comparison:
+def _comparison(pair, speed: ttc.Comparison | None, quality: Mapping[str, SeedComparison]) -> Comparison:
     """The comparison of ``pair`` from the two items' records under its key. A ratio whose
-    record names other arms than its key is left out (never shown under another name)."""
+    record names other arms than its key is left out (never shown under another name); one
+    that names none (a record from before they were written) is the key's."""
     names = (pair.arm.mode, pair.arm.precision, pair.reference.mode, pair.reference.precision)
-    fields: dict[str, Any] = {}
     keys = ("mode", "precision", "reference_mode", "reference_precision")
-    if isinstance(speed, Mapping) and tuple(str(speed.get(k, n)) for k, n in zip(keys, names, strict=True)) == names:
-        fields["speed"] = ttc.Comparison.from_json({**dict(zip(keys, names, strict=True)), **speed})
-    if isinstance(quality, Mapping):
-        fields.update({k: str((quality.get(k) or {}).get("outcome", "n/a")) for k in ("amp_ssim", "phase_ssim")})
-    return Comparison(*names, **fields)
+    if speed is not None and tuple(getattr(speed, k) or n for k, n in zip(keys, names, strict=True)) == names:
+        speed = dataclasses.replace(speed, **dict(zip(keys, names, strict=True)))
+    else:
+        speed = None
+    outcomes = {k: quality[k].outcome if k in quality else "n/a" for k in ("amp_ssim", "phase_ssim")} if quality else {}
+    return Comparison(*names, speed=speed, **outcomes)
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ def report_of(record: Any, source: str, path: str) -> Report:
 
 
 def _report_of(record: Mapping, source: str, path: str) -> Report:
+    from ptycho.study.report.record import StudyReport
     from ptycho.study.workflow import section_for
 
     version = record["schema_version"]
@@ -211,32 +215,32 @@ def _report_of(record: Mapping, source: str, path: str) -> Report:
             f"{path}: a validation report of schema version {version}, this ptycho reads version "
             f"{REPORT_SCHEMA_VERSION}; make the report again with this ptycho (make all)"
         )
-    cfg, items, provenance = record["config"], record["items"], record.get("provenance") or {}
-    ttq = items["speedup"]["evidence"]["time_to_quality"]
-    quality = items["quality"]["evidence"].get("comparisons") or {}
+    report = StudyReport.from_json(record)
+    cfg, provenance = report.config, report.provenance
+    speed, quality = report.time_to_quality, report.seed_comparisons("quality")
     arms = set()
-    for name in record.get("arms") or {}:
+    for name in report.arms:
         try:
             arms.add(Arm.parse(name)._replace(seed=0))
         except ValueError:  # a mode or precision this ptycho does not know: no comparison here
             continue
     trained = [a for a in arms if a.model == SUBJECT]
-    found = (_comparison(p, ttq.get(p.group), quality.get(p.group)) for p in pairs(trained))
+    found = (_comparison(p, speed.get(p.group), quality.get(p.group, {})) for p in pairs(trained))
     comparisons = tuple(c for c in found if c.measured or c.amp_ssim)  # one of the items compared the pair
     models = sorted(cfg.get("models") or ())
-    study = {"question": record.get("question"), "preset": cfg.get("preset"), "models": models}
+    study = {"question": report.question, "preset": cfg.get("preset"), "models": models}
     study.update({s: cfg.get(s) for s in ("simulation", "data", "thresholds")})
     study.update({s: {m: section_for(cfg, s, m) for m in models} for s in ("model", "train")})
     return Report(
         source=source,
         path=path,
-        generated_utc=str(record.get("generated_utc") or ""),
+        generated_utc=report.generated_utc or "",
         config_hash=str(provenance.get("config_hash") or ""),
         preset=str(provenance.get("preset") or cfg.get("preset") or ""),
         run_id=str(provenance.get("mlflow_run_id") or ""),
-        verdict=str(record.get("verdict") or "?"),
-        statuses=tuple((k, str((v or {}).get("status", "?"))) for k, v in items.items()),
-        kind=Kind.of(record.get("machine") or items["speedup"]["evidence"].get("machine") or {}),
+        verdict=report.verdict or "?",
+        statuses=tuple((k, item.status or "?") for k, item in report.items.items()),
+        kind=Kind.of(report.machine or report.evidence("speedup").get("machine") or {}),
         train_threads=_count(cfg.get("train_threads")),
         batch_size=_count(section_for(cfg, "train", SUBJECT).get("batch_size")),
         precisions=tuple(p for p in PRECISIONS if p in {a.precision for a in trained}),
