@@ -220,7 +220,7 @@ def test_a_mode_and_a_precision_added_by_their_records_are_drawn_and_reported_in
     style.close(fig)
     assert "XLA jit2, mixed_bfloat16_copy, validation" in labels and "XLA jit2, float32, training" in labels
     bench = _bench_record()
-    style.close(speedup_bars(bench["ratios"]))
+    style.close(speedup_bars(bench))
 
     # Reported: the speedup and quality items and the report name them.
     metrics = {

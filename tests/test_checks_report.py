@@ -483,7 +483,7 @@ def test_report_sections_show_the_evidence_of_every_item_and_embed_figures(tmp_p
     from ptycho.study.figures.style import to_png
     from ptycho.study.figures.timing import speedup_bars
 
-    png = to_png(speedup_bars(_bench(125, 100)["ratios"]))
+    png = to_png(speedup_bars(_bench(125, 100)))
     rec = report.build(_full_items(), {}, {"preset": "smoke"}, {"cpu": "test cpu", "cores": 2}, ("speedup",))
     paths = report.write(rec, tmp_path, {"speedup": png})
     html = paths["html"].read_text()

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from ptycho.errors import PtychoError
 from ptycho.study import solver_view
 from ptycho.study.arms import Arm
 from ptycho.study.bench.record import MEASUREMENT_WORDS
@@ -107,13 +108,16 @@ def _ratios():
     return {
         "pinn": {
             "jit": {
+                "mode": "jit",
                 "train_step_alone": {"ratio": 1.4, "low": 1.2, "high": 1.6},
                 "compile_extra_s": 3.0,
                 "inference": {"ratio": nan, "low": nan, "high": nan},
             },
-            "off": {"padded_vs_naive": 1.1},
+            "off": {"mode": "off", "padded_vs_naive": 1.1},
         },
-        "baseline": {"jit": {"train_step_alone": {"ratio": 0.9, "low": nan, "high": nan}, "padded_vs_naive": 1.0}},
+        "baseline": {
+            "jit": {"mode": "jit", "train_step_alone": {"ratio": 0.9, "low": nan, "high": nan}, "padded_vs_naive": 1.0}
+        },
     }
 
 
@@ -209,7 +213,7 @@ def test_building_and_rendering_changes_no_global_matplotlib_state():
     import matplotlib
 
     before = dict(matplotlib.rcParams)
-    style.to_png(timing.speedup_bars(_ratios()))
+    style.to_png(timing.speedup_bars({"ratios": _ratios()}))
     assert dict(matplotlib.rcParams) == before
 
 
@@ -411,7 +415,7 @@ def test_loss_curves_draw_each_precision_of_a_mode_apart_and_compare_it_with_flo
 # --------------------------------------------------------------- step-time figure
 def test_step_time_distributions_one_column_per_model_one_row_per_context_with_compile_time():
     arms = _bench_arms()
-    fig = timing.step_time_distributions(arms)
+    fig = timing.step_time_distributions({"arms": arms})
     assert len(fig.axes) == 4  # 2 models x (alone, shared)
     pinn, pinn_shared = fig.axes[0], fig.axes[2]
     assert pinn.get_title().startswith("PINN, alone") and pinn_shared.get_title().startswith(
@@ -438,32 +442,36 @@ def test_step_time_distributions_draw_quartiles_alone_and_missing_arms_as_na():
         {"model": "pinn", "mode": "jit", "step_s": {"median": 0.04, "q1": 0.038, "q3": 0.043}, "compile_s": None},
         {"model": "baseline", "mode": "off", "step_samples_s": [0.01, 0.011]},
     ]
-    fig = timing.step_time_distributions(arms)
+    fig = timing.step_time_distributions({"arms": arms})
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert "not measured" in labels[0] and "40 ms" in labels[1] and "compile n/a" in labels[1]
     assert "n/a" in fig.axes[0].get_title()
 
 
 @pytest.mark.parametrize(
-    "bad, match",
+    "bad, error, match",
     [
-        ({"model": "pinn"}, "expected bench.json's 'arms' list"),
-        ([{"model": "pinn"}], "needs 'model'"),
-        ([{"model": "pinn", "mode": "fast"}], "needs 'model'"),
-        ([{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit"}], "a second pinn jit arm"),
-        ([{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit", "precision": "float32"}], "a second"),
-        ([{"model": "pinn", "mode": "jit", "precision": "bf16"}], "'precision' must be one of"),
+        ({"model": "pinn"}, PtychoError, "not a benchmark record"),
+        ([{"model": "pinn"}], PtychoError, "not a benchmark record \\(KeyError: 'mode'\\)"),
+        ([{"model": "pinn", "mode": "fast"}], ValueError, "arms\\[0\\]: 'mode' must be one of"),
+        ([{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit"}], ValueError, "a second pinn jit arm"),
+        (
+            [{"model": "pinn", "mode": "jit"}, {"model": "pinn", "mode": "jit", "precision": "float32"}],
+            ValueError,
+            "a second",
+        ),
+        ([{"model": "pinn", "mode": "jit", "precision": "bf16"}], ValueError, "'precision' must be one of"),
     ],
 )
-def test_step_time_distributions_reject_structurally_wrong_arms(bad, match):
-    with pytest.raises(ValueError, match=match):
-        timing.step_time_distributions(bad)
+def test_step_time_distributions_reject_structurally_wrong_arms(bad, error, match):
+    with pytest.raises(error, match=match):
+        timing.step_time_distributions({"arms": bad})
 
 
 def test_step_time_distributions_draw_every_precision_of_a_mode_apart_and_name_it():
     from matplotlib.colors import to_hex
 
-    fig = timing.step_time_distributions(_mixed_bench_arms())
+    fig = timing.step_time_distributions({"arms": _mixed_bench_arms()})
     pinn = fig.axes[0]
     labels = [t.get_text().split("\n")[0] for t in pinn.get_xticklabels()]
     assert labels == [
@@ -491,14 +499,16 @@ def test_bench_figures_read_a_record_without_precisions_as_float32_and_draw_it_a
     old = _bench_arms()
     new = [dict(a, precision="float32") for a in old]
     for draw in (timing.step_time_distributions, timing.component_bars):
-        assert style.to_png(draw(old)) == style.to_png(draw(new))
-    ratios = {m: {k: dict(r, mode=k, precision="float32") for k, r in per.items()} for m, per in _ratios().items()}
-    assert style.to_png(timing.speedup_bars(_ratios())) == style.to_png(timing.speedup_bars(ratios))
+        assert style.to_png(draw({"arms": old})) == style.to_png(draw({"arms": new}))
+    ratios = {m: {k: dict(r, precision="float32") for k, r in per.items()} for m, per in _ratios().items()}
+    assert style.to_png(timing.speedup_bars({"ratios": _ratios()})) == style.to_png(
+        timing.speedup_bars({"ratios": ratios})
+    )
 
 
 def test_component_bars_stack_the_three_parts_per_mode_and_mark_the_whole_step():
     arms = _bench_arms()
-    fig = timing.component_bars(arms)
+    fig = timing.component_bars({"arms": arms})
     ax = fig.axes[0]
     bars = [p for p in ax.patches if p.get_height() == pytest.approx(0.62)]
     assert len(bars) == 3 * len(arms)
@@ -509,11 +519,17 @@ def test_component_bars_stack_the_three_parts_per_mode_and_mark_the_whole_step()
     assert widths == pytest.approx(
         sorted(1e3 * jit["components"][k]["median"] for k in ("network", "physics", "optimizer"))
     )
-    assert timing.component_bars([{"model": "pinn", "mode": "off"}]).axes[0].texts[0].get_text().startswith("no ")
+    assert (
+        timing.component_bars({"arms": [{"model": "pinn", "mode": "off"}]})
+        .axes[0]
+        .texts[0]
+        .get_text()
+        .startswith("no ")
+    )
 
 
 def test_component_bars_name_the_precision_of_each_row():
-    fig = timing.component_bars(_mixed_bench_arms())
+    fig = timing.component_bars({"arms": _mixed_bench_arms()})
     labels = [t.get_text().split("\n")[0] for t in fig.axes[0].get_yticklabels()]
     assert labels[:2] == ["PINN, off at float32", "PINN, jit at float32"] and "PINN, jit at bfloat16" in labels
     assert len(set(labels)) == len(labels) == 10
@@ -522,7 +538,7 @@ def test_component_bars_name_the_precision_of_each_row():
 
 # ----------------------------------------------------------------- speed-up bars
 def test_speedup_bars_nan_ratio_draws_no_bar_and_nan_interval_no_error_bar():
-    fig = timing.speedup_bars(_ratios())
+    fig = timing.speedup_bars({"ratios": _ratios()})
     ax = fig.axes[0]
     bars = [p for p in ax.patches if p.get_height() == pytest.approx(0.56)]
     assert len(bars) == 2  # the NaN ratio has none
@@ -542,7 +558,9 @@ def test_speedup_bars_nan_ratio_draws_no_bar_and_nan_interval_no_error_bar():
 
 def test_speedup_bars_label_every_measurement_in_words_from_the_records_fields():
     entry = {"ratio": 1.2, "low": 1.1, "high": 1.3}
-    fig = timing.speedup_bars({"pinn": {"auto": dict.fromkeys(MEASUREMENT_WORDS, entry)}})
+    fig = timing.speedup_bars(
+        {"ratios": {"pinn": {"auto": {"mode": "auto", **dict.fromkeys(MEASUREMENT_WORDS, entry)}}}}
+    )
     labels = [t.get_text().split("\n")[0] for t in fig.axes[0].get_yticklabels()]
     assert labels == [
         "PINN auto, train step alone",
@@ -554,8 +572,10 @@ def test_speedup_bars_label_every_measurement_in_words_from_the_records_fields()
 def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
     fig = timing.speedup_bars(
         {
-            "pinn": {"physics": {"train_step_alone": {"ratio": 2.0, "low": 1.5, "high": 2.5}}},
-            "baseline": {"jit": {"train_step_alone": {"ratio": 0.5, "low": 0.4, "high": 0.6}}},
+            "ratios": {
+                "pinn": {"physics": {"mode": "physics", "train_step_alone": {"ratio": 2.0, "low": 1.5, "high": 2.5}}},
+                "baseline": {"jit": {"mode": "jit", "train_step_alone": {"ratio": 0.5, "low": 0.4, "high": 0.6}}},
+            }
         }
     )
     from matplotlib.colors import to_hex
@@ -568,7 +588,7 @@ def test_speedup_bars_colour_the_mode_and_hatch_the_baseline():
 def test_speedup_bars_draw_xla_against_off_at_the_same_precision_and_precision_apart():
     from matplotlib.colors import to_hex
 
-    fig = timing.speedup_bars(_mixed_ratios())
+    fig = timing.speedup_bars({"ratios": _mixed_ratios()})
     ax = fig.axes[0]
     labels = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()]
     assert labels == [  # XLA's own bars only: no precision's gain among them
@@ -582,31 +602,35 @@ def test_speedup_bars_draw_xla_against_off_at_the_same_precision_and_precision_a
     assert ax.get_title() == "XLA's own effect: each XLA mode vs off at the same precision"
     assert {"◀ slower than off", "faster than off ▶"} <= {t.strip() for t in _texts(fig)}
     with pytest.raises(ValueError, match="'precision' must be one of"):
-        timing.speedup_bars({"pinn": {"jit": {"precision": "half", "train_step_alone": {"ratio": 1.0}}}})
+        timing.speedup_bars({"ratios": {"pinn": {"jit": {"precision": "half", "train_step_alone": {"ratio": 1.0}}}}})
 
 
 def test_the_precision_chart_compares_each_precision_with_float32_in_the_same_mode():
-    fig = timing.speedup_bars(_mixed_ratios(), axis="precision")
+    fig = timing.speedup_bars({"ratios": _mixed_ratios()}, axis="precision")
     ax = fig.axes[0]
     labels = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()]
     assert labels == ["PINN off: bfloat16 vs float32, train step alone"]
     assert ax.get_title() == "Precision's own effect: each precision vs float32 in the same mode"
     only_fp32 = timing.speedup_bars(
-        {"pinn": {"jit": {"train_step_alone": {"ratio": 1.2, "low": 1.1, "high": 1.3}}}}, axis="precision"
+        {"ratios": {"pinn": {"jit": {"mode": "jit", "train_step_alone": {"ratio": 1.2, "low": 1.1, "high": 1.3}}}}},
+        axis="precision",
     )
     assert "no reduced precision measured against float32" in " ".join(_texts(only_fp32))
 
 
 def test_speedup_bars_all_nan_or_empty_still_render_and_wrong_entries_raise():
     nan = math.nan
-    assert style.to_png(timing.speedup_bars({"pinn": {"jit": {"inference": {"ratio": nan}}}})).startswith(b"\x89PNG")
+    only_nan = {"ratios": {"pinn": {"jit": {"mode": "jit", "inference": {"ratio": nan}}}}}
+    assert style.to_png(timing.speedup_bars(only_nan)).startswith(b"\x89PNG")
     assert style.to_png(timing.speedup_bars({})).startswith(b"\x89PNG")
-    with pytest.raises(ValueError, match="'ratio'"):
-        timing.speedup_bars({"pinn": {"jit": {"train_step_alone": 1.3}}})
-    with pytest.raises(ValueError, match="ratios\\['pinn'\\]"):
-        timing.speedup_bars({"pinn": [1.3]})
-    with pytest.raises(ValueError, match="'ratios' dict"):
-        timing.speedup_bars([1.3])
+    for broken in (
+        {"ratios": {"pinn": {"jit": {"mode": "jit", "train_step_alone": 1.3}}}},
+        {"ratios": {"pinn": [1.3]}},
+        {"ratios": [1.3]},
+        [1.3],
+    ):
+        with pytest.raises(PtychoError, match="not a benchmark record"):
+            timing.speedup_bars(broken)
 
 
 # -------------------------------------------------------------------- FRC curves
@@ -695,9 +719,9 @@ def test_every_figure_renders():
         images.reconstruction_grid(truth, _arms(truth)),
         images.error_maps(truth, _arms(truth)),
         curves.loss_curves(_curves()),
-        timing.step_time_distributions(_bench_arms()),
-        timing.component_bars(_bench_arms()),
-        timing.speedup_bars(_ratios()),
+        timing.step_time_distributions({"arms": _bench_arms()}),
+        timing.component_bars({"arms": _bench_arms()}),
+        timing.speedup_bars({"ratios": _ratios()}),
         curves.frc_curves(_frcs()),
     ):
         assert style.to_png(fig).startswith(b"\x89PNG")

@@ -1,20 +1,21 @@
 """The benchmark's figures: train-step time distributions, where a step's time goes,
 and each arm's speed-up over ``off`` with its interval.
 
-They read the benchmark record (``ptycho bench --out``) as written: its ``arms`` list
-(each with ``model``, ``mode`` and ``precision``) and its ``ratios`` dict (model -> arm
--> measurement -> ``{"ratio", "low", "high"}``, an arm's entry saying its ``mode`` and
-``precision``, and for an XLA mode at a reduced precision its ratios against ``off`` at
-that precision under ``xla`` and against float32 in the same mode under ``vs_float32``). A record from before the precision axis has
-no ``precision`` (float32) and keys ``ratios`` by mode. An arm is drawn per (model, mode,
-precision), its words naming the precision when the record has several. Missing pieces
-are drawn as "n/a"; structurally wrong records raise :class:`ValueError` naming the entry.
+They draw the benchmark's record as :class:`~ptycho.study.bench.record.BenchRecord` reads
+it (or its JSON, ``ptycho bench --out``, read through it): its arms, each a (model, mode,
+precision), and their ratios, each XLA mode against ``off`` at the same precision
+(``xla``) and each reduced precision against float32 in the same mode (``vs_float32``).
+The record decides what its keys mean and what an older record's missing ones default to;
+an arm is drawn per (model, mode, precision), its words naming the precision when the
+record has several. Missing pieces are drawn as "n/a"; a record the figures cannot draw
+(a mode or precision this ptycho does not know, an arm twice) raises :class:`ValueError`
+naming the entry, a broken one :class:`~ptycho.errors.PtychoError`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -22,8 +23,8 @@ import numpy as np
 from ptycho.nets.models import MODEL_KINDS as MODELS
 from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION
 from ptycho.nets.xla import MODES, REFERENCE
-from ptycho.study.bench.record import MEASUREMENT_WORDS
-from ptycho.study.figures.inputs import floats, number
+from ptycho.study.bench.record import MEASUREMENT_WORDS, BenchArm, BenchRecord, Interval, Spread
+from ptycho.study.figures.inputs import floats
 from ptycho.study.figures.style import (
     INK,
     MODE_COLOURS,
@@ -64,10 +65,8 @@ def _model_words(model: str) -> str:
     return MODEL_WORDS.get(model, model)
 
 
-def _precision(record: Mapping, what: str) -> str:
-    """A record's precision (an arm's, a ratios entry's); one without is from before the
-    precision axis: float32."""
-    precision = record.get("precision", REFERENCE_PRECISION)
+def _precision(precision: str, what: str) -> str:
+    """A recorded precision the figures know; ValueError naming ``what`` otherwise."""
     if precision not in PRECISIONS:
         raise ValueError(f"{what}: 'precision' must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return precision
@@ -85,34 +84,39 @@ def _arm_words(mode: str, precision: str, several: bool) -> str:
     return f"{mode} at {PRECISION_WORDS[precision]}" if several or precision != REFERENCE_PRECISION else mode
 
 
-def _bench_arms(arms: Any) -> dict[str, dict[tuple[str, str], Mapping]]:
-    """``{model: {(mode, precision): arm record}}``, models, precisions and modes in the package's orders."""
-    if isinstance(arms, Mapping) or not isinstance(arms, Sequence):
-        raise ValueError(f"arms: expected bench.json's 'arms' list, got {type(arms).__name__}")
-    by_model: dict[str, dict[tuple[str, str], Mapping]] = {}
-    for i, a in enumerate(arms):
-        if not isinstance(a, Mapping):
-            raise ValueError(f"arms[{i}]: expected a dict, got {type(a).__name__}")
-        if not isinstance(a.get("model"), str) or a.get("mode") not in MODES:
+def _bench_arms(bench: BenchRecord) -> dict[str, dict[tuple[str, str], BenchArm]]:
+    """``{model: {(mode, precision): arm}}``, models, precisions and modes in the package's orders."""
+    by_model: dict[str, dict[tuple[str, str], BenchArm]] = {}
+    for i, a in enumerate(bench.arms):
+        if a.mode not in MODES:
+            raise ValueError(f"arms[{i}]: 'mode' must be one of {', '.join(MODES)}, got {a.mode!r}")
+        key = (a.mode, _precision(a.precision, f"arms[{i}]"))
+        if key in by_model.setdefault(a.model, {}):
             raise ValueError(
-                f"arms[{i}]: needs 'model' (str) and 'mode' (one of {', '.join(MODES)}), "
-                f"got {a.get('model')!r}, {a.get('mode')!r}"
-            )
-        key = (a["mode"], _precision(a, f"arms[{i}]"))
-        if key in by_model.setdefault(a["model"], {}):
-            raise ValueError(
-                f"arms[{i}]: a second {a['model']} {_arm_words(*key, False)} arm; one per (model, mode, precision) "
+                f"arms[{i}]: a second {a.model} {_arm_words(*key, False)} arm; one per (model, mode, precision) "
                 "expected"
             )
-        by_model[a["model"]][key] = a
+        by_model[a.model][key] = a
     return {
         model: dict(sorted(by_model[model].items(), key=lambda kv: _arm_order(kv[0])))
         for model in sorted(by_model, key=lambda m: (_model_rank(m), m))
     }
 
 
+def _timed(arm: BenchArm, context: str) -> tuple[Spread | None, tuple[float, ...]] | None:
+    """An arm's train steps in ``context``: their spread and samples, ``None`` when not timed there."""
+    if context == "alone":
+        return arm.step, arm.step_samples
+    return (arm.shared, arm.shared_samples) if arm.shared is not None or arm.shared_samples else None
+
+
 def _box(
-    ax, pos: int, source: Mapping, model: str, key: tuple[str, str], rng: np.random.Generator
+    ax,
+    pos: int,
+    timed: tuple[Spread | None, tuple[float, ...]],
+    model: str,
+    key: tuple[str, str],
+    rng: np.random.Generator,
 ) -> tuple[float, int]:
     """One arm's steps at ``pos``: a box of quartiles and every step jittered over it (or
     the record's quartiles alone); its median in ms and how many steps were drawn."""
@@ -120,9 +124,9 @@ def _box(
 
     mode, precision = key
     colour = arm_colour(mode, precision)
-    samples = floats(source.get("step_samples_s"), f"{model} {_arm_words(*key, False)} step_samples_s") * 1e3
+    spread, steps = timed
+    samples = floats(steps, f"{model} {_arm_words(*key, False)} step_samples_s") * 1e3
     samples = samples[np.isfinite(samples)]
-    quart = source.get("step_s") if isinstance(source.get("step_s"), Mapping) else {}
     box_style = dict(
         positions=[pos],
         widths=0.5,
@@ -140,20 +144,19 @@ def _box(
         outline = {"edgecolors": "white", "linewidths": 0.4} if marker.is_filled() else {"linewidths": 0.9}
         ax.scatter(x, samples, s=12, color=colour, alpha=0.85, marker=marker, zorder=3, **outline)
         return float(np.median(samples)), samples.size
-    if all(math.isfinite(number(quart.get(k), k)) for k in ("median", "q1", "q3")):
-        q1, med, q3 = (1e3 * number(quart[k], k) for k in ("q1", "median", "q3"))
+    if spread is not None and all(math.isfinite(v) for v in (spread.median, spread.q1, spread.q3)):
+        q1, med, q3 = (1e3 * v for v in (spread.q1, spread.median, spread.q3))
         ax.bxp([{"med": med, "q1": q1, "q3": q3, "whislo": q1, "whishi": q3, "fliers": []}], **box_style)
         return med, 0
     ax.text(pos, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", color=MUTED)
     return math.nan, 0
 
 
-def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
+def step_time_distributions(bench: BenchRecord | Mapping[str, Any]) -> Figure:
     """Train-step time of every mode and precision, one column per model, one row per
     context (alone, shared): box (quartiles) and every timed step.
 
-    ``arms`` is ``bench.json["arms"]``: ``{"model", "mode", "precision", "step_samples_s",
-    "compile_s", "step_s": {...}, "shared": {"step_samples_s", "step_s"}, ...}``. Each box spans the
+    ``bench`` is the benchmark's record (or its JSON). Each box spans the
     quartiles (whiskers 1.5 IQR, no separate outliers) with the individual steps
     jittered over it, in ms on a linear axis from 0 so heights compare honestly. An arm
     without samples but with quartiles is drawn as a box alone. The first (compiling)
@@ -161,12 +164,12 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
     precision's box is paler and hatched, its steps hollow or half-filled markers
     (:data:`~ptycho.study.figures.style.PRECISION_STYLES`).
     """
-    by_model = _bench_arms(arms)
+    by_model = _bench_arms(BenchRecord.of(bench))
     with style():
         if not by_model:
             return message_figure("no benchmark arms")
         models = list(by_model)
-        shared = any("shared" in a for per in by_model.values() for a in per.values())
+        shared = any(_timed(a, "shared") for per in by_model.values() for a in per.values())
         contexts = ["alone"] + (["shared"] if shared else [])
         keys = sorted({key for per in by_model.values() for key in per}, key=_arm_order)
         several = several_precisions(precision for _, precision in keys)
@@ -179,7 +182,7 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
                 for pos, key in enumerate(keys):
                     words = _arm_words(*key, several)
                     a = by_model[model].get(key)
-                    source = (a if context == "alone" else a.get("shared")) if a is not None else None
+                    source = _timed(a, context) if a is not None else None
                     if source is None:
                         ticks.append(f"{words}\n(not measured)")
                         ax.text(pos, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", color=MUTED)
@@ -187,8 +190,7 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
                     medians[key], n = _box(ax, pos, source, model, key, rng)
                     if n:
                         counts.append(n)
-                    comp = number(a.get("compile_s"), f"{model} compile_s")
-                    compile_text = f"\ncompile {fmt(comp, ' s')}" if row == 0 else ""
+                    compile_text = f"\ncompile {fmt(a.compile_s, ' s')}" if row == 0 else ""
                     ticks.append(f"{words}\n{fmt(medians[key], ' ms')}{compile_text}")
                 ax.set_xticks(range(len(keys)), ticks)
                 ax.set_xlim(-0.6, len(keys) - 0.4)
@@ -219,22 +221,17 @@ def step_time_distributions(arms: Sequence[Mapping[str, Any]]) -> Figure:
     return fig
 
 
-def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
+def component_bars(bench: BenchRecord | Mapping[str, Any]) -> Figure:
     """Where a train step's time goes, per model, mode and precision: one stacked bar each
     (network forward + backward, physics head with the loss, optimiser update), each part
     timed as its own function compiled under the mode, with the whole step's median
-    (alone) marked. ``arms`` is ``bench.json["arms"]`` with ``components``. The hatching
+    (alone) marked, of the arms of ``bench`` (the record or its JSON) with components. The hatching
     tells the parts apart, so a reduced precision is told by its paler colour and its
     row's words.
     """
-    by_model = _bench_arms(arms)
+    by_model = _bench_arms(BenchRecord.of(bench))
     with style():
-        rows = [
-            (model, key, a)
-            for model, per in by_model.items()
-            for key, a in per.items()
-            if isinstance(a.get("components"), Mapping)
-        ]
+        rows = [(model, key, a) for model, per in by_model.items() for key, a in per.items() if a.components]
         if not rows:
             return message_figure("no step components measured")
         from matplotlib.patches import Patch
@@ -249,7 +246,7 @@ def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
             words = _arm_words(mode, precision, several)
             left = 0.0
             for key, _, hatch in COMPONENTS:
-                value = 1e3 * number((a["components"].get(key) or {}).get("median"), f"{model} {words} {key}")
+                value = 1e3 * a.components.get(key, math.nan)
                 if not math.isfinite(value):
                     continue
                 ax.barh(
@@ -268,7 +265,7 @@ def component_bars(arms: Sequence[Mapping[str, Any]]) -> Figure:
                         left + value / 2, y, f"{value:.0f}", ha="center", va="center", fontsize=7.5, color=INK, zorder=3
                     )
                 left += value
-            step = 1e3 * number((a.get("step_s") or {}).get("median"), f"{model} {words} step_s")
+            step = 1e3 * a.step.median
             if math.isfinite(step):
                 ax.plot([step, step], [y - 0.38, y + 0.38], color=INK, lw=2.0, zorder=4)
             labels.append(f"{_model_words(model)}, {words}\nstep {fmt(step, ' ms')}")
@@ -347,64 +344,42 @@ class _Ratio(NamedTuple):
         return f"{name}, {self.measurement}"
 
 
-def _measurements(entry: Mapping, what: str) -> Iterator[tuple[str, float, float, float]]:
-    """``(words, ratio, low, high)`` of each measurement of :data:`~ptycho.study.bench.record.MEASUREMENT_WORDS` in ``entry``."""
-    for key, word in MEASUREMENT_WORDS.items():
-        if key not in entry:
-            continue
-        where = f"{what}[{key!r}]"
-        if not isinstance(entry[key], Mapping) or "ratio" not in entry[key]:
-            raise ValueError(f"{where}: expected a dict with 'ratio' (and 'low', 'high'), got {entry[key]!r}")
-        vals = [number(entry[key].get(k), f"{where}[{k!r}]") for k in ("ratio", "low", "high")]
-        yield word, *(v if v > 0 else math.nan for v in vals)  # a ratio <= 0 is not a timing ratio
+def _measurements(intervals: Mapping[str, Interval]) -> list[tuple[str, float, float, float]]:
+    """``(words, ratio, low, high)`` of each measurement of :data:`~ptycho.study.bench.record.MEASUREMENT_WORDS` in ``intervals``."""
+    found = [(word, intervals[key]) for key, word in MEASUREMENT_WORDS.items() if key in intervals]
+    # a ratio <= 0 is not a timing ratio
+    return [(word, *(v if v > 0 else math.nan for v in (i.ratio, i.low, i.high))) for word, i in found]
 
 
-def _ratio_rows(ratios: Any, axis: str = "xla") -> list[_Ratio]:
+def _ratio_rows(bench: BenchRecord, axis: str = "xla") -> list[_Ratio]:
     """Every measurement of one axis, in the record's order: ``"xla"``, each XLA mode vs
-    ``off`` at the same precision (its ``xla`` entry; at the top level in a float32 record
-    from before the split); ``"precision"``, each reduced precision vs float32 in the
-    same mode (its ``vs_float32`` entry)."""
-    if not isinstance(ratios, Mapping):
-        raise ValueError(
-            f"ratios: expected bench.json's 'ratios' dict model -> arm -> measurement, got {type(ratios).__name__}"
-        )
+    ``off`` at the same precision; ``"precision"``, each reduced precision vs float32 in
+    the same mode."""
     rows = []
-    for model, per in ratios.items():
-        if not isinstance(per, Mapping) or not all(isinstance(r, Mapping) for r in per.values()):
-            raise ValueError(f"ratios[{model!r}]: expected a dict arm -> measurement -> {{'ratio', 'low', 'high'}}")
+    for model, per in bench.ratios.items():
         for key, entry in per.items():
-            what = f"ratios[{model!r}][{key!r}]"
-            mode, precision = entry.get("mode", key), _precision(entry, what)
-            if axis == "precision":
-                source, where = entry.get("vs_float32", {}), f"{what}['vs_float32']"
-            elif mode == REFERENCE:
+            precision = _precision(entry.precision, f"ratios[{model!r}][{key!r}]")
+            if axis != "precision" and entry.mode == REFERENCE:
                 continue
-            elif "xla" in entry or precision != REFERENCE_PRECISION:
-                source, where = entry.get("xla", {}), f"{what}['xla']"
-            else:
-                source, where = entry, what
-            if not isinstance(source, Mapping):
-                raise ValueError(f"{where}: expected a dict measurement -> {{'ratio', 'low', 'high'}}")
-            rows += [_Ratio(model, mode, precision, axis, *m) for m in _measurements(source, where)]
+            found = entry.vs_float32 if axis == "precision" else entry.xla
+            rows += [_Ratio(model, entry.mode, precision, axis, *m) for m in _measurements(found)]
     return rows
 
 
-def speedup_bars(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]], axis: str = "xla") -> Figure:
+def speedup_bars(bench: BenchRecord | Mapping[str, Any], axis: str = "xla") -> Figure:
     """One axis's speed-up per measurement, the other axis held fixed: ``axis="xla"``,
     each XLA mode vs ``off`` at the same precision (XLA's own effect); ``"precision"``,
     each reduced precision vs float32 in the same mode (the precision's own). Horizontal
     bars from 1 with bootstrap 95 % intervals; the title says what is compared.
 
-    ``ratios`` is ``bench.json["ratios"]``: model -> arm -> ``{"mode", "precision",
-    "xla": {"train_step_alone": {"ratio", "low", "high"}, ...}, "vs_float32": {...},
-    ...}``, the ratio being "how many times faster than the reference" (its time / the
-    arm's); one bar per measurement of :data:`~ptycho.study.bench.record.MEASUREMENT_WORDS` present, in the record's
-    order. The x axis is logarithmic and symmetric about 1, so 2x faster and 2x slower
+    ``bench`` is the benchmark's record (or its JSON); a ratio is "how many times faster
+    than the reference" (its time / the arm's); one bar per measurement of
+    :data:`~ptycho.study.bench.record.MEASUREMENT_WORDS` recorded, in the record's order. The x axis is logarithmic and symmetric about 1, so 2x faster and 2x slower
     are equally long. A bar has its mode's colour, is hatched for the baseline and
     paler and hatched again for a reduced precision; NaN ``low`` or ``high`` draws no
     interval, a NaN ratio no bar ("n/a").
     """
-    rows = _ratio_rows(ratios, axis)
+    rows = _ratio_rows(BenchRecord.of(bench), axis)
     with style():
         if not rows:
             return message_figure(

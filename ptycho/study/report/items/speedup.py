@@ -168,12 +168,11 @@ def _figure(kind: str):
     def draw(inputs):
         from ptycho.study.figures import timing
 
-        bench = inputs.benchmark.to_json()  # the figures draw the record's JSON, as they validate it
         if kind == "speedup":
-            return timing.speedup_bars(bench.get("ratios", {}))
+            return timing.speedup_bars(inputs.benchmark)
         if kind == "precision_speedup":
-            return timing.speedup_bars(bench.get("ratios", {}), axis="precision")
-        return getattr(timing, kind)(bench["arms"])
+            return timing.speedup_bars(inputs.benchmark, axis="precision")
+        return getattr(timing, kind)(inputs.benchmark)
 
     return draw
 
