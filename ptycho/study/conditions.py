@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.nets.models import SUBJECT
+from ptycho.study.condition_record import ConditionCheck
 
 #: The default study's test pitch over its patch side: 10 px at n = 64 (dense overlap).
 DENSE = 10 / 64
@@ -161,7 +162,7 @@ def check(
     modes: Sequence[str],
     precisions: Sequence[str],
     thresholds: Mapping[str, float],
-) -> dict[str, Any]:
+) -> ConditionCheck:
     """The cheap checks at one condition (module docstring): its ``condition`` job's
     record. ``thresholds`` are the study's (``accuracy_max_abs``, ``gradients_max_rel``
     and their ``*_precision_roundoffs``)."""
@@ -188,17 +189,16 @@ def check(
         nphotons=nphotons,
         finite_differences=False,
     )
-    return {
-        "condition": name,
-        "nphotons": float(ds.attrs["nphotons"]),
-        "stride_test": int(ds.attrs["stride"]),
-        "loss": loss,
-        "dataset_digest": ds.attrs["digest"],
-        "patterns": int(ds.diffraction.shape[0]),
-        "accuracy": acc.to_json(),
-        "gradients": grad.to_json(),
-        "models": apply_models(model_dirs, ds),
-    }
+    return ConditionCheck(
+        name,
+        float(ds.attrs["nphotons"]),
+        int(ds.attrs["stride"]),
+        loss,
+        ds.attrs["digest"],
+        int(ds.diffraction.shape[0]),
+        {"accuracy": acc, "gradients": grad},
+        apply_models(model_dirs, ds),
+    )
 
 
 def mean_scores(models: Mapping[str, Mapping[str, float]]) -> dict[tuple, dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
+from ptycho.study.condition_record import CHECKS
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.section import Section
 from ptycho.study.tables import Table
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
     from ptycho.study.report.record import StudyReport
     from ptycho.study.solver_record import SolverRun
     from ptycho.study.solver_summary import ModeSummary
-
-#: The checks a condition repeats, as the checklist names them.
-CHECKS = ("accuracy", "gradients")
 
 
 @dataclass(frozen=True)
@@ -142,12 +140,12 @@ def rows(records: Mapping[str, Mapping[str, Any]], config: Mapping) -> list[Cond
             ConditionRow(
                 name,
                 False,
-                check["nphotons"],
-                check["stride_test"],
-                check["loss"],
-                {c: Check.from_json(check[c]) for c in CHECKS},
+                check.nphotons,
+                check.stride_test,
+                check.loss,
+                {c: Check(r.status, r.value, r.summary) for c, r in check.checks.items()},
                 _solver(rec["solve"]) if "solve" in rec else None,
-                check["models"],
+                check.models,
                 CONDITIONS[name].description if name in CONDITIONS else "",
             )
         )

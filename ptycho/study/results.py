@@ -296,15 +296,19 @@ class StudyResults:
     @cached_property
     def condition_records(self) -> dict[str, dict[str, Any]]:
         """Condition -> ``{"check": ..., "solve": ...}``: its records, by their file names
-        (the solve job's as a :class:`~ptycho.study.solver_record.SolveRecord`)."""
+        (the condition job's as a :class:`~ptycho.study.condition_record.ConditionCheck`, the
+        solve job's as a :class:`~ptycho.study.solver_record.SolveRecord`)."""
         from ptycho.artifacts import SOLVER, read_json
+        from ptycho.study.condition_record import ConditionCheck
         from ptycho.study.solver_record import SolveRecord
 
         records: dict[str, dict[str, Any]] = {}
         for path in self.conditions:
             p = Path(path)
             if p.name == "check.json":
-                records.setdefault(p.parent.name, {})["check"] = read_json(p, producer="condition")
+                records.setdefault(p.parent.name, {})["check"] = ConditionCheck.from_json(
+                    read_json(p, producer="condition")
+                )
             elif p.name == "solve.json":
                 records.setdefault(p.parent.name, {})["solve"] = SolveRecord.from_json(
                     read_json(p, producer=SOLVER), path

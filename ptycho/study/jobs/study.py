@@ -176,20 +176,12 @@ def condition(
         precisions=precisions,
         thresholds=limits,
     )
-    write_json(out, result, producer="condition")
-    items = ("accuracy", "gradients")
-    metrics = {f"{item}_value": result[item]["value"] for item in items}
-    metrics.update({f"{item}_pass": float(result[item]["status"] == "PASS") for item in items})
-    for arm, scores in result["models"].items():
-        metrics.update({f"{arm}.amp_ssim": scores["amp_ssim"], f"{arm}.phase_ssim": scores["phase_ssim"]})
-    status = "PASS" if all(result[item]["status"] == "PASS" for item in items) else "FAIL"
-    scored = ", ".join(f"{arm} {s['amp_ssim']:.3f}/{s['phase_ssim']:.3f}" for arm, s in result["models"].items())
+    write_json(out, result.to_json(), producer="condition")
     return JobRecord(
-        metrics=metrics,
-        tags={"status": status, "condition": name},
+        metrics=result.metrics(),
+        tags={"status": result.status, "condition": name},
         artifacts=[(out, None)],
-        summary=f"{name}: accuracy {result['accuracy']['status']}, gradients {result['gradients']['status']}; "
-        f"amplitude/phase SSIM {scored}",
+        summary=result.words(),
     )
 
 
