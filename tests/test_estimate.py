@@ -115,7 +115,7 @@ def test_a_gpu_capability_that_cannot_be_read_is_one_line(monkeypatch):
 
 # ------------------------------------------------------------------ the estimate
 def _calibration(cfg, step_s: float = 0.1) -> dict:
-    from ptycho.study.estimate import arm_key, planned_arms
+    from ptycho.study.calibration import arm_key, planned_arms
 
     costs = {"startup_s": 3.0, "compile_s": 2.0, "step_s": step_s}
     return {"format": 1, "arms": {arm_key(*a): dict(costs) for a in planned_arms(cfg)}}
@@ -149,7 +149,8 @@ def test_the_estimate_of_the_users_own_data_counts_its_patterns_at_its_side(base
     the default simulation's 2178 training groups, not the star's 516 patterns. It counts
     the file's patterns and calibrates at the side the study trains on (data.n, else the
     file's own)."""
-    from ptycho.study.estimate import _pattern_side, _samples, estimate
+    from ptycho.study.calibration import pattern_side as _pattern_side
+    from ptycho.study.estimate import _samples, estimate
 
     monkeypatch.chdir(ROOT)  # the preset names the star relative to the work folder
     simulated = resolve(base, {"models": ["pinn"]}, hardware=AMX)
@@ -164,7 +165,7 @@ def test_the_estimate_of_the_users_own_data_counts_its_patterns_at_its_side(base
 
 
 def _costs(cal):
-    from ptycho.study.estimate import _costs as costs
+    from ptycho.study.calibration import costs
 
     return costs(cal)
 
@@ -259,7 +260,7 @@ def test_a_dry_run_says_the_precision_and_the_estimate_before_any_job(
     pipeline test calibrates for real)."""
     from ptycho.nets.precision import Hardware as HW
     from ptycho.study.bench.machine import machine_info
-    from ptycho.study.estimate import calibration_path
+    from ptycho.study.calibration import calibration_path
     from ptycho.study.schedule import concurrent_jobs, usable_cores
 
     env = {

@@ -264,7 +264,7 @@ def cmd_refine_probe(args: argparse.Namespace, live: Live) -> JobRecord:
 def cmd_calibrate(args: argparse.Namespace, live: Live) -> JobRecord:
     from ptycho.artifacts import write_json
     from ptycho.cli.values import json_object
-    from ptycho.study.estimate import calibrate
+    from ptycho.study.calibration import calibrate
 
     if args.at_once < 1 or args.threads_per_arm < 1:
         raise ConfigError("--at-once and --threads-per-arm must be at least 1")

@@ -2,11 +2,12 @@
 
 A study's cost is its trainings' steps: 7 trainings of 20 epochs cost about 20 minutes
 on a CPU with native bfloat16 and about 15 hours where the type is emulated. The
-workflow therefore times a few steps of every arm it plans (:func:`calibrate`: each
-(model, mode, precision) in a bench worker, as many stepping at once as the pipeline
-runs trainings at once, on a small simulated split of the study's geometry), caches
-the figures per machine and config (:func:`calibration_path`), and multiplies them by
-the planned work (:func:`estimate`):
+workflow therefore times a few steps of every arm it plans
+(:func:`ptycho.study.calibration.calibrate`: each (model, mode, precision) in a bench
+worker, as many stepping at once as the pipeline runs trainings at once, on a small
+simulated split of the study's geometry), caches the figures per machine and config
+(:func:`~ptycho.study.calibration.calibration_path`), and multiplies them by the planned
+work (:func:`estimate`):
 
 * trainings: per arm, a job's start, its first (compiling) step, then
   ``epochs x steps_per_epoch`` steps plus the validation passes (``train.val_checks`` per
@@ -27,8 +28,6 @@ report checks the estimate against the finished run ("estimated 31 min, took 29 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import math
 import os
@@ -36,12 +35,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Format of a cached calibration: a new one re-calibrates.
-CALIBRATION_FORMAT = 1
-#: Timed steps per arm after its first (compiling) one; their median is the step's time.
-CALIBRATION_STEPS = 6
-#: Where calibrations are cached: ``$PTYCHO_CACHE``, else ``$XDG_CACHE_HOME/ptycho``, else ``~/.cache/ptycho``.
-CACHE_ENV = "PTYCHO_CACHE"
+from ptycho.study.calibration import (
+    ArmCost,
+    arm_key,
+    bench_arms,
+    calibration_path,
+    described,
+    own_scan,
+    planned_arms,
+)
+from ptycho.study.calibration import (
+    costs as arm_costs,
+)
+
 #: The estimate, as JSON, in the jobs' environment: the report sets it beside the run's real cost.
 ESTIMATE_ENV = "PTYCHO_ESTIMATE"
 #: Seconds a job takes to start and end beside its work: the interpreter, TensorFlow's
@@ -63,151 +69,6 @@ JOBS_PER_STUDY = 8
 REST_STEPS_PER_JOB = 10
 #: Jobs per condition (its simulation, checks and solver).
 JOBS_PER_CONDITION = 2
-
-
-@dataclass(frozen=True)
-class ArmCost:
-    """One (model, mode, precision) as calibrated: seconds to a ready worker (interpreter,
-    TensorFlow, the model built), of its first step (trace and compile) and of a step in
-    the pipeline's schedule (median)."""
-
-    startup_s: float
-    compile_s: float
-    step_s: float
-
-
-def arm_key(model: str, mode: str, precision: str) -> str:
-    return f"{model}/{mode}/{precision}"
-
-
-def bench_arms(cfg: Mapping) -> list[tuple[str, str, str]]:
-    """Every (model, mode, precision) the bench times: its lists, float32 always (the
-    reference of every precision's ratio)."""
-    from ptycho.nets.precision import REFERENCE_PRECISION
-    from ptycho.study.workflow import bench_lists
-
-    models, modes, precisions = bench_lists(cfg)
-    return [(k, m, p) for k in models for p in dict.fromkeys([REFERENCE_PRECISION, *precisions]) for m in modes]
-
-
-def planned_arms(cfg: Mapping) -> list[tuple[str, str, str]]:
-    """Every (model, mode, precision) the study trains or times, each once."""
-    from ptycho.study.workflow import arm_lists
-
-    out = []
-    for kind in cfg["models"]:
-        modes, precisions, _ = arm_lists(cfg, kind)
-        out += [(kind, m, p) for p in precisions for m in modes]
-    return list(dict.fromkeys([*out, *bench_arms(cfg)]))
-
-
-def _described(path: str):
-    """The user's data file as :func:`ptycho.data.sources.describe` reads it, once per
-    version of the file (an estimate asks for it per arm, per split and per cheaper choice,
-    and a compressed scan is decompressed to be described)."""
-    st = os.stat(path)
-    return _described_version(path, st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=8)
-def _described_version(path: str, mtime_ns: int, size: int):  # noqa: ARG001 (the cache's key)
-    from ptycho.data.sources import describe
-
-    return describe(path)
-
-
-def _own_scan(cfg: Mapping):
-    """The user's training file (:class:`~ptycho.data.sources.Source`), or None to simulate."""
-    from ptycho.study.data_files import data_files
-
-    files = data_files(cfg)
-    return _described(files["train"]) if files else None
-
-
-def _pattern_side(cfg: Mapping) -> int:
-    """The side of the patterns the study trains on: the simulation's, or the user's file's
-    (``data.n`` where it reduces them)."""
-    own = _own_scan(cfg)
-    if own is None:
-        return int(cfg["simulation"]["n"])
-    return int((cfg.get("data") or {}).get("n") or own.n)
-
-
-def calibration_path(cfg: Mapping, at_once: int, threads: int, machine: Mapping) -> Path:
-    """The cached calibration of this study's arms on this machine: keyed by what changes a
-    step's time (the CPU, its flags and cores, TensorFlow, the arms, the network, the batch,
-    the patterns' size, the threads and how many trainings step at once), not by epochs,
-    seeds or the doses."""
-    from ptycho.study.workflow import model_config, section_for
-
-    key = {
-        "format": CALIBRATION_FORMAT,
-        "machine": {k: machine.get(k) for k in ("cpu", "cpu_flags", "cores", "tensorflow", "gpus")},
-        "arms": planned_arms(cfg),
-        "models": {k: dataclasses.asdict(model_config(cfg, k)) for k in cfg["models"]},
-        "batch": {k: section_for(cfg, "train", k)["batch_size"] for k in cfg["models"]},
-        "geometry": {
-            **{k: cfg["simulation"][k] for k in ("gridsize", "spacing", "probe_kind")},
-            "n": _pattern_side(cfg),
-        },
-        "threads": threads,
-        "at_once": at_once,
-    }
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return cache_folder() / "calibration" / f"{digest}.json"
-
-
-def cache_folder() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ptycho"
-
-
-def calibrate(cfg: Mapping, at_once: int, threads: int) -> dict:
-    """Time every planned arm (:func:`planned_arms`) on this machine: each in a bench worker
-    (its own interpreter and thread pools) with ``threads`` threads, ``at_once`` of them
-    stepping together as the pipeline's trainings do, on one small simulated object of the
-    study's geometry (a step's time does not depend on the split's size). Seconds; the
-    record is what :func:`estimate` reads."""
-    import multiprocessing
-    import time
-
-    import numpy as np
-
-    from ptycho.data.simulate import simulate_split
-    from ptycho.study.bench.coordinator import BenchConfig, _run_shared, _start, _stop
-    from ptycho.study.bench.machine import machine_info
-    from ptycho.study.resources import scan_size
-    from ptycho.study.workflow import model_config, simulation_config, train_config
-
-    sim = dataclasses.replace(simulation_config(cfg), n=_pattern_side(cfg))  # the user's data: its side
-    # one object just large enough for a few batches of groups: seconds to simulate
-    side = sim.n + 8 * sim.stride_train
-    while scan_size(side, sim.n, sim.stride_train, sim.gridsize, sim.spacing).groups < 64:
-        side += sim.stride_train
-    ds = simulate_split(dataclasses.replace(sim, n_objects_train=1, object_size=max(side, sim.n * 2)), "train")
-    ctx = multiprocessing.get_context("spawn")
-    bench = BenchConfig(threads=threads)
-    arms = planned_arms(cfg)
-    costs: dict[str, dict] = {}
-    for start in range(0, len(arms), at_once):
-        group = arms[start : start + at_once]
-        workers = []
-        try:
-            for kind, mode, precision in group:
-                t0 = time.perf_counter()
-                train_cfg = train_config(cfg, mode, 0, kind, precision)
-                workers += _start(ctx, ds, [(model_config(cfg, kind), mode, precision)], train_cfg, bench, threads)
-                ready = time.perf_counter() - t0
-                first = workers[-1].call("step")
-                costs[arm_key(kind, mode, precision)] = {"startup_s": ready, "compile_s": first}
-            steps = _run_shared(workers, CALIBRATION_STEPS)
-        finally:
-            _stop(workers)
-        for (kind, mode, precision), samples in zip(group, steps, strict=True):
-            costs[arm_key(kind, mode, precision)]["step_s"] = float(np.median(samples))
-    return {"format": CALIBRATION_FORMAT, "machine": machine_info(), "at_once": at_once, "arms": costs}
 
 
 @dataclass(frozen=True)
@@ -244,10 +105,6 @@ def minutes(seconds: float) -> str:
     return f"{m:.0f} min" if m >= 10 else f"{m:.1f} min"
 
 
-def _costs(calibration: Mapping) -> dict[str, ArmCost]:
-    return {k: ArmCost(**v) for k, v in calibration["arms"].items()}
-
-
 def _samples(cfg: Mapping, kind: str, split: str) -> int:
     """Training samples of model ``kind`` in ``split``: groups for a grouped model (the PINN),
     patterns otherwise (:mod:`ptycho.study.resources`); of the user's own data, its
@@ -257,8 +114,8 @@ def _samples(cfg: Mapping, kind: str, split: str) -> int:
     from ptycho.study.resources import split_of
     from ptycho.study.workflow import simulation_config
 
-    if _own_scan(cfg) is not None:
-        return _described(data_files(cfg)[split]).patterns
+    if own_scan(cfg) is not None:
+        return described(data_files(cfg)[split]).patterns
     s = split_of(simulation_config(cfg), split)
     if method_of(kind).grouped:
         return s.group_patterns // max(1, cfg["simulation"]["gridsize"] ** 2)
@@ -289,31 +146,31 @@ def schedule(durations: Sequence[float], slots: int) -> float:
 def estimate(
     cfg: Mapping, calibration: Mapping, at_once: int, trained: Sequence[str] = (), bench_done: bool = False
 ) -> Estimate:
-    """The study's wall time from ``calibration`` (:func:`calibrate`) with ``at_once``
+    """The study's wall time from ``calibration`` (:func:`~ptycho.study.calibration.calibrate`) with ``at_once``
     trainings at once, without the arms already ``trained`` (and the bench when
     ``bench_done``); raises ``KeyError`` for an arm the calibration did not time."""
     from ptycho.study.arms import parse_arm
     from ptycho.study.workflow import arms
 
-    costs = _costs(calibration)
+    by_arm = arm_costs(calibration)
     names = [n for n in arms(cfg) if n not in set(trained)]
     trainings = []
     for name in names:
         a = parse_arm(name)
-        trainings.append(training_seconds(cfg, a.model, costs[arm_key(a.model, a.mode, a.precision)]))
+        trainings.append(training_seconds(cfg, a.model, by_arm[arm_key(a.model, a.mode, a.precision)]))
     bench = cfg["bench"]
     bench_s = 0.0 if bench_done else JOB_S + BENCH_FIXED_S
     for arm in [] if bench_done else bench_arms(cfg):
-        c = costs[arm_key(*arm)]
+        c = by_arm[arm_key(*arm)]
         timing = (bench["warmup"] + bench["repeats"]) * BENCH_STEPS_PER_ARM * c.step_s
         sweep = sum(c.compile_s + bench["batch_repeats"] * c.step_s * max(1.0, b / 8) for b in bench["train_batches"])
         bench_s += c.startup_s + c.compile_s + timing + sweep
     n_jobs = JOBS_PER_STUDY + JOBS_PER_ARM * len(names) + JOBS_PER_CONDITION * len(cfg.get("conditions") or [])
-    slowest = max(c.step_s for c in costs.values())
+    slowest = max(c.step_s for c in by_arm.values())
     infer = sum(
-        FORWARD_SHARE * _samples(cfg, parse_arm(n).model, "test") / 8 * costs[arm_key(*_axes(n))].step_s for n in names
+        FORWARD_SHARE * _samples(cfg, parse_arm(n).model, "test") / 8 * by_arm[arm_key(*_axes(n))].step_s for n in names
     )
-    startup = max(c.startup_s for c in costs.values())
+    startup = max(c.startup_s for c in by_arm.values())
     rest_s = (n_jobs * (JOB_S + startup + REST_STEPS_PER_JOB * min(slowest, 1.0)) + infer) / max(1, at_once)
     return Estimate(schedule(trainings, at_once), bench_s, rest_s, at_once, len(names))
 
@@ -490,20 +347,16 @@ def calibrated_training_s(cfg: Mapping, at_once: int, threads: int) -> dict[tupl
 
     try:
         calibration = json.loads(calibration_path(cfg, at_once, threads, machine_info()).read_text())
-        costs = _costs(calibration)
-        return {arm: training_seconds(cfg, arm[0], costs[arm_key(*arm)]) for arm in planned_arms(cfg)}
+        by_arm = arm_costs(calibration)
+        return {arm: training_seconds(cfg, arm[0], by_arm[arm_key(*arm)]) for arm in planned_arms(cfg)}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 
 
 __all__ = [
     "announce",
-    "ArmCost",
     "Estimate",
-    "calibrate",
     "calibrated_training_s",
-    "calibration_path",
     "estimate",
     "estimate_lines",
-    "planned_arms",
 ]
