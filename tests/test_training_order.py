@@ -54,8 +54,8 @@ def test_each_xla_arm_trains_beside_its_off_pair_however_many_seeds(n_seeds):
 
 
 def test_started_faster_first_the_pairs_drift_apart_seed_by_seed():
-    """The check above fails for the order this replaced (the faster mode of a seed first): the
-    offset grows by one pair's difference per seed."""
+    """The check above fails for the faster mode of a seed first (what the tie of the modes of a
+    seed gave the AVX2 run of 2026-12-02): the offset grows by one pair's difference per seed."""
     arms = study(list(range(5)))
 
     def faster_first(a):

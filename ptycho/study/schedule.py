@@ -81,7 +81,8 @@ def training_priority(arm: Arm, planned: Sequence[Arm], seconds: Callable[[Arm],
       freed slot starts the next seed. Starting that seed's slower arm there, and its
       faster arm when the slow one of this seed ends, makes the two end together, so each
       seed pair starts (or ends) side by side and the offset never grows beyond one pair's
-      difference. Started faster-first, the offset grew by that difference with every seed
+      difference. Started faster first (the modes of a seed tied before, and that run's
+      scheduler took the faster), the offset grew by that difference with every seed,
       until the last ``off`` arm trained beside the baseline.
 
     ``planned`` are the study's arms; ``arm`` may be a seed a look added (not among them)."""
