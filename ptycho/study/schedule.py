@@ -85,10 +85,19 @@ def training_priority(arm: Arm, planned: Sequence[Arm], seconds: Callable[[Arm],
       scheduler took the faster), the offset grew by that difference with every seed,
       until the last ``off`` arm trained beside the baseline.
 
-    ``planned`` are the study's arms; ``arm`` may be a seed a look added (not among them)."""
-    group = [a for a in (*planned, arm) if (a.model, a.precision) == (arm.model, arm.precision)]
-    longest = max(seconds(a) for a in group)
+    ``planned`` are the study's arms; ``arm`` may be a seed a look added (not among them).
+    The priorities are ranks, small integers: Snakemake's MILP scheduler weighs them in one
+    objective with the cores, where seconds (about 1e9 once scaled) would drown a rank's step
+    of 1 in the solver's tolerance."""
+    everyone = (*planned, arm)
+    groups: dict[tuple[str, str], list[Arm]] = {}
+    for a in everyone:
+        groups.setdefault((a.model, a.precision), []).append(a)
+    shortest_first = sorted(groups, key=lambda g: max(seconds(a) for a in groups[g]))
+    group = groups[(arm.model, arm.precision)]
     seeds = sorted({a.seed for a in group})
     fastest_first = sorted(dict.fromkeys(a.mode for a in group), key=lambda m: seconds(arm._replace(mode=m)))
     slot = max(0, 999 - seeds.index(arm.seed))
-    return round(10 * longest) * 100_000 + slot * 100 + min(fastest_first.index(arm.mode), 99)
+    return (
+        shortest_first.index((arm.model, arm.precision)) * 100_000 + slot * 100 + min(fastest_first.index(arm.mode), 99)
+    )
