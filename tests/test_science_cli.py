@@ -261,7 +261,7 @@ def test_checks_figures_and_report_from_the_cli_outputs_of_two_arms(tiny, tmp_pa
     assert all(a["model_config"] == trained["model"] and a["batch_size"] == 8 for a in timed)  # what was trained
     for item, extra in (
         ("accuracy", ("--models", *models, "--dataset", d / "test.h5")),
-        ("gradients", ("--loss", "mae")),
+        ("gradients", ("--loss", "mae", "--modes", "jit")),  # the arms' mode (every mode: tests/test_tf_core.py)
         ("convergence", ("--models", *models)),
         ("quality", ("--metrics", *metrics)),
         ("speedup", ("--bench", t / "bench.json", "--models", *models)),
