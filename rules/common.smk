@@ -205,7 +205,8 @@ def train_priority(wildcards):
     XLA arm trains beside its off pair (ptycho.study.schedule.training_priority), by the
     trainings' seconds this machine's calibration expects, or the records' cost fields."""
     def seconds(arm):
-        return CALIBRATED.get((arm.model, arm.mode, arm.precision)) or _train_cost(arm)
+        found = CALIBRATED.get((arm.model, arm.mode, arm.precision))
+        return _train_cost(arm) if found is None else found
 
     return training_priority(parse_arm(wildcards.arm), [parse_arm(a) for a in ARMS], seconds)
 

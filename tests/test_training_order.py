@@ -16,8 +16,8 @@ def seconds(arm: Arm) -> float:
 
 
 def run(arms, slots, priority):
-    """Each arm's (start, end) when ``slots`` jobs run at once, highest priority first (ties
-    the other way round from the arms' order, the worse for the test)."""
+    """Each arm's (start, end) when ``slots`` jobs run at once, highest priority first (the
+    test refuses ties, which Snakemake would break either way)."""
     waiting = sorted(arms, key=priority, reverse=True)
     assert len({priority(a) for a in arms}) == len(arms), "two trainings share a priority"
     running, times, now = [], {}, 0.0
@@ -85,9 +85,19 @@ def test_the_longest_group_starts_first_then_seeds_in_order_then_the_slower_mode
     ]
 
 
-def test_a_seed_a_look_adds_comes_after_the_planned_ones_and_modes_of_equal_cost_stay_distinct():
+def test_the_seeds_a_look_adds_come_after_the_planned_ones_and_keep_their_pairs():
     arms = study([0, 1, 2])
-    added = Arm("pinn", "physics", 3)
-    assert training_priority(added, arms, seconds) < min(training_priority(a, arms, seconds) for a in arms[:-1])
+    added = [Arm("pinn", m, s) for s in (3, 4) for m in ("off", "physics")]  # a look adds two seeds at once
+    assert max(training_priority(a, arms, seconds) for a in added) < min(
+        training_priority(a, arms, seconds) for a in arms[:-1]
+    )
+    times = run(added, 2, lambda a: training_priority(a, arms, seconds))  # ties refused there too
+    for s in (3, 4):
+        off, physics = times[Arm("pinn", "off", s)], times[Arm("pinn", "physics", s)]
+        assert overlap(off, physics) >= seconds(Arm("pinn", "physics", s)) - 180 - 1e-9, s
+
+
+def test_modes_of_equal_cost_stay_distinct():
+    arms = study([0, 1, 2])
     same = [training_priority(a, arms, lambda a: 1.0) for a in arms if a.model == "pinn"]
     assert len(set(same)) == len(same)

@@ -131,7 +131,7 @@ def calibrate(cfg: Mapping, at_once: int, threads: int) -> dict:
     (its own interpreter and thread pools) with ``threads`` threads, ``at_once`` of them
     stepping together as the pipeline's trainings do, on one small simulated object of the
     study's geometry (a step's time does not depend on the split's size). Seconds; the
-    record is what :func:`estimate` reads."""
+    record is what :func:`ptycho.study.estimate.estimate` reads."""
     import multiprocessing
     import time
 

@@ -1,7 +1,8 @@
 """The ``condition`` job's record (``<condition>/check.json``, :func:`ptycho.study.conditions.check`):
 its keys known here alone, for the job that writes it and the results reader that reads it
-back. Imports nothing of the checklist but its result record, so that the results reader
-may import it."""
+back. Imports nothing of the checklist but its result record (whose package imports the
+results reader, which therefore imports this module where it reads a condition, not at
+its top), so that the judging code stays out of the reader's imports."""
 
 from __future__ import annotations
 

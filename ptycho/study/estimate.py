@@ -288,6 +288,11 @@ def _with_precision(cfg: Mapping, emulated: Sequence[str], native: str) -> dict:
 CALIBRATE_ENV = "PTYCHO_CALIBRATE"
 
 
+def calibrating() -> bool:
+    """Whether the workflow calibrates (not switched off by :data:`CALIBRATE_ENV`)."""
+    return os.environ.get(CALIBRATE_ENV, "1").strip().lower() not in ("0", "no", "false", "off")
+
+
 def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: int, hardware=None) -> list[str]:
     """The workflow's lines before its first job: how long the study will take here.
 
@@ -302,7 +307,7 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
 
     from ptycho.study.bench.machine import machine_info
 
-    if os.environ.get(CALIBRATE_ENV, "1").strip().lower() in ("0", "no", "false", "off"):
+    if not calibrating():
         return []
     folder = Path(results) / cfg["preset"]
     from ptycho.study.workflow import arms
@@ -341,15 +346,19 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
 def calibrated_training_s(cfg: Mapping, at_once: int, threads: int) -> dict[tuple[str, str, str], float]:
     """Each planned (model, mode, precision)'s training seconds by this machine's cached
     calibration (the one :func:`announce` made or found), which orders the workflow's
-    trainings (:func:`ptycho.study.schedule.training_priority`); empty without a readable
-    calibration of every planned arm (the order then rests on the records' cost fields)."""
+    trainings (:func:`ptycho.study.schedule.training_priority`); empty where the calibration
+    is switched off (:data:`CALIBRATE_ENV`) or without a readable one of every planned arm
+    (the order then rests on the records' cost fields)."""
+    from ptycho.errors import PtychoError
     from ptycho.study.bench.machine import machine_info
 
+    if not calibrating():
+        return {}
     try:
         calibration = json.loads(calibration_path(cfg, at_once, threads, machine_info()).read_text())
         by_arm = arm_costs(calibration)
         return {arm: training_seconds(cfg, arm[0], by_arm[arm_key(*arm)]) for arm in planned_arms(cfg)}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, PtychoError):
         return {}
 
 

@@ -5,6 +5,7 @@ and how a training learns the schedule it ran in (:data:`AT_ONCE_ENV`)."""
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Callable, Sequence
 
@@ -64,6 +65,15 @@ def job_threads(declared: int, cores: int, machine: int) -> int:
     return max(1, min(usable, declared * usable // cores))
 
 
+def _seed_rank(seed: int, planned: Sequence[int]) -> int:
+    """A seed's place in order: among the planned seeds, its index; a seed a look adds (the
+    next whole numbers above them, several at a time), after them by its value, so that two
+    added seeds do not tie."""
+    if seed in planned:
+        return planned.index(seed)
+    return bisect.bisect_left(planned, seed) + max(0, seed - (planned[-1] if planned else -1) - 1)
+
+
 def training_priority(arm: Arm, planned: Sequence[Arm], seconds: Callable[[Arm], float]) -> int:
     """The Snakemake priority of one training (higher starts first), from each training's
     expected ``seconds`` (the calibration's, or the records' relative costs).
@@ -95,9 +105,8 @@ def training_priority(arm: Arm, planned: Sequence[Arm], seconds: Callable[[Arm],
         groups.setdefault((a.model, a.precision), []).append(a)
     shortest_first = sorted(groups, key=lambda g: max(seconds(a) for a in groups[g]))
     group = groups[(arm.model, arm.precision)]
-    seeds = sorted({a.seed for a in group})
     fastest_first = sorted(dict.fromkeys(a.mode for a in group), key=lambda m: seconds(arm._replace(mode=m)))
-    slot = max(0, 999 - seeds.index(arm.seed))
+    slot = max(0, 999 - _seed_rank(arm.seed, sorted({a.seed for a in planned if a in group})))
     return (
         shortest_first.index((arm.model, arm.precision)) * 100_000 + slot * 100 + min(fastest_first.index(arm.mode), 99)
     )

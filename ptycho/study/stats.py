@@ -171,8 +171,8 @@ class SeedComparison:
     """One metric of an arm against its reference across seeds (:func:`seed_comparison`),
     judged once (``outcome``) and worded once (:meth:`words`, :meth:`needed_words`); its
     keys in the checks' and the report's JSON are written and read here (:meth:`to_json`,
-    :meth:`from_json`, NaN as null; the machines table reads only ``outcome`` of other
-    machines' reports, leniently). ``label`` and ``yardstick`` are set by the measured-data
+    :meth:`from_json`, NaN as null; the machines table reads other machines' reports of this
+    schema version through the same record). ``label`` and ``yardstick`` are set by the measured-data
     comparisons (:mod:`ptycho.study.checklist.agreement`): what is compared, and that the
     reference side is the seed-to-seed yardstick (pairs of seeds), not seeds."""
 
