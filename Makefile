@@ -35,14 +35,13 @@ setup: $(STAMP)  ## the venv from the lock (GPU=1: TensorFlow with CUDA)
 all: setup  ## run the whole study (simulate, train, infer, score, report)
 	"$(SNAKEMAKE)" --cores $(CORES) all
 
-# The fast tests run on TEST_JOBS workers at once (pytest-xdist), one more than the cores, up
-# to 4: a fast test mostly waits on one process (a CLI, a server starting), so on 2 cores 2
-# workers take half the time of 1 (11 min against 21-24), and still left a third of the two
-# cores idle (36 CPU-min in 28.7 min on the AVX2 EPYC), which a third fills. TEST_JOBS=0 runs them in pytest's own
+# The fast tests run on TEST_JOBS workers at once (pytest-xdist), one per core up to 4: a
+# fast test mostly waits on one process (a CLI, a server starting), so on 2 cores 2 workers
+# take half the time of 1 (11 min against 21-24). TEST_JOBS=0 runs them in pytest's own
 # process. The slow tests run whole pipelines on every core, so they run one at a time (two
 # at once took 47-55 min against 51); the `long` ones, which CI's 90 minutes leave out, by
 # `make test-long` (docs/tests-and-bench.md).
-TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 3 ? n + 1 : 4 )))
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
 test: setup  ## fast tests (unit and integration), minutes
 	"$(PY)" -m pytest -m "not slow" -q -n $(TEST_JOBS) --durations=20
