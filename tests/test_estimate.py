@@ -165,7 +165,7 @@ def test_the_estimate_of_the_users_own_data_counts_its_patterns_at_its_side(base
 
 
 def _costs(cal):
-    from ptycho.study.calibration import costs
+    from ptycho.study.calibration import arm_costs as costs
 
     return costs(cal)
 

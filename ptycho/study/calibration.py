@@ -172,5 +172,5 @@ def calibrate(cfg: Mapping, at_once: int, threads: int) -> dict:
     return {"format": CALIBRATION_FORMAT, "machine": machine_info(), "at_once": at_once, "arms": costs}
 
 
-def costs(calibration: Mapping) -> dict[str, ArmCost]:
+def arm_costs(calibration: Mapping) -> dict[str, ArmCost]:
     return {k: ArmCost(**v) for k, v in calibration["arms"].items()}

@@ -37,15 +37,13 @@ from pathlib import Path
 
 from ptycho.study.calibration import (
     ArmCost,
+    arm_costs,
     arm_key,
     bench_arms,
     calibration_path,
     described,
     own_scan,
     planned_arms,
-)
-from ptycho.study.calibration import (
-    costs as arm_costs,
 )
 
 #: The estimate, as JSON, in the jobs' environment: the report sets it beside the run's real cost.

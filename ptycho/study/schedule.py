@@ -99,14 +99,12 @@ def training_priority(arm: Arm, planned: Sequence[Arm], seconds: Callable[[Arm],
     The priorities are ranks, small integers: Snakemake's MILP scheduler weighs them in one
     objective with the cores, where seconds (about 1e9 once scaled) would drown a rank's step
     of 1 in the solver's tolerance."""
-    everyone = (*planned, arm)
     groups: dict[tuple[str, str], list[Arm]] = {}
-    for a in everyone:
+    for a in (*planned, arm):
         groups.setdefault((a.model, a.precision), []).append(a)
+    key = (arm.model, arm.precision)
     shortest_first = sorted(groups, key=lambda g: max(seconds(a) for a in groups[g]))
-    group = groups[(arm.model, arm.precision)]
-    fastest_first = sorted(dict.fromkeys(a.mode for a in group), key=lambda m: seconds(arm._replace(mode=m)))
-    slot = max(0, 999 - _seed_rank(arm.seed, sorted({a.seed for a in planned if a in group})))
-    return (
-        shortest_first.index((arm.model, arm.precision)) * 100_000 + slot * 100 + min(fastest_first.index(arm.mode), 99)
-    )
+    fastest_first = sorted(dict.fromkeys(a.mode for a in groups[key]), key=lambda m: seconds(arm._replace(mode=m)))
+    seeds = sorted({a.seed for a in planned if (a.model, a.precision) == key})
+    slot = max(0, 999 - _seed_rank(arm.seed, seeds))
+    return shortest_first.index(key) * 100_000 + slot * 100 + min(fastest_first.index(arm.mode), 99)
