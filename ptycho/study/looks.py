@@ -37,6 +37,7 @@ from typing import Any
 from ptycho.errors import ConfigError
 from ptycho.study.arms import Arm
 from ptycho.study.checklist.result import INCONCLUSIVE, ItemResult
+from ptycho.study.json_record import JsonRecord, write_fields
 
 #: The checklist items whose outcome rests on the seeds, in report order.
 SEEDED = ("convergence", "quality", "speedup")
@@ -45,7 +46,7 @@ DECIDED, CAP, FUTILE, MORE = "decided", "cap", "futile", "more seeds"
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(JsonRecord):
     """The looks a study plans: the configured seeds of its models that compare arms (a
     model trained in one mode and precision has nothing to leave open), the most seeds per
     arm (``None``: one look, no seeds added), how many a look adds, and the study's error rate."""
@@ -110,17 +111,9 @@ class Plan:
             out.setdefault("per_model", {}).setdefault(kind, {})["seeds"] = list(seeds)
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Plan:
-        known = _known(cls, d)
-        return cls(**{**known, "seeds": _seed_map(known["seeds"])})
-
 
 @dataclass(frozen=True)
-class Open:
+class Open(JsonRecord):
     """A comparison a look left INCONCLUSIVE: its item, key (``pinn-jit``, as the item's
     evidence keys it), model, and the seeds per arm its own spread says would settle it
     (NaN: it cannot say, e.g. one seed per arm)."""
@@ -130,19 +123,9 @@ class Open:
     model: str
     needed: float = math.nan
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Open:
-        from ptycho.artifacts import stored_number
-
-        known = _known(cls, d)
-        return cls(**{**known, "needed": stored_number(known.get("needed"))})  # JSON's null: NaN
-
 
 @dataclass(frozen=True)
-class Look:
+class Look(JsonRecord):
     """One look: the seeds it judged (per model), each seeded item's status at
     :attr:`Plan.look_alpha`, the comparisons still open, and its decision (``stop``,
     ``why``, and the seeds per model of the next look)."""
@@ -192,28 +175,7 @@ class Look:
         planned, the per-look rate, the most seeds an open comparison needs, whether it
         stopped, and the look in words."""
         derived = {"looks_planned": self.plan.looks, "alpha": self.plan.look_alpha, "needed": self.needed()}
-        return {**dataclasses.asdict(self), **derived, "stop": self.stop, "summary": self.words()}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Look:
-        known = _known(cls, d)
-        typed = {
-            "plan": Plan.from_json(known["plan"]),
-            "seeds": _seed_map(known["seeds"]),
-            "open": tuple(map(Open.from_json, known.get("open", ()))),
-            "next_seeds": _seed_map(known.get("next_seeds") or {}),
-        }
-        return cls(**{**known, **typed})
-
-
-def _known(cls, d: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries of a record that are ``cls``'s fields: its JSON keys are its field names."""
-    return {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
-
-
-def _seed_map(d: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Model -> seeds as read from JSON (lists of numbers)."""
-    return {k: tuple(map(int, v)) for k, v in d.items()}
+        return {**write_fields(self), **derived, "stop": self.stop, "summary": self.words()}
 
 
 def _seeds(n: int) -> str:

@@ -2,8 +2,8 @@
 
 :func:`ptycho.study.solver_view.summarise` builds a :class:`SolverSummary` from the solve
 job's records (:mod:`ptycho.study.solver_record`) and the networks' arms; the report
-stores its JSON (:meth:`SolverSummary.to_json`, :meth:`SolverSummary.from_json`: the one
-code that knows the entry's keys) and the solver and conditions sections read it back.
+stores its JSON (its keys are the records' field names, :mod:`ptycho.study.json_record`)
+and the solver and conditions sections read it back.
 Without a ground truth (measured data) the quality is the data misfit and ``target`` is
 ``None``."""
 
@@ -14,25 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ptycho.study.bench.record import Interval
+from ptycho.study.json_record import JsonRecord
 
 
 @dataclass(frozen=True)
-class Reach:
+class Reach(JsonRecord):
     """Where a flat-start solve first reaches a quality: its iterations and seconds per object."""
 
     iterations: float
     seconds: float
 
-    def to_json(self) -> dict[str, float]:
-        return {"iterations": self.iterations, "seconds": self.seconds}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any] | None) -> Reach | None:
-        return None if not d else cls(d["iterations"], d["seconds"])
-
 
 @dataclass(frozen=True)
-class ModeSummary:
+class ModeSummary(JsonRecord):
     """The solver's flat start in one XLA mode: its timing, why it stopped, its quality at
     the end and over its checkpoints (``curve``: iteration, scores, seconds per object)."""
 
@@ -44,31 +38,6 @@ class ModeSummary:
     final: Mapping[str, float]
     target: Reach | None  #: where it reaches the solver's target quality (ground truth only)
     curve: tuple[Mapping[str, float], ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "compile_s": self.compile_s,
-            "seconds_per_iteration": self.seconds_per_iteration,
-            "iterations": self.iterations,
-            "stopped": list(self.stopped),
-            "seconds_per_object": self.seconds_per_object,
-            "final": dict(self.final),
-            "target": self.target.to_json() if self.target else None,
-            "curve": [dict(p) for p in self.curve],
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ModeSummary:
-        return cls(
-            d["compile_s"],
-            d["seconds_per_iteration"],
-            d["iterations"],
-            tuple(d["stopped"]),
-            d["seconds_per_object"],
-            d["final"],
-            Reach.from_json(d.get("target")),
-            tuple(d["curve"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -102,18 +71,18 @@ class NetworkSummary:
 
 
 @dataclass(frozen=True)
-class SolverSummary:
+class SolverSummary(JsonRecord):
     """The report's ``solver`` entry."""
 
-    ground_truth: bool
-    engine: str
-    config: Mapping[str, Any]
-    objects: int
-    patterns: int
-    modes: Mapping[str, ModeSummary]  #: flat starts, by XLA mode
-    fastest: str  #: the mode with the fastest iteration
+    ground_truth: bool = True
+    engine: str = "apg"
+    config: Mapping[str, Any] = field(default_factory=dict)
+    objects: int = 0
+    patterns: int = 0
+    modes: Mapping[str, ModeSummary] = field(kw_only=True)  #: flat starts, by XLA mode
     ratios: Mapping[str, Interval] = field(default_factory=dict)  #: each mode's iteration speed vs off
     half_scan: Mapping[str, Any] | None = None  #: measured data: the half-scan resolution of one mode
+    fastest: str = field(kw_only=True)  #: the mode with the fastest iteration
     networks: tuple[NetworkSummary, ...] = ()
     match: Mapping[str, Reach | None] = field(default_factory=dict)  #: network arm -> where the solver matches it
     warm_start: tuple[Mapping[str, Any], ...] = ()  #: one row per start from a network's reconstruction
@@ -123,41 +92,6 @@ class SolverSummary:
     def best(self) -> ModeSummary:
         """The fastest mode's flat start, the one the headline and the matches speak of."""
         return self.modes[self.fastest]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ground_truth": self.ground_truth,
-            "engine": self.engine,
-            "config": dict(self.config),
-            "objects": self.objects,
-            "patterns": self.patterns,
-            "modes": {m: r.to_json() for m, r in self.modes.items()},
-            "ratios": {m: r.to_json() for m, r in self.ratios.items()},
-            "half_scan": self.half_scan,
-            "fastest": self.fastest,
-            "networks": [n.to_json() for n in self.networks],
-            "match": {arm: r.to_json() if r else None for arm, r in self.match.items()},
-            "warm_start": [dict(row) for row in self.warm_start],
-            "warm_mode": self.warm_mode,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> SolverSummary:
-        return cls(
-            ground_truth=d.get("ground_truth", True),
-            engine=d.get("engine", "apg"),
-            config=d.get("config") or {},
-            objects=d.get("objects", 0),
-            patterns=d.get("patterns", 0),
-            modes={m: ModeSummary.from_json(r) for m, r in d["modes"].items()},
-            fastest=d["fastest"],
-            ratios={m: Interval.from_json(r) for m, r in (d.get("ratios") or {}).items()},
-            half_scan=d.get("half_scan"),
-            networks=tuple(NetworkSummary.from_json(n) for n in d.get("networks", ())),
-            match={arm: Reach.from_json(r) for arm, r in (d.get("match") or {}).items()},
-            warm_start=tuple(d.get("warm_start", ())),
-            warm_mode=d.get("warm_mode", ""),
-        )
 
     @classmethod
     def of(cls, solver: SolverSummary | Mapping[str, Any]) -> SolverSummary:

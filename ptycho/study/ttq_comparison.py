@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ptycho.artifacts import stored_number
 from ptycho.nets.precision import short
+from ptycho.study.json_record import JsonRecord, read_fields, write_fields
 from ptycho.study.stats import level_words
 
 #: The band around 1 inside which a resolved ratio is "no measurable effect": an interval
@@ -31,7 +31,7 @@ T_LOG_RATIOS, BOOTSTRAP = "t on paired log ratios", "bootstrap"
 
 
 @dataclass(frozen=True)
-class Reach:
+class Reach(JsonRecord):
     """One training's way to the target: the epochs and steps it took (its whole training
     when it never got there), at its median step time; compilation apart."""
 
@@ -39,28 +39,16 @@ class Reach:
     reached: bool
     epochs: int  #: the epoch in which it reached the target (1-based), or its whole training
     steps: float  #: train steps to the target, interpolated between validation readings
-    step_s: float
-    seconds: float
-    compile_s: float
+    step_s: float = math.nan
+    seconds: float = math.nan
+    compile_s: float = math.nan
 
     @property
     def seconds_with_compile(self) -> float:
         return self.seconds + self.compile_s
 
     def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "seconds_with_compile": self.seconds_with_compile}
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> Reach:
-        return cls(
-            int(d["seed"]),
-            bool(d["reached"]),
-            int(d["epochs"]),
-            float(d["steps"]),
-            stored_number(d.get("step_s")),
-            stored_number(d.get("seconds")),
-            stored_number(d.get("compile_s")),
-        )
+        return {**write_fields(self), "seconds_with_compile": self.seconds_with_compile}
 
     def metrics(self) -> dict[str, float]:
         """The MLflow metrics of this training's run (named so that MLflow's compare view,
@@ -397,39 +385,16 @@ class Comparison:
 
     # ------------------------------------------------------------------ stored
     def to_json(self) -> dict:
-        """Its record in the report (``validation.json``)."""
-        out: dict[str, Any] = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("arm", "reference", "missed", "failed", "no_floor", "title")
-        }
-        out.update(
-            axis=self.axis,
-            words=self.title,
-            arm=[r.to_json() for r in self.arm],
-            reference=[r.to_json() for r in self.reference],
-            missed=self.missed.to_json(),
-            failed=self.failed.to_json(),
-            no_floor=self.no_floor.to_json(),
-        )
-        return out
+        """Its record in the report (``validation.json``): its fields, its axis, and its
+        pair in words as ``words``."""
+        return {**write_fields(self, skip=("title",)), "axis": self.axis, "words": self.title}
 
     @classmethod
     def from_json(cls, d: Mapping) -> Comparison:
         """The record of :meth:`to_json`, also from reports written before a field existed
         (its default) and with NaN stored as null."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        floats = ("ratio", "low", "high", "target", "margin", "ratio_with_compile", "per_step", "steps_ratio")
-        fields: dict[str, Any] = {k: d[k] for k in names if k in d and k not in ("arm", "reference", "title")}
-        fields.update({k: stored_number(d.get(k)) for k in floats})
-        fields.update(
-            arm=tuple(Reach.from_json(r) for r in d.get("arm") or ()),
-            reference=tuple(Reach.from_json(r) for r in d.get("reference") or ()),
-            missed=Sides.from_json(d.get("missed")),
-            failed=Sides.from_json(d.get("failed")),
-            no_floor=Sides.from_json(d.get("no_floor")),
-            title=str(d.get("words", "")),
-        )
+        fields = read_fields(cls, d, skip=("title",))
+        fields["title"] = str(d.get("words", ""))
         if "reference_precision" not in d:  # written before precisions: the arm's own
             fields["reference_precision"] = d.get("precision", "")
         return cls(**fields)

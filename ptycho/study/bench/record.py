@@ -20,6 +20,7 @@ from ptycho.errors import PtychoError
 from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import Arm
+from ptycho.study.json_record import JsonRecord
 
 #: The measurements a ratio entry may hold, in the record's order.
 MEASUREMENTS = ("train_step_alone", "train_step_shared", "inference")
@@ -43,7 +44,7 @@ def _break_even(d: Mapping, key: str) -> float | None:
 
 
 @dataclass(frozen=True)
-class Interval:
+class Interval(JsonRecord):
     """A ratio of medians (the reference's time over the arm's: above 1 = faster) with its
     bootstrap interval (:func:`ptycho.study.stats.bootstrap_ratio`); NaN ends when fewer
     than 2 samples were timed on a side."""
@@ -54,25 +55,6 @@ class Interval:
     level: float = 0.95
     resamples: int = 0
 
-    @classmethod
-    def from_json(cls, d: Mapping) -> Interval:
-        return cls(
-            stored_number(d["ratio"]),
-            stored_number(d.get("low")),
-            stored_number(d.get("high")),
-            float(d.get("level", 0.95)),
-            int(d.get("resamples", 0)),
-        )
-
-    def to_json(self) -> dict:
-        return {
-            "ratio": self.ratio,
-            "low": self.low,
-            "high": self.high,
-            "level": self.level,
-            "resamples": self.resamples,
-        }
-
     @property
     def bounded(self) -> bool:
         """Both ends of the interval are finite."""
@@ -80,24 +62,14 @@ class Interval:
 
 
 @dataclass(frozen=True)
-class Spread:
+class Spread(JsonRecord):
     """Quartiles of timed samples (:func:`ptycho.study.stats.quartiles`), seconds."""
 
-    median: float
+    median: float = math.nan
     q1: float = math.nan
     q3: float = math.nan
     iqr: float = math.nan
     n: int = 0
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> Spread:
-        return cls(
-            stored_number(d.get("median")),
-            stored_number(d.get("q1")),
-            stored_number(d.get("q3")),
-            stored_number(d.get("iqr")),
-            int(d.get("n", 0)),
-        )
 
 
 @dataclass(frozen=True)
@@ -163,21 +135,13 @@ class Peak:
 
 
 @dataclass(frozen=True)
-class Roofline:
+class Roofline(JsonRecord):
     """An arm's achieved GFLOP/s alone and its fraction of its compute dtype's peak."""
 
     gflops: float
     dtype: str
-    peak_gflops: float
-    of_peak: float
-
-    @classmethod
-    def from_json(cls, d: Mapping | None) -> Roofline | None:
-        if not d:
-            return None
-        return cls(
-            stored_number(d["gflops"]), d["dtype"], stored_number(d.get("peak_gflops")), stored_number(d.get("of_peak"))
-        )
+    peak_gflops: float = math.nan
+    of_peak: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -242,7 +206,7 @@ class BenchArm:
             peak_above_baseline_mb=_number(d.get("peak_above_baseline_mb")),
             xla_clusters=d.get("xla_clusters"),
             flops_per_step=_number(flops.get("per_step")),
-            roofline=Roofline.from_json(d.get("roofline")),
+            roofline=Roofline.from_json(r) if (r := d.get("roofline")) else None,
             batch_size=d.get("batch_size"),
             batches={
                 kind: {int(b): BatchTiming.from_json(rec) for b, rec in sizes.items()}
