@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ptycho.study.json_record import JsonRecord
 from ptycho.study.training_record import DIVERGED, FAILED
 
 
 @dataclass(frozen=True)
-class ArmSummary:
+class ArmSummary(JsonRecord):
     """One arm of the report: its training's timing and last epoch, its status and
     failure (``timing`` None: not trained in this study's records), its mean scores
     (``metrics`` None: not scored) and its inference rate (None: not timed)."""
@@ -78,17 +79,6 @@ class ArmSummary:
         if self.infer_patterns_per_s is not None:
             out["infer_patterns_per_s"] = self.infer_patterns_per_s
         return out
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ArmSummary:
-        return cls(
-            timing=d.get("timing"),
-            final=d.get("final"),
-            status=d.get("status"),
-            failure=d.get("failure"),
-            metrics=d.get("metrics"),
-            infer_patterns_per_s=d.get("infer_patterns_per_s"),
-        )
 
     @classmethod
     def of(cls, arm: ArmSummary | Mapping[str, Any]) -> ArmSummary:

@@ -9,15 +9,14 @@ numerics that a dose or a loss breaks are XLA making it worse.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
 from ptycho.study.condition_record import CHECKS
+from ptycho.study.json_record import JsonRecord, read_fields, write_fields
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.section import Section
 from ptycho.study.tables import Table
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Check:
+class Check(JsonRecord):
     """One check (accuracy or gradients) at a condition: its status and value, and its
     summary where the condition's own job judged it."""
 
@@ -38,16 +37,11 @@ class Check:
     summary: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {"status": self.status, "value": self.value}
-        return out if self.summary is None else {**out, "summary": self.summary}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Check:
-        return cls(d["status"], stored_number(d.get("value")), d.get("summary"))
+        return write_fields(self, skip=("summary",) if self.summary is None else ())
 
 
 @dataclass(frozen=True)
-class SolverCell:
+class SolverCell(JsonRecord):
     """The solver's flat start at a condition, in its mode: final scores and time per object."""
 
     mode: str
@@ -61,16 +55,9 @@ class SolverCell:
         """A flat-start run (a ``ptycho solve`` record's, or the report's solver section's)."""
         return cls(mode, run.final.get("amp_ssim"), run.final.get("phase_ssim"), run.seconds_per_object, run.iterations)
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any] | None) -> SolverCell | None:
-        return None if not d else cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)})
-
 
 @dataclass(frozen=True)
-class ConditionRow:
+class ConditionRow(JsonRecord):
     """One operating point of the report's Conditions section (the report's ``conditions``
     entry holds the checked ones; :func:`own_row` is the study's own): the one code that
     knows a row's keys."""
@@ -100,17 +87,7 @@ class ConditionRow:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ConditionRow:
-        return cls(
-            d["name"],
-            d["trained"],
-            d["nphotons"],
-            d["stride_test"],
-            d["loss"],
-            {c: Check.from_json(d[c]) for c in CHECKS},
-            SolverCell.from_json(d.get("solver")),
-            d.get("models") or {},
-            d.get("description"),
-        )
+        return cls(**read_fields(cls, d, skip=("checks",)), checks={c: Check.from_json(d[c]) for c in CHECKS})
 
     @classmethod
     def of(cls, row: ConditionRow | Mapping[str, Any]) -> ConditionRow:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ptycho.artifacts import stored_number
+from ptycho.study.json_record import JsonRecord, read_fields, write_fields
 
 
 def quartiles(values: Sequence[float]) -> dict:
@@ -166,8 +166,8 @@ def seeds_needed(
     return float(n[np.argmax(settled)]) if settled.any() else float("inf")
 
 
-@dataclass(frozen=True)
-class SeedComparison:
+@dataclass(frozen=True, kw_only=True)
+class SeedComparison(JsonRecord):
     """One metric of an arm against its reference across seeds (:func:`seed_comparison`),
     judged once (``outcome``) and worded once (:meth:`words`, :meth:`needed_words`); its
     keys in the checks' and the report's JSON are written and read here (:meth:`to_json`,
@@ -176,23 +176,25 @@ class SeedComparison:
     comparisons (:mod:`ptycho.study.checklist.agreement`): what is compared, and that the
     reference side is the seed-to-seed yardstick (pairs of seeds), not seeds."""
 
-    seeds_mode: tuple[int, ...]
-    seeds_off: tuple[int, ...]
-    mean_mode: float
-    mean_off: float
-    difference: float
-    sd: float
-    low: float
-    high: float
-    low90: float
-    high90: float
-    spread: float
-    design: str
-    margin: float
-    test: str
-    better: str
+    # A record written before a field existed reads with its default (what it meant then:
+    # two-sided, higher is better, pooled; a number not recorded is NaN).
+    seeds_mode: tuple[int, ...] = ()
+    seeds_off: tuple[int, ...] = ()
+    mean_mode: float = math.nan
+    mean_off: float = math.nan
+    difference: float = math.nan
+    sd: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    low90: float = math.nan
+    high90: float = math.nan
+    spread: float = math.nan
+    design: str = UNPAIRED
+    margin: float = math.nan
+    test: str = EQUIVALENCE
+    better: str = HIGHER
     outcome: str
-    seeds_needed: float
+    seeds_needed: float = math.nan
     label: str = ""
     yardstick: bool = False
     #: the pooled standard deviation of the seeds within each arm: all that makes two seeds
@@ -291,34 +293,22 @@ class SeedComparison:
 
     def to_json(self) -> dict[str, Any]:
         """The record as the checks and the report keep it (NaN stays NaN here; the JSON
-        writer stores it as null)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("label", "yardstick")}
-        out.update(seeds_mode=list(self.seeds_mode), seeds_off=list(self.seeds_off))
+        writer stores it as null), with what follows from it (``within``, ``equivalent``)."""
+        out = write_fields(self, skip=("label", "yardstick", "alpha"))
         out.update(within=self.within, equivalent=self.equivalent)
         if self.label:
             out["label"] = self.label
         if self.yardstick:
             out["yardstick"] = True
-        if self.alpha == ALPHA:  # records before the key, and the default, say nothing
-            del out["alpha"]
+        if self.alpha != ALPHA:  # records before the key, and the default, say nothing
+            out["alpha"] = self.alpha
         return out
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> SeedComparison:
-        """The record from the checks' or the report's JSON (null read as NaN)."""
-
-        def number(key: str) -> float:
-            return stored_number(record.get(key))
-
-        names = {f.name for f in fields(cls)}
-        floats = {f.name for f in fields(cls) if f.type in ("float", float)}
-        # what records written before a field existed meant: two-sided, higher is better, pooled
-        values = {"test": EQUIVALENCE, "better": HIGHER, "design": UNPAIRED}
-        values |= {k: (number(k) if k in floats else record[k]) for k in names if k in record or k in floats}
-        values["alpha"] = number("alpha") if record.get("alpha") is not None else ALPHA
-        values["seeds_mode"] = tuple(record.get("seeds_mode", ()))
-        values["seeds_off"] = tuple(record.get("seeds_off", ()))
-        return cls(**values)
+        """The record from the checks' or the report's JSON (null read as NaN; a null
+        ``alpha`` as the default)."""
+        return cls(**read_fields(cls, {k: v for k, v in record.items() if v is not None or k != "alpha"}))
 
 
 def seed_share(paired_sd: float, seed_sd: float) -> float:

@@ -1,7 +1,8 @@
 """What a checklist item gives: its result (:class:`ItemResult`), its statuses and
 :func:`verdict`, which judges a value against a threshold. The one place that knows a
-check record's keys; imports nothing of the study, so that every reader (the results
-folder's reader, the report, the jobs) may import it."""
+check record's keys; imports nothing of the study but the records' JSON rules
+(:mod:`ptycho.study.json_record`), so that every reader (the results folder's reader,
+the report, the jobs) may import it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ptycho.artifacts import stored_number
+from ptycho.study.json_record import JsonRecord
 
 if TYPE_CHECKING:
     from ptycho.study.stats import SeedComparison
@@ -21,10 +22,10 @@ PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 
 
 @dataclass(frozen=True)
-class ItemResult:
+class ItemResult(JsonRecord):
     """One checklist item's result: what the ``check`` job writes (``checks/<item>.json``),
-    the report's ``items.<item>``, and the one place that knows those keys
-    (:meth:`to_json`, :meth:`from_json`). ``evidence`` is the item's own record (its
+    the report's ``items.<item>``; its keys are its fields (:mod:`ptycho.study.json_record`).
+    ``evidence`` is the item's own record (its
     comparisons, tables' rows), read by the item's tables and words."""
 
     item: str
@@ -51,29 +52,6 @@ class ItemResult:
             per = {"": found} if "outcome" in found else found
             out[key] = {metric: SeedComparison.from_json(c) for metric, c in per.items()}
         return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "item": self.item,
-            "status": self.status,
-            "value": self.value,
-            "threshold": self.threshold,
-            "comparison": self.comparison,
-            "summary": self.summary,
-            "evidence": self.evidence,
-        }
-
-    @classmethod
-    def from_json(cls, record: Mapping[str, Any]) -> ItemResult:
-        return cls(
-            record["item"],
-            record["status"],
-            stored_number(record["value"]),
-            stored_number(record["threshold"]),
-            record["comparison"],
-            record["summary"],
-            record.get("evidence") or {},
-        )
 
 
 def verdict(
