@@ -7,10 +7,11 @@ its top), so that the judging code stays out of the reader's imports."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ptycho.study.checklist.result import ItemResult
+from ptycho.study.json_record import read_fields, write_fields
 
 #: The checks a condition repeats, as the checklist names them.
 CHECKS = ("accuracy", "gradients")
@@ -20,16 +21,17 @@ CHECKS = ("accuracy", "gradients")
 class ConditionCheck:
     """The ``condition`` job's record (``<condition>/check.json``): the cheap checks at one
     condition, each judged as its checklist item is, and the trained networks' scores on
-    the condition's test split. The one code that knows the record's keys."""
+    the condition's test split; its keys are its fields (:mod:`ptycho.study.json_record`)."""
 
     condition: str
     nphotons: float
     stride_test: int
     loss: str
-    dataset_digest: str
-    patterns: int
-    checks: Mapping[str, ItemResult]  #: by :data:`CHECKS`
-    models: Mapping[str, Mapping[str, float]]  #: arm -> mean scores over the test objects
+    dataset_digest: str = ""
+    patterns: int = 0
+    checks: Mapping[str, ItemResult] = field(kw_only=True)  #: by :data:`CHECKS`
+    #: arm -> mean scores over the test objects
+    models: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -51,26 +53,11 @@ class ConditionCheck:
         return f"{self.condition}: {checks}; amplitude/phase SSIM {scored}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "condition": self.condition,
-            "nphotons": self.nphotons,
-            "stride_test": self.stride_test,
-            "loss": self.loss,
-            "dataset_digest": self.dataset_digest,
-            "patterns": self.patterns,
-            **{c: r.to_json() for c, r in self.checks.items()},
-            "models": {arm: dict(scores) for arm, scores in self.models.items()},
-        }
+        """Its fields, each check under its own name."""
+        out = write_fields(self, skip=("checks",))
+        models = out.pop("models")
+        return {**out, **{c: r.to_json() for c, r in self.checks.items()}, "models": models}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ConditionCheck:
-        return cls(
-            d["condition"],
-            float(d["nphotons"]),
-            int(d["stride_test"]),
-            d["loss"],
-            d.get("dataset_digest", ""),
-            int(d.get("patterns", 0)),
-            {c: ItemResult.from_json(d[c]) for c in CHECKS},
-            d.get("models") or {},
-        )
+        return cls(**read_fields(cls, d, skip=("checks",)), checks={c: ItemResult.from_json(d[c]) for c in CHECKS})

@@ -196,8 +196,8 @@ def check(
         loss,
         ds.attrs["digest"],
         int(ds.diffraction.shape[0]),
-        {"accuracy": acc, "gradients": grad},
-        apply_models(model_dirs, ds),
+        checks={"accuracy": acc, "gradients": grad},
+        models=apply_models(model_dirs, ds),
     )
 
 

@@ -27,7 +27,6 @@ report checks the estimate against the finished run ("estimated 31 min, took 29 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -45,6 +44,7 @@ from ptycho.study.calibration import (
     own_scan,
     planned_arms,
 )
+from ptycho.study.json_record import write_fields
 
 #: The estimate, as JSON, in the jobs' environment: the report sets it beside the run's real cost.
 ESTIMATE_ENV = "PTYCHO_ESTIMATE"
@@ -92,7 +92,7 @@ class Estimate:
         )
 
     def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "total_s": self.total_s}
+        return {**write_fields(self), "total_s": self.total_s}
 
 
 def minutes(seconds: float) -> str:

@@ -22,6 +22,7 @@ from ptycho.study.arm_summary import ArmSummary
 from ptycho.study.bench.record import BenchRecord
 from ptycho.study.checklist.result import ItemResult
 from ptycho.study.conditions_view import ConditionRow
+from ptycho.study.json_record import read_fields, write_fields
 from ptycho.study.looks import Look
 from ptycho.study.solver_summary import SolverSummary
 from ptycho.study.stats import SeedComparison
@@ -40,13 +41,15 @@ QUESTION = "Does XLA make physics-informed ptychographic reconstruction faster w
 
 @dataclass(frozen=True)
 class StudyReport:
-    """The report's record as a type: the one code that knows ``validation.json``'s keys
-    (:meth:`to_json`, :meth:`from_json`). Its items are :class:`ItemResult`, its arms
+    """The report's record as a type: ``validation.json``'s keys are its fields, in their
+    order (:mod:`ptycho.study.json_record`). Its items are :class:`ItemResult`, its arms
     :class:`ArmSummary`; the machine, the cost, the config, the provenance, the solver's entry, the conditions'
     rows and the probe refinement are the JSON their own modules write."""
 
-    verdict: str
-    items: Mapping[str, ItemResult]
+    schema_version: int = REPORT_SCHEMA_VERSION
+    question: str = QUESTION
+    verdict: str = ""
+    items: Mapping[str, ItemResult] = field(default_factory=dict)
     arms: Mapping[str, ArmSummary] = field(default_factory=dict)
     failed_arms: Mapping[str, str] = field(default_factory=dict)
     machine: Mapping[str, Any] = field(default_factory=dict)
@@ -54,14 +57,12 @@ class StudyReport:
     cost: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
-    generated_utc: str = ""
     solver: SolverSummary | None = None
     conditions: tuple[ConditionRow, ...] = ()
     probe: Mapping[str, Any] | None = None
     #: the looks of a study that added seeds until it decided (:mod:`ptycho.study.looks`)
     looks: tuple[Look, ...] = ()
-    question: str = QUESTION
-    schema_version: int = REPORT_SCHEMA_VERSION
+    generated_utc: str = ""
 
     def evidence(self, item: str) -> Mapping[str, Any]:
         """An item's evidence (``{}`` for an item the record lacks)."""
@@ -87,46 +88,14 @@ class StudyReport:
         return BenchRecord.of(self.evidence("speedup").get("bench", {}))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "question": self.question,
-            "verdict": self.verdict,
-            "items": {name: r.to_json() for name, r in self.items.items()},
-            "arms": {name: arm.to_json() for name, arm in self.arms.items()},
-            "failed_arms": dict(self.failed_arms),
-            "machine": dict(self.machine),
-            "figures": list(self.figures),
-            "cost": dict(self.cost),
-            "config": dict(self.config),
-            "provenance": dict(self.provenance),
-            **({"solver": self.solver.to_json()} if self.solver else {}),
-            **({"conditions": [row.to_json() for row in self.conditions]} if self.conditions else {}),
-            **({"probe": dict(self.probe)} if self.probe else {}),
-            **({"looks": [look.to_json() for look in self.looks]} if self.looks else {}),
-            "generated_utc": self.generated_utc,
-        }
+        """Its fields; the solver, conditions, probe and looks only when it has them."""
+        return write_fields(self, tuple(k for k in ("solver", "conditions", "probe", "looks") if not getattr(self, k)))
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> StudyReport:
         """A record as written (or any part of one: what is missing is empty)."""
-        return cls(
-            verdict=d.get("verdict", ""),
-            items={name: _item(name, r) for name, r in (d.get("items") or {}).items()},
-            arms={name: ArmSummary.from_json(arm) for name, arm in (d.get("arms") or {}).items()},
-            failed_arms=d.get("failed_arms") or {},
-            machine=d.get("machine") or {},
-            figures=tuple(d.get("figures") or ()),
-            cost=d.get("cost") or {},
-            config=d.get("config") or {},
-            provenance=d.get("provenance") or {},
-            generated_utc=d.get("generated_utc", ""),
-            solver=SolverSummary.from_json(d["solver"]) if d.get("solver") else None,
-            conditions=tuple(ConditionRow.from_json(row) for row in d.get("conditions") or ()),
-            probe=d.get("probe"),
-            looks=tuple(Look.from_json(look) for look in d.get("looks") or ()),
-            question=d.get("question", QUESTION),
-            schema_version=d.get("schema_version", REPORT_SCHEMA_VERSION),
-        )
+        items = {name: _item(name, r) for name, r in (d.get("items") or {}).items()}
+        return cls(**read_fields(cls, d, skip=("items",)), items=items)
 
     @classmethod
     def of(cls, report: StudyReport | Mapping[str, Any]) -> StudyReport:
