@@ -557,14 +557,15 @@ def test_pipeline_cost_sums_the_jobs_benchmarks_per_step_and_spans_first_start_t
     (tmp_path / "stitch").mkdir()
     (tmp_path / "stitch" / "killed.tsv").write_text(header)  # a job killed mid-write: skipped
     cost = pipeline_cost(tmp_path)
-    assert list(cost["steps"]) == ["train", "simulate"]  # largest first
-    assert cost["steps"]["train"] == {"jobs": 2, "wall_s": 220.0, "cpu_s": 205.0, "max_rss_mb": 1200.0}
-    assert cost["span_s"] == pytest.approx(1130.0 - 995.0)
-    assert cost["job_wall_s"] == pytest.approx(230.0)
-    line = cost_line({"cost": cost})
+    assert list(cost.steps) == ["train", "simulate"]  # largest first
+    assert cost.to_json()["steps"]["train"] == {"jobs": 2, "wall_s": 220.0, "cpu_s": 205.0, "max_rss_mb": 1200.0}
+    assert cost.span_s == pytest.approx(1130.0 - 995.0)
+    assert cost.job_wall_s == pytest.approx(230.0)
+    line = cost_line({"cost": cost.to_json()})  # a report's JSON reads into the record
     assert "2.2 min from its first job" in line and "train 3.7 min (2 jobs)" in line
-    assert cost_table({"cost": cost})[1][0][:2] == ["train", "2"]
-    assert pipeline_cost(tmp_path / "nothing") == {} and cost_line({}) == ""
+    assert cost_table({"cost": cost.to_json()})[1][0][:2] == ["train", "2"]
+    assert not pipeline_cost(tmp_path / "nothing") and pipeline_cost(tmp_path / "nothing").to_json() == {}
+    assert cost_line({}) == ""
 
 
 def test_convergence_across_seeds_compares_mean_final_losses_against_the_seed_spread():

@@ -44,7 +44,7 @@ from ptycho.study.calibration import (
     own_scan,
     planned_arms,
 )
-from ptycho.study.json_record import write_fields
+from ptycho.study.json_record import JsonRecord, write_fields
 
 #: The estimate, as JSON, in the jobs' environment: the report sets it beside the run's real cost.
 ESTIMATE_ENV = "PTYCHO_ESTIMATE"
@@ -70,7 +70,7 @@ JOBS_PER_CONDITION = 2
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(JsonRecord):
     """A study's expected wall time on a machine, in seconds, by part."""
 
     training_s: float

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -244,10 +245,11 @@ def report(
             raise PtychoError(f"{path}: not a PNG file; re-run 'ptycho figures'")
     cost = views.pipeline_cost(benchmarks) if benchmarks else None
     if cost:  # what the workflow estimated before its first job (ptycho.study.estimate), beside what it took
-        from ptycho.study.estimate import ESTIMATE_ENV
+        from ptycho.study.estimate import ESTIMATE_ENV, Estimate
 
-        with contextlib.suppress(ValueError, TypeError):
-            cost["estimate"] = json.loads(os.environ.get(ESTIMATE_ENV) or "null")
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            if found := json.loads(os.environ.get(ESTIMATE_ENV) or "null"):
+                cost = dataclasses.replace(cost, estimate=Estimate.from_json(found))
     provenance = {
         "config_hash": config_hash(config),
         "git_commit": git_commit(Path.cwd()),

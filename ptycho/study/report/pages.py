@@ -26,12 +26,11 @@ from ptycho.study.tables import fmt, to_html, to_markdown
 
 @reads_report
 def cost_table(report: StudyReport) -> tuple[list[str], list[list[str]]]:
-    steps = report.cost.get("steps", {})
     return (
         ["step", "jobs", "wall min (sum)", "CPU min (sum)", "largest peak RSS MB"],
         [
-            [name, str(v["jobs"]), fmt(v["wall_s"] / 60), fmt(v["cpu_s"] / 60), fmt(v["max_rss_mb"])]
-            for name, v in steps.items()
+            [name, str(v.jobs), fmt(v.wall_s / 60), fmt(v.cpu_s / 60), fmt(v.max_rss_mb)]
+            for name, v in report.cost.steps.items()
         ],
     )
 

@@ -22,7 +22,8 @@ from ptycho.study.arm_summary import ArmSummary
 from ptycho.study.bench.record import BenchRecord
 from ptycho.study.checklist.result import ItemResult
 from ptycho.study.conditions_view import ConditionRow
-from ptycho.study.json_record import read_fields, write_fields
+from ptycho.study.estimate import Estimate
+from ptycho.study.json_record import JsonRecord, read_fields, write_fields
 from ptycho.study.looks import Look
 from ptycho.study.solver_summary import SolverSummary
 from ptycho.study.stats import SeedComparison
@@ -40,6 +41,58 @@ QUESTION = "Does XLA make physics-informed ptychographic reconstruction faster w
 
 
 @dataclass(frozen=True)
+class StepCost(JsonRecord):
+    """One step's jobs (a rule's Snakemake benchmark files): how many, their summed wall
+    and CPU seconds and the largest peak RSS."""
+
+    jobs: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    max_rss_mb: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunCost(JsonRecord):
+    """Where a run's time went (:func:`pipeline_cost`), its steps largest first, and what
+    the workflow estimated before its first job (:class:`~ptycho.study.estimate.Estimate`;
+    ``None`` when it made none). Empty (no steps) without benchmark files."""
+
+    steps: Mapping[str, StepCost] = field(default_factory=dict)
+    span_s: float = 0.0
+    job_wall_s: float = 0.0
+    job_cpu_s: float = 0.0
+    estimate: Estimate | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        return write_fields(self) if self else {}
+
+    def words(self) -> str:
+        """One sentence: the estimate beside the run's wall time, and its largest parts
+        (empty without benchmarks)."""
+        if not self:
+            return ""
+        parts = [
+            f"{name} {v.wall_s / 60:.1f} min ({v.jobs} job{'s' if v.jobs != 1 else ''})"
+            for name, v in list(self.steps.items())[:3]
+        ]
+        e = self.estimate
+        estimated = (
+            f"Estimated {e.total_s / 60:.1f} min before its first job ({e.trainings} trainings "
+            f"{e.training_s / 60:.1f} min, bench {e.bench_s / 60:.1f} min, rest {e.rest_s / 60:.1f} min); "
+            if e
+            else ""
+        )
+        return (
+            f"{estimated}{'t' if estimated else 'T'}his run took {self.span_s / 60:.1f} min from its first job to "
+            f"the report (jobs' wall time {self.job_wall_s / 60:.1f} min in all, CPU {self.job_cpu_s / 60:.1f} min); "
+            f"largest: {', '.join(parts)}."
+        )
+
+
+@dataclass(frozen=True)
 class StudyReport:
     """The report's record as a type: ``validation.json``'s keys are its fields, in their
     order (:mod:`ptycho.study.json_record`). Its items are :class:`ItemResult`, its arms
@@ -54,7 +107,7 @@ class StudyReport:
     failed_arms: Mapping[str, str] = field(default_factory=dict)
     machine: Mapping[str, Any] = field(default_factory=dict)
     figures: tuple[str, ...] = ()
-    cost: Mapping[str, Any] = field(default_factory=dict)
+    cost: RunCost = field(default_factory=RunCost)
     config: Mapping[str, Any] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     solver: SolverSummary | None = None
@@ -163,7 +216,7 @@ def build(
         failed_arms=failed,
         machine=dict(machine or {}),
         figures=tuple(figures),
-        cost=dict(cost or {}),
+        cost=cost or RunCost(),
         config={k: v for k, v in config.items() if k != "presets"},
         provenance={"preset": config.get("preset", ""), **dict(provenance or {})},
         generated_utc=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -174,7 +227,7 @@ def build(
     )
 
 
-def pipeline_cost(bench_dir: str | Path) -> dict:
+def pipeline_cost(bench_dir: str | Path) -> RunCost:
     """Where the run's time went, from Snakemake's ``benchmark:`` files (one TSV per job).
 
     Per step (the folder or file name under ``bench_dir``: train, infer, stitch, ...):
@@ -185,7 +238,7 @@ def pipeline_cost(bench_dir: str | Path) -> dict:
     """
     import csv
 
-    steps: dict[str, dict[str, float]] = {}
+    steps: dict[str, list[tuple[float, float, float]]] = {}
     starts, ends = [], []
     for path in sorted(Path(bench_dir).rglob("*.tsv")):
         rel = path.relative_to(bench_dir)
@@ -200,20 +253,19 @@ def pipeline_cost(bench_dir: str | Path) -> dict:
         end = path.stat().st_mtime
         starts.append(end - wall)
         ends.append(end)
-        acc = steps.setdefault(step, {"jobs": 0, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_mb": 0.0})
-        acc["jobs"] += 1
-        acc["wall_s"] += wall
-        acc["cpu_s"] += _column(row, "cpu_time")
-        acc["max_rss_mb"] = max(acc["max_rss_mb"], _column(row, "max_rss"))
+        steps.setdefault(step, []).append((wall, _column(row, "cpu_time"), _column(row, "max_rss")))
     if not steps:
-        return {}
-    ordered = dict(sorted(steps.items(), key=lambda kv: -kv[1]["wall_s"]))
-    return {
-        "steps": ordered,
-        "span_s": max(ends) - min(starts),
-        "job_wall_s": sum(v["wall_s"] for v in steps.values()),
-        "job_cpu_s": sum(v["cpu_s"] for v in steps.values()),
+        return RunCost()
+    per = {
+        step: StepCost(len(jobs), sum(j[0] for j in jobs), sum(j[1] for j in jobs), max(j[2] for j in jobs))
+        for step, jobs in steps.items()
     }
+    return RunCost(
+        dict(sorted(per.items(), key=lambda kv: -kv[1].wall_s)),
+        max(ends) - min(starts),
+        sum(v.wall_s for v in per.values()),
+        sum(v.cpu_s for v in per.values()),
+    )
 
 
 def _column(row: Mapping[str, str], key: str) -> float:

@@ -22,26 +22,7 @@ from ptycho.study.stats import SeedComparison
 @reads_report
 def cost_line(report: StudyReport) -> str:
     """One sentence: the run's wall time and its largest parts (empty without benchmarks)."""
-    cost = report.cost
-    if not cost.get("steps"):
-        return ""
-    parts = [
-        f"{name} {v['wall_s'] / 60:.1f} min ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})"
-        for name, v in list(cost["steps"].items())[:3]
-    ]
-    estimate = cost.get("estimate") or {}
-    estimated = (
-        f"Estimated {estimate['total_s'] / 60:.1f} min before its first job ({estimate['trainings']} trainings "
-        f"{estimate['training_s'] / 60:.1f} min, bench {estimate['bench_s'] / 60:.1f} min, rest "
-        f"{estimate['rest_s'] / 60:.1f} min); "
-        if isinstance(estimate.get("total_s"), int | float)
-        else ""
-    )
-    return (
-        f"{estimated}{'t' if estimated else 'T'}his run took {cost['span_s'] / 60:.1f} min from its first job to the report "
-        f"(jobs' wall time {cost['job_wall_s'] / 60:.1f} min in all, CPU {cost['job_cpu_s'] / 60:.1f} min); "
-        f"largest: {', '.join(parts)}."
-    )
+    return report.cost.words()
 
 
 @reads_report
