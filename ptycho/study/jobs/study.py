@@ -250,13 +250,13 @@ def report(
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             if found := json.loads(os.environ.get(ESTIMATE_ENV) or "null"):
                 cost = dataclasses.replace(cost, estimate=Estimate.from_json(found))
-    provenance = {
-        "config_hash": config_hash(config),
-        "git_commit": git_commit(Path.cwd()),
-        "mlflow_run_id": parent.get("run_id", ""),
-        "tracking_uri": parent.get("tracking_uri", ""),
-        "experiment_id": parent.get("experiment_id", ""),
-    }
+    provenance = views.Provenance(
+        config_hash=config_hash(config),
+        git_commit=git_commit(Path.cwd()),
+        mlflow_run_id=parent.get("run_id", ""),
+        tracking_uri=parent.get("tracking_uri", ""),
+        experiment_id=parent.get("experiment_id", ""),
+    )
     # The device the study ran on is what the benchmark's TensorFlow processes saw.
     gpus = items["speedup"].evidence.get("machine", {}).get("gpus")
     result = views.build(

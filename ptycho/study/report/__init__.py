@@ -27,7 +27,14 @@ from ptycho.study.report.pages import (
     sections,
     write,
 )
-from ptycho.study.report.record import REPORT_FILES, REPORT_SCHEMA_VERSION, StudyReport, build, pipeline_cost
+from ptycho.study.report.record import (
+    REPORT_FILES,
+    REPORT_SCHEMA_VERSION,
+    Provenance,
+    StudyReport,
+    build,
+    pipeline_cost,
+)
 from ptycho.study.report.words import (
     agreement_sentence,
     answer,
@@ -66,6 +73,7 @@ __all__ = [
     "mlflow_url",
     "page",
     "pipeline_cost",
+    "Provenance",
     "precision_sentence",
     "print_answer",
     "provenance_line",

@@ -142,7 +142,7 @@ def page(report: StudyReport, pngs: Mapping[str, bytes] | None = None) -> str:
         answer=answer(report),
         rest=rest_lines(report),
         mlflow_url=mlflow_url(report),
-        mlflow_run=prov.get("mlflow_run_id", ""),
+        mlflow_run=prov.mlflow_run_id,
         contents=[("verdict", "Verdict"), ("checklist", "Checklist")]
         + [(s["id"], s["title"]) for s in body]
         + [("machine", "Machine and run")],

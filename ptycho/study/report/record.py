@@ -9,6 +9,7 @@ the jobs' Snakemake benchmark files); its format is one number
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +94,19 @@ class RunCost(JsonRecord):
 
 
 @dataclass(frozen=True)
+class Provenance(JsonRecord):
+    """Which run a report is of: its preset, config hash and git commit (``None``: not a
+    git checkout), and the MLflow parent run (its id, tracking URI and experiment)."""
+
+    preset: str = ""
+    config_hash: str = ""
+    git_commit: str | None = ""
+    mlflow_run_id: str = ""
+    tracking_uri: str = ""
+    experiment_id: str = ""
+
+
+@dataclass(frozen=True)
 class StudyReport:
     """The report's record as a type: ``validation.json``'s keys are its fields, in their
     order (:mod:`ptycho.study.json_record`). Its items are :class:`ItemResult`, its arms
@@ -109,7 +123,7 @@ class StudyReport:
     figures: tuple[str, ...] = ()
     cost: RunCost = field(default_factory=RunCost)
     config: Mapping[str, Any] = field(default_factory=dict)
-    provenance: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Provenance = field(default_factory=Provenance)
     solver: SolverSummary | None = None
     conditions: tuple[ConditionRow, ...] = ()
     probe: Mapping[str, Any] | None = None
@@ -180,7 +194,7 @@ def build(
     machine: Mapping | None = None,
     figures: tuple[str, ...] = (),
     cost: Mapping | None = None,
-    provenance: Mapping | None = None,
+    provenance: Provenance | None = None,
     solver: SolverSummary | None = None,
     conditions: Sequence[ConditionRow | Mapping] = (),
     probe: Mapping | None = None,
@@ -209,6 +223,7 @@ def build(
     verdict = (
         "FAIL" if failed or statuses - {"PASS", "INCONCLUSIVE"} else max(statuses, key=("PASS", "INCONCLUSIVE").index)
     )
+    prov = provenance or Provenance()
     return StudyReport(
         verdict=verdict,
         items={name: items[name] for name in names},
@@ -218,7 +233,7 @@ def build(
         figures=tuple(figures),
         cost=cost or RunCost(),
         config={k: v for k, v in config.items() if k != "presets"},
-        provenance={"preset": config.get("preset", ""), **dict(provenance or {})},
+        provenance=dataclasses.replace(prov, preset=prov.preset or config.get("preset", "")),
         generated_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         solver=solver,
         conditions=tuple(conditions),

@@ -219,7 +219,7 @@ def mlflow_url(report: StudyReport) -> str:
     http(s) tracking URI, and the experiment's id known); empty for a local store
     (``make ui`` serves it)."""
     prov = report.provenance
-    uri, run, exp = prov.get("tracking_uri") or "", prov.get("mlflow_run_id"), prov.get("experiment_id")
+    uri, run, exp = prov.tracking_uri, prov.mlflow_run_id, prov.experiment_id
     if not run or not uri.startswith(("http://", "https://")) or not exp:
         return ""
     return f"{uri.rstrip('/')}/#/experiments/{exp}/runs/{run}"
@@ -288,12 +288,13 @@ def failed_sentence(report: StudyReport) -> str:
 @reads_report
 def provenance_line(report: StudyReport) -> str:
     """Which run this report is of: preset, config hash, git commit, MLflow parent run."""
-    prov = report.provenance or {"preset": report.config.get("preset", "")}
-    commit = (prov.get("git_commit") or "")[:12] or "unknown (not a git checkout)"
-    parts = [f"Preset {prov.get('preset') or '?'}", f"config {prov.get('config_hash') or '?'}", f"commit {commit}"]
+    prov = report.provenance
+    commit = (prov.git_commit or "")[:12] or "unknown (not a git checkout)"
+    preset = prov.preset or report.config.get("preset") or "?"
+    parts = [f"Preset {preset}", f"config {prov.config_hash or '?'}", f"commit {commit}"]
     auto = report.config.get("auto_precision")
     if auto:  # what `precision: auto` chose on the machine it ran on, and why
         parts.insert(1, f"precision auto = {auto['precision']} ({auto['reason']})")
-    if prov.get("mlflow_run_id"):
-        parts.append(f"MLflow parent run {prov['mlflow_run_id']}")
+    if prov.mlflow_run_id:
+        parts.append(f"MLflow parent run {prov.mlflow_run_id}")
     return "; ".join(parts) + f"; generated {report.generated_utc}"
