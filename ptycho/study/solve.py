@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.study.solver_record import FLAT, SolveRecord, SolverRun
+from ptycho.study.solver_record import FLAT, CurvePoint, SolveRecord, SolverRun, WarmStart
 from ptycho.tracking.record import DatasetInput, JobRecord, NestedRun
 
 #: Iterations at which every run's object is scored (plus its last one).
@@ -47,16 +47,16 @@ def _start_images(name: str, path: str, objects: int) -> np.ndarray:
     return images
 
 
-def first_reaching(curve: Sequence[Mapping[str, Any]], amp: float, phase: float) -> Mapping[str, Any] | None:
+def first_reaching(curve: Sequence[CurvePoint], amp: float, phase: float) -> CurvePoint | None:
     """The first point of a quality ``curve`` (ascending iterations) whose amplitude and
     phase SSIM both reach ``amp`` and ``phase``; None if none does."""
-    return next((p for p in curve if p["amp_ssim"] >= amp and p["phase_ssim"] >= phase), None)
+    return next((p for p in curve if p.reaches(amp, phase)), None)
 
 
-def first_below(curve: Sequence[Mapping[str, Any]], misfit: float) -> Mapping[str, Any] | None:
+def first_below(curve: Sequence[CurvePoint], misfit: float) -> CurvePoint | None:
     """The first point of a curve without a ground truth whose data misfit is at most
     ``misfit``; None if none is."""
-    return next((p for p in curve if p[MISFIT] <= misfit), None)
+    return next((p for p in curve if p.data_misfit <= misfit), None)
 
 
 def solve(
@@ -140,7 +140,7 @@ def solve(
                 last[run][m] = it.obj
                 done[run][m].append(dataclasses.replace(it, obj=None))  # keep the numbers, not every iterate
 
-    def quality(run) -> tuple[list[dict], dict]:
+    def quality(run) -> tuple[list[CurvePoint], dict]:
         """(mean scores at each checkpoint every object reached, and at the last
         iteration; final scores). Each object set is scored once."""
         reached = min(len(d) for d in done[run])
@@ -153,10 +153,10 @@ def solve(
                 continue  # a constant object: nothing to register or score
             images = [crop(p, snaps[run][m][mark]) for m, p in enumerate(probs)] if mark < reached else None
             mean = score_all(images, truths)["mean"] if images else final["mean"]
-            curve.append({"iteration": mark, **{k: float(mean[k]) for k in _SCORED}})
+            curve.append(CurvePoint(mark, **{k: float(mean[k]) for k in _SCORED}))
         return curve, final
 
-    def misfit_quality(run, reached: int) -> tuple[list[dict], dict]:
+    def misfit_quality(run, reached: int) -> tuple[list[CurvePoint], dict]:
         """Without a ground truth: the mean data misfit of the objects at each checkpoint
         (a warm start's from its start, iteration 0) and at the last iteration."""
 
@@ -165,11 +165,11 @@ def solve(
 
         final = mean(last[run])
         curve = [
-            {"iteration": mark, MISFIT: mean([snaps[run][m][mark] for m in range(len(probs))])}
+            CurvePoint(mark, data_misfit=mean([snaps[run][m][mark] for m in range(len(probs))]))
             for mark in marks
             if mark < reached and not (mark == 0 and run[1] == FLAT)
         ]
-        curve.append({"iteration": reached, MISFIT: final})
+        curve.append(CurvePoint(reached, data_misfit=final))
         return curve, {"mean": {MISFIT: final}}
 
     def timed(run) -> list[float]:
@@ -267,7 +267,7 @@ def _half_scan(ds, probs, cfg) -> tuple[np.ndarray, dict[str, Any]]:
     return halves, entry
 
 
-def warm_table(record: SolveRecord) -> list[dict[str, Any]]:
+def warm_table(record: SolveRecord) -> list[WarmStart]:
     """For each warm start and each of :data:`WARM_TARGETS`: the iterations (and
     seconds) it needs to reach the flat start's quality at that many iterations (without
     a ground truth: its data misfit, ``target_data_misfit``, instead of its SSIMs)."""
@@ -281,28 +281,28 @@ def warm_table(record: SolveRecord) -> list[dict[str, Any]]:
         for target in WARM_TARGETS:
             # The flat start's quality at ``target`` iterations, or at its last iteration
             # if it stopped sooner (converged, or its budget is smaller).
-            goal = [p for p in flat.curve if p["iteration"] <= target][-1]
-            if goal["iteration"] in seen:
+            goal = [p for p in flat.curve if p.iteration <= target][-1]
+            if goal.iteration in seen:
                 continue
-            seen.add(goal["iteration"])
-            if MISFIT in goal:
-                hit = first_below(run.curve, goal[MISFIT])
-                target = {f"target_{MISFIT}": goal[MISFIT]}
+            seen.add(goal.iteration)
+            if goal.data_misfit is not None:
+                hit = first_below(run.curve, goal.data_misfit)
+                target = {"target_data_misfit": goal.data_misfit}
             else:
-                hit = first_reaching(run.curve, goal["amp_ssim"], goal["phase_ssim"])
-                target = {"target_amp_ssim": goal["amp_ssim"], "target_phase_ssim": goal["phase_ssim"]}
-            needed = None if hit is None else hit["iteration"]
-            saved = None if needed is None else goal["iteration"] - needed
+                hit = first_reaching(run.curve, goal.amp_ssim, goal.phase_ssim)
+                target = {"target_amp_ssim": goal.amp_ssim, "target_phase_ssim": goal.phase_ssim}
+            needed = None if hit is None else hit.iteration
+            saved = None if needed is None else goal.iteration - needed
             rows.append(
-                {
-                    "mode": mode,
-                    "start": name,
-                    "flat_iterations": goal["iteration"],
+                WarmStart(
+                    mode,
+                    name,
+                    goal.iteration,
                     **target,
-                    "iterations": needed,
-                    "iterations_saved": saved,
-                    "seconds_saved": None if saved is None else saved * run.seconds_per_iteration,
-                }
+                    iterations=needed,
+                    iterations_saved=saved,
+                    seconds_saved=None if saved is None else saved * run.seconds_per_iteration,
+                )
             )
     return rows
 
@@ -364,10 +364,10 @@ def _job_record(record: SolveRecord, out: str, ds, dataset: str) -> JobRecord:
         metrics[f"{mode}_iteration_speedup"] = r["ratio"]
         lines.append(f"  {mode} vs off, iteration: {r['ratio']:.2f}x (95 % {r['low']:.2f}-{r['high']:.2f})")
     for row in record.warm_start:
-        saved = "never reached" if row["iterations"] is None else f"{row['iterations_saved']} saved"
+        saved = "never reached" if row.iterations is None else f"{row.iterations_saved} saved"
         lines.append(
-            f"  warm start {row['start']}: flat start's quality at {row['flat_iterations']} it reached in "
-            f"{row['iterations'] if row['iterations'] is not None else '-'} it ({saved})"
+            f"  warm start {row.start}: flat start's quality at {row.flat_iterations} it reached in "
+            f"{row.iterations if row.iterations is not None else '-'} it ({saved})"
         )
     job.metrics = metrics
     job.stepped = sorted(stepped.items())

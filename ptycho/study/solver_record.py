@@ -19,6 +19,51 @@ FLAT = "flat"
 
 
 @dataclass(frozen=True)
+class CurvePoint(JsonRecord):
+    """A solve's objects at one checkpoint: their mean amplitude and phase SSIM and PSNR
+    against the ground truth, or without one their data misfit (lower explains the data
+    better); ``seconds`` per object to get there where the report's summary adds it. Only
+    what it has is written."""
+
+    iteration: int
+    amp_ssim: float | None = None
+    phase_ssim: float | None = None
+    amp_psnr: float | None = None
+    phase_psnr: float | None = None
+    data_misfit: float | None = None
+    seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in write_fields(self).items() if v is not None}
+
+    def reaches(self, amp: float, phase: float) -> bool:
+        """Its amplitude and phase SSIM both reach ``amp`` and ``phase``."""
+        return self.amp_ssim is not None and self.amp_ssim >= amp and self.phase_ssim >= phase
+
+
+@dataclass(frozen=True)
+class WarmStart(JsonRecord):
+    """A warm start against one target: the flat start's quality after ``flat_iterations``
+    (its SSIMs, or without a ground truth its data misfit), and the iterations the start
+    from a network's reconstruction needed to reach it (``None``: it never did), the
+    iterations and seconds per object that saved. Targets it lacks are not written."""
+
+    mode: str
+    start: str
+    flat_iterations: int
+    target_amp_ssim: float | None = None
+    target_phase_ssim: float | None = None
+    target_data_misfit: float | None = None
+    iterations: int | None = None
+    iterations_saved: int | None = None
+    seconds_saved: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        targets = ("target_amp_ssim", "target_phase_ssim", "target_data_misfit")
+        return write_fields(self, tuple(k for k in targets if getattr(self, k) is None))
+
+
+@dataclass(frozen=True)
 class SolverRun(JsonRecord):
     """One (mode, start) of a solve: its timing per iteration and per object, why it
     stopped, the misfit per iteration, quality at the checkpoints (``curve``: the
@@ -33,7 +78,7 @@ class SolverRun(JsonRecord):
     seconds_per_object: float
     iteration_seconds: tuple[float, ...] = field(default=(), kw_only=True)
     misfit: tuple[float, ...] = field(default=(), kw_only=True)
-    curve: tuple[Mapping[str, float], ...] = field(default=(), kw_only=True)
+    curve: tuple[CurvePoint, ...] = field(default=(), kw_only=True)
     final: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
     @property
@@ -59,7 +104,7 @@ class SolveRecord(JsonRecord):
     runs: tuple[SolverRun, ...]
     #: None when ``off`` was not among the modes (no key in the JSON)
     ratios: Mapping[str, Mapping[str, float]] | None = None
-    warm_start: tuple[Mapping[str, Any], ...] = ()
+    warm_start: tuple[WarmStart, ...] = ()
     half_scan: Mapping[str, Any] | None = None
 
     def flat_runs(self) -> dict[str, SolverRun]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ptycho.study.bench.record import Interval
 from ptycho.study.json_record import JsonRecord
+from ptycho.study.solver_record import CurvePoint, WarmStart
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class ModeSummary(JsonRecord):
     seconds_per_object: float
     final: Mapping[str, float]
     target: Reach | None  #: where it reaches the solver's target quality (ground truth only)
-    curve: tuple[Mapping[str, float], ...]
+    curve: tuple[CurvePoint, ...]
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class SolverSummary(JsonRecord):
     fastest: str = field(kw_only=True)  #: the mode with the fastest iteration
     networks: tuple[NetworkSummary, ...] = ()
     match: Mapping[str, Reach | None] = field(default_factory=dict)  #: network arm -> where the solver matches it
-    warm_start: tuple[Mapping[str, Any], ...] = ()  #: one row per start from a network's reconstruction
+    warm_start: tuple[WarmStart, ...] = ()  #: one row per start from a network's reconstruction
     warm_mode: str = ""
 
     @property

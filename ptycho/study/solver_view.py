@@ -11,6 +11,7 @@ quality is the data misfit (the solver's at its checkpoints, each network's from
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,14 +50,14 @@ def _reach(run: SolverRun, amp: float, phase: float) -> Reach | None:
     """The first checkpoint of a flat-start ``run`` (its curve starts at iteration 1)
     whose amplitude and phase SSIM reach both values, with its seconds."""
     hit = first_reaching(run.curve, amp, phase)
-    return None if hit is None else Reach(hit["iteration"], _seconds(run, hit["iteration"]))
+    return None if hit is None else Reach(hit.iteration, _seconds(run, hit.iteration))
 
 
 def _below(run: SolverRun, misfit: float) -> Reach | None:
     """Without a ground truth: the first checkpoint of a flat-start ``run`` whose data
     misfit is at most ``misfit``, with its seconds."""
     hit = first_below(run.curve, misfit)
-    return None if hit is None else Reach(hit["iteration"], _seconds(run, hit["iteration"]))
+    return None if hit is None else Reach(hit.iteration, _seconds(run, hit.iteration))
 
 
 def summarise(
@@ -110,7 +111,7 @@ def summarise(
                 r.seconds_per_object,
                 {k: r.final[k] for k in finals},
                 _reach(r, *TARGET) if truth else None,
-                tuple({**p, "seconds": _seconds(r, p["iteration"])} for p in r.curve),
+                tuple(dataclasses.replace(p, seconds=_seconds(r, p.iteration)) for p in r.curve),
             )
             for mode, r in flat.items()
         },
@@ -119,7 +120,7 @@ def summarise(
         half_scan=solve.half_scan,
         networks=tuple(networks),
         match=match,
-        warm_start=tuple(dict(row) for row in (warm or solve).warm_start),
+        warm_start=(warm or solve).warm_start,
         warm_mode=", ".join((warm or solve).modes),
     )
 
@@ -234,14 +235,14 @@ def tables(report: StudyReport) -> list[tuple[str, list[str], list[list[str]]]]:
     ]
     warm = [
         [
-            row["start"],
-            str(row["flat_iterations"]),
-            f"{row['target_amp_ssim']:.4f}/{row['target_phase_ssim']:.4f}"
+            row.start,
+            str(row.flat_iterations),
+            f"{row.target_amp_ssim:.4f}/{row.target_phase_ssim:.4f}"
             if truth
-            else f"data misfit {_f(row.get(f'target_{MISFIT}'), 4)}",
+            else f"data misfit {_f(row.target_data_misfit, 4)}",
             *(
-                (_f(row["iterations"]), _f(row["iterations_saved"]), _f(row["seconds_saved"], 2))
-                if row["iterations"] is not None
+                (_f(row.iterations), _f(row.iterations_saved), _f(row.seconds_saved, 2))
+                if row.iterations is not None
                 else ("not reached", "-", "-")
             ),
         ]
@@ -342,10 +343,10 @@ def quality_time_figure(solver: SolverSummary | Mapping):
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     for ax, (key, title) in zip(axes, panels, strict=True):
         for mode, r in solver.modes.items():
-            pts = [p for p in r.curve if p["iteration"] > 0]
+            pts = [p for p in r.curve if p.iteration > 0]
             ax.plot(
-                [p["seconds"] for p in pts],
-                [p[key] for p in pts],
+                [p.seconds for p in pts],
+                [getattr(p, key) for p in pts],
                 marker=".",
                 color=arm_colour(mode),
                 label=f"solver {mode}",
