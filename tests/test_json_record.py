@@ -90,3 +90,40 @@ def test_the_studys_records_keep_their_files_json():
     assert typed.cost.steps["train"].jobs >= 1 and typed.provenance.preset == "smoke"
     assert typed.solver.best.curve[0].iteration >= 1
     assert stored(typed) == report
+
+
+def test_a_null_where_a_field_cannot_be_null_reads_as_its_default_and_an_empty_record_entry_as_none():
+    back = Outer.from_json({"name": "x", "inner": {"ratio": 1.0}, "seeds": None, "by_key": None, "maybe": {}})
+    assert back.seeds == () and back.by_key == {} and back.maybe is None
+    assert math.isnan(Inner.from_json({"ratio": None}).ratio)  # a number's null is NaN, not its default
+
+
+def test_the_solvers_records_write_the_scores_of_their_kind_also_when_null():
+    """A checkpoint scored against a ground truth keeps a null score (an infinite PSNR) as
+    null; one without a ground truth writes its data misfit alone."""
+    from ptycho.study.solver_record import CurvePoint, WarmStart
+
+    scored = {"iteration": 5, "amp_ssim": 0.9, "phase_ssim": 0.8, "amp_psnr": None, "phase_psnr": 20.0}
+    assert stored(CurvePoint.from_json(scored)) == scored
+    misfit = {"iteration": 3, "data_misfit": 0.25, "seconds": 1.5}
+    assert stored(CurvePoint.from_json(misfit)) == misfit
+    row = {"mode": "off", "start": "pinn", "flat_iterations": 10, "target_amp_ssim": None, "target_phase_ssim": 0.7}
+    row |= {"iterations": None, "iterations_saved": None, "seconds_saved": None}
+    assert stored(WarmStart.from_json(row)) == row
+
+
+def test_the_runs_cost_names_its_largest_steps_also_read_back_from_its_sorted_file():
+    from ptycho.study.report.record import RunCost
+
+    cost = RunCost.from_json(
+        {
+            "steps": {
+                "a": {"jobs": 1, "wall_s": 5.0},
+                "bench": {"jobs": 1, "wall_s": 50.0},
+                "z": {"jobs": 2, "wall_s": 20},
+            },
+            "span_s": 60.0,
+        }
+    )
+    assert [name for name, _ in cost.largest] == ["bench", "z", "a"]
+    assert "largest: bench 0.8 min (1 job), z 0.3 min (2 jobs), a 0.1 min (1 job)." in cost.words()

@@ -31,7 +31,7 @@ class ConditionCheck:
     patterns: int = 0
     checks: Mapping[str, ItemResult] = field(kw_only=True)  #: by :data:`CHECKS`
     #: arm -> mean scores over the test objects
-    models: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    models: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
 
     @property
     def status(self) -> str:

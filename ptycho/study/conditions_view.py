@@ -69,7 +69,7 @@ class ConditionRow(JsonRecord):
     loss: str
     checks: Mapping[str, Check]  #: by :data:`CHECKS`
     solver: SolverCell | None
-    models: Mapping[str, Mapping[str, float]]  #: the trained arms' scores here
+    models: Mapping[str, Mapping[str, float | None]]  #: the trained arms' scores here
     description: str | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -6,8 +6,11 @@ read back by its type hints: a nested record by its ``from_json``, tuples and ma
 records element by element (``int`` keys from JSON's strings), a ``float`` stored as
 JSON's null as NaN (how :func:`ptycho.artifacts.write_json` writes NaN and the
 infinities), and a key the JSON lacks as the field's default, which is how a record
-written before a field existed reads. Values are not coerced otherwise, so a record read
-and written again gives the same JSON.
+written before a field existed reads. JSON's null where a field cannot be ``None`` (a
+mapping, a tuple, a string) reads as the field's default too, and an empty entry where
+a field is an optional record as ``None``. Values are not coerced otherwise, so a record
+read and written again gives the same JSON; a value that may be missing inside a mapping
+says so in its type (``Mapping[str, float | None]``) and stays ``None``.
 
 A record whose keys are not all its field names (an older name, a value derived on
 writing) overrides :meth:`~JsonRecord.to_json` or :meth:`~JsonRecord.from_json` and
@@ -37,7 +40,11 @@ def _read(tp: Any, value: Any) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in args if a is not type(None)]
-        return _read(inner[0], value) if len(inner) == 1 else value
+        if len(inner) != 1:
+            return value
+        if isinstance(inner[0], type) and hasattr(inner[0], "from_json") and not value:
+            return None  # an empty entry: none
+        return _read(inner[0], value)
     if isinstance(tp, type) and hasattr(tp, "from_json"):
         return tp.from_json(value)
     if origin is tuple and args:
@@ -65,15 +72,25 @@ def write_fields(record: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     return {f.name: _write(getattr(record, f.name)) for f in dataclasses.fields(record) if f.name not in skip}
 
 
+def _optional(tp: Any) -> bool:
+    return typing.get_origin(tp) in (types.UnionType, typing.Union) and type(None) in typing.get_args(tp)
+
+
 def read_fields(cls: type, d: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The entries of ``d`` that are ``cls``'s fields (but ``skip``), read by their types:
-    the keyword arguments of ``cls`` for what ``d`` holds."""
+    the keyword arguments of ``cls`` for what ``d`` holds (a null where the field cannot
+    be ``None`` and has a default: left to the default)."""
     hints = _hints(cls)
-    return {
-        f.name: _read(hints[f.name], d[f.name])
-        for f in dataclasses.fields(cls)
-        if f.init and f.name in d and f.name not in skip
-    }
+    out = {}
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name not in d or f.name in skip:
+            continue
+        tp, value = hints[f.name], d[f.name]
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if value is None and tp is not float and not _optional(tp) and has_default:
+            continue
+        out[f.name] = _read(tp, value)
+    return out
 
 
 class JsonRecord:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.study.solver_record import FLAT, CurvePoint, SolveRecord, SolverRun, WarmStart
+from ptycho.study.solver_record import FLAT, SCORES, CurvePoint, SolveRecord, SolverRun, WarmStart
 from ptycho.tracking.record import DatasetInput, JobRecord, NestedRun
 
 #: Iterations at which every run's object is scored (plus its last one).
@@ -32,7 +32,6 @@ CHECKPOINTS = (0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200)
 WARM_TARGETS = (10, 50, 200)
 #: Iterations left out of the timing after each compile (caches, allocator warm-up).
 WARMUP = 2
-_SCORED = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")
 #: The quality of a checkpoint without a ground truth: how well the object explains the data.
 MISFIT = "data_misfit"
 
@@ -153,7 +152,7 @@ def solve(
                 continue  # a constant object: nothing to register or score
             images = [crop(p, snaps[run][m][mark]) for m, p in enumerate(probs)] if mark < reached else None
             mean = score_all(images, truths)["mean"] if images else final["mean"]
-            curve.append(CurvePoint(mark, **{k: float(mean[k]) for k in _SCORED}))
+            curve.append(CurvePoint(mark, **{k: float(mean[k]) for k in SCORES}))
         return curve, final
 
     def misfit_quality(run, reached: int) -> tuple[list[CurvePoint], dict]:

@@ -16,14 +16,17 @@ from ptycho.study.json_record import JsonRecord, read_fields, write_fields
 
 #: The start from a unit object (no prior); the others are named after their networks.
 FLAT = "flat"
+#: A checkpoint's scores against a ground truth (without one: its data misfit).
+SCORES = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")
 
 
 @dataclass(frozen=True)
 class CurvePoint(JsonRecord):
     """A solve's objects at one checkpoint: their mean amplitude and phase SSIM and PSNR
     against the ground truth, or without one their data misfit (lower explains the data
-    better); ``seconds`` per object to get there where the report's summary adds it. Only
-    what it has is written."""
+    better); ``seconds`` per object to get there where the report's summary adds it. It
+    writes the scores of its kind (a score stored as null, an infinite PSNR, stays null)
+    and ``seconds`` where it has them."""
 
     iteration: int
     amp_ssim: float | None = None
@@ -34,7 +37,8 @@ class CurvePoint(JsonRecord):
     seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in write_fields(self).items() if v is not None}
+        other = ("data_misfit",) if self.data_misfit is None else SCORES
+        return write_fields(self, other + (("seconds",) if self.seconds is None else ()))
 
     def reaches(self, amp: float, phase: float) -> bool:
         """Its amplitude and phase SSIM both reach ``amp`` and ``phase``."""
@@ -46,7 +50,7 @@ class WarmStart(JsonRecord):
     """A warm start against one target: the flat start's quality after ``flat_iterations``
     (its SSIMs, or without a ground truth its data misfit), and the iterations the start
     from a network's reconstruction needed to reach it (``None``: it never did), the
-    iterations and seconds per object that saved. Targets it lacks are not written."""
+    iterations and seconds per object that saved. It writes the targets of its kind."""
 
     mode: str
     start: str
@@ -59,8 +63,8 @@ class WarmStart(JsonRecord):
     seconds_saved: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        targets = ("target_amp_ssim", "target_phase_ssim", "target_data_misfit")
-        return write_fields(self, tuple(k for k in targets if getattr(self, k) is None))
+        other = ("target_data_misfit",) if self.target_data_misfit is None else ("target_amp_ssim", "target_phase_ssim")
+        return write_fields(self, other)
 
 
 @dataclass(frozen=True)

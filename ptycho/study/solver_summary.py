@@ -36,7 +36,7 @@ class ModeSummary(JsonRecord):
     iterations: float
     stopped: tuple[str, ...]
     seconds_per_object: float
-    final: Mapping[str, float]
+    final: Mapping[str, float | None]
     target: Reach | None  #: where it reaches the solver's target quality (ground truth only)
     curve: tuple[CurvePoint, ...]
 

@@ -30,7 +30,7 @@ def cost_table(report: StudyReport) -> tuple[list[str], list[list[str]]]:
         ["step", "jobs", "wall min (sum)", "CPU min (sum)", "largest peak RSS MB"],
         [
             [name, str(v.jobs), fmt(v.wall_s / 60), fmt(v.cpu_s / 60), fmt(v.max_rss_mb)]
-            for name, v in report.cost.steps.items()
+            for name, v in report.cost.largest
         ],
     )
 

@@ -1,5 +1,5 @@
-"""The report's record, ``validation.json``, as a type (:class:`StudyReport`, the one code
-that knows its keys): :func:`build` assembles it from the checklist's results, the arms,
+"""The report's record, ``validation.json``, as a type (:class:`StudyReport`, whose
+fields are its keys): :func:`build` assembles it from the checklist's results, the arms,
 the solver's and the conditions' entries and the run's cost (:func:`pipeline_cost`, from
 the jobs' Snakemake benchmark files); its format is one number
 (:data:`REPORT_SCHEMA_VERSION`). The JSON is the contract (docs/report.md): an overall
@@ -54,9 +54,9 @@ class StepCost(JsonRecord):
 
 @dataclass(frozen=True)
 class RunCost(JsonRecord):
-    """Where a run's time went (:func:`pipeline_cost`), its steps largest first, and what
-    the workflow estimated before its first job (:class:`~ptycho.study.estimate.Estimate`;
-    ``None`` when it made none). Empty (no steps) without benchmark files."""
+    """Where a run's time went (:func:`pipeline_cost`) and what the workflow estimated
+    before its first job (:class:`~ptycho.study.estimate.Estimate`; ``None`` when it made
+    none). Empty (no steps) without benchmark files."""
 
     steps: Mapping[str, StepCost] = field(default_factory=dict)
     span_s: float = 0.0
@@ -67,6 +67,11 @@ class RunCost(JsonRecord):
     def __bool__(self) -> bool:
         return bool(self.steps)
 
+    @property
+    def largest(self) -> list[tuple[str, StepCost]]:
+        """The steps, largest wall time first (the file keeps them in key order)."""
+        return sorted(self.steps.items(), key=lambda kv: -kv[1].wall_s)
+
     def to_json(self) -> dict[str, Any]:
         return write_fields(self) if self else {}
 
@@ -76,8 +81,7 @@ class RunCost(JsonRecord):
         if not self:
             return ""
         parts = [
-            f"{name} {v.wall_s / 60:.1f} min ({v.jobs} job{'s' if v.jobs != 1 else ''})"
-            for name, v in list(self.steps.items())[:3]
+            f"{name} {v.wall_s / 60:.1f} min ({v.jobs} job{'s' if v.jobs != 1 else ''})" for name, v in self.largest[:3]
         ]
         e = self.estimate
         estimated = (
@@ -193,7 +197,7 @@ def build(
     config: Mapping,
     machine: Mapping | None = None,
     figures: tuple[str, ...] = (),
-    cost: Mapping | None = None,
+    cost: RunCost | None = None,
     provenance: Provenance | None = None,
     solver: SolverSummary | None = None,
     conditions: Sequence[ConditionRow | Mapping] = (),
