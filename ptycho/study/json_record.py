@@ -37,14 +37,14 @@ def _read(tp: Any, value: Any) -> Any:
     """``value`` from JSON as the type ``tp`` says."""
     if value is None:
         return math.nan if tp is float else None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (types.UnionType, typing.Union):
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) != 1:
-            return value
-        if isinstance(inner[0], type) and hasattr(inner[0], "from_json") and not value:
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
+        inner = _optional(tp)
+        if inner is None:
+            return value  # a union of several types: as stored
+        if isinstance(inner, type) and hasattr(inner, "from_json") and not value:
             return None  # an empty entry: none
-        return _read(inner[0], value)
+        return _read(inner, value)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if isinstance(tp, type) and hasattr(tp, "from_json"):
         return tp.from_json(value)
     if origin is tuple and args:
@@ -55,6 +55,14 @@ def _read(tp: Any, value: Any) -> Any:
         key = int if args[0] is int else (lambda k: k)
         return {key(k): _read(args[1], v) for k, v in value.items()}
     return value
+
+
+def _optional(tp: Any) -> Any:
+    """The type ``T`` of ``T | None``; None for any other type."""
+    if typing.get_origin(tp) not in (types.UnionType, typing.Union) or type(None) not in typing.get_args(tp):
+        return None
+    inner = [a for a in typing.get_args(tp) if a is not type(None)]
+    return inner[0] if len(inner) == 1 else None
 
 
 def _write(value: Any) -> Any:
@@ -72,10 +80,6 @@ def write_fields(record: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     return {f.name: _write(getattr(record, f.name)) for f in dataclasses.fields(record) if f.name not in skip}
 
 
-def _optional(tp: Any) -> bool:
-    return typing.get_origin(tp) in (types.UnionType, typing.Union) and type(None) in typing.get_args(tp)
-
-
 def read_fields(cls: type, d: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The entries of ``d`` that are ``cls``'s fields (but ``skip``), read by their types:
     the keyword arguments of ``cls`` for what ``d`` holds (a null where the field cannot
@@ -87,7 +91,7 @@ def read_fields(cls: type, d: Mapping[str, Any], skip: tuple[str, ...] = ()) -> 
             continue
         tp, value = hints[f.name], d[f.name]
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        if value is None and tp is not float and not _optional(tp) and has_default:
+        if value is None and tp is not float and _optional(tp) is None and has_default:
             continue
         out[f.name] = _read(tp, value)
     return out

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ptycho.errors import PtychoError
-from ptycho.study.solver_record import FLAT, SCORES, CurvePoint, SolveRecord, SolverRun, WarmStart
+from ptycho.study.solver_record import FLAT, MISFIT, SCORES, CurvePoint, SolveRecord, SolverRun, WarmStart
 from ptycho.tracking.record import DatasetInput, JobRecord, NestedRun
 
 #: Iterations at which every run's object is scored (plus its last one).
@@ -32,8 +32,6 @@ CHECKPOINTS = (0, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200)
 WARM_TARGETS = (10, 50, 200)
 #: Iterations left out of the timing after each compile (caches, allocator warm-up).
 WARMUP = 2
-#: The quality of a checkpoint without a ground truth: how well the object explains the data.
-MISFIT = "data_misfit"
 
 
 def _start_images(name: str, path: str, objects: int) -> np.ndarray:

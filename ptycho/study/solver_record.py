@@ -16,8 +16,9 @@ from ptycho.study.json_record import JsonRecord, read_fields, write_fields
 
 #: The start from a unit object (no prior); the others are named after their networks.
 FLAT = "flat"
-#: A checkpoint's scores against a ground truth (without one: its data misfit).
-SCORES = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr")
+#: A checkpoint's scores against a ground truth, and its quality without one: how well
+#: the object explains the data (lower is better).
+SCORES, MISFIT = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr"), "data_misfit"
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class CurvePoint(JsonRecord):
     seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        other = ("data_misfit",) if self.data_misfit is None else SCORES
+        other = (MISFIT,) if self.data_misfit is None else SCORES
         return write_fields(self, other + (("seconds",) if self.seconds is None else ()))
 
     def reaches(self, amp: float, phase: float) -> bool:

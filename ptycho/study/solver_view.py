@@ -26,8 +26,8 @@ from ptycho.study.bench.record import Interval
 from ptycho.study.checklist.agreement import OWN
 from ptycho.study.presentation import MODEL_WORDS, PRECISION_WORDS
 from ptycho.study.section import Figure, Section
-from ptycho.study.solve import MISFIT, first_below, first_reaching
-from ptycho.study.solver_record import SolveRecord, SolverRun
+from ptycho.study.solve import first_below, first_reaching
+from ptycho.study.solver_record import MISFIT, SCORES, SolveRecord, SolverRun
 from ptycho.study.solver_summary import ModeSummary, NetworkSummary, Reach, SolverSummary
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def summarise(
         match = {
             n.arm: _below(flat[fastest], n.quality[MISFIT]) if n.quality[MISFIT] is not None else None for n in networks
         }
-    finals = ("amp_ssim", "phase_ssim", "amp_psnr", "phase_psnr") if truth else (MISFIT,)
+    finals = SCORES if truth else (MISFIT,)
     return SolverSummary(
         ground_truth=truth,
         engine=solve.engine,

@@ -48,6 +48,7 @@ from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
+from ptycho.study.solver_record import MISFIT
 from ptycho.study.stats import ALPHA, HIGHER, LOWER, NON_INFERIORITY, SeedComparison, interval_levels, seed_comparison
 
 #: The scores of a reconstruction, with their words in the tables: against the ground
@@ -63,7 +64,6 @@ COLUMNS = {
     "phase_frc50": "phase FRC50 1/px",
 }
 SSIM_KEYS = {"amp_ssim": "amplitude SSIM", "phase_ssim": "phase SSIM"}
-MISFIT = "data_misfit"
 #: An arm's own measures without a truth (``ptycho evaluate``), which is better, their
 #: words, and whether they are judged (as what): the misfit relative to the reference's
 #: against the relative margin, the half-scan FRCs' means as differences against the

@@ -112,8 +112,8 @@ class Provenance(JsonRecord):
 
 @dataclass(frozen=True)
 class StudyReport:
-    """The report's record as a type: ``validation.json``'s keys are its fields, in their
-    order (:mod:`ptycho.study.json_record`). Its items are :class:`ItemResult`, its arms
+    """The report's record as a type: ``validation.json``'s keys are its fields
+    (:mod:`ptycho.study.json_record`). Its items are :class:`ItemResult`, its arms
     :class:`ArmSummary`; the machine, the cost, the config, the provenance, the solver's entry, the conditions'
     rows and the probe refinement are the JSON their own modules write."""
 
