@@ -205,6 +205,53 @@ def test_a_study_that_may_add_seeds_says_what_it_takes_at_the_cap(base):
     assert "max_seeds" not in plain[0]
 
 
+def test_a_finished_study_given_max_seeds_says_what_its_looks_may_add(tmp_path, monkeypatch, base):
+    """Given max_seeds after its configured arms were trained and its bench run, a study
+    printed no estimate at all, as if only minutes were left, while its looks could add
+    trainings (the AVX2 default given max_seeds=5, 2026-12-03: 4 more, about 40 min). It
+    now says what those may take, without the seeds a look has already trained."""
+    from ptycho.study.bench.machine import machine_info
+    from ptycho.study.calibration import calibration_path
+    from ptycho.study.estimate import announce
+    from ptycho.study.workflow import look_plan
+
+    monkeypatch.setenv("PTYCHO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PTYCHO_CALIBRATE", "1")
+    plain = resolve(base, {"budget_min": 10000}, hardware=AMX)
+    looking = resolve(base, {"budget_min": 10000, "max_seeds": 5}, hardware=AMX)
+    folder = tmp_path / "results" / "default"
+
+    def trained(*names):
+        for name in names:
+            (folder / "models" / name).mkdir(parents=True)
+            (folder / "models" / name / "model.json").write_text("{}")
+
+    trained(*arms(plain))
+    (folder / "bench").mkdir()
+    (folder / "bench" / "bench.json").write_text("{}")
+    for cfg in (plain, looking):  # one calibration: it does not depend on the seeds
+        path = calibration_path(cfg, 2, 1, machine_info())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(_calibration(cfg)))
+    assert announce(plain, tmp_path / "results", 2, 1, AMX) == []
+    (line,) = announce(looking, tmp_path / "results", 2, 1, AMX)
+    assert "(7 of 7 trainings done)" in line and line.endswith("if the looks add seeds to the cap (max_seeds=5)")
+    added = [a for a in arms(look_plan(looking).at_cap(looking)) if a not in arms(plain)]
+    assert len(added) == 4  # off and physics at seeds 3 and 4
+    trained(*(a for a in added if a.endswith("-s3")))  # a look added seeds 3 and 4; 3 is trained
+    (later,) = announce(looking, tmp_path / "results", 2, 1, AMX)
+    assert "(7 of 7 trainings done)" in later
+    assert _minutes(later.split("; up to ")[1]) < _minutes(line.split("; up to ")[1])
+    trained(*(a for a in added if a.endswith("-s4")))
+    assert announce(looking, tmp_path / "results", 2, 1, AMX) == []
+
+
+def _minutes(words: str) -> float:
+    """``"22 min if ..."`` -> 22.0 (``"1.2 h ..."`` -> 72.0)."""
+    number, unit = words.split()[:2]
+    return float(number) * (60 if unit == "h" else 1)
+
+
 def test_no_cheaper_choice_trains_too_few_epochs_to_learn(base):
     """On a slow machine (an AVX2 CPU's float32 step) the cheaper choices never go below
     40 % of the study's epochs (8 of 20 still learns; 2, once offered here, collapses);

@@ -235,14 +235,17 @@ def estimate_lines(
 ) -> tuple[Estimate, list[str]]:
     """The estimate and the lines the workflow prints before its first job: the estimate
     (naming the trained precisions ``hardware``, default the detected one, only emulates,
-    with what the native one would take), and over ``budget_min`` the cheaper choices."""
+    with what the native one would take), and over ``budget_min`` the cheaper choices.
+    ``trained`` may name arms of seeds a look added: the figure up to ``max_seeds`` leaves
+    them out too."""
     from ptycho.nets.precision import AUTO, is_native
     from ptycho.study.bench.machine import hardware as detect
-    from ptycho.study.workflow import arm_lists
+    from ptycho.study.workflow import arm_lists, arms
 
     hardware = detect() if hardware is None else hardware
     est = estimate(cfg, calibration, at_once, trained, bench_done)
-    left = f" ({len(trained)} of {len(trained) + est.trainings} trainings done)" if trained else ""
+    done = [a for a in arms(cfg) if a in set(trained)]  # ``trained`` may hold seeds a look added
+    left = f" ({len(done)} of {len(done) + est.trainings} trainings done)" if done else ""
     lines = [f"this study will take {est.words()}{left}"]
     trained_precisions = dict.fromkeys(p for kind in cfg["models"] for p in arm_lists(cfg, kind)[1])
     emulated = [p for p in trained_precisions if not is_native(p, hardware)]
@@ -308,11 +311,13 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
     if not calibrating():
         return []
     folder = Path(results) / cfg["preset"]
-    from ptycho.study.workflow import arms
+    from ptycho.study.workflow import arms, look_plan
 
-    trained = [a for a in arms(cfg) if (folder / "models" / a / "model.json").exists()]
+    plan = look_plan(cfg)  # with max_seeds, the seeds its looks may add are still to come
+    planned = arms(plan.at_cap(cfg) if plan.sequential else cfg)
+    trained = [a for a in planned if (folder / "models" / a / "model.json").exists()]
     bench_done = (folder / "bench" / "bench.json").exists()
-    if len(trained) == len(arms(cfg)) and bench_done:
+    if len(trained) == len(planned) and bench_done:
         return []  # the trainings and the bench are done: what is left takes minutes
     path = calibration_path(cfg, at_once, threads, machine_info())
     lines = []
