@@ -244,8 +244,9 @@ def estimate_lines(
 
     hardware = detect() if hardware is None else hardware
     est = estimate(cfg, calibration, at_once, trained, bench_done)
-    done = [a for a in arms(cfg) if a in set(trained)]  # ``trained`` may hold seeds a look added
-    left = f" ({len(done)} of {len(done) + est.trainings} trainings done)" if done else ""
+    total = len(arms(cfg))  # ``trained`` may also name seeds a look added: count the configured
+    done = total - est.trainings
+    left = f" ({done} of {total} trainings done)" if done else ""
     lines = [f"this study will take {est.words()}{left}"]
     trained_precisions = dict.fromkeys(p for kind in cfg["models"] for p in arm_lists(cfg, kind)[1])
     emulated = [p for p in trained_precisions if not is_native(p, hardware)]
@@ -314,7 +315,7 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
     from ptycho.study.workflow import arms, look_plan
 
     plan = look_plan(cfg)  # with max_seeds, the seeds its looks may add are still to come
-    planned = arms(plan.at_cap(cfg) if plan.sequential else cfg)
+    planned = arms(plan.at_cap(cfg))  # the configured arms when no look adds seeds
     trained = [a for a in planned if (folder / "models" / a / "model.json").exists()]
     bench_done = (folder / "bench" / "bench.json").exists()
     if len(trained) == len(planned) and bench_done:
