@@ -30,6 +30,7 @@ from ptycho.study.checklist.comparisons import (
     path_roundings,
     roundoffs,
 )
+from ptycho.study.checklist.differences import ForwardModel, NetworkDifference, TrainedNetwork, TranslationCase
 from ptycho.study.checklist.gradients import variable_differences
 
 BF16, FP16 = "mixed_bfloat16", "mixed_float16"
@@ -109,19 +110,13 @@ def test_the_verdict_is_the_worst_difference_over_its_limit_and_names_every_limi
     monkeypatch.setenv(CPU_FLAGS_ENV, "avx2 avx512_bf16")  # bf16 native: the item's own 16 u
     monkeypatch.setenv(GPU_ENV, "none")
     monkeypatch.setattr(accuracy_item, "translation_suite", lambda seed: [_case(2e-6)])
-    monkeypatch.setattr(accuracy_item, "forward_model_agreement", lambda seed, modes: {"max_abs": 1e-6})
-    trained = {
-        "pinn-off-s0": {
-            "model": "pinn",
-            "precision": "float32",
-            "samples": 4,
-            "comparisons": {
-                "jit": _diff("jit vs off, fp32", "float32", False, 5e-6),
-                "jit-bf16": _diff("jit vs off, bf16", BF16, False, 0.01),
-                "off-bf16-vs-fp32": _diff("bf16 vs fp32, off", BF16, True, 0.03125),  # 8 u of 16: half its limit
-            },
-        }
+    monkeypatch.setattr(accuracy_item, "forward_model_agreement", lambda seed, modes: ForwardModel(1e-6))
+    differences = {
+        "jit": _diff("jit vs off, fp32", "float32", False, 5e-6),
+        "jit-bf16": _diff("jit vs off, bf16", BF16, False, 0.01),
+        "off-bf16-vs-fp32": _diff("bf16 vs fp32, off", BF16, True, 0.03125),  # 8 u of 16: half its limit
     }
+    trained = {"pinn-off-s0": TrainedNetwork("pinn", "float32", 4, differences)}
     monkeypatch.setattr(accuracy_item, "inference_agreement", lambda *a, **k: trained)
     record = accuracy_item.accuracy(1e-5, 16, model_dirs=["m"], modes=["jit"], precisions=[BF16])
     assert record.status == "PASS" and record.threshold == 1.0 and record.comparison == "<="
@@ -129,7 +124,8 @@ def test_the_verdict_is_the_worst_difference_over_its_limit_and_names_every_limi
     assert record.evidence["limits"] == {"float32": 1e-5, BF16: 0.0625}
     assert "limits fp32 1e-05; bf16 0.0625 (16 u)" in record.summary
     assert "bf16 vs fp32 worst 3.1e-02" in record.summary and "modes vs off at bf16 worst 1.0e-02" in record.summary
-    trained["pinn-off-s0"]["comparisons"]["jit-bf16"]["max_abs"] = 0.07  # over 16 u
+    differences["jit-bf16"] = _diff("jit vs off, bf16", BF16, False, 0.07)  # over 16 u
+    trained["pinn-off-s0"] = TrainedNetwork("pinn", "float32", 4, differences)
     assert accuracy_item.accuracy(1e-5, 16, model_dirs=["m"], precisions=[BF16]).status == "FAIL"
     monkeypatch.setenv(CPU_FLAGS_ENV, "avx avx2 fma")  # emulated: the aligned R = 23 u
     emulated_here = accuracy_item.accuracy(1e-5, 16, model_dirs=["m"], precisions=[BF16])
@@ -139,11 +135,11 @@ def test_the_verdict_is_the_worst_difference_over_its_limit_and_names_every_limi
 
 
 def _case(max_abs):
-    return {"dtype": "float32", "batch": 1, "shifts": "subpixel", "max_abs": max_abs, "mean_abs": max_abs}
+    return TranslationCase("float32", 1, "subpixel", max_abs, max_abs)
 
 
 def _diff(label, precision, across, max_abs):
-    return {"compared": label, "precision": precision, "across_precisions": across, "max_abs": max_abs, "mean_abs": 0}
+    return NetworkDifference(label, precision, across, max_abs, 0.0)
 
 
 def test_an_unknown_precision_is_a_one_line_error_of_check(tmp_path):
@@ -195,14 +191,14 @@ def test_every_mode_at_every_precision_agrees_with_off_and_each_precision_with_f
         trained, pair["test"], modes=("jit", "auto", "physics"), precisions=PRECISIONS
     )
     for arm, record in out.items():
-        assert set(record["comparisons"]) == {
+        assert set(record.comparisons) == {
             *(f"{m}{p}" for m in ("jit", "auto") for p in ("", "-bf16", "-fp16")),
             *(f"{m}-{p}-vs-fp32" for m in ("off", "jit", "auto") for p in ("bf16", "fp16")),
         }
-        for key, diff in record["comparisons"].items():
-            assert diff["max_abs"] <= limit[diff["precision"]], (arm, key, diff)
+        for key, diff in record.comparisons.items():
+            assert diff.max_abs <= limit[diff.precision], (arm, key, diff)
         # the reduced arithmetic really ran: its difference is beyond float32 round-off
-        assert record["comparisons"]["off-bf16-vs-fp32"]["max_abs"] > limit["float32"]
+        assert record.comparisons["off-bf16-vs-fp32"].max_abs > limit["float32"]
 
 
 # ---------------------------------------------------------------- gradients

@@ -92,6 +92,25 @@ def test_the_studys_records_keep_their_files_json():
     assert stored(typed) == report
 
 
+@pytest.mark.parametrize("item", ["accuracy", "gradients"])
+def test_the_measuring_items_evidence_is_its_record_key_for_key(item):
+    """The accuracy and gradients checks of the smoke study read as their evidence records
+    and write back the same JSON: the records declare every key the checks write, so no
+    key is read by hand elsewhere or dropped on the way to the report."""
+    from pathlib import Path
+
+    from ptycho.study.checklist.differences import AccuracyEvidence, GradientsEvidence
+
+    check = json.loads((Path(__file__).parent / "data" / "smoke-study" / "checks" / f"{item}.json").read_text())
+    record = {"accuracy": AccuracyEvidence, "gradients": GradientsEvidence}[item].from_json(check["evidence"])
+    assert stored(record) == check["evidence"]
+    if item == "accuracy":
+        assert record.translation and record.forward_model.per_mode and record.network_differences()
+        assert all(d.limit == record.limits[d.precision] for d in record.network_differences())
+    else:
+        assert record.differences() and record.finite_differences.points > 0
+
+
 def test_a_null_where_a_field_cannot_be_null_reads_as_its_default_and_an_empty_record_entry_as_none():
     back = Outer.from_json({"name": "x", "inner": {"ratio": 1.0}, "seeds": None, "by_key": None, "maybe": {}})
     assert back.seeds == () and back.by_key == {} and back.maybe is None

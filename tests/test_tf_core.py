@@ -340,7 +340,7 @@ def test_pinn_loss_gradient_matches_finite_differences_on_a_tiny_case():
 
     for seed in (0, 5):
         result = finite_difference_check(seed)
-        assert result["points"] == 8 and result["max_rel"] < 1e-5, result
+        assert result.points == 8 and result.max_rel < 1e-5, result
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -14,7 +14,7 @@ unit round-offs (section 9). The value is the worst difference over its limit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -32,11 +32,19 @@ from ptycho.study.checklist.comparisons import (
     roundoffs,
     worst_by_group,
 )
+from ptycho.study.checklist.differences import (
+    AccuracyEvidence,
+    Difference,
+    ForwardModel,
+    NetworkDifference,
+    TrainedNetwork,
+    TranslationCase,
+)
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import ItemResult, verdict
 
 
-def translation_suite(seed: int = 0) -> list[dict]:
+def translation_suite(seed: int = 0) -> list[TranslationCase]:
     """XLA (compiled) vs reference translation over shifts, dtypes and batch sizes.
 
     Cases: sub-pixel and integer shifts, shifts past the border, real/complex,
@@ -69,15 +77,7 @@ def translation_suite(seed: int = 0) -> list[dict]:
                 err = np.abs(a - b)
                 if kind == "subpixel":
                     err = err[:, 4:-4, 4:-4]
-                cases.append(
-                    {
-                        "dtype": np.dtype(dtype).name,
-                        "batch": batch,
-                        "shifts": kind,
-                        "max_abs": float(err.max()),
-                        "mean_abs": float(err.mean()),
-                    }
-                )
+                cases.append(TranslationCase(np.dtype(dtype).name, batch, kind, float(err.max()), float(err.mean())))
     return cases
 
 
@@ -85,7 +85,7 @@ def translation_suite(seed: int = 0) -> list[dict]:
 DATA_GROUPS = 16
 
 
-def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, dataset=None) -> dict:
+def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, dataset=None) -> ForwardModel:
     """Whole physics head (reassemble, extract, probe, FFT), each XLA mode vs ``off``.
 
     The head is compiled as each mode compiles it: ``jit`` and ``physics`` as one XLA
@@ -141,13 +141,8 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, data
     per_mode = {}
     for mode in modes:
         d = np.abs(head(mode) - ref)
-        per_mode[mode] = {"max_abs": float(d.max() / scale), "mean_abs": float(d.mean() / scale)}
-    return {
-        "max_abs": max((m["max_abs"] for m in per_mode.values()), default=0.0),
-        "mean_abs": max((m["mean_abs"] for m in per_mode.values()), default=0.0),
-        "modes": per_mode,
-        "note": "relative to the largest amplitude; worst mode",
-    }
+        per_mode[mode] = Difference(float(d.max() / scale), float(d.mean() / scale))
+    return ForwardModel.of(per_mode)
 
 
 class NetworkOutputs(NamedTuple):
@@ -211,7 +206,7 @@ def inference_agreement(
     max_samples: int = 128,
     modes: Sequence[str] | None = None,
     precisions: Sequence[str] = (REFERENCE_PRECISION,),
-) -> dict:
+) -> dict[str, TrainedNetwork]:
     """Trained networks at inference: each XLA mode vs ``off`` at each precision they were
     run at, and each reduced precision vs float32 in each mode (:func:`network_outputs`).
 
@@ -221,7 +216,7 @@ def inference_agreement(
     reduced precision vs float32 is the same weights through the lower arithmetic: the
     error that arithmetic makes, whatever precision the network was trained at. Patches
     are compared relative to the largest float32 ``off`` amplitude; evidence per model,
-    keyed by its arm.
+    keyed by its arm (the comparisons' limits are the item's: :func:`accuracy` sets them).
     """
     modes = [m for m in (MODES if modes is None else modes) if mode_of(m).xla_step]
     out = {}
@@ -232,20 +227,14 @@ def inference_agreement(
         differences = {}
         for c in comparisons(modes, ordered(p for _, p in run.patches)):
             d = np.abs(run.patches[c.arm] - run.patches[c.reference]) / scale
-            differences[c.key] = {
-                "compared": c.label,
-                "precision": c.precision,
-                "across_precisions": c.across_precisions,
-                "max_abs": float(d.max()),
-                "mean_abs": float(d.mean()),
-            }
-        out[run.arm] = {
-            "model": run.model,
-            "precision": run.precision,
-            "samples": len(next(iter(run.patches.values()))),
-            "comparisons": differences,
-            "note": "complex patches, relative to the largest float32 off amplitude",
-        }
+            differences[c.key] = NetworkDifference(
+                c.label,
+                c.precision,
+                c.across_precisions,
+                float(d.max()),
+                float(d.mean()),
+            )
+        out[run.arm] = TrainedNetwork(run.model, run.precision, len(next(iter(run.patches.values()))), differences)
     return out
 
 
@@ -270,18 +259,17 @@ def accuracy(
     if not physics and dataset is None:
         raise PtychoError("check accuracy at a condition: the forward model runs on its dataset; pass --dataset")
     modes = compared(modes)
+    limit_of = limits(PRECISIONS, threshold, roundoff_count, aligned=path_roundings())
     cases = translation_suite(seed) if physics else []
     forward = forward_model_agreement(seed, modes) if physics else forward_model_agreement(seed, modes, dataset=dataset)
-    inference = inference_agreement(model_dirs, dataset, modes=modes, precisions=precisions) if model_dirs else {}
-    limit_of = limits(PRECISIONS, threshold, roundoff_count, aligned=path_roundings())
-    physics_worst = max([c["max_abs"] for c in cases] + [forward["max_abs"]])
-    ratios = [physics_worst / threshold]
-    for record in inference.values():
-        for diff in record["comparisons"].values():
-            diff["limit"] = limit_of[diff["precision"]]
-            ratios.append(diff["max_abs"] / diff["limit"])
-    used = ordered([*precisions, *(r["precision"] for r in inference.values())])
-    value = max(ratios)
+    measured = inference_agreement(model_dirs, dataset, modes=modes, precisions=precisions) if model_dirs else {}
+    inference = {arm: network.judged_by(limit_of) for arm, network in measured.items()}
+    used = ordered([*precisions, *(r.precision for r in inference.values())])
+    evidence = AccuracyEvidence(
+        tuple(cases), forward, inference, tuple(modes), tuple(used), {p: limit_of[p] for p in used}, roundoff_count
+    )
+    physics_worst = max([c.max_abs for c in cases] + [forward.max_abs])
+    value = max([physics_worst / threshold] + [d.max_abs / d.limit for d in evidence.network_differences()])
     return verdict(
         ITEM.name,
         value,
@@ -294,26 +282,18 @@ def accuracy(
             else f"the forward model on this data's geometry and scale, modes {', '.join(modes)} vs off: "
             f"worst max |difference| {physics_worst:.2e}"
         )
-        + f"{_trained_summary(inference)}; limits {limits_text({p: limit_of[p] for p in used}, roundoff_count)}; "
+        + f"{_trained_summary(evidence)}; limits {limits_text(evidence.limits, roundoff_count)}; "
         f"value: the worst difference over its limit, {value:.2g}",
-        {
-            "translation": cases,
-            "forward_model": forward,
-            "trained_inference": inference,
-            "modes": list(modes),
-            "precisions": used,
-            "limits": {p: limit_of[p] for p in used},
-            "precision_roundoffs": roundoff_count,
-        },
+        evidence.to_json(),
     )
 
 
-def _trained_summary(inference: Mapping) -> str:
+def _trained_summary(evidence: AccuracyEvidence) -> str:
     """``"; 8 trained network(s) at inference: modes vs off at fp32 worst 9.4e-07, ..."``."""
-    if not inference:
+    if not evidence.trained_inference:
         return ""
-    records = (diff for record in inference.values() for diff in record["comparisons"].values())
-    return f"; {len(inference)} trained network(s) at inference: {worst_by_group(records, 'max_abs')}"
+    worst = worst_by_group(evidence.network_differences(), "max_abs")
+    return f"; {len(evidence.trained_inference)} trained network(s) at inference: {worst}"
 
 
 def collect(inputs: Inputs, threshold: float) -> ItemResult:

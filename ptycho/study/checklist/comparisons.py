@@ -12,7 +12,7 @@ is its worst difference over its limit, judged against 1.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ptycho.nets.precision import EPSILON, PRECISIONS, REFERENCE_PRECISION, SHORT
 from ptycho.nets.xla import REFERENCE
@@ -125,22 +125,29 @@ def roundoffs(given: float | None, key: str) -> float:
     return float(spec(f"thresholds.{key}")["default"]) if given is None else float(given)
 
 
-def group(record: Mapping) -> str:
+class Compared(Protocol):
+    """An evidence entry of one comparison (:mod:`ptycho.study.checklist.differences`)."""
+
+    precision: str
+    across_precisions: bool
+
+
+def group(record: Compared) -> str:
     """A comparison's kind over its modes, as summaries name it: ``modes vs off at bf16``
-    or ``bf16 vs fp32`` (``record``: an evidence entry with ``precision`` and ``across_precisions``)."""
-    short = SHORT[record["precision"]]
-    if record["across_precisions"]:
+    or ``bf16 vs fp32``."""
+    short = SHORT[record.precision]
+    if record.across_precisions:
         return f"{short} vs {SHORT[REFERENCE_PRECISION]}"
     return f"modes vs off at {short}"
 
 
-def worst_by_group(records: Iterable[Mapping], field: str) -> str:
+def worst_by_group(records: Iterable[Compared], field: str) -> str:
     """``"modes vs off at fp32 worst 9.4e-07, bf16 vs fp32 worst 1.4e-02"``: the largest
     ``field`` of the evidence entries of each :func:`group`, for a summary."""
     worst: dict[str, float] = {}
     for record in records:
         kind = group(record)
-        worst[kind] = max(worst.get(kind, 0.0), record[field])
+        worst[kind] = max(worst.get(kind, 0.0), getattr(record, field))
     return ", ".join(f"{kind} worst {value:.1e}" for kind, value in worst.items())
 
 

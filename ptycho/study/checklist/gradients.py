@@ -30,6 +30,13 @@ from ptycho.study.checklist.comparisons import (
     roundoffs,
     worst_by_group,
 )
+from ptycho.study.checklist.differences import (
+    JUDGED_WITH_INPUTS,
+    FiniteDifferences,
+    GradientDifference,
+    GradientsEvidence,
+    ModelGradients,
+)
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import ItemResult, verdict
 
@@ -154,19 +161,19 @@ def gradients(
             limit = limit_of[c.precision]
             worst = max([*weights.values(), inputs] if judged else weights.values())
             ratios.append(worst / limit)
-            per_comparison[c.key] = {
-                "compared": c.label,
-                "precision": c.precision,
-                "across_precisions": c.across_precisions,
-                "limit": limit,
-                "judged": "weights and inputs" if judged else "weights",
-                "worst": worst,
-                "whole_weights": float(np.sqrt(sum(v * v for v in weights.values()))),
-                "per_variable": weights,
-                "inputs": inputs,
-                "loss": g["loss"],
-                "loss_reference": ref["loss"],
-            }
+            per_comparison[c.key] = GradientDifference(
+                c.label,
+                c.precision,
+                c.across_precisions,
+                limit,
+                JUDGED_WITH_INPUTS if judged else "weights",
+                worst,
+                float(np.sqrt(sum(v * v for v in weights.values()))),
+                weights,
+                inputs,
+                g["loss"],
+                ref["loss"],
+            )
         # Each variable's share of the float32 off gradient's norm: its own relative
         # difference is its entry in a comparison over its share.
         whole = np.sqrt(sum(float(np.sum(r * r)) for r in reference["weights"]))
@@ -174,12 +181,15 @@ def gradients(
             name: float(np.linalg.norm(r) / whole)
             for name, r in zip(reference["names"], reference["weights"], strict=True)
         }
-        per_model[kind] = {"loss_off": reference["loss"], "shares": shares, "comparisons": per_comparison}
+        per_model[kind] = ModelGradients(reference["loss"], shares, per_comparison)
     fd = finite_difference_check(seed) if finite_differences else None
     if fd:
-        ratios.append(fd["max_rel"] / threshold)
+        ratios.append(fd.max_rel / threshold)
     value = max(ratios)
-    summary = worst_by_group((c for m in per_model.values() for c in m["comparisons"].values()), "worst")
+    evidence = GradientsEvidence(
+        per_model, fd, tuple(modes), tuple(used), {p: limit_of[p] for p in used}, roundoff_count, tuple(sorted(layers))
+    )
+    summary = worst_by_group(evidence.differences(), "worst")
     return verdict(
         ITEM.name,
         value,
@@ -188,22 +198,14 @@ def gradients(
         f"loss gradients w.r.t. every weight (over the whole gradient's norm) and the inputs (judged at float32), "
         f"modes {', '.join(modes)} vs off at {', '.join(used)}"
         f"{', each reduced precision vs float32 in every mode' if len(used) > 1 else ''}: {summary}; "
-        + (f"finite differences agree to {fd['max_rel']:.1e}; " if fd else "")
-        + f"limits {limits_text({p: limit_of[p] for p in used}, roundoff_count)}; "
+        + (f"finite differences agree to {fd.max_rel:.1e}; " if fd else "")
+        + f"limits {limits_text(evidence.limits, roundoff_count)}; "
         f"value: the worst difference over its limit, {value:.2g}",
-        {
-            "models": per_model,
-            "finite_differences": fd,
-            "modes": list(modes),
-            "precisions": used,
-            "limits": {p: limit_of[p] for p in used},
-            "precision_roundoffs": roundoff_count,
-            "layers": sorted(layers),
-        },
+        evidence.to_json(),
     )
 
 
-def finite_difference_check(seed: int = 0) -> dict:
+def finite_difference_check(seed: int = 0) -> FiniteDifferences:
     """Analytic vs central finite-difference gradient of the PINN loss (float64 physics)."""
     import tensorflow as tf
 
@@ -233,7 +235,7 @@ def finite_difference_check(seed: int = 0) -> dict:
             fd = (loss(obj + delta) - loss(obj - delta)).numpy() / (2 * h)
             analytic = grad[idx].real if direction == 1.0 else grad[idx].imag
             errors.append(abs(analytic - fd) / max(abs(fd), 1e-12))
-    return {"max_rel": float(max(errors)), "points": len(errors)}
+    return FiniteDifferences(float(max(errors)), len(errors))
 
 
 def collect(inputs: Inputs, threshold: float) -> ItemResult:

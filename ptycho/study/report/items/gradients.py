@@ -4,6 +4,7 @@ and the finite-difference check (the judging: :mod:`ptycho.study.checklist.gradi
 from __future__ import annotations
 
 from ptycho.nets.precision import REFERENCE_PRECISION
+from ptycho.study.checklist.differences import GradientsEvidence
 from ptycho.study.report.record import StudyReport
 from ptycho.study.section import Section
 from ptycho.study.tables import Table, fmt
@@ -13,32 +14,31 @@ def tables(report: StudyReport) -> list[Table]:
     """Per model and comparison: the variable that differs most (over the whole gradient's
     norm), the whole weight gradient's and the inputs' relative differences, the losses and
     the limit."""
-    ev = report.evidence("gradients")
+    ev = GradientsEvidence.from_json(report.evidence("gradients"))
     rows = []
-    for model, m in ev.get("models", {}).items():
-        for c in m.get("comparisons", {}).values():
-            name, worst = max(c["per_variable"].items(), key=lambda kv: kv[1])
-            inputs = fmt(c["inputs"]) + ("" if c["judged"] == "weights and inputs" else " (not judged)")
+    for model, m in ev.models.items():
+        for c in m.comparisons.values():
+            name, worst = max(c.per_variable.items(), key=lambda kv: kv[1])
             rows.append(
                 [
                     model,
-                    c["compared"],
+                    c.compared,
                     f"{name}: {fmt(worst)}",
-                    fmt(c["whole_weights"]),
-                    inputs,
-                    f"{fmt(c['loss'])} / {fmt(c['loss_reference'])}",
-                    fmt(c["limit"]),
+                    fmt(c.whole_weights),
+                    fmt(c.inputs) + ("" if c.inputs_judged else " (not judged)"),
+                    f"{fmt(c.loss)} / {fmt(c.loss_reference)}",
+                    fmt(c.limit),
                 ]
             )
-    fd = ev.get("finite_differences")
+    fd = ev.finite_differences
     if fd:
-        limit = fmt(ev.get("limits", {}).get(REFERENCE_PRECISION, float("nan")))
+        limit = fmt(ev.limits.get(REFERENCE_PRECISION, float("nan")))
         rows.append(
             [
                 "PINN physics (float64)",
-                f"analytic vs finite differences, {fd['points']} points",
+                f"analytic vs finite differences, {fd.points} points",
                 "",
-                fmt(fd["max_rel"]),
+                fmt(fd.max_rel),
                 "",
                 "",
                 limit,
