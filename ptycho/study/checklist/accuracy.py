@@ -77,7 +77,15 @@ def translation_suite(seed: int = 0) -> list[TranslationCase]:
                 err = np.abs(a - b)
                 if kind == "subpixel":
                     err = err[:, 4:-4, 4:-4]
-                cases.append(TranslationCase(np.dtype(dtype).name, batch, kind, float(err.max()), float(err.mean())))
+                cases.append(
+                    TranslationCase(
+                        dtype=np.dtype(dtype).name,
+                        batch=batch,
+                        shifts=kind,
+                        max_abs=float(err.max()),
+                        mean_abs=float(err.mean()),
+                    )
+                )
     return cases
 
 
@@ -141,7 +149,7 @@ def forward_model_agreement(seed: int = 0, modes: Sequence[str] = COMPARED, data
     per_mode = {}
     for mode in modes:
         d = np.abs(head(mode) - ref)
-        per_mode[mode] = Difference(float(d.max() / scale), float(d.mean() / scale))
+        per_mode[mode] = Difference(max_abs=float(d.max() / scale), mean_abs=float(d.mean() / scale))
     return ForwardModel.of(per_mode)
 
 
@@ -228,13 +236,16 @@ def inference_agreement(
         for c in comparisons(modes, ordered(p for _, p in run.patches)):
             d = np.abs(run.patches[c.arm] - run.patches[c.reference]) / scale
             differences[c.key] = NetworkDifference(
-                c.label,
-                c.precision,
-                c.across_precisions,
-                float(d.max()),
-                float(d.mean()),
+                compared=c.label,
+                precision=c.precision,
+                across_precisions=c.across_precisions,
+                max_abs=float(d.max()),
+                mean_abs=float(d.mean()),
             )
-        out[run.arm] = TrainedNetwork(run.model, run.precision, len(next(iter(run.patches.values()))), differences)
+        samples = len(next(iter(run.patches.values())))
+        out[run.arm] = TrainedNetwork(
+            model=run.model, precision=run.precision, samples=samples, comparisons=differences
+        )
     return out
 
 
@@ -266,7 +277,13 @@ def accuracy(
     inference = {arm: network.judged_by(limit_of) for arm, network in measured.items()}
     used = ordered([*precisions, *(r.precision for r in inference.values())])
     evidence = AccuracyEvidence(
-        tuple(cases), forward, inference, tuple(modes), tuple(used), {p: limit_of[p] for p in used}, roundoff_count
+        translation=tuple(cases),
+        forward_model=forward,
+        trained_inference=inference,
+        modes=tuple(modes),
+        precisions=tuple(used),
+        limits={p: limit_of[p] for p in used},
+        precision_roundoffs=roundoff_count,
     )
     physics_worst = max([c.max_abs for c in cases] + [forward.max_abs])
     value = max([physics_worst / threshold] + [d.max_abs / d.limit for d in evidence.network_differences()])

@@ -56,16 +56,16 @@ class ForwardModel(JsonRecord):
     def of(cls, per_mode: Mapping[str, Difference]) -> ForwardModel:
         """The record of the modes' differences, with the worst of each (0 without modes)."""
         return cls(
-            max(m.max_abs for m in per_mode.values()) if per_mode else 0.0,
-            max(m.mean_abs for m in per_mode.values()) if per_mode else 0.0,
-            dict(per_mode),
+            max_abs=max((m.max_abs for m in per_mode.values()), default=0.0),
+            mean_abs=max((m.mean_abs for m in per_mode.values()), default=0.0),
+            modes=dict(per_mode),
         )
 
     @property
     def per_mode(self) -> Mapping[str, Difference]:
         """The modes' differences; a record written before they were kept per mode held
         one figure, ``jit``'s."""
-        return self.modes or {"jit": Difference(self.max_abs, self.mean_abs)}
+        return self.modes or {"jit": Difference(max_abs=self.max_abs, mean_abs=self.mean_abs)}
 
 
 @dataclass(frozen=True)

@@ -162,17 +162,17 @@ def gradients(
             worst = max([*weights.values(), inputs] if judged else weights.values())
             ratios.append(worst / limit)
             per_comparison[c.key] = GradientDifference(
-                c.label,
-                c.precision,
-                c.across_precisions,
-                limit,
-                JUDGED_WITH_INPUTS if judged else "weights",
-                worst,
-                float(np.sqrt(sum(v * v for v in weights.values()))),
-                weights,
-                inputs,
-                g["loss"],
-                ref["loss"],
+                compared=c.label,
+                precision=c.precision,
+                across_precisions=c.across_precisions,
+                limit=limit,
+                judged=JUDGED_WITH_INPUTS if judged else "weights",
+                worst=worst,
+                whole_weights=float(np.sqrt(sum(v * v for v in weights.values()))),
+                per_variable=weights,
+                inputs=inputs,
+                loss=g["loss"],
+                loss_reference=ref["loss"],
             )
         # Each variable's share of the float32 off gradient's norm: its own relative
         # difference is its entry in a comparison over its share.
@@ -181,13 +181,19 @@ def gradients(
             name: float(np.linalg.norm(r) / whole)
             for name, r in zip(reference["names"], reference["weights"], strict=True)
         }
-        per_model[kind] = ModelGradients(reference["loss"], shares, per_comparison)
+        per_model[kind] = ModelGradients(loss_off=reference["loss"], shares=shares, comparisons=per_comparison)
     fd = finite_difference_check(seed) if finite_differences else None
-    if fd:
+    if fd is not None:
         ratios.append(fd.max_rel / threshold)
     value = max(ratios)
     evidence = GradientsEvidence(
-        per_model, fd, tuple(modes), tuple(used), {p: limit_of[p] for p in used}, roundoff_count, tuple(sorted(layers))
+        models=per_model,
+        finite_differences=fd,
+        modes=tuple(modes),
+        precisions=tuple(used),
+        limits={p: limit_of[p] for p in used},
+        precision_roundoffs=roundoff_count,
+        layers=tuple(sorted(layers)),
     )
     summary = worst_by_group(evidence.differences(), "worst")
     return verdict(
@@ -198,7 +204,7 @@ def gradients(
         f"loss gradients w.r.t. every weight (over the whole gradient's norm) and the inputs (judged at float32), "
         f"modes {', '.join(modes)} vs off at {', '.join(used)}"
         f"{', each reduced precision vs float32 in every mode' if len(used) > 1 else ''}: {summary}; "
-        + (f"finite differences agree to {fd.max_rel:.1e}; " if fd else "")
+        + (f"finite differences agree to {fd.max_rel:.1e}; " if fd is not None else "")
         + f"limits {limits_text(evidence.limits, roundoff_count)}; "
         f"value: the worst difference over its limit, {value:.2g}",
         evidence.to_json(),
@@ -235,7 +241,7 @@ def finite_difference_check(seed: int = 0) -> FiniteDifferences:
             fd = (loss(obj + delta) - loss(obj - delta)).numpy() / (2 * h)
             analytic = grad[idx].real if direction == 1.0 else grad[idx].imag
             errors.append(abs(analytic - fd) / max(abs(fd), 1e-12))
-    return FiniteDifferences(float(max(errors)), len(errors))
+    return FiniteDifferences(max_rel=float(max(errors)), points=len(errors))
 
 
 def collect(inputs: Inputs, threshold: float) -> ItemResult:

@@ -29,7 +29,7 @@ def tables(report: StudyReport) -> list[Table]:
         ]
         for (dtype, shifts), cases in sorted(groups.items())
     ]
-    if ev.forward_model:
+    if ev.forward_model is not None:
         for mode, d in ev.forward_model.per_mode.items():
             rows.append(
                 ["whole forward model (relative)", f"{mode} vs off", "16", fmt(d.max_abs), fmt(d.mean_abs), strict]

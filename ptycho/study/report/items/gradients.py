@@ -31,7 +31,7 @@ def tables(report: StudyReport) -> list[Table]:
                 ]
             )
     fd = ev.finite_differences
-    if fd:
+    if fd is not None:
         limit = fmt(ev.limits.get(REFERENCE_PRECISION, float("nan")))
         rows.append(
             [
