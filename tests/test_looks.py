@@ -155,6 +155,26 @@ def test_a_look_stops_as_futile_only_where_no_number_of_seeds_would_settle_it():
     assert "they need more than 1000 seeds per arm), stopped" in look.words()
 
 
+def test_the_quality_sentence_names_the_interval_its_looks_alpha_judged_by():
+    """Three planned looks judge at alpha 0.05/3: the NOT WORSE reads the 96.7 % interval,
+    and the report's first-screen sentence names that level, not the default's 90 %."""
+    from ptycho.study import report as views
+
+    plan = looks.Plan({"pinn": (0, 1, 2)}, max_seeds=7, seeds_per_look=2)
+    values = {"off": {s: 0.80 + 0.01 * s for s in range(3)}, "jit": {0: 0.801, 1: 0.812, 2: 0.819}}
+    metrics = {
+        f"pinn-{m}-s{s}": {"mean": {"amp_ssim": v, "phase_ssim": 0.9}} for m in values for s, v in values[m].items()
+    }
+    record = quality(metrics, 0.02, alpha=plan.look_alpha).to_json()
+    report = {"items": {"quality": record}, "arms": {arm: {} for arm in metrics}}
+    c = record["evidence"]["comparisons"]["pinn-jit"]["amp_ssim"]
+    words = views.quality_sentence(json.loads(json.dumps(report)))  # as the file holds it
+    assert f"amplitude SSIM {c['difference']:+.3f}, 96.7 % interval {c['low90']:+.3f} to {c['high90']:+.3f}" in words
+    assert "90 %" not in words and "90%" not in words
+    default = views.quality_sentence({**report, "items": {"quality": quality(metrics, 0.02).to_json()}})
+    assert ", 90 % interval " in default
+
+
 # ------------------------------------------------------------------ the error rate, by simulation
 def _run_study(rng: np.random.Generator, plan: looks.Plan, difference: float, sd: float) -> looks.Look:
     """One synthetic study driven look by look by :func:`looks.decide`: its quality item

@@ -78,13 +78,15 @@ def _mode_parts(report: StudyReport, vs: str, ssim) -> list[str]:
 @reads_report
 def quality_sentence(report: StudyReport) -> str:
     """XLA's own effect on the reconstructions in one sentence: each PINN mode vs ``off``
-    at the same precision, amplitude and phase SSIM, outcome and 90 % interval (without a
-    ground truth: the SSIM between the two arms' reconstructions, :func:`agreement_sentence`)."""
+    at the same precision, amplitude and phase SSIM, outcome and the interval its outcome
+    reads (the ``1 - 2 alpha`` one: 90 % at the default alpha, wider when the looks split it;
+    without a ground truth: the SSIM between the two arms' reconstructions,
+    :func:`agreement_sentence`)."""
     if report.evidence("quality").get("ground_truth") is False:
         return agreement_sentence(report)
 
     def difference(word: str, m: SeedComparison) -> str:
-        interval = f", 90% interval {m.low90:+.3f} to {m.high90:+.3f}" if math.isfinite(m.low90) else ""
+        interval = f", {m.levels[0]} interval {m.low90:+.3f} to {m.high90:+.3f}" if math.isfinite(m.low90) else ""
         return f"{word} SSIM {m.difference:+.3f}{interval}: {m.outcome}"
 
     parts = _mode_parts(report, "- off", difference)
@@ -98,20 +100,21 @@ def quality_sentence(report: StudyReport) -> str:
 def agreement_sentence(report: StudyReport) -> str:
     """The quality sentence on measured data: for each PINN mode against off of the same
     seed and precision, the data misfit (relative difference) and the half-scan FRC means
-    (differences), each with the end of its 90 % interval on the worse side, and the SSIM
+    (differences), each with the end of its ``1 - 2 alpha`` interval (90 % at the default
+    alpha) on the worse side, and the SSIM
     between the two arms' reconstructions against the SSIM between two seeds of off, each
     with its outcome (:mod:`ptycho.study.checklist.agreement`)."""
     from ptycho.study.stats import LOWER
 
     def worse_end(m: SeedComparison) -> float:
-        return m.high90 if m.better == LOWER else m.low90  # the 90 % interval's worse end
+        return m.high90 if m.better == LOWER else m.low90  # the 1 - 2 alpha interval's worse end
 
     def relative(word: str, m: SeedComparison) -> str:
-        bound = f" (90% interval to {worse_end(m):+.1%})" if math.isfinite(worse_end(m)) else ""
+        bound = f" ({m.levels[0]} interval to {worse_end(m):+.1%})" if math.isfinite(worse_end(m)) else ""
         return f"{word} {m.difference:+.1%}{bound}: {m.outcome}"
 
     def difference(word: str, m: SeedComparison) -> str:
-        bound = f" (90% interval to {worse_end(m):+.3f})" if math.isfinite(worse_end(m)) else ""
+        bound = f" ({m.levels[0]} interval to {worse_end(m):+.3f})" if math.isfinite(worse_end(m)) else ""
         return f"{word} {m.difference:+.3f}{bound}: {m.outcome}"
 
     def agreement(word: str, m: SeedComparison) -> str:
