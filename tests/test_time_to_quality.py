@@ -79,7 +79,28 @@ def test_an_arm_faster_per_step_that_needs_twice_the_steps_is_slower_to_quality_
     rec = speedup({}, 1.0, metas=off + fast, margin=0.05)
     assert rec.status == "FAIL" and rec.value == pytest.approx(c.low)
     assert rec.evidence["judged"] == {"by": "time_to_quality", "comparison": "pinn-physics"}
-    assert "1.50x per step, 2.02x the steps" in rec.summary and "SLOWER" in rec.summary
+    assert "per step 1.50x (95% CI 1.50-1.50), 2.02x the steps (2.02-2.02)" in rec.summary and "SLOWER" in rec.summary
+
+
+def test_the_ratios_two_factors_say_whether_the_step_or_the_path_leaves_it_unresolved():
+    """A mode 1.06x faster in every pair's step, whose steps to the target XLA's rounding
+    moves by a different amount in each pair (up to -20 % and +25 %): the time to quality
+    is not resolved, the step is; the factors' logs add up to the ratio's, seed by seed."""
+    seeds = (0, 1, 2, 3, 4)
+    off = [_meta("off", s, _curve(8), 0.100) for s in seeds]
+    reach = {0: 6, 1: 10, 2: 8, 3: 7, 4: 9}  # the mode's path: fewer or more steps than off's 8 epochs
+    fast = [_meta("physics", s, _curve(reach[s]), 0.100 / 1.06) for s in seeds]
+    c = ttq.compare(_runs(fast), _runs(off), 0.05)
+    assert c.paired and c.interval == ttc.T_LOG_RATIOS and c.answer == ttc.NOT_RESOLVED
+    step, steps = c.factors()
+    assert step.ratio == pytest.approx(1.06, rel=1e-3) and 1.0 < step.low <= step.high < 1.1  # resolved: faster
+    assert steps.low < 1.0 < steps.high  # the path: the arm's steps over off's
+    assert math.log(c.ratio) == pytest.approx(math.log(step.ratio) - math.log(steps.ratio))
+    assert step.ratio == pytest.approx(c.per_step) and steps.ratio == pytest.approx(1 / c.steps_ratio)
+    words = f"per step {ttc.ratio_words(step.ratio, step.low, step.high)}, {steps.ratio:.2f}x the steps"
+    assert words in c.sentence() and words in c.headline()
+    one = dataclasses.replace(c, arm=c.arm[:1], reference=c.reference[:1], interval=ttc.BOOTSTRAP)
+    assert one.factors() is None and f"{one.per_step:.2f}x per step" in one.headline()
 
 
 def test_a_mode_faster_only_because_of_its_precision_is_not_credited_to_xla():

@@ -108,6 +108,25 @@ def effect_words(ratio: float, low: float = math.nan, high: float = math.nan) ->
     return NOT_RESOLVED
 
 
+class Factor(NamedTuple):
+    """A factor of a paired ratio: its geometric mean over the seeds and its t interval."""
+
+    ratio: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, logs: list[float], level: float) -> Factor:
+        """From the per-seed logs (two or more), the t interval at ``level`` on their mean."""
+        import numpy as np
+        from scipy import stats
+
+        x = np.asarray(logs, float)
+        half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+        m = float(x.mean())
+        return cls(math.exp(m), math.exp(m - half), math.exp(m + half))
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One time-to-quality comparison: an arm's seeds against its reference's, the only
@@ -214,6 +233,40 @@ class Comparison:
             for r in self.arm
             if r.seed in reference and 0 < r.seconds < math.inf and 0 < reference[r.seed] < math.inf
         }
+
+    def factors(self) -> tuple[Factor, Factor] | None:
+        """The paired ratio's two factors, each a paired t interval at :attr:`level` over the
+        same seeds as the ratio's (:meth:`paired_log_ratios`): per step (the reference's
+        step time over the arm's) and the steps to the target (the arm's over the
+        reference's: below 1 = fewer). A training's seconds are its steps times its step
+        time, so seed by seed the logs add up: log ratio = log per step - log steps. They
+        say which factor leaves an answer unresolved: a step time that XLA changes the same
+        way in every pair, or a path to the target that XLA's rounding moves by a different
+        amount in each (docs/report.md, "Statistics and margins"). None unless the interval
+        is a t interval on paired log ratios of two or more seeds."""
+        if self.interval != T_LOG_RATIOS:
+            return None
+        reference = {r.seed: r for r in self.reference}
+        pairs = [(r, reference[r.seed]) for r in self.arm if r.seed in self.paired_log_ratios()]
+        pairs = [(a, b) for a, b in pairs if a.step_s > 0 and b.step_s > 0 and a.steps > 0 and b.steps > 0]
+        if len(pairs) < 2:
+            return None
+        return (
+            Factor.of([math.log(b.step_s / a.step_s) for a, b in pairs], self.level),
+            Factor.of([math.log(a.steps / b.steps) for a, b in pairs], self.level),
+        )
+
+    def factors_words(self) -> str:
+        """``"per step 1.06x (98.3% CI 1.04-1.09), 0.99x the steps (0.84-1.17)"``, or
+        without factors the two ratios alone: ``"1.06x per step, 0.99x the steps"``."""
+        found = self.factors()
+        if found is None:
+            return f"{self.per_step:.2f}x per step, {1 / self.steps_ratio:.2f}x the steps"
+        step, steps = found
+        return (
+            f"per step {ratio_words(step.ratio, step.low, step.high, self.level)}, "
+            f"{steps.ratio:.2f}x the steps ({steps.low:.2f}-{steps.high:.2f})"
+        )
 
     def seeds_needed(self) -> float:
         """Paired seeds that would resolve the answer if the paired log ratios' mean and
@@ -359,20 +412,22 @@ class Comparison:
             miss += raw_loss_words("measured", unfloored)
         return (
             f"{self.who} reaches the target at {self.ratio_words()} the speed of {self.whom} "
-            f"({n} seed{'s' * (n != 1)}{' paired' if self.paired and n > 1 else ''}, {self.interval}; {self.per_step:.2f}x per step, "
-            f"{1 / self.steps_ratio:.2f}x the steps; with compilation {self.ratio_with_compile:.2f}x{miss}): "
+            f"({n} seed{'s' * (n != 1)}{' paired' if self.paired and n > 1 else ''}, {self.interval}; "
+            f"{self.factors_words()}; with compilation {self.ratio_with_compile:.2f}x{miss}): "
             f"{self.outcome}"
         )
 
     def headline(self) -> str:
         """The report's first screen: ``"at fp32 the best mode, jit, reaches the PINN's
-        quality target at 1.09x (95% CI 0.99-1.25) off's speed (3 seeds; 1.09x per step):
-        not resolved (...)"``."""
+        quality target at 1.09x (95% CI 0.99-1.25) off's speed (3 seeds; per step 1.09x
+        (95% CI 1.05-1.13), 1.00x the steps (0.86-1.16)): not resolved (...)"``; the
+        factors' intervals with paired seeds (:meth:`factors`), the step's ratio alone
+        otherwise."""
         n = len(self.arm)
         return (
             f"at {short(self.precision)} the best mode, {self.mode}, reaches the PINN's quality target at "
             f"{self.ratio_words()} {self.reference_mode}'s speed ({n} seed{'s' * (n != 1)}; "
-            f"{self.per_step:.2f}x per step): {self.outcome}"
+            f"{self.factors_words() if self.factors() else f'{self.per_step:.2f}x per step'}): {self.outcome}"
         )
 
     # ------------------------------------------------------------------ logged
