@@ -253,6 +253,46 @@ def test_a_finished_study_given_max_seeds_says_what_its_looks_may_add(tmp_path, 
     assert announce(looking, tmp_path / "results", 2, 1, AMX) == []
 
 
+def test_a_calibration_older_than_its_max_age_is_made_again(tmp_path, monkeypatch, capsys, base):
+    """A machine's speed drifts (a shared VM timed 0.39 s per step one day, 0.27 s the next,
+    and its day-old calibration estimated 2.0 h for an 83-min study): a cached calibration
+    over CALIBRATION_MAX_AGE_S old is made again, and the line says why. The child process
+    that times the arms is replaced here by one that writes a fixed record (the slow
+    pipeline test calibrates for real)."""
+    from ptycho.study import calibration
+    from ptycho.study.bench.machine import machine_info
+    from ptycho.study.estimate import announce
+
+    monkeypatch.setenv("PTYCHO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PTYCHO_CALIBRATE", "1")
+    cfg = resolve(base, {"budget_min": 10000}, hardware=AMX)
+    path = calibration.calibration_path(cfg, 2, 1, machine_info())
+    assert calibration.calibration_due(path)  # none cached
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_calibration(cfg, step_s=0.4)))
+    made = path.stat().st_mtime
+    limit = calibration.CALIBRATION_MAX_AGE_S
+    assert not calibration.calibration_due(path, now=made + limit - 60)
+    assert calibration.calibration_due(path, now=made + limit + 60)
+
+    timed = []
+
+    def calibrate(command, **kwargs):  # `ptycho calibrate ... --out PATH`: a fresh record
+        timed.append(command)
+        Path(command[command.index("--out") + 1]).write_text(json.dumps(_calibration(cfg, step_s=0.2)))
+
+    monkeypatch.setattr(subprocess, "run", calibrate)
+    slow = announce(cfg, tmp_path / "results", 2, 1, AMX)
+    assert not timed  # fresh: the cached record is used
+    os.utime(path, (made - limit - 60, made - limit - 60))  # now older than the limit
+    fast = announce(cfg, tmp_path / "results", 2, 1, AMX)
+    assert len(timed) == 1 and "calibrate" in timed[0]
+    assert f"again: the cached timing is over {limit / 3600:g} h old" in capsys.readouterr().err
+    assert slow != fast and not calibration.calibration_due(path)  # the new record's estimate
+    announce(cfg, tmp_path / "results", 2, 1, AMX)
+    assert len(timed) == 1
+
+
 def test_no_cheaper_choice_trains_too_few_epochs_to_learn(base):
     """On a slow machine (an AVX2 CPU's float32 step) the cheaper choices never go below
     40 % of the study's epochs (8 of 20 still learns; 2, once offered here, collapses);

@@ -5,7 +5,7 @@ and what orders the workflow's trainings (:func:`ptycho.study.schedule.training_
 :func:`calibrate` times each (model, mode, precision) in a bench worker, as many
 stepping at once as the pipeline runs trainings at once, on a small simulated split of
 the study's geometry; :func:`calibration_path` is its cache, keyed by what changes a
-step's time.
+step's time and made again when older than :data:`CALIBRATION_MAX_AGE_S`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,23 @@ CALIBRATION_FORMAT = 1
 CALIBRATION_STEPS = 6
 #: Where calibrations are cached: ``$PTYCHO_CACHE``, else ``$XDG_CACHE_HOME/ptycho``, else ``~/.cache/ptycho``.
 CACHE_ENV = "PTYCHO_CACHE"
+#: A cached calibration older than this (seconds) is made again. A machine's speed is not
+#: a constant: on a shared cloud VM (2 cores, AMD EPYC, AVX2) the same arms timed 0.39 s
+#: per step one day and 0.27 s the next, and a day-old calibration estimated 2.0 h for a
+#: study it now put at 83 min (docs/timing.md). Calibrating costs about a minute.
+CALIBRATION_MAX_AGE_S = 12 * 3600
+
+
+def calibration_due(path: Path, now: float | None = None) -> bool:
+    """Whether the calibration at ``path`` must be made (again): none cached, or one older
+    than :data:`CALIBRATION_MAX_AGE_S` by its file's time."""
+    import time
+
+    try:
+        age = (time.time() if now is None else now) - path.stat().st_mtime
+    except OSError:
+        return True
+    return age > CALIBRATION_MAX_AGE_S
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ptycho.study.calibration import (
+    CALIBRATION_MAX_AGE_S,
     ArmCost,
     arm_costs,
     arm_key,
     bench_arms,
+    calibration_due,
     calibration_path,
     described,
     own_scan,
@@ -298,9 +300,10 @@ def calibrating() -> bool:
 def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: int, hardware=None) -> list[str]:
     """The workflow's lines before its first job: how long the study will take here.
 
-    Calibrates once per machine and config (``python -m ptycho calibrate`` in a child
-    process, its output in a log beside the cached record; about a minute for the
-    default, seconds for the smoke preset), then estimates what is left to do: trainings
+    Calibrates once per machine and config, and again when the cached one is older than
+    :data:`~ptycho.study.calibration.CALIBRATION_MAX_AGE_S` (``python -m ptycho calibrate``
+    in a child process, its output in a log beside the cached record; about a minute for
+    the default, seconds for the smoke preset), then estimates what is left to do: trainings
     whose ``model.json`` exists and a bench that has run are not counted. Sets
     :data:`ESTIMATE_ENV` for the report to set beside the run's real cost. Never stops the
     study: a failed calibration is one line saying so."""
@@ -322,12 +325,14 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
         return []  # the trainings and the bench are done: what is left takes minutes
     path = calibration_path(cfg, at_once, threads, machine_info())
     lines = []
-    if not path.exists():
+    if calibration_due(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         log = path.with_suffix(".log")
+        hours = f"{CALIBRATION_MAX_AGE_S / 3600:g} h"
+        again = f" (again: the cached timing is over {hours} old)" if path.exists() else ""
         print(
             f"ptycho workflow: timing a few steps of each of the study's {len(planned_arms(cfg))} arms for its "
-            "estimate (once per machine and config)...",
+            f"estimate (once per machine and config, and every {hours}){again}...",
             file=sys.stderr,
             flush=True,
         )
