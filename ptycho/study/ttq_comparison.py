@@ -242,12 +242,12 @@ class Comparison:
         time, so seed by seed the logs add up: log ratio = log per step - log steps. They
         say which factor leaves an answer unresolved: a step time that XLA changes the same
         way in every pair, or a path to the target that XLA's rounding moves by a different
-        amount in each (docs/report.md, "Statistics and margins"). None unless the interval
-        is a t interval on paired log ratios of two or more seeds."""
+        amount in each (docs/report.md, the speedup item). None unless the interval is a t
+        interval on paired log ratios of two or more seeds."""
         if self.interval != T_LOG_RATIOS:
             return None
-        reference = {r.seed: r for r in self.reference}
-        pairs = [(r, reference[r.seed]) for r in self.arm if r.seed in self.paired_log_ratios()]
+        reference, paired = {r.seed: r for r in self.reference}, self.paired_log_ratios()
+        pairs = [(r, reference[r.seed]) for r in self.arm if r.seed in paired]
         pairs = [(a, b) for a, b in pairs if a.step_s > 0 and b.step_s > 0 and a.steps > 0 and b.steps > 0]
         if len(pairs) < 2:
             return None
@@ -424,10 +424,10 @@ class Comparison:
         factors' intervals with paired seeds (:meth:`factors`), the step's ratio alone
         otherwise."""
         n = len(self.arm)
+        step = self.factors_words() if self.factors() else f"{self.per_step:.2f}x per step"
         return (
             f"at {short(self.precision)} the best mode, {self.mode}, reaches the PINN's quality target at "
-            f"{self.ratio_words()} {self.reference_mode}'s speed ({n} seed{'s' * (n != 1)}; "
-            f"{self.factors_words() if self.factors() else f'{self.per_step:.2f}x per step'}): {self.outcome}"
+            f"{self.ratio_words()} {self.reference_mode}'s speed ({n} seed{'s' * (n != 1)}; {step}): {self.outcome}"
         )
 
     # ------------------------------------------------------------------ logged
