@@ -99,6 +99,9 @@ def test_the_ratios_two_factors_say_whether_the_step_or_the_path_leaves_it_unres
     assert step.ratio == pytest.approx(c.per_step) and steps.ratio == pytest.approx(1 / c.steps_ratio)
     words = f"per step {ttc.ratio_words(step.ratio, step.low, step.high)}, {steps.ratio:.2f}x the steps"
     assert words in c.sentence() and words in c.headline()
+    logged = c.metrics()  # the parent run's xla_ttq_<stat>
+    assert (logged["per_step_low"], logged["per_step_high"]) == (step.low, step.high)
+    assert (logged["steps"], logged["steps_low"], logged["steps_high"]) == steps
     one = dataclasses.replace(c, arm=c.arm[:1], reference=c.reference[:1], interval=ttc.BOOTSTRAP)
     assert one.factors() is None and f"{one.per_step:.2f}x per step" in one.headline()
 
