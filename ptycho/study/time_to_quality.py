@@ -57,7 +57,7 @@ from typing import TypeVar
 import numpy as np
 
 from ptycho.study.training_record import TrainingRecord
-from ptycho.study.ttq_comparison import BOOTSTRAP, T_LOG_RATIOS, Comparison, Reach, Sides
+from ptycho.study.ttq_comparison import BOOTSTRAP, T_LOG_RATIOS, Comparison, Reach, Sides, t_log_ratios
 
 #: Below this many runs per arm the mean is not trimmed.
 TRIM_FROM = 5
@@ -248,7 +248,7 @@ def compare(
         return float(_centre(col(reach_r, key)) / _centre(col(reach_a, key)))
 
     if by_seed:
-        ratio, low, high = _t_log_ratios(col(reach_r, "seconds") / col(reach_a, "seconds"), level)
+        ratio, low, high = t_log_ratios(col(reach_r, "seconds") / col(reach_a, "seconds"), level)
         interval = T_LOG_RATIOS
     else:
         ratio, (low, high) = (
@@ -278,19 +278,6 @@ def compare(
         inconclusive=max(len(missed.arm), len(missed.reference)) >= MISSES_INCONCLUSIVE,
         upper_bound=len(missed.arm) == len(arm),
     )
-
-
-def _t_log_ratios(ratios: np.ndarray, level: float) -> tuple[float, float, float]:
-    """The geometric mean of paired per-seed ratios and its t interval at ``level``: a mean
-    and interval of the log ratios (``n - 1`` degrees of freedom), exponentiated. Valid at
-    2-5 seeds, where a bootstrap over seeds has only a handful of distinct resamples (10 at
-    3 seeds), and as wide as the seeds' disagreement says."""
-    from scipy import stats
-
-    logs = np.log(ratios)
-    n, mean = len(logs), float(logs.mean())
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def _bootstrap(
