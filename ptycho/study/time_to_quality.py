@@ -112,6 +112,22 @@ class Run:
             previous = (step, excess)
         return None
 
+    def exponent_near(self, target: float) -> float:
+        """How steeply the validation loss falls near ``target``: ``b`` in excess ~ steps^-b,
+        a least-squares line through log excess against log step over the readings from half
+        the steps to the target to the training's end. Near a flat part of the curve a small
+        difference in loss is a large one in steps (1 % less loss takes 1/b % more steps),
+        which is why XLA's rounding, moving each pair's loss by a percent or two, moves its
+        steps to the target by several (docs/report.md, the speedup item). NaN when it never
+        reaches the target or fewer than three readings there lie above the floor."""
+        steps = None if self.failed else self.steps_to(target)
+        if steps is None:
+            return math.nan
+        near = np.array([(t, v - self.floor) for t, v in self.points() if t >= steps / 2 and t > 0 and v > self.floor])
+        if len(near) < 3 or np.ptp(near[:, 0]) == 0:
+            return math.nan
+        return float(-np.polyfit(np.log(near[:, 0]), np.log(near[:, 1]), 1)[0])
+
     def reach(self, target: float) -> Reach:
         """Steps and seconds to ``target`` (the whole training when it is never reached, the
         whole planned training for a failed one)."""
@@ -257,6 +273,7 @@ def compare(
         )
         interval = BOOTSTRAP
     missed = Sides(*(tuple(x.seed for x in reaches if not x.reached) for reaches in (reach_a, reach_r)))
+    exponents = [b for r in (*arm, *reference) if math.isfinite(b := r.exponent_near(goal))]
     return Comparison(
         ratio=ratio,
         low=float(low),
@@ -277,7 +294,27 @@ def compare(
         no_floor=Sides(*(tuple(sorted(s for k, s in unfloored if k == side)) for side in sides)),
         inconclusive=max(len(missed.arm), len(missed.reference)) >= MISSES_INCONCLUSIVE,
         upper_bound=len(missed.arm) == len(arm),
+        exponent=float(np.median(exponents)) if exponents else math.nan,
+        loss_spread=_loss_spread(arm, reference) if by_seed else math.nan,
     )
+
+
+def _loss_spread(arm: Sequence[Run], reference: Sequence[Run]) -> float:
+    """The standard deviation over paired seeds of the log of the arm's final excess over
+    the reference's: how far XLA's rounding moves a pair's final loss (the convergence
+    item's paired spread, in logs); NaN below two finished pairs above their floors."""
+    final = {
+        (side, r.seed): r.val_loss[-1] - r.floor
+        for side, runs in (("a", arm), ("r", reference))
+        for r in runs
+        if not r.failed
+    }
+    logs = [
+        math.log(final["a", s] / final["r", s])
+        for s in sorted({r.seed for r in arm})
+        if final.get(("a", s), 0) > 0 and final.get(("r", s), 0) > 0
+    ]
+    return float(np.std(logs, ddof=1)) if len(logs) >= 2 else math.nan
 
 
 def _bootstrap(

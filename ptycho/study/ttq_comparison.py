@@ -178,6 +178,12 @@ class Comparison:
     reference_mode: str = ""
     reference_precision: str = ""
     title: str = ""  #: the pair in words, e.g. "PINN jit - off"
+    #: near the target the validation loss's excess falls as steps^-exponent (the median
+    #: over the runs that reached it, :meth:`ptycho.study.time_to_quality.Run.exponent_near`)
+    exponent: float = math.nan
+    #: paired seeds: the standard deviation of the log of the arm's final excess over the
+    #: reference's (the convergence item's paired spread, in logs)
+    loss_spread: float = math.nan
 
     # ------------------------------------------------------------------ identity
     @property
@@ -238,6 +244,13 @@ class Comparison:
             if r.seed in reference and 0 < r.seconds < math.inf and 0 < reference[r.seed] < math.inf
         }
 
+    def _pairs(self) -> list[tuple[Reach, Reach]]:
+        """(arm, reference) trainings of the seeds :meth:`paired_log_ratios` reads, each with
+        a step time and steps."""
+        reference, paired = {r.seed: r for r in self.reference}, self.paired_log_ratios()
+        pairs = [(r, reference[r.seed]) for r in self.arm if r.seed in paired]
+        return [(a, b) for a, b in pairs if a.step_s > 0 and b.step_s > 0 and a.steps > 0 and b.steps > 0]
+
     def factors(self) -> tuple[Factor, Factor] | None:
         """The paired ratio's two factors, each a paired t interval at :attr:`level` over the
         same seeds as the ratio's (:meth:`paired_log_ratios`): per step (the reference's
@@ -248,11 +261,7 @@ class Comparison:
         way in every pair, or a path to the target that XLA's rounding moves by a different
         amount in each (docs/report.md, the speedup item). None unless the interval is a t
         interval on paired log ratios of two or more seeds."""
-        if self.interval != T_LOG_RATIOS:
-            return None
-        reference, paired = {r.seed: r for r in self.reference}, self.paired_log_ratios()
-        pairs = [(r, reference[r.seed]) for r in self.arm if r.seed in paired]
-        pairs = [(a, b) for a, b in pairs if a.step_s > 0 and b.step_s > 0 and a.steps > 0 and b.steps > 0]
+        pairs = self._pairs() if self.interval == T_LOG_RATIOS else []
         if len(pairs) < 2:
             return None
         return (
@@ -295,6 +304,49 @@ class Comparison:
         low, high = mean - half, mean + half
         resolved = (low > 0) | (high < 0) | ((band[0] <= low) & (high <= band[1]))
         return float(n[resolved.argmax()]) if resolved.any() else math.inf
+
+    def resolvable_gain(self) -> float:
+        """The smallest ratio these paired seeds would show faster at :attr:`level`, if
+        their log ratios kept their spread: exp(t * sd / sqrt(n)), the t interval's half
+        width. A gain per step below it cannot be shown by time to quality at this many
+        seeds unless the steps to the target move less. NaN unless a t interval on two or
+        more paired log ratios."""
+        import numpy as np
+        from scipy import stats
+
+        logs = np.array(list(self.paired_log_ratios().values()))
+        if self.interval != T_LOG_RATIOS or len(logs) < 2:
+            return math.nan
+        n = len(logs)
+        return math.exp(float(stats.t.ppf(0.5 + self.level / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n)))
+
+    def path_words(self) -> str:
+        """Why the steps to the target move from pair to pair, in words, or ``""`` without
+        paired seeds and a measured :attr:`exponent`: the learning curve's slope near the
+        target turns the pairs' spread in final loss (:attr:`loss_spread`) into a spread in
+        steps about 1/exponent times larger, and this many seeds resolve only a gain above
+        :meth:`resolvable_gain` (docs/report.md, the speedup item)."""
+        import numpy as np
+
+        pairs = self._pairs() if self.interval == T_LOG_RATIOS else []
+        gain = self.resolvable_gain()
+        if len(pairs) < 2 or not (math.isfinite(self.exponent) and self.exponent > 0 and math.isfinite(gain)):
+            return ""
+        steps_sd = float(np.std([math.log(a.steps / b.steps) for a, b in pairs], ddof=1))
+        b = self.exponent
+        loss = ""
+        if math.isfinite(self.loss_spread):
+            loss = (
+                f"; the pairs' final losses differ by {100 * self.loss_spread:.1f} % (sd of their log ratios), "
+                f"about {100 * self.loss_spread / b:.0f} % in steps"
+            )
+        return (
+            f"{self.title + ': ' if self.title else ''}near the target the validation loss falls as steps^-{b:.2f}, so a loss "
+            f"1 % lower takes about {1 / b:.0f} % more steps{loss}, and the steps to the target differ by "
+            f"{100 * steps_sd:.0f} % between pairs (sd of their log ratios). With {len(pairs)} paired seeds the time to "
+            f"quality's interval shows a gain only from {gain:.2f}x up; per step this mode gains "
+            f"{self.factors()[0].ratio:.2f}x"
+        )
 
     def needed_words(self) -> str:
         """How many paired seeds would resolve a not-resolved answer, in words."""

@@ -13,17 +13,21 @@ from ptycho.study.tables import Table, fmt
 
 
 def text(report: StudyReport) -> str:
-    """The verdict's summary, the roofline in words (how close the fastest arm is to the
-    machine's peak, which precision the hardware accelerates) and the machine."""
+    """The verdict's summary, why an unresolved XLA comparison's steps to the target move
+    from pair to pair, the roofline in words (how close the fastest arm is to the machine's
+    peak, which precision the hardware accelerates) and the machine."""
     from ptycho.study.bench import roofline_words
     from ptycho.study.bench.machine import machine_line
+    from ptycho.study.ttq_comparison import NOT_RESOLVED
 
     item = report.items["speedup"]
     ev = item.evidence
     roof = roofline_words(report.bench)
     machine = machine_line(ev.get("machine", {}))
+    unresolved = [c for c in report.time_to_quality.values() if c.is_xla() and c.answer == NOT_RESOLVED]
     parts = [
         item.summary,
+        *(f"Why the path to the target is not resolved, {w}" for c in unresolved if (w := c.path_words())),
         ev.get("cross_check_words"),
         ev.get("batch"),
         ev.get("precision"),
