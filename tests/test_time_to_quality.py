@@ -135,6 +135,12 @@ def test_an_unresolved_path_is_explained_by_the_curves_slope_and_the_pairs_loss_
     assert "a loss 1 % lower takes about 3 % more steps" in words
     assert f"final losses differ by {100 * c.loss_spread:.1f} %" in words
     assert f"shows a gain only from {c.resolvable_gain():.2f}x up; per step this mode gains 1.06x" in words
+    logged = c.metrics()  # the parent run's xla_ttq_<stat>
+    assert (logged["resolvable_gain"], logged["exponent"], logged["loss_spread"]) == (
+        c.resolvable_gain(),
+        c.exponent,
+        c.loss_spread,
+    )
     one = ttq.compare(_runs(xla[:1]), _runs(off[:1]), 0.05)  # one seed: no pairs, no words
     assert one.path_words() == "" and math.isnan(one.resolvable_gain()) and math.isnan(one.loss_spread)
     # The speed section reads the record back from the report's JSON and says why.

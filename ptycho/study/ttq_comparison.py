@@ -491,13 +491,15 @@ class Comparison:
         """Its MLflow metrics by statistic, flags included, so that a logged ratio never
         reads as measured when it is an upper bound or INCONCLUSIVE; with paired seeds the
         factors' intervals (:meth:`factors`: ``per_step_low``/``high``, ``steps`` and its
-        ``steps_low``/``high``, the arm's steps over the reference's)."""
+        ``steps_low``/``high``, the arm's steps over the reference's) and why the path moves
+        (:meth:`path_words`: ``resolvable_gain``, ``exponent``, ``loss_spread``)."""
         out = {k: getattr(self, k) for k in ("ratio", "low", "high", "per_step", "ratio_with_compile")}
         found = self.factors()
         if found is not None:  # with paired seeds: the factors' intervals too
             step, steps = found
             out |= {"per_step_low": step.low, "per_step_high": step.high}
             out |= {"steps": steps.ratio, "steps_low": steps.low, "steps_high": steps.high}
+        out |= {"resolvable_gain": self.resolvable_gain(), "exponent": self.exponent, "loss_spread": self.loss_spread}
         out = {k: v for k, v in out.items() if math.isfinite(v)}
         return {**out, "upper_bound": float(self.upper_bound), "inconclusive": float(self.inconclusive)}
 
