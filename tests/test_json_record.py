@@ -111,6 +111,21 @@ def test_the_measuring_items_evidence_is_its_record_key_for_key(item):
         assert record.differences() and record.finite_differences.points > 0
 
 
+def test_the_quality_items_evidence_is_its_record_key_for_key():
+    """The smoke study's quality check (a ground truth) reads as its evidence record and
+    writes back the same JSON; the report's quality section reads the record."""
+    from pathlib import Path
+
+    from ptycho.study.checklist.quality_evidence import QualityEvidence, evidence_of
+
+    check = json.loads((Path(__file__).parent / "data" / "smoke-study" / "checks" / "quality.json").read_text())
+    record = evidence_of(check["evidence"])
+    assert isinstance(record, QualityEvidence) and record.ground_truth
+    assert stored(record) == check["evidence"]
+    assert record.per_arm and record.arm_differences and record.pinn_minus_baseline
+    assert all(c.outcome for per in record.comparisons.values() for c in per.values())
+
+
 def test_a_null_where_a_field_cannot_be_null_reads_as_its_default_and_an_empty_record_entry_as_none():
     back = Outer.from_json({"name": "x", "inner": {"ratio": 1.0}, "seeds": None, "by_key": None, "maybe": {}})
     assert back.seeds == () and back.by_key == {} and back.maybe is None

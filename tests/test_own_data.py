@@ -252,6 +252,31 @@ def _seeds(rng, arms: dict[str, str]) -> dict[str, np.ndarray]:
     return objects
 
 
+def test_the_measured_quality_evidence_is_its_record_key_for_key(tmp_path):
+    """On measured data the quality item's evidence reads as its record (the arms against
+    each other, the seed-to-seed yardstick) and writes back the same JSON; the report's
+    tables and the answers on measured data read the record."""
+    from ptycho.artifacts import _jsonable
+    from ptycho.study.checklist.quality_evidence import AgreementEvidence, evidence_of
+    from ptycho.study.report.items.quality import tables
+    from ptycho.study.report.record import StudyReport
+
+    objects = _seeds(np.random.default_rng(1), {"jit": "same"})
+    evidence = json.loads(json.dumps(_jsonable(_collect(tmp_path, objects).evidence)))
+    record = evidence_of(evidence)
+    assert isinstance(record, AgreementEvidence) and not record.ground_truth
+    assert json.loads(json.dumps(_jsonable(record.to_json()))) == evidence
+    between = record.between_arms["pinn-s1-jit"]
+    assert (between.arm, between.reference, between.score("amp_ssim")) == ("pinn-jit-s1", "pinn-off-s1", 1.0)
+    yard = record.seed_to_seed["pinn-off"]
+    assert yard.pairs == 3 and set(yard.per_pair["amp_ssim"]) == {"0-1", "0-2", "1-2"}
+    found = tables(StudyReport.of({"items": {"quality": {"evidence": evidence}}}))
+    between_table = next(rows for title, _, rows in found if title.startswith("Each arm's reconstruction against"))
+    assert between_table[1][:3] == ["pinn-s1-jit", "pinn-jit-s1", "pinn-off-s1"] and between_table[1][3] == "1"
+    yard_table = next(rows for title, _, rows in found if title.startswith("Yardstick"))
+    assert yard_table == [["pinn-off", *yard_table[0][1:3], "3"]]
+
+
 def test_without_ground_truth_an_arm_as_good_as_off_passes(tmp_path):
     """Issue 44, item 3: jit reconstructs what off does and explains the data as well
     (misfits equal per seed, seeds of off differing by 2 %): every comparison NOT WORSE,

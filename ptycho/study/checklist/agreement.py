@@ -47,6 +47,7 @@ from ptycho.artifacts import stored_number
 from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import seeds
+from ptycho.study.checklist.quality_evidence import AgreementEvidence, BetweenArms, SeedToSeed
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.solver_record import MISFIT
 from ptycho.study.stats import ALPHA, HIGHER, LOWER, NON_INFERIORITY, SeedComparison, interval_levels, seed_comparison
@@ -116,7 +117,8 @@ def agreement(
     the agreement against the yardstick, each a
     :func:`~ptycho.study.stats.seed_comparison` with its ``label``), ``seed_to_seed`` (per
     reference arm with two seeds or more: the mean SSIM between its seeds and each pair's),
-    ``threshold``, ``margin`` and ``failed``.
+    ``threshold``, ``margin`` and ``failed``: an
+    :class:`~ptycho.study.checklist.quality_evidence.AgreementEvidence`.
     """
     missing = sorted(set(records) - set(images))
     if missing:
@@ -126,10 +128,11 @@ def agreement(
         )
     per_arm = {name: {k: stored_number(r.get("mean", {}).get(k)) for k in OWN} for name, r in sorted(records.items())}
     found = pairs(per_arm)
-    scores = {p.key: {"arm": p.arm.name, "reference": p.reference.name} for p in found}
-    for p in found:
-        scores[p.key].update(between(images[p.arm.name], images[p.reference.name]))
-    by_names = {(s["arm"], s["reference"]): s for s in scores.values()}
+    scores = {
+        p.key: BetweenArms.of(p.arm.name, p.reference.name, between(images[p.arm.name], images[p.reference.name]))
+        for p in found
+    }
+    by_names = {(s.arm, s.reference): s for s in scores.values()}
     groups = seeds.seed_groups(per_arm)
     yardstick = seed_to_seed(images, [g.seeds_off for g in groups])
     comparisons, words = {}, []
@@ -156,7 +159,7 @@ def agreement(
             comparisons[g.key][key] = c
         ruler = yardstick.get(_arm_key(g.seeds_off))
         for key, label in SSIM_KEYS.items():
-            values = {s: by_names[(g.seeds_mode[s], g.seeds_off[s])][key] for s in common}
+            values = {s: by_names[(g.seeds_mode[s], g.seeds_off[s])].score(key) for s in common}
             if ruler is None:
                 words.append(
                     f"{g.words}: {label} between their reconstructions {np.mean(list(values.values())):.4f}; "
@@ -165,7 +168,7 @@ def agreement(
                 continue
             c = seed_comparison(
                 values,
-                ruler["per_pair"][key],
+                ruler.per_pair[key],
                 threshold,
                 test,
                 HIGHER,
@@ -194,16 +197,15 @@ def agreement(
         1.0,
         "<=",
         summary,
-        {
-            "ground_truth": False,
-            "per_arm": per_arm,
-            "between_arms": scores,
-            "comparisons": {k: {m: c.to_json() for m, c in per.items()} for k, per in comparisons.items()},
-            "seed_to_seed": yardstick,
-            "threshold": float(threshold),
-            "margin": float(margin),
-            "failed": dict(failed or {}),
-        },
+        AgreementEvidence(
+            per_arm=per_arm,
+            between_arms=scores,
+            comparisons=comparisons,
+            seed_to_seed=yardstick,
+            threshold=float(threshold),
+            margin=float(margin),
+            failed=dict(failed or {}),
+        ).to_json(),
         status,
     )
 
@@ -219,7 +221,7 @@ def _arm_key(side: Mapping[int, str]) -> str:
     return Arm.parse(next(iter(side.values())))._replace(seed=0).key("model", "mode", "precision")
 
 
-def seed_to_seed(images: Mapping[str, np.ndarray], sides: Sequence[Mapping[int, str]]) -> dict[str, dict]:
+def seed_to_seed(images: Mapping[str, np.ndarray], sides: Sequence[Mapping[int, str]]) -> dict[str, SeedToSeed]:
     """The yardstick: for each reference arm trained with two seeds or more, the amplitude
     and phase SSIM of each seed's reconstruction against each other seed's (``per_pair``,
     keyed ``"<seed>-<seed>"``), their means and the number of pairs."""
@@ -231,10 +233,11 @@ def seed_to_seed(images: Mapping[str, np.ndarray], sides: Sequence[Mapping[int, 
         if name in out:
             continue
         scored = {f"{a}-{b}": between(images[side[a]], images[side[b]]) for a, b in combinations(sorted(side), 2)}
-        out[name] = {k: float(np.mean([s[k] for s in scored.values()])) for k in SSIM_KEYS} | {
-            "pairs": len(scored),
-            "per_pair": {k: {pair: s[k] for pair, s in scored.items()} for k in SSIM_KEYS},
-        }
+        out[name] = SeedToSeed(
+            **{k: float(np.mean([s[k] for s in scored.values()])) for k in SSIM_KEYS},
+            pairs=len(scored),
+            per_pair={k: {pair: s[k] for pair, s in scored.items()} for k in SSIM_KEYS},
+        )
     return out
 
 

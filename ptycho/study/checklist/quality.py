@@ -18,6 +18,7 @@ from ptycho.nets.models import SUBJECT
 from ptycho.study.arms import Arm, pairs
 from ptycho.study.checklist import agreement, seeds
 from ptycho.study.checklist.item import Inputs, Item
+from ptycho.study.checklist.quality_evidence import QualityEvidence
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
 from ptycho.study.stats import ALPHA, HIGHER, NON_INFERIORITY, seed_comparison
 
@@ -47,7 +48,8 @@ def quality(
     seed per arm always is). The value is how far the 90 % intervals reach on the worse
     side (either side, two-sided): at most the threshold when the item passes. Evidence also holds every metric's
     per-seed arm - reference difference and, per mode and seed, PINN - baseline (the
-    physics-informed model's margin over the supervised one). An arm in ``failed``
+    physics-informed model's margin over the supervised one): a
+    :class:`~ptycho.study.checklist.quality_evidence.QualityEvidence`. An arm in ``failed``
     (diverged in training; its reconstruction is from its last good state) makes the
     item FAIL with the reason.
     """
@@ -93,15 +95,15 @@ def quality(
         threshold,
         "<=",
         summary,
-        {
-            "per_arm": per_arm,
-            "comparisons": {k: {m: c.to_json() for m, c in per.items()} for k, per in comparisons.items()},
-            "threshold": float(threshold),
-            "ssim_differences": diffs,
-            "arm_differences": arm_differences,
-            "pinn_minus_baseline": pinn_vs_baseline,
-            "failed": dict(failed or {}),
-        },
+        QualityEvidence(
+            per_arm=per_arm,
+            comparisons=comparisons,
+            threshold=float(threshold),
+            ssim_differences=diffs,
+            arm_differences=arm_differences,
+            pinn_minus_baseline=pinn_vs_baseline,
+            failed=dict(failed or {}),
+        ).to_json(),
         status,
     )
 

@@ -22,21 +22,22 @@ def _measured_answers(report: StudyReport, arms: dict[str, dict[str, float]]) ->
     float32 in its mode: its evidence's ``between_arms``, the modes' pairs first); as it
     was otherwise."""
     from ptycho.study.checklist.agreement import OWN
+    from ptycho.study.checklist.quality_evidence import AgreementEvidence, evidence_of
 
-    evidence = report.evidence("quality")
-    if evidence.get("ground_truth") is not False:
+    evidence = evidence_of(report.evidence("quality"))
+    if not isinstance(evidence, AgreementEvidence):
         return arms
     for name, arm in report.arms.items():
         for key in OWN:
             value = (arm.metrics or {}).get(key)
             if isinstance(value, int | float):
                 arms.setdefault(name, {})[key] = value
-    for pair in evidence.get("between_arms", {}).values():
-        own = arms.setdefault(pair["arm"], {})
+    for pair in evidence.between_arms.values():
+        own = arms.setdefault(pair.arm, {})
         if "amp_ssim_vs_reference" not in own:
             for key in ("amp_ssim", "phase_ssim"):
-                if isinstance(pair.get(key), int | float):
-                    own[f"{key}_vs_reference"] = pair[key]
+                if math.isfinite(pair.score(key)):
+                    own[f"{key}_vs_reference"] = pair.score(key)
     return arms
 
 

@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ptycho.artifacts import stored_number
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, SHORT
 from ptycho.study import conditions_view
@@ -138,12 +137,12 @@ def agreement_sentence(report: StudyReport) -> str:
         )
     if not parts:
         return f"Quality: {report.items['quality'].summary}."
-    ev = report.evidence("quality")
+    from ptycho.study.checklist.quality_evidence import AgreementEvidence
+
+    ev = AgreementEvidence.from_json(report.evidence("quality"))
     return (
         "Quality, no ground truth (measured data): each XLA mode against off of the same seed and precision (PINN; "
-        f"margins {stored_number(ev.get('margin')):.0%} relative and {stored_number(ev.get('threshold')):g} similarity): "
-        + "; ".join(parts)
-        + "."
+        f"margins {ev.margin:.0%} relative and {ev.threshold:g} similarity): " + "; ".join(parts) + "."
     )
 
 

@@ -11,6 +11,7 @@ from ptycho.errors import PtychoError
 from ptycho.study.arms import Arm
 from ptycho.study.checklist.agreement import OWN
 from ptycho.study.checklist.quality import COLUMNS
+from ptycho.study.checklist.quality_evidence import AgreementEvidence, evidence_of
 from ptycho.study.report.items import seeds
 from ptycho.study.report.record import StudyReport
 from ptycho.study.section import Figure, Section
@@ -18,15 +19,15 @@ from ptycho.study.tables import Table, fmt
 
 
 def tables(report: StudyReport) -> list[Table]:
-    ev = report.evidence("quality")
-    if ev.get("ground_truth") is False:
-        return measured_tables(report)
+    ev = evidence_of(report.evidence("quality"))
+    if isinstance(ev, AgreementEvidence):
+        return measured_tables(ev, report)
     header = list(COLUMNS.values())
     out = [
         (
             "Per arm (test split, stitched objects, mean over images)",
             ["arm", *header],
-            [[arm, *(fmt(m.get(k)) for k in COLUMNS)] for arm, m in sorted(ev.get("per_arm", {}).items())],
+            [[arm, *(fmt(m.get(k)) for k in COLUMNS)] for arm, m in sorted(ev.per_arm.items())],
         )
     ]
     found = report.seed_comparisons("quality")
@@ -36,19 +37,18 @@ def tables(report: StudyReport) -> list[Table]:
         source = seeds.source_table(compared)
         if source:
             out.append(source)
-    for key, title, first in (
-        ("arm_differences", "Each arm minus its reference (off, or float32), per seed", "comparison"),
-        ("pinn_minus_baseline", "PINN minus baseline (physics-informed vs supervised)", "mode, seed"),
+    for differences, title, first in (
+        (ev.arm_differences, "Each arm minus its reference (off, or float32), per seed", "comparison"),
+        (ev.pinn_minus_baseline, "PINN minus baseline (physics-informed vs supervised)", "mode, seed"),
     ):
-        if ev.get(key):
-            rows = [[name, *(fmt(d.get(k)) for k in COLUMNS)] for name, d in sorted(ev[key].items())]
+        if differences:
+            rows = [[name, *(fmt(d.get(k)) for k in COLUMNS)] for name, d in sorted(differences.items())]
             out.append((title, [first, *header], rows))
     return out
 
 
-def measured_tables(report: StudyReport) -> list[Table]:
-    """The quality section's tables on measured data."""
-    ev = report.evidence("quality")
+def measured_tables(ev: AgreementEvidence, report: StudyReport) -> list[Table]:
+    """The quality section's tables on measured data (``ev``: the item's evidence)."""
     out: list[Table] = [
         (
             "Per arm: no ground truth (measured data), so no scores; the data misfit of its stitched objects (Poisson "
@@ -57,18 +57,18 @@ def measured_tables(report: StudyReport) -> list[Table]:
             "correlated; higher agrees more) and where it crosses the 1/2-bit curve (the resolution, cycles/px; "
             "higher is finer, 0.5 is Nyquist)",
             ["arm", *(label for _, label, _ in OWN.values())],
-            [[arm, *(fmt(m.get(k)) for k in OWN)] for arm, m in sorted(ev.get("per_arm", {}).items())],
+            [[arm, *(fmt(m.get(k)) for k in OWN)] for arm, m in sorted(ev.per_arm.items())],
         )
     ]
-    if ev.get("between_arms"):
+    if ev.between_arms:
         out.append(
             (
                 "Each arm's reconstruction against its reference arm's (off, or float32) of the same seed, scored as "
                 "against a truth (registered, amplitude scaled, phase plane removed; 1 = the same reconstruction)",
                 ["comparison", "arm", "reference", *COLUMNS.values()],
                 [
-                    [key, s["arm"], s["reference"], *(fmt(s.get(k)) for k in COLUMNS)]
-                    for key, s in sorted(ev["between_arms"].items())
+                    [key, s.arm, s.reference, *(fmt(s.score(k)) for k in COLUMNS)]
+                    for key, s in sorted(ev.between_arms.items())
                 ],
             )
         )
@@ -87,15 +87,15 @@ def measured_tables(report: StudyReport) -> list[Table]:
                 "the reference arm (unpaired), against the SSIM margin",
             )
         )
-    if ev.get("seed_to_seed"):
+    if ev.seed_to_seed:
         out.append(
             (
                 "Yardstick: two trainings of the same reference arm with different seeds, against each other (mean "
                 "over pairs of seeds)",
                 ["reference arm", "amp SSIM", "phase SSIM", "pairs of seeds"],
                 [
-                    [name, fmt(s["amp_ssim"]), fmt(s["phase_ssim"]), str(s["pairs"])]
-                    for name, s in sorted(ev["seed_to_seed"].items())
+                    [name, fmt(s.amp_ssim), fmt(s.phase_ssim), str(s.pairs)]
+                    for name, s in sorted(ev.seed_to_seed.items())
                 ],
             )
         )
