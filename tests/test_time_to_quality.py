@@ -130,11 +130,12 @@ def test_an_unresolved_path_is_explained_by_the_curves_slope_and_the_pairs_loss_
     )  # 1/b as many steps, read between readings
     # The smallest gain these seeds show faster is the interval's half width: at it, its lower end is 1.
     assert c.answer == ttc.NOT_RESOLVED and c.low * c.resolvable_gain() == pytest.approx(c.ratio)
-    words = dataclasses.replace(c, title="PINN physics - off").path_words()
-    assert words.startswith("PINN physics - off: near the target the validation loss falls as steps^-0.30")
-    assert "a loss 1 % lower takes about 3 % more steps" in words
-    assert f"final losses differ by {100 * c.loss_spread:.1f} %" in words
-    assert f"shows a gain only from {c.resolvable_gain():.2f}x up; per step this mode gains 1.06x" in words
+    named = dataclasses.replace(c, title="PINN physics - off", model="pinn", mode="physics", reference_mode="off")
+    words = named.path_words()
+    assert words.startswith("near the target the validation loss's excess over its floor falls as steps^-0.30")
+    assert "an excess 1 % smaller takes about 3.3 % more steps" in words
+    assert f"final excesses differ by {100 * c.loss_spread:.1f} %" in words
+    assert f"shows a gain only from {c.resolvable_gain():.2f}x up; per step physics runs at 1.06x off's speed" in words
     logged = c.metrics()  # the parent run's xla_ttq_<stat>
     assert (logged["resolvable_gain"], logged["exponent"], logged["loss_spread"]) == (
         c.resolvable_gain(),
@@ -147,9 +148,12 @@ def test_an_unresolved_path_is_explained_by_the_curves_slope_and_the_pairs_loss_
     from ptycho.study.report.items.speedup import text
     from ptycho.study.report.record import StudyReport
 
-    record = dataclasses.replace(c, title="PINN physics - off", model="pinn", mode="physics", reference_mode="off")
-    report = StudyReport.of({"items": {"speedup": {"evidence": {"time_to_quality": {"x": record.to_json()}}}}})
-    assert f"Why the path to the target is not resolved, {record.path_words()}" in text(report)
+    def section(record):
+        return text(StudyReport.of({"items": {"speedup": {"evidence": {"time_to_quality": {"x": record.to_json()}}}}}))
+
+    assert f"Why the time to quality is not resolved (PINN physics - off): {words}" in section(named)
+    # Not resolved because two seeds missed the target: the misses, not the curve, are why.
+    assert "Why the time to quality" not in section(dataclasses.replace(named, inconclusive=True))
 
 
 def test_a_mode_faster_only_because_of_its_precision_is_not_credited_to_xla():

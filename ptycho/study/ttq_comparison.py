@@ -293,9 +293,8 @@ class Comparison:
 
         from ptycho.study.stats import MAX_SEEDS
 
-        logs = np.array(list(self.paired_log_ratios().values()))
-        whole = len(logs) == len(self.arm) == len(self.reference) >= 2  # the seeds the interval read
-        if self.interval != T_LOG_RATIOS or not whole or not (math.isfinite(self.low) and math.isfinite(self.high)):
+        logs = self._t_logs()
+        if logs is None:
             return math.nan
         mean, sd = float(logs.mean()), float(logs.std(ddof=1))
         n = np.arange(2, MAX_SEEDS + 1)
@@ -305,47 +304,59 @@ class Comparison:
         resolved = (low > 0) | (high < 0) | ((band[0] <= low) & (high <= band[1]))
         return float(n[resolved.argmax()]) if resolved.any() else math.inf
 
+    def _t_logs(self):
+        """The paired log ratios a finite t interval of :attr:`level` was made of (every
+        seed of both sides, two or more, each with a finite time), else None: what
+        :meth:`seeds_needed` and :meth:`resolvable_gain` project from."""
+        import numpy as np
+
+        logs = np.array(list(self.paired_log_ratios().values()))
+        whole = len(logs) == len(self.arm) == len(self.reference) >= 2  # the seeds the interval read
+        if self.interval != T_LOG_RATIOS or not whole or not (math.isfinite(self.low) and math.isfinite(self.high)):
+            return None
+        return logs
+
     def resolvable_gain(self) -> float:
         """The smallest ratio these paired seeds would show faster at :attr:`level`, if
         their log ratios kept their spread: exp(t * sd / sqrt(n)), the t interval's half
-        width. A gain per step below it cannot be shown by time to quality at this many
-        seeds unless the steps to the target move less. NaN unless a t interval on two or
-        more paired log ratios."""
-        import numpy as np
+        width (:func:`t_log_ratios`). A gain per step below it cannot be shown by time to
+        quality at this many seeds unless the steps to the target move less. NaN unless
+        the interval is a finite t interval on the paired log ratios of every seed."""
         from scipy import stats
 
-        logs = np.array(list(self.paired_log_ratios().values()))
-        if self.interval != T_LOG_RATIOS or len(logs) < 2:
+        logs = self._t_logs()
+        if logs is None:
             return math.nan
         n = len(logs)
         return math.exp(float(stats.t.ppf(0.5 + self.level / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n)))
 
     def path_words(self) -> str:
         """Why the steps to the target move from pair to pair, in words, or ``""`` without
-        paired seeds and a measured :attr:`exponent`: the learning curve's slope near the
-        target turns the pairs' spread in final loss (:attr:`loss_spread`) into a spread in
-        steps about 1/exponent times larger, and this many seeds resolve only a gain above
-        :meth:`resolvable_gain` (docs/report.md, the speedup item)."""
+        two pairs that both reached the target, a measured :attr:`exponent` and a
+        :meth:`resolvable_gain`: the learning curve's slope near the target turns the
+        pairs' spread in final excess over the loss floor (:attr:`loss_spread`) into a
+        spread in steps about 1/exponent times larger, and this many seeds resolve only a
+        gain above :meth:`resolvable_gain` (docs/report.md, the speedup item)."""
         import numpy as np
 
-        pairs = self._pairs() if self.interval == T_LOG_RATIOS else []
-        gain = self.resolvable_gain()
-        if len(pairs) < 2 or not (math.isfinite(self.exponent) and self.exponent > 0 and math.isfinite(gain)):
+        arm, reference = self.log_steps_to_target()  # a miss's steps are its whole training, not a path
+        logs = [arm[s] - reference[s] for s in sorted(set(arm) & set(reference))]
+        gain, b = self.resolvable_gain(), self.exponent
+        if len(logs) < 2 or not (math.isfinite(b) and b > 0 and math.isfinite(gain)):
             return ""
-        steps_sd = float(np.std([math.log(a.steps / b.steps) for a, b in pairs], ddof=1))
-        b = self.exponent
         loss = ""
         if math.isfinite(self.loss_spread):
             loss = (
-                f"; the pairs' final losses differ by {100 * self.loss_spread:.1f} % (sd of their log ratios), "
-                f"about {100 * self.loss_spread / b:.0f} % in steps"
+                f"; the pairs' final excesses differ by {100 * self.loss_spread:.1f} % (sd of their log ratios), "
+                f"about {100 * self.loss_spread / b:.2g} % in steps"
             )
         return (
-            f"{self.title + ': ' if self.title else ''}near the target the validation loss falls as steps^-{b:.2f}, so a loss "
-            f"1 % lower takes about {1 / b:.0f} % more steps{loss}, and the steps to the target differ by "
-            f"{100 * steps_sd:.0f} % between pairs (sd of their log ratios). With {len(pairs)} paired seeds the time to "
-            f"quality's interval shows a gain only from {gain:.2f}x up; per step this mode gains "
-            f"{self.factors()[0].ratio:.2f}x"
+            f"near the target the validation loss's excess over its floor falls as steps^-{b:.2f}, so an excess 1 % "
+            f"smaller takes about {1 / b:.2g} % more steps{loss}, and the steps to the target differ by "
+            f"{100 * float(np.std(logs, ddof=1)):.2g} % between the pairs that reached it (sd of their log ratios). "
+            f"With {len(self.arm)} paired seeds the time to quality's interval shows a gain only from {gain:.2f}x "
+            f"up; per step {self.mode or 'this mode'} runs at {self.factors()[0].ratio:.2f}x "
+            f"{self.reference_mode or 'its reference'}'s speed"
         )
 
     def needed_words(self) -> str:

@@ -56,7 +56,8 @@ def answers(report: StudyReport) -> dict[str, JobRecord]:
     ``verdict``, ``check.<item>``) and value (metrics), the headline ratios per PINN mode
     (``xla_ttq_<stat>.<mode>[-<precision>]``: ``ratio``, its 95 % interval ``low`` and
     ``high``, ``per_step``, ``ratio_with_compile``, with paired seeds the factors'
-    intervals (:meth:`~ptycho.study.ttq_comparison.Comparison.metrics`), and the flags
+    intervals and why the path moves (``resolvable_gain``, ``exponent``, ``loss_spread``:
+    :meth:`~ptycho.study.ttq_comparison.Comparison.metrics`), and the flags
     ``upper_bound`` and ``inconclusive``, 1 when the ratio is not a measured one), and the report's three sentences as
     its description. On measured data (no ground truth) an arm's quality is its
     agreement with its reference arm and its data misfit (:func:`_measured_answers`).

@@ -81,7 +81,9 @@ def quality_sentence(report: StudyReport) -> str:
     reads (the ``1 - 2 alpha`` one: 90 % at the default alpha, wider when the looks split it;
     without a ground truth: the SSIM between the two arms' reconstructions,
     :func:`agreement_sentence`)."""
-    if report.evidence("quality").get("ground_truth") is False:
+    from ptycho.study.checklist.quality_evidence import evidence_of
+
+    if not evidence_of(report.evidence("quality")).ground_truth:
         return agreement_sentence(report)
 
     def difference(word: str, m: SeedComparison) -> str:
@@ -154,7 +156,9 @@ def data_sentence(report: StudyReport) -> str:
     data = data_files(report.config)  # its files; data.n and data.reduce alone are no data
     if not data:
         return ""
-    truth = report.evidence("quality").get("ground_truth", True)
+    from ptycho.study.checklist.quality_evidence import evidence_of
+
+    truth = evidence_of(report.evidence("quality")).ground_truth
     probe = report.probe
     refined = (
         f" Probe: the file's estimate refined by the solver on the training split ({probe['patterns']} patterns, "

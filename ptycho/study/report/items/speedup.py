@@ -24,10 +24,14 @@ def text(report: StudyReport) -> str:
     ev = item.evidence
     roof = roofline_words(report.bench)
     machine = machine_line(ev.get("machine", {}))
-    unresolved = [c for c in report.time_to_quality.values() if c.is_xla() and c.answer == NOT_RESOLVED]
+    unresolved = [
+        c
+        for c in report.time_to_quality.values()
+        if c.is_xla() and c.answer == NOT_RESOLVED and not (c.inconclusive or c.upper_bound)
+    ]  # not resolved by the seeds' spread, not by seeds that missed the target
     parts = [
         item.summary,
-        *(f"Why the path to the target is not resolved, {w}" for c in unresolved if (w := c.path_words())),
+        *(f"Why the time to quality is not resolved ({c.title}): {w}" for c in unresolved if (w := c.path_words())),
         ev.get("cross_check_words"),
         ev.get("batch"),
         ev.get("precision"),
