@@ -659,8 +659,8 @@ def test_the_benchmarks_cross_check_has_a_fixed_tolerance_and_says_disagree():
         ]
     }
     checked = cross_check(bench, metas)
-    assert not checked["off"]["agree"] and checked["off"]["ratio"] == pytest.approx(1.208 / 0.628)
-    assert checked["jit"]["agree"]  # 1.04x the trainings' median
+    assert not checked["off"].agree and checked["off"].ratio == pytest.approx(1.208 / 0.628)
+    assert checked["jit"].agree  # 1.04x the trainings' median
     words = cross_check_words(checked, contaminated=True)
     assert words.startswith(
         "The benchmark's pipeline-schedule steps DISAGREE with the trainings' own for off, not within 25 %"

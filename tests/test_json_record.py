@@ -111,6 +111,24 @@ def test_the_measuring_items_evidence_is_its_record_key_for_key(item):
         assert record.differences() and record.finite_differences.points > 0
 
 
+def test_the_speed_items_evidence_is_its_record_key_for_key():
+    """The smoke study's speed check reads as its evidence record (its comparisons, the
+    cross-check, what it was judged by) and writes back the same JSON."""
+    from pathlib import Path
+
+    from ptycho.study.checklist.speed_evidence import BY_TIME_TO_QUALITY, SpeedEvidence
+    from ptycho.study.ttq_comparison import Comparison
+
+    check = json.loads((Path(__file__).parent / "data" / "smoke-study" / "checks" / "speedup.json").read_text())
+    record = SpeedEvidence.from_json(check["evidence"])
+    assert stored(record) == check["evidence"]
+    assert record.judged.by == BY_TIME_TO_QUALITY and record.judged.comparison in record.time_to_quality
+    assert all(isinstance(c, Comparison) for c in record.time_to_quality.values())
+    assert record.cross_check and all(c.agree for c in record.cross_check.values())
+    assert record.per_step_words() == check["evidence"]["per_step"]["alone"]
+    assert record.bench_record.arms_of("pinn")  # the benchmark, as its own record
+
+
 def test_the_quality_items_evidence_is_its_record_key_for_key():
     """The smoke study's quality check (a ground truth) reads as its evidence record and
     writes back the same JSON; the report's quality section reads the record."""

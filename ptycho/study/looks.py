@@ -200,10 +200,9 @@ def open_comparisons(results: Mapping[str, ItemResult], threshold: Mapping[str, 
     speed = results.get("speedup")
     if speed is not None and speed.status == INCONCLUSIVE:
         from ptycho.nets.models import SUBJECT
-        from ptycho.study.ttq_comparison import Comparison
+        from ptycho.study.checklist.speed_evidence import SpeedEvidence
 
-        for key, record in (speed.evidence.get("time_to_quality") or {}).items():
-            c = Comparison.from_json(record)
+        for key, c in SpeedEvidence.from_json(speed.evidence).time_to_quality.items():
             if c.is_xla(SUBJECT) and c.measured and c.passes(threshold["speedup"]) is None:
                 out.append(Open("speedup", key, c.model, c.seeds_needed()))
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ptycho.nets.models import SUBJECT
@@ -16,6 +17,7 @@ from ptycho.nets.precision import REFERENCE_PRECISION
 from ptycho.nets.xla import REFERENCE
 from ptycho.study.arms import Arm
 from ptycho.study.bench.record import ArmRatios, BenchArm, BenchRecord, Interval
+from ptycho.study.json_record import JsonRecord
 from ptycho.study.stats import bootstrap_ratio, break_even_steps
 from ptycho.study.training_record import TrainingRecord
 from ptycho.tracking.record import NestedRun
@@ -187,7 +189,22 @@ def arm_runs(bench: BenchRecord | Mapping[str, Any]) -> list[NestedRun]:
 CROSS_CHECK_TOLERANCE = 1.25
 
 
-def cross_check(bench: BenchRecord | Mapping[str, Any], metas: Sequence[TrainingRecord | Mapping]) -> dict[str, dict]:
+@dataclass(frozen=True)
+class CrossCheck(JsonRecord):
+    """The benchmark's step in the pipeline's schedule against the trainings' own, one arm
+    (mode, precision): :func:`cross_check`."""
+
+    bench_median_s: float = math.nan
+    bench_iqr_s: float = math.nan
+    training_medians_s: tuple[float, ...] = ()
+    ratio: float = math.nan  #: the bench's median over the trainings' median
+    tolerance: float = math.nan  #: agreement within this factor either way
+    agree: bool = False
+
+
+def cross_check(
+    bench: BenchRecord | Mapping[str, Any], metas: Sequence[TrainingRecord | Mapping]
+) -> dict[str, CrossCheck]:
     """The benchmark's pipeline-schedule step medians against the training jobs' own (same
     mode and precision, every seed; ``metas``: the trainings' records or ``model.json``):
     ``ratio`` is the bench's median over the trainings'
@@ -205,25 +222,25 @@ def cross_check(bench: BenchRecord | Mapping[str, Any], metas: Sequence[Training
         if not medians:
             continue
         ratio = a.shared.median / statistics.median(medians)
-        out[a.arm.key("mode", "precision")] = {
-            "bench_median_s": a.shared.median,
-            "bench_iqr_s": a.shared.iqr,
-            "training_medians_s": medians,
-            "ratio": ratio,
-            "tolerance": CROSS_CHECK_TOLERANCE,
-            "agree": 1 / CROSS_CHECK_TOLERANCE <= ratio <= CROSS_CHECK_TOLERANCE,
-        }
+        out[a.arm.key("mode", "precision")] = CrossCheck(
+            bench_median_s=a.shared.median,
+            bench_iqr_s=a.shared.iqr,
+            training_medians_s=tuple(medians),
+            ratio=ratio,
+            tolerance=CROSS_CHECK_TOLERANCE,
+            agree=1 / CROSS_CHECK_TOLERANCE <= ratio <= CROSS_CHECK_TOLERANCE,
+        )
     return out
 
 
-def cross_check_words(checked: Mapping[str, Mapping], contaminated: bool = False) -> str:
+def cross_check_words(checked: Mapping[str, CrossCheck], contaminated: bool = False) -> str:
     """:func:`cross_check` in one sentence: agree, or DISAGREE and why that matters."""
     if not checked:
         return ""
-    bad = [k for k, c in checked.items() if not c["agree"]]
+    bad = [k for k, c in checked.items() if not c.agree]
     each = ", ".join(
-        f"{k} {1e3 * c['bench_median_s']:.0f} ms vs {'/'.join(f'{1e3 * m:.0f}' for m in c['training_medians_s'])} ms"
-        f" ({c['ratio']:.2f}x)"
+        f"{k} {1e3 * c.bench_median_s:.0f} ms vs {'/'.join(f'{1e3 * m:.0f}' for m in c.training_medians_s)} ms"
+        f" ({c.ratio:.2f}x)"
         for k, c in checked.items()
     )
     within = f"within {100 * (CROSS_CHECK_TOLERANCE - 1):.0f} %"

@@ -26,6 +26,7 @@ from ptycho.study.arms import Arm, Pair
 from ptycho.study.bench.record import MEASUREMENT_WORDS, BenchRecord, Interval
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import FAIL, INCONCLUSIVE, PASS, ItemResult, verdict
+from ptycho.study.checklist.speed_evidence import BY_STEP, BY_TIME_TO_QUALITY, Judged, SpeedEvidence
 from ptycho.study.presentation import MODEL_WORDS
 from ptycho.study.stats import ALPHA
 from ptycho.study.training_record import TrainingRecord
@@ -230,7 +231,7 @@ def speedup(
         value = xla[best_key].judged_value
         head = "XLA's own effect on the PINN's time to quality (each mode vs off at the same precision, steps timed "
         head += "in the pipeline's schedule): " + "; ".join(c.sentence() for c in xla.values())
-        judged = {"by": "time_to_quality", "comparison": best_key}
+        judged = Judged(BY_TIME_TO_QUALITY, comparison=best_key)
     else:
         value, best_arm = _bench_verdict(bench, context)
         head = (
@@ -238,7 +239,7 @@ def speedup(
             f"(the fastest mode vs off at the same precision, {CONTEXT_WORDS.get(context, context)}): "
             + (per_step.get(context, "not measured"))
         )
-        judged = {"by": "step", "context": context, **({"arm": best_arm} if best_arm else {})}
+        judged = Judged(BY_STEP, context=context, arm=best_arm or "")
     if not xla and not per_step:
         head = "no PINN timings of off and an XLA mode at the same precision: the speedup was not measured"
     from ptycho.study.bench import batch_words
@@ -253,21 +254,21 @@ def speedup(
         threshold,
         ">=",
         summary,
-        {
-            "judged": judged,
-            "time_to_quality": {k: c.to_json() for k, c in records.items()},
-            "context": context,
-            "per_step": per_step,
-            "precision": precision_finding(bench, records),
-            "recommendation": recommendation(bench, context),
-            "batch": batch_words(bench),
-            "cross_check": checked,
-            "cross_check_words": cross_check_words(checked, bench.contaminated("shared")),
-            "bench": bench.to_json(),
-            "intervals": speedup_intervals(bench),
-            "machine": bench.machine,
-            "training_jobs": train_timings,
-        },
+        SpeedEvidence(
+            judged=judged,
+            time_to_quality=records,
+            context=context,
+            per_step=per_step,
+            precision=precision_finding(bench, records),
+            recommendation=recommendation(bench, context),
+            batch=batch_words(bench),
+            cross_check=checked,
+            cross_check_words=cross_check_words(checked, bench.contaminated("shared")),
+            bench=bench.to_json(),
+            intervals=speedup_intervals(bench),
+            machine=bench.machine,
+            training_jobs=train_timings,
+        ).to_json(),
         status,
     )
 

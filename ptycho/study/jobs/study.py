@@ -224,6 +224,7 @@ def report(
     from ptycho.study import conditions_view, solver_view
     from ptycho.study import report as views
     from ptycho.study.bench import machine_info
+    from ptycho.study.checklist.speed_evidence import SpeedEvidence
     from ptycho.study.report.answers import answers as report_answers
     from ptycho.tracking import config_hash, git_commit
 
@@ -258,7 +259,7 @@ def report(
         experiment_id=parent.get("experiment_id", ""),
     )
     # The device the study ran on is what the benchmark's TensorFlow processes saw.
-    gpus = items["speedup"].evidence.get("machine", {}).get("gpus")
+    gpus = SpeedEvidence.from_json(items["speedup"].evidence).machine.get("gpus")
     result = views.build(
         items,
         results.arms(),

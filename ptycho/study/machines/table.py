@@ -240,7 +240,7 @@ def _report_of(record: Mapping, source: str, path: str) -> Report:
         run_id=provenance.mlflow_run_id,
         verdict=report.verdict or "?",
         statuses=tuple((k, item.status or "?") for k, item in report.items.items()),
-        kind=Kind.of(report.machine or report.evidence("speedup").get("machine") or {}),
+        kind=Kind.of(report.machine or report.speed.machine or {}),
         train_threads=_count(cfg.get("train_threads")),
         batch_size=_count(section_for(cfg, "train", SUBJECT).get("batch_size")),
         precisions=tuple(p for p in PRECISIONS if p in {a.precision for a in trained}),

@@ -22,6 +22,7 @@ from ptycho.study import checklist
 from ptycho.study.arm_summary import ArmSummary
 from ptycho.study.bench.record import BenchRecord
 from ptycho.study.checklist.result import ItemResult
+from ptycho.study.checklist.speed_evidence import SpeedEvidence
 from ptycho.study.conditions_view import ConditionRow
 from ptycho.study.estimate import Estimate
 from ptycho.study.json_record import JsonRecord, read_fields, write_fields
@@ -147,16 +148,20 @@ class StudyReport:
         return found.seed_comparisons() if found else {}
 
     @functools.cached_property
+    def speed(self) -> SpeedEvidence:
+        """The speed item's evidence as its record, read once (empty without the item)."""
+        return SpeedEvidence.from_json(self.evidence("speedup"))
+
+    @property
     def time_to_quality(self) -> dict[str, Comparison]:
         """The speed item's time-to-quality comparisons, by key (each XLA mode vs off at its
-        precision, each reduced precision vs float32 in its mode), read once."""
-        found = self.evidence("speedup").get("time_to_quality") or {}
-        return {key: Comparison.from_json(c) for key, c in found.items()}
+        precision, each reduced precision vs float32 in its mode)."""
+        return dict(self.speed.time_to_quality)
 
-    @functools.cached_property
+    @property
     def bench(self) -> BenchRecord:
-        """The benchmark record the speed item's evidence embeds, read once (empty without one)."""
-        return BenchRecord.of(self.evidence("speedup").get("bench", {}))
+        """The benchmark record the speed item's evidence embeds (empty without one)."""
+        return self.speed.bench_record
 
     def to_json(self) -> dict[str, Any]:
         """Its fields; the solver, conditions, probe and looks only when it has them."""

@@ -29,7 +29,6 @@ def speed_sentence(report: StudyReport) -> str:
     """XLA's own speed in one sentence: per precision, the fastest XLA mode's time to
     quality vs ``off`` at that precision with its interval, where it was timed, and the
     plain answer (faster, SLOWER, no measurable effect, not resolved)."""
-    ev = report.evidence("speedup")
     best: dict[str, Any] = {}  # per precision, the fastest measured XLA mode of the PINN
     for c in report.time_to_quality.values():
         if c.is_xla(SUBJECT) and c.measured and (c.precision not in best or c.ratio > best[c.precision].ratio):
@@ -40,7 +39,7 @@ def speed_sentence(report: StudyReport) -> str:
             + "; ".join(c.headline() for c in best.values())
             + "."
         )
-    words = ev.get("per_step", {}).get(ev.get("context", "alone"))
+    words = report.speed.per_step_words()
     if words:
         return f"Speed: XLA vs off at the same precision, per train step (no trained XLA pair), {words}."
     return "Speed: not measured (no PINN timings of off and an XLA mode at the same precision)."
@@ -178,7 +177,7 @@ def data_sentence(report: StudyReport) -> str:
 @reads_report
 def precision_sentence(report: StudyReport) -> str:
     """The precision's own effect (never counted as XLA's) in one sentence."""
-    words = report.evidence("speedup").get("precision") or ""
+    words = report.speed.precision
     outcomes = [
         f"{pair.words()}: amplitude {c['amp_ssim'].outcome}, phase {c['phase_ssim'].outcome}"
         for pair, c in _subject_comparisons(report, "precision")
@@ -207,7 +206,7 @@ def rest_lines(report: StudyReport) -> str:
         f"INCONCLUSIVE: {', '.join(unsettled)} (the evidence does not settle it; each item says what would)."
         * bool(unsettled),
     ]
-    rec = report.evidence("speedup").get("recommendation")
+    rec = report.speed.recommendation
     if rec:
         parts.append(rec + ".")
     if report.solver:

@@ -20,10 +20,9 @@ def text(report: StudyReport) -> str:
     from ptycho.study.bench.machine import machine_line
     from ptycho.study.ttq_comparison import NOT_RESOLVED
 
-    item = report.items["speedup"]
-    ev = item.evidence
+    item, ev = report.items["speedup"], report.speed
     roof = roofline_words(report.bench)
-    machine = machine_line(ev.get("machine", {}))
+    machine = machine_line(ev.machine)
     unresolved = [
         c
         for c in report.time_to_quality.values()
@@ -32,10 +31,10 @@ def text(report: StudyReport) -> str:
     parts = [
         item.summary,
         *(f"Why the time to quality is not resolved ({c.title}): {w}" for c in unresolved if (w := c.path_words())),
-        ev.get("cross_check_words"),
-        ev.get("batch"),
-        ev.get("precision"),
-        ev.get("recommendation"),
+        ev.cross_check_words,
+        ev.batch,
+        ev.precision,
+        ev.recommendation,
     ]
     text = ". ".join(p for p in parts if p)
     return f"{text}. {roof + ' ' if roof else ''}Benchmark machine: {machine}."
