@@ -129,6 +129,19 @@ def test_the_speed_items_evidence_is_its_record_key_for_key():
     assert record.bench_record.arms_of("pinn")  # the benchmark, as its own record
 
 
+def test_the_convergence_items_evidence_is_its_record_key_for_key():
+    from pathlib import Path
+
+    from ptycho.study.checklist.convergence import ConvergenceEvidence
+
+    check = json.loads((Path(__file__).parent / "data" / "smoke-study" / "checks" / "convergence.json").read_text())
+    record = ConvergenceEvidence.from_json(check["evidence"])
+    assert stored(record) == check["evidence"]
+    pair = next(iter(record.pairs.values()))
+    assert pair.reference in pair.decreased and all(c.outcome for c in record.comparisons.values())
+    assert all(len(arm["val"]) == len(arm["train"]) > 0 for group in record.curves.values() for arm in group.values())
+
+
 def test_the_quality_items_evidence_is_its_record_key_for_key():
     """The smoke study's quality check (a ground truth) reads as its evidence record and
     writes back the same JSON; the report's quality section reads the record."""

@@ -11,8 +11,10 @@ Collected from the trained models' ``model.json`` histories; no TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,13 +23,49 @@ from ptycho.study.arms import pairs
 from ptycho.study.checklist import seeds
 from ptycho.study.checklist.item import Inputs, Item
 from ptycho.study.checklist.result import FAIL, ItemResult, verdict
-from ptycho.study.stats import ALPHA, LOWER, NON_INFERIORITY, seed_comparison
+from ptycho.study.json_record import JsonRecord
+from ptycho.study.stats import ALPHA, LOWER, NON_INFERIORITY, SeedComparison, seed_comparison
 from ptycho.study.time_to_quality import common_floors
 from ptycho.study.training_record import Epoch
 from ptycho.study.ttq_comparison import raw_loss_words
 
 #: What the item compares, in its words.
 WHAT = "final validation loss above a perfect reconstruction's"
+
+
+@dataclass(frozen=True)
+class ConvergencePair(JsonRecord):
+    """One arm against its reference of the same seed (an XLA mode vs off at the same
+    precision, or a precision vs float32 in the same mode): their final validation losses
+    and whether each went down."""
+
+    mode: str = ""
+    precision: str = ""
+    arm: str = ""
+    reference: str = ""
+    final_val_loss: float = math.nan  #: NaN (null) for an arm without a good epoch
+    final_val_loss_off: float = math.nan  #: the reference's
+    relative_difference: float = math.nan  #: |arm - reference| / |reference|, raw loss
+    decreased: Mapping[str, bool] = field(default_factory=dict)  #: arm -> its loss went down
+    initial_val_loss: Mapping[str, float | None] = field(default_factory=dict)  #: arm -> before the first step
+
+
+#: (model, seed) -> mode and precision -> ``train`` and ``val`` losses per epoch
+Curves = Mapping[str, Mapping[str, Mapping[str, tuple[float, ...]]]]
+
+
+@dataclass(frozen=True)
+class ConvergenceEvidence(JsonRecord):
+    """What the convergence item measured, as its check writes it (``checks/convergence.json``,
+    the report's ``items.convergence.evidence``) and the report's section reads it."""
+
+    pairs: Mapping[str, ConvergencePair] = field(default_factory=dict)
+    #: comparison group -> the final excesses across seeds, judged
+    comparisons: Mapping[str, SeedComparison] = field(default_factory=dict)
+    threshold: float = math.nan  #: the relative margin
+    curves: Curves = field(default_factory=dict)
+    failed: Mapping[str, str] = field(default_factory=dict)  #: arm -> why its training FAILED
+    floors: Mapping[str, float] = field(default_factory=dict)  #: arm -> the loss floor its excess is over
 
 
 def loss_curves(histories: Mapping[str, Sequence[Epoch]]) -> dict[str, dict]:
@@ -84,28 +122,25 @@ def convergence(
     for pair in pairs(histories):
         arm, ref = pair.arm.name, pair.reference.name
         a, b = histories[arm], histories[ref]
-        record = {"mode": pair.arm.mode, "precision": pair.arm.precision, "arm": arm, "reference": ref}
+        record = ConvergencePair(pair.arm.mode, pair.arm.precision, arm, ref)
         if not a or not b:  # a diverged arm may have no good epoch at all
-            compared[pair.key] = {
-                **record,
-                "final_val_loss": a[-1].val_loss if a else None,
-                "final_val_loss_off": b[-1].val_loss if b else None,
-                "relative_difference": float("nan"),
-                "decreased": {},
-                "initial_val_loss": {},
-            }
+            compared[pair.key] = dataclasses.replace(
+                record,
+                final_val_loss=a[-1].val_loss if a else math.nan,
+                final_val_loss_off=b[-1].val_loss if b else math.nan,
+            )
             continue  # its NaN final loss makes the comparison below FAIL
         fa, fb = a[-1].val_loss, b[-1].val_loss
         went_down = {name: decreased(name, h) for name, h in ((arm, a), (ref, b))}
         all_decreased &= all(went_down.values())
-        compared[pair.key] = {
-            **record,
-            "final_val_loss": fa,
-            "final_val_loss_off": fb,
-            "relative_difference": abs(fa - fb) / max(abs(fb), 1e-12),
-            "decreased": went_down,
-            "initial_val_loss": {arm: initial.get(arm), ref: initial.get(ref)},
-        }
+        compared[pair.key] = dataclasses.replace(
+            record,
+            final_val_loss=fa,
+            final_val_loss_off=fb,
+            relative_difference=abs(fa - fb) / max(abs(fb), 1e-12),
+            decreased=went_down,
+            initial_val_loss={arm: initial.get(arm), ref: initial.get(ref)},
+        )
     # The verdict, as for quality: each arm's mean final excess over seeds against its
     # reference's, relative to the reference's mean, with its interval from the seed-to-seed spread.
     finals = {n: h[-1].val_loss - floors.get(n, 0.0) if h else float("nan") for n, h in histories.items()}
@@ -139,14 +174,14 @@ def convergence(
         threshold,
         "<=",
         summary,
-        {
-            "pairs": compared,
-            "comparisons": {k: c.to_json() for k, c in comparisons.items()},
-            "threshold": float(threshold),
-            "curves": loss_curves(histories),
-            "failed": failed,
-            "floors": floors,
-        },
+        ConvergenceEvidence(
+            pairs=compared,
+            comparisons=comparisons,
+            threshold=float(threshold),
+            curves=loss_curves(histories),
+            failed=failed,
+            floors=floors,
+        ).to_json(),
         status,
     )
 

@@ -3,6 +3,7 @@ and the loss curves (the judging: :mod:`ptycho.study.checklist.convergence`)."""
 
 from __future__ import annotations
 
+from ptycho.study.checklist.convergence import ConvergenceEvidence
 from ptycho.study.report.items import seeds
 from ptycho.study.report.record import StudyReport
 from ptycho.study.section import Figure, Section
@@ -11,7 +12,7 @@ from ptycho.study.tables import Table, fmt
 
 def tables(report: StudyReport) -> list[Table]:
     """The across-seed comparison (when there is one), then the per-seed final losses."""
-    ev = report.evidence("convergence")
+    ev = ConvergenceEvidence.from_json(report.evidence("convergence"))
     out = []
     found = report.seed_comparisons("convergence")
     if found:
@@ -24,12 +25,12 @@ def tables(report: StudyReport) -> list[Table]:
     rows = [
         [
             name,
-            fmt(p["final_val_loss"]),
-            fmt(p["final_val_loss_off"]),
-            fmt(p["relative_difference"]),
-            ", ".join(f"{arm}: {fmt(ok)}" for arm, ok in sorted(p["decreased"].items())),
+            fmt(p.final_val_loss),
+            fmt(p.final_val_loss_off),
+            fmt(p.relative_difference),
+            ", ".join(f"{arm}: {fmt(ok)}" for arm, ok in sorted(p.decreased.items())),
         ]
-        for name, p in sorted(ev.get("pairs", {}).items())
+        for name, p in sorted(ev.pairs.items())
     ]
     header = ["model, seed, mode", "final val loss (mode)", "final val loss (off)", "relative difference", "decreased"]
     return [*out, ("Per seed", header, rows)]
