@@ -295,25 +295,32 @@ def compare(
         inconclusive=max(len(missed.arm), len(missed.reference)) >= MISSES_INCONCLUSIVE,
         upper_bound=len(missed.arm) == len(arm),
         exponent=float(np.median(exponents)) if exponents else math.nan,
-        loss_spread=_loss_spread(arm, reference) if by_seed else math.nan,
+        loss_spread=_loss_spread(arm, reference, goal) if by_seed else math.nan,
     )
 
 
-def _loss_spread(arm: Sequence[Run], reference: Sequence[Run]) -> float:
-    """The standard deviation over paired seeds of the log of the arm's final excess over
-    the reference's: how far XLA's rounding moves a pair's final loss (the convergence
-    item's paired spread, in logs); NaN below two finished pairs above their floors."""
-    final = {
-        (side, r.seed): r.val_loss[-1] - r.floor
-        for side, runs in (("a", arm), ("r", reference))
-        for r in runs
-        if not r.failed
-    }
-    logs = [
-        math.log(final["a", s] / final["r", s])
-        for s in sorted({r.seed for r in arm})
-        if final.get(("a", s), 0) > 0 and final.get(("r", s), 0) > 0
-    ]
+def _loss_spread(arm: Sequence[Run], reference: Sequence[Run], goal: float) -> float:
+    """How far XLA's rounding moves a pair's loss near the target: per paired seed, the mean
+    over the readings from half to twice the reference's steps to ``goal`` of the log of
+    the arm's excess over the reference's at the same reading, and their standard deviation
+    over the pairs. Near the target, not at the end: where a training crosses early, its
+    pair's final losses have drifted further apart than they were at the crossing. NaN
+    below two pairs with such readings (a failed run, or a reference that never reached
+    the target, has none)."""
+    by_seed = {r.seed: r for r in reference if not r.failed}
+    logs = []
+    for a in arm:
+        r = by_seed.get(a.seed)
+        steps = None if a.failed or r is None else r.steps_to(goal)
+        if steps is None:
+            continue
+        excess = {
+            side: {t: v - run.floor for t, v in run.points() if steps / 2 <= t <= 2 * steps and v > run.floor}
+            for side, run in (("a", a), ("r", r))
+        }
+        common = sorted(set(excess["a"]) & set(excess["r"]))
+        if common:
+            logs.append(float(np.mean([math.log(excess["a"][t] / excess["r"][t]) for t in common])))
     return float(np.std(logs, ddof=1)) if len(logs) >= 2 else math.nan
 
 

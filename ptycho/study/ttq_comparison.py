@@ -181,8 +181,9 @@ class Comparison:
     #: near the target the validation loss's excess falls as steps^-exponent (the median
     #: over the runs that reached it, :meth:`ptycho.study.time_to_quality.Run.exponent_near`)
     exponent: float = math.nan
-    #: paired seeds: the standard deviation of the log of the arm's final excess over the
-    #: reference's (the convergence item's paired spread, in logs)
+    #: paired seeds: the standard deviation over the pairs of the log of the arm's excess
+    #: over the reference's near the target (mean over the readings from half to twice the
+    #: reference's steps to it)
     loss_spread: float = math.nan
 
     # ------------------------------------------------------------------ identity
@@ -334,7 +335,7 @@ class Comparison:
         """Why the steps to the target move from pair to pair, in words, or ``""`` without
         two pairs that both reached the target, a measured :attr:`exponent` and a
         :meth:`resolvable_gain`: the learning curve's slope near the target turns the
-        pairs' spread in final excess over the loss floor (:attr:`loss_spread`) into a
+        pairs' spread in excess over the loss floor near it (:attr:`loss_spread`) into a
         spread in steps about 1/exponent times larger, and this many seeds resolve only a
         gain above :meth:`resolvable_gain` (docs/report.md, the speedup item)."""
         import numpy as np
@@ -347,7 +348,7 @@ class Comparison:
         loss = ""
         if math.isfinite(self.loss_spread):
             loss = (
-                f"; the pairs' final excesses differ by {100 * self.loss_spread:.1f} % (sd of their log ratios), "
+                f"; the pairs' excesses near the target differ by {100 * self.loss_spread:.1f} % (sd of their log ratios), "
                 f"about {100 * self.loss_spread / b:.2g} % in steps"
             )
         return (
