@@ -668,6 +668,20 @@ def test_a_precision_that_is_faster_without_xla_does_not_pass_the_speed_item():
     assert "is off at bf16, 2.00x (95% CI" in ev["recommendation"] and "(the precision's alone)" in ev["recommendation"]
 
 
+def test_nothing_shown_faster_than_off_at_float32_recommends_off_at_float32():
+    """A machine where every other configuration is slower per step (an AVX2 CPU whose
+    bfloat16 is emulated, XLA no help): the recommendation is the reference itself, and the
+    best other configuration is named with its interval, not recommended."""
+    arms = _precision_arms()
+    for i, step in enumerate((0.100, 0.104, 0.300, 0.290)):  # off fp32 first; the rest slower
+        arms[i] = dict(arms[i], step_samples_s=[step * (1 + 0.001 * k) for k in range(20)])
+        arms[i]["step_s"] = stats.quartiles(arms[i]["step_samples_s"])
+    words = speedup(_record(arms), 1.0).evidence["recommendation"]
+    assert words.startswith("Recommendation for this machine kind (Test CPU")
+    assert "off at fp32, the reference; no other PINN configuration is shown faster per step alone" in words
+    assert "(the fastest, jit, 0.96x (95% CI" in words and ": SLOWER)" in words
+
+
 def test_the_speedup_text_says_how_close_the_fastest_arm_is_to_the_peak():
     from ptycho.study.report.items.speedup import text
 

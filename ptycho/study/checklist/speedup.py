@@ -161,7 +161,10 @@ def precision_finding(bench: BenchRecord, ttq_records: Mapping[str, ttc.Comparis
 
 def recommendation(bench: BenchRecord, context: str) -> str:
     """The fastest configuration per step on this machine, both axes at once, labelled as a
-    recommendation (it is not XLA's effect); empty without a benchmark."""
+    recommendation (it is not XLA's effect); empty without a benchmark. A configuration is
+    recommended over ``off`` at float32 only where the benchmark shows it faster (its
+    interval above 1); otherwise the reference itself is, and the best other one is named
+    with its interval."""
     from ptycho.study.bench import arm_words
     from ptycho.study.bench.machine import flags_words
     from ptycho.study.bench.result import fastest_overall
@@ -176,11 +179,20 @@ def recommendation(bench: BenchRecord, context: str) -> str:
     whose = {(True, True): "XLA and precision together", (True, False): "the precision's alone"}.get(
         (reduced, xla), "XLA's alone"
     )
-    return (
+    head = (
         f"Recommendation for this machine kind ({bench.machine.get('cpu', 'CPU not recorded')}"
-        f"{flags_words(bench.machine)}): the fastest PINN "
-        f"configuration per step {CONTEXT_WORDS.get(context, context)} is {arm_words(bench, SUBJECT, arm)}, "
-        f"{ratio_words(r)} {REFERENCE} at {short(REFERENCE_PRECISION)} ({whose})"
+        f"{flags_words(bench.machine)}): "
+    )
+    where = CONTEXT_WORDS.get(context, context)
+    reference = f"{REFERENCE} at {short(REFERENCE_PRECISION)}"
+    if effect_words(r) != ttc.FASTER:  # not shown faster than the reference: recommend the reference
+        return (
+            f"{head}{reference}, the reference; no other PINN configuration is shown faster per step {where} "
+            f"(the fastest, {arm_words(bench, SUBJECT, arm)}, {ratio_words(r)} {reference}: {effect_words(r)})"
+        )
+    return (
+        f"{head}the fastest PINN configuration per step {where} is {arm_words(bench, SUBJECT, arm)}, "
+        f"{ratio_words(r)} {reference} ({whose})"
     )
 
 
