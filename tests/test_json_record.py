@@ -155,13 +155,14 @@ def test_the_quality_items_evidence_is_its_record_key_for_key():
     assert stored(record) == check["evidence"]
     assert record.per_arm and record.arm_differences and record.pinn_minus_baseline
     assert all(c.outcome for per in record.comparisons.values() for c in per.values())
-    # The arms scored against each other (no ground truth) carry the same scores as against a truth.
-    import dataclasses
-
+    # The arms scored against each other (no ground truth) carry the same scores as against a
+    # truth, flat beside the two arms, a null score read as NaN and written as null again.
     from ptycho.study.checklist.agreement import COLUMNS
     from ptycho.study.checklist.quality_evidence import BetweenArms
 
-    assert [f.name for f in dataclasses.fields(BetweenArms)][2:] == list(COLUMNS)
+    flat = {"arm": "pinn-jit-s0", "reference": "pinn-off-s0", **dict.fromkeys(COLUMNS, 0.5), "amp_psnr": None}
+    pair = BetweenArms.from_json(flat)
+    assert stored(pair) == flat and pair.score("amp_ssim") == 0.5 and math.isnan(pair.score("amp_psnr"))
 
 
 def test_a_null_where_a_field_cannot_be_null_reads_as_its_default_and_an_empty_record_entry_as_none():

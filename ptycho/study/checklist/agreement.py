@@ -129,7 +129,7 @@ def agreement(
     per_arm = {name: {k: stored_number(r.get("mean", {}).get(k)) for k in OWN} for name, r in sorted(records.items())}
     found = pairs(per_arm)
     scores = {
-        p.key: BetweenArms.of(p.arm.name, p.reference.name, between(images[p.arm.name], images[p.reference.name]))
+        p.key: BetweenArms(p.arm.name, p.reference.name, between(images[p.arm.name], images[p.reference.name]))
         for p in found
     }
     by_names = {(s.arm, s.reference): s for s in scores.values()}

@@ -54,27 +54,27 @@ class QualityEvidence(JsonRecord):
 @dataclass(frozen=True)
 class BetweenArms(JsonRecord):
     """One arm's reconstruction scored against its reference arm's (same seed) as against a
-    truth (:func:`ptycho.study.checklist.agreement.between`): the :data:`~ptycho.study.
-    checklist.agreement.COLUMNS` scores, 1 (SSIM) for the same reconstruction."""
+    truth (:func:`ptycho.study.checklist.agreement.between`): its scores, 1 (SSIM) for the
+    same reconstruction. Stored flat, the scores beside ``arm`` and ``reference``; which
+    scores they are is :data:`~ptycho.study.checklist.agreement.COLUMNS`'s, not this
+    record's."""
 
     arm: str
     reference: str
-    amp_ssim: float = math.nan
-    phase_ssim: float = math.nan
-    amp_psnr: float = math.nan
-    phase_psnr: float = math.nan
-    amp_mae: float = math.nan
-    phase_mae: float = math.nan
-    amp_frc50: float = math.nan
-    phase_frc50: float = math.nan
-
-    @classmethod
-    def of(cls, arm: str, reference: str, scores: Scores) -> BetweenArms:
-        return cls(arm, reference, **{k: float(v) for k, v in scores.items()})
+    scores: Scores = field(default_factory=dict)
 
     def score(self, key: str) -> float:
-        """The score named ``key`` (a :data:`~ptycho.study.checklist.agreement.COLUMNS` key)."""
-        return float(getattr(self, key))
+        """The score named ``key`` (NaN when it was not scored)."""
+        value = self.scores.get(key)
+        return math.nan if value is None else float(value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arm": self.arm, "reference": self.reference, **self.scores}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BetweenArms:
+        scores = {k: math.nan if v is None else float(v) for k, v in d.items() if k not in ("arm", "reference")}
+        return cls(str(d["arm"]), str(d["reference"]), scores)
 
 
 @dataclass(frozen=True)
