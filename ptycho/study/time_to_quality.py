@@ -112,6 +112,12 @@ class Run:
             previous = (step, excess)
         return None
 
+    def excesses(self, low: float, high: float = math.inf) -> dict[float, float]:
+        """Step -> the validation loss's excess over the floor, for the readings from step
+        ``low`` to ``high`` (after the first step) that lie above the floor: what a log of
+        the excess can be taken of."""
+        return {t: v - self.floor for t, v in self.points() if low <= t <= high and t > 0 and v > self.floor}
+
     def exponent_near(self, target: float) -> float:
         """How steeply the validation loss falls near ``target``: ``b`` in excess ~ steps^-b,
         a least-squares line through log excess against log step over the readings from half
@@ -123,10 +129,10 @@ class Run:
         steps = None if self.failed else self.steps_to(target)
         if steps is None:
             return math.nan
-        near = np.array([(t, v - self.floor) for t, v in self.points() if t >= steps / 2 and t > 0 and v > self.floor])
-        if len(near) < 3 or np.ptp(near[:, 0]) == 0:
+        near = self.excesses(steps / 2)
+        if len(near) < 3:
             return math.nan
-        return float(-np.polyfit(np.log(near[:, 0]), np.log(near[:, 1]), 1)[0])
+        return float(-np.polyfit(np.log(list(near)), np.log(list(near.values())), 1)[0])
 
     def reach(self, target: float) -> Reach:
         """Steps and seconds to ``target`` (the whole training when it is never reached, the
@@ -314,13 +320,10 @@ def _loss_spread(arm: Sequence[Run], reference: Sequence[Run], goal: float) -> f
         steps = None if a.failed or r is None else r.steps_to(goal)
         if steps is None:
             continue
-        excess = {
-            side: {t: v - run.floor for t, v in run.points() if steps / 2 <= t <= 2 * steps and v > run.floor}
-            for side, run in (("a", a), ("r", r))
-        }
-        common = sorted(set(excess["a"]) & set(excess["r"]))
+        mine, theirs = a.excesses(steps / 2, 2 * steps), r.excesses(steps / 2, 2 * steps)
+        common = sorted(set(mine) & set(theirs))
         if common:
-            logs.append(float(np.mean([math.log(excess["a"][t] / excess["r"][t]) for t in common])))
+            logs.append(float(np.mean([math.log(mine[t] / theirs[t]) for t in common])))
     return float(np.std(logs, ddof=1)) if len(logs) >= 2 else math.nan
 
 

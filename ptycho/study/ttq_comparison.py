@@ -320,20 +320,16 @@ class Comparison:
     def resolvable_gain(self) -> float:
         """The smallest ratio these paired seeds would show faster at :attr:`level`, if
         their log ratios kept their spread: exp(t * sd / sqrt(n)), the t interval's half
-        width (:func:`t_log_ratios`). A gain per step below it cannot be shown by time to
-        quality at this many seeds unless the steps to the target move less. NaN unless
-        the interval is a finite t interval on the paired log ratios of every seed."""
-        from scipy import stats
-
-        logs = self._t_logs()
-        if logs is None:
-            return math.nan
-        n = len(logs)
-        return math.exp(float(stats.t.ppf(0.5 + self.level / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n)))
+        width, which is the interval's own ratio over its lower end (:func:`t_log_ratios`).
+        A gain per step below it cannot be shown by time to quality at this many seeds
+        unless the steps to the target move less. NaN unless the interval is a finite t
+        interval on the paired log ratios of every seed."""
+        return math.nan if self._t_logs() is None else self.ratio / self.low
 
     def path_words(self) -> str:
-        """Why the steps to the target move from pair to pair, in words, or ``""`` without
-        two pairs that both reached the target, a measured :attr:`exponent` and a
+        """Why the steps to the target move from pair to pair, in words, or ``""`` where
+        seeds that missed the target (:attr:`inconclusive`, :attr:`upper_bound`) are why,
+        or without two pairs that both reached it, a measured :attr:`exponent` and a
         :meth:`resolvable_gain`: the learning curve's slope near the target turns the
         pairs' spread in excess over the loss floor near it (:attr:`loss_spread`) into a
         spread in steps about 1/exponent times larger, and this many seeds resolve only a
@@ -343,7 +339,8 @@ class Comparison:
         arm, reference = self.log_steps_to_target()  # a miss's steps are its whole training, not a path
         logs = [arm[s] - reference[s] for s in sorted(set(arm) & set(reference))]
         gain, b = self.resolvable_gain(), self.exponent
-        if len(logs) < 2 or not (math.isfinite(b) and b > 0 and math.isfinite(gain)):
+        missed = self.inconclusive or self.upper_bound
+        if missed or len(logs) < 2 or not (math.isfinite(b) and b > 0 and math.isfinite(gain)):
             return ""
         loss = ""
         if math.isfinite(self.loss_spread):
@@ -356,7 +353,7 @@ class Comparison:
             f"smaller takes about {1 / b:.2g} % more steps{loss}, and the steps to the target differ by "
             f"{100 * float(np.std(logs, ddof=1)):.2g} % between the pairs that reached it (sd of their log ratios). "
             f"With {len(self.arm)} paired seeds the time to quality's interval shows a gain only from {gain:.2f}x "
-            f"up; per step {self.mode or 'this mode'} runs at {self.factors()[0].ratio:.2f}x "
+            f"up; per step {self.mode or 'this mode'} runs at {self.per_step:.2f}x "
             f"{self.reference_mode or 'its reference'}'s speed"
         )
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ptycho.study.bench.record import BenchRecord
 from ptycho.study.bench.result import CrossCheck
 from ptycho.study.json_record import JsonRecord, write_fields
 from ptycho.study.ttq_comparison import Comparison
@@ -63,10 +64,8 @@ class SpeedEvidence(JsonRecord):
     training_jobs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @functools.cached_property
-    def bench_record(self):
-        """The benchmark as its record (:class:`~ptycho.study.bench.record.BenchRecord`)."""
-        from ptycho.study.bench.record import BenchRecord
-
+    def bench_record(self) -> BenchRecord:
+        """The benchmark as its record, read once."""
         return BenchRecord.of(self.bench)
 
     def per_step_words(self) -> str:

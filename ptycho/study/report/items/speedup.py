@@ -23,11 +23,7 @@ def text(report: StudyReport) -> str:
     item, ev = report.items["speedup"], report.speed
     roof = roofline_words(report.bench)
     machine = machine_line(ev.machine)
-    unresolved = [
-        c
-        for c in report.time_to_quality.values()
-        if c.is_xla() and c.answer == NOT_RESOLVED and not (c.inconclusive or c.upper_bound)
-    ]  # not resolved by the seeds' spread, not by seeds that missed the target
+    unresolved = [c for c in report.time_to_quality.values() if c.is_xla() and c.answer == NOT_RESOLVED]
     parts = [
         item.summary,
         *(f"Why the time to quality is not resolved ({c.title}): {w}" for c in unresolved if (w := c.path_words())),
