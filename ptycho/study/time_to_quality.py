@@ -125,14 +125,22 @@ class Run:
         difference in loss is a large one in steps (1 % less loss takes 1/b % more steps),
         which is why XLA's rounding, moving each pair's loss by a percent or two, moves its
         steps to the target by several (docs/report.md, the speedup item). NaN when it never
-        reaches the target or fewer than three readings there lie above the floor."""
+        reaches the target or fewer than three readings there lie above the floor.
+
+        The line's slope in closed form, with ``math.log`` and exactly rounded sums
+        (``math.fsum``), not ``np.polyfit``: LAPACK's least squares and NumPy's SIMD
+        logarithm round differently on AVX2 and AVX-512 machines, and a record written on
+        one CPU kind must be read back equal on another (``tests/test_report_golden.py``)."""
         steps = None if self.failed else self.steps_to(target)
         if steps is None:
             return math.nan
         near = self.excesses(steps / 2)
         if len(near) < 3:
             return math.nan
-        return float(-np.polyfit(np.log(list(near)), np.log(list(near.values())), 1)[0])
+        x = [math.log(t) for t in near]
+        y = [math.log(v) for v in near.values()]
+        mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+        return -math.fsum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / math.fsum((a - mx) ** 2 for a in x)
 
     def reach(self, target: float) -> Reach:
         """Steps and seconds to ``target`` (the whole training when it is never reached, the
