@@ -11,6 +11,7 @@ synchronisation, on exact patches (its cost does not depend on their content).
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 import time
 from collections.abc import Sequence
@@ -19,9 +20,19 @@ import numpy as np
 
 
 def slope(sizes: Sequence[float], seconds: Sequence[float]) -> float:
-    """Least-squares slope of log(seconds) against log(sizes): the growth exponent."""
-    x, y = np.log(np.asarray(sizes, float)), np.log(np.asarray(seconds, float))
-    return float(np.polyfit(x, y, 1)[0]) if len(x) > 1 else float("nan")
+    """Least-squares slope of log(seconds) against log(sizes): the growth exponent (also
+    a learning curve's, :meth:`ptycho.study.time_to_quality.Run.exponent_near`); NaN below
+    two points.
+
+    In closed form with ``math.log`` and exactly rounded sums (``math.fsum``), not
+    ``np.polyfit``: LAPACK's least squares and NumPy's SIMD logarithm round differently
+    on AVX2 and AVX-512 machines, and a record written on one CPU kind must read back
+    equal on another (``tests/test_report_golden.py``)."""
+    if len(sizes) < 2:
+        return math.nan
+    x, y = [math.log(s) for s in sizes], [math.log(t) for t in seconds]
+    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    return math.fsum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / math.fsum((a - mx) ** 2 for a in x)
 
 
 def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = False) -> dict:

@@ -56,6 +56,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from ptycho.study.scaling import slope
 from ptycho.study.training_record import TrainingRecord
 from ptycho.study.ttq_comparison import BOOTSTRAP, T_LOG_RATIOS, Comparison, Reach, Sides, t_log_ratios
 
@@ -125,22 +126,14 @@ class Run:
         difference in loss is a large one in steps (1 % less loss takes 1/b % more steps),
         which is why XLA's rounding, moving each pair's loss by a percent or two, moves its
         steps to the target by several (docs/report.md, the speedup item). NaN when it never
-        reaches the target or fewer than three readings there lie above the floor.
-
-        The line's slope in closed form, with ``math.log`` and exactly rounded sums
-        (``math.fsum``), not ``np.polyfit``: LAPACK's least squares and NumPy's SIMD
-        logarithm round differently on AVX2 and AVX-512 machines, and a record written on
-        one CPU kind must be read back equal on another (``tests/test_report_golden.py``)."""
+        reaches the target or fewer than three readings there lie above the floor."""
         steps = None if self.failed else self.steps_to(target)
         if steps is None:
             return math.nan
         near = self.excesses(steps / 2)
         if len(near) < 3:
             return math.nan
-        x = [math.log(t) for t in near]
-        y = [math.log(v) for v in near.values()]
-        mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
-        return -math.fsum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / math.fsum((a - mx) ** 2 for a in x)
+        return -slope(list(near), list(near.values()))
 
     def reach(self, target: float) -> Reach:
         """Steps and seconds to ``target`` (the whole training when it is never reached, the
