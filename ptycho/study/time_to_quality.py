@@ -18,7 +18,9 @@ as time to quality"; the target: docs/report.md), each training is timed to a qu
   per epoch, ``model.json`` ``val_curve``; once per epoch in older records, and before
   the first step) first crosses it, interpolated linearly between the two readings
   around the crossing: a fraction of an epoch, not the whole epoch in which it fell
-  (which made one seed's 0.2 % flip a whole epoch and the whole ratio);
+  (which made one seed's 0.2 % flip a whole epoch and the whole ratio). The curve is read
+  through its readings' noise (:mod:`ptycho.study.loss_curve`), the target's final
+  excesses too: a single reading's 3 % dip where the curve is flat is 15 % in steps;
 * **time to the target**: those steps times the training's own median step time, which
   was measured in the pipeline's own schedule (the trainings that ran beside it);
   compilation (the first step) is reported apart and added in a second figure;
@@ -56,6 +58,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from ptycho.study.loss_curve import read_through
 from ptycho.study.scaling import slope
 from ptycho.study.training_record import TrainingRecord
 from ptycho.study.ttq_comparison import BOOTSTRAP, T_LOG_RATIOS, Comparison, Reach, Sides, t_log_ratios
@@ -98,12 +101,26 @@ class Run:
         start = [(0.0, self.initial_val_loss)] if math.isfinite(self.initial_val_loss) else []
         return start + [(float(t), float(v)) for t, v in read if math.isfinite(v)]
 
+    def read(self) -> list[tuple[float, float]]:
+        """The validation curve read through its readings' noise
+        (:func:`ptycho.study.loss_curve.read_through`): what the target and the crossing
+        are read on. An older record's epochs' ends alone are kept as read: a few readings
+        an epoch apart would average the curve's bend, not its noise."""
+        return read_through(self.points()) if self.curve else self.points()
+
+    @property
+    def final_loss(self) -> float:
+        """The validation loss the training ended at, read through its last readings."""
+        read = self.read()
+        return read[-1][1] if read else math.nan
+
     def steps_to(self, target: float) -> float | None:
-        """The step at which the validation loss first comes to ``target`` above the floor
-        (as :func:`compare` settles it for the runs it compares), interpolated linearly
-        between the readings around the crossing; at least one step."""
+        """The step at which the validation curve, read through its readings' noise
+        (:meth:`read`), first comes to ``target`` above the floor (as :func:`compare`
+        settles it for the runs it compares), interpolated linearly between the readings
+        around the crossing; at least one step."""
         previous = None
-        for step, loss in self.points():
+        for step, loss in self.read():
             excess = loss - self.floor
             if excess <= target:
                 if previous is None:  # at or below it before the first step
@@ -192,9 +209,10 @@ def runs_of(records: Sequence[TrainingRecord | Mapping]) -> list[Run]:
 
 def target(reference: Sequence[Run], margin: float) -> float:
     """The quality target, an excess over the floor: the reference runs' mean final excess
-    plus ``margin`` times their mean loss drop (initial minus final); valid for any loss."""
-    finals = np.array([r.val_loss[-1] - r.floor for r in reference], dtype=np.float64)
-    drops = np.array([r.initial_val_loss - r.val_loss[-1] for r in reference], dtype=np.float64)
+    (each read through its last readings, :attr:`Run.final_loss`) plus ``margin`` times
+    their mean loss drop (initial minus final); valid for any loss."""
+    finals = np.array([r.final_loss - r.floor for r in reference], dtype=np.float64)
+    drops = np.array([r.initial_val_loss - r.final_loss for r in reference], dtype=np.float64)
     return float(finals.mean() + margin * max(float(drops.mean()), 0.0))
 
 

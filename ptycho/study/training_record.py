@@ -22,12 +22,14 @@ whole for what needs all of it (the network's configs, :func:`ptycho.nets.train.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ptycho.artifacts import stored_number as _number
 from ptycho.study.arms import Arm
+from ptycho.study.loss_curve import read_through
 
 #: A training's status when it diverged or collapsed (``ptycho train`` writes it), and its
 #: reason when the record names none.
@@ -126,6 +128,16 @@ class TrainingRecord:
     def steps_per_epoch(self) -> int:
         """Steps per epoch, as the training split its epochs."""
         return max(1, self.n_train // self.batch_size)
+
+    @property
+    def final_val_loss(self) -> float | None:
+        """The validation loss the training ended at, read through its last readings
+        (:func:`ptycho.study.loss_curve.read_through` of ``val_curve``; the last epoch's as
+        read when the record has no curve); None before the first epoch ended."""
+        if not self.history:
+            return None
+        curve = [(float(t), v) for t, v in self.val_curve if math.isfinite(v)]
+        return read_through(curve)[-1][1] if curve else self.history[-1].val_loss
 
     @property
     def final(self) -> Mapping[str, Any] | None:

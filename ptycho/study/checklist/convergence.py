@@ -1,6 +1,6 @@
 """Checklist item *convergence*: every arm's loss decreased, and each XLA mode ends where
 ``off`` ends, each reduced precision where float32 ends: the final validation loss's
-excess over the loss of a perfect reconstruction (the true object's, through the same
+(read through the last readings' noise, :mod:`ptycho.study.loss_curve`) excess over the loss of a perfect reconstruction (the true object's, through the same
 physics and loss: ``loss_bounds.floor`` of ``model.json``), relative to the reference's
 mean excess, across seeds. The excess, not the loss itself: the Poisson negative
 log-likelihood sits at an offset set by the counts (about -2.2 at 1e4 photons), so a
@@ -43,7 +43,8 @@ class ConvergencePair(JsonRecord):
     precision: str = ""
     arm: str = ""
     reference: str = ""
-    final_val_loss: float = math.nan  #: NaN (null) for an arm without a good epoch
+    #: read through its last readings; NaN (null) for an arm without a good epoch
+    final_val_loss: float = math.nan
     final_val_loss_off: float = math.nan  #: the reference's
     relative_difference: float = math.nan  #: |arm - reference| / |reference|, raw loss
     decreased: Mapping[str, bool] = field(default_factory=dict)  #: arm -> its loss went down
@@ -91,6 +92,7 @@ def convergence(
     floors: Mapping[str, float | None] | None = None,
     test: str = NON_INFERIORITY,
     alpha: float = ALPHA,
+    final: Mapping[str, float | None] | None = None,
 ) -> ItemResult:
     """Final validation losses of each mode's arm vs the ``off`` arm of the same model,
     precision and seed, and of each reduced precision's arm vs float32 (same model, mode and
@@ -104,7 +106,10 @@ def convergence(
     and says so, whatever the other arms did. ``floors`` maps an arm to the loss a perfect
     reconstruction has on its validation split; the arms are compared by their excess
     over it, or all in raw loss when some record none (:func:`common_floors`; the summary
-    names them). ``test``: non-inferiority (an arm's excess NOT WORSE, i.e. not higher than
+    names them). ``final`` maps an arm to the validation loss it ended at, read through its
+    last readings (:attr:`ptycho.study.training_record.TrainingRecord.final_val_loss`: one
+    reading is where the last step left the weights, 3 % off the curve on the default);
+    an arm without one ends at its last epoch's reading. ``test``: non-inferiority (an arm's excess NOT WORSE, i.e. not higher than
     its reference's by more than ``threshold`` of it) or equivalence (two-sided).
     """
     histories = {n: tuple(map(Epoch.of, h)) for n, h in histories.items()}
@@ -112,10 +117,20 @@ def convergence(
     failed = dict(failed or {})
     floors, unfloored = common_floors({n: (floors or {}).get(n) for n in histories})
 
+    given = dict(final or {})
+
+    def end(arm: str) -> float:
+        """The validation loss ``arm`` ended at (NaN: no good epoch)."""
+        h = histories[arm]
+        if not h:
+            return math.nan
+        f = given.get(arm)
+        return f if f is not None and math.isfinite(f) else h[-1].val_loss
+
     def decreased(arm: str, h: Sequence[Epoch]) -> bool:
         start = initial.get(arm)
-        if start is not None and math.isfinite(start) and math.isfinite(h[-1].val_loss):
-            return h[-1].val_loss < start
+        if start is not None and math.isfinite(start) and math.isfinite(end(arm)):
+            return end(arm) < start
         return h[-1].train_loss < h[0].train_loss
 
     compared, all_decreased = {}, True
@@ -126,11 +141,11 @@ def convergence(
         if not a or not b:  # a diverged arm may have no good epoch at all
             compared[pair.key] = dataclasses.replace(
                 record,
-                final_val_loss=a[-1].val_loss if a else math.nan,
-                final_val_loss_off=b[-1].val_loss if b else math.nan,
+                final_val_loss=end(arm),
+                final_val_loss_off=end(ref),
             )
             continue  # its NaN final loss makes the comparison below FAIL
-        fa, fb = a[-1].val_loss, b[-1].val_loss
+        fa, fb = end(arm), end(ref)
         went_down = {name: decreased(name, h) for name, h in ((arm, a), (ref, b))}
         all_decreased &= all(went_down.values())
         compared[pair.key] = dataclasses.replace(
@@ -143,7 +158,7 @@ def convergence(
         )
     # The verdict, as for quality: each arm's mean final excess over seeds against its
     # reference's, relative to the reference's mean, with its interval from the seed-to-seed spread.
-    finals = {n: h[-1].val_loss - floors.get(n, 0.0) if h else float("nan") for n, h in histories.items()}
+    finals = {n: end(n) - floors.get(n, 0.0) for n in histories}
     comparisons, words = {}, []
     for g in seeds.seed_groups(histories):
         ref = float(np.mean([finals[n] for n in g.seeds_off.values()]))
@@ -196,6 +211,7 @@ def collect(inputs: Inputs, threshold: float) -> ItemResult:
         {arm.name: r.floor for arm, r in trained.items()},
         inputs.test,
         inputs.alpha,
+        {arm.name: r.final_val_loss for arm, r in trained.items()},
     )
 
 
