@@ -18,21 +18,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ptycho.study.stats import line
+
 
 def slope(sizes: Sequence[float], seconds: Sequence[float]) -> float:
     """Least-squares slope of log(seconds) against log(sizes): the growth exponent (also
     a learning curve's, :meth:`ptycho.study.time_to_quality.Run.exponent_near`); NaN below
     two points.
 
-    In closed form with ``math.log`` and exactly rounded sums (``math.fsum``), not
-    ``np.polyfit``: LAPACK's least squares and NumPy's SIMD logarithm round differently
-    on AVX2 and AVX-512 machines, and a record written on one CPU kind must read back
-    equal on another (``tests/test_report_golden.py``)."""
+    With ``math.log``, not NumPy's SIMD logarithm, and :func:`ptycho.study.stats.line`:
+    the same figure on every CPU kind."""
     if len(sizes) < 2:
         return math.nan
-    x, y = [math.log(s) for s in sizes], [math.log(t) for t in seconds]
-    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
-    return math.fsum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / math.fsum((a - mx) ** 2 for a in x)
+    return line([math.log(s) for s in sizes], [math.log(t) for t in seconds])[1]
 
 
 def run(sizes: Sequence[int], sim_cfg, model_cfg, train_cfg, progress: bool = False) -> dict:

@@ -30,6 +30,20 @@ def quartiles(values: Sequence[float]) -> dict:
     return {"median": float(med), "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "n": len(values)}
 
 
+def line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """The least-squares line through (``x``, ``y``): its value at x = 0 and its slope (the
+    mean of ``y`` and slope 0 when the ``x`` are all equal). In closed form with exactly
+    rounded sums (``math.fsum``), not ``np.polyfit``: LAPACK's least squares rounds
+    differently on AVX2 and AVX-512 machines, and a record written on one CPU kind must
+    read back equal on another (``tests/test_report_golden.py``). Used for a growth
+    exponent (:func:`ptycho.study.scaling.slope`) and for reading a loss curve
+    (:func:`ptycho.study.loss_curve.read_through`)."""
+    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    sxx = math.fsum((a - mx) ** 2 for a in x)
+    b = math.fsum((a - mx) * (c - my) for a, c in zip(x, y, strict=True)) / sxx if sxx else 0.0
+    return my - b * mx, b
+
+
 def iqr(values: Sequence[float]) -> float:
     """Interquartile range (third minus first quartile) of ``values``; NaN when empty."""
     return quartiles(values)["iqr"]
