@@ -33,7 +33,7 @@ def tables(report: StudyReport) -> list[Table]:
         for name, p in sorted(ev.pairs.items())
     ]
     header = ["model, seed, mode", "final val loss (mode)", "final val loss (off)", "relative difference", "decreased"]
-    return [*out, ("Per seed", header, rows)]
+    return [*out, ("Per seed (the final validation loss read through its last readings' noise)", header, rows)]
 
 
 def _draw_losses(inputs):

@@ -74,7 +74,8 @@ def ttq_table(report: StudyReport) -> Table:
                 ]
             )
     return (
-        "Time to quality (target: the reference's mean final validation loss above its floor, plus the margin times its loss drop)",
+        "Time to quality (target: the reference's mean final validation loss above its floor, plus the margin times its "
+        "loss drop; each curve read through its readings' noise)",
         [
             "comparison",
             "run",
