@@ -3,10 +3,10 @@
 Each reading of the validation loss is the loss of the weights that one minibatch step
 left: on the default PINN (Intel AMX, bf16, 7 seeds; docs/report.md) the readings scatter
 about 3 % (sd of log excess) around the curve they follow, reading to reading, with no
-memory (lag-one autocorrelation near 0), while a pair's curves differ by a persistent 1.5 %. Where the curve is flat
-(near the study's target the excess falls as steps^-0.2) a 3 % dip is 15 % in steps: the
-first raw reading under a target is set by the dip more than by the curve, and a final
-raw reading by where the last step left the weights. So time to quality and convergence
+memory (lag-one autocorrelation near 0), while a pair's curves differ by a persistent
+1.5 %. Where the curve is flat (near the study's target the excess falls as steps^-0.2)
+a 3 % dip is 15 % in steps: the first raw reading under a target is set by the dip more
+than by the curve, and a final raw reading by where the last step left the weights. So time to quality and convergence
 read the curve, not one reading: every reading after the first step is replaced by a
 least-squares line of loss against log step through the readings within a factor
 :data:`WINDOW` of its step, taken at its step (a local linear fit, as LOWESS without its

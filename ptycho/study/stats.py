@@ -31,8 +31,8 @@ def quartiles(values: Sequence[float]) -> dict:
 
 
 def line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """The least-squares line through (``x``, ``y``): its value at x = 0 and its slope (the
-    mean of ``y`` and slope 0 when the ``x`` are all equal). In closed form with exactly
+    """The least-squares line through (``x``, ``y``): its value at x = 0 and its slope (when
+    the ``x`` are all equal: the mean of ``y`` at any x, slope NaN). In closed form with exactly
     rounded sums (``math.fsum``), not ``np.polyfit``: LAPACK's least squares rounds
     differently on AVX2 and AVX-512 machines, and a record written on one CPU kind must
     read back equal on another (``tests/test_report_golden.py``). Used for a growth
@@ -40,7 +40,9 @@ def line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     (:func:`ptycho.study.loss_curve.read_through`)."""
     mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
     sxx = math.fsum((a - mx) ** 2 for a in x)
-    b = math.fsum((a - mx) * (c - my) for a, c in zip(x, y, strict=True)) / sxx if sxx else 0.0
+    if not sxx:
+        return my, math.nan
+    b = math.fsum((a - mx) * (c - my) for a, c in zip(x, y, strict=True)) / sxx
     return my - b * mx, b
 
 

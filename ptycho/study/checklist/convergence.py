@@ -1,8 +1,9 @@
 """Checklist item *convergence*: every arm's loss decreased, and each XLA mode ends where
 ``off`` ends, each reduced precision where float32 ends: the final validation loss's
-(read through the last readings' noise, :mod:`ptycho.study.loss_curve`) excess over the loss of a perfect reconstruction (the true object's, through the same
-physics and loss: ``loss_bounds.floor`` of ``model.json``), relative to the reference's
-mean excess, across seeds. The excess, not the loss itself: the Poisson negative
+(read through the last readings' noise, :mod:`ptycho.study.loss_curve`) excess over the
+loss of a perfect reconstruction (the true object's, through the same physics and loss:
+``loss_bounds.floor`` of ``model.json``), relative to the reference's mean excess, across
+seeds. The excess, not the loss itself: the Poisson negative
 log-likelihood sits at an offset set by the counts (about -2.2 at 1e4 photons), so a
 loss relative to itself would call any two trainings equal (docs/physics.md, section 7).
 
@@ -109,8 +110,9 @@ def convergence(
     names them). ``final`` maps an arm to the validation loss it ended at, read through its
     last readings (:attr:`ptycho.study.training_record.TrainingRecord.final_val_loss`: one
     reading is where the last step left the weights, 3 % off the curve on the default);
-    an arm without one ends at its last epoch's reading. ``test``: non-inferiority (an arm's excess NOT WORSE, i.e. not higher than
-    its reference's by more than ``threshold`` of it) or equivalence (two-sided).
+    an arm without one ends at its last epoch's reading. ``test``: non-inferiority (an
+    arm's excess NOT WORSE, i.e. not higher than its reference's by more than
+    ``threshold`` of it) or equivalence (two-sided).
     """
     histories = {n: tuple(map(Epoch.of, h)) for n, h in histories.items()}
     initial = dict(initial or {})
