@@ -132,3 +132,11 @@ def test_a_record_without_a_curve_ends_at_its_last_epochs_reading():
     rec = TrainingRecord.of(meta)
     assert rec.final_val_loss == rec.history[-1].val_loss
     assert TrainingRecord.of(dict(meta, history=[])).final_val_loss is None
+
+
+def test_the_line_through_points_is_exact_and_has_no_slope_without_spread_in_x():
+    from ptycho.study.stats import line
+
+    assert line([1.0, 2.0, 3.0], [5.0, 7.0, 9.0]) == (3.0, 2.0)
+    at, slope = line([2.0, 2.0], [1.0, 3.0])
+    assert at == 2.0 and math.isnan(slope)
