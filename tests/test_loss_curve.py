@@ -102,7 +102,7 @@ def test_time_to_quality_reads_the_target_and_the_crossing_on_the_read_curve():
     drop = np.mean([m["initial_val_loss"] for m in off]) - np.mean(finals)
     assert goal == pytest.approx(np.mean(finals) - FLOOR + 0.05 * drop)
     assert runs[0].final_loss == pytest.approx(finals[0]) != off[0]["val_curve"][-1]["val_loss"]
-    assert runs[0].steps_to(goal) == pytest.approx(_first_crossing(runs[0].read(), goal + FLOOR))
+    assert runs[0].steps_to(goal) == pytest.approx(_first_crossing(list(runs[0].read), goal + FLOOR))
     c = ttq.compare(ttq.runs_of(jit), runs, 0.05)
     assert c.per_step == pytest.approx(1.0) and 0.8 < c.steps_ratio < 1.25  # one curve, its noise alone
 

@@ -51,6 +51,7 @@ Pure NumPy; no TensorFlow. :func:`runs_of` reads the trainings' ``model.json`` r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -101,26 +102,26 @@ class Run:
         start = [(0.0, self.initial_val_loss)] if math.isfinite(self.initial_val_loss) else []
         return start + [(float(t), float(v)) for t, v in read if math.isfinite(v)]
 
-    def read(self) -> list[tuple[float, float]]:
+    @functools.cached_property
+    def read(self) -> tuple[tuple[float, float], ...]:
         """The validation curve read through its readings' noise
         (:func:`ptycho.study.loss_curve.read_through`): what the target and the crossing
-        are read on. An older record's epochs' ends alone are kept as read: a few readings
-        an epoch apart would average the curve's bend, not its noise."""
-        return read_through(self.points()) if self.curve else self.points()
+        are read on, read once per run. An older record's epochs' ends alone are kept as
+        read: a few readings an epoch apart would average the curve's bend, not its noise."""
+        return tuple(read_through(self.points()) if self.curve else self.points())
 
     @property
     def final_loss(self) -> float:
         """The validation loss the training ended at, read through its last readings."""
-        read = self.read()
-        return read[-1][1] if read else math.nan
+        return self.read[-1][1] if self.read else math.nan
 
     def steps_to(self, target: float) -> float | None:
         """The step at which the validation curve, read through its readings' noise
-        (:meth:`read`), first comes to ``target`` above the floor (as :func:`compare`
+        (:attr:`read`), first comes to ``target`` above the floor (as :func:`compare`
         settles it for the runs it compares), interpolated linearly between the readings
         around the crossing; at least one step."""
         previous = None
-        for step, loss in self.read():
+        for step, loss in self.read:
             excess = loss - self.floor
             if excess <= target:
                 if previous is None:  # at or below it before the first step

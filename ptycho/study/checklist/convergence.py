@@ -119,20 +119,17 @@ def convergence(
     failed = dict(failed or {})
     floors, unfloored = common_floors({n: (floors or {}).get(n) for n in histories})
 
+    # The validation loss each arm ended at (NaN: no good epoch): as given, else its last reading.
     given = dict(final or {})
-
-    def end(arm: str) -> float:
-        """The validation loss ``arm`` ended at (NaN: no good epoch)."""
-        h = histories[arm]
-        if not h:
-            return math.nan
-        f = given.get(arm)
-        return f if f is not None and math.isfinite(f) else h[-1].val_loss
+    end = {
+        n: (f if (f := given.get(n)) is not None and math.isfinite(f) else h[-1].val_loss) if h else math.nan
+        for n, h in histories.items()
+    }
 
     def decreased(arm: str, h: Sequence[Epoch]) -> bool:
         start = initial.get(arm)
-        if start is not None and math.isfinite(start) and math.isfinite(end(arm)):
-            return end(arm) < start
+        if start is not None and math.isfinite(start) and math.isfinite(end[arm]):
+            return end[arm] < start
         return h[-1].train_loss < h[0].train_loss
 
     compared, all_decreased = {}, True
@@ -143,11 +140,11 @@ def convergence(
         if not a or not b:  # a diverged arm may have no good epoch at all
             compared[pair.key] = dataclasses.replace(
                 record,
-                final_val_loss=end(arm),
-                final_val_loss_off=end(ref),
+                final_val_loss=end[arm],
+                final_val_loss_off=end[ref],
             )
             continue  # its NaN final loss makes the comparison below FAIL
-        fa, fb = end(arm), end(ref)
+        fa, fb = end[arm], end[ref]
         went_down = {name: decreased(name, h) for name, h in ((arm, a), (ref, b))}
         all_decreased &= all(went_down.values())
         compared[pair.key] = dataclasses.replace(
@@ -160,7 +157,7 @@ def convergence(
         )
     # The verdict, as for quality: each arm's mean final excess over seeds against its
     # reference's, relative to the reference's mean, with its interval from the seed-to-seed spread.
-    finals = {n: end(n) - floors.get(n, 0.0) for n in histories}
+    finals = {n: end[n] - floors.get(n, 0.0) for n in histories}
     comparisons, words = {}, []
     for g in seeds.seed_groups(histories):
         ref = float(np.mean([finals[n] for n in g.seeds_off.values()]))
