@@ -35,7 +35,7 @@ READINGS = (1, 3, 10, 30, 61, 122, 184, 245)
 def _setup(results: Path, precision: str, seed: int, modes: tuple[str, ...]):
     from ptycho.data.dataset import read_dataset
     from ptycho.nets.inputs import prepare
-    from ptycho.nets.train import _split, configs_from_meta
+    from ptycho.nets.train import _split, configs_from_meta, epoch_batches
     from ptycho.nets.trainer import Trainer
 
     # The study's PINN configuration, as its first recorded PINN training has it.
@@ -58,9 +58,13 @@ def _setup(results: Path, precision: str, seed: int, modes: tuple[str, ...]):
         )
         for m in modes
     )
-    bs = train_cfg.batch_size
-    order = split.train[rng.permutation(len(split.train))][: split.steps * bs].reshape(split.steps, bs)
-    return trainers, data, split, order
+
+    def batches():
+        """The training's batches in its order: each epoch a fresh shuffle (ptycho.nets.train)."""
+        while True:
+            yield from epoch_batches(split, rng, train_cfg.batch_size)
+
+    return trainers, data, split, batches()
 
 
 def _flat(trainer) -> np.ndarray:
@@ -68,14 +72,14 @@ def _flat(trainer) -> np.ndarray:
 
 
 def step(args) -> None:
-    (off, mode), data, _, order = _setup(args.results, args.precision, args.seed, ("off", args.mode))
+    (off, mode), data, _, batches = _setup(args.results, args.precision, args.seed, ("off", args.mode))
     rows = []
-    for k in range(args.steps):
+    for _ in range(args.steps):
         for mine, theirs in ((mode.variables, off.variables), (mode.optimizer.variables, off.optimizer.variables)):
             for v, a in zip(mine, theirs, strict=True):
                 v.assign(a)
         before = _flat(off)
-        batch = data.batch(order[k % len(order)])
+        batch = data.batch(next(batches))
         off.train_step(*batch)
         mode.train_step(*batch)
         d_off, d_mode = _flat(off) - before, _flat(mode) - before
@@ -98,10 +102,10 @@ def step(args) -> None:
 def free(args) -> None:
     from ptycho.nets.train import evaluate
 
-    (off, mode), data, split, order = _setup(args.results, args.precision, args.seed, ("off", args.mode))
+    (off, mode), data, split, batches = _setup(args.results, args.precision, args.seed, ("off", args.mode))
     start = _flat(off)
     for k in range(1, args.steps + 1):
-        batch = data.batch(order[(k - 1) % len(order)])
+        batch = data.batch(next(batches))
         off.train_step(*batch)
         mode.train_step(*batch)
         if k in READINGS or k == args.steps:

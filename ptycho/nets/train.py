@@ -196,6 +196,14 @@ def _split(samples: int, cfg: TrainConfig, rng: np.random.Generator) -> _Split:
     return split
 
 
+def epoch_batches(split: _Split, rng: np.random.Generator, batch_size: int) -> np.ndarray:
+    """One epoch's batches ``(steps, batch_size)`` of training-sample indices: a fresh
+    shuffle of the training split, the remainder dropped. The one place the batch order
+    is drawn (``scripts/pair_paths.py`` replays it)."""
+    order = split.train[rng.permutation(len(split.train))]
+    return order[: split.steps * batch_size].reshape(split.steps, batch_size)
+
+
 @dataclass
 class _Clock:
     """The training's timings: the first call of the train step in this process (trace and
@@ -296,8 +304,8 @@ def _epoch(trainer, data, split, rng, clock, meta, epoch: int, progress: bool, c
     """One epoch's steps over a fresh shuffle; their losses. TrainingDiverged on a NaN."""
     from tqdm import tqdm
 
-    cfg, bs = trainer.train_cfg, trainer.train_cfg.batch_size
-    perm = split.train[rng.permutation(len(split.train))][: split.steps * bs].reshape(split.steps, bs)
+    cfg = trainer.train_cfg
+    perm = epoch_batches(split, rng, cfg.batch_size)
     checks = check_steps(split.steps, cfg.val_checks)[:-1]  # the epoch's end: train() reads it
     losses = []
     desc = f"{trainer.model_cfg.kind} xla={cfg.xla} epoch {epoch + 1}/{cfg.epochs}"
