@@ -1,8 +1,9 @@
 # Seeds added until the verdict decides (ptycho/study/looks.py; config max_seeds): a
 # checkpoint per look. Look k judges convergence, quality and speed on the seeds so far at
-# alpha / looks planned; while one is INCONCLUSIVE it names seeds to add, Snakemake trains,
-# scores and looks again, and the checks and the report read the arms of the look that
-# stopped (FINAL_ARMS). Without max_seeds there is no look and nothing here runs.
+# the plan's per-look level (alpha kept over all the looks planned); while one is
+# INCONCLUSIVE it names seeds to add, Snakemake trains, scores and looks again, and the
+# checks and the report read the arms of the look that stopped (FINAL_ARMS). Without
+# max_seeds there is no look and nothing here runs.
 from ptycho.artifacts import read_json
 from ptycho.study.looks import Look, arms_with_seeds
 

@@ -10,10 +10,11 @@ comparison (all of that model's arms, so that its comparisons stay paired by see
 run at once) and looks again.
 
 Looking again at the same error rate would call a worse arm NOT WORSE more often than
-the rate says (``tests/test_error_rate.py`` measures it). So the study's ``alpha`` is split
-evenly over the looks planned (a union bound: the chance of a false claim at ANY look is at
-most the sum of the looks' rates, whatever the stopping rule), and every look, and the
-checks of the look the study stops at, judges at ``alpha / looks``. A study without
+the rate says (``tests/test_error_rate.py`` measures it). So every look, and the checks of
+the look the study stops at, judge at one lower level (:attr:`Plan.look_alpha`), set by
+simulation so that the chance of a false claim at ANY planned look is at most the study's
+``alpha`` (Pocock's constant boundary, :func:`~ptycho.study.stats.sequential_alpha`; at
+least the Bonferroni split ``alpha / looks``, which this once was). A study without
 ``max_seeds`` plans one look: its verdict is judged at ``alpha``, as before.
 
 A look stops the study when every seeded item decides (:data:`DECIDED`), at the last
@@ -38,6 +39,7 @@ from ptycho.errors import ConfigError
 from ptycho.study.arms import Arm
 from ptycho.study.checklist.result import INCONCLUSIVE, ItemResult
 from ptycho.study.json_record import JsonRecord, write_fields
+from ptycho.study.stats import sequential_alpha
 
 #: The checklist items whose outcome rests on the seeds, in report order.
 SEEDED = ("convergence", "quality", "speedup")
@@ -86,10 +88,21 @@ class Plan(JsonRecord):
         """More than one look planned: the workflow's ``look`` checkpoint runs."""
         return self.looks > 1
 
+    def sizes(self, kind: str) -> tuple[int, ...]:
+        """Seeds per arm of model ``kind`` at each planned look, if every look before adds them."""
+        first = len(self.seeds[kind])
+        return tuple(
+            min(first + k * self.seeds_per_look, max(self.max_seeds or first, first)) for k in range(self.looks)
+        )
+
     @property
     def look_alpha(self) -> float:
-        """The error rate each look, and the verdict at the look the study stops at, is judged at."""
-        return self.alpha / self.looks
+        """The error rate each look, and the verdict at the look the study stops at, is judged
+        at: one level for every look, set so that the study keeps ``alpha`` over all of them
+        (:func:`~ptycho.study.stats.sequential_alpha`, the strictest of its models' sequences)."""
+        if not self.sequential:
+            return self.alpha
+        return min(sequential_alpha(self.alpha, self.sizes(kind)) for kind in self.seeds)
 
     def added(self, seeds: Iterable[int]) -> tuple[int, ...]:
         """``seeds`` with this plan's next ones (the smallest unused numbers above them),
