@@ -20,7 +20,7 @@ from ptycho.study.conditions import checked as checked_conditions, skipped_words
 from ptycho.study.data_files import data_files
 from ptycho.study.workflow import (arm_lists, arms, auto_precision_line, bench_lists, checked_lists, cli_flags, look_plan, precision_warnings, section_for, solver_mode, warm_arms)
 from ptycho.study.preflight import (address_space_error, disk_bytes, disk_lines, holes, job_memory, parse_time_checks, report_folder)
-from ptycho.study.estimate import calibrated_training_s
+from ptycho.study.estimate import calibrated_training_s, seed_cap
 from ptycho.study.schedule import (AT_ONCE_ENV, concurrent_jobs, declared_threads, job_threads, training_priority, usable_cores)
 from ptycho.tracking import config_hash
 
@@ -70,10 +70,6 @@ HASH = config_hash(CFG)
 # would re-run every job on any change.
 os.environ.update(PTYCHO_CONFIG_HASH=HASH, PTYCHO_CONFIG_JSON=json.dumps(CFG, sort_keys=True))
 ARMS = arms(CFG)
-# The looks of a study that adds seeds until it decides (config max_seeds, rules/looks.smk):
-# ARMS are the first look's; the checks judge at the plan's per-look error rate.
-LOOKS = look_plan(CFG)
-ALPHA = LOOKS.look_alpha
 # Each job's memory request (Snakemake's mem_mb: SLURM's --mem) from the estimate of what it
 # holds (ptycho.study.resources), never below the rule's floor: a larger study asks for more.
 JOB_MB = {job: -(-need // 2**20) for job, need in job_memory(CFG).items()}
@@ -270,7 +266,13 @@ MAKES_FILES = OPTIONS is not None and not (OPTIONS.dryrun or OPTIONS.touch)
 if workflow.is_main_process and RUNS_JOBS:
     from ptycho.study.estimate import announce
 
-    for line in announce(CFG, CFG["results"], trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES), HARDWARE):
+    for line in announce(CFG, CFG["results"], trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES), HARDWARE, record=MAKES_FILES):
         sys.stderr.write(f"ptycho workflow: {line}\n")
+# The looks of a study that adds seeds until it decides (config max_seeds, rules/looks.smk):
+# ARMS are the first look's; the checks judge at the plan's per-look error rate. With
+# max_seeds: auto, the cap announce recorded for this study, or this machine's calibration
+# fits in the budget (none: no looks).
+LOOKS = look_plan(CFG, seed_cap(CFG, R, trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES)))
+ALPHA = LOOKS.look_alpha
 # Each planned training's seconds by the calibration announce made (empty without one).
 CALIBRATED = calibrated_training_s(CFG, trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES)) if workflow.is_main_process and RUNS_JOBS else {}

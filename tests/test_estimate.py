@@ -253,6 +253,60 @@ def test_a_finished_study_given_max_seeds_says_what_its_looks_may_add(tmp_path, 
     assert announce(looking, tmp_path / "results", 2, 1, AMX) == []
 
 
+def test_max_seeds_auto_plans_the_most_seeds_the_budget_fits_and_keeps_them(tmp_path, monkeypatch, base):
+    """``max_seeds: auto`` (issue 45, item 5: seeds added while the budget allows): the cap
+    is the most seeds per arm at which the whole study, every look taken, fits budget_min
+    by this machine's calibration; more cores or a larger budget fit more; below the
+    configured seeds' own cost, no look. The workflow records it on its first calibrated
+    run and every later parse plans the same looks, until the budget or the seeds change."""
+    from ptycho.study.bench.machine import machine_info
+    from ptycho.study.calibration import calibration_path
+    from ptycho.study.estimate import announce, estimate, seed_cap, seeds_in_budget
+    from ptycho.study.looks import CAP_FILE, recorded_cap
+    from ptycho.study.workflow import look_plan
+
+    def cfg_at(budget):
+        return resolve(base, {"max_seeds": "auto", "budget_min": budget}, hardware=AMX)
+
+    cal = _calibration(cfg_at(35))
+    three = estimate(cfg_at(35), cal, 2).total_s / 60
+    at_cap = {}
+    for budget in (three - 1, three + 1, 2 * three, 4 * three):
+        cap, total_s = seeds_in_budget(cfg_at(budget), cal, 2)
+        at_cap[budget] = cap
+        assert cap in (3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25)  # the configured 3, then 2 a look
+        assert cap == 3 or total_s <= 60 * budget
+        if cap < 25:  # one look more would not fit
+            more = look_plan(cfg_at(budget), cap + 2).at_cap(cfg_at(budget))
+            assert estimate(more, cal, 2).total_s > 60 * budget
+    assert at_cap[three - 1] == 3 and at_cap[three + 1] == 3  # 2 more seeds cost 2 trainings' time
+    assert at_cap[2 * three] > 3 and at_cap[4 * three] > at_cap[2 * three]
+    assert seeds_in_budget(cfg_at(2 * three), cal, 4)[0] > at_cap[2 * three]  # twice the trainings at once
+    plan = look_plan(cfg_at(2 * three), at_cap[2 * three])
+    assert plan.sequential and plan.max_seeds == at_cap[2 * three] and look_plan(cfg_at(35)).looks == 1
+
+    # The workflow's side: announce works the cap out and records it; later parses read it.
+    monkeypatch.setenv("PTYCHO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PTYCHO_CALIBRATE", "1")
+    cfg, folder = cfg_at(2 * three), tmp_path / "results" / "default"
+    path = calibration_path(cfg, 2, 1, machine_info())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cal))
+    assert seed_cap(cfg, folder, 2, 1) == at_cap[2 * three]  # a dry run: from the calibration
+    assert announce(cfg, tmp_path / "results", 2, 1, AMX, record=False) and not (folder / CAP_FILE).exists()
+    lines = announce(cfg, tmp_path / "results", 2, 1, AMX)
+    assert f"max_seeds auto: up to {at_cap[2 * three]} seeds per arm fit the budget" in lines[-1]
+    assert f"(max_seeds={at_cap[2 * three]})" in lines[0]
+    assert recorded_cap(folder, cfg) == at_cap[2 * three]
+    path.write_text(json.dumps(_calibration(cfg, 0.5)))  # a slower machine later: the record holds
+    assert seed_cap(cfg, folder, 2, 1) == at_cap[2 * three]
+    assert recorded_cap(folder, cfg_at(4 * three)) is None  # another budget: worked out again
+    assert seed_cap(cfg_at(4 * three), folder, 2, 1) < at_cap[4 * three]  # from the slower calibration
+    assert recorded_cap(folder, resolve(base, {"max_seeds": 5}, hardware=AMX)) is None  # a number is its own
+    monkeypatch.setenv("PTYCHO_CALIBRATE", "0")
+    assert seed_cap(cfg_at(4 * three), folder, 2, 1) is None  # no calibration, no record: no looks
+
+
 def test_a_calibration_older_than_its_max_age_is_made_again(tmp_path, monkeypatch, capsys, base):
     """A machine's speed drifts (a shared VM timed 0.39 s per step one day, 0.27 s the next,
     and its day-old calibration estimated 2.0 h for an 83-min study): a cached calibration

@@ -271,6 +271,17 @@ def test_the_workflow_looks_only_when_max_seeds_is_set_and_judges_at_the_per_loo
     assert "checkpoint jobs" in with_looks and "--alpha 0.016666666666666666" in with_looks
     without = plan()
     assert "look --index" not in without and "--alpha 0.05" in without
+    # max_seeds: auto without a calibration or a recorded cap: no look; with the cap the
+    # first calibrated run recorded (looks/cap.json), the looks it plans
+    assert "look --index" not in plan("max_seeds=auto", "seeds=[0,1]")
+    cfg = resolve(
+        yaml.safe_load((ROOT / "config.yaml").read_text()), {"preset": "smoke", "max_seeds": "auto", "seeds": [0, 1]}
+    )
+    looks.record_cap(tmp_path / "r" / "smoke", cfg, 6, 600.0)
+    capped = look_plan(cfg, 6)
+    assert capped.sequential and capped.sizes("pinn") == (2, 4, 6) and capped.sizes("baseline") == (1, 3, 5, 6)
+    auto = plan("max_seeds=auto", "seeds=[0,1]")
+    assert "look --index 0" in auto and f"--alpha {capped.look_alpha!r}" in auto
 
 
 def test_a_rerun_reads_this_plans_chain_of_looks_and_stops_at_anything_else(base, tmp_path):

@@ -66,6 +66,7 @@ def test_config_yaml_holds_only_choices_the_schema_does_not_make(base):
         "xla",
         "precision",
         "seeds",
+        "max_seeds",
         "conditions",
         "train_threads",
         "per_model",

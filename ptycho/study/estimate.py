@@ -277,6 +277,35 @@ def estimate_lines(
     return est, lines
 
 
+#: The most seeds per arm ``max_seeds: auto`` considers, whatever the budget.
+AUTO_SEEDS_LIMIT = 25
+
+
+def seeds_in_budget(cfg: Mapping, calibration: Mapping, at_once: int) -> tuple[int, float]:
+    """``max_seeds: auto``: the most seeds per arm (the configured ones, then
+    ``seeds_per_look`` more at a time, at most :data:`AUTO_SEEDS_LIMIT`) at which the whole
+    study, every look taken, still fits ``budget_min`` on this machine by its calibration,
+    and that estimate in seconds. The configured seeds when even they do not fit (no look
+    adds any); the looks add seeds only while an item is open, so this bounds the cost."""
+    import dataclasses
+
+    from ptycho.study.workflow import look_plan
+
+    plan = look_plan({**cfg, "max_seeds": None})
+    budget_s = 60 * cfg["budget_min"]
+    best = max((len(s) for s in plan.seeds.values()), default=0)
+    best_s = estimate(cfg, calibration, at_once).total_s
+    if not plan.seeds:  # nothing compares arms: nothing to add seeds to
+        return best, best_s
+    n = best + plan.seeds_per_look
+    while n <= AUTO_SEEDS_LIMIT:
+        total_s = estimate(dataclasses.replace(plan, max_seeds=n).at_cap(cfg), calibration, at_once).total_s
+        if total_s > budget_s:
+            break
+        best, best_s, n = n, total_s, n + plan.seeds_per_look
+    return best, best_s
+
+
 def _with_precision(cfg: Mapping, emulated: Sequence[str], native: str) -> dict:
     """``cfg`` with each ``emulated`` precision of the models' lists trained at ``native`` instead."""
     import copy
@@ -297,7 +326,9 @@ def calibrating() -> bool:
     return os.environ.get(CALIBRATE_ENV, "1").strip().lower() not in ("0", "no", "false", "off")
 
 
-def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: int, hardware=None) -> list[str]:
+def announce(
+    cfg: Mapping, results: str | os.PathLike, at_once: int, threads: int, hardware=None, record: bool = True
+) -> list[str]:
     """The workflow's lines before its first job: how long the study will take here.
 
     Calibrates once per machine and config, and again when the cached one is older than
@@ -305,7 +336,10 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
     in a child process, its output in a log beside the cached record; about a minute for
     the default, seconds for the smoke preset), then estimates what is left to do: trainings
     whose ``model.json`` exists and a bench that has run are not counted. Sets
-    :data:`ESTIMATE_ENV` for the report to set beside the run's real cost. Never stops the
+    :data:`ESTIMATE_ENV` for the report to set beside the run's real cost. With
+    ``max_seeds: auto``, works out the cap the budget fits (:func:`seeds_in_budget`) and,
+    with ``record`` (a run that makes files), records it for every later parse
+    (:func:`ptycho.study.looks.record_cap`); a cap recorded before is kept. Never stops the
     study: a failed calibration is one line saying so."""
     import subprocess
     import sys
@@ -315,9 +349,11 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
     if not calibrating():
         return []
     folder = Path(results) / cfg["preset"]
+    from ptycho.study.looks import AUTO, recorded_cap
     from ptycho.study.workflow import arms, look_plan
 
-    plan = look_plan(cfg)  # with max_seeds, the seeds its looks may add are still to come
+    cap = recorded_cap(folder, cfg)
+    plan = look_plan(cfg, cap)  # with max_seeds, the seeds its looks may add are still to come
     planned = arms(plan.at_cap(cfg))  # the configured arms when no look adds seeds
     trained = [a for a in planned if (folder / "models" / a / "model.json").exists()]
     bench_done = (folder / "bench" / "bench.json").exists()
@@ -345,7 +381,23 @@ def announce(cfg: Mapping, results: str | os.PathLike, at_once: int, threads: in
             return [f"no estimate: the calibration failed ({type(exc).__name__}; its log: {log})"]
     try:
         calibration = json.loads(path.read_text())
+        auto = []
+        if cfg.get("max_seeds") == AUTO:
+            if cap is None:
+                cap, total_s = seeds_in_budget(cfg, calibration, at_once)
+                if record:
+                    from ptycho.study.looks import record_cap
+
+                    record_cap(folder, cfg, cap, total_s)
+            first = max((len(s) for s in plan.seeds.values()), default=cap)
+            auto = [
+                f"max_seeds auto: up to {cap} seeds per arm fit the budget of {cfg['budget_min']} min "
+                f"(budget_min) on this machine; "
+                + ("the looks add seeds to that while an item is open" if cap > first else "no look adds seeds")
+            ]
+            cfg = {**cfg, "max_seeds": cap}
         est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
+        lines += auto
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"no estimate: the calibration {path} cannot be read ({type(exc).__name__}: {exc}); delete it"]
     os.environ[ESTIMATE_ENV] = json.dumps(est.to_json())
@@ -371,10 +423,33 @@ def calibrated_training_s(cfg: Mapping, at_once: int, threads: int) -> dict[tupl
         return {}
 
 
+def seed_cap(cfg: Mapping, folder: str | os.PathLike, at_once: int, threads: int) -> int | None:
+    """What ``max_seeds: auto`` plans up to: the cap recorded for this study
+    (:func:`ptycho.study.looks.recorded_cap`), else the one this machine's cached
+    calibration fits in the budget (:func:`seeds_in_budget`: a dry run shows the looks the
+    run would plan); ``None`` without either (no look adds seeds) or for any other ``max_seeds``."""
+    from ptycho.errors import PtychoError
+    from ptycho.study.bench.machine import machine_info
+    from ptycho.study.looks import AUTO, recorded_cap
+
+    if cfg.get("max_seeds") != AUTO:
+        return None
+    recorded = recorded_cap(folder, cfg)
+    if recorded is not None or not calibrating():
+        return recorded
+    try:
+        calibration = json.loads(calibration_path(cfg, at_once, threads, machine_info()).read_text())
+        return seeds_in_budget(cfg, calibration, at_once)[0]
+    except (OSError, ValueError, KeyError, TypeError, PtychoError):
+        return None
+
+
 __all__ = [
     "announce",
     "Estimate",
     "calibrated_training_s",
+    "seed_cap",
+    "seeds_in_budget",
     "estimate",
     "estimate_lines",
 ]

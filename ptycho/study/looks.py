@@ -28,6 +28,7 @@ too noisy to give up on.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,11 @@ from ptycho.study.checklist.result import INCONCLUSIVE, ItemResult
 from ptycho.study.json_record import JsonRecord, write_fields
 from ptycho.study.stats import sequential_alpha
 
+#: ``max_seeds: auto``: the cap is the most seeds per arm the study's estimate on this
+#: machine fits in ``budget_min`` (:func:`ptycho.study.estimate.seeds_in_budget`), recorded
+#: in :data:`CAP_FILE` under the study's folder when the workflow first calibrates.
+AUTO = "auto"
+CAP_FILE = Path("looks", "cap.json")
 #: The checklist items whose outcome rests on the seeds, in report order.
 SEEDED = ("convergence", "quality", "speedup")
 #: Why a look stopped the study, or that it did not.
@@ -59,13 +65,15 @@ class Plan(JsonRecord):
     alpha: float = 0.05
 
     @classmethod
-    def of(cls, cfg: Mapping[str, Any], lists: Mapping[str, tuple]) -> Plan:
+    def of(cls, cfg: Mapping[str, Any], lists: Mapping[str, tuple], cap: int | None = None) -> Plan:
         """The plan of a resolved config whose models train ``lists`` (model -> modes,
         precisions, seeds: :func:`ptycho.study.workflow.arm_lists`): the seeds of the models
         that compare arms (one mode and precision leaves nothing open); a ``max_seeds``
-        below an arm's seed count is one line."""
+        below an arm's seed count is one line. ``max_seeds: auto`` plans up to ``cap``, what
+        the budget fits on this machine (:func:`recorded_cap`; ``None``: no look adds seeds)."""
         seeds = {kind: tuple(s) for kind, (modes, precisions, s) in lists.items() if len(modes) * len(precisions) > 1}
-        plan = cls(seeds, cfg.get("max_seeds"), int(cfg.get("seeds_per_look", 2)), float(cfg["thresholds"]["alpha"]))
+        most_seeds = cap if cfg.get("max_seeds") == AUTO else cfg.get("max_seeds")
+        plan = cls(seeds, most_seeds, int(cfg.get("seeds_per_look", 2)), float(cfg["thresholds"]["alpha"]))
         most = max(len(s) for s in seeds.values())
         if plan.max_seeds is not None and plan.max_seeds < most:
             raise ConfigError(
@@ -90,10 +98,8 @@ class Plan(JsonRecord):
 
     def sizes(self, kind: str) -> tuple[int, ...]:
         """Seeds per arm of model ``kind`` at each planned look, if every look before adds them."""
-        first = len(self.seeds[kind])
-        return tuple(
-            min(first + k * self.seeds_per_look, max(self.max_seeds or first, first)) for k in range(self.looks)
-        )
+        first, most = len(self.seeds[kind]), max(self.max_seeds or 0, len(self.seeds[kind]))
+        return tuple(dict.fromkeys(min(first + k * self.seeds_per_look, most) for k in range(self.looks)))
 
     @property
     def look_alpha(self) -> float:
@@ -244,6 +250,43 @@ def decide(plan: Plan, index: int, seeds: Mapping[str, tuple[int, ...]], results
     if grown == dict(seeds):  # every open model is at the cap already
         return dataclasses.replace(look, why=CAP)
     return dataclasses.replace(look, why=MORE, next_seeds=grown)
+
+
+def _cap_basis(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What a recorded ``max_seeds: auto`` cap was worked out for: the budget, the seeds and
+    how many a look adds. Another of these, and the cap is worked out again."""
+    from ptycho.study.workflow import arm_lists
+
+    seeds = {kind: list(arm_lists(cfg, kind)[2]) for kind in cfg["models"]}
+    return {"budget_min": cfg["budget_min"], "seeds": seeds, "seeds_per_look": int(cfg.get("seeds_per_look", 2))}
+
+
+def record_cap(folder: str | os.PathLike, cfg: Mapping[str, Any], cap: int, total_s: float) -> None:
+    """Record the cap ``max_seeds: auto`` resolved to in ``folder`` (the study's results),
+    with what it was worked out for and the estimate at the cap, so that every later parse
+    of the workflow (a rerun, a cluster job) plans the same looks."""
+    from ptycho.artifacts import write_json
+
+    write_json(
+        Path(folder, CAP_FILE), {**_cap_basis(cfg), "max_seeds": int(cap), "estimate_s": float(total_s)}, "seed_cap"
+    )
+
+
+def recorded_cap(folder: str | os.PathLike, cfg: Mapping[str, Any]) -> int | None:
+    """The cap recorded for this study by :func:`record_cap` when it was worked out for the
+    same budget, seeds and ``seeds_per_look``; else ``None`` (no look adds seeds). Only for
+    ``max_seeds: auto``: a number or null is the config's own."""
+    from ptycho.artifacts import read_json
+    from ptycho.errors import PtychoError
+
+    if cfg.get("max_seeds") != AUTO:
+        return None
+    try:
+        record = read_json(Path(folder, CAP_FILE), "seed_cap")
+    except (PtychoError, OSError, ValueError):
+        return None
+    basis = {key: record.get(key) for key in ("budget_min", "seeds", "seeds_per_look")}
+    return int(record["max_seeds"]) if basis == json.loads(json.dumps(_cap_basis(cfg))) else None
 
 
 def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) -> list[str]:

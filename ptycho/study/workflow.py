@@ -466,9 +466,10 @@ def checked_lists(cfg: Mapping) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys([*cfg["xla"], *modes])), list(dict.fromkeys([*cfg["precision"], *precisions]))
 
 
-def look_plan(cfg: Mapping) -> Plan:
-    """The plan of looks of a resolved config (:meth:`ptycho.study.looks.Plan.of`)."""
-    return Plan.of(cfg, {kind: arm_lists(cfg, kind) for kind in cfg["models"]})
+def look_plan(cfg: Mapping, cap: int | None = None) -> Plan:
+    """The plan of looks of a resolved config (:meth:`ptycho.study.looks.Plan.of`); ``cap``:
+    what ``max_seeds: auto`` resolved to (:func:`ptycho.study.looks.recorded_cap`)."""
+    return Plan.of(cfg, {kind: arm_lists(cfg, kind) for kind in cfg["models"]}, cap)
 
 
 def arms(cfg: Mapping) -> list[str]:
