@@ -297,12 +297,16 @@ def test_max_seeds_auto_plans_the_most_seeds_the_budget_fits_and_keeps_them(tmp_
     lines = announce(cfg, tmp_path / "results", 2, 1, AMX)
     assert f"max_seeds auto: up to {at_cap[2 * three]} seeds per arm fit the budget" in lines[-1]
     assert f"(max_seeds={at_cap[2 * three]})" in lines[0]
-    assert recorded_cap(folder, cfg) == at_cap[2 * three]
+    assert recorded_cap(folder, look_plan(cfg), cfg["budget_min"]) == at_cap[2 * three]
+    tight = announce(cfg_at(three + 1), tmp_path / "results", 2, 1, AMX, record=False)
+    assert tight[-1] == "max_seeds auto: no look adds seeds (2 more per arm would not fit the budget of " + (
+        f"{three + 1} min (budget_min) on this machine)"
+    )
     path.write_text(json.dumps(_calibration(cfg, 0.5)))  # a slower machine later: the record holds
     assert seed_cap(cfg, folder, 2, 1) == at_cap[2 * three]
-    assert recorded_cap(folder, cfg_at(4 * three)) is None  # another budget: worked out again
+    assert recorded_cap(folder, look_plan(cfg), 4 * three) is None  # another budget: worked out again
     assert seed_cap(cfg_at(4 * three), folder, 2, 1) < at_cap[4 * three]  # from the slower calibration
-    assert recorded_cap(folder, resolve(base, {"max_seeds": 5}, hardware=AMX)) is None  # a number is its own
+    assert seed_cap(resolve(base, {"max_seeds": 5}, hardware=AMX), folder, 2, 1) is None  # a number is its own
     monkeypatch.setenv("PTYCHO_CALIBRATE", "0")
     assert seed_cap(cfg_at(4 * three), folder, 2, 1) is None  # no calibration, no record: no looks
 

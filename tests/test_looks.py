@@ -277,7 +277,7 @@ def test_the_workflow_looks_only_when_max_seeds_is_set_and_judges_at_the_per_loo
     cfg = resolve(
         yaml.safe_load((ROOT / "config.yaml").read_text()), {"preset": "smoke", "max_seeds": "auto", "seeds": [0, 1]}
     )
-    looks.record_cap(tmp_path / "r" / "smoke", cfg, 6, 600.0)
+    looks.record_cap(tmp_path / "r" / "smoke", look_plan(cfg), cfg["budget_min"], 6, 600.0)
     capped = look_plan(cfg, 6)
     assert capped.sequential and capped.sizes("pinn") == (2, 4, 6) and capped.sizes("baseline") == (1, 3, 5, 6)
     auto = plan("max_seeds=auto", "seeds=[0,1]")

@@ -352,7 +352,8 @@ def announce(
     from ptycho.study.looks import AUTO, recorded_cap
     from ptycho.study.workflow import arms, look_plan
 
-    cap = recorded_cap(folder, cfg)
+    auto = cfg.get("max_seeds") == AUTO
+    cap = recorded_cap(folder, look_plan(cfg), cfg["budget_min"]) if auto else None
     plan = look_plan(cfg, cap)  # with max_seeds, the seeds its looks may add are still to come
     planned = arms(plan.at_cap(cfg))  # the configured arms when no look adds seeds
     trained = [a for a in planned if (folder / "models" / a / "model.json").exists()]
@@ -381,23 +382,24 @@ def announce(
             return [f"no estimate: the calibration failed ({type(exc).__name__}; its log: {log})"]
     try:
         calibration = json.loads(path.read_text())
-        auto = []
-        if cfg.get("max_seeds") == AUTO:
+        said = []
+        if auto:
             if cap is None:
                 cap, total_s = seeds_in_budget(cfg, calibration, at_once)
                 if record:
                     from ptycho.study.looks import record_cap
 
-                    record_cap(folder, cfg, cap, total_s)
+                    record_cap(folder, look_plan(cfg), cfg["budget_min"], cap, total_s)
             first = max((len(s) for s in plan.seeds.values()), default=cap)
-            auto = [
-                f"max_seeds auto: up to {cap} seeds per arm fit the budget of {cfg['budget_min']} min "
-                f"(budget_min) on this machine; "
-                + ("the looks add seeds to that while an item is open" if cap > first else "no look adds seeds")
+            budget = f"the budget of {cfg['budget_min']} min (budget_min) on this machine"
+            said = [
+                f"max_seeds auto: up to {cap} seeds per arm fit {budget}; the looks add them while an item is open"
+                if cap > first
+                else f"max_seeds auto: no look adds seeds ({plan.seeds_per_look} more per arm would not fit {budget})"
             ]
             cfg = {**cfg, "max_seeds": cap}
         est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
-        lines += auto
+        lines += said
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"no estimate: the calibration {path} cannot be read ({type(exc).__name__}: {exc}); delete it"]
     os.environ[ESTIMATE_ENV] = json.dumps(est.to_json())
@@ -431,10 +433,11 @@ def seed_cap(cfg: Mapping, folder: str | os.PathLike, at_once: int, threads: int
     from ptycho.errors import PtychoError
     from ptycho.study.bench.machine import machine_info
     from ptycho.study.looks import AUTO, recorded_cap
+    from ptycho.study.workflow import look_plan
 
     if cfg.get("max_seeds") != AUTO:
         return None
-    recorded = recorded_cap(folder, cfg)
+    recorded = recorded_cap(folder, look_plan(cfg), cfg["budget_min"])
     if recorded is not None or not calibrating():
         return recorded
     try:

@@ -252,41 +252,37 @@ def decide(plan: Plan, index: int, seeds: Mapping[str, tuple[int, ...]], results
     return dataclasses.replace(look, why=MORE, next_seeds=grown)
 
 
-def _cap_basis(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """What a recorded ``max_seeds: auto`` cap was worked out for: the budget, the seeds and
-    how many a look adds. Another of these, and the cap is worked out again."""
-    from ptycho.study.workflow import arm_lists
+def _cap_basis(plan: Plan, budget_min: float) -> dict[str, Any]:
+    """What a recorded ``max_seeds: auto`` cap was worked out for: the budget, the seeds of
+    the models that compare arms and how many a look adds (``plan`` before any cap). Another
+    of these, and the cap is worked out again."""
+    seeds = {kind: list(s) for kind, s in sorted(plan.seeds.items())}
+    return {"budget_min": budget_min, "seeds": seeds, "seeds_per_look": plan.seeds_per_look}
 
-    seeds = {kind: list(arm_lists(cfg, kind)[2]) for kind in cfg["models"]}
-    return {"budget_min": cfg["budget_min"], "seeds": seeds, "seeds_per_look": int(cfg.get("seeds_per_look", 2))}
 
-
-def record_cap(folder: str | os.PathLike, cfg: Mapping[str, Any], cap: int, total_s: float) -> None:
+def record_cap(folder: str | os.PathLike, plan: Plan, budget_min: float, cap: int, total_s: float) -> None:
     """Record the cap ``max_seeds: auto`` resolved to in ``folder`` (the study's results),
-    with what it was worked out for and the estimate at the cap, so that every later parse
-    of the workflow (a rerun, a cluster job) plans the same looks."""
+    with what it was worked out for (``plan`` before any cap, the budget) and the estimate
+    at the cap, so that every later parse of the workflow (a rerun, a cluster job) plans
+    the same looks."""
     from ptycho.artifacts import write_json
 
-    write_json(
-        Path(folder, CAP_FILE), {**_cap_basis(cfg), "max_seeds": int(cap), "estimate_s": float(total_s)}, "seed_cap"
-    )
+    record = {**_cap_basis(plan, budget_min), "max_seeds": int(cap), "estimate_s": float(total_s)}
+    write_json(Path(folder, CAP_FILE), record, "seed_cap")
 
 
-def recorded_cap(folder: str | os.PathLike, cfg: Mapping[str, Any]) -> int | None:
-    """The cap recorded for this study by :func:`record_cap` when it was worked out for the
-    same budget, seeds and ``seeds_per_look``; else ``None`` (no look adds seeds). Only for
-    ``max_seeds: auto``: a number or null is the config's own."""
+def recorded_cap(folder: str | os.PathLike, plan: Plan, budget_min: float) -> int | None:
+    """The cap recorded by :func:`record_cap` when it was worked out for the same budget,
+    seeds and ``seeds_per_look`` (``plan`` before any cap); else ``None``."""
     from ptycho.artifacts import read_json
     from ptycho.errors import PtychoError
 
-    if cfg.get("max_seeds") != AUTO:
-        return None
     try:
         record = read_json(Path(folder, CAP_FILE), "seed_cap")
     except (PtychoError, OSError, ValueError):
         return None
     basis = {key: record.get(key) for key in ("budget_min", "seeds", "seeds_per_look")}
-    return int(record["max_seeds"]) if basis == json.loads(json.dumps(_cap_basis(cfg))) else None
+    return int(record["max_seeds"]) if basis == json.loads(json.dumps(_cap_basis(plan, budget_min))) else None
 
 
 def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) -> list[str]:
