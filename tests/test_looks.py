@@ -237,7 +237,7 @@ def test_the_report_says_how_many_looks_were_taken_and_why_it_stopped(tmp_path):
     assert "looks" not in plain.to_json() and "Seeds added until it decides" not in markdown(plain)
     text = looks_view.sentence(record.looks)
     assert "1 of 3 planned looks taken" in text and "It stopped because every seeded item decided" in text
-    assert "judge at 0.0201 (its intervals at 96 % and 98 %)" in text
+    assert "judge at 0.0201 (its intervals at 96 % and 98 %)" in text and "set by simulation (Pocock" in text
     page = markdown(record)
     assert "Seeds added until it decides" in page and text in page and "stop: decided" in page
     from ptycho.study.report.answers import answers

@@ -390,14 +390,13 @@ def announce(
                     from ptycho.study.looks import record_cap
 
                     record_cap(folder, look_plan(cfg), cfg["budget_min"], cap, total_s)
-            first = max((len(s) for s in plan.seeds.values()), default=cap)
+            cfg = {**cfg, "max_seeds": cap}
             budget = f"the budget of {cfg['budget_min']} min (budget_min) on this machine"
             said = [
                 f"max_seeds auto: up to {cap} seeds per arm fit {budget}; the looks add them while an item is open"
-                if cap > first
+                if look_plan(cfg).sequential
                 else f"max_seeds auto: no look adds seeds ({plan.seeds_per_look} more per arm would not fit {budget})"
             ]
-            cfg = {**cfg, "max_seeds": cap}
         est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
         lines += said
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -23,10 +23,15 @@ def sentence(looks: Iterable[Look]) -> str:
         CAP: f"it reached the cap of {plan.max_seeds} seeds per arm (max_seeds) with an item still INCONCLUSIVE",
         FUTILE: f"an open comparison's spread said more than {MAX_SEEDS} seeds per arm would be needed",
     }.get(last.why, last.why)
+    kept = (
+        "split evenly over the planned looks (a union bound)"
+        if math.isclose(plan.look_alpha, plan.alpha / plan.looks)
+        else "kept over the planned looks by one lower level for all of them, set by simulation (Pocock's boundary)"
+    )
     return (
         f"Seeds were added while an item was INCONCLUSIVE: {len(looks)} of {plan.looks} planned looks taken "
         f"(up to {plan.max_seeds} seeds per arm, {plan.seeds_per_look} added per look). The error rate "
-        f"{plan.alpha:g} is split evenly over the planned looks (a union bound), so every look and the "
+        f"{plan.alpha:g} is {kept}, so every look and the "
         f"verdict above judge at {plan.look_alpha:.3g} (its intervals at {level_words(1 - 2 * plan.look_alpha)} and "
         f"{level_words(1 - plan.look_alpha)}). It stopped because {why}. "
         + " ".join(f"{look.words()[0].upper()}{look.words()[1:]}." for look in looks)
