@@ -352,8 +352,8 @@ def announce(
     from ptycho.study.looks import AUTO, recorded_cap
     from ptycho.study.workflow import arms, look_plan
 
-    auto = cfg.get("max_seeds") == AUTO
-    cap = recorded_cap(folder, look_plan(cfg), cfg["budget_min"]) if auto else None
+    auto, uncapped = cfg.get("max_seeds") == AUTO, look_plan(cfg)
+    cap = recorded_cap(folder, uncapped, cfg["budget_min"]) if auto else None
     plan = look_plan(cfg, cap)  # with max_seeds, the seeds its looks may add are still to come
     planned = arms(plan.at_cap(cfg))  # the configured arms when no look adds seeds
     trained = [a for a in planned if (folder / "models" / a / "model.json").exists()]
@@ -389,13 +389,13 @@ def announce(
                 if record:
                     from ptycho.study.looks import record_cap
 
-                    record_cap(folder, look_plan(cfg), cfg["budget_min"], cap, total_s)
+                    record_cap(folder, uncapped, cfg["budget_min"], cap, total_s)
             cfg = {**cfg, "max_seeds": cap}
             budget = f"the budget of {cfg['budget_min']} min (budget_min) on this machine"
             said = [
                 f"max_seeds auto: up to {cap} seeds per arm fit {budget}; the looks add them while an item is open"
                 if look_plan(cfg).sequential
-                else f"max_seeds auto: no look adds seeds ({plan.seeds_per_look} more per arm would not fit {budget})"
+                else f"max_seeds auto: no look adds seeds ({uncapped.seeds_per_look} more per arm would not fit {budget})"
             ]
         est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
         lines += said

@@ -153,16 +153,15 @@ def sequential_alpha(alpha: float, sizes: tuple[int, ...]) -> float:
         return float(alpha)
     if sizes[0] < 2:  # a look at one seed reads a bootstrap of its steps, not a t interval
         return float(alpha) / len(sizes)
-    rng, t = np.random.default_rng(SEQUENTIAL_SEED), []
+    rng, t, n = np.random.default_rng(SEQUENTIAL_SEED), [], np.array(sizes)
     for _ in range(SEQUENTIAL_STUDIES // 20_000):  # in chunks: memory bounded at any max_seeds
         draws = rng.standard_normal((20_000, sizes[-1]))
         total, total_sq = np.cumsum(draws, axis=1), np.cumsum(draws**2, axis=1)
-        n = np.array(sizes)
         mean = total[:, n - 1] / n
         sd = np.sqrt(np.maximum(total_sq[:, n - 1] - n * mean**2, 0.0) / (n - 1))
         t.append((mean / (sd / np.sqrt(n))).T)
     t = np.concatenate(t, axis=1)  # looks x studies
-    dofs = np.array(sizes, float)[:, None] - 1
+    dofs = n[:, None] - 1.0
 
     def rate(nominal: float) -> float:
         return float(np.mean(np.any(t > stats.t.ppf(1 - nominal, dofs), axis=0)))
@@ -175,7 +174,7 @@ def sequential_alpha(alpha: float, sizes: tuple[int, ...]) -> float:
             low, high = (mid, high) if rate(mid) <= goal else (low, mid)
         return low
 
-    return float(max(alpha / len(sizes), min(calibrated(alpha), 2 * calibrated(alpha / 2))))
+    return float(min(calibrated(alpha), 2 * calibrated(alpha / 2)))  # each at least the split: its bisection's floor
 
 
 def level_words(level: float) -> str:
