@@ -1110,3 +1110,39 @@ def test_a_changed_config_gets_a_new_parent_run_and_the_old_keeps_its_own(tmp_pa
     assert client.get_run(first["run_id"]).data.tags["verdict"] == "PASS"
     ((arm,),) = [ids for _, ids in pinn_arm_runs(tmp_path / "results").values()]
     assert client.get_run(arm).data.metrics["amp_ssim"] == 0.5 and client.get_run(arm).info.run_name == "pinn-off-s0"
+
+
+def test_two_threads_that_find_the_server_gone_at_once_warn_once_and_journal_every_line(tmp_path, capsys):
+    """The system-metrics thread logs into the job's run beside the job's own thread: when
+    the server goes, both writes fail, but the run goes offline once, with one warning."""
+    from ptycho.tracking.journal import Journal
+    from ptycho.tracking.runs import Run
+
+    class GoneServer:  # every call fails slowly, as MLflow's retries do, so that the two overlap
+        def __getattr__(self, name):
+            def call(*args, **kwargs):
+                time.sleep(0.2)
+                raise ConnectionRefusedError(111, "Connection refused")
+
+            return call
+
+    journal = Journal(tmp_path / "train.jsonl")
+    run = Run(GoneServer(), "r1", "http://127.0.0.1:9", journal)
+    start = threading.Barrier(2)
+
+    def write(key: str) -> None:
+        start.wait()
+        for step in range(3):
+            run.log_metrics({key: float(step)}, step=step)
+
+    threads = [threading.Thread(target=write, args=(key,)) for key in ("val_loss", "system/cpu")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "stopped answering" in line]
+    assert len(warnings) == 1, warnings
+    lines = [json.loads(line) for line in journal.path.read_text().splitlines()]
+    assert sorted((m[0], m[3]) for line in lines for m in line["metrics"]) == sorted(
+        (key, step) for key in ("val_loss", "system/cpu") for step in range(3)
+    )

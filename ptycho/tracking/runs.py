@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,10 @@ class Run:
     *offline*: one warning line says where the journal is and how to replay it, the
     job carries on, and later writes go to the journal only.
     Without a journal a lost server is an error, as before.
+
+    One lock serialises a run's writes: the system-metrics thread (:func:`system_metrics`)
+    logs into the same run as the job's own thread, and without it both could find the
+    server gone at once and each warn, or interleave their journal lines.
     """
 
     def __init__(self, client: Any, run_id: str, uri: str, journal: Journal | None = None, key: str = ""):
@@ -78,6 +83,7 @@ class Run:
         self._retries = {"locked": 0, "conflict": 0}
         self._nonfinite: set[str] = set()
         self._store = _file_identity(sqlite_path(uri))  # the store file this run was made in
+        self._lock = threading.RLock()
 
     @property
     def run_id(self) -> str:
@@ -106,6 +112,10 @@ class Run:
         line, then send it, retried on locks. Offline if the server is gone (with a
         journal); a full disk is a one-line :class:`PtychoError` (a copy that did not fit
         removed first, so that the run's FAILED can still be stored)."""
+        with self._lock:
+            self._log(op, value)
+
+    def _log(self, op: str, value: Any) -> None:
         kind = KINDS[op]
         fields = kind.line(value)
         if op == "metrics":  # +-inf is stored as +-1.797e308: the tag says which keys are not what they seem
