@@ -4,6 +4,7 @@ the estimate of the study's wall time printed before the first job (ptycho.study
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -261,7 +262,7 @@ def test_max_seeds_auto_plans_the_most_seeds_the_budget_fits_and_keeps_them(tmp_
     run and every later parse plans the same looks, until the budget or the seeds change."""
     from ptycho.study.bench.machine import machine_info
     from ptycho.study.calibration import calibration_path
-    from ptycho.study.estimate import announce, estimate, seed_cap, seeds_in_budget
+    from ptycho.study.estimate import announce, estimate, seed_cap, seeds_in_budget, study_s
     from ptycho.study.looks import CAP_FILE, recorded_cap
     from ptycho.study.workflow import look_plan
 
@@ -299,9 +300,13 @@ def test_max_seeds_auto_plans_the_most_seeds_the_budget_fits_and_keeps_them(tmp_
     assert f"(max_seeds={at_cap[2 * three]})" in lines[0]
     assert recorded_cap(folder, look_plan(cfg), cfg["budget_min"]) == at_cap[2 * three]
     tight = announce(cfg_at(three + 1), tmp_path / "results", 2, 1, AMX, record=False)
+    five, seven = (math.ceil(study_s(cfg_at(three + 1), cal, 2, n) / 60) for n in (5, 7))
+    assert three + 1 < five < seven  # what the line prices is what would not fit, and grows with the seeds
     assert tight[-1] == "max_seeds auto: no look adds seeds (2 more per arm would not fit the budget of " + (
-        f"{three + 1} min (budget_min) on this machine)"
+        f"{three + 1} min (budget_min) on this machine; the whole study with 5 seeds per arm about {five} min, "
+        f"7 about {seven} min: a budget_min that holds one lets the looks add seeds)"
     )
+    assert seeds_in_budget(cfg_at(five), cal, 2)[0] == 5  # and that budget buys them
     path.write_text(json.dumps(_calibration(cfg, 0.5)))  # a slower machine later: the record holds
     assert seed_cap(cfg, folder, 2, 1) == at_cap[2 * three]
     assert recorded_cap(folder, look_plan(cfg), 4 * three) is None  # another budget: worked out again

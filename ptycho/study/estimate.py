@@ -281,14 +281,23 @@ def estimate_lines(
 AUTO_SEEDS_LIMIT = 25
 
 
+def study_s(cfg: Mapping, calibration: Mapping, at_once: int, seeds: int) -> float:
+    """The whole study's estimated seconds on this machine with its looks taken until
+    every compared arm has ``seeds`` seeds (``max_seeds = seeds``, every look adding)."""
+    import dataclasses
+
+    from ptycho.study.workflow import look_plan
+
+    plan = look_plan({**cfg, "max_seeds": None})
+    return estimate(dataclasses.replace(plan, max_seeds=seeds).at_cap(cfg), calibration, at_once).total_s
+
+
 def seeds_in_budget(cfg: Mapping, calibration: Mapping, at_once: int) -> tuple[int, float]:
     """``max_seeds: auto``: the most seeds per arm (the configured ones, then
     ``seeds_per_look`` more at a time, at most :data:`AUTO_SEEDS_LIMIT`) at which the whole
     study, every look taken, still fits ``budget_min`` on this machine by its calibration,
     and that estimate in seconds. The configured seeds when even they do not fit (no look
     adds any); the looks add seeds only while an item is open, so this bounds the cost."""
-    import dataclasses
-
     from ptycho.study.workflow import look_plan
 
     plan = look_plan({**cfg, "max_seeds": None})
@@ -299,11 +308,31 @@ def seeds_in_budget(cfg: Mapping, calibration: Mapping, at_once: int) -> tuple[i
         return best, best_s
     n = best + plan.seeds_per_look
     while n <= AUTO_SEEDS_LIMIT:
-        total_s = estimate(dataclasses.replace(plan, max_seeds=n).at_cap(cfg), calibration, at_once).total_s
+        total_s = study_s(cfg, calibration, at_once, n)
         if total_s > budget_s:
             break
         best, best_s, n = n, total_s, n + plan.seeds_per_look
     return best, best_s
+
+
+def budget_wording(cfg: Mapping, calibration: Mapping, at_once: int) -> str:
+    """What the next two looks' seeds would cost, for a study whose budget buys none:
+    "5 seeds per arm about 44 min, 7 about 58 min" (the configured seeds, then
+    ``seeds_per_look`` more twice; at most :data:`AUTO_SEEDS_LIMIT`; minutes rounded up,
+    so that the figure as ``budget_min`` holds it), so that a user sees before the first
+    job which ``budget_min`` lets the looks add seeds."""
+    from ptycho.study.workflow import look_plan
+
+    plan = look_plan({**cfg, "max_seeds": None})
+    if not plan.seeds:  # nothing compares arms: no look to price
+        return ""
+    start = max(len(s) for s in plan.seeds.values())
+    sizes = [n for n in (start + plan.seeds_per_look, start + 2 * plan.seeds_per_look) if n <= AUTO_SEEDS_LIMIT]
+    costs = [
+        f"{n}{' seeds per arm' if i == 0 else ''} about {math.ceil(study_s(cfg, calibration, at_once, n) / 60)} min"
+        for i, n in enumerate(sizes)
+    ]
+    return ", ".join(costs)
 
 
 def _with_precision(cfg: Mapping, emulated: Sequence[str], native: str) -> dict:
@@ -392,11 +421,20 @@ def announce(
                     record_cap(folder, uncapped, cfg["budget_min"], cap, total_s)
             cfg = {**cfg, "max_seeds": cap}
             budget = f"the budget of {cfg['budget_min']} min (budget_min) on this machine"
-            said = [
-                f"max_seeds auto: up to {cap} seeds per arm fit {budget}; the looks add them while an item is open"
-                if look_plan(cfg).sequential
-                else f"max_seeds auto: no look adds seeds ({uncapped.seeds_per_look} more per arm would not fit {budget})"
-            ]
+            if look_plan(cfg).sequential:
+                said = [
+                    f"max_seeds auto: up to {cap} seeds per arm fit {budget}; the looks add them while an item is open"
+                ]
+            else:
+                costs = budget_wording(cfg, calibration, at_once)
+                priced = (
+                    f"; the whole study with {costs}: a budget_min that holds one lets the looks add seeds"
+                    if costs
+                    else ""
+                )
+                said = [
+                    f"max_seeds auto: no look adds seeds ({uncapped.seeds_per_look} more per arm would not fit {budget}{priced})"
+                ]
         est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
         lines += said
     except (OSError, ValueError, KeyError, TypeError) as exc:
