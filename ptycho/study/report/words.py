@@ -203,7 +203,8 @@ def rest_lines(report: StudyReport) -> str:
     unsettled = [name for name, item in report.items.items() if item.status == "INCONCLUSIVE"]
     parts = [
         data_sentence(report),
-        f"INCONCLUSIVE: {', '.join(unsettled)} (the evidence does not settle it; each item says what would)."
+        f"INCONCLUSIVE: {', '.join(unsettled)} (the evidence does not settle it; each item says what would, "
+        "and where that is more seeds, a larger budget_min (max_seeds auto) or max_seeds lets the looks add them)."
         * bool(unsettled),
     ]
     rec = report.speed.recommendation
