@@ -315,7 +315,7 @@ def seeds_in_budget(cfg: Mapping, calibration: Mapping, at_once: int) -> tuple[i
     return best, best_s
 
 
-def budget_wording(cfg: Mapping, calibration: Mapping, at_once: int) -> str:
+def look_prices(cfg: Mapping, calibration: Mapping, at_once: int) -> str:
     """What the next two looks' seeds would cost, for a study whose budget buys none:
     "5 seeds per arm about 44 min, 7 about 58 min" (the configured seeds, then
     ``seeds_per_look`` more twice; at most :data:`AUTO_SEEDS_LIMIT`; minutes rounded up,
@@ -426,7 +426,7 @@ def announce(
                     f"max_seeds auto: up to {cap} seeds per arm fit {budget}; the looks add them while an item is open"
                 ]
             else:
-                costs = budget_wording(cfg, calibration, at_once)
+                costs = look_prices(cfg, calibration, at_once)
                 priced = (
                     f"; the whole study with {costs}: a budget_min that holds one lets the looks add seeds"
                     if costs
