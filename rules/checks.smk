@@ -67,6 +67,7 @@ rule check_gradients:
 rule check_convergence:
     input:
         models=FINAL_MODELS,
+        looks=LOOK_RECORDS,  # the stopping look's level is the checks' alpha (CHECK_ALPHA)
         parent=PARENT,
     output:
         f"{R}/checks/convergence.json",
@@ -80,7 +81,7 @@ rule check_convergence:
         track=tracking("check_convergence"),
         threshold=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
-        alpha=ALPHA,
+        alpha=CHECK_ALPHA,
         **rerun_params("check_convergence"),
     conda:
         "../envs/ptycho.yaml"
@@ -97,6 +98,7 @@ rule check_quality:
         metrics=FINAL_METRICS,
         models=FINAL_MODELS,
         stitched=FINAL_STITCHED if DATA else [],
+        looks=LOOK_RECORDS,
         parent=PARENT,
     output:
         f"{R}/checks/quality.json",
@@ -111,7 +113,7 @@ rule check_quality:
         threshold=CFG["thresholds"]["quality_max_ssim_diff"],
         margin=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
-        alpha=ALPHA,
+        alpha=CHECK_ALPHA,
         **rerun_params("check_quality"),
     conda:
         "../envs/ptycho.yaml"
@@ -171,6 +173,7 @@ rule check_speedup:
     input:
         bench=f"{R}/bench/bench.json",
         models=FINAL_MODELS,
+        looks=LOOK_RECORDS,
         parent=PARENT,
     output:
         f"{R}/checks/speedup.json",
@@ -185,7 +188,7 @@ rule check_speedup:
         threshold=CFG["thresholds"]["speedup_min"],
         context=CFG["bench"]["context"],
         margin=CFG["thresholds"]["convergence_max_rel"],
-        alpha=ALPHA,
+        alpha=CHECK_ALPHA,
         **rerun_params("check_speedup"),
     conda:
         "../envs/ptycho.yaml"

@@ -1,6 +1,6 @@
 # Seeds added until the verdict decides (ptycho/study/looks.py; config max_seeds): a
 # checkpoint per look. Look k judges convergence, quality and speed on the seeds so far at
-# the plan's per-look level (alpha kept over all the looks planned); while one is
+# the look's own level (alpha spent over the looks planned); while one is
 # INCONCLUSIVE it names seeds to add, Snakemake trains, scores and looks again, and the
 # checks and the report read the arms of the look that stopped (FINAL_ARMS). Without
 # max_seeds there is no look and nothing here runs.
@@ -50,6 +50,8 @@ FINAL_RECONSTRUCTIONS = per_final_arm(f"{R}/reconstructions/{{arm}}.npz")
 FINAL_PRODUCTS = per_final_arm(f"{R}/products/{{arm}}")
 LOOK_RECORDS = (lambda w: looks_taken()) if LOOKS.sequential else []
 LOOKS_FLAG = "--looks {input.looks} " if LOOKS.sequential else ""
+# The error rate the checks judge at: the study's alpha, or the level of the look that stopped it.
+CHECK_ALPHA = (lambda w: LOOKS.level(_last_look().index)) if LOOKS.sequential else LOOKS.alpha
 
 
 # Only with max_seeds: a checkpoint in the workflow, even one nothing asks for, makes

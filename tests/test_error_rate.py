@@ -18,7 +18,8 @@ from ptycho.study.stats import (
     level_words,
     seed_comparison,
     seeds_needed,
-    sequential_alpha,
+    sequential_levels,
+    spent,
 )
 
 SEEDS = range(5)
@@ -71,19 +72,24 @@ def test_a_worse_arm_is_called_not_worse_at_most_alpha_of_the_time(alpha, n):
     assert rate >= alpha - slack, rate  # exact at the boundary: the t interval is not loose
 
 
-def test_the_sequential_level_keeps_the_rate_across_planned_looks():
-    """What seeds added look by look rest on (issue 45, item 5): judged at the plan's one
-    per-look level (:func:`sequential_alpha`, set by its own simulation), a worse arm is
-    called NOT WORSE at ANY look (3, then 5, then 8 seeds of the same study) in at most
-    alpha of these studies (drawn here independently, through the comparison the checks
-    use); the level is above the Bonferroni split that also keeps it, so its intervals are
-    narrower; and at the unsplit rate, looking three times calls it so more often than alpha."""
+def test_the_sequential_levels_keep_the_rate_across_planned_looks():
+    """What seeds added look by look rest on (issue 45, item 5): each look judged at its
+    level (:func:`sequential_levels`, alpha spent over the looks, set by its own
+    simulation), a worse arm is called NOT WORSE at ANY look (3, then 5, then 8 seeds of
+    the same study) in at most alpha of these studies (drawn here independently, through
+    the comparison the checks use); the levels rise, the last above its share of the
+    spending (the union bound that also keeps the rate), so its intervals are narrower;
+    and at the unsplit rate, looking three times calls it so more often than alpha."""
     rng = np.random.default_rng(11)
     margin, looks, studies = 0.02, (3, 5, 8), 3000
-    level = sequential_alpha(ALPHA, looks)
-    assert ALPHA / len(looks) < level < ALPHA and sequential_alpha(ALPHA, (3,)) == ALPHA
+    levels = sequential_levels(ALPHA, looks)
+    shares = np.diff((0.0, *spent(ALPHA, looks)))
+    assert levels[0] < levels[1] < levels[2] < ALPHA and levels[2] > shares[2]
+    assert sequential_levels(ALPHA, (3,)) == (ALPHA,)
+    # a look at one seed reads a bootstrap of its steps, which the simulation does not model: the union bound
+    assert sequential_levels(ALPHA, (1, 2, 3)) == tuple(np.diff((0.0, *spent(ALPHA, (1, 2, 3)))))
 
-    def ever_not_worse(alpha: float, arm: dict, ref: dict) -> bool:
+    def ever_not_worse(at: tuple[float, ...], arm: dict, ref: dict) -> bool:
         return any(
             seed_comparison(
                 {s: arm[s] for s in range(n)},
@@ -91,23 +97,23 @@ def test_the_sequential_level_keeps_the_rate_across_planned_looks():
                 margin,
                 NON_INFERIORITY,
                 HIGHER,
-                alpha=alpha,
+                alpha=level,
             ).outcome
             == NOT_WORSE
-            for n in looks
+            for n, level in zip(looks, at, strict=True)
         )
 
-    split = naive = 0
+    spending = naive = 0
     for _ in range(studies):
         arm, ref = _pairs(rng, looks[-1], -margin, 0.012)
-        split += ever_not_worse(level, arm, ref)
-        naive += ever_not_worse(ALPHA, arm, ref)
+        spending += ever_not_worse(levels, arm, ref)
+        naive += ever_not_worse((ALPHA,) * len(looks), arm, ref)
     slack = 3 * math.sqrt(ALPHA * (1 - ALPHA) / studies)
-    assert split / studies <= ALPHA + slack
-    assert naive / studies > ALPHA + slack  # why the level is lowered
+    assert spending / studies <= ALPHA + slack
+    assert naive / studies > ALPHA + slack  # why the levels are lowered
 
 
-def test_the_sequential_level_keeps_the_speed_answers_rate_on_each_side():
+def test_the_sequential_levels_keep_the_speed_answers_rate_on_each_side():
     """The speed's answer reads the two-sided ``1 - level`` t interval on the paired log
     ratios (:func:`t_log_ratios`): with no true effect (ratio 1, seeds' log ratios scattered
     by 0.06, as the recorded studies'), "faster" is claimed at any of the looks (3, 5, 7
@@ -116,11 +122,11 @@ def test_the_sequential_level_keeps_the_speed_answers_rate_on_each_side():
 
     rng = np.random.default_rng(12)
     looks, studies = (3, 5, 7), 4000
-    level = sequential_alpha(ALPHA, looks)
+    levels = sequential_levels(ALPHA, looks)
     faster = slower = 0
     for _ in range(studies):
         ratios = np.exp(rng.normal(0.0, 0.06, looks[-1]))
-        bounds = [t_log_ratios(ratios[:n], 1 - level)[1:] for n in looks]
+        bounds = [t_log_ratios(ratios[:n], 1 - level)[1:] for n, level in zip(looks, levels, strict=True)]
         faster += any(low > 1 for low, _ in bounds)
         slower += any(high < 1 for _, high in bounds)
     slack = 3 * math.sqrt(ALPHA / 2 * (1 - ALPHA / 2) / studies)

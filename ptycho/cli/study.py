@@ -305,7 +305,7 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
 @command(
     "look",
     "one look of a study that adds seeds until it decides: convergence, quality and speed judged on the seeds "
-    "so far at the plan's per-look error rate, and whether to stop or which seeds to add",
+    "so far at the plan's level for that look, and whether to stop or which seeds to add",
     arg("--index", type=nonnegative_int, required=True, help="the look's number, from 0"),
     arg("--plan", required=True, help="JSON object of the plan: seeds per model, max_seeds, seeds_per_look, alpha"),
     arg("--models", nargs="+", required=True, help="model.json files of the look's trained arms"),

@@ -10,12 +10,13 @@ comparison (all of that model's arms, so that its comparisons stay paired by see
 run at once) and looks again.
 
 Looking again at the same error rate would call a worse arm NOT WORSE more often than
-the rate says (``tests/test_error_rate.py`` measures it). So every look, and the checks of
-the look the study stops at, judge at one lower level (:attr:`Plan.look_alpha`), set by
-simulation so that the chance of a false claim at ANY planned look is at most the study's
-``alpha`` (Pocock's constant boundary, :func:`~ptycho.study.stats.sequential_alpha`; at
-least the Bonferroni split ``alpha / looks``, which this once was). A study without
-``max_seeds`` plans one look: its verdict is judged at ``alpha``, as before.
+the rate says (``tests/test_error_rate.py`` measures it). So each look, and the checks of
+the look the study stops at, judge at a lower level (:attr:`Plan.levels`) that rises with
+the seeds, set by simulation so that the chance of a false claim at ANY planned look is at
+most the study's ``alpha``: the looks spend it, little at the first (alpha spending,
+:func:`~ptycho.study.stats.sequential_levels`; it was once one constant level, Pocock's,
+and before that the Bonferroni split ``alpha / looks``). A study without ``max_seeds``
+plans one look: its verdict is judged at ``alpha``, as before.
 
 A look stops the study when every seeded item decides (:data:`DECIDED`), at the last
 planned look (:data:`CAP`), or when an open comparison's mean sits so near the margin that
@@ -40,7 +41,7 @@ from ptycho.errors import ConfigError
 from ptycho.study.arms import Arm
 from ptycho.study.checklist.result import INCONCLUSIVE, ItemResult
 from ptycho.study.json_record import JsonRecord, write_fields
-from ptycho.study.stats import sequential_alpha
+from ptycho.study.stats import sequential_levels
 
 #: ``max_seeds: auto``: the cap is the most seeds per arm the study's estimate on this
 #: machine fits in ``budget_min`` (:func:`ptycho.study.estimate.seeds_in_budget`), recorded
@@ -102,13 +103,19 @@ class Plan(JsonRecord):
         return tuple(dict.fromkeys(min(first + k * self.seeds_per_look, most) for k in range(self.looks)))
 
     @property
-    def look_alpha(self) -> float:
-        """The error rate each look, and the verdict at the look the study stops at, is judged
-        at: one level for every look, set so that the study keeps ``alpha`` over all of them
-        (:func:`~ptycho.study.stats.sequential_alpha`, the strictest of its models' sequences)."""
+    def levels(self) -> tuple[float, ...]:
+        """The error rate each planned look, and the verdict of the look the study stops at,
+        is judged at: rising with the seeds, so that the study keeps ``alpha`` over all of
+        them (:func:`~ptycho.study.stats.sequential_levels`; per look the strictest of its
+        models' sequences). ``(alpha,)`` for one look."""
         if not self.sequential:
-            return self.alpha
-        return min(sequential_alpha(self.alpha, self.sizes(kind)) for kind in self.seeds)
+            return (self.alpha,)
+        per = [sequential_levels(self.alpha, self.sizes(kind)) for kind in self.seeds]
+        return tuple(min(p[min(k, len(p) - 1)] for p in per) for k in range(self.looks))
+
+    def level(self, index: int) -> float:
+        """Look ``index``'s level (:attr:`levels`)."""
+        return self.levels[min(index, self.looks - 1)]
 
     def added(self, seeds: Iterable[int]) -> tuple[int, ...]:
         """``seeds`` with this plan's next ones (the smallest unused numbers above them),
@@ -145,8 +152,8 @@ class Open(JsonRecord):
 
 @dataclass(frozen=True)
 class Look(JsonRecord):
-    """One look: the seeds it judged (per model), each seeded item's status at
-    :attr:`Plan.look_alpha`, the comparisons still open, and its decision (``stop``,
+    """One look: the seeds it judged (per model), each seeded item's status at its level
+    (:meth:`Plan.level`), the comparisons still open, and its decision (``stop``,
     ``why``, and the seeds per model of the next look)."""
 
     index: int
@@ -191,9 +198,9 @@ class Look(JsonRecord):
 
     def to_json(self) -> dict[str, Any]:
         """Its fields, and for a reader of the file what follows from them: the looks
-        planned, the per-look rate, the most seeds an open comparison needs, whether it
+        planned, this look's level, the most seeds an open comparison needs, whether it
         stopped, and the look in words."""
-        derived = {"looks_planned": self.plan.looks, "alpha": self.plan.look_alpha, "needed": self.needed()}
+        derived = {"looks_planned": self.plan.looks, "alpha": self.plan.level(self.index), "needed": self.needed()}
         return {**write_fields(self), **derived, "stop": self.stop, "summary": self.words()}
 
 

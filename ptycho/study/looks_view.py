@@ -23,17 +23,21 @@ def sentence(looks: Iterable[Look]) -> str:
         CAP: f"it reached the cap of {plan.max_seeds} seeds per arm (max_seeds) with an item still INCONCLUSIVE",
         FUTILE: f"an open comparison's spread said more than {MAX_SEEDS} seeds per arm would be needed",
     }.get(last.why, last.why)
+    union = any(plan.sizes(kind)[0] < 2 for kind in plan.seeds)
     kept = (
-        "split evenly over the planned looks (a union bound)"
-        if math.isclose(plan.look_alpha, plan.alpha / plan.looks)
-        else "kept over the planned looks by one lower level for all of them, set by simulation (Pocock's boundary)"
+        "spent over the planned looks by a union bound (a look has one seed per arm)"
+        if union
+        else "spent over the planned looks, little at the first, at levels set by simulation (alpha spending)"
     )
+    levels = [f"{level:.3g}" for level in plan.levels]
+    listed = ", ".join(levels[:-1]) + f" and {levels[-1]}"
+    level = plan.level(last.index)
     return (
         f"Seeds were added while an item was INCONCLUSIVE: {len(looks)} of {plan.looks} planned looks taken "
         f"(up to {plan.max_seeds} seeds per arm, {plan.seeds_per_look} added per look). The error rate "
-        f"{plan.alpha:g} is {kept}, so every look and the "
-        f"verdict above judge at {plan.look_alpha:.3g} (its intervals at {level_words(1 - 2 * plan.look_alpha)} and "
-        f"{level_words(1 - plan.look_alpha)}). It stopped because {why}. "
+        f"{plan.alpha:g} is {kept}: the looks judge at {listed}, so the verdict above, of look {last.index + 1}, "
+        f"judges at {level:.3g} (its intervals at {level_words(1 - 2 * level)} and "
+        f"{level_words(1 - level)}). It stopped because {why}. "
         + " ".join(f"{look.words()[0].upper()}{look.words()[1:]}." for look in looks)
     )
 
@@ -47,7 +51,7 @@ def headline(looks: Iterable[Look]) -> str:
     seeds = ", ".join(f"{m} {len(first.seeds.get(m, s))} -> {len(s)}" for m, s in last.seeds.items())
     return (
         f"Seeds: {len(looks)} of {last.plan.looks} planned looks ({seeds} seeds per arm), stopped: {last.why}; "
-        f"each verdict at alpha {last.plan.look_alpha:.3g} (the report's section on the looks)."
+        f"each verdict at alpha {last.plan.level(last.index):.3g} (the report's section on the looks)."
     )
 
 
@@ -65,6 +69,7 @@ def _tables(report) -> list:
     rows = [
         [
             str(look.index + 1),
+            f"{look.plan.level(look.index):.3g}",
             ", ".join(f"{m} {len(s)}" for m, s in look.seeds.items()),
             *(look.statuses.get(i, "-") for i in items),
             ", ".join(sorted({f"{o.item} {o.key}" for o in look.open})) or "-",
@@ -75,8 +80,8 @@ def _tables(report) -> list:
     ]
     return [
         (
-            f"The looks: each judged at {looks[0].plan.look_alpha:.3g} on the seeds so far (seeds per arm, by model)",
-            ["look", "seeds", *items, "open comparisons", "seeds they need", "decision"],
+            "The looks: each judged at its level on the seeds so far (seeds per arm, by model)",
+            ["look", "level", "seeds", *items, "open comparisons", "seeds they need", "decision"],
             rows,
         )
     ]

@@ -119,40 +119,55 @@ PAIRED, UNPAIRED = "paired", "unpaired"
 ALPHA = 0.05
 
 
-#: Simulated studies behind :func:`sequential_alpha`, and the seed of their draws (fixed:
-#: one plan, one level, on every machine).
+#: Simulated studies behind :func:`sequential_levels`, and the seed of their draws (fixed:
+#: one plan, one set of levels, on every machine).
 SEQUENTIAL_STUDIES, SEQUENTIAL_SEED = 200_000, 45
+#: How the looks spend the error rate: by the look at ``n`` of ``n_max`` seeds per arm at
+#: most ``alpha (n / n_max) ** SPENDING_RHO`` (Kim & DeMets' power family of spending
+#: functions; 3 is close to O'Brien & Fleming's boundary, 1 to Pocock's). Little at the
+#: first looks, whose 3 or 5 seeds rarely decide a comparison as close as the study's, so
+#: that the last look judges near ``alpha`` and decides nearly as often as one look at the
+#: cap would (docs/report.md, "How the looks spend the error rate").
+SPENDING_RHO = 3
+
+
+def spent(alpha: float, sizes: Sequence[int], rho: float = SPENDING_RHO) -> tuple[float, ...]:
+    """The error rate spent by each look of ``sizes`` (seeds per arm), cumulatively:
+    ``alpha (n_k / n_max) ** rho``."""
+    return tuple(float(alpha) * (n / sizes[-1]) ** rho for n in sizes)
 
 
 @functools.lru_cache(maxsize=64)
-def sequential_alpha(alpha: float, sizes: tuple[int, ...]) -> float:
+def sequential_levels(alpha: float, sizes: tuple[int, ...], rho: float = SPENDING_RHO) -> tuple[float, ...]:
     """The error rate each look of a group-sequential study judges at, so that the study as
-    a whole keeps ``alpha``: the largest nominal rate ``a`` at which a one-sided paired t
-    test, repeated on the same seeds' differences as they grow to each of ``sizes`` (seeds
-    per arm at each planned look), rejects a true null at ANY look in at most ``alpha`` of
-    studies, and its ``a / 2`` tail (the ``1 - a`` interval's, read by WORSE, DIFFERENT and
-    the speed's answer) in at most ``alpha / 2``. A constant nominal level across looks is
-    Pocock's boundary (Jennison & Turnbull, *Group Sequential Methods*, 2000, ch. 2); its
-    rate is set here by simulation, because with 3 to 7 seeds the t statistics' dependence
-    on a shared, estimated spread is not the normal theory's. Normal differences: the
-    statistic's law at the boundary does not depend on their spread or the margin, so one
-    calibration serves every comparison of the plan. Stopping at an earlier look (decided,
-    futile) only removes chances to err. ``alpha`` itself for one look; the Bonferroni split
-    ``alpha / len(sizes)``, always valid, where a look has one seed per arm (the speed's
-    interval is then a bootstrap of its steps, which the simulation does not model), and
-    never a level below it.
+    a whole keeps ``alpha``: look k's nominal rate ``a_k`` is the largest at which a
+    one-sided paired t test, repeated on the same seeds' differences as they grow to each
+    of ``sizes`` (seeds per arm at each planned look), has rejected a true null by look k in
+    at most :func:`spent` ``(alpha)[k]`` of studies, and its ``a_k / 2`` tail (the
+    ``1 - a_k`` interval's, read by WORSE, DIFFERENT and the speed's answer) in at most
+    ``spent(alpha / 2)[k]``: Lan & DeMets' alpha spending (Biometrika 70, 1983) with Kim &
+    DeMets' power family (Biometrics 43, 1987; Jennison & Turnbull, *Group Sequential
+    Methods*, 2000, ch. 7). The levels are set by simulation, because with 3 to 7 seeds the
+    t statistics' dependence on a shared, estimated spread is not the normal theory's.
+    Normal differences: the statistic's law at the boundary does not depend on their
+    spread or the margin, so one calibration serves every comparison of the plan. Stopping
+    at an earlier look (decided, futile) only removes chances to err. ``(alpha,)`` for one
+    look. Each level is at least its look's increment of the spending (the union bound,
+    always valid), and exactly that where a look has one seed per arm (the speed's interval
+    is then a bootstrap of its steps, which the simulation does not model).
 
     Deterministic: :data:`SEQUENTIAL_STUDIES` studies drawn from :data:`SEQUENTIAL_SEED`;
-    the level is lowered by two of the simulation's standard errors, so that its own noise
+    each goal is lowered by two of the simulation's standard errors, so that its own noise
     does not spend error rate (``tests/test_error_rate.py`` checks the rate independently).
     """
     from scipy import stats
 
     sizes = tuple(sorted({int(n) for n in sizes}))  # a look again at the same seeds judges the same
     if len(sizes) <= 1:
-        return float(alpha)
+        return (float(alpha),)
+    increments = tuple(float(v) for v in np.diff((0.0, *spent(alpha, sizes, rho))))
     if sizes[0] < 2:  # a look at one seed reads a bootstrap of its steps, not a t interval
-        return float(alpha) / len(sizes)
+        return increments
     rng, t, n = np.random.default_rng(SEQUENTIAL_SEED), [], np.array(sizes)
     for _ in range(SEQUENTIAL_STUDIES // 20_000):  # in chunks: memory bounded at any max_seeds
         draws = rng.standard_normal((20_000, sizes[-1]))
@@ -161,20 +176,26 @@ def sequential_alpha(alpha: float, sizes: tuple[int, ...]) -> float:
         sd = np.sqrt(np.maximum(total_sq[:, n - 1] - n * mean**2, 0.0) / (n - 1))
         t.append((mean / (sd / np.sqrt(n))).T)
     t = np.concatenate(t, axis=1)  # looks x studies
-    dofs = n[:, None] - 1.0
 
-    def rate(nominal: float) -> float:
-        return float(np.mean(np.any(t > stats.t.ppf(1 - nominal, dofs), axis=0)))
+    def calibrated(target: float) -> list[float]:
+        levels, alive = [], np.ones(t.shape[1], dtype=bool)
+        shares = spent(target, sizes, rho)
+        for k, (goal, floor) in enumerate(zip(shares, np.diff((0.0, *shares)), strict=True)):
+            goal -= 2 * math.sqrt(goal * (1 - goal) / SEQUENTIAL_STUDIES)
+            low, high = floor, target
 
-    def calibrated(target: float) -> float:
-        goal = target - 2 * math.sqrt(target * (1 - target) / SEQUENTIAL_STUDIES)
-        low, high = target / len(sizes), target
-        for _ in range(40):
-            mid = 0.5 * (low + high)
-            low, high = (mid, high) if rate(mid) <= goal else (low, mid)
-        return low
+            def rejects(level: float, k: int = k) -> np.ndarray:
+                return t[k] > stats.t.ppf(1 - level, sizes[k] - 1)
 
-    return float(min(calibrated(alpha), 2 * calibrated(alpha / 2)))  # each at least the split: its bisection's floor
+            for _ in range(40):
+                mid = 0.5 * (low + high)
+                low, high = (mid, high) if 1 - np.mean(alive & ~rejects(mid)) <= goal else (low, mid)
+            levels.append(low)
+            alive &= ~rejects(low)
+        return levels
+
+    one_sided, each_side = calibrated(alpha), calibrated(alpha / 2)
+    return tuple(float(min(a, 2 * b)) for a, b in zip(one_sided, each_side, strict=True))
 
 
 def level_words(level: float) -> str:

@@ -1,5 +1,5 @@
 """One look of a study that adds seeds until it decides (:mod:`ptycho.study.looks`): the
-seeded checklist items judged on the seeds so far, at the plan's per-look rate."""
+seeded checklist items judged on the seeds so far, at the plan's level for that look."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from ptycho.study.looks import Look, Plan, decide, open_comparisons
 def judge(index: int, plan: Plan, inputs, thresholds: Mapping[str, float]) -> Look:
     """Look ``index``: the seeded items judged on ``inputs`` (a
     :class:`~ptycho.study.checklist.Inputs` whose results are the look's trainings and
-    scores) at the plan's per-look rate. Speed is judged from the trainings alone: the
+    scores) at the plan's level for that look. Speed is judged from the trainings alone: the
     benchmark, which times the first seeds' arms, decides nothing a seed could change."""
-    inputs = dataclasses.replace(inputs, alpha=plan.look_alpha)
+    inputs = dataclasses.replace(inputs, alpha=plan.level(index))
     trainings = list(inputs.results.trainings.values())
     results = {
         "convergence": checklist.get("convergence").collect(inputs, thresholds["convergence"]),
         "quality": checklist.get("quality").collect(inputs, thresholds["quality"]),
         "speedup": speedup(
             BenchRecord.from_json({}), thresholds["speedup"], metas=trainings, margin=inputs.margin,
-            alpha=plan.look_alpha,
+            alpha=plan.level(index),
         ),
     }  # fmt: skip
     seeds: dict[str, set[int]] = {}

@@ -126,7 +126,7 @@ def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
 def look(index: int, plan: Mapping, thresholds: Mapping[str, float], out: str, **inputs) -> JobRecord:
     """Look ``index`` of a study that adds seeds until it decides (:mod:`ptycho.study.looks`):
     the seeded items judged on the trainings and scores given (``inputs``: the
-    :class:`~ptycho.study.checklist.Inputs` fields) at the plan's per-look rate, and
+    :class:`~ptycho.study.checklist.Inputs` fields) at the plan's level for that look, and
     whether to stop or which seeds to add."""
     from ptycho.artifacts import write_json
     from ptycho.config import defaults
