@@ -66,8 +66,8 @@ rule check_gradients:
 
 rule check_convergence:
     input:
-        models=FINAL_MODELS,
-        looks=LOOK_RECORDS,  # the stopping look's level is the checks' alpha (CHECK_ALPHA)
+        models=per_item_arm(f"{R}/models/{{arm}}/model.json", "convergence"),
+        looks=LOOK_RECORDS,  # the deciding look's level is the check's alpha (item_alpha)
         parent=PARENT,
     output:
         f"{R}/checks/convergence.json",
@@ -81,7 +81,7 @@ rule check_convergence:
         track=tracking("check_convergence"),
         threshold=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
-        alpha=CHECK_ALPHA,
+        alpha=item_alpha("convergence"),
         **rerun_params("check_convergence"),
     conda:
         "../envs/ptycho.yaml"
@@ -95,9 +95,9 @@ rule check_quality:
     # arm's data misfit, half-scan resolution (relative margin: --margin) and reconstruction
     # are judged against its reference arm's (checklist/agreement.py).
     input:
-        metrics=FINAL_METRICS,
-        models=FINAL_MODELS,
-        stitched=FINAL_STITCHED if DATA else [],
+        metrics=per_item_arm(f"{R}/metrics/{{arm}}.json", "quality"),
+        models=per_item_arm(f"{R}/models/{{arm}}/model.json", "quality"),
+        stitched=per_item_arm(f"{R}/stitched/{{arm}}.npz", "quality") if DATA else [],
         looks=LOOK_RECORDS,
         parent=PARENT,
     output:
@@ -113,7 +113,7 @@ rule check_quality:
         threshold=CFG["thresholds"]["quality_max_ssim_diff"],
         margin=CFG["thresholds"]["convergence_max_rel"],
         sided=TWO_SIDED,
-        alpha=CHECK_ALPHA,
+        alpha=item_alpha("quality"),
         **rerun_params("check_quality"),
     conda:
         "../envs/ptycho.yaml"
@@ -172,7 +172,7 @@ rule bench:
 rule check_speedup:
     input:
         bench=f"{R}/bench/bench.json",
-        models=FINAL_MODELS,
+        models=per_item_arm(f"{R}/models/{{arm}}/model.json", "speedup"),
         looks=LOOK_RECORDS,
         parent=PARENT,
     output:
@@ -188,7 +188,7 @@ rule check_speedup:
         threshold=CFG["thresholds"]["speedup_min"],
         context=CFG["bench"]["context"],
         margin=CFG["thresholds"]["convergence_max_rel"],
-        alpha=CHECK_ALPHA,
+        alpha=item_alpha("speedup"),
         **rerun_params("check_speedup"),
     conda:
         "../envs/ptycho.yaml"

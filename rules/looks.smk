@@ -5,7 +5,7 @@
 # checks and the report read the arms of the look that stopped (FINAL_ARMS). Without
 # max_seeds there is no look and nothing here runs.
 from ptycho.artifacts import read_json
-from ptycho.study.looks import Look, arms_with_seeds
+from ptycho.study.looks import Look, arms_with_seeds, deciding
 
 
 def _look(k):
@@ -50,8 +50,24 @@ FINAL_RECONSTRUCTIONS = per_final_arm(f"{R}/reconstructions/{{arm}}.npz")
 FINAL_PRODUCTS = per_final_arm(f"{R}/products/{{arm}}")
 LOOK_RECORDS = (lambda w: looks_taken()) if LOOKS.sequential else []
 LOOKS_FLAG = "--looks {input.looks} " if LOOKS.sequential else ""
-# The error rate the checks judge at: the study's alpha, or the level of the look that stopped it.
-CHECK_ALPHA = (lambda w: LOOKS.level(_last_look().index)) if LOOKS.sequential else LOOKS.alpha
+
+
+def _deciding(item):
+    """The look whose seeds and level judge a seeded item (convergence, quality, speedup):
+    the one it decided at, else the one that stopped the study (ptycho.study.looks.deciding)."""
+    return deciding([_look(i) for i in range(_last_look().index + 1)], item)
+
+
+def per_item_arm(pattern, item):
+    """``pattern`` for each arm whose seeds judge ``item``: a list without looks, else an input function."""
+    if not LOOKS.sequential:
+        return expand(pattern, arm=ARMS)
+    return lambda w: expand(pattern, arm=arms_with_seeds(ARMS, _deciding(item).seeds))
+
+
+def item_alpha(item):
+    """The error rate ``item``'s check judges at: the study's alpha, or the level of the look that decides it."""
+    return (lambda w: LOOKS.level(_deciding(item).index)) if LOOKS.sequential else LOOKS.alpha
 
 
 # Only with max_seeds: a checkpoint in the workflow, even one nothing asks for, makes
@@ -63,6 +79,7 @@ if LOOKS.sequential:
             models=lambda w: expand(f"{R}/models/{{arm}}/model.json", arm=look_arms(int(w.k))),
             metrics=lambda w: expand(f"{R}/metrics/{{arm}}.json", arm=look_arms(int(w.k))),
             stitched=lambda w: expand(f"{R}/stitched/{{arm}}.npz", arm=look_arms(int(w.k))) if DATA else [],
+            previous=lambda w: [f"{R}/looks/{int(w.k) - 1}.json"] if int(w.k) > 0 else [],
             parent=PARENT,
         output:
             f"{R}/looks/{{k}}.json",
@@ -84,10 +101,11 @@ if LOOKS.sequential:
             margin=CFG["thresholds"]["convergence_max_rel"],
             sided=TWO_SIDED,
             stitched=lambda w, input: f"--stitched {' '.join(input.stitched)} " if input.stitched else "",
+            previous=lambda w, input: f"--previous {input.previous} " if input.previous else "",
             **rerun_params("look"),
         conda:
             "../envs/ptycho.yaml"
         shell:
             "{params.ptycho} {params.track} look --index {wildcards.k} --plan {params.plan:q} --thresholds {params.thresholds:q} "
-            "--margin {params.margin} {params.sided}--models {input.models} --metrics {input.metrics} {params.stitched}"
+            "--margin {params.margin} {params.sided}{params.previous}--models {input.models} --metrics {input.metrics} {params.stitched}"
             "--out {output} > {log} 2>&1"

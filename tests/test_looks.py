@@ -5,6 +5,7 @@ runs it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -128,6 +129,51 @@ def test_a_true_2x_slowdown_decides_slower_at_the_first_look(tmp_path):
     assert look.statuses["speedup"] == "FAIL" and look.stop and look.why == looks.DECIDED
 
 
+def test_an_item_decided_at_a_look_keeps_its_decision_and_is_judged_at_that_look(tmp_path):
+    """A group-sequential decision is final (the levels keep the rate of deciding at ANY
+    look): an item decided at look 1 is not judged again at look 2, where its seeds might
+    no longer decide it; the study stops once every item has decided at some look, and the
+    checks judge each item on the seeds of the look it decided at (``looks.deciding``)."""
+    open_quality = quality(
+        {f"pinn-{m}-s{s}": {"mean": {"amp_ssim": v, "phase_ssim": 0.9}}
+         for m, values in {"off": (0.8, 0.8, 0.8), "jit": (0.78, 0.82, 0.795)}.items() for s, v in enumerate(values)},
+        0.02, alpha=PLAN.level(0),
+    )  # fmt: skip
+    assert open_quality.status == "INCONCLUSIVE"
+    decided = quality(
+        {f"pinn-{m}-s{s}": {"mean": {"amp_ssim": 0.8, "phase_ssim": 0.9}} for m in ("off", "jit") for s in range(5)},
+        0.02, alpha=PLAN.level(1),
+    )  # fmt: skip
+    assert decided.status == "PASS"
+    seeds = {"pinn": (0, 1, 2)}
+    results = {"convergence": decided, "quality": open_quality}
+    first = looks.decide(PLAN, 0, seeds, results, looks.open_comparisons(results, THRESHOLDS))
+    assert first.why == looks.MORE and first.settled == {"convergence": 0}
+    # look 2: quality decides, convergence would be open now: it keeps look 1's PASS
+    results = {"convergence": open_quality, "quality": decided}
+    second = looks.decide(PLAN, 1, first.next_seeds, results, looks.open_comparisons(results, THRESHOLDS), first)
+    assert second.stop and second.why == looks.DECIDED and not second.open
+    assert second.statuses == {"convergence": "PASS", "quality": "PASS"} and second.settled == {
+        "convergence": 0,
+        "quality": 1,
+    }
+    assert "convergence PASS (at look 1), quality PASS" in second.words()
+    chain = (first, second)
+    assert looks.deciding(chain, "convergence") is first and looks.deciding(chain, "quality") is second
+    assert looks.deciding(chain, "speedup") is second  # never decided: the last look
+    assert looks.Look.from_json(json.loads(json.dumps(second.to_json()))) == second
+    old = {k: v for k, v in second.to_json().items() if k != "settled"}  # a record from before 2026-12-04
+    assert looks.Look.from_json(old).settled == {}
+    text = looks_view.sentence(chain)
+    assert "convergence at look 1 (pinn 3 seeds per arm, level 0.00394" in text
+    assert "quality at look 2 (pinn 5 seeds per arm, level 0.0143, intervals at 97.1 % and 98.6 %)" in text
+    # judge does not judge a decided item again: a true 2x slowdown stays as look 1 said
+    study = _study(tmp_path, range(5), {"off": _luck, "jit": _luck}, {"off": 0.1, "jit": 0.2})
+    before = dataclasses.replace(first, statuses={**first.statuses, "speedup": "PASS"}, settled={"speedup": 0})
+    look = judge(1, PLAN, Inputs(results=study), THRESHOLDS, before)
+    assert look.statuses["speedup"] == "PASS" and look.settled["speedup"] == 0 and look.settled["quality"] == 1
+
+
 def test_a_noisy_study_adds_seeds_to_the_open_model_and_stops_at_the_cap_with_what_it_would_need(tmp_path):
     def noisy(seed: int) -> float:  # jit's own scatter around off: paired differences of sd ~0.025
         return _luck(seed) + (0.03, -0.03, 0.0, -0.025, 0.02, -0.03, 0.015)[seed]
@@ -244,8 +290,14 @@ def test_the_report_says_how_many_looks_were_taken_and_why_it_stopped(tmp_path):
     assert "looks" not in plain.to_json() and "Seeds added until it decides" not in markdown(plain)
     text = looks_view.sentence(record.looks)
     assert "1 of 3 planned looks taken" in text and "It stopped because every seeded item decided" in text
-    assert "the looks judge at 0.00394, 0.0143 and 0.0383, so the verdict above, of look 1, judges at 0.00394" in text
-    assert "(its intervals at 99.2 % and 99.6 %)" in text and "little at the first, at levels set by simulation" in text
+    assert (
+        "the looks judge at 0.00394, 0.0143 and 0.0383" in text
+        and "little at the first, at levels set by simulation" in text
+    )
+    assert (
+        "convergence, quality, speedup at look 1 (pinn 3 seeds per arm, level 0.00394, intervals at 99.2 % and 99.6 %)"
+        in text
+    )
     page = markdown(record)
     assert "Seeds added until it decides" in page and text in page and "stop: decided" in page
     from ptycho.study.report.answers import answers

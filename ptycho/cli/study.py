@@ -316,6 +316,7 @@ def cmd_check(args: argparse.Namespace, live: Live) -> JobRecord:
         "--margin", type=fraction, default=checklist.Inputs.margin, help="the study's relative margin (check --margin)"
     ),
     arg("--two-sided", action="store_true", help="judge convergence and quality as equivalence (check --two-sided)"),
+    arg("--previous", help="the look before's record (.json): the items it had decided keep their decision"),
     arg("--out", required=True, output=True, help="the look's record (.json)"),
 )
 def cmd_look(args: argparse.Namespace, live: Live) -> JobRecord:
@@ -324,6 +325,7 @@ def cmd_look(args: argparse.Namespace, live: Live) -> JobRecord:
         json_object(args.plan, "--plan", "pass the plan as JSON (ptycho.study.looks.Plan.to_json)"),
         json_object(args.thresholds, "--thresholds", "pass the study's thresholds section as JSON"),
         args.out,
+        previous=args.previous,
         results=StudyResults(models=args.models, metrics=args.metrics, stitched=args.stitched or ()),
         margin=args.margin,
         two_sided=args.two_sided,

@@ -294,10 +294,11 @@ def study_s(cfg: Mapping, calibration: Mapping, at_once: int, seeds: int) -> flo
 
 def seeds_in_budget(cfg: Mapping, calibration: Mapping, at_once: int) -> tuple[int, float]:
     """``max_seeds: auto``: the most seeds per arm (the configured ones, then
-    ``seeds_per_look`` more at a time, at most :data:`AUTO_SEEDS_LIMIT`) at which the whole
-    study, every look taken, still fits ``budget_min`` on this machine by its calibration,
-    and that estimate in seconds. The configured seeds when even they do not fit (no look
-    adds any); the looks add seeds only while an item is open, so this bounds the cost."""
+    ``seeds_per_look`` more at a time, and a last look that adds fewer where only that
+    fits; at most :data:`AUTO_SEEDS_LIMIT`) at which the whole study, every look taken,
+    still fits ``budget_min`` on this machine by its calibration, and that estimate in
+    seconds. The configured seeds when even one more does not fit (no look adds any); the
+    looks add seeds only while an item is open, so this bounds the cost."""
     from ptycho.study.workflow import look_plan
 
     plan = look_plan({**cfg, "max_seeds": None})
@@ -312,6 +313,10 @@ def seeds_in_budget(cfg: Mapping, calibration: Mapping, at_once: int) -> tuple[i
         if total_s > budget_s:
             break
         best, best_s, n = n, total_s, n + plan.seeds_per_look
+    for fewer in range(min(n, AUTO_SEEDS_LIMIT + 1) - 1, best, -1):  # the budget's rest: a smaller last look
+        total_s = study_s(cfg, calibration, at_once, fewer)
+        if total_s <= budget_s:
+            return fewer, total_s
     return best, best_s
 
 
@@ -432,9 +437,7 @@ def announce(
                     if costs
                     else ""
                 )
-                said = [
-                    f"max_seeds auto: no look adds seeds ({uncapped.seeds_per_look} more per arm would not fit {budget}{priced})"
-                ]
+                said = [f"max_seeds auto: no look adds seeds (even 1 more per arm would not fit {budget}{priced})"]
         est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
         lines += said
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -152,9 +152,10 @@ class Open(JsonRecord):
 
 @dataclass(frozen=True)
 class Look(JsonRecord):
-    """One look: the seeds it judged (per model), each seeded item's status at its level
-    (:meth:`Plan.level`), the comparisons still open, and its decision (``stop``,
-    ``why``, and the seeds per model of the next look)."""
+    """One look: the seeds it judged (per model), each seeded item's status (at this look's
+    level, :meth:`Plan.level`, or as an earlier look decided it), the look at which each
+    decided item decided (``settled``: item -> look index), the comparisons still open, and
+    its decision (``stop``, ``why``, and the seeds per model of the next look)."""
 
     index: int
     plan: Plan
@@ -163,6 +164,7 @@ class Look(JsonRecord):
     open: tuple[Open, ...] = ()
     why: str = DECIDED
     next_seeds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    settled: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def stop(self) -> bool:
@@ -178,7 +180,11 @@ class Look(JsonRecord):
     def words(self) -> str:
         """The look in one sentence: seeds, the items' statuses and what it decided."""
         counts = ", ".join(f"{m} {_seeds(len(s))}" for m, s in self.seeds.items())
-        statuses = ", ".join(f"{item} {status}" for item, status in self.statuses.items())
+        statuses = ", ".join(
+            f"{item} {status}"
+            + (f" (at look {self.settled[item] + 1})" if self.settled.get(item, self.index) < self.index else "")
+            for item, status in self.statuses.items()
+        )
         head = f"look {self.index + 1} of {self.plan.looks} ({counts} per arm; {statuses})"
         opened = ", ".join(sorted({f"{o.item} {o.key}" for o in self.open}))
         needed = self.needed()
@@ -240,12 +246,24 @@ def _model_of(key: str) -> str:
 
 
 def decide(plan: Plan, index: int, seeds: Mapping[str, tuple[int, ...]], results: Mapping[str, ItemResult],
-           opened: Iterable[Open]) -> Look:  # fmt: skip
+           opened: Iterable[Open], previous: Look | None = None) -> Look:  # fmt: skip
     """Look ``index`` of ``plan`` on ``seeds`` (per model), given its seeded items'
-    results and their open comparisons: stop (decided, at the cap, or futile) or add seeds."""
-    opened = tuple(opened)
-    statuses = {name: results[name].status for name in SEEDED if name in results}
-    look = Look(index, plan, dict(seeds), statuses, opened)
+    results and their open comparisons: stop (decided, at the cap, or futile) or add seeds.
+    An item that decided at an earlier look (``previous`` carries it) keeps that decision,
+    whatever ``results`` say of it now: the levels keep the error rate of deciding at ANY
+    look, so a decision once reached stands (a group-sequential test's rejection is final;
+    judged again on more seeds it could only be lost, never be made safer)."""
+    settled = dict(previous.settled) if previous is not None else {}
+    statuses = {}
+    for name in SEEDED:
+        if name in settled:
+            statuses[name] = previous.statuses[name]
+        elif name in results:
+            statuses[name] = results[name].status
+            if statuses[name] != INCONCLUSIVE:
+                settled[name] = index
+    opened = tuple(o for o in opened if statuses.get(o.item) == INCONCLUSIVE)
+    look = Look(index, plan, dict(seeds), statuses, opened, settled=settled)
     if INCONCLUSIVE not in statuses.values():
         return look
     if index + 1 >= plan.looks:
@@ -257,6 +275,13 @@ def decide(plan: Plan, index: int, seeds: Mapping[str, tuple[int, ...]], results
     if grown == dict(seeds):  # every open model is at the cap already
         return dataclasses.replace(look, why=CAP)
     return dataclasses.replace(look, why=MORE, next_seeds=grown)
+
+
+def deciding(chain: tuple[Look, ...] | list[Look], item: str) -> Look:
+    """The look whose seeds and level judge ``item`` in the verdict: the one it decided at,
+    else the last of ``chain`` (the looks taken, in order)."""
+    last = chain[-1]
+    return chain[last.settled[item]] if item in last.settled else last
 
 
 def _cap_basis(plan: Plan, budget_min: float) -> dict[str, Any]:

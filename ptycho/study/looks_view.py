@@ -31,15 +31,31 @@ def sentence(looks: Iterable[Look]) -> str:
     )
     levels = [f"{level:.3g}" for level in plan.levels]
     listed = ", ".join(levels[:-1]) + f" and {levels[-1]}"
-    level = plan.level(last.index)
+    at = {item: last.settled.get(item, last.index) for item in last.statuses}
+    judged = "; ".join(
+        f"{', '.join(items)} at look {k + 1} ({_counts(looks[k])}, level {plan.level(k):.3g}, "
+        f"intervals at {level_words(1 - 2 * plan.level(k))} and {level_words(1 - plan.level(k))})"
+        for k, items in sorted(_by_look(at).items())
+    )
     return (
         f"Seeds were added while an item was INCONCLUSIVE: {len(looks)} of {plan.looks} planned looks taken "
         f"(up to {plan.max_seeds} seeds per arm, {plan.seeds_per_look} added per look). The error rate "
-        f"{plan.alpha:g} is {kept}: the looks judge at {listed}, so the verdict above, of look {last.index + 1}, "
-        f"judges at {level:.3g} (its intervals at {level_words(1 - 2 * level)} and "
-        f"{level_words(1 - level)}). It stopped because {why}. "
+        f"{plan.alpha:g} is {kept}: the looks judge at {listed}. An item decided at a look keeps that "
+        f"decision, so each seeded item above is judged on the seeds and at the level of the look it decided "
+        f"at, or of the last: {judged}. It stopped because {why}. "
         + " ".join(f"{look.words()[0].upper()}{look.words()[1:]}." for look in looks)
     )
+
+
+def _by_look(at: dict[str, int]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for item, k in at.items():
+        out.setdefault(k, []).append(item)
+    return out
+
+
+def _counts(look: Look) -> str:
+    return ", ".join(f"{m} {len(s)} seeds per arm" for m, s in look.seeds.items())
 
 
 def headline(looks: Iterable[Look]) -> str:
@@ -51,7 +67,7 @@ def headline(looks: Iterable[Look]) -> str:
     seeds = ", ".join(f"{m} {len(first.seeds.get(m, s))} -> {len(s)}" for m, s in last.seeds.items())
     return (
         f"Seeds: {len(looks)} of {last.plan.looks} planned looks ({seeds} seeds per arm), stopped: {last.why}; "
-        f"each verdict at alpha {last.plan.level(last.index):.3g} (the report's section on the looks)."
+        "each item judged at the level of the look it decided at (the report's section on the looks)."
     )
 
 

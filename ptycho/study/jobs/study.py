@@ -123,19 +123,22 @@ def check(item: str, threshold: float, out: str, **inputs) -> JobRecord:
     )
 
 
-def look(index: int, plan: Mapping, thresholds: Mapping[str, float], out: str, **inputs) -> JobRecord:
+def look(index: int, plan: Mapping, thresholds: Mapping[str, float], out: str, previous: str | None = None,
+         **inputs) -> JobRecord:  # fmt: skip
     """Look ``index`` of a study that adds seeds until it decides (:mod:`ptycho.study.looks`):
-    the seeded items judged on the trainings and scores given (``inputs``: the
+    the seeded items not decided at an earlier look (``previous``: the record of the look
+    before) judged on the trainings and scores given (``inputs``: the
     :class:`~ptycho.study.checklist.Inputs` fields) at the plan's level for that look, and
     whether to stop or which seeds to add."""
-    from ptycho.artifacts import write_json
+    from ptycho.artifacts import read_json, write_json
     from ptycho.config import defaults
     from ptycho.study import checklist, looks
     from ptycho.study.checklist.look import judge
 
     limits = {**defaults("thresholds"), **thresholds}
     by_item = {name: float(limits[checklist.get(name).threshold]) for name in looks.SEEDED}
-    record = judge(index, looks.Plan.from_json(plan), checklist.Inputs(**inputs), by_item)
+    before = looks.Look.from_json(read_json(previous, "look")) if previous else None
+    record = judge(index, looks.Plan.from_json(plan), checklist.Inputs(**inputs), by_item, before)
     write_json(out, record.to_json(), producer="look")
     return JobRecord(
         metrics={
