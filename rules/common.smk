@@ -269,9 +269,14 @@ if workflow.is_main_process and RUNS_JOBS:
     for line in announce(CFG, CFG["results"], trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES), HARDWARE, record=MAKES_FILES):
         sys.stderr.write(f"ptycho workflow: {line}\n")
 # The looks of a study that adds seeds until it decides (config max_seeds, rules/looks.smk):
-# ARMS are the first look's; the checks judge at the level of the look that stopped it. With
+# ARMS are the first look's; each seeded check judges at the level of the look its item decided at. With
 # max_seeds: auto, the cap announce recorded for this study, or this machine's calibration
 # fits in the budget (none: no looks).
 LOOKS = look_plan(CFG, seed_cap(CFG, R, trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES)))
+if workflow.is_main_process and RUNS_JOBS and LOOKS.sequential:
+    from ptycho.study.looks import replanned
+
+    if (_replanned := replanned(R, LOOKS)):
+        sys.stderr.write(f"ptycho workflow: warning: {_replanned}\n")
 # Each planned training's seconds by the calibration announce made (empty without one).
 CALIBRATED = calibrated_training_s(CFG, trainings_at_once(), min(CFG["train_threads"], MACHINE_CORES)) if workflow.is_main_process and RUNS_JOBS else {}

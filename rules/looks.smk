@@ -2,7 +2,8 @@
 # checkpoint per look. Look k judges convergence, quality and speed on the seeds so far at
 # the look's own level (alpha spent over the looks planned); while one is
 # INCONCLUSIVE it names seeds to add, Snakemake trains, scores and looks again, and the
-# checks and the report read the arms of the look that stopped (FINAL_ARMS). Without
+# figures and the report read the arms of the look that stopped (FINAL_*), each seeded
+# check those of the look its item decided at (per_item_arm). Without
 # max_seeds there is no look and nothing here runs.
 from ptycho.artifacts import read_json
 from ptycho.study.looks import Look, arms_with_seeds, deciding
@@ -32,7 +33,7 @@ def looks_taken():
 
 
 def final_arms():
-    """The arms the checks, figures and report judge: the configured ones, or the seeds of the look that stopped."""
+    """The arms the figures and report show: the configured ones, or the seeds of the look that stopped."""
     return arms_with_seeds(ARMS, _last_look().seeds) if LOOKS.sequential else ARMS
 
 
@@ -97,6 +98,7 @@ if LOOKS.sequential:
             ptycho=PTYCHO,
             track=lambda w: tracking("look", look=w.k),
             plan=json.dumps(LOOKS.to_json(), sort_keys=True),
+            levels=LOOKS.levels,  # the levels it judges at; judged at others, a look is made again
             thresholds=json.dumps(CFG["thresholds"], sort_keys=True),
             margin=CFG["thresholds"]["convergence_max_rel"],
             sided=TWO_SIDED,

@@ -50,7 +50,9 @@ def test_the_plan_splits_alpha_over_the_looks_it_plans(base):
         all(level >= share * (1 - 1e-12) for level, share in zip(levels, shares, strict=True))
         and levels[2] > 1.1 * shares[2]
     )
-    assert plan.level(0) == levels[0] and plan.level(2) == plan.level(9) == levels[2]
+    assert plan.level(0) == levels[0] and plan.level(2) == levels[2]
+    with pytest.raises(ConfigError, match="look 3 is not one of this plan's 3 looks"):
+        plan.level(3)
     assert plan.added((0, 1, 2)) == (0, 1, 2, 3, 4) and plan.added((0, 1, 2, 3, 4, 5)) == (0, 1, 2, 3, 4, 5, 6)
     assert plan.added((0, 1, 2, 3, 4, 5, 6)) == (0, 1, 2, 3, 4, 5, 6)  # at the cap: no more
     one = look_plan(resolve(base))  # no max_seeds: one look at the full rate, as before looks existed
@@ -343,6 +345,21 @@ def test_the_workflow_looks_only_when_max_seeds_is_set_and_judges_at_the_stoppin
     assert capped.sequential and capped.sizes("pinn") == (2, 4, 6) and capped.sizes("baseline") == (1, 3, 5, 6)
     auto = plan("max_seeds=auto", "seeds=[0,1]")
     assert "look --index 0" in auto and "--alpha <TBD>" in auto
+
+
+def test_a_plan_changed_after_the_study_looked_is_warned_about(tmp_path):
+    """Raising the cap of a study that has looked re-plans its looks: the levels assume a
+    plan fixed before the first look, so the workflow says the error rate no longer holds."""
+    from ptycho.artifacts import write_json as write
+
+    assert looks.replanned(tmp_path, PLAN) == ""  # no look yet
+    look = looks.decide(PLAN, 0, {"pinn": (0, 1, 2)}, {}, ())
+    write(tmp_path / "looks" / "0.json", look.to_json(), producer="look")
+    assert looks.replanned(tmp_path, PLAN) == ""  # the same plan
+    wider = dataclasses.replace(PLAN, max_seeds=11)
+    said = looks.replanned(tmp_path, wider)
+    assert "were planned up to 7 seeds per arm and are now planned up to 11" in said and "\n" not in said
+    assert "no longer keeps its error rate at 0.05" in said and "new results folder" in said
 
 
 def test_a_rerun_reads_this_plans_chain_of_looks_and_stops_at_anything_else(base, tmp_path):

@@ -10,8 +10,8 @@ comparison (all of that model's arms, so that its comparisons stay paired by see
 run at once) and looks again.
 
 Looking again at the same error rate would call a worse arm NOT WORSE more often than
-the rate says (``tests/test_error_rate.py`` measures it). So each look, and the checks of
-the look the study stops at, judge at a lower level (:attr:`Plan.levels`) that rises with
+the rate says (``tests/test_error_rate.py`` measures it). So each look, and each item's
+check at the look it decided at, judge at a lower level (:attr:`Plan.levels`) that rises with
 the seeds, set by simulation so that the chance of a false claim at ANY planned look is at
 most the study's ``alpha``: the looks spend it, little at the first (alpha spending,
 :func:`~ptycho.study.stats.sequential_levels`; it was once one constant level, Pocock's,
@@ -104,7 +104,7 @@ class Plan(JsonRecord):
 
     @property
     def levels(self) -> tuple[float, ...]:
-        """The error rate each planned look, and the verdict of the look the study stops at,
+        """The error rate each planned look, and each item's verdict at the look it decided at,
         is judged at: rising with the seeds, so that the study keeps ``alpha`` over all of
         them (:func:`~ptycho.study.stats.sequential_levels`; per look the strictest of its
         models' sequences). ``(alpha,)`` for one look."""
@@ -114,8 +114,10 @@ class Plan(JsonRecord):
         return tuple(min(p[min(k, len(p) - 1)] for p in per) for k in range(self.looks))
 
     def level(self, index: int) -> float:
-        """Look ``index``'s level (:attr:`levels`)."""
-        return self.levels[min(index, self.looks - 1)]
+        """Look ``index``'s level (:attr:`levels`); a look the plan does not have is an error."""
+        if not 0 <= index < self.looks:
+            raise ConfigError(f"look {index} is not one of this plan's {self.looks} looks (0 to {self.looks - 1})")
+        return self.levels[index]
 
     def added(self, seeds: Iterable[int]) -> tuple[int, ...]:
         """``seeds`` with this plan's next ones (the smallest unused numbers above them),
@@ -330,6 +332,29 @@ def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) ->
             for mode, precision in kinds:
                 out[arm_name(model, mode, seed, precision)] = None
     return list(out)
+
+
+def replanned(folder: str | os.PathLike, plan: Plan) -> str:
+    """A warning when the looks recorded under ``folder/looks/`` were planned otherwise
+    than ``plan`` (another cap, seeds or rate; "" when none or the same): the workflow
+    judges the looks again at the new plan's levels, but a plan changed after its study has
+    looked spends the error rate again, so its verdict no longer keeps ``alpha`` (the
+    levels assume the plan fixed before the first look: Lan & DeMets)."""
+    from ptycho.artifacts import read_json
+    from ptycho.errors import PtychoError
+
+    try:
+        before = Look.from_json(read_json(Path(folder, "looks", "0.json"), "look")).plan
+    except (PtychoError, OSError, AttributeError, KeyError, TypeError, ValueError):
+        return ""
+    if before == plan:
+        return ""
+    return (
+        f"the looks recorded in {Path(folder, 'looks')} were planned up to {before.max_seeds} seeds per arm and are now "
+        f"planned up to {plan.max_seeds}: they are judged again at the new plan's levels, but a plan changed after "
+        f"the study has looked no longer keeps its error rate at {plan.alpha:g}; for that, run the new plan in a new "
+        "results folder (--config results=...)"
+    )
 
 
 def recorded_arms(folder: str | os.PathLike, plan: Plan, names: Iterable[str]) -> list[str]:

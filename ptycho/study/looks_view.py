@@ -30,7 +30,7 @@ def sentence(looks: Iterable[Look]) -> str:
         else "spent over the planned looks, little at the first, at levels set by simulation (alpha spending)"
     )
     levels = [f"{level:.3g}" for level in plan.levels]
-    listed = ", ".join(levels[:-1]) + f" and {levels[-1]}"
+    listed = ", ".join(levels[:-1]) + f" and {levels[-1]}" if len(levels) > 1 else levels[0]
     at = {item: last.settled.get(item, last.index) for item in last.statuses}
     judged = "; ".join(
         f"{', '.join(items)} at look {k + 1} ({_counts(looks[k])}, level {plan.level(k):.3g}, "
@@ -52,6 +52,12 @@ def _by_look(at: dict[str, int]) -> dict[int, list[str]]:
     for item, k in at.items():
         out.setdefault(k, []).append(item)
     return out
+
+
+def _status(look: Look, item: str) -> str:
+    """``item``'s status at ``look``, and the look it decided at where that was earlier."""
+    status, at = look.statuses.get(item, "-"), look.settled.get(item, look.index)
+    return f"{status} (look {at + 1})" if at < look.index else status
 
 
 def _counts(look: Look) -> str:
@@ -87,7 +93,7 @@ def _tables(report) -> list:
             str(look.index + 1),
             f"{look.plan.level(look.index):.3g}",
             ", ".join(f"{m} {len(s)}" for m, s in look.seeds.items()),
-            *(look.statuses.get(i, "-") for i in items),
+            *(_status(look, i) for i in items),
             ", ".join(sorted({f"{o.item} {o.key}" for o in look.open})) or "-",
             "-" if math.isnan(look.needed()) else f"{look.needed():.0f}",
             decision(look),
@@ -96,7 +102,8 @@ def _tables(report) -> list:
     ]
     return [
         (
-            "The looks: each judged at its level on the seeds so far (seeds per arm, by model)",
+            "The looks: each judged at its level on the seeds so far, an item decided at an earlier look kept "
+            "as it decided (seeds per arm, by model)",
             ["look", "level", "seeds", *items, "open comparisons", "seeds they need", "decision"],
             rows,
         )

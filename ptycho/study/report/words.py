@@ -77,7 +77,7 @@ def _mode_parts(report: StudyReport, vs: str, ssim) -> list[str]:
 def quality_sentence(report: StudyReport) -> str:
     """XLA's own effect on the reconstructions in one sentence: each PINN mode vs ``off``
     at the same precision, amplitude and phase SSIM, outcome and the interval its outcome
-    reads (the ``1 - 2 alpha`` one: 90 % at the default alpha, wider when the looks split it;
+    reads (the ``1 - 2 alpha`` one: 90 % at the default alpha, wider when the looks spend it;
     without a ground truth: the SSIM between the two arms' reconstructions,
     :func:`agreement_sentence`)."""
     from ptycho.study.checklist.quality_evidence import evidence_of
@@ -204,8 +204,8 @@ def rest_lines(report: StudyReport) -> str:
     parts = [
         data_sentence(report),
         f"INCONCLUSIVE: {', '.join(unsettled)} (the evidence does not settle it; each item says what would, "
-        "and where that is more seeds, a larger budget_min (max_seeds auto) or max_seeds lets the looks add them)."
-        * bool(unsettled),
+        "and where that is more seeds, a new study with a larger budget_min (max_seeds auto) or max_seeds lets the "
+        "looks add them)." * bool(unsettled),
     ]
     rec = report.speed.recommendation
     if rec:
