@@ -174,6 +174,8 @@ def test_an_item_decided_at_a_look_keeps_its_decision_and_is_judged_at_that_look
     before = dataclasses.replace(first, statuses={**first.statuses, "speedup": "PASS"}, settled={"speedup": 0})
     look = judge(1, PLAN, Inputs(results=study), THRESHOLDS, before)
     assert look.statuses["speedup"] == "PASS" and look.settled["speedup"] == 0 and look.settled["quality"] == 1
+    with pytest.raises(ConfigError, match="pass look 1's record of the same plan"):
+        judge(2, PLAN, Inputs(results=study), THRESHOLDS, before)  # look 0 is not the look before look 2
 
 
 def test_a_noisy_study_adds_seeds_to_the_open_model_and_stops_at_the_cap_with_what_it_would_need(tmp_path):

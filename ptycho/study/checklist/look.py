@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from ptycho.errors import ConfigError
 from ptycho.study import checklist
 from ptycho.study.bench.record import BenchRecord
 from ptycho.study.checklist.speedup import speedup
@@ -18,6 +19,11 @@ def judge(index: int, plan: Plan, inputs, thresholds: Mapping[str, float], previ
     results are the look's trainings and scores) at the plan's level for that look. Speed
     is judged from the trainings alone: the benchmark, which times the first seeds' arms,
     decides nothing a seed could change."""
+    if previous is not None and (previous.plan != plan or previous.index != index - 1):
+        raise ConfigError(
+            f"the look before look {index} is look {previous.index} of another plan or index; pass look {index - 1}'s "
+            "record of the same plan (--previous), or make the looks again"
+        )
     inputs = dataclasses.replace(inputs, alpha=plan.level(index))
     trainings = list(inputs.results.trainings.values())
     settled = previous.settled if previous is not None else {}
