@@ -334,21 +334,31 @@ def arms_with_seeds(names: Iterable[str], seeds: Mapping[str, Iterable[int]]) ->
     return list(out)
 
 
+def _recorded_look(folder: str | os.PathLike, k: int) -> Look | None:
+    """Look ``k``'s record under ``folder/looks/``, or ``None`` when there is none or it
+    cannot be read (read while the workflow is parsed, which never stops on it)."""
+    from ptycho.artifacts import read_json
+    from ptycho.errors import PtychoError
+
+    path = Path(folder, "looks", f"{k}.json")
+    if not path.is_file():
+        return None
+    try:
+        return Look.from_json(read_json(path, "look"))
+    except (PtychoError, OSError, AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
 def replanned(folder: str | os.PathLike, plan: Plan) -> str:
     """A warning when the looks recorded under ``folder/looks/`` were planned otherwise
     than ``plan`` (another cap, seeds or rate; "" when none or the same): the workflow
     judges the looks again at the new plan's levels, but a plan changed after its study has
     looked spends the error rate again, so its verdict no longer keeps ``alpha`` (the
     levels assume the plan fixed before the first look: Lan & DeMets)."""
-    from ptycho.artifacts import read_json
-    from ptycho.errors import PtychoError
-
-    try:
-        before = Look.from_json(read_json(Path(folder, "looks", "0.json"), "look")).plan
-    except (PtychoError, OSError, AttributeError, KeyError, TypeError, ValueError):
+    first = _recorded_look(folder, 0)
+    if first is None or first.plan == plan:
         return ""
-    if before == plan:
-        return ""
+    before = first.plan
     return (
         f"the looks recorded in {Path(folder, 'looks')} were planned up to {before.max_seeds} seeds per arm and are now "
         f"planned up to {plan.max_seeds}: they are judged again at the new plan's levels, but a plan changed after "
@@ -363,17 +373,10 @@ def recorded_arms(folder: str | os.PathLike, plan: Plan, names: Iterable[str]) -
     checks for lost outputs (``rules/rerun.smk``), read while the workflow is parsed. A
     look that cannot be read, or was planned otherwise (another ``max_seeds``), ends the
     chain: its checkpoint makes it again, and parsing never stops on it."""
-    from ptycho.artifacts import read_json
-    from ptycho.errors import PtychoError
-
     names = list(names)
     out = dict.fromkeys(names)
     k = 0
-    while plan.sequential and (path := Path(folder, "looks", f"{k}.json")).is_file():
-        try:
-            look = Look.from_json(read_json(path, "look"))
-        except (PtychoError, OSError, AttributeError, KeyError, TypeError, ValueError):
-            break
+    while plan.sequential and (look := _recorded_look(folder, k)) is not None:
         if look.plan != plan:
             break
         out.update(dict.fromkeys(arms_with_seeds(names, {**look.seeds, **look.next_seeds})))
