@@ -360,8 +360,10 @@ def test_a_plan_changed_after_the_study_looked_is_warned_about(tmp_path):
     assert looks.replanned(tmp_path, PLAN) == ""  # the same plan
     wider = dataclasses.replace(PLAN, max_seeds=11)
     said = looks.replanned(tmp_path, wider)
-    assert "were planned up to 7 seeds per arm and are now planned up to 11" in said and "\n" not in said
+    assert "were planned otherwise (up to 7 seeds per arm, now 11)" in said and "\n" not in said
     assert "no longer keeps its error rate at 0.05" in said and "new results folder" in said
+    other = looks.replanned(tmp_path, dataclasses.replace(PLAN, seeds={"pinn": (11, 12, 13)}, seeds_per_look=1))
+    assert "(pinn seeds [0, 1, 2], now [11, 12, 13]; 2 seeds a look, now 1)" in other
 
 
 def test_a_rerun_reads_this_plans_chain_of_looks_and_stops_at_anything_else(base, tmp_path):

@@ -358,12 +358,21 @@ def replanned(folder: str | os.PathLike, plan: Plan) -> str:
     first = _recorded_look(folder, 0)
     if first is None or first.plan == plan:
         return ""
-    before = first.plan
+    before, changed = first.plan, []
+    if before.max_seeds != plan.max_seeds:
+        changed.append(f"up to {before.max_seeds} seeds per arm, now {plan.max_seeds}")
+    for kind in sorted({*before.seeds, *plan.seeds}):
+        was, now = before.seeds.get(kind, ()), plan.seeds.get(kind, ())
+        if tuple(was) != tuple(now):
+            changed.append(f"{kind} seeds {list(was)}, now {list(now)}")
+    if before.seeds_per_look != plan.seeds_per_look:
+        changed.append(f"{before.seeds_per_look} seeds a look, now {plan.seeds_per_look}")
+    if before.alpha != plan.alpha:
+        changed.append(f"alpha {before.alpha:g}, now {plan.alpha:g}")
     return (
-        f"the looks recorded in {Path(folder, 'looks')} were planned up to {before.max_seeds} seeds per arm and are now "
-        f"planned up to {plan.max_seeds}: they are judged again at the new plan's levels, but a plan changed after "
-        f"the study has looked no longer keeps its error rate at {plan.alpha:g}; for that, run the new plan in a new "
-        "results folder (--config results=...)"
+        f"the looks recorded in {Path(folder, 'looks')} were planned otherwise ({'; '.join(changed)}): they are "
+        f"judged again at the new plan's levels, but a plan changed after the study has looked no longer keeps its "
+        f"error rate at {plan.alpha:g}; for that, run the new plan in a new results folder (--config results=...)"
     )
 
 
