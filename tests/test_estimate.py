@@ -78,10 +78,11 @@ def test_a_config_that_names_its_precisions_keeps_its_hash(base):
 
 
 def test_per_model_and_preset_lists_resolve_too(base):
-    both = {"preset": "lowdose", "precision": ["float32", "auto"]}
-    cfg = resolve(base, {**both, "per_model": {"baseline": {"precision": ["auto"]}}}, hardware=AVX2)
+    # A preset's own precision list (as lowdose's was until 2026-12-04) resolves like the study's.
+    base = {**base, "presets": {**base["presets"], "both": {"precision": ["float32", "auto"]}}}
+    cfg = resolve(base, {"preset": "both", "per_model": {"baseline": {"precision": ["auto"]}}}, hardware=AVX2)
     assert cfg["precision"] == ["float32"] and cfg["per_model"]["baseline"]["precision"] == ["float32"]
-    cfg = resolve(base, both, hardware=ZEN4)
+    cfg = resolve(base, {"preset": "both"}, hardware=ZEN4)
     assert cfg["precision"] == ["float32", "mixed_bfloat16"]
 
 
