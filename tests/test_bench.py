@@ -197,7 +197,7 @@ def test_a_seed_comparison_is_one_record_through_json():
 # --------------------------------------------------------------------- machine
 def test_machine_info_comes_from_psutil_and_the_package_metadata():
     m = machine_info(gpus=0)
-    assert set(m) == {"cpu", "cpu_flags", "cores", "load_average", "tensorflow", "python", "gpus"}
+    assert set(m) == {"cpu", "cpu_id", "cpu_flags", "cores", "load_average", "tensorflow", "python", "gpus"}
     assert m["cores"] == psutil.cpu_count() and m["gpus"] == 0
     assert len(m["load_average"]) == 3 and all(v >= 0 for v in m["load_average"])
     assert isinstance(m["cpu"], str) and m["python"].count(".") == 2
@@ -215,6 +215,20 @@ def test_cpu_flags_are_the_dtype_flags_of_proc_cpuinfo_in_a_fixed_order():
     assert mach.flags_words({"cpu_flags": []}) == f" (none of {', '.join(mach.DTYPE_FLAGS)})"
     assert mach.flags_words({}) == ""  # a record from before the flags: nothing claimed
     assert mach.machine_line({"cpu": "X", "cpu_flags": ["avx512f"], "cores": 2}).startswith("X (avx512f), 2 cores, ")
+
+
+def test_the_cpu_is_named_with_its_family_and_model_numbers():
+    """The numbers tell generations apart where a virtual machine names only the vendor's line."""
+    assert mach.cpu_id({"model name": "AMD EPYC", "cpu family": "26", "model": "2"}) == "family 26 model 2"
+    assert mach.cpu_id({"model name": "Apple M2"}) is None  # no x86 numbers: not claimed
+    assert mach.cpu_words({"cpu": "AMD EPYC", "cpu_id": "family 26 model 2"}) == "AMD EPYC family 26 model 2"
+    assert mach.cpu_words({"cpu": "AMD EPYC"}) == "AMD EPYC"  # a record made before the numbers were
+    line = mach.machine_line(
+        {"cpu": "AMD EPYC", "cpu_id": "family 25 model 17", "cpu_flags": ["avx512_bf16"], "cores": 2}
+    )
+    assert line.startswith("AMD EPYC family 25 model 17 (avx512_bf16), 2 cores, ")
+    if sys.platform.startswith("linux") and "cpu family" in Path("/proc/cpuinfo").read_text():
+        assert mach.cpu_id() == mach.machine_info()["cpu_id"] and mach.cpu_id().startswith("family ")
 
 
 def test_cpu_seconds_of_the_machine_and_of_a_process():

@@ -318,6 +318,19 @@ def test_the_machine_kind_is_cpu_flags_cores_and_gpus(smoke):
     assert a.kind.words() == f"{INTEL['cpu']} ({', '.join(INTEL['cpu_flags'])}), 2 cores, no GPU"
 
 
+def test_one_model_name_of_two_cpu_generations_is_two_kinds(smoke):
+    """A virtual machine's model name is often its vendor's generic word: "AMD EPYC" for a
+    Zen 4 (family 25) and a Zen 5 (family 26) alike. Their family and model numbers part
+    them; a report made before they were recorded is a kind of its own, by its name."""
+    epyc = {"cpu": "AMD EPYC", "cpu_flags": ZEN4["cpu_flags"]}
+    zen4 = one(run(smoke, {**epyc, "cpu_id": "family 25 model 17"}))
+    zen5 = one(run(smoke, {**epyc, "cpu_id": "family 26 model 2"}))
+    older = one(run(smoke, epyc))
+    assert len({zen4.kind, zen5.kind, older.kind}) == 3
+    assert zen5.kind.words() == "AMD EPYC family 26 model 2 (avx2, avx512f, avx512_bf16), 2 cores, no GPU"
+    assert older.kind.words().startswith("AMD EPYC (avx2")
+
+
 def test_machine_dependent_keys_may_differ_between_runs_of_one_study(smoke, tmp_path):
     a = run(smoke, INTEL)
     b = run(smoke, ZEN4, generated="2026-11-30T00:00:00+00:00")

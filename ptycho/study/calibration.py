@@ -121,7 +121,7 @@ def calibration_path(cfg: Mapping, at_once: int, threads: int, machine: Mapping)
 
     key = {
         "format": CALIBRATION_FORMAT,
-        "machine": {k: machine.get(k) for k in ("cpu", "cpu_flags", "cores", "tensorflow", "gpus")},
+        "machine": {k: machine.get(k) for k in ("cpu", "cpu_id", "cpu_flags", "cores", "tensorflow", "gpus")},
         "arms": planned_arms(cfg),
         "models": {k: dataclasses.asdict(model_config(cfg, k)) for k in cfg["models"]},
         "batch": {k: section_for(cfg, "train", k)["batch_size"] for k in cfg["models"]},

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from ptycho.nets.models import SUBJECT
 from ptycho.nets.precision import REFERENCE_PRECISION, short
 from ptycho.nets.xla import REFERENCE
-from ptycho.study.bench.machine import flags_words
+from ptycho.study.bench.machine import cpu_words, flags_words
 from ptycho.study.bench.record import ArmRatios, BenchArm, BenchRecord, Context, Interval, Peak, Spread
 from ptycho.study.bench.result import fastest
 from ptycho.study.bench.roofline import compute_dtype
@@ -375,7 +375,7 @@ def _machine_and_load(record: BenchRecord) -> str:
     m = record.machine
     start, end = m.get("load_average_start"), m.get("load_average")
     return (
-        f"machine: {m.get('cpu', 'n/a')}{flags_words(m)} | {m.get('cores', 'n/a')} cores | load "
+        f"machine: {cpu_words(m)}{flags_words(m)} | {m.get('cores', 'n/a')} cores | load "
         f"{fmt(start[0] if start else None)} at start, {fmt(end[0] if end else None)} at end | "
         f"TF {m.get('tensorflow', 'n/a')} | GPUs {m.get('gpus')}"
     )

@@ -166,7 +166,7 @@ def recommendation(bench: BenchRecord, context: str) -> str:
     interval above 1); otherwise the reference itself is, and the best other one is named
     with its interval."""
     from ptycho.study.bench import arm_words
-    from ptycho.study.bench.machine import flags_words
+    from ptycho.study.bench.machine import cpu_words, flags_words
     from ptycho.study.bench.result import fastest_overall
 
     best = fastest_overall(bench, SUBJECT, context)
@@ -179,10 +179,7 @@ def recommendation(bench: BenchRecord, context: str) -> str:
     whose = {(True, True): "XLA and precision together", (True, False): "the precision's alone"}.get(
         (reduced, xla), "XLA's alone"
     )
-    head = (
-        f"Recommendation for this machine kind ({bench.machine.get('cpu', 'CPU not recorded')}"
-        f"{flags_words(bench.machine)}): "
-    )
+    head = f"Recommendation for this machine kind ({cpu_words(bench.machine)}{flags_words(bench.machine)}): "
     where = CONTEXT_WORDS.get(context, context)
     reference = f"{REFERENCE} at {short(REFERENCE_PRECISION)}"
     if effect_words(r) != ttc.FASTER:  # not shown faster than the reference: recommend the reference

@@ -17,6 +17,7 @@ from ptycho.nets.precision import PRECISIONS, REFERENCE_PRECISION, short
 from ptycho.nets.xla import REFERENCE
 from ptycho.study import ttq_comparison as ttc
 from ptycho.study.arms import Arm, pairs
+from ptycho.study.bench.machine import cpu_words
 from ptycho.study.report import REPORT_SCHEMA_VERSION
 from ptycho.study.stats import SeedComparison
 
@@ -34,8 +35,10 @@ def _count(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Kind:
-    """A machine kind: the CPU model, its dtype flags, the cores and the GPUs (not the
-    load average nor the library versions of the report's ``machine`` record)."""
+    """A machine kind: the CPU (its model name, with its x86 family and model numbers where
+    recorded: :func:`~ptycho.study.bench.machine.cpu_words`), its dtype flags, the cores and
+    the GPUs (not the load average nor the library versions of the report's ``machine``
+    record)."""
 
     cpu: str
     cpu_flags: tuple[str, ...]
@@ -45,10 +48,10 @@ class Kind:
     @classmethod
     def of(cls, m: Mapping[str, Any]) -> Kind:
         flags = tuple(str(f) for f in m.get("cpu_flags") or ())
-        return cls(str(m.get("cpu") or "CPU not recorded"), flags, _count(m.get("cores")), _count(m.get("gpus")))
+        return cls(cpu_words(m), flags, _count(m.get("cores")), _count(m.get("gpus")))
 
     def words(self) -> str:
-        """``Intel Xeon (avx2, amx_bf16), 2 cores, no GPU``."""
+        """``AMD EPYC family 26 model 2 (avx2, avx512_bf16), 2 cores, no GPU``."""
         flags = f"({', '.join(self.cpu_flags)})" if self.cpu_flags else "(no dtype flags)"
         cores = "cores n/a" if self.cores is None else f"{self.cores} cores"
         gpus = "GPU n/a" if self.gpus is None else f"{self.gpus} GPU" if self.gpus else "no GPU"
