@@ -379,8 +379,12 @@ def read_json(path: str | os.PathLike, producer: str | Sequence[str] | Callable[
             record = json.load(fh)
     except FileNotFoundError:
         raise PtychoError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise PtychoError(f"{path}: a folder, not a JSON file; name the .json file in it") from None
     except json.JSONDecodeError as exc:
         raise PtychoError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); re-create it") from None
+    except UnicodeDecodeError:
+        raise PtychoError(f"{path}: not valid JSON (not UTF-8 text); name the JSON file meant") from None
     if producer is not None:
         if not isinstance(record, dict):
             raise PtychoError(

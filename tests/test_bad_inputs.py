@@ -982,6 +982,16 @@ CATALOGUE: list[Row] = [
         "use the ptycho that wrote it, or make it again with this one: snakemake all --cores all --forcerun evaluate",
     ),
     Row(
+        "record-is-a-folder",
+        "dataset",
+        "a folder where `check quality` wants a metrics file",
+        "cli",
+        args=("check", "quality", "--threshold", "0.02", "--metrics", "m.json", "--out", "q.json"),
+        setup=_files(**{"m.json": "/"}),
+        exit_code=1,
+        message="m.json: a folder, not a JSON file; name the .json file in it",
+    ),
+    Row(
         "record-of-another-job",
         "dataset",
         "stitched objects (`stitch`'s output) as `stitch --reconstruction`",

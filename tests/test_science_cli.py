@@ -84,6 +84,16 @@ def test_train_infer_stitch_evaluate_chain(tiny):
     assert r.returncode == 0, r.stderr
     metrics = json.loads((d / "metrics.json").read_text())
     assert metrics["n_images"] == 1 and -1 <= metrics["mean"]["amp_ssim"] <= 1
+    # --model takes the folder 'train' wrote, as infer's does, or its model.json: the same losses
+    from ptycho.data.ptychodus import read_product
+
+    losses = [e["train_loss"] for e in meta["history"]]
+    for given, products in ((d / "model", d / "p1"), (d / "model" / "model.json", d / "p2")):
+        args = ("--stitched", d / "st.npz", "--dataset", d / "test.h5", "--out", d / "m2.json")
+        r = ptycho("evaluate", *args, "--product-dir", products, "--model", given)
+        assert r.returncode == 0, r.stderr
+        product = read_product(products / "object-0.h5")
+        assert list(product["loss_epochs"]) == [1, 2] and list(product["loss_values"]) == pytest.approx(losses)
 
 
 @pytest.mark.parametrize(

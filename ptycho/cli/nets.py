@@ -147,7 +147,10 @@ def _products(args: argparse.Namespace, folder: str | None, stem: str, what: str
         output="folder",
         help="also write each object as a ptychodus product, <dir>/object-<m>.h5 (docs/ptychodus.md)",
     ),
-    arg("--model", help="the network's model.json: its training losses go into the products"),
+    arg(
+        "--model",
+        help="the network's folder written by 'ptycho train' (or its model.json): its training losses go into the products",
+    ),
     *_PRODUCT_ARGS,
 )
 def cmd_evaluate(args: argparse.Namespace, live: Live) -> JobRecord:

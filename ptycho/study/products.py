@@ -97,9 +97,11 @@ def write_products(
     return paths
 
 
-def training_losses(model_json: str) -> list[tuple[int, float]]:
-    """(epoch, training loss) of a trained network's ``model.json``."""
+def training_losses(model: str) -> list[tuple[int, float]]:
+    """(epoch, training loss) of a trained network: its ``model.json``, or the folder holding
+    it (what ``ptycho infer --model`` takes)."""
     from ptycho.study.results import StudyResults
 
-    [record] = StudyResults(models=[model_json]).trainings.values()
+    path = Path(model)
+    [record] = StudyResults(models=[path / "model.json" if path.is_dir() else path]).trainings.values()
     return [(e.epoch, e.train_loss) for e in record.history]
