@@ -19,23 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-from scipy import stats
-
-from ptycho.study.stats import ALPHA, SPENDING_RHO, sequential_levels
-
-
-def chance(sizes: tuple[int, ...], levels: tuple[float, ...], sd: float, margin: float, studies: int = 40_000):
-    """Share of identical-arm studies that decide NOT WORSE at some look, and the mean seeds per arm trained."""
-    rng = np.random.default_rng(0)
-    x = rng.normal(0.0, sd, (studies, sizes[-1]))
-    decided, seeds = np.zeros(studies, dtype=bool), np.full(studies, float(sizes[-1]))
-    for n, level in zip(sizes, levels, strict=True):
-        y = x[:, :n]
-        bound = y.mean(axis=1) - stats.t.ppf(1 - level, n - 1) * y.std(axis=1, ddof=1) / np.sqrt(n)
-        new = (bound > -margin) & ~decided
-        seeds[new], decided = n, decided | new
-    return decided.mean(), seeds.mean()
+from ptycho.study.stats import ALPHA, SPENDING_RHO, decision_chance, sequential_levels
 
 
 def main() -> None:
@@ -49,7 +33,7 @@ def main() -> None:
         sizes = tuple(int(n) for n in text.split(","))
         for rho in (1, SPENDING_RHO) if len(sizes) > 1 else (None,):
             levels = sequential_levels(ALPHA, sizes, rho) if rho else (ALPHA,)
-            p, seeds = chance(sizes, levels, args.sd, args.margin)
+            p, seeds = decision_chance(sizes, levels, args.sd, args.margin, studies=40_000)
             shape = f"rho {rho}" if rho else "one look"
             print(
                 f"seeds {text:>12} ({shape:>8}): levels {' '.join(f'{v:.4f}' for v in levels)}; "

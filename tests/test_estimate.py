@@ -243,13 +243,14 @@ def test_a_finished_study_given_max_seeds_says_what_its_looks_may_add(tmp_path, 
         return f"; up to {minutes(most.total_s)} if the looks add seeds to the cap (max_seeds=5)"
 
     assert announce(plain, tmp_path / "results", 2, 1, AMX) == []
-    (line,) = announce(looking, tmp_path / "results", 2, 1, AMX)
+    line, worth = announce(looking, tmp_path / "results", 2, 1, AMX)
+    assert worth.startswith("if XLA changes nothing, looks at 3 and 5 seeds per arm")
     assert "(7 of 7 trainings done)" in line and line.endswith(up_to(arms(plain)))
     added = [a for a in arms(capped) if a not in arms(plain)]
     assert len(added) == 4  # off and physics at seeds 3 and 4
     seed3 = [a for a in added if a.endswith("-s3")]
     trained(*seed3)  # a look added seeds 3 and 4; 3 is trained
-    (later,) = announce(looking, tmp_path / "results", 2, 1, AMX)
+    later, _ = announce(looking, tmp_path / "results", 2, 1, AMX)
     assert "(7 of 7 trainings done)" in later and later.endswith(up_to(arms(plain) + seed3))
     assert up_to(arms(plain) + seed3) != up_to(arms(plain))
     trained(*(a for a in added if a.endswith("-s4")))
@@ -297,17 +298,19 @@ def test_max_seeds_auto_plans_the_most_seeds_the_budget_fits_and_keeps_them(tmp_
     assert seed_cap(cfg, folder, 2, 1) == at_cap[2 * three]  # a dry run: from the calibration
     assert announce(cfg, tmp_path / "results", 2, 1, AMX, record=False) and not (folder / CAP_FILE).exists()
     lines = announce(cfg, tmp_path / "results", 2, 1, AMX)
-    assert f"max_seeds auto: up to {at_cap[2 * three]} seeds per arm fit the budget" in lines[-1]
+    assert f"max_seeds auto: up to {at_cap[2 * three]} seeds per arm fit the budget" in lines[-2]
+    assert lines[-1].startswith("if XLA changes nothing, looks at 3, 5")  # what they are worth
     assert f"(max_seeds={at_cap[2 * three]})" in lines[0]
     assert recorded_cap(folder, look_plan(cfg), cfg["budget_min"]) == at_cap[2 * three]
     tight = announce(cfg_at(three + 1), tmp_path / "results", 2, 1, AMX, record=False)
     five, seven = (math.ceil(study_s(cfg_at(three + 1), cal, 2, n) / 60) for n in (5, 7))
     assert three + 1 < five < seven  # what the line prices is what would not fit, and grows with the seeds
-    assert tight[-1] == "max_seeds auto: no look adds seeds (even 1 more per arm would not fit the budget of " + (
+    assert tight[-2] == "max_seeds auto: no look adds seeds (even 1 more per arm would not fit the budget of " + (
         f"{three + 1} min (budget_min) on this machine; the whole study with 5 seeds per arm about {five} min, "
         f"7 about {seven} min: a budget_min that holds one lets the looks add seeds)"
     )
     assert seeds_in_budget(cfg_at(five), cal, 2)[0] == 5  # and that budget buys them
+    assert tight[-1].startswith("if XLA changes nothing, 3 seeds per arm find quality and convergence NOT WORSE")
     four = study_s(cfg_at(three + 1), cal, 2, 4) / 60
     last = seeds_in_budget(cfg_at(four), cal, 2)  # a budget that holds one seed more, not two
     assert last == (4, pytest.approx(60 * four)) and look_plan(cfg_at(four), 4).sizes("pinn") == (3, 4)
@@ -464,3 +467,38 @@ def test_the_parent_run_carries_what_auto_chose_and_why(tmp_path, base, cli):
     assert run.data.params["auto_precision.precision"] == "float32"
     assert run.data.params["auto_precision.reason"] == cfg["auto_precision"]["reason"]
     assert json.loads(run.data.params["precision"]) == ["float32"]
+
+
+def test_the_workflow_says_how_often_its_looks_decide_and_the_budget_that_would(base):
+    """Before the first job (issue 45: a verdict that decides): how often the plan's looks
+    find quality and convergence NOT WORSE when XLA changes nothing, at the spreads the
+    recorded studies measured (``expected_spread``), and the budget_min whose looks would
+    in 80 % of runs; more seeds decide more often, a tighter spread needs fewer, and a
+    study with one seed per arm (smoke) has nothing to say."""
+    from ptycho.study.estimate import PLANNED_CHANCE, decision_chance, decision_line, seeds_in_budget, study_s
+
+    cfg = resolve(base, {"max_seeds": 4}, hardware=AMX)
+    cal = _calibration(cfg)
+    (sizes, few), (_, many) = decision_chance(cfg, 4), decision_chance(cfg, 13)
+    assert sizes == (3, 4) and 0.05 < few < many
+    line = decision_line(cfg, cal, 2)
+    assert line.startswith(f"if XLA changes nothing, looks at 3 and 4 seeds per arm find quality and convergence "
+                           f"NOT WORSE in about {100 * few:.0f} % of runs (expected_spread")  # fmt: skip
+    n = next(n for n in range(5, 26) if decision_chance(cfg, n)[1] >= PLANNED_CHANCE)
+    budget = math.ceil(study_s(cfg, cal, 2, n) / 60)
+    assert line.endswith(f"; in 80 %, looks up to {n} seeds per arm: --config budget_min={budget} here")
+    assert seeds_in_budget(resolve(base, {"max_seeds": "auto", "budget_min": budget}, hardware=AMX), cal, 2)[0] == n
+    # Two comparisons (jit and physics vs off) must both decide: less often than one.
+    two = resolve(base, {"max_seeds": 4, "xla": ["off", "jit", "physics"]}, hardware=AMX)
+    assert decision_chance(two, 4)[1] == pytest.approx(few**2)
+    tight = resolve(base, {"max_seeds": 4, "expected_spread": {"quality": 0.002, "convergence": 0.004}}, hardware=AMX)
+    assert decision_chance(tight, 4)[1] > PLANNED_CHANCE and "; in 80 %" not in decision_line(tight, cal, 2)
+    wide = resolve(base, {"max_seeds": 4, "expected_spread": {"quality": 0.5}}, hardware=AMX)
+    assert decision_line(wide, cal, 2).endswith("; not even 25 seeds per arm decide in 80 %")
+    equivalent = resolve(base, {"max_seeds": 4, "thresholds": {"two_sided": True}}, hardware=AMX)
+    assert decision_chance(equivalent, 4)[1] < few and "EQUIVALENT in about" in decision_line(equivalent, cal, 2)
+    lowdose = resolve(base, {"preset": "lowdose", "max_seeds": 12}, hardware=AMX)
+    assert decision_line(lowdose, _calibration(lowdose), 2).startswith(
+        "if XLA changes nothing, looks at 3, 5, 7, 9, 11 and 12 seeds"
+    )
+    assert decision_line(resolve(base, {"preset": "smoke"}, hardware=AMX), cal, 2) == ""

@@ -340,6 +340,68 @@ def look_prices(cfg: Mapping, calibration: Mapping, at_once: int) -> str:
     return ", ".join(costs)
 
 
+#: The share of runs of identical arms a budget should decide in, for :func:`decision_line`.
+PLANNED_CHANCE = 0.8
+
+
+def decision_chance(cfg: Mapping, max_seeds: int) -> tuple[tuple[int, ...], float] | None:
+    """The PINN's seeds per arm at each look with looks up to ``max_seeds``, and how often
+    such a study decides every comparison's quality (amplitude SSIM) and convergence when
+    XLA changes nothing: :func:`ptycho.study.stats.decision_chance` at the config's
+    ``expected_spread`` and margins, each item and comparison taken as independent. None
+    where the PINN compares no arms or has one seed per arm at most (no paired t)."""
+    from ptycho.nets.models import SUBJECT
+    from ptycho.study.arms import matrix, pairs
+    from ptycho.study.stats import decision_chance as chance
+    from ptycho.study.workflow import arm_lists, look_plan
+
+    plan = look_plan({**cfg, "max_seeds": max_seeds})
+    if SUBJECT not in plan.seeds:
+        return None
+    sizes = plan.sizes(SUBJECT)
+    modes, precisions, _ = arm_lists(cfg, SUBJECT)
+    comparisons = len(pairs(matrix([SUBJECT], modes, [0], precisions)))
+    if sizes[-1] < 2 or not comparisons:
+        return None
+    levels, spread, limits = plan.levels[: len(sizes)], cfg["expected_spread"], cfg["thresholds"]
+    two_sided = limits["two_sided"]
+    quality = chance(sizes, levels, spread["quality"], limits["quality_max_ssim_diff"], two_sided)[0]
+    convergence = chance(sizes, levels, spread["convergence"], limits["convergence_max_rel"], two_sided)[0]
+    return sizes, (quality * convergence) ** comparisons
+
+
+def decision_line(cfg: Mapping, calibration: Mapping, at_once: int) -> str:
+    """What the plan's looks are worth, said before the first job: how often they decide
+    quality and convergence if XLA changes nothing (:func:`decision_chance`), and, where that
+    is under :data:`PLANNED_CHANCE`, the fewest seeds per arm that reach it and the whole
+    study's minutes with them here (the ``budget_min`` that buys them); '' where there is
+    nothing to judge. Speed is left out: its chance depends on XLA's true effect."""
+    from ptycho.study.workflow import look_plan
+
+    plan = look_plan(cfg)
+    cap = plan.max_seeds if plan.sequential else max((len(s) for s in plan.seeds.values()), default=0)
+    found = decision_chance(cfg, cap) if cap else None
+    if found is None:
+        return ""
+    sizes, p = found
+    what = "NOT WORSE" if not cfg["thresholds"]["two_sided"] else "EQUIVALENT"
+    seeds = " and ".join([", ".join(map(str, sizes[:-1])), str(sizes[-1])] if len(sizes) > 1 else [str(sizes[0])])
+    looks = f"looks at {seeds} seeds per arm" if len(sizes) > 1 else f"{seeds} seeds per arm"
+    line = (
+        f"if XLA changes nothing, {looks} find quality and convergence {what} in about {100 * p:.0f} % of runs "
+        f"(expected_spread: the recorded studies' seed-to-seed spread)"
+    )
+    goal = f"{100 * PLANNED_CHANCE:.0f} %"
+    if p >= PLANNED_CHANCE:
+        return line
+    for n in range(cap + 1, AUTO_SEEDS_LIMIT + 1):  # a cap between two looks' seeds: the last adds fewer
+        more = decision_chance(cfg, n)
+        if more and more[1] >= PLANNED_CHANCE:
+            minutes = math.ceil(study_s(cfg, calibration, at_once, n) / 60)
+            return f"{line}; in {goal}, looks up to {n} seeds per arm: --config budget_min={minutes} here"
+    return f"{line}; not even {AUTO_SEEDS_LIMIT} seeds per arm decide in {goal}"
+
+
 def _with_precision(cfg: Mapping, emulated: Sequence[str], native: str) -> dict:
     """``cfg`` with each ``emulated`` precision of the models' lists trained at ``native`` instead."""
     import copy
@@ -439,7 +501,7 @@ def announce(
                 )
                 said = [f"max_seeds auto: no look adds seeds (even 1 more per arm would not fit {budget}{priced})"]
         est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
-        lines += said
+        lines += said + [line for line in [decision_line(cfg, calibration, at_once)] if line]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"no estimate: the calibration {path} cannot be read ({type(exc).__name__}: {exc}); delete it"]
     os.environ[ESTIMATE_ENV] = json.dumps(est.to_json())
