@@ -375,7 +375,7 @@ def read_json(path: str | os.PathLike, producer: str | Sequence[str] | Callable[
     refused unless it is in that producer's current format (:func:`check_format`), and
     returned without its stamp."""
     try:
-        with open(path) as fh:
+        with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
     except FileNotFoundError:
         raise PtychoError(f"{path}: no such file") from None

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from ptycho.study.bench.machine import cpu_words
 from ptycho.study.solver_view import TARGET  # the quality the comparison asks for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,7 +290,7 @@ def markdown(result: dict) -> str:
         "",
         "## Conditions",
         "",
-        f"- CPU: {m['cpu']} ({m['cores']} cores), flags of note: {', '.join(m['cpu_flags_of_note']) or 'none'}",
+        f"- CPU: {cpu_words(m)} ({m['cores']} cores), flags of note: {', '.join(m['cpu_flags_of_note']) or 'none'}",
         f"- torch threads: {m['threads']}; load average (1, 5, 15 min) at start: {m['load_average']},"
         f" at end: {result['load_at_end']}",
         "- threads busy during reconstruction (CPU s / wall s): " + ", ".join(f"{e} {b:.2f}" for e, b in busy.items()),

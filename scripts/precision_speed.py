@@ -34,6 +34,7 @@ def main() -> None:
     from ptycho.nets.models import ModelConfig
     from ptycho.nets.train import TrainConfig, Trainer, prepare
     from ptycho.study.bench import machine_info
+    from ptycho.study.bench.machine import cpu_words
 
     ds = simulate_split(SimulationConfig(n_objects_train=1), "train")  # the study's patches: n 64, gridsize 2
     data = prepare(ds, "pinn")
@@ -60,7 +61,9 @@ def main() -> None:
             times.append(time.perf_counter() - start)
     m = machine_info()
     flags = [f for f in ("avx512_bf16", "amx_bf16") if f in open("/proc/cpuinfo").read()]
-    print(f"{m['cpu']}, bfloat16 flags: {', '.join(flags) or 'none'}; {args.threads} thread(s); load {os.getloadavg()}")
+    print(
+        f"{cpu_words(m)}, bfloat16 flags: {', '.join(flags) or 'none'}; {args.threads} thread(s); load {os.getloadavg()}"
+    )
     median = {key: float(np.median(times)) for key, (_, times) in arms.items()}
     ref = median[(args.modes[0], args.precisions[0])]
     for (mode, precision), value in median.items():

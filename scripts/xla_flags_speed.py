@@ -32,7 +32,7 @@ def main() -> None:
     from ptycho.nets.models import ModelConfig
     from ptycho.nets.train import TrainConfig
     from ptycho.study.bench import BenchConfig, machine_info
-    from ptycho.study.bench.machine import flags_words, load_average
+    from ptycho.study.bench.machine import cpu_words, flags_words, load_average
     from ptycho.study.bench.worker import _Worker
     from ptycho.study.stats import bootstrap_ratio, quartiles
 
@@ -63,7 +63,7 @@ def main() -> None:
             w.stop()
     m = machine_info()
     load = " / ".join(f"{v[0]:.2f}" for v in (start, load_average()))
-    print(f"{m['cpu']}{flags_words(m)}; {args.mode}, {args.threads} thread(s); 1-min load {load} at start / end")
+    print(f"{cpu_words(m)}{flags_words(m)}; {args.mode}, {args.threads} thread(s); 1-min load {load} at start / end")
     for setting, t in zip(settings, times, strict=True):
         r = bootstrap_ratio(times[0], t)
         print(f"{setting:45s} {1e3 * quartiles(t)['median']:7.1f} ms  "

@@ -221,6 +221,10 @@ def test_the_cpu_is_named_with_its_family_and_model_numbers():
     """The numbers tell generations apart where a virtual machine names only the vendor's line."""
     assert mach.cpu_id({"model name": "AMD EPYC", "cpu family": "26", "model": "2"}) == "family 26 model 2"
     assert mach.cpu_id({"model name": "Apple M2"}) is None  # no x86 numbers: not claimed
+    zen5 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n\n"
+    arm = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n\n"
+    assert mach.cpu_id(mach._cpuinfo(zen5 + zen5.replace(": 0", ": 1"))) == "family 26 model 2"
+    assert mach._cpuinfo(zen5)["model name"] == "AMD EPYC" and mach.cpu_id(mach._cpuinfo(arm)) is None
     assert mach.cpu_words({"cpu": "AMD EPYC", "cpu_id": "family 26 model 2"}) == "AMD EPYC family 26 model 2"
     assert mach.cpu_words({"cpu": "AMD EPYC"}) == "AMD EPYC"  # a record made before the numbers were
     line = mach.machine_line(

@@ -171,3 +171,21 @@ def test_the_chance_of_deciding_that_the_docs_quote_is_what_the_script_prints():
     assert share((3, 5, 7), sequential_levels(ALPHA, (3, 5, 7))) == 67
     assert share((3, 5, 7), sequential_levels(ALPHA, (3, 5, 7), 1)) == 58
     assert share((7,), (ALPHA,), two_sided=True) < 72 and share((1,), (ALPHA,)) == 0  # one seed: no t bound
+
+
+def test_the_chance_judges_a_study_as_the_checks_do():
+    """:func:`ptycho.study.stats.clears`, the rule :func:`decision_chance` counts by, is
+    :func:`seed_comparison`'s NOT WORSE (and EQUIVALENT) on the same paired differences."""
+    from ptycho.study.stats import EQUIVALENCE, NON_INFERIORITY, clears, seed_comparison
+
+    rng = np.random.default_rng(7)
+    for n, level in ((3, 0.0108), (5, 0.0411), (7, 0.05)):
+        diffs = rng.normal(0.0, 0.02, (200, n)) + rng.normal(0.0, 0.01, (200, 1))
+        for two_sided, test, word in ((False, NON_INFERIORITY, "NOT WORSE"), (True, EQUIVALENCE, "EQUIVALENT")):
+            fast = clears(diffs, 0.02, level, two_sided)
+            judged = [
+                seed_comparison(dict(enumerate(0.8 + d)), dict.fromkeys(range(n), 0.8), 0.02, test, alpha=level).outcome
+                == word
+                for d in diffs
+            ]
+            assert list(fast) == judged and 0 < fast.sum() < len(fast), (n, level, two_sided)

@@ -469,34 +469,40 @@ def test_the_parent_run_carries_what_auto_chose_and_why(tmp_path, base, cli):
     assert json.loads(run.data.params["precision"]) == ["float32"]
 
 
-def test_the_workflow_says_how_often_its_looks_decide_and_the_budget_that_would(base):
+def test_the_workflow_says_how_often_its_looks_decide_and_the_setting_that_would(base):
     """Before the first job (issue 45: a verdict that decides): how often the plan's looks
     find quality and convergence NOT WORSE when XLA changes nothing, at the spreads the
-    recorded studies measured (``expected_spread``), and the budget_min whose looks would
-    in 80 % of runs; more seeds decide more often, a tighter spread needs fewer, and a
-    study with one seed per arm (smoke) has nothing to say."""
+    recorded studies measured (``expected_spread``), and what would decide in 80 % of runs:
+    under ``max_seeds: auto`` the budget_min that buys those seeds here, else the
+    max_seeds. More seeds decide more often, more comparisons or two-sided questions less,
+    a tighter spread needs fewer; a study with one seed per arm (smoke) has nothing to say."""
     from ptycho.study.estimate import PLANNED_CHANCE, decision_chance, decision_line, seeds_in_budget, study_s
 
     cfg = resolve(base, {"max_seeds": 4}, hardware=AMX)
     cal = _calibration(cfg)
-    (sizes, few), (_, many) = decision_chance(cfg, 4), decision_chance(cfg, 13)
+    (sizes, few), (_, many) = decision_chance(cfg), decision_chance(cfg, 13)
     assert sizes == (3, 4) and 0.05 < few < many
-    line = decision_line(cfg, cal, 2)
+    line = decision_line(cfg, cal, 2, budgeted=False)
     assert line.startswith(f"if XLA changes nothing, looks at 3 and 4 seeds per arm find quality and convergence "
                            f"NOT WORSE in about {100 * few:.0f} % of runs (expected_spread")  # fmt: skip
     n = next(n for n in range(5, 26) if decision_chance(cfg, n)[1] >= PLANNED_CHANCE)
-    budget = math.ceil(study_s(cfg, cal, 2, n) / 60)
-    assert line.endswith(f"; in 80 %, looks up to {n} seeds per arm: --config budget_min={budget} here")
+    assert line.endswith(f"; in 80 %, looks up to {n} seeds per arm: --config max_seeds={n}")
+    budget = math.ceil(study_s(cfg, cal, 2, n) / 60)  # max_seeds auto: the budget that buys them
+    assert decision_line(cfg, cal, 2).endswith(f"looks up to {n} seeds per arm: --config budget_min={budget} here")
     assert seeds_in_budget(resolve(base, {"max_seeds": "auto", "budget_min": budget}, hardware=AMX), cal, 2)[0] == n
-    # Two comparisons (jit and physics vs off) must both decide: less often than one.
-    two = resolve(base, {"max_seeds": 4, "xla": ["off", "jit", "physics"]}, hardware=AMX)
-    assert decision_chance(two, 4)[1] == pytest.approx(few**2)
+    one_look = resolve(base, {"max_seeds": None}, hardware=AMX)  # no looks: one judgement at alpha
+    assert decision_chance(one_look) == ((3,), pytest.approx(decision_chance(one_look, 3)[1]))
+    assert decision_chance(one_look)[1] < few and decision_line(one_look, cal, 2).startswith(
+        "if XLA changes nothing, 3 seeds per arm find"
+    )
+    two = resolve(base, {"max_seeds": 4, "xla": ["off", "jit", "physics"]}, hardware=AMX)  # both must decide
+    assert decision_chance(two)[1] < few
     tight = resolve(base, {"max_seeds": 4, "expected_spread": {"quality": 0.002, "convergence": 0.004}}, hardware=AMX)
-    assert decision_chance(tight, 4)[1] > PLANNED_CHANCE and "; in 80 %" not in decision_line(tight, cal, 2)
+    assert decision_chance(tight)[1] > PLANNED_CHANCE and "; in 80 %" not in decision_line(tight, cal, 2)
     wide = resolve(base, {"max_seeds": 4, "expected_spread": {"quality": 0.5}}, hardware=AMX)
     assert decision_line(wide, cal, 2).endswith("; not even 25 seeds per arm decide in 80 %")
     equivalent = resolve(base, {"max_seeds": 4, "thresholds": {"two_sided": True}}, hardware=AMX)
-    assert decision_chance(equivalent, 4)[1] < few and "EQUIVALENT in about" in decision_line(equivalent, cal, 2)
+    assert decision_chance(equivalent)[1] < few and "EQUIVALENT in about" in decision_line(equivalent, cal, 2)
     lowdose = resolve(base, {"preset": "lowdose", "max_seeds": 12}, hardware=AMX)
     assert decision_line(lowdose, _calibration(lowdose), 2).startswith(
         "if XLA changes nothing, looks at 3, 5, 7, 9, 11 and 12 seeds"

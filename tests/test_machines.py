@@ -328,6 +328,7 @@ def test_one_model_name_of_two_cpu_generations_is_two_kinds(smoke):
     older = one(run(smoke, epyc))
     assert len({zen4.kind, zen5.kind, older.kind}) == 3
     assert zen5.kind.words() == "AMD EPYC family 26 model 2 (avx2, avx512f, avx512_bf16), 2 cores, no GPU"
+    assert (zen5.kind.cpu, zen5.kind.cpu_id) == ("AMD EPYC", "family 26 model 2")  # the record's own fields
     assert older.kind.words().startswith("AMD EPYC (avx2")
 
 

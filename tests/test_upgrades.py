@@ -96,6 +96,17 @@ def test_a_record_of_an_older_format_is_refused_in_one_line_naming_the_fix(tmp_p
     )
 
 
+def test_a_folder_or_a_binary_file_given_as_a_record_is_one_line_naming_it(tmp_path):
+    (tmp_path / "m.json").mkdir()
+    (tmp_path / "b.json").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(PtychoError) as folder:
+        read_json(tmp_path / "m.json")
+    with pytest.raises(PtychoError) as binary:
+        read_json(tmp_path / "b.json")
+    assert str(folder.value) == f"{tmp_path / 'm.json'}: a folder, not a JSON file; name the .json file in it"
+    assert str(binary.value) == f"{tmp_path / 'b.json'}: not valid JSON (not UTF-8 text); name the JSON file meant"
+
+
 def test_a_record_of_a_newer_format_is_refused_naming_both_ways_out(tmp_path, monkeypatch):
     path = tmp_path / "m.json"
     monkeypatch.setitem(FORMATS, "evaluate", 3)

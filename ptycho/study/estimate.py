@@ -344,43 +344,49 @@ def look_prices(cfg: Mapping, calibration: Mapping, at_once: int) -> str:
 PLANNED_CHANCE = 0.8
 
 
-def decision_chance(cfg: Mapping, max_seeds: int) -> tuple[tuple[int, ...], float] | None:
-    """The PINN's seeds per arm at each look with looks up to ``max_seeds``, and how often
-    such a study decides every comparison's quality (amplitude SSIM) and convergence when
-    XLA changes nothing: :func:`ptycho.study.stats.decision_chance` at the config's
-    ``expected_spread`` and margins, each item and comparison taken as independent. None
-    where the PINN compares no arms or has one seed per arm at most (no paired t)."""
+def decision_chance(cfg: Mapping, max_seeds: int | None = None) -> tuple[tuple[int, ...], float] | None:
+    """The PINN's seeds per arm at each look of the config's plan (``max_seeds``: planned up
+    to that many instead), and how often such a study decides quality (amplitude and phase
+    SSIM) and convergence for every PINN comparison when XLA changes nothing:
+    :func:`ptycho.study.stats.decision_chance` at the config's ``expected_spread`` and
+    margins, the metrics and comparisons taken as independent (slightly optimistic: an item
+    decides at a look only when all its comparisons and metrics do at once). None where
+    the PINN compares no arms or has one seed per arm (no paired t)."""
     from ptycho.nets.models import SUBJECT
     from ptycho.study.arms import matrix, pairs
     from ptycho.study.stats import decision_chance as chance
     from ptycho.study.workflow import arm_lists, look_plan
 
-    plan = look_plan({**cfg, "max_seeds": max_seeds})
+    plan = look_plan(cfg if max_seeds is None else {**cfg, "max_seeds": max_seeds})
     if SUBJECT not in plan.seeds:
         return None
-    sizes = plan.sizes(SUBJECT)
+    sizes, levels = (
+        (plan.sizes(SUBJECT), plan.levels) if plan.sequential else ((len(plan.seeds[SUBJECT]),), (plan.alpha,))
+    )
     modes, precisions, _ = arm_lists(cfg, SUBJECT)
     comparisons = len(pairs(matrix([SUBJECT], modes, [0], precisions)))
     if sizes[-1] < 2 or not comparisons:
         return None
-    levels, spread, limits = plan.levels[: len(sizes)], cfg["expected_spread"], cfg["thresholds"]
-    two_sided = limits["two_sided"]
-    quality = chance(sizes, levels, spread["quality"], limits["quality_max_ssim_diff"], two_sided)[0]
-    convergence = chance(sizes, levels, spread["convergence"], limits["convergence_max_rel"], two_sided)[0]
-    return sizes, (quality * convergence) ** comparisons
+    spread, limits = cfg["expected_spread"], cfg["thresholds"]
+    two_sided, levels = limits["two_sided"], levels[: len(sizes)]
+    margins = {
+        "amplitude": "quality_max_ssim_diff",
+        "phase": "quality_max_ssim_diff",
+        "convergence": "convergence_max_rel",
+    }
+    each = [chance(sizes, levels, spread[k], limits[margin], two_sided)[0] for k, margin in margins.items()]
+    return sizes, math.prod(each) ** comparisons
 
 
-def decision_line(cfg: Mapping, calibration: Mapping, at_once: int) -> str:
+def decision_line(cfg: Mapping, calibration: Mapping, at_once: int, budgeted: bool = True) -> str:
     """What the plan's looks are worth, said before the first job: how often they decide
     quality and convergence if XLA changes nothing (:func:`decision_chance`), and, where that
-    is under :data:`PLANNED_CHANCE`, the fewest seeds per arm that reach it and the whole
-    study's minutes with them here (the ``budget_min`` that buys them); '' where there is
-    nothing to judge. Speed is left out: its chance depends on XLA's true effect."""
-    from ptycho.study.workflow import look_plan
-
-    plan = look_plan(cfg)
-    cap = plan.max_seeds if plan.sequential else max((len(s) for s in plan.seeds.values()), default=0)
-    found = decision_chance(cfg, cap) if cap else None
+    is under :data:`PLANNED_CHANCE`, the fewest seeds per arm whose looks reach it, as the
+    setting that buys them: ``budgeted`` (``max_seeds: auto``, whose cap the budget sets),
+    the ``budget_min`` of the whole study's minutes with them here; else ``max_seeds``.
+    '' where there is nothing to judge. Speed is left out: its chance depends on XLA's true
+    effect."""
+    found = decision_chance(cfg)
     if found is None:
         return ""
     sizes, p = found
@@ -391,15 +397,18 @@ def decision_line(cfg: Mapping, calibration: Mapping, at_once: int) -> str:
         f"if XLA changes nothing, {looks} find quality and convergence {what} in about {100 * p:.0f} % of runs "
         f"(expected_spread: the recorded studies' seed-to-seed spread)"
     )
-    goal = f"{100 * PLANNED_CHANCE:.0f} %"
+    goal, most = f"{100 * PLANNED_CHANCE:.0f} %", max(AUTO_SEEDS_LIMIT, sizes[-1])
     if p >= PLANNED_CHANCE:
         return line
-    for n in range(cap + 1, AUTO_SEEDS_LIMIT + 1):  # a cap between two looks' seeds: the last adds fewer
+    for n in range(sizes[-1] + 1, most + 1):  # a cap between two looks' seeds: the last adds fewer
         more = decision_chance(cfg, n)
         if more and more[1] >= PLANNED_CHANCE:
-            minutes = math.ceil(study_s(cfg, calibration, at_once, n) / 60)
-            return f"{line}; in {goal}, looks up to {n} seeds per arm: --config budget_min={minutes} here"
-    return f"{line}; not even {AUTO_SEEDS_LIMIT} seeds per arm decide in {goal}"
+            if budgeted:
+                setting = f"--config budget_min={math.ceil(study_s(cfg, calibration, at_once, n) / 60)} here"
+            else:
+                setting = f"--config max_seeds={n}"
+            return f"{line}; in {goal}, looks up to {n} seeds per arm: {setting}"
+    return f"{line}; not even {most} seeds per arm decide in {goal}"
 
 
 def _with_precision(cfg: Mapping, emulated: Sequence[str], native: str) -> dict:
@@ -501,9 +510,14 @@ def announce(
                 )
                 said = [f"max_seeds auto: no look adds seeds (even 1 more per arm would not fit {budget}{priced})"]
         est, lines = estimate_lines(cfg, calibration, at_once, trained, bench_done, hardware)
-        lines += said + [line for line in [decision_line(cfg, calibration, at_once)] if line]
+        lines += said
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"no estimate: the calibration {path} cannot be read ({type(exc).__name__}: {exc}); delete it"]
+    try:  # its own step: a fault here is not the calibration's, and never stops the study
+        worth = decision_line(cfg, calibration, at_once, budgeted=auto)
+    except (ValueError, KeyError, TypeError) as exc:
+        worth = f"no chance of a decision worked out ({type(exc).__name__}: {exc})"
+    lines += [worth] if worth else []
     os.environ[ESTIMATE_ENV] = json.dumps(est.to_json())
     return lines
 

@@ -198,6 +198,17 @@ def sequential_levels(alpha: float, sizes: tuple[int, ...], rho: float = SPENDIN
     return tuple(float(min(a, 2 * b)) for a, b in zip(one_sided, each_side, strict=True))
 
 
+def clears(differences: np.ndarray, margin: float, alpha: float, two_sided: bool = False) -> np.ndarray:
+    """Per row of paired differences (arm - reference, higher better; rows x seeds): whether
+    :func:`seed_comparison` calls it NOT WORSE (its ``1 - 2 alpha`` interval's lower end
+    above ``-margin``) or, ``two_sided``, EQUIVALENT (both ends inside +-margin)."""
+    n = differences.shape[1]
+    mean = differences.mean(axis=1)
+    half = _half_widths(differences.std(axis=1, ddof=1), n, n, PAIRED, alpha)[0]
+    inside = mean - half > -margin
+    return inside & (mean + half < margin) if two_sided else inside
+
+
 def decision_chance(
     sizes: Sequence[int],
     levels: Sequence[float],
@@ -209,25 +220,17 @@ def decision_chance(
     """How often a study whose arms are identical decides NOT WORSE (``two_sided``:
     EQUIVALENT) at some look, and the seeds per arm it trains on average: ``studies``
     synthetic studies whose paired differences scatter normally by ``sd``, each look ``k``
-    at ``sizes[k]`` seeds reading the paired t bound at ``levels[k]`` (the quality and
-    convergence items' rule: the lower bound, or both) against ``margin``, stopping at the
-    first look that clears it; a look at one seed never does. Deterministic (seed 0). What
-    a study's budget is worth: a cap whose chance is 40 % leaves the question open in most
-    runs even when XLA changes nothing (docs/report.md)."""
-    from scipy import stats
-
+    at ``sizes[k]`` seeds judged as :func:`seed_comparison` judges them (:func:`clears`, at
+    ``levels[k]``), stopping at the first look that decides; a look at one seed never does.
+    Deterministic (seed 0). What a study's budget is worth: a cap whose chance is 40 %
+    leaves the question open in most runs even when XLA changes nothing (docs/report.md)."""
     rng = np.random.default_rng(0)
     x = rng.normal(0.0, sd, (studies, sizes[-1]))
     decided, seeds = np.zeros(studies, dtype=bool), np.full(studies, float(sizes[-1]))
     for n, level in zip(sizes, levels, strict=True):
-        y = x[:, :n]
         if n < 2:
             continue
-        half = stats.t.ppf(1 - level, n - 1) * y.std(axis=1, ddof=1) / np.sqrt(n)
-        clears = y.mean(axis=1) - half > -margin
-        if two_sided:
-            clears &= y.mean(axis=1) + half < margin
-        new = clears & ~decided
+        new = clears(x[:, :n], margin, level, two_sided) & ~decided
         seeds[new], decided = n, decided | new
     return float(decided.mean()), float(seeds.mean())
 

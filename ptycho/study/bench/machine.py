@@ -33,18 +33,23 @@ def load_average() -> list[float]:
     return list(psutil.getloadavg())
 
 
-def _cpuinfo() -> dict[str, str]:
-    """The first processor's fields of ``/proc/cpuinfo`` (empty where it is not Linux's)."""
+def _cpuinfo(text: str | None = None) -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (or of its ``text``; empty where
+    there is none)."""
+    if text is None:
+        try:
+            with open("/proc/cpuinfo") as fh:
+                text = fh.read()
+        except OSError:
+            return {}
     fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if not line.strip():
-                    break  # the first processor's block ends at its blank line
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block ends at its blank line
+            continue
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
     return fields
 
 

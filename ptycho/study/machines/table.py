@@ -44,18 +44,20 @@ class Kind:
     cpu_flags: tuple[str, ...]
     cores: int | None
     gpus: int | None
+    cpu_id: str | None = None
 
     @classmethod
     def of(cls, m: Mapping[str, Any]) -> Kind:
         flags = tuple(str(f) for f in m.get("cpu_flags") or ())
-        return cls(cpu_words(m), flags, _count(m.get("cores")), _count(m.get("gpus")))
+        cpu, cpu_id = str(m.get("cpu") or "CPU not recorded"), m.get("cpu_id") or None
+        return cls(cpu, flags, _count(m.get("cores")), _count(m.get("gpus")), cpu_id)
 
     def words(self) -> str:
         """``AMD EPYC family 26 model 2 (avx2, avx512_bf16), 2 cores, no GPU``."""
         flags = f"({', '.join(self.cpu_flags)})" if self.cpu_flags else "(no dtype flags)"
         cores = "cores n/a" if self.cores is None else f"{self.cores} cores"
         gpus = "GPU n/a" if self.gpus is None else f"{self.gpus} GPU" if self.gpus else "no GPU"
-        return f"{self.cpu} {flags}, {cores}, {gpus}"
+        return f"{cpu_words({'cpu': self.cpu, 'cpu_id': self.cpu_id})} {flags}, {cores}, {gpus}"
 
 
 @dataclass(frozen=True)
