@@ -497,9 +497,13 @@ def test_the_workflow_says_how_often_its_looks_decide_and_the_setting_that_would
     )
     two = resolve(base, {"max_seeds": 4, "xla": ["off", "jit", "physics"]}, hardware=AMX)  # both must decide
     assert decision_chance(two)[1] < few
-    tight = resolve(base, {"max_seeds": 4, "expected_spread": {"quality": 0.002, "convergence": 0.004}}, hardware=AMX)
+    tight = resolve(
+        base,
+        {"max_seeds": 4, "expected_spread": {"amplitude": 0.002, "phase": 0.002, "convergence": 0.004}},
+        hardware=AMX,
+    )
     assert decision_chance(tight)[1] > PLANNED_CHANCE and "; in 80 %" not in decision_line(tight, cal, 2)
-    wide = resolve(base, {"max_seeds": 4, "expected_spread": {"quality": 0.5}}, hardware=AMX)
+    wide = resolve(base, {"max_seeds": 4, "expected_spread": {"amplitude": 0.5}}, hardware=AMX)
     assert decision_line(wide, cal, 2).endswith("; not even 25 seeds per arm decide in 80 %")
     equivalent = resolve(base, {"max_seeds": 4, "thresholds": {"two_sided": True}}, hardware=AMX)
     assert decision_chance(equivalent)[1] < few and "EQUIVALENT in about" in decision_line(equivalent, cal, 2)
