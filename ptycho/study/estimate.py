@@ -391,8 +391,10 @@ def decision_line(cfg: Mapping, calibration: Mapping, at_once: int, budgeted: bo
         return ""
     sizes, p = found
     what = "NOT WORSE" if not cfg["thresholds"]["two_sided"] else "EQUIVALENT"
-    seeds = " and ".join([", ".join(map(str, sizes[:-1])), str(sizes[-1])] if len(sizes) > 1 else [str(sizes[0])])
-    looks = f"looks at {seeds} seeds per arm" if len(sizes) > 1 else f"{seeds} seeds per arm"
+    if len(sizes) > 1:
+        looks = f"looks at {', '.join(map(str, sizes[:-1]))} and {sizes[-1]} seeds per arm"
+    else:
+        looks = f"{sizes[0]} seeds per arm"
     line = (
         f"if XLA changes nothing, {looks} find quality and convergence {what} in about {100 * p:.0f} % of runs "
         f"(expected_spread: the recorded studies' seed-to-seed spread)"

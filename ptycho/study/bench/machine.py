@@ -53,9 +53,10 @@ def _cpuinfo(text: str | None = None) -> dict[str, str]:
     return fields
 
 
-def _cpu_model() -> str:
+def _cpu_model(fields: Mapping[str, str] | None = None) -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux, where psutil has none), else the platform's word."""
-    return _cpuinfo().get("model name") or platform.processor() or ""
+    fields = _cpuinfo() if fields is None else fields
+    return fields.get("model name") or platform.processor() or ""
 
 
 def cpu_id(fields: Mapping[str, str] | None = None) -> str | None:
@@ -75,13 +76,9 @@ def cpu_words(m: Mapping) -> str:
     return f"{cpu} {m['cpu_id']}" if m.get("cpu_id") else cpu
 
 
-def cpu_flags() -> list[str]:
+def cpu_flags(fields: Mapping[str, str] | None = None) -> list[str]:
     """Which of :data:`DTYPE_FLAGS` the CPU has (``/proc/cpuinfo``; empty where it is not Linux's)."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            present = next((set(line.split(":", 1)[1].split()) for line in fh if line.startswith("flags")), set())
-    except OSError:
-        return []
+    present = set((_cpuinfo() if fields is None else fields).get("flags", "").split())
     return [f for f in DTYPE_FLAGS if f in present]
 
 
@@ -179,10 +176,11 @@ def machine_info(gpus: int | None = None) -> dict:
         with contextlib.suppress(PackageNotFoundError):
             tensorflow = version(dist)
             break
+    fields = _cpuinfo()  # read once for the model, its numbers and its flags
     return {
-        "cpu": _cpu_model(),
-        "cpu_id": cpu_id(),
-        "cpu_flags": cpu_flags(),
+        "cpu": _cpu_model(fields),
+        "cpu_id": cpu_id(fields),
+        "cpu_flags": cpu_flags(fields),
         "cores": psutil.cpu_count(),
         "load_average": load_average(),
         "tensorflow": tensorflow,
